@@ -1,0 +1,221 @@
+// GGUF v2/v3 reader (validating, mmap-backed) and writer.
+// Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (gguf.cpp in ggml).
+// Layout: magic "GGUF", u32 version, u64 n_tensors, u64 n_kv, n_kv key/values,
+// n_tensors tensor infos (name, u32 n_dims, u64 ne[n_dims], u32 type, u64 offset),
+// padding to general.alignment (default 32), then the data section.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "libs/base/mmap.h"
+#include "libs/gguf/ggml_type.h"
+
+namespace herd::gguf {
+
+/// GGUF metadata value types (gguf.h `enum gguf_type`).
+enum class ValueType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
+  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+
+/// "uint8", "int32", "string", "array", ...
+const char* ValueTypeName(ValueType t);
+
+/// One metadata value: a scalar, a string, or an array of values of one type
+/// (arrays of arrays are allowed by the format and supported).
+class Value {
+ public:
+  Value() = default;
+
+  // Constructors for the writer and tests.
+  static Value U8(uint8_t v);
+  static Value I8(int8_t v);
+  static Value U16(uint16_t v);
+  static Value I16(int16_t v);
+  static Value U32(uint32_t v);
+  static Value I32(int32_t v);
+  static Value U64(uint64_t v);
+  static Value I64(int64_t v);
+  static Value F32(float v);
+  static Value F64(double v);
+  static Value Bool(bool v);
+  static Value String(std::string v);
+  static Value StringArray(std::vector<std::string> v);
+  static Value F32Array(const std::vector<float>& v);
+  static Value I32Array(const std::vector<int32_t>& v);
+  /// A numeric array of `n` elements of scalar type `elem` given as little-endian bytes.
+  static Value NumericArray(ValueType elem, std::string raw_le_bytes, size_t n);
+  /// An array of arrays (or of any values of type `elem`).
+  static Value NestedArray(ValueType elem, std::vector<Value> elems);
+
+  ValueType type() const { return type_; }
+  /// Element type when type() == ARRAY.
+  ValueType array_type() const { return array_type_; }
+  /// Element count when type() == ARRAY (0 otherwise).
+  size_t array_size() const { return array_size_; }
+
+  bool is_integer() const;  // UINT8..INT64, BOOL excluded
+  bool is_float() const;    // FLOAT32 / FLOAT64
+  /// Scalar accessors; precondition: matching type() (integers convert among themselves).
+  int64_t AsInt() const;
+  uint64_t AsUint() const;
+  double AsDouble() const;  // any numeric scalar
+  bool AsBool() const;
+  const std::string& AsString() const;
+
+  /// ARRAY of STRING elements (empty for other types).
+  const std::vector<std::string>& strings() const { return strings_; }
+  /// ARRAY of numeric/bool elements: raw little-endian element bytes.
+  const std::string& raw() const { return raw_; }
+  /// ARRAY of ARRAY elements.
+  const std::vector<Value>& elements() const { return elements_; }
+  /// Numeric array element i (precondition: numeric array, i < array_size()).
+  int64_t IntAt(size_t i) const;
+  double DoubleAt(size_t i) const;
+
+  /// Short human-readable rendering (arrays abbreviated) for `herd inspect`.
+  std::string DebugString(size_t max_elems = 8) const;
+
+ private:
+  ValueType type_ = ValueType::UINT8;
+  ValueType array_type_ = ValueType::UINT8;
+  size_t array_size_ = 0;
+  uint64_t bits_ = 0;        // scalar payload (little-endian bits of the value)
+  std::string str_;          // STRING scalar
+  std::string raw_;          // numeric array payload
+  std::vector<std::string> strings_;
+  std::vector<Value> elements_;
+  friend class Parser;
+};
+
+struct KeyValue {
+  std::string key;
+  Value value;
+};
+
+/// One tensor of the file. ne[] in ggml order (ne[0] innermost); dims >= n_dims are 1.
+struct TensorInfo {
+  std::string name;
+  uint32_t n_dims = 0;
+  int64_t ne[4] = {1, 1, 1, 1};
+  GgmlType type = GgmlType::F32;
+  uint64_t offset = 0;           // relative to the data section
+  size_t nbytes = 0;             // bytes of data
+  const uint8_t* data = nullptr; // into the file mapping (or owned buffer)
+
+  int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+};
+
+/// A parsed, validated GGUF file. Tensor data stays in the mapping and is valid
+/// for the lifetime of this object.
+class GgufFile {
+ public:
+  /// Maps and validates `path`. Every structural problem — bad magic, unsupported
+  /// version, counts the file cannot hold, oversize strings/arrays, bad n_dims, zero or
+  /// overflowing dims/byte sizes, unknown tensor types, data outside the file,
+  /// overlapping tensors, duplicate names, bad alignment — is INVALID_ARGUMENT with a
+  /// message naming the file, the field and the value. Missing file: NOT_FOUND.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+
+  /// Same validation over an in-memory image (copied); `name` is used in messages.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(std::string bytes,
+                                                             const std::string& name = "<memory>");
+
+  uint32_t version() const { return version_; }
+  uint32_t alignment() const { return alignment_; }
+  /// File offset of the data section.
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return file_size_; }
+  const std::string& path() const { return path_; }
+
+  const std::vector<KeyValue>& metadata() const { return kv_; }
+  /// nullptr when absent.
+  const Value* Find(absl::string_view key) const;
+
+  // Typed getters. NOT_FOUND names a missing key; INVALID_ARGUMENT names the key,
+  // the expected and the actual type (or the value out of range).
+  absl::StatusOr<std::string> GetString(absl::string_view key) const;
+  /// Any integer type whose value fits in uint32.
+  absl::StatusOr<uint32_t> GetUint32(absl::string_view key) const;
+  /// Any integer type whose value fits in int64.
+  absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
+  /// FLOAT32 or FLOAT64.
+  absl::StatusOr<float> GetFloat(absl::string_view key) const;
+  absl::StatusOr<bool> GetBool(absl::string_view key) const;
+  absl::StatusOr<std::vector<std::string>> GetStringArray(absl::string_view key) const;
+  /// Array of FLOAT32/FLOAT64.
+  absl::StatusOr<std::vector<float>> GetFloatArray(absl::string_view key) const;
+  /// Array of any integer type.
+  absl::StatusOr<std::vector<int64_t>> GetIntArray(absl::string_view key) const;
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  /// nullptr when absent.
+  const TensorInfo* FindTensor(absl::string_view name) const;
+
+ private:
+  GgufFile() = default;
+  friend class Parser;
+
+  std::string path_;
+  MappedFile map_;
+  std::string owned_;  // FromBytes image
+  uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  uint64_t file_size_ = 0;
+  std::vector<KeyValue> kv_;
+  std::vector<TensorInfo> tensors_;
+};
+
+/// Builds a GGUF file: metadata in insertion order, tensors in insertion order, each
+/// tensor's data padded to the alignment (as llama.cpp's gguf writer does).
+class GgufWriter {
+ public:
+  explicit GgufWriter(uint32_t version = 3) : version_(version) {}
+
+  /// Copies version, alignment, all metadata and all tensors (data pointers into
+  /// `f`, which must outlive the writer). Writing it again gives identical bytes for
+  /// files laid out the way llama.cpp writes them.
+  static GgufWriter FromFile(const GgufFile& f);
+
+  /// Sets or replaces `key` (keeps its position when replacing). Setting
+  /// general.alignment also changes the data alignment.
+  void SetValue(const std::string& key, Value v);
+  void RemoveKey(const std::string& key);
+  const std::vector<KeyValue>& metadata() const { return kv_; }
+
+  /// Adds a tensor; `data` (nbytes bytes) must stay valid until Write*. Errors:
+  /// INVALID_ARGUMENT for a duplicate name, bad dims, unknown type, or nbytes not
+  /// matching the shape and type.
+  absl::Status AddTensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
+                         const void* data, size_t nbytes);
+  /// Replaces the type/data of an existing tensor (same checks as AddTensor).
+  absl::Status ReplaceTensor(const std::string& name, GgmlType type, const void* data,
+                             size_t nbytes);
+
+  /// Writes atomically (temp file, fsync, rename); nothing is left on failure.
+  absl::Status WriteFile(const std::string& path) const;
+  /// The whole file image.
+  std::string WriteToString() const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> ne;
+    const void* data;
+    size_t nbytes;
+  };
+  uint32_t version_;
+  uint32_t alignment_ = 32;
+  std::vector<KeyValue> kv_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace herd::gguf

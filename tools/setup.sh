@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package herd needs to build and test. Idempotent:
+# packages already present are skipped, so re-running is cheap and safe.
+set -euo pipefail
+
+PKGS=(
+  bazel-bootstrap protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config libicu-dev
+  libcpp-httplib-dev nlohmann-json3-dev python3 python3-grpcio
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"
