@@ -212,10 +212,17 @@ class GgufWriter {
     const void* data;
     size_t nbytes;
   };
+  /// Header, key/values, tensor infos (offsets assigned in order, each tensor's data
+  /// padded to the alignment) and the zero padding before the data section.
+  std::string HeaderBytes() const;
+
   uint32_t version_;
   uint32_t alignment_ = 32;
   std::vector<KeyValue> kv_;
   std::vector<PendingTensor> tensors_;
+  // With no tensors: pad the header to the alignment (ggml's gguf_write_out does) or
+  // end right after the key/values (gguf-py vocab-only files). FromFile keeps the file's.
+  bool pad_header_without_tensors_ = true;
 };
 
 }  // namespace herd::gguf

@@ -1,0 +1,447 @@
+#include "libs/backend/cpu_backend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "libs/kernels/cpu/kernels.h"
+#include "libs/tensor/graph_alloc.h"
+#include "libs/tensor/quants.h"
+
+namespace herd {
+namespace {
+
+class CpuBuffer : public Buffer {
+ public:
+  CpuBuffer(void* p, size_t size) : p_(p), size_(size) {}
+  ~CpuBuffer() override { std::free(p_); }
+  BufferType* type() const override { return CpuBufferType::Get(); }
+  void* base() const override { return p_; }
+  size_t size() const override { return size_; }
+  void Clear(uint8_t value) override { std::memset(p_, value, size_); }
+
+ private:
+  void* p_;
+  size_t size_;
+};
+
+void* AlignedAlloc(size_t size) {
+  size_t rounded = (size + 63) & ~size_t{63};
+  if (rounded == 0) rounded = 64;
+  return std::aligned_alloc(64, rounded);
+}
+
+float* F32Row(const Tensor* t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {
+  return reinterpret_cast<float*>(t->row(i1, i2, i3));
+}
+
+}  // namespace
+
+absl::Status PlaceTensor(Tensor* t, Buffer* buf, size_t offset) {
+  const size_t align = buf->type()->alignment();
+  if (offset % align != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "': offset ", offset,
+                                                   " is not a multiple of ", align));
+  }
+  if (offset + t->nbytes() > buf->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "' (", t->nbytes(),
+                                                   " bytes at ", offset, ") does not fit in a ",
+                                                   buf->size(), "-byte buffer"));
+  }
+  t->buffer = buf;
+  t->data = static_cast<uint8_t*>(buf->base()) + offset;
+  return absl::OkStatus();
+}
+
+CpuBufferType* CpuBufferType::Get() {
+  static CpuBufferType t;
+  return &t;
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
+  void* p = AlignedAlloc(size);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes of host memory"));
+  }
+  std::memset(p, 0, size);
+  return std::unique_ptr<Buffer>(new CpuBuffer(p, size));
+}
+
+float AlibiSlope(int h, int n_head, float max_bias) {
+  if (max_bias <= 0.0f) return 1.0f;
+  const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(static_cast<float>(n_head))));
+  const float m0 = std::pow(2.0f, -max_bias / n_head_log2);
+  const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / n_head_log2);
+  return static_cast<uint32_t>(h) < n_head_log2 ? std::pow(m0, static_cast<float>(h + 1))
+                                                 : std::pow(m1, static_cast<float>(2 * (h - static_cast<int>(n_head_log2)) + 1));
+}
+
+CpuBackend::CpuBackend(int n_threads, Isa isa) : pool_(n_threads), isa_(isa) {}
+CpuBackend::~CpuBackend() = default;
+
+absl::Status CpuBackend::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
+  if (t->data == nullptr) return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data"));
+  if (offset + size > t->nbytes()) {
+    return absl::OutOfRangeError(absl::StrCat("write of ", size, " bytes at ", offset, " past tensor '",
+                                              t->name, "' (", t->nbytes(), " bytes)"));
+  }
+  std::memcpy(static_cast<uint8_t*>(t->data) + offset, data, size);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  if (t->data == nullptr) return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data"));
+  if (offset + size > t->nbytes()) {
+    return absl::OutOfRangeError(absl::StrCat("read of ", size, " bytes at ", offset, " past tensor '",
+                                              t->name, "' (", t->nbytes(), " bytes)"));
+  }
+  std::memcpy(data, static_cast<const uint8_t*>(t->data) + offset, size);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyTensor(const Tensor* src, Tensor* dst) {
+  if (src->nbytes() != dst->nbytes() || src->type != dst->type) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot copy '", src->name, "' into '", dst->name,
+                                                   "': type or size differ"));
+  }
+  std::memcpy(dst->data, src->data, src->nbytes());
+  return absl::OkStatus();
+}
+
+bool CpuBackend::SupportsOp(const Tensor& n) const {
+  switch (n.op) {
+    case Op::kNone:
+    case Op::kView:
+      return true;
+    case Op::kGetRows:
+      return CanDequantize(n.src[0]->type) && n.src[1]->type == GgmlType::I32;
+    case Op::kMulMat:
+      return cpu::SupportsMulMat(n.src[0]->type) && n.src[1]->type == GgmlType::F32 &&
+             n.src[0]->ne[2] == 1 && n.src[0]->ne[3] == 1 && n.src[0]->ne[0] == n.src[1]->ne[0];
+    case Op::kAdd:
+    case Op::kMul:
+      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32 &&
+             n.src[0]->ne[0] == n.src[1]->ne[0];
+    case Op::kScale:
+    case Op::kRmsNorm:
+    case Op::kNorm:
+    case Op::kSilu:
+    case Op::kGelu:
+    case Op::kSoftMax:
+      return n.src[0]->type == GgmlType::F32;
+    case Op::kSwiglu:
+      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32;
+    case Op::kRope:
+      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::I32 &&
+             n.i_params[0] <= n.src[0]->ne[0] && n.i_params[0] % 2 == 0;
+    case Op::kFlashAttnExt:
+      return n.src[0]->type == GgmlType::F32 &&
+             (n.src[1]->type == GgmlType::F32 || n.src[1]->type == GgmlType::F16) &&
+             n.src[2]->type == n.src[1]->type && n.src[1]->ne[0] == n.src[0]->ne[0] &&
+             n.src[0]->ne[1] % n.src[1]->ne[1] == 0;
+    case Op::kSetRows:
+      return CanQuantize(n.src[0]->type) && n.src[1]->type == GgmlType::F32 &&
+             n.src[2]->type == GgmlType::I32;
+    default:
+      return false;
+  }
+}
+
+uint8_t* CpuBackend::Work(size_t bytes) {
+  if (work_.size() < bytes + 64) work_.resize(bytes + 64);
+  uintptr_t p = reinterpret_cast<uintptr_t>(work_.data());
+  return reinterpret_cast<uint8_t*>((p + 63) & ~uintptr_t{63});
+}
+
+absl::Status CpuBackend::GraphCompute(Graph& ctx) {
+  for (Tensor* n : ctx.nodes()) {
+    if (!SupportsOp(*n)) {
+      return absl::UnimplementedError(absl::StrCat("CPU backend does not support ", OpName(n->op),
+                                                   " for node '", n->name, "'"));
+    }
+  }
+  GraphPlan plan = PlanGraph(ctx, 64);
+  if (plan.arena_size > arena_size_) {
+    void* p = AlignedAlloc(plan.arena_size);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", plan.arena_size,
+                                                       " bytes of compute scratch"));
+    }
+    arena_ = std::unique_ptr<uint8_t[], void (*)(void*)>(static_cast<uint8_t*>(p), std::free);
+    arena_size_ = plan.arena_size;
+  }
+  ApplyPlan(plan, ctx, arena_.get());
+  for (Tensor* n : ctx.nodes()) {
+    absl::Status s = ComputeNode(n);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ComputeNode(Tensor* n) {
+  Tensor* a = n->src[0];
+  Tensor* b = n->src[1];
+  const int64_t ne0 = n->ne[0];
+  const int64_t nrows = n->nrows();
+  // Runs fn(row index i1, i2, i3) over all rows of n split across threads.
+  auto for_rows = [&](auto fn) {
+    pool_.Run([&](int ith, int nth) {
+      int64_t r0, r1;
+      SplitRange(nrows, ith, nth, &r0, &r1);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i1 = r % n->ne[1];
+        const int64_t i2 = (r / n->ne[1]) % n->ne[2];
+        const int64_t i3 = r / (n->ne[1] * n->ne[2]);
+        fn(i1, i2, i3);
+      }
+    });
+  };
+  switch (n->op) {
+    case Op::kNone:
+    case Op::kView:
+      return absl::OkStatus();
+    case Op::kGetRows: {
+      const int64_t n_ids = b->ne[0];
+      const int32_t* ids = static_cast<const int32_t*>(b->data);
+      for (int64_t i = 0; i < n_ids; ++i) {
+        if (ids[i] < 0 || ids[i] >= a->ne[1]) {
+          return absl::InvalidArgumentError(absl::StrCat("get_rows: id ", ids[i], " outside [0, ",
+                                                         a->ne[1], ") of '", a->name, "'"));
+        }
+      }
+      pool_.Run([&](int ith, int nth) {
+        int64_t r0, r1;
+        SplitRange(n_ids, ith, nth, &r0, &r1);
+        for (int64_t i = r0; i < r1; ++i) DequantizeRow(a->type, a->row(ids[i]), F32Row(n, i), ne0);
+      });
+      return absl::OkStatus();
+    }
+    case Op::kMulMat:
+      return ComputeMulMat(n);
+    case Op::kAdd:
+    case Op::kMul: {
+      const bool add = n->op == Op::kAdd;
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        const float* x = F32Row(a, i1, i2, i3);
+        const float* y = F32Row(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
+        if (add) cpu::Add(x, y, F32Row(n, i1, i2, i3), ne0);
+        else cpu::Mul(x, y, F32Row(n, i1, i2, i3), ne0);
+      });
+      return absl::OkStatus();
+    }
+    case Op::kScale:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Scale(F32Row(a, i1, i2, i3), n->f_params[0], F32Row(n, i1, i2, i3), ne0);
+      });
+      return absl::OkStatus();
+    case Op::kRmsNorm:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::RmsNorm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, n->f_params[0]);
+      });
+      return absl::OkStatus();
+    case Op::kNorm:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Norm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, n->f_params[0]);
+      });
+      return absl::OkStatus();
+    case Op::kSilu:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Silu(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return absl::OkStatus();
+    case Op::kGelu:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Gelu(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return absl::OkStatus();
+    case Op::kSwiglu:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Swiglu(F32Row(a, i1, i2, i3), F32Row(b, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return absl::OkStatus();
+    case Op::kSoftMax: {
+      const float scale = n->f_params[0];
+      const float max_bias = n->f_params[1];
+      const int n_head = static_cast<int>(n->ne[2]);
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        const float* mask = b ? F32Row(b, i1 % b->ne[1]) : nullptr;
+        const float slope = AlibiSlope(static_cast<int>(i2), n_head, max_bias);
+        cpu::SoftMax(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, scale, mask, slope);
+      });
+      return absl::OkStatus();
+    }
+    case Op::kRope: {
+      cpu::RopeParams p;
+      p.n_dims = n->i_params[0];
+      p.neox = (n->i_params[1] & 2) != 0;
+      p.n_ctx_orig = n->i_params[2];
+      p.freq_base = n->f_params[0];
+      p.freq_scale = n->f_params[1];
+      p.ext_factor = n->f_params[2];
+      p.attn_factor = n->f_params[3];
+      p.beta_fast = n->f_params[4];
+      p.beta_slow = n->f_params[5];
+      const int32_t* pos = static_cast<const int32_t*>(b->data);
+      const float* ff = n->src[2] ? static_cast<const float*>(n->src[2]->data) : nullptr;
+      const int64_t n_tokens = n->ne[2];
+      pool_.Run([&](int ith, int nth) {
+        std::vector<float> cs(static_cast<size_t>(p.n_dims) + 2);
+        int64_t t0, t1;
+        SplitRange(n_tokens, ith, nth, &t0, &t1);
+        for (int64_t t = t0; t < t1; ++t) {
+          cpu::RopeCache(p, static_cast<float>(pos[t]), ff, cs.data());
+          for (int64_t h = 0; h < n->ne[1]; ++h) {
+            cpu::RopeApply(p, cs.data(), F32Row(a, h, t), F32Row(n, h, t), ne0);
+          }
+        }
+      });
+      return absl::OkStatus();
+    }
+    case Op::kFlashAttnExt:
+      return ComputeFlashAttn(n);
+    case Op::kSetRows: {
+      Tensor* dst = a;
+      const int32_t* idx = static_cast<const int32_t*>(n->src[2]->data);
+      const int64_t n_rows = b->ne[1];
+      for (int64_t i = 0; i < n_rows; ++i) {
+        if (idx[i] < 0 || idx[i] >= dst->ne[1]) {
+          return absl::InvalidArgumentError(absl::StrCat("set_rows: row ", idx[i], " outside [0, ",
+                                                         dst->ne[1], ") of '", dst->name, "'"));
+        }
+      }
+      pool_.Run([&](int ith, int nth) {
+        int64_t r0, r1;
+        SplitRange(n_rows, ith, nth, &r0, &r1);
+        for (int64_t i = r0; i < r1; ++i) {
+          cpu::FromFloat(dst->type, F32Row(b, i), dst->row(idx[i]), b->ne[0], isa_);
+        }
+      });
+      return absl::OkStatus();
+    }
+    default:
+      return absl::UnimplementedError(absl::StrCat("op ", OpName(n->op)));
+  }
+}
+
+absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
+  Tensor* w = n->src[0];
+  Tensor* x = n->src[1];
+  const int64_t k = w->ne[0];
+  const int64_t m = w->ne[1];
+  const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+  const GgmlType vt = cpu::VecDotType(w->type);
+  const size_t a_stride = GgmlRowSize(vt, k);
+  // Activations in the weight type's dot-product format (as ggml does before vec_dot).
+  uint8_t* act = nullptr;
+  if (vt == GgmlType::F32 && x->is_contiguous()) {
+    act = static_cast<uint8_t*>(x->data);
+  } else {
+    act = Work(a_stride * static_cast<size_t>(cols));
+    pool_.Run([&](int ith, int nth) {
+      int64_t c0, c1;
+      SplitRange(cols, ith, nth, &c0, &c1);
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
+        cpu::FromFloat(vt, F32Row(x, i1, i2, i3), act + a_stride * static_cast<size_t>(c), k, isa_);
+      }
+    });
+  }
+  float* dst = static_cast<float*>(n->data);
+  const size_t dst_stride = static_cast<size_t>(m);
+  const uint8_t* wdata = static_cast<const uint8_t*>(w->data);
+  // Weight rows split across threads (each thread streams its own rows once per column block).
+  constexpr int64_t kColBlock = 64;
+  constexpr int64_t kRowBlock = 64;
+  pool_.Run([&](int ith, int nth) {
+    int64_t r0, r1;
+    // Keep row chunks a multiple of 16 so micro-kernels see full tiles.
+    const int64_t per = ((m + nth - 1) / nth + 15) / 16 * 16;
+    r0 = std::min<int64_t>(m, per * ith);
+    r1 = std::min<int64_t>(m, r0 + per);
+    for (int64_t jb = 0; jb < cols; jb += kColBlock) {
+      const int64_t je = std::min(cols, jb + kColBlock);
+      for (int64_t ib = r0; ib < r1; ib += kRowBlock) {
+        const int64_t ie = std::min(r1, ib + kRowBlock);
+        cpu::MulMatTile(w->type, isa_, k, wdata, w->nb[1], act, a_stride, dst, dst_stride, ib, ie, jb, je);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
+  Tensor* q = n->src[0];
+  Tensor* k = n->src[1];
+  Tensor* v = n->src[2];
+  Tensor* mask = n->src[3];
+  const float scale = n->f_params[0];
+  const float max_bias = n->f_params[1];
+  const int64_t hd = q->ne[0];
+  const int64_t n_head = q->ne[1];
+  const int64_t n_tokens = q->ne[2];
+  const int64_t n_kv = k->ne[2];
+  const int64_t n_head_kv = k->ne[1];
+  const int64_t gqa = n_head / n_head_kv;
+  const GgmlType kt = k->type;
+  cpu::VecDotFn dot = cpu::GetVecDot(kt, isa_);
+  if (dot == nullptr) return absl::UnimplementedError("flash_attn_ext: no vec_dot for K type");
+  const size_t q_row = GgmlRowSize(kt, hd);
+  const int64_t n_work = n_tokens * n_head;
+  pool_.Run([&](int ith, int nth) {
+    std::vector<float> scores(static_cast<size_t>(n_kv));
+    std::vector<uint8_t> qconv(q_row + 64);
+    std::vector<float> acc(static_cast<size_t>(hd));
+    std::vector<float> vrow(static_cast<size_t>(hd));
+    int64_t w0, w1;
+    SplitRange(n_work, ith, nth, &w0, &w1);
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t t = w / n_head;
+      const int64_t h = w % n_head;
+      const int64_t hk = h / gqa;
+      const float slope = AlibiSlope(static_cast<int>(h), static_cast<int>(n_head), max_bias);
+      const float* qv = F32Row(q, h, t);
+      cpu::FromFloat(kt, qv, qconv.data(), hd, isa_);
+      const float* mrow = mask ? F32Row(mask, t) : nullptr;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < n_kv; ++c) {
+        const float mv = mrow ? slope * mrow[c] : 0.0f;
+        if (mv == -std::numeric_limits<float>::infinity()) {
+          scores[c] = mv;
+          continue;
+        }
+        float s;
+        dot(hd, &s, k->row(hk, c), qconv.data());
+        s = s * scale + mv;
+        scores[c] = s;
+        if (s > mx) mx = s;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      double sum = 0.0;
+      float* out = F32Row(n, h, t);
+      if (mx == -std::numeric_limits<float>::infinity()) {
+        std::fill(out, out + hd, 0.0f);
+        continue;
+      }
+      for (int64_t c = 0; c < n_kv; ++c) {
+        if (scores[c] == -std::numeric_limits<float>::infinity()) continue;
+        const float p = std::exp(scores[c] - mx);
+        sum += p;
+        const uint8_t* vr = v->row(hk, c);
+        if (v->type == GgmlType::F32) {
+          const float* vf = reinterpret_cast<const float*>(vr);
+          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vf[d];
+        } else {
+          DequantizeRow(v->type, vr, vrow.data(), hd);
+          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+        }
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace herd

@@ -1,0 +1,60 @@
+// The CPU backend: host buffers, graph compute on a thread pool with the
+// libs/kernels/cpu kernels (SIMD path chosen at run time).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "libs/backend/backend.h"
+#include "libs/base/cpu_features.h"
+#include "libs/base/thread_pool.h"
+
+namespace herd {
+
+/// Host memory (64-byte aligned, zero-initialised).
+class CpuBufferType : public BufferType {
+ public:
+  static CpuBufferType* Get();
+  std::string name() const override { return "CPU"; }
+  size_t alignment() const override { return 64; }
+  bool is_host() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override;
+};
+
+class CpuBackend : public Backend {
+ public:
+  /// n_threads >= 1 worker threads (the caller's thread counts as one).
+  /// isa defaults to the best the CPU supports (BestIsa()).
+  explicit CpuBackend(int n_threads, Isa isa = BestIsa());
+  ~CpuBackend() override;
+
+  std::string name() const override { return "CPU"; }
+  BufferType* default_buffer_type() override { return CpuBufferType::Get(); }
+  absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
+  absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
+  absl::Status CopyTensor(const Tensor* src, Tensor* dst) override;
+  bool SupportsOp(const Tensor& node) const override;
+  absl::Status GraphCompute(Graph& ctx) override;
+
+  int n_threads() const { return pool_.size(); }
+  Isa isa() const { return isa_; }
+  /// Bytes of scratch memory currently held for intermediate results.
+  size_t scratch_bytes() const { return arena_size_; }
+
+ private:
+  absl::Status ComputeNode(Tensor* node);
+  absl::Status ComputeMulMat(Tensor* node);
+  absl::Status ComputeFlashAttn(Tensor* node);
+  uint8_t* Work(size_t bytes);  // shared scratch for one op (reallocated as needed)
+
+  ThreadPool pool_;
+  Isa isa_;
+  std::unique_ptr<uint8_t[], void (*)(void*)> arena_{nullptr, nullptr};
+  size_t arena_size_ = 0;
+  std::vector<uint8_t> work_;
+};
+
+/// ALiBi slope of head `h` of `n_head` (ggml soft_max / flash_attn_ext: heads beyond
+/// the largest power of two use the interleaved m1 sequence). 1.0 when max_bias <= 0.
+float AlibiSlope(int h, int n_head, float max_bias);
+
+}  // namespace herd

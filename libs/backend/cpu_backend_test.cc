@@ -1,0 +1,298 @@
+// Graph-level tests of the CPU backend: each op computed through Graph +
+// CpuBackend against a plain textbook reference written here.
+#include "libs/backend/cpu_backend.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "libs/base/fp16.h"
+#include "libs/tensor/quants.h"
+
+namespace herd {
+namespace {
+
+std::vector<float> Rand(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+float* F(Tensor* t) { return static_cast<float*>(t->data); }
+
+class CpuBackendTest : public ::testing::TestWithParam<int> {
+ protected:
+  CpuBackend backend_{GetParam()};
+};
+
+TEST_P(CpuBackendTest, MulMatEveryWeightTypeMatchesDequantizedReference) {
+  const int64_t k = 96, m = 37, n = 5;
+  for (GgmlType wt : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+    std::vector<float> wf = Rand(static_cast<size_t>(k * m), 1);
+    std::vector<float> xf = Rand(static_cast<size_t>(k * n), 2);
+    std::vector<uint8_t> wq(GgmlRowSize(wt, k) * static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) QuantizeRow(wt, wf.data() + i * k, wq.data() + i * GgmlRowSize(wt, k), k);
+    Graph g;
+    Tensor* w = g.NewTensor(wt, {k, m}, "w");
+    w->data = wq.data();
+    Tensor* x = g.NewTensor(GgmlType::F32, {k, n}, "x");
+    x->data = xf.data();
+    Tensor* y = g.MulMat(w, x);
+    g.SetOutput(y);
+    ASSERT_TRUE(backend_.GraphCompute(g).ok());
+    // Reference: dequantized weights times the activations rounded the way the
+    // weight type's dot product sees them.
+    std::vector<float> wd(static_cast<size_t>(k));
+    std::vector<float> xr(static_cast<size_t>(k));
+    const GgmlType vt = (wt == GgmlType::Q4_0) ? GgmlType::Q8_0 : wt;
+    std::vector<uint8_t> xq(GgmlRowSize(vt, k));
+    for (int64_t j = 0; j < n; ++j) {
+      QuantizeRow(vt, xf.data() + j * k, xq.data(), k);
+      DequantizeRow(vt, xq.data(), xr.data(), k);
+      for (int64_t i = 0; i < m; ++i) {
+        DequantizeRow(wt, wq.data() + i * GgmlRowSize(wt, k), wd.data(), k);
+        double ref = 0;
+        for (int64_t c = 0; c < k; ++c) ref += static_cast<double>(wd[c]) * xr[c];
+        EXPECT_NEAR(F(y)[j * m + i], ref, 2e-3 * (1 + std::fabs(ref))) << GgmlTypeName(wt) << " " << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, AddMulBroadcastScaleNorms) {
+  const int64_t n = 64, rows = 3;
+  std::vector<float> a = Rand(static_cast<size_t>(n * rows), 3), b = Rand(static_cast<size_t>(n), 4);
+  Graph g;
+  Tensor* ta = g.NewTensor(GgmlType::F32, {n, rows});
+  ta->data = a.data();
+  Tensor* tb = g.NewTensor(GgmlType::F32, {n});
+  tb->data = b.data();
+  Tensor* add = g.Add(ta, tb);
+  Tensor* mul = g.Mul(ta, tb);
+  Tensor* sc = g.Scale(ta, 0.25f);
+  Tensor* rms = g.RmsNorm(ta, 1e-5f);
+  Tensor* nrm = g.Norm(ta, 1e-5f);
+  for (Tensor* t : {add, mul, sc, rms, nrm}) g.SetOutput(t);
+  ASSERT_TRUE(backend_.GraphCompute(g).ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0, mean = 0;
+    for (int64_t i = 0; i < n; ++i) mean += a[r * n + i];
+    mean /= n;
+    double var = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ss += static_cast<double>(a[r * n + i]) * a[r * n + i];
+      var += (a[r * n + i] - mean) * (a[r * n + i] - mean);
+    }
+    var /= n;
+    const double rs = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(r * n + i);
+      EXPECT_FLOAT_EQ(F(add)[k], a[k] + b[i]);
+      EXPECT_FLOAT_EQ(F(mul)[k], a[k] * b[i]);
+      EXPECT_FLOAT_EQ(F(sc)[k], a[k] * 0.25f);
+      EXPECT_NEAR(F(rms)[k], a[k] * rs, 1e-5);
+      EXPECT_NEAR(F(nrm)[k], (a[k] - mean) / std::sqrt(var + 1e-5), 1e-4);
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, GetRowsAndSetRowsConvertTypes) {
+  const int64_t n = 64;
+  std::vector<float> src = Rand(static_cast<size_t>(n * 4), 5);
+  std::vector<uint16_t> cache(static_cast<size_t>(n * 6), 0);
+  std::vector<int32_t> idx = {5, 0, 3, 1};
+  Graph g;
+  Tensor* tc = g.NewTensor(GgmlType::F16, {n, 6}, "cache");
+  tc->data = cache.data();
+  Tensor* ts = g.NewTensor(GgmlType::F32, {n, 4});
+  ts->data = src.data();
+  Tensor* ti = g.NewTensor(GgmlType::I32, {4});
+  ti->data = idx.data();
+  Tensor* w = g.SetRows(tc, ts, ti);
+  Tensor* back = g.GetRows(w, ti);
+  g.SetOutput(back);
+  ASSERT_TRUE(backend_.GraphCompute(g).ok());
+  for (int r = 0; r < 4; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(cache[static_cast<size_t>(idx[r] * n + i)], Fp32ToFp16(src[static_cast<size_t>(r * n + i)]));
+      EXPECT_EQ(F(back)[r * n + i], Fp16ToFp32(Fp32ToFp16(src[static_cast<size_t>(r * n + i)])));
+    }
+  }
+  // Out-of-range row ids are an error, not a crash.
+  std::vector<int32_t> bad = {6};
+  Graph g2;
+  Tensor* tc2 = g2.NewTensor(GgmlType::F16, {n, 6}, "cache");
+  tc2->data = cache.data();
+  Tensor* ti2 = g2.NewTensor(GgmlType::I32, {1});
+  ti2->data = bad.data();
+  g2.GetRows(tc2, ti2);
+  EXPECT_EQ(backend_.GraphCompute(g2).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Plain attention: softmax(scale * q.k + mask) v per head, GQA grouping.
+TEST_P(CpuBackendTest, FlashAttnMatchesPlainAttentionWithMaskAndGqa) {
+  const int64_t hd = 32, n_head = 4, n_head_kv = 2, n_kv = 7, n_tok = 3;
+  for (GgmlType kt : {GgmlType::F32, GgmlType::F16}) {
+    std::vector<float> q = Rand(static_cast<size_t>(hd * n_head * n_tok), 6);
+    std::vector<float> kf = Rand(static_cast<size_t>(hd * n_head_kv * n_kv), 7);
+    std::vector<float> vf = Rand(static_cast<size_t>(hd * n_head_kv * n_kv), 8);
+    const size_t el = kt == GgmlType::F32 ? 4 : 2;
+    std::vector<uint8_t> kb(kf.size() * el), vb(vf.size() * el);
+    QuantizeRow(kt, kf.data(), kb.data(), static_cast<int64_t>(kf.size()));
+    QuantizeRow(kt, vf.data(), vb.data(), static_cast<int64_t>(vf.size()));
+    std::vector<float> kr(kf.size()), vr(vf.size());
+    DequantizeRow(kt, kb.data(), kr.data(), static_cast<int64_t>(kf.size()));
+    DequantizeRow(kt, vb.data(), vr.data(), static_cast<int64_t>(vf.size()));
+    std::vector<float> mask(static_cast<size_t>(n_kv * n_tok));
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t c = 0; c < n_kv; ++c) mask[static_cast<size_t>(t * n_kv + c)] = (c <= 4 + t && c != 1) ? 0.0f : ninf;
+    Graph g;
+    Tensor* tq = g.NewTensor(GgmlType::F32, {hd, n_head, n_tok});
+    tq->data = q.data();
+    Tensor* tk = g.NewTensor(kt, {hd, n_head_kv, n_kv});
+    tk->data = kb.data();
+    Tensor* tv = g.NewTensor(kt, {hd, n_head_kv, n_kv});
+    tv->data = vb.data();
+    Tensor* tm = g.NewTensor(GgmlType::F32, {n_kv, n_tok});
+    tm->data = mask.data();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    Tensor* out = g.FlashAttnExt(tq, tk, tv, tm, scale, 0.0f);
+    g.SetOutput(out);
+    ASSERT_TRUE(backend_.GraphCompute(g).ok());
+    for (int64_t t = 0; t < n_tok; ++t) {
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t hk = h / (n_head / n_head_kv);
+        std::vector<double> s(static_cast<size_t>(n_kv));
+        double mx = -1e300;
+        for (int64_t c = 0; c < n_kv; ++c) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) {
+            // The F16 path rounds q to F16 like ggml's flash attention.
+            float qv = q[static_cast<size_t>((t * n_head + h) * hd + i)];
+            if (kt == GgmlType::F16) qv = Fp16ToFp32(Fp32ToFp16(qv));
+            d += static_cast<double>(qv) * kr[static_cast<size_t>((c * n_head_kv + hk) * hd + i)];
+          }
+          s[c] = d * scale + mask[static_cast<size_t>(t * n_kv + c)];
+          mx = std::max(mx, s[c]);
+        }
+        double sum = 0;
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < hd; ++i) {
+          double ref = 0;
+          for (int64_t c = 0; c < n_kv; ++c) ref += s[c] / sum * vr[static_cast<size_t>((c * n_head_kv + hk) * hd + i)];
+          EXPECT_NEAR(F(out)[(t * n_head + h) * hd + i], ref, 1e-5) << t << " " << h << " " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, SoftMaxWithMaskScaleAndAlibi) {
+  const int64_t n = 8, rows = 2, heads = 3;
+  std::vector<float> a = Rand(static_cast<size_t>(n * rows * heads), 9);
+  std::vector<float> mask(static_cast<size_t>(n * rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) mask[static_cast<size_t>(r * n + i)] = i <= r + 4 ? -static_cast<float>(r + 4 - i) : -INFINITY;
+  Graph g;
+  Tensor* ta = g.NewTensor(GgmlType::F32, {n, rows, heads});
+  ta->data = a.data();
+  Tensor* tm = g.NewTensor(GgmlType::F32, {n, rows});
+  tm->data = mask.data();
+  Tensor* y = g.SoftMax(ta, tm, 0.5f, 8.0f);
+  g.SetOutput(y);
+  ASSERT_TRUE(backend_.GraphCompute(g).ok());
+  for (int64_t h = 0; h < heads; ++h) {
+    // ALiBi slopes for 3 heads (n_head_log2 = 2): m0^1, m0^2, then m1^1.
+    const double m0 = std::pow(2.0, -8.0 / 2), m1 = std::pow(2.0, -4.0 / 2);
+    const double slope = h == 0 ? m0 : h == 1 ? m0 * m0 : m1;
+    EXPECT_NEAR(AlibiSlope(static_cast<int>(h), 3, 8.0f), slope, 1e-7);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> s(static_cast<size_t>(n));
+      double mx = -1e300, sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        s[i] = 0.5 * a[static_cast<size_t>((h * rows + r) * n + i)] + slope * mask[static_cast<size_t>(r * n + i)];
+        mx = std::max(mx, s[i]);
+      }
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(F(y)[(h * rows + r) * n + i], s[i] / sum, 1e-6);
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, RopeNormalAndNeox) {
+  const int64_t hd = 16, heads = 2, n_tok = 3;
+  std::vector<float> x = Rand(static_cast<size_t>(hd * heads * n_tok), 10);
+  std::vector<int32_t> pos = {0, 7, 100};
+  for (int mode : {0, 2}) {
+    for (int n_dims : {16, 8}) {
+      Graph g;
+      Tensor* tx = g.NewTensor(GgmlType::F32, {hd, heads, n_tok});
+      tx->data = x.data();
+      Tensor* tp = g.NewTensor(GgmlType::I32, {n_tok});
+      tp->data = pos.data();
+      Tensor* y = g.Rope(tx, tp, nullptr, n_dims, mode, 2048, 10000.0f, 0.5f, 0.0f, 1.0f, 32.0f, 1.0f);
+      g.SetOutput(y);
+      ASSERT_TRUE(backend_.GraphCompute(g).ok());
+      for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* in = x.data() + (t * heads + h) * hd;
+          const float* out = F(y) + (t * heads + h) * hd;
+          for (int64_t i = 0; i < n_dims / 2; ++i) {
+            const double theta = 0.5 * pos[t] * std::pow(10000.0, -2.0 * i / n_dims);
+            const int64_t a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_dims / 2 : 2 * i + 1;
+            EXPECT_NEAR(out[a], in[a] * std::cos(theta) - in[b] * std::sin(theta), 2e-4) << mode << " " << i;
+            EXPECT_NEAR(out[b], in[a] * std::sin(theta) + in[b] * std::cos(theta), 2e-4) << mode << " " << i;
+          }
+          for (int64_t i = n_dims; i < hd; ++i) EXPECT_EQ(out[i], in[i]);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuBackendTest, ActivationsAndSwiglu) {
+  const int64_t n = 50;
+  std::vector<float> a = Rand(static_cast<size_t>(n), 11, 3.0f), b = Rand(static_cast<size_t>(n), 12);
+  Graph g;
+  Tensor* ta = g.NewTensor(GgmlType::F32, {n});
+  ta->data = a.data();
+  Tensor* tb = g.NewTensor(GgmlType::F32, {n});
+  tb->data = b.data();
+  Tensor* s = g.Silu(ta);
+  Tensor* ge = g.Gelu(ta);
+  Tensor* sw = g.Swiglu(ta, tb);
+  for (Tensor* t : {s, ge, sw}) g.SetOutput(t);
+  ASSERT_TRUE(backend_.GraphCompute(g).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = a[i];
+    const double silu = x / (1 + std::exp(-x));
+    const double gelu = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    EXPECT_NEAR(F(s)[i], silu, 1e-5);
+    EXPECT_NEAR(F(ge)[i], gelu, 1e-4);
+    EXPECT_NEAR(F(sw)[i], silu * b[i], 1e-5);
+  }
+}
+
+TEST_P(CpuBackendTest, UnsupportedOpIsAnErrorNotACrash) {
+  Graph g;
+  Tensor* w = g.NewTensor(GgmlType::Q4_K, {256, 2});
+  std::vector<uint8_t> wd(144 * 2);
+  w->data = wd.data();
+  Tensor* x = g.NewTensor(GgmlType::F32, {256, 1});
+  std::vector<float> xd(256);
+  x->data = xd.data();
+  g.MulMat(w, x);
+  absl::Status s = backend_.GraphCompute(g);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("MUL_MAT"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CpuBackendTest, ::testing::Values(1, 2, 3));
+
+}  // namespace
+}  // namespace herd

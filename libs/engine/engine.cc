@@ -1,0 +1,121 @@
+#include "libs/engine/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace herd::engine {
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model, const EngineParams& params,
+                                                       Backend* backend) {
+  EngineParams p = params;
+  if (p.n_ctx < 0) return absl::InvalidArgumentError(absl::StrCat("n_ctx ", p.n_ctx, " must be >= 0"));
+  if (p.n_batch < 1) return absl::InvalidArgumentError(absl::StrCat("n_batch ", p.n_batch, " must be >= 1"));
+  if (p.n_ctx == 0) p.n_ctx = std::min<int64_t>(model.hparams().n_ctx_train, 4096);
+  std::unique_ptr<Engine> e(new Engine(model, p, backend));
+  auto kv = KvCache::Create(model.hparams(), p.n_ctx, p.kv_type, backend->default_buffer_type());
+  if (!kv.ok()) return kv.status();
+  e->kv_ = *std::move(kv);
+  return e;
+}
+
+const float* Engine::Logits(int64_t j) const {
+  if (j < 0 || j >= n_outputs_) return nullptr;
+  return logits_.data() + static_cast<size_t>(j) * static_cast<size_t>(n_vocab());
+}
+
+absl::Status Engine::Decode(const Batch& batch) {
+  const size_t n = batch.tokens.size();
+  if (batch.pos.size() != n || batch.seq.size() != n || batch.logits.size() != n) {
+    return absl::InvalidArgumentError("batch: tokens, pos, seq and logits must have the same length");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= n_vocab()) {
+      return absl::InvalidArgumentError(absl::StrCat("batch: token ", batch.tokens[i], " at index ", i,
+                                                     " is outside the vocabulary [0, ", n_vocab(), ")"));
+    }
+    if (batch.pos[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch: position ", batch.pos[i], " at index ", i, " is negative"));
+    }
+    if (batch.seq[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch: sequence ", batch.seq[i], " at index ", i, " is negative"));
+    }
+  }
+  if (static_cast<int64_t>(n) > kv_->n_cells() - kv_->used()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: batch of ", n, " tokens, ",
+                                                     kv_->n_cells() - kv_->used(), " of ", kv_->n_cells(),
+                                                     " cells free"));
+  }
+  int64_t n_out = 0;
+  for (size_t i = 0; i < n; ++i) n_out += batch.logits[i] ? 1 : 0;
+  logits_.assign(static_cast<size_t>(n_out) * static_cast<size_t>(n_vocab()), 0.0f);
+  n_outputs_ = 0;
+  std::vector<int32_t> cells;
+  for (size_t b = 0; b < n; b += static_cast<size_t>(params_.n_batch)) {
+    const size_t e = std::min(n, b + static_cast<size_t>(params_.n_batch));
+    absl::Status s = DecodeChunk(batch, b, e, &cells);
+    if (!s.ok()) {
+      kv_->FreeCells(cells);
+      n_outputs_ = 0;
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, std::vector<int32_t>* cells) {
+  const int64_t n_tokens = static_cast<int64_t>(end - begin);
+  std::vector<int32_t> seq(batch.seq.begin() + static_cast<long>(begin), batch.seq.begin() + static_cast<long>(end));
+  std::vector<int32_t> pos(batch.pos.begin() + static_cast<long>(begin), batch.pos.begin() + static_cast<long>(end));
+  auto idx = kv_->Allocate(seq, pos);
+  if (!idx.ok()) return idx.status();
+  cells->insert(cells->end(), idx->begin(), idx->end());
+  const int64_t n_kv = kv_->n_kv();
+
+  std::vector<int32_t> out_ids;
+  for (size_t i = begin; i < end; ++i) {
+    if (batch.logits[i]) out_ids.push_back(static_cast<int32_t>(i - begin));
+  }
+  std::vector<float> mask(static_cast<size_t>(n_kv * n_tokens));
+  kv_->FillMask(seq, pos, n_kv, mask.data());
+
+  Graph g;
+  model::ForwardInputs in;
+  in.tokens = g.NewTensor(GgmlType::I32, {n_tokens}, "inp_tokens");
+  in.tokens->data = const_cast<int32_t*>(batch.tokens.data() + begin);
+  in.pos = g.NewTensor(GgmlType::I32, {n_tokens}, "inp_pos");
+  in.pos->data = pos.data();
+  in.kv_idx = g.NewTensor(GgmlType::I32, {n_tokens}, "inp_kv_idx");
+  in.kv_idx->data = idx->data();
+  in.mask = g.NewTensor(GgmlType::F32, {n_kv, n_tokens}, "inp_mask");
+  in.mask->data = mask.data();
+  in.k_cache = kv_->k_layers();
+  in.v_cache = kv_->v_layers();
+  in.n_kv = n_kv;
+  if (!out_ids.empty()) {
+    in.out_ids = g.NewTensor(GgmlType::I32, {static_cast<int64_t>(out_ids.size())}, "inp_out_ids");
+    in.out_ids->data = out_ids.data();
+  } else {
+    // Still run the pass (it fills the KV cache); ask for the last row to keep shapes valid.
+    out_ids.push_back(static_cast<int32_t>(n_tokens - 1));
+    in.out_ids = g.NewTensor(GgmlType::I32, {1}, "inp_out_ids");
+    in.out_ids->data = out_ids.data();
+  }
+  for (Tensor* t : g.leaves()) t->is_input = true;
+  Tensor* logits = model_.BuildForward(g, in);
+  absl::Status s = backend_->GraphCompute(g);
+  if (!s.ok()) return s;
+  bool any = false;
+  for (size_t i = begin; i < end; ++i) any |= batch.logits[i];
+  if (any) {
+    const size_t bytes = static_cast<size_t>(logits->ne[1]) * static_cast<size_t>(n_vocab()) * sizeof(float);
+    s = backend_->GetTensor(logits, logits_.data() + static_cast<size_t>(n_outputs_) * static_cast<size_t>(n_vocab()),
+                            0, bytes);
+    if (!s.ok()) return s;
+    n_outputs_ += logits->ne[1];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace herd::engine

@@ -1,0 +1,76 @@
+// The inference engine over one model: a KV cache shared by sequences, batched
+// forward passes (prompt processing in chunks of n_batch), and logits out.
+// Semantics follow llama.cpp's llama_decode with a llama_batch.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/backend/backend.h"
+#include "libs/engine/kv_cache.h"
+#include "libs/model/model.h"
+
+namespace herd::engine {
+
+/// Tokens to evaluate: token i of sequence seq[i] at position pos[i]; logits[i] asks
+/// for its output distribution.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> pos;
+  std::vector<int32_t> seq;
+  std::vector<bool> logits;
+
+  void Add(int32_t token, int32_t p, int32_t s, bool want_logits) {
+    tokens.push_back(token);
+    pos.push_back(p);
+    seq.push_back(s);
+    logits.push_back(want_logits);
+  }
+  size_t size() const { return tokens.size(); }
+  void Clear() { tokens.clear(); pos.clear(); seq.clear(); logits.clear(); }
+};
+
+struct EngineParams {
+  int64_t n_ctx = 0;      // KV cells; 0 = the model's context length capped at 4096
+  int64_t n_batch = 512;  // tokens per forward pass (prompt processing chunk)
+  GgmlType kv_type = GgmlType::F16;  // F16 (default) or F32
+};
+
+class Engine {
+ public:
+  /// The model and backend must outlive the engine. Errors: INVALID_ARGUMENT for bad
+  /// params (named), RESOURCE_EXHAUSTED when the KV cache cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model, const EngineParams& params,
+                                                        Backend* backend);
+
+  /// Evaluates `batch` (any size: split into forward passes of n_batch tokens).
+  /// Errors, with nothing changed in the KV cache: INVALID_ARGUMENT for a token id outside
+  /// [0, n_vocab), a negative position or sequence, or mismatched vector sizes naming the
+  /// index; RESOURCE_EXHAUSTED when the KV cache has no room. After success, Logits(j) is
+  /// the distribution of the j-th token (in batch order) that asked for logits.
+  absl::Status Decode(const Batch& batch);
+
+  /// n_vocab logits of output j of the last Decode (nullptr if j is out of range).
+  const float* Logits(int64_t j) const;
+  int64_t n_outputs() const { return n_outputs_; }
+  int64_t n_vocab() const { return model_.hparams().n_vocab; }
+  int64_t n_ctx() const { return kv_->n_cells(); }
+  int64_t n_batch() const { return params_.n_batch; }
+
+  KvCache& kv() { return *kv_; }
+  const model::Model& model() const { return model_; }
+
+ private:
+  Engine(const model::Model& m, const EngineParams& p, Backend* b) : model_(m), params_(p), backend_(b) {}
+  absl::Status DecodeChunk(const Batch& batch, size_t begin, size_t end, std::vector<int32_t>* cells);
+
+  const model::Model& model_;
+  EngineParams params_;
+  Backend* backend_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<float> logits_;
+  int64_t n_outputs_ = 0;
+};
+
+}  // namespace herd::engine

@@ -1,0 +1,128 @@
+#include "libs/engine/kv_cache.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace herd::engine {
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const model::Hparams& hp, int64_t n_cells,
+                                                         GgmlType type, BufferType* buft) {
+  if (type != GgmlType::F16 && type != GgmlType::F32) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache type ", GgmlTypeName(type),
+                                                   " is not supported (f16, f32)"));
+  }
+  if (n_cells < 1) return absl::InvalidArgumentError(absl::StrCat("n_ctx ", n_cells, " must be >= 1"));
+  std::unique_ptr<KvCache> kv(new KvCache());
+  kv->type_ = type;
+  const size_t align = buft->alignment();
+  size_t total = 0;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    kv->k_.push_back(kv->tensors_.NewTensor(type, {hp.n_embd_k_gqa(), n_cells}, absl::StrCat("cache_k_l", il)));
+    kv->v_.push_back(kv->tensors_.NewTensor(type, {hp.n_embd_v_gqa(), n_cells}, absl::StrCat("cache_v_l", il)));
+  }
+  for (Tensor* t : kv->tensors_.leaves()) total += (t->nbytes() + align - 1) / align * align;
+  auto buf = buft->Allocate(total);
+  if (!buf.ok()) return buf.status();
+  kv->buffer_ = *std::move(buf);
+  size_t off = 0;
+  for (Tensor* t : kv->tensors_.leaves()) {
+    absl::Status s = PlaceTensor(t, kv->buffer_.get(), off);
+    if (!s.ok()) return s;
+    off += (t->nbytes() + align - 1) / align * align;
+  }
+  kv->pos_.assign(static_cast<size_t>(n_cells), -1);
+  kv->seqs_.resize(static_cast<size_t>(n_cells));
+  return kv;
+}
+
+int64_t KvCache::n_kv() const {
+  for (int64_t c = n_cells() - 1; c >= 0; --c) {
+    if (pos_[static_cast<size_t>(c)] >= 0) return c + 1;
+  }
+  return 0;
+}
+
+size_t KvCache::bytes() const { return buffer_ ? buffer_->size() : 0; }
+
+bool KvCache::Has(int64_t c, int32_t seq) const {
+  const auto& s = seqs_[static_cast<size_t>(c)];
+  return std::find(s.begin(), s.end(), seq) != s.end();
+}
+
+absl::StatusOr<std::vector<int32_t>> KvCache::Allocate(const std::vector<int32_t>& seq,
+                                                       const std::vector<int32_t>& pos) {
+  const size_t n = seq.size();
+  if (static_cast<int64_t>(n) > n_cells() - used_) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", n, " tokens need cells, ",
+                                                     n_cells() - used_, " of ", n_cells(), " free"));
+  }
+  std::vector<int32_t> idx;
+  idx.reserve(n);
+  for (int64_t c = 0; c < n_cells() && idx.size() < n; ++c) {
+    if (pos_[static_cast<size_t>(c)] < 0) idx.push_back(static_cast<int32_t>(c));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    pos_[static_cast<size_t>(idx[i])] = pos[i];
+    seqs_[static_cast<size_t>(idx[i])] = {seq[i]};
+  }
+  used_ += static_cast<int64_t>(n);
+  return idx;
+}
+
+void KvCache::SeqRemove(int32_t seq, int32_t p0, int32_t p1) {
+  if (p1 < 0) p1 = std::numeric_limits<int32_t>::max();
+  for (int64_t c = 0; c < n_cells(); ++c) {
+    const size_t ci = static_cast<size_t>(c);
+    if (pos_[ci] < 0 || pos_[ci] < p0 || pos_[ci] >= p1) continue;
+    auto& s = seqs_[ci];
+    if (seq < 0) {
+      s.clear();
+    } else {
+      s.erase(std::remove(s.begin(), s.end(), seq), s.end());
+    }
+    if (s.empty()) {
+      pos_[ci] = -1;
+      --used_;
+    }
+  }
+}
+
+int32_t KvCache::SeqPosMax(int32_t seq) const {
+  int32_t m = -1;
+  for (int64_t c = 0; c < n_cells(); ++c) {
+    if (pos_[static_cast<size_t>(c)] >= 0 && Has(c, seq)) m = std::max(m, pos_[static_cast<size_t>(c)]);
+  }
+  return m;
+}
+
+void KvCache::Clear() {
+  std::fill(pos_.begin(), pos_.end(), -1);
+  for (auto& s : seqs_) s.clear();
+  used_ = 0;
+}
+
+void KvCache::FreeCells(const std::vector<int32_t>& idx) {
+  for (int32_t c : idx) {
+    const size_t ci = static_cast<size_t>(c);
+    if (c < 0 || c >= n_cells() || pos_[ci] < 0) continue;
+    pos_[ci] = -1;
+    seqs_[ci].clear();
+    --used_;
+  }
+}
+
+void KvCache::FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv,
+                       float* mask) const {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (size_t t = 0; t < seq.size(); ++t) {
+    float* row = mask + t * static_cast<size_t>(n_kv);
+    for (int64_t c = 0; c < n_kv; ++c) {
+      const size_t ci = static_cast<size_t>(c);
+      row[c] = (pos_[ci] >= 0 && pos_[ci] <= pos[t] && Has(c, seq[t])) ? 0.0f : ninf;
+    }
+  }
+}
+
+}  // namespace herd::engine

@@ -1,0 +1,69 @@
+// The KV cache: n_cells rows per layer of K and V (F16 by default, F32 option),
+// shared by several sequences (llama.cpp's unified llama_kv_cache). Each cell
+// holds one token's K/V for one position and the set of sequences it belongs to.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/backend/backend.h"
+#include "libs/model/model.h"
+#include "libs/tensor/tensor.h"
+
+namespace herd::engine {
+
+class KvCache {
+ public:
+  /// Allocates n_cells cells per layer of `type` (F16 or F32) in `buft`.
+  /// Errors: INVALID_ARGUMENT for another type or n_cells < 1; RESOURCE_EXHAUSTED.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const model::Hparams& hp, int64_t n_cells,
+                                                         GgmlType type, BufferType* buft);
+
+  int64_t n_cells() const { return static_cast<int64_t>(pos_.size()); }
+  GgmlType type() const { return type_; }
+  /// Cells holding at least one sequence.
+  int64_t used() const { return used_; }
+  /// One past the highest used cell (the attention window).
+  int64_t n_kv() const;
+  size_t bytes() const;
+
+  /// Finds n free cells (lowest indices first) for tokens of (seq[i], pos[i]), marks them
+  /// used and returns their indices. RESOURCE_EXHAUSTED when fewer than n cells are free.
+  absl::StatusOr<std::vector<int32_t>> Allocate(const std::vector<int32_t>& seq,
+                                                const std::vector<int32_t>& pos);
+
+  /// Removes `seq` from cells with pos in [p0, p1) (p1 < 0 = to the end); frees cells
+  /// left without sequences. seq < 0 removes every sequence.
+  void SeqRemove(int32_t seq, int32_t p0, int32_t p1);
+  /// Highest position stored for `seq`, or -1.
+  int32_t SeqPosMax(int32_t seq) const;
+  void Clear();
+  /// Frees the given cells (used to roll back a failed batch).
+  void FreeCells(const std::vector<int32_t>& idx);
+
+  /// Fills `mask` (F32 [n_kv, n_tokens], row t for token t) with 0 where token t of
+  /// sequence seq[t] at position pos[t] may attend cell c (same sequence, cell pos <=
+  /// pos[t]) and -inf elsewhere.
+  void FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv,
+                float* mask) const;
+
+  Tensor* k(int64_t il) const { return k_[static_cast<size_t>(il)]; }
+  Tensor* v(int64_t il) const { return v_[static_cast<size_t>(il)]; }
+  const std::vector<Tensor*>& k_layers() const { return k_; }
+  const std::vector<Tensor*>& v_layers() const { return v_; }
+
+ private:
+  KvCache() = default;
+  bool Has(int64_t c, int32_t seq) const;
+
+  GgmlType type_ = GgmlType::F16;
+  Graph tensors_;
+  std::unique_ptr<Buffer> buffer_;
+  std::vector<Tensor*> k_, v_;
+  std::vector<int32_t> pos_;                  // -1 = empty
+  std::vector<std::vector<int32_t>> seqs_;    // sequences of each cell
+  int64_t used_ = 0;
+};
+
+}  // namespace herd::engine

@@ -1,0 +1,168 @@
+// Token sampling with llama.cpp-compatible semantics.
+//
+// The chain mirrors llama.cpp's default sampler chain built by
+// common_sampler_init() (common/sampling.cpp) from the samplers in
+// src/llama-sampling.cpp, in the default order
+//
+//   penalties -> top_k -> top_p -> min_p -> temperature -> dist
+//
+// with temp <= 0 meaning greedy (argmax of the penalized logits). The RNG is
+// std::mt19937 seeded with the request seed (0xFFFFFFFF = LLAMA_DEFAULT_SEED = a
+// random seed), and the final draw is a std::discrete_distribution<int> over the
+// candidate probabilities, exactly like llama_sampler_dist / llama_sample_dist, so
+// a given seed and the same inputs give the same tokens run to run.
+//
+// One deliberate difference: candidates are ordered by (logit descending, id
+// ascending), a total order, where llama.cpp uses an unstable std::sort /
+// std::partial_sort on the logit alone. Only the position of tokens with exactly
+// equal logits can differ; the kept sets and probabilities are the same.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace herd::engine {
+
+/// Sampling parameters (defaults = llama.cpp's common_params_sampling defaults).
+struct SamplingParams {
+  /// Temperature; logits are divided by it. <= 0 selects greedy decoding.
+  float temp = 0.8f;
+  /// Keep the top_k most likely tokens; 0 = disabled (whole vocabulary).
+  int32_t top_k = 40;
+  /// Nucleus sampling: keep the smallest prefix whose probability mass >= top_p;
+  /// 1.0 = disabled.
+  float top_p = 0.95f;
+  /// Keep tokens with probability >= min_p * p(most likely token); 0 = disabled.
+  float min_p = 0.05f;
+  /// Repetition penalty ("penalty_repeat"): positive logits of recent tokens are
+  /// divided by it, non-positive ones multiplied. 1.0 = disabled.
+  float repeat_penalty = 1.0f;
+  /// Subtracted from a recent token's logit once per occurrence ("penalty_freq").
+  float frequency_penalty = 0.0f;
+  /// Subtracted once from the logit of any token that occurs recently
+  /// ("penalty_present").
+  float presence_penalty = 0.0f;
+  /// Number of most recent accepted tokens the penalties look at; 0 = disable
+  /// penalties, -1 = all accepted tokens (llama.cpp: the context size).
+  int32_t penalty_last_n = 64;
+  /// RNG seed; 0xFFFFFFFF (kRandomSeed) = pick a random seed.
+  uint32_t seed = 0xFFFFFFFF;
+  /// Number of (token, logprob) pairs to report per sampled token; 0 = none.
+  int32_t n_probs = 0;
+};
+
+/// LLAMA_DEFAULT_SEED: SamplingParams::seed value meaning "choose randomly".
+inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
+
+/// Checks ranges. Returns INVALID_ARGUMENT naming the field and the value for:
+/// temp NaN/inf or < 0; top_k < 0; top_p or min_p NaN or outside [0, 1];
+/// repeat_penalty not finite or <= 0; frequency_penalty / presence_penalty not
+/// finite; penalty_last_n < -1; n_probs < 0.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+/// One candidate token (llama_token_data): id, (possibly modified) logit, and
+/// probability (valid only after a softmax).
+struct TokenData {
+  int32_t id;
+  float logit;
+  float p;
+};
+
+/// A candidate list (llama_token_data_array). `sorted` means data is ordered by
+/// logit descending (ties: lower id first).
+struct TokenDataArray {
+  std::vector<TokenData> data;
+  bool sorted = false;
+};
+
+// The individual samplers, exposed for testing and for other chains. Each one
+// behaves like its llama.cpp counterpart in src/llama-sampling.cpp. All require a
+// non-empty array unless noted.
+
+/// llama_sampler_softmax_impl: sorts (if needed) and sets p = softmax(logit).
+void SoftmaxCandidates(TokenDataArray* cur);
+/// llama_sampler_top_k_impl: keeps the k highest logits (sorted); k <= 0 = no-op.
+void TopKCandidates(TokenDataArray* cur, int32_t k);
+/// llama_sampler_top_p_apply: no-op if p >= 1; else softmax, then keeps the
+/// shortest prefix with cumulative probability >= p and at least min_keep tokens.
+void TopPCandidates(TokenDataArray* cur, float p, size_t min_keep = 1);
+/// llama_sampler_min_p_apply: no-op if p <= 0; else keeps tokens whose logit is
+/// >= max_logit + log(p) (i.e. prob >= p * p_max), at least min_keep of them.
+void MinPCandidates(TokenDataArray* cur, float p, size_t min_keep = 1);
+/// llama_sampler_temp_impl: temp > 0 divides logits by temp (results clamped to
+/// +-FLT_MAX); temp <= 0 keeps only the first maximum (others become -inf).
+void TemperatureCandidates(TokenDataArray* cur, float temp);
+
+/// One entry of the reported top-n distribution.
+struct TokenLogprob {
+  int32_t id;
+  float logprob;  // natural log of the probability
+};
+
+/// A stateful sampler for one sequence. Not thread-safe; one per sequence.
+class Sampler {
+ public:
+  /// `params` should have passed ValidateSamplingParams (values outside the
+  /// ranges are clamped the way llama.cpp's samplers treat them). `n_vocab` > 0
+  /// is the number of logits per Sample call.
+  Sampler(const SamplingParams& params, int32_t n_vocab);
+
+  /// Samples a token from `logits` (n_vocab floats, token id order, not
+  /// modified). Greedy (temp <= 0): argmax of the penalized logits, lowest id on
+  /// ties; no random numbers are drawn. Otherwise: the chain above, then one
+  /// draw from the RNG. Does NOT record the token: call Accept() with the token
+  /// you keep. NaN logits count as -inf, +inf as FLT_MAX. Returns -1 only
+  /// when n_vocab <= 0.
+  int32_t Sample(const float* logits);
+
+  /// Runs penalties -> top_k -> top_p -> min_p -> temperature on `logits`
+  /// without drawing, and returns the surviving candidates sorted by probability
+  /// (descending; ties lower id first) with p = final sampling probability. In
+  /// greedy mode the result is the single argmax token with p = 1.
+  TokenDataArray Candidates(const float* logits) const;
+
+  /// Records `token` in the penalty history (llama_sampler_penalties_accept).
+  /// Call it for prompt tokens too if they should be penalized (llama-cli and
+  /// llama-server do).
+  void Accept(int32_t token);
+
+  /// Clears the penalty history and re-seeds the RNG (a fixed seed restarts the
+  /// same random sequence; kRandomSeed draws a new random seed).
+  void Reset();
+
+  /// Up to params.n_probs (id, logprob) pairs, most likely first, for the last
+  /// Sample() call. Sampling mode: the final distribution the token was drawn
+  /// from (tokens cut by the filters are absent). Greedy mode: softmax of the
+  /// full penalized logits (like llama.cpp's greedy path with n_probs, which
+  /// reports top-n_probs of the softmax). Empty when n_probs == 0.
+  const std::vector<TokenLogprob>& last_top_logprobs() const { return top_logprobs_; }
+
+  /// The seed actually in use (the random one when params.seed == kRandomSeed).
+  uint32_t seed() const { return seed_cur_; }
+  const SamplingParams& params() const { return params_; }
+  int32_t n_vocab() const { return n_vocab_; }
+
+ private:
+  bool Greedy() const { return params_.temp <= 0.0f; }
+  bool PenaltiesActive() const;
+  void FillCandidates(const float* logits, TokenDataArray* cur) const;
+  void ApplyPenalties(TokenDataArray* cur) const;
+  void ApplyFilters(TokenDataArray* cur) const;  // top_k, top_p, min_p, temp
+
+  SamplingParams params_;
+  int32_t n_vocab_;
+  uint32_t seed_cur_ = 0;
+  std::mt19937 rng_;
+  // Penalty history (ring buffer of the last penalty_last_n tokens + counts).
+  std::deque<int32_t> prev_;
+  std::unordered_map<int32_t, int32_t> token_count_;
+  std::vector<TokenLogprob> top_logprobs_;
+  TokenDataArray scratch_;
+};
+
+}  // namespace herd::engine

@@ -1,0 +1,106 @@
+// CPU numeric kernels matching ggml's CPU backend numerics: dot products and
+// matrix tiles for F32/F16/BF16/Q8_0/Q4_0 weights (scalar, AVX2, AVX-512 with
+// VNNI), activation conversion, and the F32 row / elementwise ops of a
+// transformer forward pass.
+//
+// Numerics contract:
+//  * FromFloat is bit-exact with what ggml's CPU backend runs on x86 (for Q8_0
+//    that is arch/x86/quants.c quantize_row_q8_0: 127/amax multiplier and
+//    round-half-even, not quantize_row_q8_0_ref), identical for every Isa.
+//  * The scalar vec_dot is ggml's generic reference (F32/F16/BF16: float
+//    products summed in double; Q8_0/Q4_0: exact int32 block sums, float
+//    accumulation of sumi * (dx*dy) in block order).
+//  * SIMD variants keep every integer block sum exact and accumulate in float
+//    lanes; each output is computed with the same lane order whatever the tile
+//    shape, so for a given Isa MulMatTile(...)[j][i] == GetVecDot(w, isa)(W_i, A_j)
+//    bit-for-bit (results never depend on how the caller splits the tiles).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "libs/base/cpu_features.h"
+#include "libs/gguf/ggml_type.h"
+
+namespace herd::cpu {
+
+/// Activation format a weight type's dot product consumes (ggml type_traits_cpu[].vec_dot_type):
+/// F32->F32, F16->F16, BF16->BF16, Q8_0->Q8_0, Q4_0->Q8_0. Unsupported types return F32.
+GgmlType VecDotType(GgmlType w);
+/// Weight types MulMatTile / GetVecDot handle: F32, F16, BF16, Q8_0, Q4_0.
+bool SupportsMulMat(GgmlType w);
+/// Whether `isa` can run on this CPU (kScalar always; see GetCpuFeatures()).
+bool IsaSupported(Isa isa);
+
+/// Converts n floats into the vec_dot_type format (n a multiple of its block size),
+/// bit-exact with ggml's CPU from_float: F32 copy, F16/BF16 round to nearest even,
+/// Q8_0 = QuantizeRowQ8_0X86 (see libs/tensor/quants.h), Q4_0 = reference quantizer.
+/// Every Isa produces identical bytes. `y` must not overlap `x` (F32 excepted).
+void FromFloat(GgmlType vec_dot_type, const float* x, void* y, int64_t n, Isa isa);
+
+/// One dot product of n elements: *s = dot(x (weight type w), y (VecDotType(w))).
+/// n must be a multiple of the weight's block size (32 for Q8_0/Q4_0; any n for F32/F16/BF16).
+using VecDotFn = void (*)(int64_t n, float* s, const void* x, const void* y);
+/// nullptr if the type is unsupported or `isa` is not supported by this CPU.
+VecDotFn GetVecDot(GgmlType w, Isa isa);
+
+/// Matrix tile: for i in [i0,i1) (weight rows) and j in [j0,j1) (activation rows):
+///   dst[j * dst_stride + i] = dot_k(W row i, A row j)
+/// W row i starts at w_data + i*w_stride bytes (type w); A row j at a_data + j*a_stride
+/// bytes (type VecDotType(w)); dst_stride in floats. k as for VecDotFn. Thread-safe;
+/// callers split [i0,i1) x [j0,j1) among threads freely. Unsupported isa falls back to
+/// the best supported one below it.
+void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_stride,
+                const void* a_data, size_t a_stride, float* dst, size_t dst_stride,
+                int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+// ---------------------------------------------------------------------------
+// Row / elementwise ops on F32. All work in place (y == x, or y == a / y == b).
+
+/// ggml_compute_forward_rms_norm_f32: sum of float squares in double,
+/// mean = (float)(sum/n), y = x * (1.0f / sqrtf(mean + eps)).
+void RmsNorm(const float* x, float* y, int64_t n, float eps);
+/// ggml_compute_forward_norm_f32: mean = (float)(sum_double(x)/n), y = x - mean,
+/// variance = sum_double((y)^2)/n, y *= 1.0f/sqrtf(variance + eps).
+void Norm(const float* x, float* y, int64_t n, float eps);
+/// ggml_soft_max_ext on one row: w = x*scale (+ slope*mask[i] if mask != nullptr);
+/// y = exp(w - max) / sum, sum accumulated in double, multiplied by (float)(1/sum).
+/// -INFINITY mask entries give exactly 0 (slope must be > 0 then, as in ggml).
+void SoftMax(const float* x, float* y, int64_t n, float scale, const float* mask, float slope);
+
+/// RoPE (ggml_rope_ext; ggml-cpu rope_f32 with rope_yarn / rope_yarn_corr_dims).
+struct RopeParams {
+  int n_dims;         // rotated dims (<= head_dim, even)
+  bool neox;          // false: pairs (2i, 2i+1); true: pairs (i, i + n_dims/2)
+  int n_ctx_orig;
+  float freq_base;
+  float freq_scale;
+  float ext_factor;
+  float attn_factor;
+  float beta_fast;
+  float beta_slow;
+};
+/// cos_sin: 2*(n_dims/2) floats {cos0, sin0, cos1, sin1, ...} for position pos, as ggml's
+/// rope_cache_init: theta = pos, theta *= powf(freq_base, -2.0f/n_dims) per pair (float),
+/// theta_extrap = theta / freq_factors[i] (if non-null), YaRN ramp/mscale, times attn_factor.
+void RopeCache(const RopeParams& p, float pos, const float* freq_factors, float* cos_sin);
+/// Rotates one head vector x (head_dim floats) into y (y == x allowed):
+/// y0 = x0*cos - x1*sin, y1 = x0*sin + x1*cos; dims >= n_dims copied unchanged.
+void RopeApply(const RopeParams& p, const float* cos_sin, const float* x, float* y, int64_t head_dim);
+/// The YaRN correction dims ggml computes (ggml_rope_yarn_corr_dims).
+void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                      float dims[2]);
+
+void Silu(const float* x, float* y, int64_t n);     // x/(1+expf(-x))
+/// 0.5x(1+tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) evaluated in float with tanhf.
+void Gelu(const float* x, float* y, int64_t n);
+/// What ggml's CPU backend actually computes for GGML_UNARY_OP_GELU (GGML_GELU_FP16 is
+/// defined in ggml-cpu/vec.h): x <= -10 -> 0, x >= 10 -> x, otherwise the F16 table
+/// fp16(gelu_f32(fp16_to_f32(fp16(x)))). Use this one to match llama.cpp's logits.
+void GeluGgmlTable(const float* x, float* y, int64_t n);
+void GeluErf(const float* x, float* y, int64_t n);  // 0.5x(1+erff(x/sqrt2))
+void Swiglu(const float* a, const float* b, float* y, int64_t n);  // silu(a)*b
+void Add(const float* a, const float* b, float* y, int64_t n);
+void Mul(const float* a, const float* b, float* y, int64_t n);
+void Scale(const float* x, float s, float* y, int64_t n);
+
+}  // namespace herd::cpu

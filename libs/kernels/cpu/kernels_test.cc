@@ -1,0 +1,579 @@
+#include "libs/kernels/cpu/kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "libs/base/cpu_features.h"
+#include "libs/base/fp16.h"
+#include "libs/tensor/quants.h"
+
+namespace herd::cpu {
+namespace {
+
+const GgmlType kWeightTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                                 GgmlType::Q4_0};
+
+std::vector<Isa> TestIsas() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (IsaSupported(isa)) {
+      v.push_back(isa);
+    } else {
+      std::printf("[ NOTE ] %s not supported by this CPU: skipped\n", IsaName(isa));
+    }
+  }
+  return v;
+}
+
+std::string Name(GgmlType t, Isa isa) { return GgmlTypeName(t) + "/" + IsaName(isa); }
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+int64_t BlockSize(GgmlType t) { return GetGgmlTypeTraits(t)->block_size; }
+
+// Rows of type `t` packed with a padded stride (bytes), from floats.
+struct Rows {
+  GgmlType type;
+  int64_t n_rows = 0, k = 0;
+  size_t stride = 0;
+  std::vector<uint8_t> bytes;
+  const uint8_t* row(int64_t r) const { return bytes.data() + r * stride; }
+};
+
+// Weights: reference quantizer. Activations (as_activation): FromFloat (scalar).
+Rows MakeRows(GgmlType t, const std::vector<float>& x, int64_t n_rows, int64_t k, bool as_activation,
+              size_t pad = 16) {
+  Rows r;
+  r.type = t;
+  r.n_rows = n_rows;
+  r.k = k;
+  r.stride = GgmlRowSize(t, k) + pad;
+  r.bytes.assign(r.stride * n_rows + 64, 0xAB);
+  for (int64_t i = 0; i < n_rows; ++i) {
+    if (as_activation) {
+      FromFloat(t, x.data() + i * k, r.bytes.data() + i * r.stride, k, Isa::kScalar);
+    } else {
+      QuantizeRow(t, x.data() + i * k, r.bytes.data() + i * r.stride, k);
+    }
+  }
+  return r;
+}
+
+// Sum of |w_i * a_i| over the dequantized rows: the scale of the rounding error.
+double AbsDot(GgmlType wt, const void* w, GgmlType at, const void* a, int64_t k) {
+  std::vector<float> x(k), y(k);
+  DequantizeRow(wt, w, x.data(), k);
+  DequantizeRow(at, a, y.data(), k);
+  double s = 0;
+  for (int64_t i = 0; i < k; ++i) s += std::fabs(static_cast<double>(x[i]) * y[i]);
+  return s;
+}
+
+// Float sums in a different order: |err| <= 1e-5 * sum|products| (k <= ~4k, float lanes).
+void ExpectCloseToReference(float got, float ref, double abs_dot, const std::string& what) {
+  EXPECT_LE(std::fabs(static_cast<double>(got) - ref), 1e-5 * abs_dot + 1e-30)
+      << what << " got " << got << " ref " << ref;
+}
+
+// ------------------------------------------------------------------ types
+
+TEST(KernelsTest, VecDotTypes) {
+  EXPECT_EQ(VecDotType(GgmlType::F32), GgmlType::F32);
+  EXPECT_EQ(VecDotType(GgmlType::F16), GgmlType::F16);
+  EXPECT_EQ(VecDotType(GgmlType::BF16), GgmlType::BF16);
+  EXPECT_EQ(VecDotType(GgmlType::Q8_0), GgmlType::Q8_0);
+  EXPECT_EQ(VecDotType(GgmlType::Q4_0), GgmlType::Q8_0);
+  for (GgmlType t : kWeightTypes) EXPECT_TRUE(SupportsMulMat(t));
+  EXPECT_FALSE(SupportsMulMat(GgmlType::Q4_K));
+  EXPECT_EQ(GetVecDot(GgmlType::Q4_K, Isa::kScalar), nullptr);
+  EXPECT_TRUE(IsaSupported(Isa::kScalar));
+  EXPECT_EQ(IsaSupported(Isa::kAvx512), BestIsa() == Isa::kAvx512 || std::getenv("HERD_ISA") != nullptr
+                                            ? IsaSupported(Isa::kAvx512) : false);
+}
+
+// ------------------------------------------------------------------ FromFloat
+
+std::vector<float> FromFloatInputs(int64_t n, uint32_t seed) {
+  std::vector<float> x = Random(n, seed, 2.0f);
+  // Specials: F16/BF16 ties, F16 overflow/underflow, denormals, zeros.
+  const float specials[] = {0.0f, -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.0f + 1.0f / 256,
+                            65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-40f, -1e-39f,
+                            std::numeric_limits<float>::infinity(), 2.5f, -3.5f};
+  for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]) && i < x.size(); ++i) x[i * 3 % n] = specials[i];
+  return x;
+}
+
+TEST(KernelsTest, FromFloatF16Bf16BitExact) {
+  for (Isa isa : TestIsas()) {
+    for (int64_t n : {1, 3, 7, 8, 15, 16, 17, 31, 33, 100, 4128}) {
+      const std::vector<float> x = FromFloatInputs(n, static_cast<uint32_t>(n));
+      std::vector<uint16_t> got(n + 1, 0x5555), want(n);
+      FromFloat(GgmlType::F16, x.data(), got.data(), n, isa);
+      for (int64_t i = 0; i < n; ++i) want[i] = Fp32ToFp16(x[i]);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " f16 n=" << n << " i=" << i << " x=" << x[i];
+      EXPECT_EQ(got[n], 0x5555) << "wrote past the end";
+      FromFloat(GgmlType::BF16, x.data(), got.data(), n, isa);
+      for (int64_t i = 0; i < n; ++i) want[i] = Fp32ToBf16(x[i]);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " bf16 n=" << n << " i=" << i;
+      EXPECT_EQ(got[n], 0x5555) << "wrote past the end";
+    }
+    // BF16 of NaN: quiet NaN, payload kept (ggml_compute_fp32_to_bf16).
+    const float nan = BitsToFloat(0x7f800001u);
+    uint16_t h;
+    FromFloat(GgmlType::BF16, &nan, &h, 1, isa);
+    EXPECT_EQ(h, Fp32ToBf16(nan));
+  }
+}
+
+TEST(KernelsTest, FromFloatQ8_0BitExact) {
+  for (Isa isa : TestIsas()) {
+    for (int64_t n : {32, 64, 96, 4096, 4128}) {
+      std::vector<float> x = Random(n, static_cast<uint32_t>(n) + 11, 0.7f);
+      // A block with exact .5 ties after scaling (amax 127 -> multiplier 1), and a zero block.
+      x[0] = 127.0f; x[1] = 2.5f; x[2] = -2.5f; x[3] = 0.5f; x[4] = -1.5f;
+      if (n >= 64) for (int j = 32; j < 64; ++j) x[j] = 0.0f;
+      std::vector<BlockQ8_0> got(n / 32 + 1), want(n / 32);
+      std::memset(got.data(), 0x5A, got.size() * sizeof(BlockQ8_0));
+      FromFloat(GgmlType::Q8_0, x.data(), got.data(), n, isa);
+      QuantizeRowQ8_0X86(x.data(), want.data(), n);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(BlockQ8_0)), 0) << IsaName(isa) << " n=" << n;
+      EXPECT_EQ(got[0].qs[1], 2);   // round half to even, as ggml's _mm256_round_ps
+      EXPECT_EQ(got[0].qs[2], -2);
+      EXPECT_EQ(got[0].qs[4], -2);
+      const uint8_t* tail = reinterpret_cast<const uint8_t*>(&got[n / 32]);
+      for (size_t b = 0; b < sizeof(BlockQ8_0); ++b) EXPECT_EQ(tail[b], 0x5A) << "wrote past the end";
+    }
+  }
+}
+
+// ------------------------------------------------------------------ vec_dot
+
+TEST(KernelsTest, VecDotMatchesScalarReference) {
+  for (GgmlType wt : kWeightTypes) {
+    const GgmlType at = VecDotType(wt);
+    const VecDotFn ref = GetVecDot(wt, Isa::kScalar);
+    ASSERT_NE(ref, nullptr);
+    std::vector<int64_t> ks = {32, 64, 96, 4096 + 32};
+    if (BlockSize(wt) == 1) ks.insert(ks.end(), {1, 5, 15, 16, 17, 33, 63, 1000});
+    for (int64_t k : ks) {
+      const std::vector<float> xw = Random(k, 100 + static_cast<uint32_t>(k));
+      const std::vector<float> xa = Random(k, 200 + static_cast<uint32_t>(k), 3.0f);
+      const Rows w = MakeRows(wt, xw, 1, k, false);
+      const Rows a = MakeRows(at, xa, 1, k, true);
+      float want = 0;
+      ref(k, &want, w.row(0), a.row(0));
+      const double abs_dot = AbsDot(wt, w.row(0), at, a.row(0), k);
+      // Scalar reference vs a double-precision dot of the dequantized values.
+      {
+        std::vector<float> dx(k), dy(k);
+        DequantizeRow(wt, w.row(0), dx.data(), k);
+        DequantizeRow(at, a.row(0), dy.data(), k);
+        double exact = 0;
+        for (int64_t i = 0; i < k; ++i) exact += static_cast<double>(dx[i]) * dy[i];
+        EXPECT_NEAR(want, exact, 1e-5 * abs_dot) << GgmlTypeName(wt) << " k=" << k;
+      }
+      for (Isa isa : TestIsas()) {
+        const VecDotFn f = GetVecDot(wt, isa);
+        ASSERT_NE(f, nullptr) << Name(wt, isa);
+        float got = -1;
+        f(k, &got, w.row(0), a.row(0));
+        ExpectCloseToReference(got, want, abs_dot, Name(wt, isa) + " k=" + std::to_string(k));
+      }
+    }
+  }
+}
+
+// With every scale 1.0 and small quants all float sums are exact integers, so every
+// ISA must reproduce the integer block dot products bit-exactly.
+TEST(KernelsTest, QuantVecDotIntegerExact) {
+  std::mt19937 rng(5);
+  for (int64_t k : {32, 64, 96, 4096 + 32}) {
+    const int64_t nb = k / 32;
+    std::vector<BlockQ8_0> w8(nb), a8(nb);
+    std::vector<BlockQ4_0> w4(nb);
+    std::uniform_int_distribution<int> q31(-31, 31), q127(-127, 127), nib(0, 255);
+    for (int64_t b = 0; b < nb; ++b) {
+      w8[b].d = a8[b].d = w4[b].d = 0x3C00;  // 1.0
+      for (int j = 0; j < 32; ++j) {
+        w8[b].qs[j] = static_cast<int8_t>(q31(rng));
+        a8[b].qs[j] = static_cast<int8_t>(q127(rng));
+      }
+      for (int j = 0; j < 16; ++j) w4[b].qs[j] = static_cast<uint8_t>(nib(rng));
+    }
+    // Extremes in the first block: -127 * -127 and nibble 0 (-8) * -127.
+    for (int j = 0; j < 8; ++j) { w8[0].qs[j] = -31; a8[0].qs[j] = -127; w4[0].qs[j] = 0; }
+    int64_t exact8 = 0, exact4 = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int j = 0; j < 32; ++j) exact8 += w8[b].qs[j] * a8[b].qs[j];
+      for (int j = 0; j < 16; ++j) {
+        exact4 += ((w4[b].qs[j] & 15) - 8) * a8[b].qs[j] + ((w4[b].qs[j] >> 4) - 8) * a8[b].qs[j + 16];
+      }
+    }
+    ASSERT_LT(std::llabs(exact8), 1 << 24);
+    for (Isa isa : TestIsas()) {
+      float s8 = 0, s4 = 0;
+      GetVecDot(GgmlType::Q8_0, isa)(k, &s8, w8.data(), a8.data());
+      GetVecDot(GgmlType::Q4_0, isa)(k, &s4, w4.data(), a8.data());
+      EXPECT_EQ(s8, static_cast<float>(exact8)) << IsaName(isa) << " k=" << k;
+      EXPECT_EQ(s4, static_cast<float>(exact4)) << IsaName(isa) << " k=" << k;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ MulMatTile
+
+TEST(KernelsTest, MulMatTileMatchesVecDot) {
+  struct Shape { int64_t m, n, k; };
+  const Shape shapes[] = {{1, 1, 32},  {3, 1, 64},   {5, 2, 32},   {17, 3, 64},  {33, 7, 96},
+                          {8, 16, 64}, {13, 13, 4128}, {40, 1, 4128}, {6, 5, 1024}};
+  for (GgmlType wt : kWeightTypes) {
+    const GgmlType at = VecDotType(wt);
+    for (const Shape& s : shapes) {
+      const Rows w = MakeRows(wt, Random(s.m * s.k, 7 + static_cast<uint32_t>(s.m)), s.m, s.k, false);
+      const Rows a = MakeRows(at, Random(s.n * s.k, 9 + static_cast<uint32_t>(s.n), 2.0f), s.n, s.k, true);
+      const size_t ds = static_cast<size_t>(s.m) + 3;
+      const VecDotFn ref = GetVecDot(wt, Isa::kScalar);
+      for (Isa isa : TestIsas()) {
+        const VecDotFn dot = GetVecDot(wt, isa);
+        // Full tile and an interior sub-tile with odd bounds.
+        const int64_t ranges[2][4] = {{0, s.m, 0, s.n},
+                                      {s.m > 2 ? 1 : 0, s.m > 3 ? s.m - 1 : s.m, s.n > 2 ? 1 : 0, s.n}};
+        for (const auto& r : ranges) {
+          const float sentinel = -12345.0f;
+          std::vector<float> dst(ds * s.n, sentinel);
+          MulMatTile(wt, isa, s.k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, dst.data(), ds,
+                     r[0], r[1], r[2], r[3]);
+          for (int64_t j = 0; j < s.n; ++j) {
+            for (size_t i = 0; i < ds; ++i) {
+              const float got = dst[j * ds + i];
+              const bool inside = static_cast<int64_t>(i) >= r[0] && static_cast<int64_t>(i) < r[1] &&
+                                  j >= r[2] && j < r[3];
+              if (!inside) {
+                ASSERT_EQ(got, sentinel) << Name(wt, isa) << " wrote outside the tile at i=" << i << " j=" << j;
+                continue;
+              }
+              float same_isa = 0, want = 0;
+              dot(s.k, &same_isa, w.row(i), a.row(j));
+              ref(s.k, &want, w.row(i), a.row(j));
+              // Bit-exact with this ISA's vec_dot, whatever the tile shape.
+              ASSERT_EQ(got, same_isa) << Name(wt, isa) << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                                       << " i=" << i << " j=" << j;
+              ExpectCloseToReference(got, want, AbsDot(wt, w.row(i), at, a.row(j), s.k),
+                                     Name(wt, isa) + " tile");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, MulMatTileFallsBackForUnsupportedIsa) {
+  // Asking for an ISA the CPU lacks must still compute (with the best one below it).
+  const int64_t k = 64;
+  const Rows w = MakeRows(GgmlType::F32, Random(2 * k, 1), 2, k, false);
+  const Rows a = MakeRows(GgmlType::F32, Random(k, 2), 1, k, true);
+  float d[2];
+  MulMatTile(GgmlType::F32, Isa::kAvx512, k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, d, 2, 0, 2, 0, 1);
+  float ref;
+  GetVecDot(GgmlType::F32, Isa::kScalar)(k, &ref, w.row(1), a.row(0));
+  EXPECT_NEAR(d[1], ref, 1e-4);
+}
+
+// ------------------------------------------------------------------ ops
+
+TEST(OpsTest, RmsNorm) {
+  for (int64_t n : {1, 7, 4096}) {
+    const std::vector<float> x = Random(n, 3, 2.0f);
+    std::vector<float> y(n);
+    const float eps = 1e-6f;
+    RmsNorm(x.data(), y.data(), n, eps);
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double scale = 1.0 / std::sqrt(ss / n + eps);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], x[i] * scale, 1e-6 * std::fabs(x[i] * scale) + 1e-7);
+    std::vector<float> z = x;
+    RmsNorm(z.data(), z.data(), n, eps);  // in place
+    EXPECT_EQ(z, y);
+  }
+}
+
+TEST(OpsTest, Norm) {
+  for (int64_t n : {2, 9, 4096}) {
+    std::vector<float> x = Random(n, 4, 2.0f);
+    for (auto& v : x) v += 5.0f;  // non-zero mean
+    std::vector<float> y(n);
+    const float eps = 1e-5f;
+    Norm(x.data(), y.data(), n, eps);
+    double mean = 0;
+    for (float v : x) mean += v;
+    mean /= n;
+    double var = 0;
+    for (float v : x) var += (v - mean) * (v - mean);
+    var /= n;
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = (x[i] - mean) / std::sqrt(var + eps);
+      EXPECT_NEAR(y[i], want, 2e-5 * std::fabs(want) + 2e-5) << i;
+    }
+    std::vector<float> z = x;
+    Norm(z.data(), z.data(), n, eps);
+    EXPECT_EQ(z, y);
+  }
+}
+
+std::vector<double> TextbookSoftMax(const std::vector<float>& x, float scale, const float* mask, float slope) {
+  std::vector<double> w(x.size());
+  double mx = -INFINITY;
+  for (size_t i = 0; i < x.size(); ++i) {
+    w[i] = static_cast<double>(x[i]) * scale + (mask ? static_cast<double>(slope) * mask[i] : 0.0);
+    mx = std::max(mx, w[i]);
+  }
+  double sum = 0;
+  for (double& v : w) { v = std::exp(v - mx); sum += v; }
+  for (double& v : w) v /= sum;
+  return w;
+}
+
+TEST(OpsTest, SoftMaxScale) {
+  for (int64_t n : {1, 5, 32, 1000}) {
+    const std::vector<float> x = Random(n, 5, 4.0f);
+    std::vector<float> y(n);
+    SoftMax(x.data(), y.data(), n, 0.125f, nullptr, 1.0f);
+    const std::vector<double> want = TextbookSoftMax(x, 0.125f, nullptr, 1.0f);
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(y[i], want[i], 1e-6 * want[i] + 1e-9);
+      total += y[i];
+    }
+    EXPECT_NEAR(total, 1.0, 1e-5);
+    std::vector<float> z = x;
+    SoftMax(z.data(), z.data(), n, 0.125f, nullptr, 1.0f);
+    EXPECT_EQ(z, y);
+  }
+}
+
+TEST(OpsTest, SoftMaxMask) {
+  const int64_t n = 16;
+  const std::vector<float> x = Random(n, 6, 3.0f);
+  // Causal mask for query position 9: keys > 9 are -inf.
+  std::vector<float> mask(n, 0.0f);
+  for (int64_t i = 10; i < n; ++i) mask[i] = -INFINITY;
+  std::vector<float> y(n);
+  SoftMax(x.data(), y.data(), n, 0.5f, mask.data(), 1.0f);
+  const std::vector<double> want = TextbookSoftMax(x, 0.5f, mask.data(), 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i >= 10) EXPECT_EQ(y[i], 0.0f);
+    else EXPECT_NEAR(y[i], want[i], 1e-6 * want[i] + 1e-9);
+  }
+  // Everything masked but one: exactly one-hot.
+  std::vector<float> only(n, -INFINITY);
+  only[3] = 0.0f;
+  SoftMax(x.data(), y.data(), n, 1.0f, only.data(), 1.0f);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], i == 3 ? 1.0f : 0.0f);
+}
+
+TEST(OpsTest, SoftMaxAlibiSlope) {
+  const int64_t n = 24;
+  const std::vector<float> x = Random(n, 8, 2.0f);
+  std::vector<float> mask(n);
+  for (int64_t i = 0; i < n; ++i) mask[i] = -static_cast<float>(n - 1 - i);  // ALiBi distance bias
+  mask[n - 1] = 0.0f;
+  const float slope = 0.0625f;
+  std::vector<float> y(n);
+  SoftMax(x.data(), y.data(), n, 0.7f, mask.data(), slope);
+  const std::vector<double> want = TextbookSoftMax(x, 0.7f, mask.data(), slope);
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], want[i], 1e-6 * want[i] + 1e-9);
+}
+
+RopeParams Rope(int n_dims, bool neox) {
+  RopeParams p{};
+  p.n_dims = n_dims;
+  p.neox = neox;
+  p.n_ctx_orig = 4096;
+  p.freq_base = 10000.0f;
+  p.freq_scale = 1.0f;
+  p.ext_factor = 0.0f;
+  p.attn_factor = 1.0f;
+  p.beta_fast = 32.0f;
+  p.beta_slow = 1.0f;
+  return p;
+}
+
+// Plain RoPE: pair (a, b) of pair index i rotated by pos * freq_scale * base^(-2i/n_dims) / ff[i].
+std::vector<double> TextbookRope(const RopeParams& p, double pos, const float* ff, const std::vector<float>& x) {
+  std::vector<double> y(x.begin(), x.end());
+  for (int i = 0; i < p.n_dims / 2; ++i) {
+    const double theta = pos * p.freq_scale * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_dims) /
+                         (ff ? ff[i] : 1.0);
+    const int a = p.neox ? i : 2 * i;
+    const int b = p.neox ? i + p.n_dims / 2 : 2 * i + 1;
+    y[a] = x[a] * std::cos(theta) - x[b] * std::sin(theta);
+    y[b] = x[a] * std::sin(theta) + x[b] * std::cos(theta);
+  }
+  for (double& v : y) v *= 1.0;
+  return y;
+}
+
+void CheckRope(const RopeParams& p, float pos, const float* ff, int64_t head_dim, uint32_t seed) {
+  const std::vector<float> x = Random(head_dim, seed);
+  std::vector<float> cs(p.n_dims), y(head_dim);
+  RopeCache(p, pos, ff, cs.data());
+  RopeApply(p, cs.data(), x.data(), y.data(), head_dim);
+  const std::vector<double> want = TextbookRope(p, pos, ff, x);
+  // ggml advances theta by repeated float multiplication: angle error ~ i * 2^-24 * theta.
+  const double tol = 2e-6 * (1.0 + pos);
+  for (int64_t i = 0; i < head_dim; ++i) {
+    if (i >= p.n_dims) {
+      EXPECT_EQ(y[i], x[i]) << "dim " << i << " past n_dims must be copied";
+    } else {
+      EXPECT_NEAR(y[i], want[i], tol) << (p.neox ? "neox" : "normal") << " pos " << pos << " i " << i;
+    }
+  }
+  std::vector<float> z = x;
+  RopeApply(p, cs.data(), z.data(), z.data(), head_dim);  // in place
+  EXPECT_EQ(z, y);
+}
+
+TEST(OpsTest, RopeNormalAndNeox) {
+  for (bool neox : {false, true}) {
+    CheckRope(Rope(64, neox), 0.0f, nullptr, 64, 1);
+    CheckRope(Rope(64, neox), 1.0f, nullptr, 64, 2);
+    CheckRope(Rope(128, neox), 17.0f, nullptr, 128, 3);
+    CheckRope(Rope(128, neox), 250.0f, nullptr, 128, 4);
+  }
+}
+
+TEST(OpsTest, RopePartialDimsFreqScaleAndFactors) {
+  for (bool neox : {false, true}) {
+    CheckRope(Rope(32, neox), 9.0f, nullptr, 128, 5);  // partial rotation: 96 dims copied
+    RopeParams p = Rope(64, neox);
+    p.freq_scale = 0.25f;
+    CheckRope(p, 40.0f, nullptr, 80, 6);
+    std::vector<float> ff(32);
+    for (int i = 0; i < 32; ++i) ff[i] = 1.0f + 0.5f * i;
+    CheckRope(Rope(64, neox), 30.0f, ff.data(), 64, 7);
+  }
+  // Position 0 is the identity.
+  const RopeParams p = Rope(64, false);
+  std::vector<float> cs(64);
+  RopeCache(p, 0.0f, nullptr, cs.data());
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(cs[2 * i], 1.0f);
+    EXPECT_EQ(cs[2 * i + 1], 0.0f);
+  }
+}
+
+TEST(OpsTest, RopeYarn) {
+  RopeParams p = Rope(128, true);
+  p.n_ctx_orig = 4096;
+  p.freq_scale = 0.25f;
+  p.ext_factor = 1.0f;
+  p.attn_factor = 1.0f;
+  const float pos = 100.0f;
+  // Textbook YaRN (double): corr dims, linear ramp over pair index, mscale.
+  auto corr = [&](double beta) {
+    return p.n_dims * std::log(p.n_ctx_orig / (beta * 2 * M_PI)) / (2 * std::log(static_cast<double>(p.freq_base)));
+  };
+  const double low = std::max(0.0, std::floor(corr(p.beta_fast)));
+  const double high = std::min(p.n_dims - 1.0, std::ceil(corr(p.beta_slow)));
+  float dims[2];
+  RopeYarnCorrDims(p.n_dims, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow, dims);
+  EXPECT_EQ(dims[0], low);
+  EXPECT_EQ(dims[1], high);
+  std::vector<float> cs(p.n_dims);
+  RopeCache(p, pos, nullptr, cs.data());
+  const double mscale = p.attn_factor * (1.0 + 0.1 * std::log(1.0 / p.freq_scale));
+  for (int i = 0; i < p.n_dims / 2; ++i) {
+    const double extrap = pos * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_dims);
+    const double interp = p.freq_scale * extrap;
+    const double ramp = 1.0 - std::min(1.0, std::max(0.0, (i - low) / std::max(0.001, high - low)));
+    const double mix = ramp * p.ext_factor;
+    const double theta = interp * (1 - mix) + extrap * mix;
+    EXPECT_NEAR(cs[2 * i], std::cos(theta) * mscale, 2e-6 * (1 + pos)) << i;
+    EXPECT_NEAR(cs[2 * i + 1], std::sin(theta) * mscale, 2e-6 * (1 + pos)) << i;
+  }
+}
+
+TEST(OpsTest, Activations) {
+  const int64_t n = 257;
+  std::vector<float> x = Random(n, 10, 4.0f);
+  x[0] = -12.0f; x[1] = 12.0f; x[2] = 0.0f; x[3] = 1.0f; x[4] = -80.0f; x[5] = 80.0f;
+  const std::vector<float> b = Random(n, 11);
+  std::vector<float> y(n);
+  Silu(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+    EXPECT_NEAR(y[i], want, 1e-6 * std::fabs(want) + 1e-30) << "silu " << x[i];
+  }
+  Gelu(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double want = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * v * (1.0 + 0.044715 * v * v)));
+    EXPECT_NEAR(y[i], want, 2e-6 * std::fabs(want) + 1e-7) << "gelu " << v;
+  }
+  std::vector<float> g(n);
+  GeluGgmlTable(x.data(), g.data(), n);
+  EXPECT_EQ(g[0], 0.0f);     // x <= -10
+  EXPECT_EQ(g[1], 12.0f);    // x >= 10
+  EXPECT_EQ(g[2], 0.0f);
+  float gelu1;
+  Gelu(&x[3], &gelu1, 1);
+  EXPECT_EQ(g[3], Fp16ToFp32(Fp32ToFp16(gelu1)));  // 1.0 is exact in F16
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(g[i], y[i], 2e-3 * std::fabs(y[i]) + 2e-3) << "gelu table " << x[i];
+  GeluErf(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    EXPECT_NEAR(y[i], want, 2e-6 * std::fabs(want) + 1e-7) << "gelu_erf " << v;
+  }
+  Swiglu(x.data(), b.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))) * b[i];
+    EXPECT_NEAR(y[i], want, 2e-6 * std::fabs(want) + 1e-30) << "swiglu " << x[i];
+  }
+  // In place.
+  std::vector<float> z = x;
+  Silu(z.data(), z.data(), n);
+  std::vector<float> s(n);
+  Silu(x.data(), s.data(), n);
+  EXPECT_EQ(z, s);
+  z = x;
+  Swiglu(z.data(), b.data(), z.data(), n);
+  Swiglu(x.data(), b.data(), s.data(), n);
+  EXPECT_EQ(z, s);
+}
+
+TEST(OpsTest, AddMulScale) {
+  const int64_t n = 100;
+  const std::vector<float> a = Random(n, 12), b = Random(n, 13);
+  std::vector<float> y(n);
+  Add(a.data(), b.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], a[i] + b[i]);
+  Mul(a.data(), b.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], a[i] * b[i]);
+  Scale(a.data(), 0.3f, y.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], a[i] * 0.3f);
+  std::vector<float> z = a;
+  Add(z.data(), b.data(), z.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[i], a[i] + b[i]);
+  z = a;
+  Mul(b.data(), z.data(), z.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[i], b[i] * a[i]);
+  z = a;
+  Scale(z.data(), -2.0f, z.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[i], -2.0f * a[i]);
+}
+
+}  // namespace
+}  // namespace herd::cpu

@@ -1,0 +1,178 @@
+// F32 row / elementwise ops, written to follow ggml-cpu's ops.cpp / vec.h
+// operation order. Scalar (compiled without -mavx*, so no FMA contraction).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "libs/base/fp16.h"
+#include "libs/kernels/cpu/kernels.h"
+
+namespace herd::cpu {
+
+namespace {
+constexpr float kGeluCoefA = 0.044715f;
+constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+constexpr float kSqrt2Inv = 0.70710678118654752440084436210484f;
+
+inline float SiluF32(float x) { return x / (1.0f + std::exp(-x)); }
+inline float GeluF32(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kGeluCoefA * x * x)));
+}
+
+const uint16_t* GeluTable() {
+  static const std::vector<uint16_t>* table = [] {
+    auto* t = new std::vector<uint16_t>(1 << 16);
+    for (uint32_t i = 0; i < (1u << 16); ++i) {
+      (*t)[i] = Fp32ToFp16(GeluF32(Fp16ToFp32(static_cast<uint16_t>(i))));
+    }
+    return t;
+  }();
+  return table->data();
+}
+
+// ggml_rope_yarn_corr_dim
+float YarnCorrDim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return n_dims * std::log(n_ctx_orig / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(base));
+}
+
+float YarnRamp(float low, float high, int i0) {
+  const float y = (i0 / 2 - low) / std::max(0.001f, high - low);
+  return 1 - std::min(1.0f, std::max(0.0f, y));
+}
+}  // namespace
+
+void RmsNorm(const float* x, float* y, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+}
+
+void Norm(const float* x, float* y, int64_t n, float eps) {
+  double sum = 0.0;  // ggml_vec_sum_f32: double accumulator, stored as float
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
+  const float mean = static_cast<float>(sum) / n;
+  double sum2 = 0.0;  // ggml_vec_cvar_f32
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] - mean;
+    y[i] = v;
+    sum2 += static_cast<double>(v * v);
+  }
+  const float variance = static_cast<float>(sum2 / n);
+  const float scale = 1.0f / std::sqrt(variance + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] *= scale;
+}
+
+void SoftMax(const float* x, float* y, int64_t n, float scale, const float* mask, float slope) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  if (mask != nullptr) {
+    for (int64_t i = 0; i < n; ++i) y[i] += slope * mask[i];
+  }
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = max > y[i] ? max : y[i];  // ggml_vec_max_f32: MAX(max, x)
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::exp(y[i] - max);
+    sum += static_cast<double>(v);
+    y[i] = v;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
+void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                      float dims[2]) {
+  const float start = std::floor(YarnCorrDim(n_dims, n_ctx_orig, beta_fast, freq_base));
+  const float end = std::ceil(YarnCorrDim(n_dims, n_ctx_orig, beta_slow, freq_base));
+  dims[0] = std::max(0.0f, start);
+  dims[1] = std::min(static_cast<float>(n_dims - 1), end);
+}
+
+void RopeCache(const RopeParams& p, float pos, const float* freq_factors, float* cos_sin) {
+  const float theta_scale = std::pow(p.freq_base, -2.0f / p.n_dims);
+  float corr_dims[2];
+  RopeYarnCorrDims(p.n_dims, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow, corr_dims);
+  float theta = pos;
+  for (int i0 = 0; i0 + 1 < p.n_dims; i0 += 2) {
+    const float ff = freq_factors != nullptr ? freq_factors[i0 / 2] : 1.0f;
+    const float theta_extrap = theta / ff;
+    // rope_yarn
+    const float theta_interp = p.freq_scale * theta_extrap;
+    float th = theta_interp;
+    float mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) {
+      const float ramp_mix = YarnRamp(corr_dims[0], corr_dims[1], i0) * p.ext_factor;
+      th = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
+      mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+    }
+    cos_sin[i0 + 0] = std::cos(th) * mscale;
+    cos_sin[i0 + 1] = std::sin(th) * mscale;
+    theta *= theta_scale;
+  }
+}
+
+void RopeApply(const RopeParams& p, const float* cos_sin, const float* x, float* y, int64_t head_dim) {
+  const int n_dims = p.n_dims;
+  for (int i0 = 0; i0 + 1 < n_dims; i0 += 2) {
+    const float c = cos_sin[i0];
+    const float s = cos_sin[i0 + 1];
+    const int a = p.neox ? i0 / 2 : i0;
+    const int b = p.neox ? i0 / 2 + n_dims / 2 : i0 + 1;
+    const float x0 = x[a];
+    const float x1 = x[b];
+    y[a] = x0 * c - x1 * s;
+    y[b] = x0 * s + x1 * c;
+  }
+  if (y != x) {
+    for (int64_t i = n_dims; i < head_dim; ++i) y[i] = x[i];
+  }
+}
+
+void Silu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = SiluF32(x[i]);
+}
+
+void Gelu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = GeluF32(x[i]);
+}
+
+void GeluGgmlTable(const float* x, float* y, int64_t n) {
+  const uint16_t* table = GeluTable();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (v <= -10.0f) {
+      y[i] = 0.0f;
+    } else if (v >= 10.0f) {
+      y[i] = v;
+    } else {
+      y[i] = Fp16ToFp32(table[Fp32ToFp16(v)]);
+    }
+  }
+}
+
+void GeluErf(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::erf(v * kSqrt2Inv));
+  }
+}
+
+void Swiglu(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = SiluF32(a[i]) * b[i];
+}
+
+void Add(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void Mul(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+void Scale(const float* x, float s, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+
+}  // namespace herd::cpu

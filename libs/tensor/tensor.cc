@@ -1,0 +1,215 @@
+#include "libs/tensor/tensor.h"
+
+namespace herd {
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kNone: return "NONE";
+    case Op::kView: return "VIEW";
+    case Op::kGetRows: return "GET_ROWS";
+    case Op::kMulMat: return "MUL_MAT";
+    case Op::kAdd: return "ADD";
+    case Op::kMul: return "MUL";
+    case Op::kScale: return "SCALE";
+    case Op::kRmsNorm: return "RMS_NORM";
+    case Op::kNorm: return "NORM";
+    case Op::kRope: return "ROPE";
+    case Op::kSoftMax: return "SOFT_MAX";
+    case Op::kSilu: return "SILU";
+    case Op::kGelu: return "GELU";
+    case Op::kSwiglu: return "SWIGLU";
+    case Op::kFlashAttnExt: return "FLASH_ATTN_EXT";
+    case Op::kSetRows: return "SET_ROWS";
+    default: return "?";
+  }
+}
+
+size_t Tensor::nbytes() const {
+  const GgmlTypeTraits* t = GetGgmlTypeTraits(type);
+  size_t bytes = GgmlRowSize(type, ne[0]);
+  (void)t;
+  for (int i = 1; i < 4; ++i) bytes += static_cast<size_t>(ne[i] - 1) * nb[i];
+  return bytes;
+}
+
+bool Tensor::is_contiguous() const {
+  size_t expect = GgmlRowSize(type, ne[0]);
+  for (int i = 1; i < 4; ++i) {
+    if (ne[i] != 1 && nb[i] != expect) return false;
+    expect *= static_cast<size_t>(ne[i]);
+  }
+  return true;
+}
+
+void SetContiguousStrides(Tensor* t) {
+  const GgmlTypeTraits* tr = GetGgmlTypeTraits(t->type);
+  t->nb[0] = tr->type_size;
+  t->nb[1] = GgmlRowSize(t->type, t->ne[0]);
+  t->nb[2] = t->nb[1] * static_cast<size_t>(t->ne[1]);
+  t->nb[3] = t->nb[2] * static_cast<size_t>(t->ne[2]);
+}
+
+Tensor* Graph::NewTensor(GgmlType type, std::vector<int64_t> ne, const std::string& name) {
+  tensors_.emplace_back();
+  Tensor* t = &tensors_.back();
+  t->type = type;
+  for (size_t i = 0; i < ne.size() && i < 4; ++i) t->ne[i] = ne[i];
+  SetContiguousStrides(t);
+  t->name = name;
+  leaves_.push_back(t);
+  return t;
+}
+
+Tensor* Graph::NewNode(Op op, GgmlType type, std::vector<int64_t> ne) {
+  tensors_.emplace_back();
+  Tensor* t = &tensors_.back();
+  t->op = op;
+  t->type = type;
+  for (size_t i = 0; i < ne.size() && i < 4; ++i) t->ne[i] = ne[i];
+  SetContiguousStrides(t);
+  nodes_.push_back(t);
+  return t;
+}
+
+Tensor* Graph::View(Tensor* src, std::vector<int64_t> ne, std::vector<size_t> nb, size_t offset) {
+  Tensor* t = NewNode(Op::kView, src->type, ne);
+  for (size_t i = 0; i < nb.size() && i < 4; ++i) t->nb[i + 1] = nb[i];
+  // Strides of dims beyond those given: keep them consistent for 1-sized dims.
+  for (size_t i = nb.size() + 1; i < 4; ++i) t->nb[i] = t->nb[i - 1] * static_cast<size_t>(t->ne[i - 1]);
+  t->src[0] = src;
+  Tensor* root = src->view_src ? src->view_src : src;
+  t->view_src = root;
+  t->view_offs = (src->view_src ? src->view_offs : 0) + offset;
+  return t;
+}
+
+Tensor* Graph::Reshape(Tensor* src, std::vector<int64_t> ne) {
+  Tensor* t = NewNode(Op::kView, src->type, ne);
+  t->src[0] = src;
+  Tensor* root = src->view_src ? src->view_src : src;
+  t->view_src = root;
+  t->view_offs = src->view_src ? src->view_offs : 0;
+  return t;
+}
+
+Tensor* Graph::GetRows(Tensor* a, Tensor* ids) {
+  Tensor* t = NewNode(Op::kGetRows, GgmlType::F32, {a->ne[0], ids->ne[0]});
+  t->src[0] = a;
+  t->src[1] = ids;
+  return t;
+}
+
+Tensor* Graph::MulMat(Tensor* w, Tensor* x) {
+  Tensor* t = NewNode(Op::kMulMat, GgmlType::F32, {w->ne[1], x->ne[1], x->ne[2], x->ne[3]});
+  t->src[0] = w;
+  t->src[1] = x;
+  return t;
+}
+
+Tensor* Graph::Add(Tensor* a, Tensor* b) {
+  Tensor* t = NewNode(Op::kAdd, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->src[1] = b;
+  return t;
+}
+
+Tensor* Graph::Mul(Tensor* a, Tensor* b) {
+  Tensor* t = NewNode(Op::kMul, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->src[1] = b;
+  return t;
+}
+
+Tensor* Graph::Scale(Tensor* a, float s) {
+  Tensor* t = NewNode(Op::kScale, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->f_params[0] = s;
+  return t;
+}
+
+Tensor* Graph::RmsNorm(Tensor* a, float eps) {
+  Tensor* t = NewNode(Op::kRmsNorm, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->f_params[0] = eps;
+  return t;
+}
+
+Tensor* Graph::Norm(Tensor* a, float eps) {
+  Tensor* t = NewNode(Op::kNorm, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->f_params[0] = eps;
+  return t;
+}
+
+Tensor* Graph::Rope(Tensor* a, Tensor* pos, Tensor* freq_factors, int n_dims, int mode,
+                      int n_ctx_orig, float freq_base, float freq_scale, float ext_factor,
+                      float attn_factor, float beta_fast, float beta_slow) {
+  Tensor* t = NewNode(Op::kRope, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->src[1] = pos;
+  t->src[2] = freq_factors;
+  t->i_params[0] = n_dims;
+  t->i_params[1] = mode;
+  t->i_params[2] = n_ctx_orig;
+  t->f_params[0] = freq_base;
+  t->f_params[1] = freq_scale;
+  t->f_params[2] = ext_factor;
+  t->f_params[3] = attn_factor;
+  t->f_params[4] = beta_fast;
+  t->f_params[5] = beta_slow;
+  return t;
+}
+
+Tensor* Graph::SoftMax(Tensor* a, Tensor* mask, float scale, float max_bias) {
+  Tensor* t = NewNode(Op::kSoftMax, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->src[1] = mask;
+  t->f_params[0] = scale;
+  t->f_params[1] = max_bias;
+  return t;
+}
+
+Tensor* Graph::Silu(Tensor* a) {
+  Tensor* t = NewNode(Op::kSilu, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  return t;
+}
+
+Tensor* Graph::Gelu(Tensor* a) {
+  Tensor* t = NewNode(Op::kGelu, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  return t;
+}
+
+Tensor* Graph::Swiglu(Tensor* a, Tensor* b) {
+  Tensor* t = NewNode(Op::kSwiglu, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->src[1] = b;
+  return t;
+}
+
+Tensor* Graph::FlashAttnExt(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float scale,
+                              float max_bias) {
+  Tensor* t = NewNode(Op::kFlashAttnExt, GgmlType::F32, {v->ne[0], q->ne[1], q->ne[2], 1});
+  t->src[0] = q;
+  t->src[1] = k;
+  t->src[2] = v;
+  t->f_params[0] = scale;
+  t->f_params[1] = max_bias;
+  t->src[3] = mask;
+  return t;
+}
+
+Tensor* Graph::SetRows(Tensor* dst, Tensor* src, Tensor* idx) {
+  Tensor* t = NewNode(Op::kSetRows, dst->type, {dst->ne[0], dst->ne[1], dst->ne[2], dst->ne[3]});
+  for (int i = 0; i < 4; ++i) t->nb[i] = dst->nb[i];
+  t->src[0] = dst;
+  t->src[1] = src;
+  t->src[2] = idx;
+  Tensor* root = dst->view_src ? dst->view_src : dst;
+  t->view_src = root;
+  t->view_offs = dst->view_src ? dst->view_offs : 0;
+  return t;
+}
+
+}  // namespace herd

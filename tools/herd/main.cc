@@ -1,0 +1,263 @@
+// herd: the command-line front end.
+//   herd run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t N]
+//   herd tokenize -m MODEL -p TEXT
+//   herd inspect MODEL
+//   herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf
+// Generated text goes to stdout; logs and timings to stderr. Errors: one line on
+// stderr and exit status 1 (2 for usage errors).
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "libs/backend/cpu_backend.h"
+#include "libs/base/cpu_features.h"
+#include "libs/base/mmap.h"
+#include "libs/engine/generate.h"
+#include "libs/gguf/gguf.h"
+#include "libs/model/llama2c.h"
+#include "libs/model/model.h"
+#include "libs/tokenizer/tokenizer.h"
+#include "tools/herd/args.h"
+
+namespace herd::cli {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int UsageError(const std::string& msg, const std::string& usage) {
+  std::fprintf(stderr, "herd: %s\n%s", msg.c_str(), usage.c_str());
+  return 2;
+}
+
+const std::vector<FlagSpec>& RunFlags() {
+  static const std::vector<FlagSpec> specs = {
+      {{"-m", "--model"}, true, "GGUF model file", ""},
+      {{"-p", "--prompt"}, true, "prompt text", ""},
+      {{"-f", "--file"}, true, "read the prompt from a file", ""},
+      {{"-n", "--n-predict"}, true, "tokens to generate (-1 = until end of generation)", "128"},
+      {{"-c", "--ctx-size"}, true, "context size in tokens (0 = from the model, at most 4096)", "0"},
+      {{"-b", "--batch-size"}, true, "prompt processing batch size", "512"},
+      {{"-t", "--threads"}, true, "compute threads", "2"},
+      {{"--temp"}, true, "temperature (0 = greedy)", "0.8"},
+      {{"--top-k"}, true, "top-k sampling (0 = off)", "40"},
+      {{"--top-p"}, true, "top-p sampling (1 = off)", "0.95"},
+      {{"--min-p"}, true, "min-p sampling (0 = off)", "0.05"},
+      {{"--repeat-penalty"}, true, "repetition penalty (1 = off)", "1.0"},
+      {{"--repeat-last-n"}, true, "tokens the penalties look back (-1 = context)", "64"},
+      {{"--presence-penalty"}, true, "presence penalty", "0.0"},
+      {{"--frequency-penalty"}, true, "frequency penalty", "0.0"},
+      {{"-s", "--seed"}, true, "RNG seed (-1 = random)", "-1"},
+      {{"-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}, true, "KV cache type: f16 or f32", "f16"},
+      {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens", ""},
+      {{"--display-prompt"}, false, "print the prompt before the generated text", ""},
+      {{"-h", "--help"}, false, "show this help", ""},
+  };
+  return specs;
+}
+
+int CmdRun(int argc, char** argv) {
+  const auto& specs = RunFlags();
+  const std::string usage = "usage: herd run -m MODEL -p PROMPT [flags]\n" + Args::Usage(specs);
+  auto args = Args::Parse(specs, argc, argv, 2);
+  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
+  if (args->Has("-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  if (args->Get("-m").empty()) return UsageError("run: -m MODEL is required", usage);
+  engine::GenerateParams gp;
+  gp.prompt = args->Get("-p");
+  if (args->Has("-f")) {
+    auto text = ReadFileToString(args->Get("-f"));
+    if (!text.ok()) return Fail(text.status());
+    gp.prompt = *text;
+  }
+  auto n_predict = args->GetInt("-n");
+  auto n_ctx = args->GetInt("-c");
+  auto n_batch = args->GetInt("-b");
+  auto threads = args->GetInt("-t");
+  auto temp = args->GetDouble("--temp");
+  auto top_k = args->GetInt("--top-k");
+  auto top_p = args->GetDouble("--top-p");
+  auto min_p = args->GetDouble("--min-p");
+  auto rp = args->GetDouble("--repeat-penalty");
+  auto rln = args->GetInt("--repeat-last-n");
+  auto pp = args->GetDouble("--presence-penalty");
+  auto fp = args->GetDouble("--frequency-penalty");
+  auto seed = args->GetInt("-s");
+  for (const absl::Status& s : {n_predict.status(), n_ctx.status(), n_batch.status(), threads.status(),
+                                temp.status(), top_k.status(), top_p.status(), min_p.status(), rp.status(),
+                                rln.status(), pp.status(), fp.status(), seed.status()}) {
+    if (!s.ok()) return UsageError(std::string(s.message()), usage);
+  }
+  if (*threads < 1 || *threads > 256) return UsageError("-t: threads must be in [1, 256]", usage);
+  if (*n_predict < -1) return UsageError("-n: must be >= -1", usage);
+  gp.n_predict = static_cast<int32_t>(*n_predict);
+  gp.ignore_eos = args->Has("--ignore-eos");
+  gp.sampling.temp = static_cast<float>(*temp);
+  gp.sampling.top_k = static_cast<int32_t>(*top_k);
+  gp.sampling.top_p = static_cast<float>(*top_p);
+  gp.sampling.min_p = static_cast<float>(*min_p);
+  gp.sampling.repeat_penalty = static_cast<float>(*rp);
+  gp.sampling.penalty_last_n = static_cast<int32_t>(*rln);
+  gp.sampling.presence_penalty = static_cast<float>(*pp);
+  gp.sampling.frequency_penalty = static_cast<float>(*fp);
+  gp.sampling.seed = *seed < 0 ? engine::kRandomSeed : static_cast<uint32_t>(*seed);
+  absl::Status vs = engine::ValidateSamplingParams(gp.sampling);
+  if (!vs.ok()) return Fail(vs);
+
+  engine::EngineParams ep;
+  ep.n_ctx = *n_ctx;
+  ep.n_batch = *n_batch;
+  const std::string kv = args->Get("-ctk");
+  if (kv == "f16") ep.kv_type = GgmlType::F16;
+  else if (kv == "f32") ep.kv_type = GgmlType::F32;
+  else return UsageError(absl::StrCat("--cache-type-k: '", kv, "' is not f16 or f32"), usage);
+
+  auto model = model::Model::Load(args->Get("-m"));
+  if (!model.ok()) return Fail(model.status());
+  auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
+  if (!vocab.ok()) return Fail(vocab.status());
+  CpuBackend backend(static_cast<int>(*threads));
+  auto eng = engine::Engine::Create(**model, ep, &backend);
+  if (!eng.ok()) return Fail(eng.status());
+  const model::Hparams& hp = (*model)->hparams();
+  std::fprintf(stderr,
+               "herd: model %s: arch %s, n_vocab %lld, n_embd %lld, n_layer %lld, n_head %lld, n_head_kv %lld, "
+               "%.2f MiB weights\n",
+               args->Get("-m").c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_vocab),
+               static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_layer),
+               static_cast<long long>(hp.n_head), static_cast<long long>(hp.n_head_kv),
+               (*model)->weight_bytes() / 1048576.0);
+  std::fprintf(stderr, "herd: backend CPU, %d threads, isa %s, n_ctx %lld, KV cache %s (%.2f MiB)\n",
+               backend.n_threads(), IsaName(backend.isa()), static_cast<long long>((*eng)->n_ctx()),
+               GgmlTypeName(ep.kv_type).c_str(), (*eng)->kv().bytes() / 1048576.0);
+  if (args->Has("--display-prompt")) {
+    std::fwrite(gp.prompt.data(), 1, gp.prompt.size(), stdout);
+  }
+  auto res = engine::Generate(**eng, **vocab, gp, [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (!res.ok()) return Fail(res.status());
+  std::fflush(stdout);
+  auto rate = [](int64_t n, double ms) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; };
+  std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(res->stop));
+  std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n",
+               static_cast<long long>(res->pp_tokens), res->pp_ms, rate(res->pp_tokens, res->pp_ms));
+  std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s)\n",
+               static_cast<long long>(res->tg_tokens), res->tg_ms, rate(res->tg_tokens, res->tg_ms));
+  return 0;
+}
+
+int CmdTokenize(int argc, char** argv) {
+  static const std::vector<FlagSpec> specs = {
+      {{"-m", "--model"}, true, "GGUF model file (vocabulary)", ""},
+      {{"-p", "--prompt"}, true, "text to tokenize", ""},
+      {{"-f", "--file"}, true, "read the text from a file", ""},
+      {{"--no-bos"}, false, "do not add BOS/EOS", ""},
+      {{"--no-parse-special"}, false, "treat special-token text as plain text", ""},
+  };
+  const std::string usage = "usage: herd tokenize -m MODEL -p TEXT\n" + Args::Usage(specs);
+  auto args = Args::Parse(specs, argc, argv, 2);
+  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
+  if (args->Get("-m").empty()) return UsageError("tokenize: -m MODEL is required", usage);
+  std::string text = args->Get("-p");
+  if (args->Has("-f")) {
+    auto t = ReadFileToString(args->Get("-f"));
+    if (!t.ok()) return Fail(t.status());
+    text = *t;
+  }
+  auto file = gguf::GgufFile::Open(args->Get("-m"));
+  if (!file.ok()) return Fail(file.status());
+  auto vocab = tokenizer::Vocab::FromGguf(**file);
+  if (!vocab.ok()) return Fail(vocab.status());
+  std::vector<int32_t> ids = (*vocab)->Tokenize(text, !args->Has("--no-bos"), !args->Has("--no-parse-special"));
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&out, i ? ", " : "", ids[i]);
+  std::printf("%s]\n", out.c_str());
+  return 0;
+}
+
+int CmdInspect(int argc, char** argv) {
+  if (argc < 3) return UsageError("inspect: missing MODEL", "usage: herd inspect MODEL\n");
+  auto file = gguf::GgufFile::Open(argv[2]);
+  if (!file.ok()) return Fail(file.status());
+  const gguf::GgufFile& f = **file;
+  std::printf("file: %s\nversion: %u\nalignment: %u\nsize: %llu bytes\nmetadata: %zu keys\n", f.path().c_str(),
+              f.version(), f.alignment(), static_cast<unsigned long long>(f.file_size()), f.metadata().size());
+  for (const gguf::KeyValue& kv : f.metadata()) {
+    std::string type = gguf::ValueTypeName(kv.value.type());
+    if (kv.value.type() == gguf::ValueType::ARRAY) {
+      type = absl::StrCat("array[", gguf::ValueTypeName(kv.value.array_type()), ", ", kv.value.array_size(), "]");
+    }
+    std::printf("  %-45s %-22s %s\n", kv.key.c_str(), type.c_str(), kv.value.DebugString().c_str());
+  }
+  std::printf("tensors: %zu\n", f.tensors().size());
+  std::printf("  %-40s %-8s %-28s %12s %12s\n", "name", "type", "ne", "offset", "bytes");
+  uint64_t total = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    std::string ne;
+    for (uint32_t i = 0; i < t.n_dims; ++i) absl::StrAppend(&ne, i ? " x " : "", t.ne[i]);
+    std::printf("  %-40s %-8s %-28s %12llu %12zu\n", t.name.c_str(), GgmlTypeName(t.type).c_str(), ne.c_str(),
+                static_cast<unsigned long long>(t.offset), t.nbytes);
+    total += t.nbytes;
+  }
+  std::printf("tensor data: %llu bytes\n", static_cast<unsigned long long>(total));
+  return 0;
+}
+
+int CmdConvert(int argc, char** argv) {
+  static const std::vector<FlagSpec> specs = {
+      {{"--llama2c"}, true, "llama2.c checkpoint (model.bin)", ""},
+      {{"--tokenizer"}, true, "llama2.c tokenizer (tokenizer.bin)", ""},
+      {{"-o", "--output"}, true, "output GGUF path", ""},
+  };
+  const std::string usage = "usage: herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf\n" +
+                            Args::Usage(specs);
+  auto args = Args::Parse(specs, argc, argv, 2);
+  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
+  if (args->Get("--llama2c").empty() || args->Get("--tokenizer").empty() || args->Get("-o").empty()) {
+    return UsageError("convert: --llama2c, --tokenizer and -o are required", usage);
+  }
+  absl::Status s = model::ConvertLlama2c(args->Get("--llama2c"), args->Get("--tokenizer"), args->Get("-o"));
+  if (!s.ok()) return Fail(s);
+  std::fprintf(stderr, "herd: wrote %s\n", args->Get("-o").c_str());
+  return 0;
+}
+
+const char kUsage[] =
+    "usage: herd <command> [flags]\n"
+    "commands:\n"
+    "  run       generate text from a GGUF model (herd run -h for flags)\n"
+    "  tokenize  print the token ids of a text\n"
+    "  inspect   print a GGUF file's metadata and tensor table\n"
+    "  convert   convert a llama2.c checkpoint to GGUF\n";
+
+}  // namespace
+}  // namespace herd::cli
+
+int main(int argc, char** argv) {
+  using namespace herd::cli;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "run") return CmdRun(argc, argv);
+  if (cmd == "tokenize") return CmdTokenize(argc, argv);
+  if (cmd == "inspect") return CmdInspect(argc, argv);
+  if (cmd == "convert") return CmdConvert(argc, argv);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "herd: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

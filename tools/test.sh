@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test (the README's test command; .ci/run calls it):
+#   1. bazel test //...            (all unit, conformance and e2e tests)
+#   2. bazel test --config=asan    (the GGUF reader and tokenizer under ASan + UBSan)
+# and ends with one plain line "N passed, N failed" over both runs.
+# Installs missing Debian packages first (tools/setup.sh is idempotent).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh >&2 || { echo "0 passed, 1 failed"; exit 1; }
+
+if [[ -z "${HERD_SHARED:-}" && -d ../shared/models ]]; then
+  HERD_SHARED="$(cd ../shared && pwd)"
+fi
+export HERD_SHARED="${HERD_SHARED:-}"
+if [[ -z "$HERD_SHARED" ]]; then
+  echo "note: ../shared not found; tests that need its models and reference data will skip" >&2
+fi
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+rc=0
+bazel test --config=ci --test_env=HERD_SHARED="$HERD_SHARED" //... 2>&1 | tee -a "$log"
+rc1=${PIPESTATUS[0]}
+bazel test --config=ci --config=asan --test_env=HERD_SHARED="$HERD_SHARED" \
+  --build_tests_only --test_tag_filters=asan //... 2>&1 | sed -E 's#^(//[^ ]+)( +)#\1[asan]\2#' | tee -a "$log"
+rc2=${PIPESTATUS[0]}
+(( rc1 != 0 )) && rc=$rc1
+(( rc2 != 0 )) && rc=$rc2
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED in' "$log")
+failed=$(grep -cE '^//[^ ]+ +.*(FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log")
+echo "$passed passed, $failed failed"
+exit "$rc"
