@@ -38,11 +38,11 @@
 namespace herd::gguf {
 namespace {
 
-constexpr uint32_t kDefaultAlignment = 32;      // GGUF_DEFAULT_ALIGNMENT
-constexpr uint32_t kMaxAlignment = 1u << 20;    // sanity bound (ours, not ggml's)
-constexpr uint32_t kMaxDims = 4;                // GGML_MAX_DIMS
-constexpr int kMaxArrayDepth = 16;              // nesting bound for ARRAY of ARRAY
-constexpr size_t kMaxReserve = 1 << 16;         // elements reserved up front at most
+constexpr uint32_t kDefaultAlignment = 32;    // GGUF_DEFAULT_ALIGNMENT
+constexpr uint32_t kMaxAlignment = 1u << 20;  // sanity bound (ours, not ggml's)
+constexpr uint32_t kMaxDims = 4;              // GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 16;            // nesting bound for ARRAY of ARRAY
+constexpr size_t kMaxReserve = 1 << 16;       // elements reserved up front at most
 constexpr char kAlignmentKey[] = "general.alignment";
 
 // Smallest possible encodings, used to bound counts before allocating:
@@ -81,8 +81,8 @@ size_t ScalarSize(ValueType t) {
 
 // Smallest encoding of one array element of type `t` (no type tag).
 uint64_t MinElementSize(ValueType t) {
-  if (t == ValueType::STRING) return 8;   // u64 length
-  if (t == ValueType::ARRAY) return 12;   // u32 type + u64 count
+  if (t == ValueType::STRING) return 8;  // u64 length
+  if (t == ValueType::ARRAY) return 12;  // u32 type + u64 count
   return ScalarSize(t);
 }
 
@@ -126,15 +126,23 @@ double BitsToDouble(ValueType t, uint64_t bits);
 // Value of a scalar of type `t` whose little-endian bits are `bits` (zero-extended).
 int64_t BitsToInt(ValueType t, uint64_t bits) {
   switch (t) {
-    case ValueType::UINT8: return static_cast<uint8_t>(bits);
-    case ValueType::INT8: return static_cast<int8_t>(static_cast<uint8_t>(bits));
-    case ValueType::UINT16: return static_cast<uint16_t>(bits);
-    case ValueType::INT16: return static_cast<int16_t>(static_cast<uint16_t>(bits));
-    case ValueType::UINT32: return static_cast<uint32_t>(bits);
-    case ValueType::INT32: return static_cast<int32_t>(static_cast<uint32_t>(bits));
+    case ValueType::UINT8:
+      return static_cast<uint8_t>(bits);
+    case ValueType::INT8:
+      return static_cast<int8_t>(static_cast<uint8_t>(bits));
+    case ValueType::UINT16:
+      return static_cast<uint16_t>(bits);
+    case ValueType::INT16:
+      return static_cast<int16_t>(static_cast<uint16_t>(bits));
+    case ValueType::UINT32:
+      return static_cast<uint32_t>(bits);
+    case ValueType::INT32:
+      return static_cast<int32_t>(static_cast<uint32_t>(bits));
     case ValueType::UINT64:
-    case ValueType::INT64: return static_cast<int64_t>(bits);
-    case ValueType::BOOL: return bits != 0 ? 1 : 0;
+    case ValueType::INT64:
+      return static_cast<int64_t>(bits);
+    case ValueType::BOOL:
+      return bits != 0 ? 1 : 0;
     case ValueType::FLOAT32:
     case ValueType::FLOAT64: {
       // Saturating, NaN -> 0 (a plain cast would be undefined out of range).
@@ -144,7 +152,8 @@ int64_t BitsToInt(ValueType t, uint64_t bits) {
       if (d <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
       return static_cast<int64_t>(d);
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -178,27 +187,38 @@ std::string TypeDesc(const Value& v) {
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-bool ValidAlignmentValue(uint64_t a) {
-  return a != 0 && (a & (a - 1)) == 0 && a <= kMaxAlignment;
-}
+bool ValidAlignmentValue(uint64_t a) { return a != 0 && (a & (a - 1)) == 0 && a <= kMaxAlignment; }
 
 }  // namespace
 
 const char* ValueTypeName(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: return "uint8";
-    case ValueType::INT8: return "int8";
-    case ValueType::UINT16: return "uint16";
-    case ValueType::INT16: return "int16";
-    case ValueType::UINT32: return "uint32";
-    case ValueType::INT32: return "int32";
-    case ValueType::FLOAT32: return "float32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::UINT64: return "uint64";
-    case ValueType::INT64: return "int64";
-    case ValueType::FLOAT64: return "float64";
+    case ValueType::UINT8:
+      return "uint8";
+    case ValueType::INT8:
+      return "int8";
+    case ValueType::UINT16:
+      return "uint16";
+    case ValueType::INT16:
+      return "int16";
+    case ValueType::UINT32:
+      return "uint32";
+    case ValueType::INT32:
+      return "int32";
+    case ValueType::FLOAT32:
+      return "float32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::UINT64:
+      return "uint64";
+    case ValueType::INT64:
+      return "int64";
+    case ValueType::FLOAT64:
+      return "float64";
   }
   return "unknown";
 }
@@ -232,8 +252,8 @@ class Parser {
   }
   uint64_t Remaining() const { return size_ - pos_; }
   absl::Status Truncated(absl::string_view field, uint64_t need) const {
-    return Fail(absl::StrCat(field, ": truncated at offset ", pos_, " (need ", need,
-                             " bytes, ", Remaining(), " remain in a ", size_, "-byte file)"));
+    return Fail(absl::StrCat(field, ": truncated at offset ", pos_, " (need ", need, " bytes, ",
+                             Remaining(), " remain in a ", size_, "-byte file)"));
   }
   absl::Status ReadLE(absl::string_view field, size_t n, uint64_t* v) {
     if (n > Remaining()) return Truncated(field, n);
@@ -261,9 +281,7 @@ class Parser {
 
 absl::Status Parser::ReadString(absl::string_view field, int64_t index, std::string* out) {
   // No message text is built unless there is an error (this runs per vocab token).
-  auto what = [&]() {
-    return index < 0 ? std::string(field) : absl::StrCat(field, " ", index);
-  };
+  auto what = [&]() { return index < 0 ? std::string(field) : absl::StrCat(field, " ", index); };
   if (Remaining() < 8) return Truncated(absl::StrCat(what(), " length"), 8);
   const uint64_t len = LoadLE(data_ + pos_, 8);
   pos_ += 8;
@@ -310,7 +328,8 @@ absl::Status Parser::ReadValue(ValueType t, int depth, Value* out) {
     out->strings_.reserve(static_cast<size_t>(std::min<uint64_t>(n, kMaxReserve)));
     for (uint64_t i = 0; i < n; ++i) {
       out->strings_.emplace_back();
-      if (absl::Status s = ReadString("string element", static_cast<int64_t>(i), &out->strings_.back());
+      if (absl::Status s =
+              ReadString("string element", static_cast<int64_t>(i), &out->strings_.back());
           !s.ok()) {
         return s;
       }
@@ -381,9 +400,10 @@ absl::Status Parser::Parse(GgufFile* f) {
   f->file_size_ = size_;
   // Magic.
   if (size_ >= 4 && std::memcmp(data_, "GGUF", 4) != 0) {
-    return Fail(absl::StrCat(
-        "bad magic \"", absl::CHexEscape(absl::string_view(reinterpret_cast<const char*>(data_), 4)),
-        "\" (expected \"GGUF\")"));
+    return Fail(
+        absl::StrCat("bad magic \"",
+                     absl::CHexEscape(absl::string_view(reinterpret_cast<const char*>(data_), 4)),
+                     "\" (expected \"GGUF\")"));
   }
   ctx_ = "header";
   if (size_ < 4) return Truncated("magic", 4);
@@ -394,7 +414,7 @@ absl::Status Parser::Parse(GgufFile* f) {
     return Fail("version 1 is not supported (GGUFv1 is obsolete; supported versions: 2, 3)");
   }
   if (version != 2 && version != 3) {
-    if ((version & 0xffff) == 0) {
+    if (version != 0 && (version & 0xffff) == 0) {
       return Fail(absl::StrCat("version ", version, " (0x", absl::Hex(version, absl::kZeroPad8),
                                ") looks byte-swapped: big-endian GGUF is not supported"));
     }
@@ -461,8 +481,8 @@ absl::Status Parser::Parse(GgufFile* f) {
   ctx_ = "header";
   if (n_tensors > Remaining() / kMinTensorInfoBytes) {
     return Fail(absl::StrCat("n_tensors ", n_tensors, " is more than the ", Remaining(),
-                             " bytes after the key/values can hold (at least ",
-                             kMinTensorInfoBytes, " bytes per tensor info)"));
+                             " bytes after the key/values can hold (at least ", kMinTensorInfoBytes,
+                             " bytes per tensor info)"));
   }
   f->tensors_.reserve(static_cast<size_t>(n_tensors));
   absl::flat_hash_set<std::string> names;
@@ -487,15 +507,15 @@ absl::Status Parser::Parse(GgufFile* f) {
     if (ti.offset > data_size || ti.nbytes > data_size - ti.offset) {
       return Fail(absl::StrCat("data at offset ", ti.offset, " + ", ti.nbytes,
                                " bytes extends past the end of the data section (", data_size,
-                               " bytes from file offset ", f->data_offset_, "; file size ",
-                               size_, ")"));
+                               " bytes from file offset ", f->data_offset_, "; file size ", size_,
+                               ")"));
     }
     ti.data = data_ + f->data_offset_ + ti.offset;
   }
   // Overlap: sort by offset; every tensor must end before the next one starts.
   std::vector<size_t> order(f->tensors_.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [f](size_t a, size_t b) {
+  std::stable_sort(order.begin(), order.end(), [f](size_t a, size_t b) {
     return f->tensors_[a].offset < f->tensors_[b].offset;
   });
   for (size_t i = 1; i < order.size(); ++i) {
@@ -504,8 +524,7 @@ absl::Status Parser::Parse(GgufFile* f) {
     if (a.offset + a.nbytes > b.offset) {
       ctx_.clear();
       return Fail(absl::StrCat("tensors ", Quote(a.name), " (offset ", a.offset, ", ", a.nbytes,
-                               " bytes) and ", Quote(b.name), " (offset ", b.offset,
-                               ") overlap"));
+                               " bytes) and ", Quote(b.name), " (offset ", b.offset, ") overlap"));
     }
   }
   return absl::OkStatus();
@@ -623,10 +642,14 @@ Value Value::NestedArray(ValueType elem, std::vector<Value> elems) {
     for (const Value& e : elems) {
       uint64_t bits = e.bits_;
       if (e.type_ != elem) {  // convert to the element type
-        if (elem == ValueType::FLOAT32) bits = F32(static_cast<float>(e.AsDouble())).bits_;
-        else if (elem == ValueType::FLOAT64) bits = F64(e.AsDouble()).bits_;
-        else if (elem == ValueType::BOOL) bits = e.AsBool() ? 1 : 0;
-        else bits = static_cast<uint64_t>(e.is_float() ? BitsToInt(e.type_, e.bits_) : e.AsInt());
+        if (elem == ValueType::FLOAT32)
+          bits = F32(static_cast<float>(e.AsDouble())).bits_;
+        else if (elem == ValueType::FLOAT64)
+          bits = F64(e.AsDouble()).bits_;
+        else if (elem == ValueType::BOOL)
+          bits = e.AsBool() ? 1 : 0;
+        else
+          bits = static_cast<uint64_t>(e.is_float() ? BitsToInt(e.type_, e.bits_) : e.AsInt());
       }
       AppendLE(bits, sz, &r.raw_);
     }
@@ -749,13 +772,13 @@ absl::Status KeyNotFound(const std::string& path, absl::string_view key) {
 }
 absl::Status WrongType(const std::string& path, absl::string_view key, const Value& v,
                        absl::string_view expected) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": key ", Quote(key), " has type ",
-                                                 TypeDesc(v), ", expected ", expected));
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": key ", Quote(key), " has type ", TypeDesc(v), ", expected ", expected));
 }
 absl::Status OutOfRange(const std::string& path, absl::string_view key, absl::string_view value,
                         absl::string_view range) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": key ", Quote(key), " value ", value,
-                                                 " is out of range for ", range));
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": key ", Quote(key), " value ", value, " is out of range for ", range));
 }
 }  // namespace
 
@@ -839,8 +862,7 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(absl::string_view key
     out[i] = v->IntAt(i);
     if (v->array_type() == ValueType::UINT64 && out[i] < 0) {
       return OutOfRange(path_, key,
-                        absl::StrCat(static_cast<uint64_t>(out[i]), " (element ", i, ")"),
-                        "int64");
+                        absl::StrCat(static_cast<uint64_t>(out[i]), " (element ", i, ")"), "int64");
     }
   }
   return out;
@@ -855,9 +877,8 @@ GgufWriter GgufWriter::FromFile(const GgufFile& f) {
   w.kv_ = f.metadata();
   w.tensors_.reserve(f.tensors().size());
   for (const TensorInfo& t : f.tensors()) {
-    w.tensors_.push_back(PendingTensor{t.name, t.type,
-                                       std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data,
-                                       t.nbytes});
+    w.tensors_.push_back(PendingTensor{t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                                       t.data, t.nbytes});
   }
   // gguf-py's vocab-only files (no tensors) end right after the key/values, without
   // padding to the alignment; ggml's writer pads. Keep whichever the file did.
@@ -879,9 +900,9 @@ void GgufWriter::SetValue(const std::string& key, Value v) {
 }
 
 void GgufWriter::RemoveKey(const std::string& key) {
-  kv_.erase(std::remove_if(kv_.begin(), kv_.end(),
-                           [&key](const KeyValue& kv) { return kv.key == key; }),
-            kv_.end());
+  kv_.erase(
+      std::remove_if(kv_.begin(), kv_.end(), [&key](const KeyValue& kv) { return kv.key == key; }),
+      kv_.end());
   if (key == kAlignmentKey) alignment_ = kDefaultAlignment;
 }
 
@@ -892,7 +913,8 @@ absl::Status CheckTensor(const std::string& name, GgmlType type, const std::vect
     return absl::InvalidArgumentError(absl::StrCat("tensor ", Quote(name), ": ", msg));
   };
   const GgmlTypeTraits* tr = GetGgmlTypeTraits(type);
-  if (tr == nullptr) return fail(absl::StrCat("unknown ggml type id ", static_cast<uint32_t>(type)));
+  if (tr == nullptr)
+    return fail(absl::StrCat("unknown ggml type id ", static_cast<uint32_t>(type)));
   if (ne.empty() || ne.size() > kMaxDims) {
     return fail(absl::StrCat("n_dims ", ne.size(), " is out of range 1..", kMaxDims));
   }
@@ -1013,10 +1035,9 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
   for (const KeyValue& kv : kv_) {
     if (kv.key != kAlignmentKey) continue;
     if (kv.value.type() != ValueType::UINT32 || !ValidAlignmentValue(kv.value.AsUint())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": key '", kAlignmentKey, "' must be a uint32 power of two <= ",
-                       kMaxAlignment, ", got ", TypeDesc(kv.value), " ",
-                       kv.value.DebugString(4)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": key '", kAlignmentKey, "' must be a uint32 power of two <= ", kMaxAlignment,
+          ", got ", TypeDesc(kv.value), " ", kv.value.DebugString(4)));
     }
   }
   const std::string header = HeaderBytes();
@@ -1052,7 +1073,8 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
   }
   // Make the rename durable (best effort).
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

@@ -49,9 +49,13 @@ class Value {
   static Value StringArray(std::vector<std::string> v);
   static Value F32Array(const std::vector<float>& v);
   static Value I32Array(const std::vector<int32_t>& v);
-  /// A numeric array of `n` elements of scalar type `elem` given as little-endian bytes.
+  /// A numeric array of `n` elements of scalar type `elem` (not STRING/ARRAY: that
+  /// gives an empty array) given as little-endian bytes; `raw_le_bytes` is cut or
+  /// zero-padded to n * element size.
   static Value NumericArray(ValueType elem, std::string raw_le_bytes, size_t n);
-  /// An array of arrays (or of any values of type `elem`).
+  /// An array of arrays (or of any values of type `elem`). Scalars of another numeric
+  /// type are converted to `elem`; with elem == ARRAY a non-array element becomes an
+  /// empty array, so the result always encodes consistently.
   static Value NestedArray(ValueType elem, std::vector<Value> elems);
 
   ValueType type() const { return type_; }
@@ -63,6 +67,8 @@ class Value {
   bool is_integer() const;  // UINT8..INT64, BOOL excluded
   bool is_float() const;    // FLOAT32 / FLOAT64
   /// Scalar accessors; precondition: matching type() (integers convert among themselves).
+  /// A mismatch never crashes: numbers convert (floats saturate to int64, NaN -> 0),
+  /// AsString() of a non-string is "".
   int64_t AsInt() const;
   uint64_t AsUint() const;
   double AsDouble() const;  // any numeric scalar
@@ -75,11 +81,13 @@ class Value {
   const std::string& raw() const { return raw_; }
   /// ARRAY of ARRAY elements.
   const std::vector<Value>& elements() const { return elements_; }
-  /// Numeric array element i (precondition: numeric array, i < array_size()).
+  /// Numeric array element i (precondition: numeric array, i < array_size(); otherwise
+  /// 0). UINT64 elements above INT64_MAX wrap in IntAt.
   int64_t IntAt(size_t i) const;
   double DoubleAt(size_t i) const;
 
-  /// Short human-readable rendering (arrays abbreviated) for `herd inspect`.
+  /// Short human-readable rendering (arrays abbreviated) for `herd inspect`:
+  /// 64, -1.5, true, "text" (C-escaped, long strings cut), int32[512] [2, 3, 3, ...].
   std::string DebugString(size_t max_elems = 8) const;
 
  private:
@@ -120,17 +128,32 @@ class GgufFile {
   /// version, counts the file cannot hold, oversize strings/arrays, bad n_dims, zero or
   /// overflowing dims/byte sizes, unknown tensor types, data outside the file,
   /// overlapping tensors, duplicate names, bad alignment — is INVALID_ARGUMENT with a
-  /// message naming the file, the field and the value. Missing file: NOT_FOUND.
+  /// message naming the file, the field and the value, e.g.
+  /// "model.gguf: tensor 'blk.0.attn_q.weight': dim 1 is 0". Missing file: NOT_FOUND.
+  ///
+  /// Checks (format per ggml gguf.cpp; stricter where noted): magic "GGUF"; version 2 or
+  /// 3 (1 is obsolete); n_kv / n_tensors no more than the remaining bytes can hold at
+  /// 13 / 32 bytes minimum each; every string/array length against the remaining bytes
+  /// (before any allocation); value and array element types 0..12; arrays nested at most
+  /// 16 deep; no duplicate keys or tensor names; general.alignment a UINT32 power of two
+  /// in 1..2^20; n_dims 1..4; each dim in 1..INT64_MAX (ggml allows 0); element count and
+  /// byte size fit in int64; ne[0] a multiple of the block size; known ggml type;
+  /// offset a multiple of the alignment; data inside the file; no two tensors overlap
+  /// (ggml requires the exact contiguous layout; any non-overlapping aligned layout is
+  /// accepted here). Tensor names longer than ggml's GGML_MAX_NAME are accepted.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
 
-  /// Same validation over an in-memory image (copied); `name` is used in messages.
+  /// Same validation over an in-memory image (moved in, owned); `name` is used in messages.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(std::string bytes,
                                                              const std::string& name = "<memory>");
 
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
-  /// File offset of the data section.
+  /// File offset of the data section: end of the tensor infos rounded up to
+  /// alignment(). Can exceed file_size() for a file without tensors (gguf-py vocab-only
+  /// files are not padded).
   uint64_t data_offset() const { return data_offset_; }
+  /// Bytes.
   uint64_t file_size() const { return file_size_; }
   const std::string& path() const { return path_; }
 
@@ -181,11 +204,17 @@ class GgufWriter {
 
   /// Copies version, alignment, all metadata and all tensors (data pointers into
   /// `f`, which must outlive the writer). Writing it again gives identical bytes for
-  /// files laid out the way llama.cpp writes them.
+  /// files laid out the way llama.cpp writes them (tensors contiguous in info order,
+  /// each padded to the alignment with zeros): every .gguf in ../shared round-trips
+  /// whole-file identically (gguf_roundtrip_test). A tensorless file keeps its choice
+  /// of padding the header or not. Other layouts (gaps, out-of-order offsets, trailing
+  /// bytes) are rewritten to the canonical layout with the same metadata and tensor bytes.
   static GgufWriter FromFile(const GgufFile& f);
 
   /// Sets or replaces `key` (keeps its position when replacing). Setting
-  /// general.alignment also changes the data alignment.
+  /// general.alignment to a UINT32 power of two <= 2^20 also changes the data alignment;
+  /// any other general.alignment value is stored and written as given (the layout keeps
+  /// the previous alignment; readers reject such a file, WriteFile refuses it).
   void SetValue(const std::string& key, Value v);
   void RemoveKey(const std::string& key);
   const std::vector<KeyValue>& metadata() const { return kv_; }
@@ -195,13 +224,19 @@ class GgufWriter {
   /// matching the shape and type.
   absl::Status AddTensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
                          const void* data, size_t nbytes);
-  /// Replaces the type/data of an existing tensor (same checks as AddTensor).
+  /// Replaces the type/data of an existing tensor (same checks as AddTensor against its
+  /// shape); NOT_FOUND when there is no such tensor.
   absl::Status ReplaceTensor(const std::string& name, GgmlType type, const void* data,
                              size_t nbytes);
 
-  /// Writes atomically (temp file, fsync, rename); nothing is left on failure.
+  /// Writes atomically, streaming the tensor data (unique temp file in the same
+  /// directory, fsync, rename, fsync of the directory); nothing is left on failure.
+  /// Errors: INVALID_ARGUMENT for a version other than 2/3 or a bad general.alignment;
+  /// NOT_FOUND / PERMISSION_DENIED / INTERNAL (naming the path, errno text) for I/O.
   absl::Status WriteFile(const std::string& path) const;
-  /// The whole file image.
+  /// The whole file image: header, key/values, tensor infos, zero padding to the
+  /// alignment, then each tensor's data at offsets assigned in insertion order, each
+  /// followed by zero padding to the alignment (ggml gguf_write_out / gguf-py).
   std::string WriteToString() const;
 
  private:

@@ -79,8 +79,8 @@ GgufWriter BaselineWriter() {
   w.SetValue("k.str", Value::String("hello"));
   w.SetValue("k.arr_i32", Value::I32Array({1, 2, 3}));
   w.SetValue("k.arr_str", Value::StringArray({"a", "bc"}));
-  w.SetValue("k.nested", Value::NestedArray(ValueType::ARRAY, {Value::I32Array({1}),
-                                                              Value::StringArray({"x"})}));
+  w.SetValue("k.nested", Value::NestedArray(ValueType::ARRAY,
+                                            {Value::I32Array({1}), Value::StringArray({"x"})}));
   EXPECT_TRUE(w.AddTensor("tensor_a", GgmlType::F32, {4, 2}, kA, sizeof(kA)).ok());
   EXPECT_TRUE(w.AddTensor("tensor_b", GgmlType::Q4_0, {32, 2}, kB, sizeof(kB)).ok());
   EXPECT_TRUE(w.AddTensor("tensor_d", GgmlType::F32, {4, 1, 1, 2}, kD, sizeof(kD)).ok());
@@ -97,16 +97,16 @@ std::string Parse(std::string img) {
   if (r.ok()) return "OK";
   const std::string msg(r.status().message());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << msg;
-  EXPECT_EQ(msg.rfind(std::string(kName) + ": ", 0), 0u) << "message must start with the file: "
-                                                           << msg;
+  EXPECT_EQ(msg.rfind(std::string(kName) + ": ", 0), 0u)
+      << "message must start with the file: " << msg;
   return msg;
 }
 
-#define EXPECT_CORRUPT(img, substr)                                              \
-  do {                                                                           \
-    const std::string m_ = Parse(img);                                           \
-    EXPECT_NE(m_, "OK") << "expected failure containing: " << (substr);          \
-    EXPECT_NE(m_.find(substr), std::string::npos) << "message: " << m_;          \
+#define EXPECT_CORRUPT(img, substr)                                     \
+  do {                                                                  \
+    const std::string m_ = Parse(img);                                  \
+    EXPECT_NE(m_, "OK") << "expected failure containing: " << (substr); \
+    EXPECT_NE(m_.find(substr), std::string::npos) << "message: " << m_; \
   } while (0)
 
 TEST(GgufCorrupt, BaselineIsValid) {
@@ -151,7 +151,10 @@ TEST(GgufCorrupt, BadMagic) {
   std::string img = Baseline();
   img[3] = 'X';
   EXPECT_CORRUPT(img, "bad magic \"GGUX\"");
-  EXPECT_CORRUPT("\x7f" "ELF", "bad magic");
+  EXPECT_CORRUPT(
+      "\x7f"
+      "ELF",
+      "bad magic");
 }
 
 TEST(GgufCorrupt, UnsupportedVersion) {
@@ -296,8 +299,9 @@ TEST(GgufCorrupt, BadDims) {
   std::string ov = img;
   SetU64(&ov, d.ne, uint64_t{1} << 32);
   SetU64(&ov, d.ne + 8, uint64_t{1} << 32);
-  EXPECT_CORRUPT(ov, "tensor 'tensor_d': element count of dims 4294967296 x 4294967296 x 1 x 2 "
-                     "overflows int64");
+  EXPECT_CORRUPT(ov,
+                 "tensor 'tensor_d': element count of dims 4294967296 x 4294967296 x 1 x 2 "
+                 "overflows int64");
   // Each dim alone fits, the product of the last three overflows.
   std::string ov2 = img;
   SetU64(&ov2, d.ne + 8, uint64_t{1} << 31);
@@ -307,17 +311,22 @@ TEST(GgufCorrupt, BadDims) {
   // Element count fits (2^61), byte size (2^63 for f32) does not.
   std::string by = img;
   SetU64(&by, d.ne, uint64_t{1} << 60);
-  EXPECT_CORRUPT(by, "tensor 'tensor_d': byte size of f32 dims 1152921504606846976 x 1 x 1 x 2 "
-                     "overflows int64");
-  // Quantized: 2^62 elements of q4_0 are 2^57 blocks * 18 bytes: overflows too.
+  EXPECT_CORRUPT(by,
+                 "tensor 'tensor_d': byte size of f32 dims 1152921504606846976 x 1 x 1 x 2 "
+                 "overflows int64");
+  // q8_K stores 292 bytes per 256 elements: 8.1e18 elements fit in int64, their bytes do not.
+  std::string k8 = img;
+  SetU32(&k8, d.type, static_cast<uint32_t>(GgmlType::Q8_K));
+  SetU64(&k8, d.ne, 8100000000000000000ull);  // a multiple of 256
+  SetU64(&k8, d.ne + 24, 1);
+  EXPECT_CORRUPT(k8,
+                 "tensor 'tensor_d': byte size of q8_K dims 8100000000000000000 x 1 x 1 x 1 "
+                 "overflows int64");
+  // q4_0: 2^62 elements fit in int64 (and so do their bytes), but not in the file.
   const TensorFields b = Tensor(img, "tensor_b");
-  std::string bq = img;
-  SetU64(&bq, b.ne, uint64_t{1} << 62);
-  EXPECT_CORRUPT(bq, "tensor 'tensor_b': byte size of q4_0");
-  // Fits in int64 but far past the file.
   std::string big = img;
-  SetU64(&big, b.ne, uint64_t{1} << 40);
-  EXPECT_CORRUPT(big, "tensor 'tensor_b': data at offset 32 + ");
+  SetU64(&big, b.ne, uint64_t{1} << 61);
+  EXPECT_CORRUPT(big, "tensor 'tensor_b': data at offset 32 + 2594073385365405696 bytes extends");
 
   std::string blk = img;
   SetU64(&blk, b.ne, 33);
@@ -339,8 +348,9 @@ TEST(GgufCorrupt, OffsetsAndSizes) {
   const TensorFields c = Tensor(img, "tensor_c");
   std::string past = img;
   SetU64(&past, c.offset, uint64_t{1} << 40);
-  EXPECT_CORRUPT(past, "tensor 'tensor_c': data at offset 1099511627776 + 6 bytes extends past "
-                       "the end of the data section (160 bytes");
+  EXPECT_CORRUPT(past,
+                 "tensor 'tensor_c': data at offset 1099511627776 + 6 bytes extends past "
+                 "the end of the data section (160 bytes");
   SetU64(&past, c.offset, ~uint64_t{31});  // aligned, near 2^64: no wrap-around
   EXPECT_CORRUPT(past, "tensor 'tensor_c': data at offset 18446744073709551584");
   std::string just = img;
@@ -364,7 +374,8 @@ TEST(GgufCorrupt, OverlappingTensors) {
   // tensor_a grows from 32 to 48 bytes into tensor_b at 32.
   std::string grow = img;
   SetU64(&grow, Tensor(img, "tensor_a").ne + 8, 3);
-  EXPECT_CORRUPT(grow, "tensors 'tensor_a' (offset 0, 48 bytes) and 'tensor_b' (offset 32) overlap");
+  EXPECT_CORRUPT(grow,
+                 "tensors 'tensor_a' (offset 0, 48 bytes) and 'tensor_b' (offset 32) overlap");
   // Order in the file does not matter: tensor_c placed inside tensor_b.
   std::string inside = img;
   SetU64(&inside, Tensor(img, "tensor_c").offset, 64);
@@ -429,8 +440,14 @@ TEST(GgufCorrupt, NonPrintableNamesAreEscaped) {
   const size_t p = img.find(Lp("tensor_a"));
   ASSERT_NE(p, std::string::npos);
   img[p + 8] = '\x01';
-  SetU64(&img, Tensor(img, "\x01" "ensor_a").ne, 0);
-  EXPECT_CORRUPT(img, "tensor '\\001ensor_a': dim 0 is 0");
+  SetU64(&img,
+         Tensor(img,
+                "\x01"
+                "ensor_a")
+             .ne,
+         0);
+  // absl::CHexEscape: "\x01" and then 'e' escaped too, as a hex digit.
+  EXPECT_CORRUPT(img, "tensor '\\x01\\x65nsor_a': dim 0 is 0");
 }
 
 // Random byte corruption of the header region: any outcome but a crash (or a sanitizer
@@ -456,8 +473,8 @@ TEST(GgufCorrupt, RandomByteFlipsNeverCrash) {
       const uint64_t r = next();
       // Mix of bit flips and "interesting" bytes (0, 0xff, 0x80).
       const char interesting[] = {0, '\xff', '\x80', 1};
-      t[pos] = (r & 1) ? static_cast<char>(t[pos] ^ (1 << ((r >> 1) % 8)))
-                       : interesting[(r >> 1) % 4];
+      t[pos] =
+          (r & 1) ? static_cast<char>(t[pos] ^ (1 << ((r >> 1) % 8))) : interesting[(r >> 1) % 4];
     }
     if (next() % 4 == 0) t.resize(next() % (t.size() + 1));
     absl::StatusOr<std::unique_ptr<GgufFile>> r = GgufFile::FromBytes(t, kName);

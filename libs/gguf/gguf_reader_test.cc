@@ -13,8 +13,8 @@
 namespace herd::gguf {
 namespace {
 
-#define REQUIRE_SHARED(var)                                   \
-  const std::string var = SharedDir();                        \
+#define REQUIRE_SHARED(var)            \
+  const std::string var = SharedDir(); \
   if (var.empty()) GTEST_SKIP() << kSharedDirMissing
 
 bool Contains(const std::string& s, const std::string& sub) {
@@ -184,8 +184,9 @@ TEST(GgufReader, TypedGetterErrorsNameTheKey) {
 
   s = f.GetStringArray("tokenizer.ggml.scores").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(std::string(s.message()),
-                       "'tokenizer.ggml.scores' has type array of float32")) << s;
+  EXPECT_TRUE(
+      Contains(std::string(s.message()), "'tokenizer.ggml.scores' has type array of float32"))
+      << s;
 
   s = f.GetIntArray("tokenizer.ggml.tokens").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -234,14 +235,13 @@ TEST(GgufReader, AllValueTypesRoundTrip) {
   w.SetValue("arr_u16", Value::NumericArray(ValueType::UINT16, u16le, 2));
   std::string u64le(8, '\xff');
   w.SetValue("arr_u64_big", Value::NumericArray(ValueType::UINT64, u64le, 1));
-  w.SetValue("arr_f64",
-             Value::NestedArray(ValueType::FLOAT64, {Value::F64(0.25), Value::F64(8)}));
-  w.SetValue("arr_bool", Value::NestedArray(ValueType::BOOL, {Value::Bool(true),
-                                                              Value::Bool(false)}));
-  w.SetValue("nested", Value::NestedArray(
-                           ValueType::ARRAY,
-                           {Value::I32Array({1, 2}), Value::StringArray({"x"}),
-                            Value::NestedArray(ValueType::ARRAY, {Value::F32Array({3.0f})})}));
+  w.SetValue("arr_f64", Value::NestedArray(ValueType::FLOAT64, {Value::F64(0.25), Value::F64(8)}));
+  w.SetValue("arr_bool",
+             Value::NestedArray(ValueType::BOOL, {Value::Bool(true), Value::Bool(false)}));
+  w.SetValue("nested",
+             Value::NestedArray(ValueType::ARRAY,
+                                {Value::I32Array({1, 2}), Value::StringArray({"x"}),
+                                 Value::NestedArray(ValueType::ARRAY, {Value::F32Array({3.0f})})}));
   const std::string img = w.WriteToString();
   absl::StatusOr<std::unique_ptr<GgufFile>> r = GgufFile::FromBytes(img, "all.gguf");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -288,12 +288,14 @@ TEST(GgufReader, AllValueTypesRoundTrip) {
   EXPECT_EQ(n->elements()[0].IntAt(1), 2);
   EXPECT_EQ(n->elements()[1].strings(), std::vector<std::string>{"x"});
   EXPECT_EQ(n->elements()[2].elements()[0].DoubleAt(0), 3.0);
-  EXPECT_EQ(n->DebugString(), "array[3] [int32[2] [1, 2], string[1] [\"x\"], array[1] [float32[1] [3]]]");
+  EXPECT_EQ(n->DebugString(),
+            "array[3] [int32[2] [1, 2], string[1] [\"x\"], array[1] [float32[1] [3]]]");
 
   // Range errors name the key and the value.
   absl::Status s = f.GetUint32("i8").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(std::string(s.message()), "'i8' value -100 is out of range for uint32")) << s;
+  EXPECT_TRUE(Contains(std::string(s.message()), "'i8' value -100 is out of range for uint32"))
+      << s;
   s = f.GetUint32("u64").status();
   EXPECT_TRUE(Contains(std::string(s.message()), "'u64' value 18000000000000000000")) << s;
   s = f.GetInt("u64").status();

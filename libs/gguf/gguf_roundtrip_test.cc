@@ -17,8 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define REQUIRE_SHARED(var)                                   \
-  const std::string var = SharedDir();                        \
+#define REQUIRE_SHARED(var)            \
+  const std::string var = SharedDir(); \
   if (var.empty()) GTEST_SKIP() << kSharedDirMissing
 
 bool Contains(const std::string& s, const std::string& sub) {

@@ -1,0 +1,195 @@
+// llama-bench-style throughput of the CPU engine: pp128 (one 128-token prompt batch)
+// and tg64 (64 single-token decodes), on random-weight LLaMA models of the shapes
+// llama.cpp was measured on (../shared/reference/perf), printed next to the peer's
+// figures and their ratio.
+//   bazel run --config=bench //bench:llama_bench -- [--model llama-110m|tinyllama-1.1b]
+//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "libs/backend/cpu_backend.h"
+#include "libs/base/fp16.h"
+#include "libs/engine/engine.h"
+#include "libs/gguf/gguf.h"
+#include "libs/model/model.h"
+#include "libs/tensor/quants.h"
+
+namespace herd {
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab;
+  bool tied;
+};
+
+const Shape kShapes[] = {
+    {"llama-110m", 768, 12, 12, 12, 2048, 32000, true},
+    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, false},
+};
+
+// Writes a random-weight llama GGUF with 2-D weights in `wtype` (norms F32).
+absl::Status WriteModel(const Shape& s, GgmlType wtype, const std::string& path) {
+  gguf::GgufWriter w;
+  w.SetValue("general.architecture", gguf::Value::String("llama"));
+  w.SetValue("llama.context_length", gguf::Value::U32(2048));
+  w.SetValue("llama.embedding_length", gguf::Value::U32(static_cast<uint32_t>(s.n_embd)));
+  w.SetValue("llama.block_count", gguf::Value::U32(static_cast<uint32_t>(s.n_layer)));
+  w.SetValue("llama.feed_forward_length", gguf::Value::U32(static_cast<uint32_t>(s.n_ff)));
+  w.SetValue("llama.attention.head_count", gguf::Value::U32(static_cast<uint32_t>(s.n_head)));
+  w.SetValue("llama.attention.head_count_kv", gguf::Value::U32(static_cast<uint32_t>(s.n_head_kv)));
+  w.SetValue("llama.attention.layer_norm_rms_epsilon", gguf::Value::F32(1e-5f));
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> store;
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, GgmlType t) -> absl::Status {
+    std::vector<float> row(static_cast<size_t>(ne0));
+    auto buf = std::make_unique<std::vector<uint8_t>>(GgmlRowSize(t, ne0) * static_cast<size_t>(ne1));
+    for (int64_t r = 0; r < ne1; ++r) {
+      for (float& x : row) x = ne1 == 1 ? 1.0f : nd(rng);
+      QuantizeRow(t, row.data(), buf->data() + static_cast<size_t>(r) * GgmlRowSize(t, ne0), ne0);
+    }
+    std::vector<int64_t> ne = {ne0};
+    if (ne1 > 1) ne.push_back(ne1);
+    absl::Status st = w.AddTensor(name, t, ne, buf->data(), buf->size());
+    store.push_back(std::move(buf));
+    return st;
+  };
+  const int64_t hd = s.n_embd / s.n_head;
+  absl::Status st = add("token_embd.weight", s.n_embd, s.n_vocab, wtype);
+  if (st.ok()) st = add("output_norm.weight", s.n_embd, 1, GgmlType::F32);
+  if (st.ok() && !s.tied) st = add("output.weight", s.n_embd, s.n_vocab, wtype);
+  for (int64_t il = 0; il < s.n_layer && st.ok(); ++il) {
+    const std::string p = absl::StrCat("blk.", il, ".");
+    st = add(p + "attn_norm.weight", s.n_embd, 1, GgmlType::F32);
+    if (st.ok()) st = add(p + "attn_q.weight", s.n_embd, s.n_embd, wtype);
+    if (st.ok()) st = add(p + "attn_k.weight", s.n_embd, hd * s.n_head_kv, wtype);
+    if (st.ok()) st = add(p + "attn_v.weight", s.n_embd, hd * s.n_head_kv, wtype);
+    if (st.ok()) st = add(p + "attn_output.weight", s.n_embd, s.n_embd, wtype);
+    if (st.ok()) st = add(p + "ffn_norm.weight", s.n_embd, 1, GgmlType::F32);
+    if (st.ok()) st = add(p + "ffn_gate.weight", s.n_embd, s.n_ff, wtype);
+    if (st.ok()) st = add(p + "ffn_up.weight", s.n_embd, s.n_ff, wtype);
+    if (st.ok()) st = add(p + "ffn_down.weight", s.n_ff, s.n_embd, wtype);
+  }
+  if (!st.ok()) return st;
+  return w.WriteFile(path);
+}
+
+// Peer figures: "| llama-110m F16 | pp t1 | tg t1 | pp t2 | tg t2 |".
+std::map<std::string, std::vector<double>> PeerFigures() {
+  std::map<std::string, std::vector<double>> out;
+  const char* env = std::getenv("HERD_SHARED");
+  std::string path = std::string(env && *env ? env : "../shared") + "/reference/perf/README.md";
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells = absl::StrSplit(line, '|');
+    if (cells.size() < 7) continue;
+    std::vector<double> v;
+    for (size_t i = 2; i < 6; ++i) {
+      double d;
+      std::string c(absl::StripAsciiWhitespace(cells[i]));
+      if (absl::SimpleAtod(c, &d)) v.push_back(d);
+    }
+    if (v.size() == 4) out[std::string(absl::StripAsciiWhitespace(cells[1]))] = v;
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+}  // namespace herd
+
+int main(int argc, char** argv) {
+  using namespace herd;
+  std::string model = "llama-110m", types = "f16,q8_0,q4_0", threads = "1,2";
+  int reps = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--model") model = argv[i + 1];
+    if (a == "--types") types = argv[i + 1];
+    if (a == "--threads") threads = argv[i + 1];
+    if (a == "--reps") reps = std::atoi(argv[i + 1]);
+  }
+  const Shape* shape = nullptr;
+  for (const Shape& s : kShapes) if (s.name == model) shape = &s;
+  if (shape == nullptr) {
+    std::fprintf(stderr, "unknown --model %s\n", model.c_str());
+    return 2;
+  }
+  auto peer = PeerFigures();
+  std::printf("| model | type | threads | test | herd t/s | llama.cpp t/s | ratio |\n|---|---|---|---|---|---|---|\n");
+  for (absl::string_view tname : absl::StrSplit(types, ',')) {
+    GgmlType wt;
+    if (!ParseGgmlType(std::string(tname), &wt)) {
+      std::fprintf(stderr, "unknown type %s\n", std::string(tname).c_str());
+      return 2;
+    }
+    const std::string path = absl::StrCat("/tmp/herd-bench-", model, "-", tname, ".gguf");
+    absl::Status st = WriteModel(*shape, wt, path);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    auto m = model::Model::Load(path);
+    if (!m.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(m.status().message()).c_str());
+      return 1;
+    }
+    std::string upper = GgmlTypeName(wt);
+    for (absl::string_view th : absl::StrSplit(threads, ',')) {
+      int nt = std::atoi(std::string(th).c_str());
+      CpuBackend backend(nt);
+      engine::EngineParams ep;
+      ep.n_ctx = 256;
+      auto e = engine::Engine::Create(**m, ep, &backend);
+      if (!e.ok()) return 1;
+      std::mt19937 rng(7);
+      std::vector<double> pp, tg;
+      for (int r = 0; r < reps + 1; ++r) {
+        (*e)->kv().Clear();
+        engine::Batch b;
+        for (int i = 0; i < 128; ++i) b.Add(static_cast<int32_t>(rng() % 32000), i, 0, i == 127);
+        auto t0 = std::chrono::steady_clock::now();
+        if (!(*e)->Decode(b).ok()) return 1;
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r > 0) pp.push_back(128 / s);
+        (*e)->kv().Clear();
+        t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 64; ++i) {
+          b.Clear();
+          b.Add(static_cast<int32_t>(rng() % 32000), i, 0, true);
+          if (!(*e)->Decode(b).ok()) return 1;
+        }
+        s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r > 0) tg.push_back(64 / s);
+      }
+      auto it = peer.find(model + " " + upper);
+      for (int test = 0; test < 2; ++test) {
+        const double ours = Median(test == 0 ? pp : tg);
+        double theirs = 0;
+        if (it != peer.end()) theirs = it->second[static_cast<size_t>((nt == 2 ? 2 : 0) + test)];
+        std::printf("| %s | %s | %d | %s | %.1f | %.1f | %.2f |\n", model.c_str(), upper.c_str(), nt,
+                    test == 0 ? "pp128" : "tg64", ours, theirs, theirs > 0 ? ours / theirs : 0.0);
+        std::fflush(stdout);
+      }
+    }
+    std::remove(path.c_str());
+  }
+  return 0;
+}

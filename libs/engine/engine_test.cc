@@ -1,0 +1,122 @@
+// Engine tests on the real stories260K model: batched prompt processing equals
+// token-by-token, several sequences in one batch equal each one alone, chunking
+// by n_batch changes nothing, the KV cache bookkeeping, and bad batches are
+// rejected without touching the cache.
+#include "libs/engine/engine.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+#include "libs/backend/cpu_backend.h"
+#include "tests/shared_data.h"
+
+namespace herd::engine {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string shared = SharedDir();
+    if (shared.empty()) GTEST_SKIP() << "../shared not found: set HERD_SHARED";
+    auto m = model::Model::Load(shared + "/models/stories260K.gguf");
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = *std::move(m);
+  }
+  std::unique_ptr<Engine> Make(int64_t n_ctx, int64_t n_batch, GgmlType kv = GgmlType::F32) {
+    EngineParams p;
+    p.n_ctx = n_ctx;
+    p.n_batch = n_batch;
+    p.kv_type = kv;
+    auto e = Engine::Create(*model_, p, &backend_);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? *std::move(e) : nullptr;
+  }
+  static double MaxDiff(const float* a, const float* b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+    return m;
+  }
+  std::unique_ptr<model::Model> model_;
+  CpuBackend backend_{2};
+  const std::vector<int32_t> prompt_ = {1, 403, 407, 261, 378, 432, 383, 286};
+};
+
+TEST_F(EngineTest, BatchEqualsTokenByTokenAndChunking) {
+  auto whole = Make(64, 512);
+  Batch b;
+  for (size_t i = 0; i < prompt_.size(); ++i) b.Add(prompt_[i], static_cast<int32_t>(i), 0, true);
+  ASSERT_TRUE(whole->Decode(b).ok());
+  auto chunked = Make(64, 3);
+  ASSERT_TRUE(chunked->Decode(b).ok());
+  auto single = Make(64, 512);
+  const int64_t nv = whole->n_vocab();
+  for (size_t i = 0; i < prompt_.size(); ++i) {
+    Batch one;
+    one.Add(prompt_[i], static_cast<int32_t>(i), 0, true);
+    ASSERT_TRUE(single->Decode(one).ok());
+    EXPECT_LT(MaxDiff(whole->Logits(static_cast<int64_t>(i)), single->Logits(0), nv), 1e-4) << i;
+    EXPECT_LT(MaxDiff(whole->Logits(static_cast<int64_t>(i)), chunked->Logits(static_cast<int64_t>(i)), nv), 1e-5) << i;
+  }
+}
+
+TEST_F(EngineTest, SequencesInOneBatchEqualEachAlone) {
+  auto e = Make(128, 512);
+  const std::vector<int32_t> other = {1, 500, 42, 7};
+  Batch b;
+  for (size_t i = 0; i < prompt_.size(); ++i) b.Add(prompt_[i], static_cast<int32_t>(i), 0, i + 1 == prompt_.size());
+  for (size_t i = 0; i < other.size(); ++i) b.Add(other[i], static_cast<int32_t>(i), 1, i + 1 == other.size());
+  ASSERT_TRUE(e->Decode(b).ok());
+  ASSERT_EQ(e->n_outputs(), 2);
+  std::vector<float> l0(e->Logits(0), e->Logits(0) + e->n_vocab()), l1(e->Logits(1), e->Logits(1) + e->n_vocab());
+  EXPECT_EQ(e->kv().used(), static_cast<int64_t>(prompt_.size() + other.size()));
+  EXPECT_EQ(e->kv().SeqPosMax(1), 3);
+
+  auto solo = Make(128, 512);
+  Batch s;
+  for (size_t i = 0; i < other.size(); ++i) s.Add(other[i], static_cast<int32_t>(i), 0, i + 1 == other.size());
+  ASSERT_TRUE(solo->Decode(s).ok());
+  EXPECT_LT(MaxDiff(l1.data(), solo->Logits(0), e->n_vocab()), 1e-5);
+
+  // Removing sequence 1 frees exactly its cells; sequence 0 continues unaffected.
+  e->kv().SeqRemove(1, 0, -1);
+  EXPECT_EQ(e->kv().used(), static_cast<int64_t>(prompt_.size()));
+  EXPECT_EQ(e->kv().SeqPosMax(1), -1);
+}
+
+TEST_F(EngineTest, BadBatchesAreRejectedAndLeaveTheCacheAlone) {
+  auto e = Make(8, 512);
+  Batch bad;
+  bad.Add(512, 0, 0, true);  // n_vocab is 512
+  absl::Status s = e->Decode(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("512"), std::string::npos);
+  Batch neg;
+  neg.Add(1, -1, 0, true);
+  EXPECT_EQ(e->Decode(neg).code(), absl::StatusCode::kInvalidArgument);
+  Batch full;
+  for (int i = 0; i < 9; ++i) full.Add(1, i, 0, false);
+  EXPECT_EQ(e->Decode(full).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->kv().used(), 0);
+}
+
+TEST_F(EngineTest, MaskFollowsSequencesAndPositions) {
+  auto e = Make(8, 512);
+  Batch b;
+  b.Add(1, 0, 0, false);
+  b.Add(1, 0, 1, false);
+  b.Add(2, 1, 0, true);
+  ASSERT_TRUE(e->Decode(b).ok());
+  std::vector<float> mask(3 * 2);
+  e->kv().FillMask({0, 1}, {1, 0}, 3, mask.data());
+  const float ninf = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(mask[0], 0.0f);   // seq 0 pos 1 sees cell 0 (seq 0, pos 0)
+  EXPECT_EQ(mask[1], ninf);   // not cell 1 (seq 1)
+  EXPECT_EQ(mask[2], 0.0f);   // and itself at cell 2
+  EXPECT_EQ(mask[3], ninf);
+  EXPECT_EQ(mask[4], 0.0f);   // seq 1 pos 0 sees only cell 1
+  EXPECT_EQ(mask[5], ninf);
+}
+
+}  // namespace
+}  // namespace herd::engine
