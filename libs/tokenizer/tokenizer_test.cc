@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -34,8 +36,6 @@ std::string ReadFile(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
 
 // Vocabularies are loaded once per path and shared by the tests.
 const Vocab* LoadVocab(const std::string& path, std::string* error = nullptr) {
@@ -168,7 +168,8 @@ TEST_P(VocabVectorsTest, MatchesLlamaCppIds) {
   EXPECT_EQ(failures, 0) << failures << " of " << v.inputs.size() << " cases differ";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVocabs, VocabVectorsTest, ::testing::ValuesIn(kVectorVocabs),
+INSTANTIATE_TEST_SUITE_P(AllVocabs, VocabVectorsTest, ::testing::ValuesIn(std::vector<std::string>(
+                             std::begin(kVectorVocabs), std::end(kVectorVocabs))),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) if (c == '-') c = '_';

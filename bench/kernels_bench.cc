@@ -1,0 +1,175 @@
+// Kernel throughput: vec_dot and MulMatTile for every weight type and ISA.
+//   decode: 1 token  x 4096 x 4096 (weight-bandwidth bound) -> GB/s of weights
+//   prompt: 128 tokens x 4096 x 4096 (compute bound)        -> GFLOP/s
+// Decode cycles through enough weight copies (>= 256 MiB) that weights come
+// from DRAM, as in a real model. "/threads:2" splits the weight rows over 2 threads.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "libs/base/cpu_features.h"
+#include "libs/kernels/cpu/kernels.h"
+#include "libs/tensor/quants.h"
+
+namespace herd::cpu {
+namespace {
+
+constexpr int64_t kK = 4096;
+constexpr int64_t kM = 4096;
+
+struct Buffer {
+  std::unique_ptr<uint8_t[]> mem;
+  size_t size = 0;
+  explicit Buffer(size_t n) : mem(new uint8_t[n + 64]), size(n) {}
+  uint8_t* data() { return mem.get() + (64 - reinterpret_cast<uintptr_t>(mem.get()) % 64) % 64; }
+};
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// One quantized weight matrix [m x k], copied `copies` times.
+struct Weights {
+  size_t row_bytes;
+  std::vector<Buffer> copies;
+};
+
+Weights MakeWeights(GgmlType t, int64_t m, int64_t k, size_t min_total) {
+  Weights w;
+  w.row_bytes = GgmlRowSize(t, k);
+  const size_t bytes = w.row_bytes * m;
+  const std::vector<float> row = Random(k, 1);
+  Buffer first(bytes);
+  for (int64_t i = 0; i < m; ++i) QuantizeRow(t, row.data(), first.data() + i * w.row_bytes, k);
+  size_t n = (min_total + bytes - 1) / bytes;
+  if (n < 1) n = 1;
+  for (size_t c = 0; c < n; ++c) {
+    Buffer b(bytes);
+    std::memcpy(b.data(), first.data(), bytes);
+    w.copies.push_back(std::move(b));
+  }
+  return w;
+}
+
+Buffer MakeActivations(GgmlType w, int64_t n, int64_t k) {
+  const GgmlType at = VecDotType(w);
+  const size_t rb = GgmlRowSize(at, k);
+  Buffer a(rb * n);
+  const std::vector<float> x = Random(n * k, 2);
+  for (int64_t j = 0; j < n; ++j) FromFloat(at, x.data() + j * k, a.data() + j * rb, k, Isa::kScalar);
+  return a;
+}
+
+void RunTile(GgmlType t, Isa isa, int64_t k, uint8_t* w, size_t ws, uint8_t* a, size_t as, float* dst, int64_t m,
+             int64_t n, int threads) {
+  if (threads == 1) {
+    MulMatTile(t, isa, k, w, ws, a, as, dst, m, 0, m, 0, n);
+    return;
+  }
+  std::vector<std::thread> th;
+  for (int t_i = 0; t_i < threads; ++t_i) {
+    const int64_t i0 = m * t_i / threads / 16 * 16, i1 = t_i + 1 == threads ? m : m * (t_i + 1) / threads / 16 * 16;
+    th.emplace_back([=] { MulMatTile(t, isa, k, w, ws, a, as, dst, m, i0, i1, 0, n); });
+  }
+  for (auto& x : th) x.join();
+}
+
+void BM_MulMat(benchmark::State& state, GgmlType t, Isa isa, int64_t n, int threads) {
+  if (!IsaSupported(isa)) {
+    state.SkipWithError("ISA not supported");
+    return;
+  }
+  const int64_t m = isa == Isa::kScalar && n > 1 ? 512 : kM;  // keep the scalar prompt run short
+  Weights w = MakeWeights(t, m, kK, n == 1 ? (256u << 20) : 0);
+  Buffer a = MakeActivations(t, n, kK);
+  const size_t as = GgmlRowSize(VecDotType(t), kK);
+  std::vector<float> dst(static_cast<size_t>(m * n));
+  size_t c = 0;
+  for (auto _ : state) {
+    RunTile(t, isa, kK, w.copies[c].data(), w.row_bytes, a.data(), as, dst.data(), m, n, threads);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+    if (++c == w.copies.size()) c = 0;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(iters * w.row_bytes * m / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * m * n * kK / 1e9, benchmark::Counter::kIsRate);
+}
+
+void BM_VecDot(benchmark::State& state, GgmlType t, Isa isa) {
+  const VecDotFn f = GetVecDot(t, isa);
+  if (f == nullptr) {
+    state.SkipWithError("ISA not supported");
+    return;
+  }
+  Weights w = MakeWeights(t, 1, kK, 0);
+  Buffer a = MakeActivations(t, 1, kK);
+  float s = 0;
+  for (auto _ : state) {
+    f(kK, &s, w.copies[0].data(), a.data());
+    benchmark::DoNotOptimize(s);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * w.row_bytes / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
+// Baseline: plain streaming read of 256 MiB (memory bandwidth), 1 or 2 threads.
+void BM_MemRead(benchmark::State& state, int threads) {
+  const size_t n = (256u << 20) / sizeof(uint64_t);
+  std::vector<uint64_t> v(n, 1);
+  uint64_t total = 0;
+  for (auto _ : state) {
+    std::vector<std::thread> th;
+    std::vector<uint64_t> part(threads);
+    for (int t = 0; t < threads; ++t) {
+      th.emplace_back([&, t] {
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        const size_t b = n * t / threads, e = n * (t + 1) / threads;
+        for (size_t i = b; i + 4 <= e; i += 4) { s0 += v[i]; s1 += v[i + 1]; s2 += v[i + 2]; s3 += v[i + 3]; }
+        part[t] = s0 + s1 + s2 + s3;
+      });
+    }
+    for (auto& x : th) x.join();
+    for (uint64_t p : part) total += p;
+  }
+  benchmark::DoNotOptimize(total);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * n * 8 / 1e9, benchmark::Counter::kIsRate);
+}
+
+int Register() {
+  const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0};
+  const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+  benchmark::RegisterBenchmark("MemRead/threads:1", BM_MemRead, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("MemRead/threads:2", BM_MemRead, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (GgmlType t : types) {
+    for (Isa isa : isas) {
+      const std::string name = GgmlTypeName(t) + "/" + IsaName(isa);
+      benchmark::RegisterBenchmark(("VecDot/" + name).c_str(), BM_VecDot, t, isa);
+      for (int threads : {1, 2}) {
+        benchmark::RegisterBenchmark(("Decode/" + name + "/threads:" + std::to_string(threads)).c_str(), BM_MulMat,
+                                     t, isa, int64_t{1}, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+      benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  return 0;
+}
+const int kRegistered = Register();
+
+}  // namespace
+}  // namespace herd::cpu
