@@ -19,7 +19,7 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
-bazel test --config=ci --test_env=HERD_SHARED="$HERD_SHARED" //... 2>&1 | tee -a "$log"
+bazel test --config=ci --test_env=HERD_SHARED="$HERD_SHARED" --test_tag_filters=-asan_only //... 2>&1 | tee -a "$log"
 rc1=${PIPESTATUS[0]}
 bazel test --config=ci --config=asan --test_env=HERD_SHARED="$HERD_SHARED" \
   --build_tests_only --test_tag_filters=asan //... 2>&1 | sed -E 's#^(//[^ ]+)( +)#\1[asan]\2#' | tee -a "$log"

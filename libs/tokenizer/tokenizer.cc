@@ -1286,6 +1286,12 @@ absl::StatusOr<std::unique_ptr<Vocab>> Vocab::FromGguf(const gguf::GgufFile& f) 
   return std::unique_ptr<Vocab>(new Vocab(std::move(impl)));
 }
 
+std::vector<std::string> Vocab::SupportedPreTokenizers() {
+  std::vector<std::string> names;
+  for (const auto& e : PreTable()) names.push_back(e.name);
+  return names;
+}
+
 VocabType Vocab::type() const { return impl_->type; }
 const std::string& Vocab::model_name() const { return impl_->model; }
 const std::string& Vocab::pre_name() const { return impl_->pre_name; }

@@ -85,6 +85,11 @@ class Vocab {
   /// set without the corresponding token id.
   static absl::StatusOr<std::unique_ptr<Vocab>> FromGguf(const gguf::GgufFile& f);
 
+  /// tokenizer.ggml.pre values FromGguf accepts for BPE vocabularies (the llama.cpp
+  /// pre-tokenizers implemented here; "kimi-k2", "afmoe", "whitespace" and the hybriddna
+  /// model are not).
+  static std::vector<std::string> SupportedPreTokenizers();
+
   ~Vocab();
   Vocab(const Vocab&) = delete;
   Vocab& operator=(const Vocab&) = delete;
@@ -176,8 +181,11 @@ class Vocab {
 
   /// Text of a token sequence (llama_detokenize). `remove_special`: drop a leading BOS
   /// (if add_bos) and trailing EOS (if add_eos). `unparse_special`: render control tokens.
-  /// The first piece loses one leading space when add_space_prefix() (unless a BOS was
-  /// removed), and clean_spaces() vocabularies get llama.cpp's " ." / " '" clean-up.
+  /// The first piece loses one leading space when add_space_prefix() — except, as in
+  /// llama.cpp, when remove_special dropped a BOS (so SPM Detokenize(Tokenize(s, true, ..),
+  /// true) is " " + s, while Detokenize(Tokenize(s, false, ..)) is s). WPM pieces keep
+  /// their word's leading space. clean_spaces() vocabularies get llama.cpp's
+  /// " ?" " !" " ." " ," and apostrophe clean-up passes.
   /// Invalid ids contribute nothing (check with ValidateTokens() first if that matters).
   std::string Detokenize(const std::vector<int32_t>& ids, bool remove_special = false,
                          bool unparse_special = false) const;

@@ -3,7 +3,9 @@
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
 #include <unicode/utf16.h>
+#include <pthread.h>
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -328,16 +330,23 @@ std::vector<size_t> SplitStl(const std::basic_string<CharT>& text, const std::ba
   result.reserve(offsets.size());
   size_t start = 0;
   for (size_t offset : offsets) {
-    std::regex_iterator<const CharT*> it(text.data() + start, text.data() + start + offset, expr);
-    std::regex_iterator<const CharT*> end;
-    int64_t start_idx = 0;
-    for (; it != end; ++it) {
-      const auto& match = *it;
-      if (match.position() > start_idx) result.push_back(match.position() - start_idx);
-      result.push_back(match.length());
-      start_idx = match.position() + match.length();
+    const size_t mark = result.size();
+    try {
+      std::regex_iterator<const CharT*> it(text.data() + start, text.data() + start + offset, expr);
+      std::regex_iterator<const CharT*> end;
+      int64_t start_idx = 0;
+      for (; it != end; ++it) {
+        const auto& match = *it;
+        if (match.position() > start_idx) result.push_back(match.position() - start_idx);
+        result.push_back(match.length());
+        start_idx = match.position() + match.length();
+      }
+      if (start_idx < static_cast<int64_t>(offset)) result.push_back(offset - start_idx);
+    } catch (const std::exception&) {
+      // std::regex gave up (e.g. error_complexity): keep this chunk unsplit.
+      result.resize(mark);
+      result.push_back(offset);
     }
-    if (start_idx < static_cast<int64_t>(offset)) result.push_back(offset - start_idx);
     start += offset;
   }
   return result;
@@ -544,11 +553,13 @@ std::unique_ptr<RegexSplitter> RegexSplitter::Create(const std::vector<std::stri
       } else if (re == kLlama3RegexA || re == kLlama3RegexB) {
         e->kind = Expr::kLlama3;
       } else if (UsesCategories(re)) {
+        s->uses_std_regex_ = true;
         e->kind = Expr::kCollapsed;
         std::string collapsed;
         if (!CollapseRegex(re, &collapsed, error)) return nullptr;
         e->narrow = std::regex(collapsed, kFlags);
       } else {
+        s->uses_std_regex_ = true;
         e->kind = Expr::kWide;
         const std::vector<uint32_t> cpts = CptsFromUtf8(re);
         e->wide = std::wregex(std::wstring(cpts.begin(), cpts.end()), kFlags);
@@ -562,7 +573,44 @@ std::unique_ptr<RegexSplitter> RegexSplitter::Create(const std::vector<std::stri
   return s;
 }
 
+namespace {
+struct SplitJob {
+  const RegexSplitter* self;
+  const std::string* text;
+  bool byte_encode;
+  std::vector<std::string> (RegexSplitter::*fn)(const std::string&, bool) const;
+  std::vector<std::string> out;
+};
+void* RunSplitJob(void* arg) {
+  auto* job = static_cast<SplitJob*>(arg);
+  job->out = (job->self->*(job->fn))(*job->text, job->byte_encode);
+  return nullptr;
+}
+}  // namespace
+
 std::vector<std::string> RegexSplitter::Split(const std::string& text, bool byte_encode) const {
+  constexpr size_t kInlineLimit = 4096;  // bytes; ~1 MiB of matcher stack at worst
+  if (!uses_std_regex_ || text.size() <= kInlineLimit) return SplitImpl(text, byte_encode);
+  constexpr size_t kMiB = size_t{1} << 20;
+  const size_t stack = std::min<size_t>(16 * kMiB + text.size() * 1024, size_t{64} << 30);
+  SplitJob job{this, &text, byte_encode, &RegexSplitter::SplitImpl, {}};
+  // Retry with smaller stacks if the system refuses a large reservation.
+  for (size_t sz = stack; sz >= 64 * kMiB || sz == stack; sz /= 2) {
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) break;
+    pthread_t th;
+    const bool ok = pthread_attr_setstacksize(&attr, sz) == 0 &&
+                    pthread_create(&th, &attr, &RunSplitJob, &job) == 0;
+    pthread_attr_destroy(&attr);
+    if (ok) {
+      pthread_join(th, nullptr);
+      return std::move(job.out);
+    }
+  }
+  return SplitImpl(text, byte_encode);
+}
+
+std::vector<std::string> RegexSplitter::SplitImpl(const std::string& text, bool byte_encode) const {
   const std::vector<uint32_t> cpts = CptsFromUtf8(text);
 
   std::string collapsed;

@@ -75,11 +75,20 @@ class RegexSplitter {
 
   /// llama.cpp unicode_regex_split(text, regex_exprs, byte_encode): returns the words;
   /// with byte_encode each word is mapped byte-by-byte through ByteToUtf8.
+  ///
+  /// libstdc++'s std::regex matcher recurses once per consumed character, so a long run
+  /// of one class (e.g. 50k letters) overflows an 8 MiB stack — in llama.cpp too. Texts
+  /// longer than a few KiB that need std::regex are therefore split on a helper thread
+  /// whose stack is sized to the input (1 KiB per byte + 16 MiB, reserved lazily). If
+  /// std::regex throws (or the thread cannot be created and the inline attempt throws),
+  /// the affected chunk is left unsplit by that regex.
   std::vector<std::string> Split(const std::string& text, bool byte_encode) const;
 
  private:
   struct Expr;
   RegexSplitter() = default;
+  std::vector<std::string> SplitImpl(const std::string& text, bool byte_encode) const;
+  bool uses_std_regex_ = false;
   std::vector<std::unique_ptr<Expr>> exprs_;
   bool need_collapse_ = false;
 };

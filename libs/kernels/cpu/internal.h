@@ -22,11 +22,22 @@ struct IsaKernels {
   FromFloatFn to_f16;   // nullptr: use the scalar conversion
   FromFloatFn to_bf16;
   FromFloatFn to_q8_0;
+  // Row ops following ggml's SIMD code paths for this ISA (ggml_v_expf / ggml_v_silu,
+  // per-vector float reductions added into a double). nullptr: scalar reference.
+  void (*silu)(const float* x, float* y, int64_t n);
+  void (*swiglu)(const float* a, const float* b, float* y, int64_t n);
+  double (*softmax_exp)(const float* x, float* y, int64_t n, float max);  // y = exp(x - max), returns sum
+  double (*cvar)(const float* x, float* y, int64_t n, float mean);         // y = x - mean, returns sum(y^2)/n
 };
 
 // Defined in kernels_avx2.cc / kernels_avx512.cc. Only call them when the CPU
 // supports the ISA. `vnni` selects the AVX512-VNNI integer dot product.
 const IsaKernels& Avx2Kernels();
 const IsaKernels& Avx512Kernels(bool vnni);
+
+// Kernel table of BestIsa() (kernels.cc); the row ops in ops.cc dispatch through it.
+const IsaKernels& BestKernels();
+// Scalar reference table (kernels.cc).
+const IsaKernels& ScalarKernels();
 
 }  // namespace herd::cpu::internal

@@ -103,7 +103,7 @@ const IsaKernels kScalarKernels = {
     {VecDotF32Scalar, VecDotF16Scalar, VecDotBf16Scalar, VecDotQ8_0Scalar, VecDotQ4_0Scalar},
     {TileScalar<VecDotF32Scalar>, TileScalar<VecDotF16Scalar>, TileScalar<VecDotBf16Scalar>,
      TileScalar<VecDotQ8_0Scalar>, TileScalar<VecDotQ4_0Scalar>},
-    nullptr, nullptr, nullptr};
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
 // Highest supported Isa <= `isa`.
 Isa ClampIsa(Isa isa) {
@@ -121,12 +121,41 @@ const IsaKernels& KernelsFor(Isa isa) {
 
 }  // namespace
 
+namespace internal {
+const IsaKernels& BestKernels() {
+  static const IsaKernels& k = KernelsFor(ClampIsa(BestIsa()));
+  return k;
+}
+const IsaKernels& ScalarKernels() { return kScalarKernels; }
+}  // namespace internal
+
 GgmlType VecDotType(GgmlType w) {
-  switch (w) {
+  switch (w) {  // ggml-cpu type_traits_cpu[].vec_dot_type, also for types without kernels here yet
     case GgmlType::F16: return GgmlType::F16;
     case GgmlType::BF16: return GgmlType::BF16;
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
     case GgmlType::Q8_0:
-    case GgmlType::Q4_0: return GgmlType::Q8_0;
+    case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4: return GgmlType::Q8_0;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q8_1: return GgmlType::Q8_1;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ1_S:
+    case GgmlType::IQ3_S:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ4_XS:
+    case GgmlType::IQ1_M:
+    case GgmlType::TQ1_0:
+    case GgmlType::TQ2_0: return GgmlType::Q8_K;
     default: return GgmlType::F32;
   }
 }

@@ -24,7 +24,8 @@
 namespace herd::cpu {
 
 /// Activation format a weight type's dot product consumes (ggml type_traits_cpu[].vec_dot_type):
-/// F32->F32, F16->F16, BF16->BF16, Q8_0->Q8_0, Q4_0->Q8_0. Unsupported types return F32.
+/// F32->F32, F16->F16, BF16->BF16, Q8_0->Q8_0, Q4_0->Q8_0; also ggml's answer for types
+/// without kernels here yet (Q4_1->Q8_1, Q4_K->Q8_K, ...); F32 for non-matmul types.
 GgmlType VecDotType(GgmlType w);
 /// Weight types MulMatTile / GetVecDot handle: F32, F16, BF16, Q8_0, Q4_0.
 bool SupportsMulMat(GgmlType w);

@@ -7,10 +7,12 @@
 // non-VNNI variants, which produce the same int32 lanes):
 //   F32/F16: 16 float lanes, lane l accumulates elements l, l+16, l+32, ...
 //   BF16:    16 float lanes over 32-element steps: even element then odd one.
-//   Q8_0/Q4_0: two blocks per step; each int32 lane is an exact 4-element dot
-//            product, converted to float and accumulated as lane += sumi * (dx*dy).
+//   Q8_0: two blocks per step; each int32 lane is an exact 4-element dot product,
+//         converted to float and accumulated as lane += float(sumi) * (dx*dy).
+//   Q4_0: four blocks per step; each int32 lane an exact 8-element dot product.
 // Every output is reduced with _mm512_reduce_add_ps at the end.
 #include <immintrin.h>
+#include <math.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +40,24 @@ inline __m512 ScalesFromHalves(uint16_t d0, uint16_t d1, __m512i idx) {
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
+// Weight rows stream from DRAM in short runs (a micro-tile reads NR rows in parallel),
+// which the hardware prefetcher tracks poorly. While computing one micro-tile, touch
+// the next NR rows (the bytes right after this tile's rows, spread evenly over the
+// `steps` iterations of the k loop).
+struct NextRowsPrefetcher {
+  const char* base;
+  size_t per_step;
+  NextRowsPrefetcher(const char* w, size_t ws, int nr, int64_t steps) {
+    base = w + nr * ws;
+    const size_t total = static_cast<size_t>(nr) * ws;
+    per_step = steps > 0 ? (total / static_cast<size_t>(steps) + 64) & ~size_t{63} : 0;
+  }
+  void Step(int64_t s) const {
+    const char* p = base + static_cast<size_t>(s) * per_step;
+    for (size_t b = 0; b < per_step; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
+  }
+};
+
 // ---------------------------------------------------------------- F32 / F16 / BF16
 
 struct LoadF32 {
@@ -60,22 +80,45 @@ struct LoadF16 {
   }
 };
 
-template <class L>
+// F16 activations are widened to F32 once per tile (exact), so the micro-kernel
+// converts only the weight rows.
+void PackF16RowToF32(int64_t k, const char* a, char* out) {
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(a);
+  float* y = reinterpret_cast<float*>(out);
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    _mm512_store_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+  }
+  if (i < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - i)) - 1);
+    _mm512_store_ps(y + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)));
+  }
+}
+
+template <class L, bool kWidenA>
 struct KFloat {
   static constexpr int kNR = 4, kNC = 4;
-  static constexpr bool kPackA = false;
+  static constexpr bool kPackA = kWidenA;
   static size_t WRowBytes(int64_t k) { return L::RowBytes(k); }
-  static size_t PackedBytes(int64_t) { return 0; }
-  static void Pack(int64_t, const char*, char*) {}
+  static size_t PackedBytes(int64_t k) { return static_cast<size_t>((k + 15) / 16) * 64; }
+  static void Pack(int64_t k, const char* a, char* out) { PackF16RowToF32(k, a, out); }
+  static __m512 LoadA(const char* p, int64_t kk) {
+    return kWidenA ? _mm512_load_ps(reinterpret_cast<const float*>(p) + kk) : L::Load(p, kk);
+  }
+  static __m512 LoadATail(const char* p, int64_t kk, int64_t rem) {
+    return kWidenA ? _mm512_load_ps(reinterpret_cast<const float*>(p) + kk) : L::LoadTail(p, kk, rem);
+  }
 
   template <int NR, int NC>
   static void Micro(int64_t k, const char* w, size_t ws, const char* a, size_t as, float* d, size_t ds) {
     __m512 acc[NR][NC];
     HERD_UNROLL for (int r = 0; r < NR; ++r) HERD_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    const NextRowsPrefetcher pf(w, ws, NR, k / L::kStep);
     int64_t kk = 0;
-    for (; kk + L::kStep <= k; kk += L::kStep) {
+    for (int64_t s = 0; kk + L::kStep <= k; kk += L::kStep, ++s) {
+      pf.Step(s);
       __m512 av[NC];
-      HERD_UNROLL for (int c = 0; c < NC; ++c) av[c] = L::Load(a + c * as, kk);
+      HERD_UNROLL for (int c = 0; c < NC; ++c) av[c] = LoadA(a + c * as, kk);
       HERD_UNROLL for (int r = 0; r < NR; ++r) {
         const __m512 wv = L::Load(w + r * ws, kk);
         HERD_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
@@ -84,7 +127,7 @@ struct KFloat {
     if (kk < k) {
       const int64_t rem = k - kk;
       __m512 av[NC];
-      HERD_UNROLL for (int c = 0; c < NC; ++c) av[c] = L::LoadTail(a + c * as, kk, rem);
+      HERD_UNROLL for (int c = 0; c < NC; ++c) av[c] = LoadATail(a + c * as, kk, rem);
       HERD_UNROLL for (int r = 0; r < NR; ++r) {
         const __m512 wv = L::LoadTail(w + r * ws, kk, rem);
         HERD_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(wv, av[c], acc[r][c]);
@@ -134,8 +177,12 @@ struct KBf16 {
   static void Micro(int64_t k, const char* w, size_t ws, const char* a, size_t as, float* d, size_t ds) {
     __m512 acc[NR][NC];
     HERD_UNROLL for (int r = 0; r < NR; ++r) HERD_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    const NextRowsPrefetcher pf(w, ws, NR, k / 32);
     int64_t kk = 0;
-    for (; kk + 32 <= k; kk += 32) Step<NR, NC>(w, ws, a, as, kk, 32, acc);
+    for (int64_t s = 0; kk + 32 <= k; kk += 32, ++s) {
+      pf.Step(s);
+      Step<NR, NC>(w, ws, a, as, kk, 32, acc);
+    }
     if (kk < k) Step<NR, NC>(w, ws, a, as, kk, k - kk, acc);
     HERD_UNROLL for (int c = 0; c < NC; ++c) HERD_UNROLL for (int r = 0; r < NR; ++r) {
       d[c * ds + r] = _mm512_reduce_add_ps(acc[r][c]);
@@ -249,7 +296,9 @@ struct KQ8_0 {
     HERD_UNROLL for (int r = 0; r < NR; ++r) HERD_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
     const int64_t nb = k / 32;
     const int64_t full = nb / 2;
+    const NextRowsPrefetcher pf(w, ws, NR, full);
     for (int64_t p = 0; p < full; ++p) {
+      pf.Step(p);
       Step<NR, NC, false>(w + p * 2 * kQ8BlockBytes, ws, a + p * kPairBytes, as, acc);
     }
     if (nb & 1) Step<NR, NC, true>(w + full * 2 * kQ8BlockBytes, ws, a + full * kPairBytes, as, acc);
@@ -259,41 +308,105 @@ struct KQ8_0 {
   }
 };
 
+// Q4_0 works on quads of 4 blocks: the 16-byte quants of 4 weight blocks fill one
+// zmm, whose low nibbles are elements 0-15 and high nibbles 16-31 of each block.
+// Activations are packed to match (256 bytes per quad):
+//   int8 lo[64] = [y0[0:16], y1[0:16], y2[0:16], y3[0:16]], int8 hi[64] = [.. 16:32 ..],
+//   int32 ncorr[16] = -8 * (sum of the lane's 4 lo + 4 hi quants), float d[16] = block scale.
+// Each int32 lane is the exact dot product of 8 elements of one block.
+constexpr size_t kQuadBytes = 256;
+
+inline int64_t NumQuads(int64_t k) { return (k / 32 + 3) / 4; }
+
+inline __m512i QuadIdx() { return _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0); }
+
+// 16 lanes of scales [d0 x4, d1 x4, d2 x4, d3 x4] from the F16 scales of `nblk` blocks.
+inline __m512 QuadScales(const char* b0, int block_bytes, int nblk) {
+  uint64_t h = 0;
+  for (int i = 0; i < nblk; ++i) h |= static_cast<uint64_t>(LoadU16(b0 + i * block_bytes)) << (16 * i);
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h)));
+  return _mm512_permutexvar_ps(QuadIdx(), _mm512_castps128_ps512(f));
+}
+
+void PackQ8RowQuads(int64_t k, const char* a, char* out) {
+  const int64_t nb = k / 32;
+  const int64_t nq = NumQuads(k);
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i eight = _mm512_set1_epi8(8);
+  for (int64_t q = 0; q < nq; ++q) {
+    const char* b0 = a + 4 * q * kQ8BlockBytes;
+    const int nblk = static_cast<int>(nb - 4 * q < 4 ? nb - 4 * q : 4);
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    for (int i = 0; i < nblk; ++i) {
+      const char* y = b0 + i * kQ8BlockBytes + 2;
+      const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y));
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y + 16));
+      switch (i) {
+        case 0: lo = _mm512_inserti32x4(lo, l, 0); hi = _mm512_inserti32x4(hi, h, 0); break;
+        case 1: lo = _mm512_inserti32x4(lo, l, 1); hi = _mm512_inserti32x4(hi, h, 1); break;
+        case 2: lo = _mm512_inserti32x4(lo, l, 2); hi = _mm512_inserti32x4(hi, h, 2); break;
+        default: lo = _mm512_inserti32x4(lo, l, 3); hi = _mm512_inserti32x4(hi, h, 3); break;
+      }
+    }
+    const __m512i sums = _mm512_add_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(eight, lo), ones),
+                                          _mm512_madd_epi16(_mm512_maddubs_epi16(eight, hi), ones));
+    char* o = out + q * kQuadBytes;
+    _mm512_store_si512(o, lo);
+    _mm512_store_si512(o + 64, hi);
+    _mm512_store_si512(o + 128, _mm512_sub_epi32(_mm512_setzero_si512(), sums));
+    _mm512_store_ps(o + 192, QuadScales(b0, kQ8BlockBytes, nblk));
+  }
+}
+
 template <bool kVnni>
 struct KQ4_0 {
-  static constexpr int kNR = 4, kNC = 4;
+  static constexpr int kNR = 4, kNC = 3;
   static constexpr bool kPackA = true;
   static size_t WRowBytes(int64_t k) { return static_cast<size_t>(k / 32) * kQ4BlockBytes; }
-  static size_t PackedBytes(int64_t k) { return static_cast<size_t>(NumPairs(k)) * kPairBytes; }
-  static void Pack(int64_t k, const char* a, char* out) { PackQ8Row<true>(k, a, out); }
+  static size_t PackedBytes(int64_t k) { return static_cast<size_t>(NumQuads(k)) * kQuadBytes; }
+  static void Pack(int64_t k, const char* a, char* out) { PackQ8RowQuads(k, a, out); }
 
-  template <int NR, int NC, bool kHalf>
+  template <int NR, int NC, int kBlocks>
   static void Step(const char* w, size_t ws, const char* a, size_t as, __m512 (&acc)[NR][NC]) {
-    const __m512i idx = Q4Idx();
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    __m512i wq[NR];
+    __m512i wlo[NR], whi[NR];
     __m512 wd[NR];
     HERD_UNROLL for (int r = 0; r < NR; ++r) {
       const char* b0 = w + r * ws;
-      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2));
-      const __m128i q1 = kHalf ? _mm_setzero_si128()
-                               : _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQ4BlockBytes + 2));
-      const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-      const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-      wq[r] = _mm512_and_si512(z, low4);  // nibbles 0..15: [b0 lo, b1 lo, b0 hi, b1 hi]
-      wd[r] = ScalesFromHalves(LoadU16(b0), kHalf ? 0 : LoadU16(b0 + kQ4BlockBytes), idx);
+      __m512i z;
+      if (kBlocks == 4) {
+        const __m256i q01 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQ4BlockBytes + 2)), 1);
+        const __m256i q23 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2 * kQ4BlockBytes + 2))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 3 * kQ4BlockBytes + 2)), 1);
+        z = _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
+      } else {
+        z = _mm512_setzero_si512();
+        z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2)), 0);
+        if (kBlocks > 1) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQ4BlockBytes + 2)), 1);
+        if (kBlocks > 2) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2 * kQ4BlockBytes + 2)), 2);
+      }
+      wlo[r] = _mm512_and_si512(z, low4);
+      whi[r] = _mm512_and_si512(_mm512_srli_epi16(z, 4), low4);
+      wd[r] = QuadScales(b0, kQ4BlockBytes, kBlocks);
     }
     HERD_UNROLL for (int c = 0; c < NC; ++c) {
       const char* pa = a + c * as;
-      const __m512i aq = _mm512_load_si512(pa);
-      const __m512i nc = _mm512_load_si512(pa + 64);
-      const __m512 ad = _mm512_load_ps(pa + 128);
+      const __m512i alo = _mm512_load_si512(pa);
+      const __m512i ahi = _mm512_load_si512(pa + 64);
+      const __m512i nc = _mm512_load_si512(pa + 128);
+      const __m512 ad = _mm512_load_ps(pa + 192);
       HERD_UNROLL for (int r = 0; r < NR; ++r) {
         __m512i dot;
         if (kVnni) {
-          dot = _mm512_dpbusd_epi32(nc, wq[r], aq);  // sum nib*y - 8 sum y
+          dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, wlo[r], alo), whi[r], ahi);  // sum nib*y - 8 sum y
         } else {
-          dot = _mm512_add_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(wq[r], aq), _mm512_set1_epi16(1)), nc);
+          const __m512i ones = _mm512_set1_epi16(1);
+          dot = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(wlo[r], alo), ones),
+                                                  _mm512_madd_epi16(_mm512_maddubs_epi16(whi[r], ahi), ones)),
+                                 nc);
         }
         acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
       }
@@ -305,11 +418,20 @@ struct KQ4_0 {
     __m512 acc[NR][NC];
     HERD_UNROLL for (int r = 0; r < NR; ++r) HERD_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
     const int64_t nb = k / 32;
-    const int64_t full = nb / 2;
-    for (int64_t p = 0; p < full; ++p) {
-      Step<NR, NC, false>(w + p * 2 * kQ4BlockBytes, ws, a + p * kPairBytes, as, acc);
+    const int64_t full = nb / 4;
+    const NextRowsPrefetcher pf(w, ws, NR, full);
+    for (int64_t q = 0; q < full; ++q) {
+      pf.Step(q);
+      Step<NR, NC, 4>(w + q * 4 * kQ4BlockBytes, ws, a + q * kQuadBytes, as, acc);
     }
-    if (nb & 1) Step<NR, NC, true>(w + full * 2 * kQ4BlockBytes, ws, a + full * kPairBytes, as, acc);
+    const char* wt = w + full * 4 * kQ4BlockBytes;
+    const char* at = a + full * kQuadBytes;
+    switch (nb & 3) {
+      case 1: Step<NR, NC, 1>(wt, ws, at, as, acc); break;
+      case 2: Step<NR, NC, 2>(wt, ws, at, as, acc); break;
+      case 3: Step<NR, NC, 3>(wt, ws, at, as, acc); break;
+      default: break;
+    }
     HERD_UNROLL for (int c = 0; c < NC; ++c) HERD_UNROLL for (int r = 0; r < NR; ++r) {
       d[c * ds + r] = _mm512_reduce_add_ps(acc[r][c]);
     }
@@ -374,13 +496,99 @@ void ToQ8_0(const float* x, void* vy, int64_t n) {
   }
 }
 
+
+// ggml_v_expf, AVX512F+DQ branch (vec.h): max error 1.45358 + 0.5 ulp.
+inline __m512 VExpf(__m512 x) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+  const __m512 res = _mm512_scalef_ps(j, n);
+  if (_mm512_kortestz(d, d)) return res;
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, zero, _CMP_LE_OQ), _mm512_set1_ps(INFINITY), zero);
+  return _mm512_mask_blend_ps(d, res, alt);
+}
+
+// ggml_v_silu: x / (1 + exp(0 - x)).
+inline __m512 VSilu(__m512 x) {
+  const __m512 e = VExpf(_mm512_sub_ps(_mm512_setzero_ps(), x));
+  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+constexpr int64_t W = 16;
+inline __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
+inline void Store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline __m512 Set1(float v) { return _mm512_set1_ps(v); }
+inline __m512 Sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+inline __m512 Mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+inline float HAdd(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// ---------------------------------------------------------------- row ops (ggml vec.cpp paths)
+
+void SiluRow(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) Store(y + i, VSilu(Load(x + i)));
+  for (; i < n; ++i) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void SwigluRow(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) Store(y + i, Mul(VSilu(Load(a + i)), Load(b + i)));
+  for (; i < n; ++i) y[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+}
+
+double SoftMaxExpRow(const float* x, float* y, int64_t n, float max) {
+  int64_t i = 0;
+  double sum = 0.0;
+  for (; i + W <= n; i += W) {
+    const auto v = VExpf(Sub(Load(x + i), Set1(max)));
+    Store(y + i, v);
+    sum += static_cast<double>(HAdd(v));
+  }
+  for (; i < n; ++i) {
+    const float v = expf(x[i] - max);
+    sum += static_cast<double>(v);
+    y[i] = v;
+  }
+  return sum;
+}
+
+double CvarRow(const float* x, float* y, int64_t n, float mean) {
+  int64_t i = 0;
+  double sum = 0.0;
+  for (; i + W <= n; i += W) {
+    const auto v = Sub(Load(x + i), Set1(mean));
+    Store(y + i, v);
+    sum += static_cast<double>(HAdd(Mul(v, v)));
+  }
+  for (; i < n; ++i) {
+    float v = x[i] - mean;
+    y[i] = v;
+    v *= v;
+    sum += static_cast<double>(v);
+  }
+  return sum / n;
+}
+
 template <bool kVnni>
 constexpr IsaKernels kKernels = {
-    {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQ8_0<kVnni>>, VecDot<KQ4_0<kVnni>>},
-    {Tile<KFloat<LoadF32>>, Tile<KFloat<LoadF16>>, Tile<KBf16>, Tile<KQ8_0<kVnni>>, Tile<KQ4_0<kVnni>>},
+    {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, true>>, VecDot<KBf16>, VecDot<KQ8_0<kVnni>>, VecDot<KQ4_0<kVnni>>},
+    {Tile<KFloat<LoadF32, false>>, Tile<KFloat<LoadF16, true>>, Tile<KBf16>, Tile<KQ8_0<kVnni>>, Tile<KQ4_0<kVnni>>},
     ToF16,
     ToBf16,
-    ToQ8_0};
+    ToQ8_0,
+    SiluRow,
+    SwigluRow,
+    SoftMaxExpRow,
+    CvarRow};
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/fp16.h"
+#include "libs/kernels/cpu/internal.h"
 #include "libs/tensor/quants.h"
 
 namespace herd::cpu {
@@ -94,12 +95,16 @@ TEST(KernelsTest, VecDotTypes) {
   EXPECT_EQ(VecDotType(GgmlType::BF16), GgmlType::BF16);
   EXPECT_EQ(VecDotType(GgmlType::Q8_0), GgmlType::Q8_0);
   EXPECT_EQ(VecDotType(GgmlType::Q4_0), GgmlType::Q8_0);
+  EXPECT_EQ(VecDotType(GgmlType::Q4_K), GgmlType::Q8_K);
+  EXPECT_EQ(VecDotType(GgmlType::Q4_1), GgmlType::Q8_1);
+  EXPECT_EQ(VecDotType(GgmlType::I32), GgmlType::F32);
   for (GgmlType t : kWeightTypes) EXPECT_TRUE(SupportsMulMat(t));
   EXPECT_FALSE(SupportsMulMat(GgmlType::Q4_K));
   EXPECT_EQ(GetVecDot(GgmlType::Q4_K, Isa::kScalar), nullptr);
   EXPECT_TRUE(IsaSupported(Isa::kScalar));
-  EXPECT_EQ(IsaSupported(Isa::kAvx512), BestIsa() == Isa::kAvx512 || std::getenv("HERD_ISA") != nullptr
-                                            ? IsaSupported(Isa::kAvx512) : false);
+  EXPECT_TRUE(IsaSupported(BestIsa()));
+  if (!IsaSupported(Isa::kAvx2)) EXPECT_FALSE(IsaSupported(Isa::kAvx512));
+  std::printf("[ NOTE ] %s\n", CpuFeatureString().c_str());
 }
 
 // ------------------------------------------------------------------ FromFloat
@@ -275,6 +280,31 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
           }
         }
       }
+    }
+  }
+}
+
+// The AVX-512 integer kernels without VNNI (maddubs/madd) must give the same int32
+// lanes as vpdpbusd, hence bit-identical results. Both run here when the CPU has VNNI.
+TEST(KernelsTest, Avx512NonVnniMatchesVnni) {
+  if (!IsaSupported(Isa::kAvx512) || !GetCpuFeatures().avx512vnni) GTEST_SKIP() << "needs AVX512-VNNI";
+  const internal::IsaKernels& vnni = internal::Avx512Kernels(true);
+  const internal::IsaKernels& plain = internal::Avx512Kernels(false);
+  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const int t = wt == GgmlType::Q8_0 ? internal::kWQ8_0 : internal::kWQ4_0;
+    for (int64_t k : {32, 64, 96, 4128}) {
+      const int64_t m = 7, n = 5;
+      const Rows w = MakeRows(wt, Random(m * k, 21), m, k, false);
+      const Rows a = MakeRows(GgmlType::Q8_0, Random(n * k, 22), n, k, true);
+      std::vector<float> d1(m * n), d2(m * n);
+      vnni.tile[t](k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, d1.data(), m, 0, m, 0, n);
+      plain.tile[t](k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, d2.data(), m, 0, m, 0, n);
+      EXPECT_EQ(d1, d2) << GgmlTypeName(wt) << " k=" << k;
+      float s1 = 0, s2 = 1;
+      vnni.vec_dot[t](k, &s1, w.row(3), a.row(2));
+      plain.vec_dot[t](k, &s2, w.row(3), a.row(2));
+      EXPECT_EQ(s1, s2);
+      EXPECT_EQ(s1, d1[2 * m + 3]);
     }
   }
 }
@@ -552,6 +582,48 @@ TEST(OpsTest, Activations) {
   Swiglu(z.data(), b.data(), z.data(), n);
   Swiglu(x.data(), b.data(), s.data(), n);
   EXPECT_EQ(z, s);
+}
+
+// The SIMD row ops (ggml_v_expf paths) stay within a few ulp of the libm versions.
+TEST(OpsTest, SimdRowOpsCloseToScalar) {
+  std::vector<const internal::IsaKernels*> tables;
+  if (IsaSupported(Isa::kAvx2)) tables.push_back(&internal::Avx2Kernels());
+  if (IsaSupported(Isa::kAvx512)) tables.push_back(&internal::Avx512Kernels(GetCpuFeatures().avx512vnni));
+  const int64_t n = 1000 + 7;  // vector body + scalar tail
+  std::vector<float> x = Random(n, 31, 6.0f);
+  const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -87.0f, 89.0f, -89.0f,
+                            100.0f, -100.0f, 150.0f, -150.0f, 300.0f, -300.0f};
+  for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) x[i] = specials[i];
+  const std::vector<float> g = Random(n, 32);
+  auto close = [](float got, float want) {
+    if (std::isinf(want) || want == 0.0f) return got == want;
+    return std::fabs(got - want) <= 4e-7f * std::fabs(want) + 1e-37f;
+  };
+  for (const internal::IsaKernels* k : tables) {
+    ASSERT_NE(k->silu, nullptr);
+    std::vector<float> y(n), z(n);
+    k->silu(x.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_TRUE(close(y[i], x[i] / (1.0f + std::exp(-x[i])))) << "silu " << x[i] << " " << y[i];
+    k->swiglu(x.data(), g.data(), z.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[i], y[i] * g[i]) << "swiglu " << x[i];
+    // exp(x - max) with max = 0 covers over/underflow of the polynomial path.
+    const double sum = k->softmax_exp(x.data(), y.data(), n, 0.0f);
+    double want_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float e = std::exp(x[i]);
+      EXPECT_TRUE(close(y[i], e)) << "exp " << x[i] << " got " << y[i] << " want " << e;
+      want_sum += e;
+    }
+    if (!std::isinf(want_sum)) EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+    const std::vector<float> xs = Random(n, 33, 2.0f);
+    const double var = k->cvar(xs.data(), y.data(), n, 0.25f);
+    double want_var = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(y[i], xs[i] - 0.25f);
+      want_var += static_cast<double>(y[i]) * y[i];
+    }
+    EXPECT_NEAR(var, want_var / n, 1e-6 * want_var / n);
+  }
 }
 
 TEST(OpsTest, AddMulScale) {

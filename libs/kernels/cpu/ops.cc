@@ -1,11 +1,16 @@
 // F32 row / elementwise ops, written to follow ggml-cpu's ops.cpp / vec.h
-// operation order. Scalar (compiled without -mavx*, so no FMA contraction).
+// operation order. This file is compiled without -mavx* (no FMA contraction);
+// Silu / Swiglu / SoftMax / Norm dispatch to the BestIsa() SIMD variants, which
+// replicate ggml's AVX-512 / AVX2 code paths (ggml_v_expf, ggml_v_silu, per-vector
+// float sums accumulated in double), so on the same CPU they reproduce what
+// llama.cpp's CPU backend computes; HERD_ISA=scalar selects ggml's generic C.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "libs/base/fp16.h"
+#include "libs/kernels/cpu/internal.h"
 #include "libs/kernels/cpu/kernels.h"
 
 namespace herd::cpu {
@@ -54,13 +59,20 @@ void Norm(const float* x, float* y, int64_t n, float eps) {
   double sum = 0.0;  // ggml_vec_sum_f32: double accumulator, stored as float
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
   const float mean = static_cast<float>(sum) / n;
-  double sum2 = 0.0;  // ggml_vec_cvar_f32
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] - mean;
-    y[i] = v;
-    sum2 += static_cast<double>(v * v);
+  const internal::IsaKernels& k = internal::BestKernels();
+  float variance;
+  if (k.cvar != nullptr) {
+    variance = static_cast<float>(k.cvar(x, y, n, mean));
+  } else {
+    double sum2 = 0.0;  // ggml_vec_cvar_f32, generic C
+    for (int64_t i = 0; i < n; ++i) {
+      float v = x[i] - mean;
+      y[i] = v;
+      v *= v;
+      sum2 += static_cast<double>(v);
+    }
+    variance = static_cast<float>(sum2 / n);
   }
-  const float variance = static_cast<float>(sum2 / n);
   const float scale = 1.0f / std::sqrt(variance + eps);
   for (int64_t i = 0; i < n; ++i) y[i] *= scale;
 }
@@ -72,11 +84,16 @@ void SoftMax(const float* x, float* y, int64_t n, float scale, const float* mask
   }
   float max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) max = max > y[i] ? max : y[i];  // ggml_vec_max_f32: MAX(max, x)
+  const internal::IsaKernels& k = internal::BestKernels();
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = std::exp(y[i] - max);
-    sum += static_cast<double>(v);
-    y[i] = v;
+  if (k.softmax_exp != nullptr) {
+    sum = k.softmax_exp(y, y, n, max);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {  // ggml_vec_soft_max_f32, generic C
+      const float v = std::exp(y[i] - max);
+      sum += static_cast<double>(v);
+      y[i] = v;
+    }
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
@@ -131,6 +148,8 @@ void RopeApply(const RopeParams& p, const float* cos_sin, const float* x, float*
 }
 
 void Silu(const float* x, float* y, int64_t n) {
+  const internal::IsaKernels& k = internal::BestKernels();
+  if (k.silu != nullptr) return k.silu(x, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = SiluF32(x[i]);
 }
 
@@ -160,6 +179,8 @@ void GeluErf(const float* x, float* y, int64_t n) {
 }
 
 void Swiglu(const float* a, const float* b, float* y, int64_t n) {
+  const internal::IsaKernels& k = internal::BestKernels();
+  if (k.swiglu != nullptr) return k.swiglu(a, b, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = SiluF32(a[i]) * b[i];
 }
 
