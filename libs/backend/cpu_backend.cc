@@ -186,7 +186,15 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
   const int64_t ne0 = n->ne[0];
   const int64_t nrows = n->nrows();
   // Runs fn(row index i1, i2, i3) over all rows of n split across threads.
+  // Small element-wise work runs on the calling thread: waking the pool costs more.
+  const bool small = n->nelements() < 16384;
   auto for_rows = [&](auto fn) {
+    if (small) {
+      for (int64_t r = 0; r < nrows; ++r) {
+        fn(r % n->ne[1], (r / n->ne[1]) % n->ne[2], r / (n->ne[1] * n->ne[2]));
+      }
+      return;
+    }
     pool_.Run([&](int ith, int nth) {
       int64_t r0, r1;
       SplitRange(nrows, ith, nth, &r0, &r1);
@@ -253,7 +261,7 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
       return absl::OkStatus();
     case Op::kGelu:
       for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Gelu(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+        cpu::GeluGgmlTable(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
       });
       return absl::OkStatus();
     case Op::kSwiglu:
@@ -351,21 +359,15 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   float* dst = static_cast<float*>(n->data);
   const size_t dst_stride = static_cast<size_t>(m);
   const uint8_t* wdata = static_cast<const uint8_t*>(w->data);
-  // Weight rows split across threads (each thread streams its own rows once per column block).
-  constexpr int64_t kColBlock = 64;
-  constexpr int64_t kRowBlock = 64;
+  // Weight rows split across threads; each thread makes one tile call over all columns
+  // (the kernel does its own cache blocking and packs the activations once).
   pool_.Run([&](int ith, int nth) {
-    int64_t r0, r1;
     // Keep row chunks a multiple of 16 so micro-kernels see full tiles.
     const int64_t per = ((m + nth - 1) / nth + 15) / 16 * 16;
-    r0 = std::min<int64_t>(m, per * ith);
-    r1 = std::min<int64_t>(m, r0 + per);
-    for (int64_t jb = 0; jb < cols; jb += kColBlock) {
-      const int64_t je = std::min(cols, jb + kColBlock);
-      for (int64_t ib = r0; ib < r1; ib += kRowBlock) {
-        const int64_t ie = std::min(r1, ib + kRowBlock);
-        cpu::MulMatTile(w->type, isa_, k, wdata, w->nb[1], act, a_stride, dst, dst_stride, ib, ie, jb, je);
-      }
+    const int64_t r0 = std::min<int64_t>(m, per * ith);
+    const int64_t r1 = std::min<int64_t>(m, r0 + per);
+    if (r0 < r1) {
+      cpu::MulMatTile(w->type, isa_, k, wdata, w->nb[1], act, a_stride, dst, dst_stride, r0, r1, 0, cols);
     }
   });
   return absl::OkStatus();

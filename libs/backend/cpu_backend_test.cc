@@ -273,7 +273,9 @@ TEST_P(CpuBackendTest, ActivationsAndSwiglu) {
     const double silu = x / (1 + std::exp(-x));
     const double gelu = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     EXPECT_NEAR(F(s)[i], silu, 1e-5);
-    EXPECT_NEAR(F(ge)[i], gelu, 1e-4);
+    // GELU goes through ggml's F16 lookup table (llama.cpp parity): the input is rounded
+    // to F16 first, so allow that rounding (2^-11 relative) times the slope.
+    EXPECT_NEAR(F(ge)[i], gelu, 2e-3 * (1 + std::fabs(x)));
     EXPECT_NEAR(F(sw)[i], silu * b[i], 1e-5);
   }
 }

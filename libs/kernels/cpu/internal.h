@@ -28,6 +28,8 @@ struct IsaKernels {
   void (*swiglu)(const float* a, const float* b, float* y, int64_t n);
   double (*softmax_exp)(const float* x, float* y, int64_t n, float max);  // y = exp(x - max), returns sum
   double (*cvar)(const float* x, float* y, int64_t n, float mean);         // y = x - mean, returns sum(y^2)/n
+  void (*mad_f16)(const uint16_t* x, float v, uint16_t* y, int64_t n);
+  void (*scale_f16)(uint16_t* y, float v, int64_t n);
 };
 
 // Defined in kernels_avx2.cc / kernels_avx512.cc. Only call them when the CPU

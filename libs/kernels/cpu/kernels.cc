@@ -103,7 +103,7 @@ const IsaKernels kScalarKernels = {
     {VecDotF32Scalar, VecDotF16Scalar, VecDotBf16Scalar, VecDotQ8_0Scalar, VecDotQ4_0Scalar},
     {TileScalar<VecDotF32Scalar>, TileScalar<VecDotF16Scalar>, TileScalar<VecDotBf16Scalar>,
      TileScalar<VecDotQ8_0Scalar>, TileScalar<VecDotQ4_0Scalar>},
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
 // Highest supported Isa <= `isa`.
 Isa ClampIsa(Isa isa) {

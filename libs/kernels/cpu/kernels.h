@@ -104,4 +104,12 @@ void Add(const float* a, const float* b, float* y, int64_t n);
 void Mul(const float* a, const float* b, float* y, int64_t n);
 void Scale(const float* x, float s, float* y, int64_t n);
 
+/// F16 vector ops of ggml's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16
+/// keeps its V accumulator in F16 when V is F16): bit-exact with the SIMD paths of
+/// ggml_vec_mad_f16 / ggml_vec_scale_f16, identical on every ISA.
+///   MadF16:   y[i] = fp16(fmaf(f32(x[i]), v, f32(y[i])))   (one float rounding, then F16)
+///   ScaleF16: y[i] = fp16(f32(y[i]) * v)
+void MadF16(const uint16_t* x, float v, uint16_t* y, int64_t n);
+void ScaleF16(uint16_t* y, float v, int64_t n);
+
 }  // namespace herd::cpu

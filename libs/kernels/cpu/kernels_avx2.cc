@@ -387,6 +387,28 @@ double CvarRow(const float* x, float* y, int64_t n, float mean) {
   return sum / n;
 }
 
+
+// ggml_vec_mad_f16 / ggml_vec_scale_f16 (SIMD path; the tail rounds the same way).
+void MadF16Row(const uint16_t* x, float v, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  const auto vv = _mm256_set1_ps(v);
+  for (; i + 8 <= n; i += 8) {
+    const auto r = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), vv, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(fmaf(_cvtsh_ss(x[i]), v, _cvtsh_ss(y[i])), _MM_FROUND_TO_NEAREST_INT);
+}
+
+void ScaleF16Row(uint16_t* y, float v, int64_t n) {
+  int64_t i = 0;
+  const auto vv = _mm256_set1_ps(v);
+  for (; i + 8 <= n; i += 8) {
+    const auto r = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i))), vv);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(_cvtsh_ss(y[i]) * v, _MM_FROUND_TO_NEAREST_INT);
+}
+
 constexpr IsaKernels kKernels = {
     {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQuant<false>>, VecDot<KQuant<true>>},
     {Tile<KFloat<LoadF32>>, Tile<KFloat<LoadF16>>, Tile<KBf16>, Tile<KQuant<false>>, Tile<KQuant<true>>},
@@ -396,7 +418,9 @@ constexpr IsaKernels kKernels = {
     SiluRow,
     SwigluRow,
     SoftMaxExpRow,
-    CvarRow};
+    CvarRow,
+    MadF16Row,
+    ScaleF16Row};
 
 }  // namespace
 

@@ -81,7 +81,8 @@ struct LoadF16 {
 };
 
 // F16 activations are widened to F32 once per tile (exact), so the micro-kernel
-// converts only the weight rows.
+// converts only the weight rows. (vec_dot converts both on the fly instead; the
+// results are bit-identical since the widening is exact and the lane order the same.)
 void PackF16RowToF32(int64_t k, const char* a, char* out) {
   const uint16_t* x = reinterpret_cast<const uint16_t*>(a);
   float* y = reinterpret_cast<float*>(out);
@@ -578,9 +579,31 @@ double CvarRow(const float* x, float* y, int64_t n, float mean) {
   return sum / n;
 }
 
+
+// ggml_vec_mad_f16 / ggml_vec_scale_f16 (SIMD path; the tail rounds the same way).
+void MadF16Row(const uint16_t* x, float v, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  const auto vv = _mm512_set1_ps(v);
+  for (; i + 16 <= n; i += 16) {
+    const auto r = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))), vv, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + i))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(fmaf(_cvtsh_ss(x[i]), v, _cvtsh_ss(y[i])), _MM_FROUND_TO_NEAREST_INT);
+}
+
+void ScaleF16Row(uint16_t* y, float v, int64_t n) {
+  int64_t i = 0;
+  const auto vv = _mm512_set1_ps(v);
+  for (; i + 16 <= n; i += 16) {
+    const auto r = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + i))), vv);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(_cvtsh_ss(y[i]) * v, _MM_FROUND_TO_NEAREST_INT);
+}
+
 template <bool kVnni>
 constexpr IsaKernels kKernels = {
-    {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, true>>, VecDot<KBf16>, VecDot<KQ8_0<kVnni>>, VecDot<KQ4_0<kVnni>>},
+    {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, false>>, VecDot<KBf16>, VecDot<KQ8_0<kVnni>>, VecDot<KQ4_0<kVnni>>},
     {Tile<KFloat<LoadF32, false>>, Tile<KFloat<LoadF16, true>>, Tile<KBf16>, Tile<KQ8_0<kVnni>>, Tile<KQ4_0<kVnni>>},
     ToF16,
     ToBf16,
@@ -588,7 +611,9 @@ constexpr IsaKernels kKernels = {
     SiluRow,
     SwigluRow,
     SoftMaxExpRow,
-    CvarRow};
+    CvarRow,
+    MadF16Row,
+    ScaleF16Row};
 
 }  // namespace
 

@@ -626,6 +626,37 @@ TEST(OpsTest, SimdRowOpsCloseToScalar) {
   }
 }
 
+TEST(OpsTest, MadScaleF16MatchGgmlOnEveryIsa) {
+  std::vector<const internal::IsaKernels*> tables;
+  if (IsaSupported(Isa::kAvx2)) tables.push_back(&internal::Avx2Kernels());
+  if (IsaSupported(Isa::kAvx512)) tables.push_back(&internal::Avx512Kernels(GetCpuFeatures().avx512vnni));
+  for (int64_t n : {1, 7, 64, 128, 131}) {
+    const std::vector<float> xf = Random(n, 40), yf = Random(n, 41, 3.0f);
+    std::vector<uint16_t> x(n), y0(n);
+    for (int64_t i = 0; i < n; ++i) { x[i] = Fp32ToFp16(xf[i]); y0[i] = Fp32ToFp16(yf[i]); }
+    const float v = 0.3719f;
+    std::vector<uint16_t> want = y0;
+    for (int64_t i = 0; i < n; ++i) want[i] = Fp32ToFp16(std::fma(Fp16ToFp32(x[i]), v, Fp16ToFp32(want[i])));
+    std::vector<uint16_t> got = y0;
+    MadF16(x.data(), v, got.data(), n);
+    EXPECT_EQ(got, want) << "n=" << n;
+    for (const internal::IsaKernels* k : tables) {
+      got = y0;
+      k->mad_f16(x.data(), v, got.data(), n);
+      EXPECT_EQ(got, want) << "n=" << n;
+    }
+    for (int64_t i = 0; i < n; ++i) want[i] = Fp32ToFp16(Fp16ToFp32(y0[i]) * v);
+    got = y0;
+    ScaleF16(got.data(), v, n);
+    EXPECT_EQ(got, want);
+    for (const internal::IsaKernels* k : tables) {
+      got = y0;
+      k->scale_f16(got.data(), v, n);
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
 TEST(OpsTest, AddMulScale) {
   const int64_t n = 100;
   const std::vector<float> a = Random(n, 12), b = Random(n, 13);

@@ -196,4 +196,16 @@ void Scale(const float* x, float s, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
 }
 
+void MadF16(const uint16_t* x, float v, uint16_t* y, int64_t n) {
+  const internal::IsaKernels& k = internal::BestKernels();
+  if (k.mad_f16 != nullptr) return k.mad_f16(x, v, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(std::fma(Fp16ToFp32(x[i]), v, Fp16ToFp32(y[i])));
+}
+
+void ScaleF16(uint16_t* y, float v, int64_t n) {
+  const internal::IsaKernels& k = internal::BestKernels();
+  if (k.scale_f16 != nullptr) return k.scale_f16(y, v, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(Fp16ToFp32(y[i]) * v);
+}
+
 }  // namespace herd::cpu
