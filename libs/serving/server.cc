@@ -1,0 +1,115 @@
+#include "libs/serving/server.h"
+
+#include <signal.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "httplib.h"
+#include "libs/base/log.h"
+
+namespace herd::serving {
+namespace {
+
+std::mutex g_mu;
+std::condition_variable g_cv;
+bool g_shutdown = false;
+
+void OnSignal(int) {
+  // Only async-signal-safe work here: a self-pipe would be ideal; a detached thread
+  // polls the flag instead (see WaitForShutdown).
+  g_shutdown = true;
+}
+
+}  // namespace
+
+MetricsHttpServer::MetricsHttpServer(Registry* registry)
+    : registry_(registry), http_(std::make_unique<httplib::Server>()) {
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(registry_->Render(), "text/plain; version=0.0.4");
+  });
+  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host, int port) {
+  int bound = port;
+  if (port == 0) {
+    bound = http_->bind_to_any_port(host);
+    if (bound < 0) return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", host, ":0"));
+  } else if (!http_->bind_to_port(host, port)) {
+    return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", host, ":", port));
+  }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return bound;
+}
+
+void MetricsHttpServer::Stop() {
+  if (thread_.joinable()) {
+    http_->stop();
+    thread_.join();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& opts,
+                                                              const std::vector<grpc::Service*>& services,
+                                                              int* bound_port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder b;
+  b.AddListeningPort(opts.address, grpc::InsecureServerCredentials(), bound_port);
+  b.SetMaxReceiveMessageSize(opts.max_message_bytes);
+  b.SetMaxSendMessageSize(opts.max_message_bytes);
+  for (grpc::Service* s : services) b.RegisterService(s);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  if (server == nullptr || *bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot start gRPC server on ", opts.address));
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+void RequestShutdown() {
+  std::lock_guard<std::mutex> l(g_mu);
+  g_shutdown = true;
+  g_cv.notify_all();
+}
+
+void WaitForShutdown(grpc::Server* server, std::chrono::milliseconds grace,
+                     const std::function<void()>& before_shutdown) {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  {
+    std::unique_lock<std::mutex> l(g_mu);
+    while (!g_shutdown) g_cv.wait_for(l, std::chrono::milliseconds(100));
+  }
+  HERD_LOG(Info) << "shutting down: draining in-flight streams for up to " << grace.count() << " ms";
+  server->GetHealthCheckService()->SetServingStatus(false);
+  if (before_shutdown) before_shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + grace);
+}
+
+bool ParseHostPort(const std::string& s, std::string* host, int* port) {
+  std::string h = "0.0.0.0", p = s;
+  const size_t colon = s.rfind(':');
+  if (colon != std::string::npos) {
+    h = s.substr(0, colon);
+    p = s.substr(colon + 1);
+    if (h.empty()) h = "0.0.0.0";
+  }
+  int v;
+  if (!absl::SimpleAtoi(p, &v) || v < 0 || v > 65535) return false;
+  *host = h;
+  *port = v;
+  return true;
+}
+
+}  // namespace herd::serving
