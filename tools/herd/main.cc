@@ -21,6 +21,7 @@
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tools/herd/args.h"
+#include "tools/herd/commands.h"
 
 namespace herd::cli {
 namespace {
@@ -238,7 +239,11 @@ const char kUsage[] =
     "  run       generate text from a GGUF model (herd run -h for flags)\n"
     "  tokenize  print the token ids of a text\n"
     "  inspect   print a GGUF file's metadata and tensor table\n"
-    "  convert   convert a llama2.c checkpoint to GGUF\n";
+    "  convert   convert a llama2.c checkpoint to GGUF\n"
+    "  quantize  quantize a GGUF model (herd quantize IN OUT TYPE)\n"
+    "  perplexity  perplexity of a model over a text file\n"
+    "  up        start a local cluster: loader, workers, gateway\n"
+    "  generate  stream a generation from a gateway\n";
 
 }  // namespace
 }  // namespace herd::cli
@@ -254,6 +259,10 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return CmdTokenize(argc, argv);
   if (cmd == "inspect") return CmdInspect(argc, argv);
   if (cmd == "convert") return CmdConvert(argc, argv);
+  if (cmd == "quantize") return CmdQuantize(argc, argv);
+  if (cmd == "perplexity") return CmdPerplexity(argc, argv);
+  if (cmd == "up") return CmdUp(argc, argv);
+  if (cmd == "generate") return CmdGenerate(argc, argv);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;
