@@ -1,0 +1,329 @@
+#include "tools/herd/cluster.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/herd/v1/gateway.grpc.pb.h"
+
+namespace herd::cli {
+namespace {
+
+std::atomic<bool> g_signalled{false};
+void OnSignal(int) { g_signalled = true; }
+
+bool IsExecutable(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & S_IXUSR);
+}
+
+std::string SelfExe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  buf[n] = 0;
+  return buf;
+}
+
+// A free TCP port on the host (bind to 0, read it, close). Racy in theory, fine on loopback.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    socklen_t len = sizeof(a);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::string AfterToken(const std::string& line, const std::string& token) {
+  size_t p = line.find(token);
+  if (p == std::string::npos) return "";
+  p += token.size();
+  size_t e = p;
+  while (e < line.size() && !isspace(static_cast<unsigned char>(line[e]))) ++e;
+  return line.substr(p, e - p);
+}
+
+}  // namespace
+
+LocalCluster::~LocalCluster() { Stop(); }
+
+absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& rel) const {
+  std::vector<std::string> candidates;
+  if (!opts_.bin_dir.empty()) candidates.push_back(opts_.bin_dir + "/" + rel);
+  if (const char* d = std::getenv("HERD_BIN_DIR")) candidates.push_back(std::string(d) + "/" + rel);
+  const std::string self = SelfExe();
+  if (!self.empty()) {
+    // bazel-bin layout: bazel-bin/tools/herd/herd -> bazel-bin/<rel>
+    const std::string dir = self.substr(0, self.rfind('/'));
+    candidates.push_back(dir + "/../../" + rel);
+    candidates.push_back(self + ".runfiles/herd/" + rel);
+  }
+  if (const char* r = std::getenv("TEST_SRCDIR")) candidates.push_back(std::string(r) + "/herd/" + rel);
+  if (const char* r = std::getenv("RUNFILES_DIR")) candidates.push_back(std::string(r) + "/herd/" + rel);
+  for (const std::string& c : candidates) {
+    if (IsExecutable(c)) return c;
+  }
+  return absl::NotFoundError(absl::StrCat("cannot find the ", rel, " binary (looked in: ",
+                                          absl::StrJoin(candidates, ", "),
+                                          "); build it with `bazel build //services/...` or pass --bin-dir"));
+}
+
+absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  p->grpc_addr.clear();
+  p->expected_exit = false;
+  pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    std::vector<char*> argv;
+    for (std::string& a : p->argv) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  p->pid = pid;
+  auto ready = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  const bool quiet = opts_.quiet;
+  // Reader: parse the address lines, forward the logs.
+  std::thread([p, fd = fds[0], ready, quiet] {
+    FILE* f = ::fdopen(fd, "r");
+    char* line = nullptr;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = ::getline(&line, &cap, f)) > 0) {
+      std::string l(line, static_cast<size_t>(n));
+      {
+        std::lock_guard<std::mutex> lk(ready->first);
+        if (p->grpc_addr.empty()) p->grpc_addr = AfterToken(l, "listening on ");
+        if (p->http_addr.empty()) p->http_addr = AfterToken(l, "http on ");
+        if (p->metrics_addr.empty()) p->metrics_addr = AfterToken(l, "metrics on ");
+      }
+      ready->second.notify_all();
+      if (!quiet) std::fprintf(stderr, "[%s] %s", p->name.c_str(), l.c_str());
+    }
+    std::free(line);
+    std::fclose(f);
+    ready->second.notify_all();
+  }).detach();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lk(ready->first);
+  while (p->grpc_addr.empty()) {
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      p->pid = -1;
+      return absl::UnavailableError(absl::StrCat(p->name, " exited before it was ready (status ", status,
+                                                 "): ", absl::StrJoin(p->argv, " ")));
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::UnavailableError(absl::StrCat(p->name, " did not print its address within ", timeout.count(), " ms"));
+    }
+    ready->second.wait_for(lk, std::chrono::milliseconds(50));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::milliseconds timeout) {
+  opts_ = opts;
+  std::vector<std::string> models = opts.models;
+  if (models.empty()) {
+    DIR* d = ::opendir(opts.models_dir.c_str());
+    if (d == nullptr) return absl::NotFoundError(absl::StrCat("cannot open models dir ", opts.models_dir));
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") models.push_back(n.substr(0, n.size() - 5));
+    }
+    ::closedir(d);
+    std::sort(models.begin(), models.end());
+    if (models.empty()) return absl::NotFoundError(absl::StrCat("no .gguf models in ", opts.models_dir));
+  }
+  auto loader_bin = FindBinary("services/loader/loader");
+  if (!loader_bin.ok()) return loader_bin.status();
+  auto worker_bin = FindBinary("services/worker/worker");
+  if (!worker_bin.ok()) return worker_bin.status();
+  auto gateway_bin = FindBinary("services/gateway/gateway");
+  if (!gateway_bin.ok()) return gateway_bin.status();
+
+  auto loader = std::make_unique<Process>();
+  loader->name = "loader";
+  loader->argv = {*loader_bin, "--models_dir=" + opts.models_dir, "--host=" + opts.host, "--port=0",
+                  "--metrics_port=0"};
+  absl::Status s = Launch(loader.get(), timeout);
+  procs_.push_back(std::move(loader));
+  if (!s.ok()) return s;
+  const std::string loader_addr = procs_[0]->grpc_addr;
+
+  std::vector<std::string> worker_addrs;
+  for (const std::string& m : models) {
+    for (int i = 0; i < opts.workers_per_model; ++i) {
+      auto w = std::make_unique<Process>();
+      w->name = absl::StrCat("worker-", m, "-", i);
+      const int port = FreePort();
+      w->argv = {*worker_bin, "--loader=" + loader_addr, "--model=" + m, "--host=" + opts.host,
+                 absl::StrCat("--port=", port), "--metrics_port=0", absl::StrCat("--threads=", opts.threads_per_worker)};
+      if (opts.n_ctx > 0) w->argv.push_back(absl::StrCat("--n_ctx=", opts.n_ctx));
+      if (opts.max_sequences > 0) w->argv.push_back(absl::StrCat("--max_sequences=", opts.max_sequences));
+      for (const std::string& f : opts.extra_worker_flags) w->argv.push_back(f);
+      s = Launch(w.get(), timeout);
+      worker_addrs.push_back(w->grpc_addr);
+      procs_.push_back(std::move(w));
+      if (!s.ok()) return s;
+    }
+  }
+  auto gw = std::make_unique<Process>();
+  gw->name = "gateway";
+  gw->argv = {*gateway_bin, "--loader=" + loader_addr, "--workers=" + absl::StrJoin(worker_addrs, ","),
+              "--host=" + opts.host, "--port=0", "--http_port=0", "--metrics_port=0"};
+  for (const std::string& f : opts.extra_gateway_flags) gw->argv.push_back(f);
+  s = Launch(gw.get(), timeout);
+  procs_.push_back(std::move(gw));
+  if (!s.ok()) return s;
+
+  // Ready when the gateway lists every model with all its workers.
+  auto channel = grpc::CreateChannel(gateway_addr(), grpc::InsecureChannelCredentials());
+  auto stub = herd::v1::Gateway::NewStub(channel);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    herd::v1::ListModelsResponse resp;
+    grpc::Status st = stub->ListModels(&ctx, herd::v1::ListModelsRequest(), &resp);
+    int ready_models = 0;
+    if (st.ok()) {
+      for (const auto& card : resp.models()) {
+        if (card.workers() >= opts.workers_per_model) ++ready_models;
+      }
+    }
+    if (ready_models >= static_cast<int>(models.size())) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::UnavailableError(absl::StrCat("gateway at ", gateway_addr(), " did not see all workers within ",
+                                                 timeout.count(), " ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  supervisor_ = std::thread([this] { Supervise(); });
+  return absl::OkStatus();
+}
+
+void LocalCluster::Supervise() {
+  while (!stopping_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 1; i + 1 < procs_.size(); ++i) {
+      Process* p = procs_[i].get();
+      if (p->pid <= 0) continue;
+      int status;
+      if (::waitpid(p->pid, &status, WNOHANG) != p->pid) continue;
+      p->pid = -1;
+      if (stopping_) break;
+      std::fprintf(stderr, "herd up: %s exited (status %d)%s\n", p->name.c_str(), status,
+                   opts_.restart_workers ? "; restarting" : "");
+      if (opts_.restart_workers) {
+        absl::Status s = Launch(p, std::chrono::seconds(30));
+        if (!s.ok()) std::fprintf(stderr, "herd up: restart of %s failed: %s\n", p->name.c_str(), std::string(s.message()).c_str());
+      }
+    }
+  }
+}
+
+void LocalCluster::Stop(std::chrono::milliseconds grace) {
+  if (stopping_.exchange(true)) return;
+  if (supervisor_.joinable()) supervisor_.join();
+  std::lock_guard<std::mutex> l(mu_);
+  // Gateway first (stops new traffic), then workers, then the loader.
+  for (auto it = procs_.rbegin(); it != procs_.rend(); ++it) {
+    Process* p = it->get();
+    if (p->pid > 0) ::kill(p->pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (auto it = procs_.rbegin(); it != procs_.rend(); ++it) {
+    Process* p = it->get();
+    while (p->pid > 0) {
+      int status;
+      if (::waitpid(p->pid, &status, WNOHANG) == p->pid) {
+        p->pid = -1;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(p->pid, SIGKILL);
+        ::waitpid(p->pid, &status, 0);
+        p->pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+std::string LocalCluster::gateway_addr() const { return procs_.empty() ? "" : procs_.back()->grpc_addr; }
+std::string LocalCluster::gateway_http_addr() const { return procs_.empty() ? "" : procs_.back()->http_addr; }
+std::string LocalCluster::gateway_metrics_addr() const { return procs_.empty() ? "" : procs_.back()->metrics_addr; }
+std::string LocalCluster::loader_addr() const { return procs_.empty() ? "" : procs_.front()->grpc_addr; }
+
+std::vector<Process*> LocalCluster::workers() {
+  std::vector<Process*> out;
+  for (size_t i = 1; i + 1 < procs_.size(); ++i) out.push_back(procs_[i].get());
+  return out;
+}
+
+absl::Status LocalCluster::KillWorker(size_t i) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (i + 2 > procs_.size()) return absl::OutOfRangeError(absl::StrCat("no worker ", i));
+  Process* p = procs_[i + 1].get();
+  if (p->pid <= 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is not running"));
+  ::kill(p->pid, SIGKILL);
+  if (!opts_.restart_workers) {  // else the supervisor reaps and restarts it
+    int status;
+    ::waitpid(p->pid, &status, 0);
+    p->pid = -1;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartWorker(size_t i, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (i + 2 > procs_.size()) return absl::OutOfRangeError(absl::StrCat("no worker ", i));
+  Process* p = procs_[i + 1].get();
+  if (p->pid > 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is running"));
+  return Launch(p, timeout);
+}
+
+void LocalCluster::WaitForSignal() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  while (!g_signalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+}  // namespace herd::cli

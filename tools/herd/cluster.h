@@ -1,0 +1,82 @@
+// A local herd cluster of processes on loopback: one loader, N workers per model,
+// one gateway (the layout of docs/ARCHITECTURE.md, on one machine). Used by
+// `herd up`, the main job and the end-to-end tests.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace herd::cli {
+
+struct ClusterOptions {
+  std::string models_dir;                // served by the loader
+  std::vector<std::string> models;       // model names; empty = every *.gguf in models_dir
+  int workers_per_model = 1;
+  int threads_per_worker = 1;
+  int64_t n_ctx = 0;                     // worker KV cells (0 = worker default)
+  int max_sequences = 0;                 // 0 = worker default
+  std::string bin_dir;                   // folder with services/{loader,worker,gateway}/..; "" = find
+  std::string host = "127.0.0.1";
+  bool restart_workers = true;           // restart a worker that exits unexpectedly
+  std::vector<std::string> extra_worker_flags;
+  std::vector<std::string> extra_gateway_flags;
+  bool quiet = false;                    // do not forward the services' logs to stderr
+};
+
+/// One child process and the addresses it printed.
+struct Process {
+  std::string name;                      // "loader", "worker-stories260K-0", "gateway"
+  std::vector<std::string> argv;
+  pid_t pid = -1;
+  std::string grpc_addr, http_addr, metrics_addr;
+  std::atomic<bool> expected_exit{false};
+};
+
+class LocalCluster {
+ public:
+  ~LocalCluster();
+  /// Starts loader, workers and gateway and waits until each printed its address
+  /// (and the gateway sees every worker). Errors: NOT_FOUND for missing binaries or
+  /// models; UNAVAILABLE when a process exits or does not come up within `timeout`.
+  absl::Status Start(const ClusterOptions& opts, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  /// Sends SIGTERM to every process (gateway first, loader last) and waits up to
+  /// `grace`, then SIGKILL.
+  void Stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+
+  std::string gateway_addr() const;
+  std::string gateway_http_addr() const;
+  std::string gateway_metrics_addr() const;
+  std::string loader_addr() const;
+  /// Workers in start order.
+  std::vector<Process*> workers();
+  /// Kills worker i with SIGKILL, as a crash would. With restart_workers the supervisor
+  /// starts it again on the same port (the gateway's worker list stays valid).
+  absl::Status KillWorker(size_t i);
+  /// Starts worker i again on its previous port (after KillWorker with restarts off).
+  absl::Status RestartWorker(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// Blocks until SIGINT/SIGTERM; supervises workers meanwhile.
+  void WaitForSignal();
+
+ private:
+  absl::StatusOr<std::string> FindBinary(const std::string& rel) const;
+  absl::Status Launch(Process* p, std::chrono::milliseconds timeout);
+  void Supervise();
+
+  ClusterOptions opts_;
+  std::vector<std::unique_ptr<Process>> procs_;  // loader, workers..., gateway
+  std::vector<int> worker_ports_;
+  std::thread supervisor_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+};
+
+}  // namespace herd::cli
