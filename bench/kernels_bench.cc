@@ -1,4 +1,6 @@
-// Kernel throughput: vec_dot and MulMatTile for every weight type and ISA.
+// Kernel throughput: dequantize, vec_dot and MulMatTile for every weight type and ISA.
+//   dequantize: one 4096 x 64 block of rows to F32 -> GB/s of quantized bytes read
+//   vec_dot: one row of 4096 (L1-resident) -> GB/s of weight bytes
 //   decode: 1 token  x 4096 x 4096 (weight-bandwidth bound) -> GB/s of weights
 //   prompt: 128 tokens x 4096 x 4096 (compute bound)        -> GFLOP/s
 // Decode cycles through enough weight copies (>= 256 MiB) that weights come
@@ -51,7 +53,9 @@ Weights MakeWeights(GgmlType t, int64_t m, int64_t k, size_t min_total) {
   const size_t bytes = w.row_bytes * m;
   const std::vector<float> row = Random(k, 1);
   Buffer first(bytes);
-  for (int64_t i = 0; i < m; ++i) QuantizeRow(t, row.data(), first.data() + i * w.row_bytes, k);
+  // Quantize one row (the k-quant / IQ4 reference quantizers are slow) and repeat it.
+  QuantizeRow(t, row.data(), first.data(), k);
+  for (int64_t i = 1; i < m; ++i) std::memcpy(first.data() + i * w.row_bytes, first.data(), w.row_bytes);
   size_t n = (min_total + bytes - 1) / bytes;
   if (n < 1) n = 1;
   for (size_t c = 0; c < n; ++c) {
@@ -125,6 +129,22 @@ void BM_VecDot(benchmark::State& state, GgmlType t, Isa isa) {
                                               benchmark::Counter::kIsRate);
 }
 
+// Dequantization (get_rows / conversion) of 64 rows of 4096: GB/s of quantized bytes.
+void BM_Dequantize(benchmark::State& state, GgmlType t) {
+  const int64_t rows = 64;
+  Weights w = MakeWeights(t, rows, kK, 0);
+  std::vector<float> out(static_cast<size_t>(kK));
+  for (auto _ : state) {
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(t, w.copies[0].data() + r * w.row_bytes, out.data(), kK);
+      benchmark::DoNotOptimize(out.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * w.row_bytes * rows / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
 // Baseline: plain streaming read of 256 MiB (memory bandwidth), 1 or 2 threads.
 void BM_MemRead(benchmark::State& state, int threads) {
   const size_t n = (256u << 20) / sizeof(uint64_t);
@@ -150,10 +170,15 @@ void BM_MemRead(benchmark::State& state, int threads) {
 }
 
 int Register() {
-  const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0};
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,  GgmlType::Q4_0,
+                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K,
+                            GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,  GgmlType::IQ4_XS};
   const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
   benchmark::RegisterBenchmark("MemRead/threads:1", BM_MemRead, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("MemRead/threads:2", BM_MemRead, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (GgmlType t : types) {
+    benchmark::RegisterBenchmark(("Dequantize/" + GgmlTypeName(t)).c_str(), BM_Dequantize, t);
+  }
   for (GgmlType t : types) {
     for (Isa isa : isas) {
       const std::string name = GgmlTypeName(t) + "/" + IsaName(isa);

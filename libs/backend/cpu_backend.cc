@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/kernels/cpu/kernels.h"
+#include "libs/kernels/cpu/model_ops.h"
 #include "libs/tensor/graph_alloc.h"
 #include "libs/tensor/quants.h"
 
@@ -38,22 +39,6 @@ float* F32Row(const Tensor* t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {
 }
 
 }  // namespace
-
-absl::Status PlaceTensor(Tensor* t, Buffer* buf, size_t offset) {
-  const size_t align = buf->type()->alignment();
-  if (offset % align != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "': offset ", offset,
-                                                   " is not a multiple of ", align));
-  }
-  if (offset + t->nbytes() > buf->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "' (", t->nbytes(),
-                                                   " bytes at ", offset, ") does not fit in a ",
-                                                   buf->size(), "-byte buffer"));
-  }
-  t->buffer = buf;
-  t->data = static_cast<uint8_t*>(buf->base()) + offset;
-  return absl::OkStatus();
-}
 
 CpuBufferType* CpuBufferType::Get() {
   static CpuBufferType t;
@@ -129,8 +114,12 @@ bool CpuBackend::SupportsOp(const Tensor& n) const {
     case Op::kNorm:
     case Op::kSilu:
     case Op::kGelu:
+    case Op::kGeluErf:
+    case Op::kClamp:
     case Op::kSoftMax:
       return n.src[0]->type == GgmlType::F32;
+    case Op::kCont:
+      return n.src[0]->type == GgmlType::F32 && n.src[0]->nb[0] == sizeof(float);
     case Op::kSwiglu:
       return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32;
     case Op::kRope:
@@ -264,6 +253,21 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
         cpu::GeluGgmlTable(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
       });
       return absl::OkStatus();
+    case Op::kGeluErf:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::GeluErf(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return absl::OkStatus();
+    case Op::kClamp:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Clamp(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, n->f_params[0], n->f_params[1]);
+      });
+      return absl::OkStatus();
+    case Op::kCont:
+      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
+        std::memcpy(F32Row(n, i1, i2, i3), F32Row(a, i1, i2, i3), static_cast<size_t>(ne0) * sizeof(float));
+      });
+      return absl::OkStatus();
     case Op::kSwiglu:
       for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
         cpu::Swiglu(F32Row(a, i1, i2, i3), F32Row(b, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
@@ -387,7 +391,9 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   const int64_t n_head_kv = k->ne[1];
   const int64_t gqa = n_head / n_head_kv;
   const GgmlType kt = k->type;
-  cpu::VecDotFn dot = cpu::GetVecDot(kt, isa_);
+  // ggml computes KQ with ggml_vec_dot_f16 on F16 K; for head sizes below 64 that is its
+  // scalar (double-accumulating) loop, which the scalar kernel reproduces.
+  cpu::VecDotFn dot = cpu::GetVecDot(kt, (kt == GgmlType::F16 && q->ne[0] < 64) ? Isa::kScalar : isa_);
   if (dot == nullptr) return absl::UnimplementedError("flash_attn_ext: no vec_dot for K type");
   const size_t q_row = GgmlRowSize(kt, hd);
   const int64_t n_work = n_tokens * n_head;
@@ -396,6 +402,7 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
     std::vector<uint8_t> qconv(q_row + 64);
     std::vector<float> acc(static_cast<size_t>(hd));
     std::vector<float> vrow(static_cast<size_t>(hd));
+    std::vector<uint16_t> vkq16(static_cast<size_t>(hd));
     int64_t w0, w1;
     SplitRange(n_work, ith, nth, &w0, &w1);
     for (int64_t w = w0; w < w1; ++w) {
@@ -419,9 +426,14 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
         scores[c] = s;
         if (s > mx) mx = s;
       }
+      float* out = F32Row(n, h, t);
+      if (v->type == GgmlType::F16) {
+        // llama.cpp's path for an F16 V: online softmax with the accumulator in F16.
+        cpu::FlashAttnF16VRow(scores.data(), n_kv, v->row(hk, 0), v->nb[2], hd, vkq16.data(), out);
+        continue;
+      }
       std::fill(acc.begin(), acc.end(), 0.0f);
       double sum = 0.0;
-      float* out = F32Row(n, h, t);
       if (mx == -std::numeric_limits<float>::infinity()) {
         std::fill(out, out + hd, 0.0f);
         continue;

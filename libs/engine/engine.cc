@@ -78,7 +78,7 @@ absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, s
     if (batch.logits[i]) out_ids.push_back(static_cast<int32_t>(i - begin));
   }
   std::vector<float> mask(static_cast<size_t>(n_kv * n_tokens));
-  kv_->FillMask(seq, pos, n_kv, mask.data());
+  kv_->FillMask(seq, pos, n_kv, mask.data(), model_.hparams().use_alibi());
 
   Graph g;
   model::ForwardInputs in;

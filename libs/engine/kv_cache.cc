@@ -1,6 +1,7 @@
 #include "libs/engine/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -114,13 +115,14 @@ void KvCache::FreeCells(const std::vector<int32_t>& idx) {
 }
 
 void KvCache::FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv,
-                       float* mask) const {
+                       float* mask, bool alibi) const {
   const float ninf = -std::numeric_limits<float>::infinity();
   for (size_t t = 0; t < seq.size(); ++t) {
     float* row = mask + t * static_cast<size_t>(n_kv);
     for (int64_t c = 0; c < n_kv; ++c) {
       const size_t ci = static_cast<size_t>(c);
-      row[c] = (pos_[ci] >= 0 && pos_[ci] <= pos[t] && Has(c, seq[t])) ? 0.0f : ninf;
+      const bool visible = pos_[ci] >= 0 && pos_[ci] <= pos[t] && Has(c, seq[t]);
+      row[c] = !visible ? ninf : alibi ? -std::fabs(static_cast<float>(pos[t] - pos_[ci])) : 0.0f;
     }
   }
 }

@@ -44,9 +44,10 @@ class KvCache {
 
   /// Fills `mask` (F32 [n_kv, n_tokens], row t for token t) with 0 where token t of
   /// sequence seq[t] at position pos[t] may attend cell c (same sequence, cell pos <=
-  /// pos[t]) and -inf elsewhere.
+  /// pos[t]) and -inf elsewhere. With `alibi`, visible cells get -|pos[t] - cell pos|
+  /// instead of 0 (llama_kv_cache::set_input_kq_mask; scaled per head by the ALiBi slope).
   void FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv,
-                float* mask) const;
+                float* mask, bool alibi = false) const;
 
   Tensor* k(int64_t il) const { return k_[static_cast<size_t>(il)]; }
   Tensor* v(int64_t il) const { return v_[static_cast<size_t>(il)]; }

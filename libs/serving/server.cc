@@ -56,9 +56,19 @@ void MetricsHttpServer::Stop() {
   }
 }
 
+void InstallShutdownSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& opts,
                                                               const std::vector<grpc::Service*>& services,
                                                               int* bound_port) {
+  // From here on SIGTERM/SIGINT request a graceful shutdown instead of killing the process.
+  InstallShutdownSignalHandlers();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
@@ -82,11 +92,7 @@ void RequestShutdown() {
 
 void WaitForShutdown(grpc::Server* server, std::chrono::milliseconds grace,
                      const std::function<void()>& before_shutdown) {
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  InstallShutdownSignalHandlers();
   {
     std::unique_lock<std::mutex> l(g_mu);
     while (!g_shutdown) g_cv.wait_for(l, std::chrono::milliseconds(100));

@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
 void WaitForShutdown(grpc::Server* server, std::chrono::milliseconds grace,
                      const std::function<void()>& before_shutdown = nullptr);
 
+/// Routes SIGTERM/SIGINT to a graceful shutdown (WaitForShutdown returns). Called by
+/// StartGrpcServer; call it earlier if the process should not die on a signal before that.
+void InstallShutdownSignalHandlers();
+
 /// Makes WaitForShutdown return (as a signal would). Safe from any thread.
 void RequestShutdown();
 

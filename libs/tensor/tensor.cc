@@ -20,6 +20,9 @@ const char* OpName(Op op) {
     case Op::kSwiglu: return "SWIGLU";
     case Op::kFlashAttnExt: return "FLASH_ATTN_EXT";
     case Op::kSetRows: return "SET_ROWS";
+    case Op::kClamp: return "CLAMP";
+    case Op::kGeluErf: return "GELU_ERF";
+    case Op::kCont: return "CONT";
     default: return "?";
   }
 }
@@ -177,6 +180,26 @@ Tensor* Graph::Silu(Tensor* a) {
 
 Tensor* Graph::Gelu(Tensor* a) {
   Tensor* t = NewNode(Op::kGelu, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  return t;
+}
+
+Tensor* Graph::GeluErf(Tensor* a) {
+  Tensor* t = NewNode(Op::kGeluErf, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  return t;
+}
+
+Tensor* Graph::Clamp(Tensor* a, float lo, float hi) {
+  Tensor* t = NewNode(Op::kClamp, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
+  t->src[0] = a;
+  t->f_params[0] = lo;
+  t->f_params[1] = hi;
+  return t;
+}
+
+Tensor* Graph::Cont(Tensor* a) {
+  Tensor* t = NewNode(Op::kCont, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
   t->src[0] = a;
   return t;
 }

@@ -34,6 +34,9 @@ enum class Op : int {
   kSwiglu,       // silu(src0) * src1
   kFlashAttnExt, // softmax(scale * K^T Q + mask) V per head; see Graph::FlashAttnExt
   kSetRows,      // writes float rows of src1 into rows src2[i] of src0 (converting to src0's type); dst is a view of src0
+  kClamp,        // dst = min(max(src0, f[0]), f[1])  (ggml_clamp)
+  kGeluErf,      // 0.5x(1+erf(x/sqrt2)) in float (ggml_gelu_erf)
+  kCont,         // contiguous copy of a strided F32 view (ggml_cont)
   kCount,
 };
 
@@ -85,7 +88,7 @@ class Graph {
 
   /// Views (no compute). View: explicit ne/nb and byte offset into `src`.
   Tensor* View(Tensor* src, std::vector<int64_t> ne, std::vector<size_t> nb, size_t offset);
-  /// Reshape of a contiguous tensor.
+  /// Reshape of a contiguous tensor (use Cont first for a strided view).
   Tensor* Reshape(Tensor* src, std::vector<int64_t> ne);
 
   // Ops. Each returns a new F32 node (except SetRows, which returns a view of the cache).
@@ -105,12 +108,22 @@ class Graph {
   /// (the head index is dimension 2 of a).
   Tensor* SoftMax(Tensor* a, Tensor* mask, float scale, float max_bias);
   Tensor* Silu(Tensor* a);
+  /// GELU, tanh approximation, as ggml's CPU backend computes it (through its F16 table).
   Tensor* Gelu(Tensor* a);
+  /// GELU, exact erf form (ggml_gelu_erf): 0.5x(1 + erf(x / sqrt(2))), F32 math.
+  Tensor* GeluErf(Tensor* a);
+  /// ggml_clamp: every element limited to [lo, hi]. Same shape as a (F32, any strides).
+  Tensor* Clamp(Tensor* a, float lo, float hi);
+  /// ggml_cont: a contiguous F32 copy of `a` (which may be a strided view: rows of
+  /// ne[0] contiguous floats at any nb[1..3]). Same shape as a.
+  Tensor* Cont(Tensor* a);
   Tensor* Swiglu(Tensor* a, Tensor* b);
   /// Attention (ggml_flash_attn_ext semantics): q F32 [hd, n_head, n_tokens];
   /// k, v [hd, n_head_kv, n_kv] (F32 or F16, strided views of the KV cache);
   /// mask F32 [n_kv, n_tokens] (0 or -inf; nullptr = none). Heads are grouped GQA-style:
-  /// q head h uses kv head h / (n_head / n_head_kv). ALiBi when max_bias > 0.
+  /// q head h uses kv head h / (n_head / n_head_kv). ALiBi when max_bias > 0: the score of
+  /// cell c becomes scale*q.k + slope(h)*mask[c] (AlibiSlope; the mask then holds -|pos_q -
+  /// pos_k|, llama.cpp's convention). q may be a strided view (rows of hd contiguous floats).
   /// Returns F32 [hd, n_head, n_tokens].
   Tensor* FlashAttnExt(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float scale, float max_bias);
   /// Writes rows of src (F32 [row_len, n]) into rows idx[i] (I32 [n]) of dst (2-D, any

@@ -1,12 +1,206 @@
+// herd generate: a streaming client of the gateway's Generate.
+//   herd generate --gateway ADDR -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K]
+//                 [--top-p P] [--min-p P] [--seed S] [--stop STR]... [--timeout-ms MS]
+// The generated text goes to stdout as it arrives; the finish reason, usage and
+// tokens/s go to stderr. Errors: one line on stderr, exit status 1 (2 for usage).
+#include <chrono>
 #include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_format.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/herd/v1/gateway.grpc.pb.h"
+#include "tools/herd/args.h"
 #include "tools/herd/commands.h"
 
 namespace herd::cli {
+namespace {
 
-int CmdGenerate(int, char**) {
-  std::fprintf(stderr, "herd: error: 'generate' is not available in this build yet\n");
+const std::vector<FlagSpec>& GenerateFlags() {
+  static const std::vector<FlagSpec> specs = {
+      {{"--gateway"}, true, "gateway gRPC address HOST:PORT", "localhost:50051"},
+      {{"-m", "--model"}, true, "model name (see ListModels)", ""},
+      {{"-p", "--prompt"}, true, "prompt text", ""},
+      {{"-n", "--n-predict"}, true, "tokens to generate (-1 = until end of generation; default: the gateway's)", ""},
+      {{"--temp"}, true, "temperature (0 = greedy; default: the worker's)", ""},
+      {{"--top-k"}, true, "top-k sampling (0 = off)", ""},
+      {{"--top-p"}, true, "top-p sampling (1 = off)", ""},
+      {{"--min-p"}, true, "min-p sampling (0 = off)", ""},
+      {{"--repeat-penalty"}, true, "repetition penalty (1 = off)", ""},
+      {{"--repeat-last-n"}, true, "tokens the penalties look back (-1 = context)", ""},
+      {{"--presence-penalty"}, true, "presence penalty", ""},
+      {{"--frequency-penalty"}, true, "frequency penalty", ""},
+      {{"-s", "--seed"}, true, "RNG seed (-1 = random)", ""},
+      {{"--stop"}, true, "stop string (repeatable, up to 16)", ""},
+      {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens", ""},
+      {{"--timeout-ms"}, true, "deadline of the request in milliseconds (0 = none)", "0"},
+      {{"-h", "--help"}, false, "show this help", ""},
+  };
+  return specs;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "herd: error: %s\n", msg.c_str());
   return 1;
+}
+
+const char* CodeName(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    default: return "ERROR";
+  }
+}
+
+const char* FinishName(herd::v1::FinishReason r) {
+  switch (r) {
+    case herd::v1::FINISH_REASON_EOS: return "eos";
+    case herd::v1::FINISH_REASON_LENGTH: return "length";
+    case herd::v1::FINISH_REASON_STOP: return "stop";
+    case herd::v1::FINISH_REASON_CANCELLED: return "cancelled";
+    default: return "none";
+  }
+}
+
+}  // namespace
+
+int CmdGenerate(int argc, char** argv) {
+  const auto& specs = GenerateFlags();
+  const std::string usage_text =
+      "usage: herd generate --gateway ADDR -m MODEL -p PROMPT [flags]\n" + Args::Usage(specs);
+  // --stop may repeat; Args keeps one value per flag, so collect them here first.
+  std::vector<std::string> stops;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (i >= 2 && std::strcmp(argv[i], "--stop") == 0) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "herd: flag --stop needs a value\n%s", usage_text.c_str());
+        return 2;
+      }
+      stops.push_back(argv[++i]);
+    } else if (i >= 2 && std::strncmp(argv[i], "--stop=", 7) == 0) {
+      stops.push_back(argv[i] + 7);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  auto args = Args::Parse(specs, static_cast<int>(rest.size()), rest.data(), 2);
+  if (!args.ok()) {
+    std::fprintf(stderr, "herd: %s\n%s", std::string(args.status().message()).c_str(), usage_text.c_str());
+    return 2;
+  }
+  if (args->Has("-h")) {
+    std::fputs(usage_text.c_str(), stdout);
+    return 0;
+  }
+  if (args->Get("-m").empty() || !args->Has("-p")) {
+    std::fprintf(stderr, "herd: generate: -m MODEL and -p PROMPT are required\n%s", usage_text.c_str());
+    return 2;
+  }
+  if (!args->positional().empty()) {
+    std::fprintf(stderr, "herd: generate: unexpected argument '%s'\n%s", args->positional()[0].c_str(), usage_text.c_str());
+    return 2;
+  }
+
+  herd::v1::GenerateRequest req;
+  req.set_model(args->Get("-m"));
+  req.set_text(args->Get("-p"));
+  for (const std::string& s : stops) req.add_stop(s);
+  req.set_ignore_eos(args->Has("--ignore-eos"));
+  herd::v1::SamplingParams* sp = req.mutable_sampling();
+  struct IntFlag {
+    const char* name;
+    std::function<void(int64_t)> set;
+  };
+  const std::vector<IntFlag> ints = {
+      {"-n", [&](int64_t v) { req.set_n_predict(static_cast<int32_t>(v)); }},
+      {"--top-k", [&](int64_t v) { sp->set_top_k(static_cast<int32_t>(v)); }},
+      {"--repeat-last-n", [&](int64_t v) { sp->set_repeat_last_n(static_cast<int32_t>(v)); }},
+      {"-s", [&](int64_t v) {
+         if (v != -1) sp->set_seed(static_cast<uint32_t>(v));
+       }},
+  };
+  for (const IntFlag& f : ints) {
+    if (!args->Has(f.name)) continue;
+    auto v = args->GetInt(f.name);
+    if (!v.ok()) return Fail(std::string(v.status().message()));
+    if (*v < INT32_MIN || *v > (std::string(f.name) == "-s" ? int64_t{UINT32_MAX} : int64_t{INT32_MAX})) {
+      return Fail(absl::StrFormat("%s: %d is out of range", f.name, *v));
+    }
+    f.set(*v);
+  }
+  struct FloatFlag {
+    const char* name;
+    void (herd::v1::SamplingParams::*set)(float);
+  };
+  for (const FloatFlag& f : {FloatFlag{"--temp", &herd::v1::SamplingParams::set_temperature},
+                             FloatFlag{"--top-p", &herd::v1::SamplingParams::set_top_p},
+                             FloatFlag{"--min-p", &herd::v1::SamplingParams::set_min_p},
+                             FloatFlag{"--repeat-penalty", &herd::v1::SamplingParams::set_repeat_penalty},
+                             FloatFlag{"--presence-penalty", &herd::v1::SamplingParams::set_presence_penalty},
+                             FloatFlag{"--frequency-penalty", &herd::v1::SamplingParams::set_frequency_penalty}}) {
+    if (!args->Has(f.name)) continue;
+    auto v = args->GetDouble(f.name);
+    if (!v.ok()) return Fail(std::string(v.status().message()));
+    (sp->*f.set)(static_cast<float>(*v));
+  }
+  auto timeout_ms = args->GetInt("--timeout-ms");
+  if (!timeout_ms.ok()) return Fail(std::string(timeout_ms.status().message()));
+  if (*timeout_ms < 0) return Fail("--timeout-ms: must be >= 0");
+
+  grpc::ChannelArguments cargs;
+  cargs.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(args->Get("--gateway"), grpc::InsecureChannelCredentials(), cargs);
+  auto stub = herd::v1::Gateway::NewStub(channel);
+  grpc::ClientContext ctx;
+  if (*timeout_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(*timeout_ms));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reader = stub->Generate(&ctx, req);
+  herd::v1::GenerateResponse msg;
+  herd::v1::FinishReason finish = herd::v1::FINISH_REASON_UNSPECIFIED;
+  herd::v1::Usage usage;
+  int64_t n_tokens = 0;
+  double ttft_ms = -1;
+  while (reader->Read(&msg)) {
+    if (msg.token_ids_size() > 0 && ttft_ms < 0) {
+      ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    n_tokens += msg.token_ids_size();
+    if (!msg.text().empty()) {
+      std::fwrite(msg.text().data(), 1, msg.text().size(), stdout);
+      std::fflush(stdout);
+    }
+    if (msg.finish_reason() != herd::v1::FINISH_REASON_UNSPECIFIED) {
+      finish = msg.finish_reason();
+      usage = msg.usage();
+    }
+  }
+  grpc::Status st = reader->Finish();
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (n_tokens > 0) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!st.ok()) {
+    return Fail(absl::StrFormat("generate: %s: %s", CodeName(st.error_code()), st.error_message()));
+  }
+  const double tg_s = usage.generation_ms() / 1000.0;
+  std::fprintf(stderr,
+               "finish: %s | prompt %d tokens, completion %d tokens | pp %.1f ms, tg %.1f ms (%.2f tokens/s) | "
+               "queue %.1f ms, ttft %.1f ms, total %.1f ms (client %.1f ms, %.2f tokens/s end to end)\n",
+               FinishName(finish), usage.prompt_tokens(), usage.completion_tokens(), usage.prompt_ms(),
+               usage.generation_ms(), tg_s > 0 ? usage.completion_tokens() / tg_s : 0.0, usage.queue_ms(), ttft_ms,
+               usage.total_ms(), wall_ms, wall_ms > 0 ? usage.completion_tokens() * 1000.0 / wall_ms : 0.0);
+  return 0;
 }
 
 }  // namespace herd::cli

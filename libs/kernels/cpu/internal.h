@@ -9,7 +9,13 @@
 
 namespace herd::cpu::internal {
 
-enum WType { kWF32 = 0, kWF16 = 1, kWBF16 = 2, kWQ8_0 = 3, kWQ4_0 = 4, kNumWTypes = 5 };
+// Weight types with dot-product kernels (index into IsaKernels tables).
+enum WType {
+  kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0,                // activations F32/F16/BF16/Q8_0
+  kWQ4_1, kWQ5_0, kWQ5_1, kWIQ4_NL,                          // Q8_1 / Q8_0 / Q8_1 / Q8_0
+  kWQ2_K, kWQ3_K, kWQ4_K, kWQ5_K, kWQ6_K, kWIQ4_XS,          // Q8_K
+  kNumWTypes
+};
 
 using VecDotFn = void (*)(int64_t n, float* s, const void* x, const void* y);
 using TileFn = void (*)(int64_t k, const void* w, size_t w_stride, const void* a, size_t a_stride,
@@ -22,6 +28,7 @@ struct IsaKernels {
   FromFloatFn to_f16;   // nullptr: use the scalar conversion
   FromFloatFn to_bf16;
   FromFloatFn to_q8_0;
+  FromFloatFn to_q8_1;  // nullptr: QuantizeRowQ8_1X86
   // Row ops following ggml's SIMD code paths for this ISA (ggml_v_expf / ggml_v_silu,
   // per-vector float reductions added into a double). nullptr: scalar reference.
   void (*silu)(const float* x, float* y, int64_t n);

@@ -3,6 +3,7 @@
 
 #include <cassert>
 #include <cstring>
+#include <type_traits>
 
 #include "libs/base/fp16.h"
 #include "libs/kernels/cpu/internal.h"
@@ -22,6 +23,16 @@ int WIndex(GgmlType w) {
     case GgmlType::BF16: return internal::kWBF16;
     case GgmlType::Q8_0: return internal::kWQ8_0;
     case GgmlType::Q4_0: return internal::kWQ4_0;
+    case GgmlType::Q4_1: return internal::kWQ4_1;
+    case GgmlType::Q5_0: return internal::kWQ5_0;
+    case GgmlType::Q5_1: return internal::kWQ5_1;
+    case GgmlType::IQ4_NL: return internal::kWIQ4_NL;
+    case GgmlType::Q2_K: return internal::kWQ2_K;
+    case GgmlType::Q3_K: return internal::kWQ3_K;
+    case GgmlType::Q4_K: return internal::kWQ4_K;
+    case GgmlType::Q5_K: return internal::kWQ5_K;
+    case GgmlType::Q6_K: return internal::kWQ6_K;
+    case GgmlType::IQ4_XS: return internal::kWIQ4_XS;
     default: return -1;
   }
 }
@@ -87,6 +98,341 @@ void VecDotQ4_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
   *s = sumf;
 }
 
+// ggml_vec_dot_q4_1_q8_1_generic.
+void VecDotQ4_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockQ4_1* x = static_cast<const BlockQ4_1*>(vx);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vy);
+  const int64_t nb = n / kQK4_1;
+  float sumf = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    int sumi0 = 0, sumi1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      sumi0 += (x[b].qs[j] & 0x0F) * y[b].qs[j];
+      sumi1 += (x[b].qs[j] >> 4) * y[b].qs[j + 16];
+    }
+    const int sumi = sumi0 + sumi1;
+    sumf += (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) +
+            Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
+  }
+  *s = sumf;
+}
+
+// ggml_vec_dot_q5_0_q8_0_generic.
+void VecDotQ5_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(vx);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vy);
+  const int64_t nb = n / kQK5_0;
+  float sumf = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, sizeof qh);
+    int sumi0 = 0, sumi1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int xh_0 = static_cast<int>(((qh >> j) & 1u) << 4);
+      const int xh_1 = static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+      const int x0 = ((x[b].qs[j] & 0x0F) | xh_0) - 16;
+      const int x1 = ((x[b].qs[j] >> 4) | xh_1) - 16;
+      sumi0 += x0 * y[b].qs[j];
+      sumi1 += x1 * y[b].qs[j + 16];
+    }
+    const int sumi = sumi0 + sumi1;
+    sumf += (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi);
+  }
+  *s = sumf;
+}
+
+// ggml_vec_dot_q5_1_q8_1_generic.
+void VecDotQ5_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockQ5_1* x = static_cast<const BlockQ5_1*>(vx);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vy);
+  const int64_t nb = n / kQK5_1;
+  float sumf = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, x[b].qh, sizeof qh);
+    int sumi0 = 0, sumi1 = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int xh_0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+      const int xh_1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+      const int x0 = (x[b].qs[j] & 0xF) | xh_0;
+      const int x1 = (x[b].qs[j] >> 4) | xh_1;
+      sumi0 += x0 * y[b].qs[j];
+      sumi1 += x1 * y[b].qs[j + 16];
+    }
+    const int sumi = sumi0 + sumi1;
+    sumf += (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) +
+            Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
+  }
+  *s = sumf;
+}
+
+// ggml_vec_dot_iq4_nl_q8_0_generic.
+void VecDotIQ4_NLScalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(vx);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vy);
+  const int64_t nb = n / kQK4_NL;
+  float sumf = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float d = Fp16ToFp32(y[b].d) * Fp16ToFp32(x[b].d);
+    int sumi1 = 0, sumi2 = 0;
+    for (int j = 0; j < 16; ++j) {
+      sumi1 += y[b].qs[j] * kIq4nlValues[x[b].qs[j] & 0xf];
+      sumi2 += y[b].qs[j + 16] * kIq4nlValues[x[b].qs[j] >> 4];
+    }
+    sumf += d * static_cast<float>(sumi1 + sumi2);
+  }
+  *s = sumf;
+}
+
+// ggml_vec_dot_q2_K_q8_K_generic.
+void VecDotQ2_KScalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockQ2_K* x = static_cast<const BlockQ2_K*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  const int64_t nb = n / kQK_K;
+  float sumf = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* q2 = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    const uint8_t* sc = x[i].scales;
+    int summs = 0;
+    for (int j = 0; j < 16; ++j) summs += y[i].bsums[j] * (sc[j] >> 4);
+    const float dall = y[i].d * Fp16ToFp32(x[i].d);
+    const float dmin = y[i].d * Fp16ToFp32(x[i].dmin);
+    int isum = 0;
+    int is = 0;
+    for (int k = 0; k < kQK_K / 128; ++k) {
+      int shift = 0;
+      for (int j = 0; j < 4; ++j) {
+        int d = sc[is++] & 0xF;
+        int isuml = 0;
+        for (int l = 0; l < 16; ++l) isuml += q8[l] * ((q2[l] >> shift) & 3);
+        isum += d * isuml;
+        d = sc[is++] & 0xF;
+        isuml = 0;
+        for (int l = 16; l < 32; ++l) isuml += q8[l] * ((q2[l] >> shift) & 3);
+        isum += d * isuml;
+        shift += 2;
+        q8 += 32;
+      }
+      q2 += 32;
+    }
+    sumf += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  *s = sumf;
+}
+
+// The 8-lane integer accumulation shared by ggml's generic q3_K/q4_K/q5_K/q6_K dot
+// products: aux32[l] += scale * (q8 * a) over 8-element steps, then
+// sums[l] += d * aux32[l] per super-block and the 8 lane sums added at the end.
+inline void AccumulateScaled8(const int8_t* q8, const int8_t* a, int scale, int32_t* aux32) {
+  int16_t aux16[8];
+  for (int l = 0; l < 8; ++l) aux16[l] = static_cast<int16_t>(q8[l] * a[l]);
+  for (int l = 0; l < 8; ++l) aux32[l] += scale * aux16[l];
+}
+
+// ggml_vec_dot_q3_K_q8_K_generic.
+void VecDotQ3_KScalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockQ3_K* x = static_cast<const BlockQ3_K*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  const int64_t nb = n / kQK_K;
+  const uint32_t kmask1 = 0x03030303;
+  const uint32_t kmask2 = 0x0f0f0f0f;
+  int8_t aux8[kQK_K];
+  float sums[8] = {};
+  int32_t aux32[8];
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* q3 = x[i].qs;
+    const uint8_t* hm = x[i].hmask;
+    const int8_t* q8 = y[i].qs;
+    std::memset(aux32, 0, sizeof aux32);
+    int8_t* a = aux8;
+    uint8_t m = 1;
+    for (int j = 0; j < kQK_K; j += 128) {
+      for (int shift = 0; shift < 8; shift += 2) {
+        for (int l = 0; l < 32; ++l) a[l] = static_cast<int8_t>((q3[l] >> shift) & 3);
+        for (int l = 0; l < 32; ++l) a[l] = static_cast<int8_t>(a[l] - ((hm[l] & m) ? 0 : 4));
+        a += 32;
+        m = static_cast<uint8_t>(m << 1);
+      }
+      q3 += 32;
+    }
+    a = aux8;
+    uint32_t auxs[4];
+    std::memcpy(auxs, x[i].scales, 12);
+    const uint32_t tmp = auxs[2];
+    auxs[2] = ((auxs[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    auxs[3] = ((auxs[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    auxs[0] = (auxs[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    auxs[1] = (auxs[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    int8_t scales[16];
+    std::memcpy(scales, auxs, 16);
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      AccumulateScaled8(q8, a, scales[j] - 32, aux32);
+      q8 += 8;
+      a += 8;
+      AccumulateScaled8(q8, a, scales[j] - 32, aux32);
+      q8 += 8;
+      a += 8;
+    }
+    const float d = Fp16ToFp32(x[i].d) * y[i].d;
+    for (int l = 0; l < 8; ++l) sums[l] += d * static_cast<float>(aux32[l]);
+  }
+  float sumf = 0;
+  for (int l = 0; l < 8; ++l) sumf += sums[l];
+  *s = sumf;
+}
+
+// Q4_K/Q5_K 6-bit scales and mins (the kmask unpacking of the generic dot products).
+inline void UnpackScalesMinsK(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  const uint32_t kmask1 = 0x3f3f3f3f;
+  const uint32_t kmask2 = 0x0f0f0f0f;
+  const uint32_t kmask3 = 0x03030303;
+  uint32_t utmp[4];
+  std::memcpy(utmp, packed, 12);
+  utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = utmp[1] & kmask1;
+  utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+  utmp[2] = uaux;
+  utmp[0] &= kmask1;
+  std::memcpy(scales, utmp, 8);
+  std::memcpy(mins, utmp + 2, 8);
+}
+
+// ggml_vec_dot_q4_K_q8_K_generic (kHigh = false) / ggml_vec_dot_q5_K_q8_K_generic.
+template <bool kHigh>
+void VecDotQ45_KScalar(int64_t n, float* s, const void* vx, const void* vy) {
+  using Block = typename std::conditional<kHigh, BlockQ5_K, BlockQ4_K>::type;
+  const Block* x = static_cast<const Block*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  const int64_t nb = n / kQK_K;
+  int8_t aux8[kQK_K];
+  float sums[8] = {};
+  int32_t aux32[8];
+  float sumf = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* q4 = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    std::memset(aux32, 0, sizeof aux32);
+    int8_t* a = aux8;
+    uint8_t m = 1;
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      for (int l = 0; l < 32; ++l) a[l] = static_cast<int8_t>(q4[l] & 0xF);
+      if constexpr (kHigh) {
+        for (int l = 0; l < 32; ++l) a[l] = static_cast<int8_t>(a[l] + (x[i].qh[l] & m ? 16 : 0));
+      }
+      a += 32;
+      m = static_cast<uint8_t>(m << 1);
+      for (int l = 0; l < 32; ++l) a[l] = static_cast<int8_t>(q4[l] >> 4);
+      if constexpr (kHigh) {
+        for (int l = 0; l < 32; ++l) a[l] = static_cast<int8_t>(a[l] + (x[i].qh[l] & m ? 16 : 0));
+      }
+      a += 32;
+      m = static_cast<uint8_t>(m << 1);
+      q4 += 32;
+    }
+    uint8_t scales[8], mins[8];
+    UnpackScalesMinsK(x[i].scales, scales, mins);
+    int sumi = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) sumi += y[i].bsums[j] * mins[j / 2];
+    a = aux8;
+    for (int j = 0; j < kQK_K / 32; ++j) {
+      const int scale = scales[j];
+      for (int t = 0; t < 4; ++t) {
+        AccumulateScaled8(q8, a, scale, aux32);
+        q8 += 8;
+        a += 8;
+      }
+    }
+    const float d = Fp16ToFp32(x[i].d) * y[i].d;
+    for (int l = 0; l < 8; ++l) sums[l] += d * static_cast<float>(aux32[l]);
+    const float dmin = Fp16ToFp32(x[i].dmin) * y[i].d;
+    sumf -= dmin * static_cast<float>(sumi);
+  }
+  for (int l = 0; l < 8; ++l) sumf += sums[l];
+  *s = sumf;
+}
+
+// ggml_vec_dot_q6_K_q8_K_generic.
+void VecDotQ6_KScalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  const int64_t nb = n / kQK_K;
+  int8_t aux8[kQK_K];
+  float sums[8] = {};
+  int32_t aux32[8];
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* q4 = x[i].ql;
+    const uint8_t* qh = x[i].qh;
+    const int8_t* q8 = y[i].qs;
+    std::memset(aux32, 0, sizeof aux32);
+    int8_t* a = aux8;
+    for (int j = 0; j < kQK_K; j += 128) {
+      for (int l = 0; l < 32; ++l) {
+        a[l + 0] = static_cast<int8_t>(((q4[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+        a[l + 32] = static_cast<int8_t>(((q4[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        a[l + 64] = static_cast<int8_t>(((q4[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        a[l + 96] = static_cast<int8_t>(((q4[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+      a += 128;
+      q4 += 64;
+      qh += 32;
+    }
+    a = aux8;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      const int scale = x[i].scales[j];
+      AccumulateScaled8(q8, a, scale, aux32);
+      q8 += 8;
+      a += 8;
+      AccumulateScaled8(q8, a, scale, aux32);
+      q8 += 8;
+      a += 8;
+    }
+    const float d = Fp16ToFp32(x[i].d) * y[i].d;
+    for (int l = 0; l < 8; ++l) sums[l] += d * static_cast<float>(aux32[l]);
+  }
+  float sumf = 0;
+  for (int l = 0; l < 8; ++l) sumf += sums[l];
+  *s = sumf;
+}
+
+// ggml_vec_dot_iq4_xs_q8_K_generic.
+void VecDotIQ4_XSScalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  const int64_t nb = n / kQK_K;
+  float sumf = 0;
+  for (int64_t ibl = 0; ibl < nb; ++ibl) {
+    const float d4d8 = Fp16ToFp32(x[ibl].d) * y[ibl].d;
+    uint16_t h = x[ibl].scales_h;
+    const uint8_t* qs = x[ibl].qs;
+    const int8_t* q8 = y[ibl].qs;
+    for (int ib = 0; ib < kQK_K / 32; ib += 2) {
+      const uint8_t ls1 = static_cast<uint8_t>((x[ibl].scales_l[ib / 2] & 0xf) | ((h << 4) & 0x30));
+      const uint8_t ls2 = static_cast<uint8_t>((x[ibl].scales_l[ib / 2] >> 4) | ((h << 2) & 0x30));
+      h = static_cast<uint16_t>(h >> 4);
+      const float d1 = d4d8 * static_cast<float>(ls1 - 32);
+      const float d2 = d4d8 * static_cast<float>(ls2 - 32);
+      int sumi1 = 0, sumi2 = 0;
+      for (int j = 0; j < 16; ++j) {
+        sumi1 += q8[j + 0] * kIq4nlValues[qs[j] & 0xf];
+        sumi2 += q8[j + 16] * kIq4nlValues[qs[j] >> 4];
+      }
+      sumf += d1 * static_cast<float>(sumi1 + sumi2);
+      qs += 16;
+      q8 += 32;
+      sumi1 = sumi2 = 0;
+      for (int j = 0; j < 16; ++j) {
+        sumi1 += q8[j + 0] * kIq4nlValues[qs[j] & 0xf];
+        sumi2 += q8[j + 16] * kIq4nlValues[qs[j] >> 4];
+      }
+      sumf += d2 * static_cast<float>(sumi1 + sumi2);
+      qs += 16;
+      q8 += 32;
+    }
+  }
+  *s = sumf;
+}
+
 template <internal::VecDotFn kDot>
 void TileScalar(int64_t k, const void* w, size_t ws, const void* a, size_t as, float* dst, size_t ds,
                 int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
@@ -100,10 +446,15 @@ void TileScalar(int64_t k, const void* w, size_t ws, const void* a, size_t as, f
 }
 
 const IsaKernels kScalarKernels = {
-    {VecDotF32Scalar, VecDotF16Scalar, VecDotBf16Scalar, VecDotQ8_0Scalar, VecDotQ4_0Scalar},
+    {VecDotF32Scalar, VecDotF16Scalar, VecDotBf16Scalar, VecDotQ8_0Scalar, VecDotQ4_0Scalar, VecDotQ4_1Scalar,
+     VecDotQ5_0Scalar, VecDotQ5_1Scalar, VecDotIQ4_NLScalar, VecDotQ2_KScalar, VecDotQ3_KScalar,
+     VecDotQ45_KScalar<false>, VecDotQ45_KScalar<true>, VecDotQ6_KScalar, VecDotIQ4_XSScalar},
     {TileScalar<VecDotF32Scalar>, TileScalar<VecDotF16Scalar>, TileScalar<VecDotBf16Scalar>,
-     TileScalar<VecDotQ8_0Scalar>, TileScalar<VecDotQ4_0Scalar>},
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+     TileScalar<VecDotQ8_0Scalar>, TileScalar<VecDotQ4_0Scalar>, TileScalar<VecDotQ4_1Scalar>,
+     TileScalar<VecDotQ5_0Scalar>, TileScalar<VecDotQ5_1Scalar>, TileScalar<VecDotIQ4_NLScalar>,
+     TileScalar<VecDotQ2_KScalar>, TileScalar<VecDotQ3_KScalar>, TileScalar<VecDotQ45_KScalar<false>>,
+     TileScalar<VecDotQ45_KScalar<true>>, TileScalar<VecDotQ6_KScalar>, TileScalar<VecDotIQ4_XSScalar>},
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
 // Highest supported Isa <= `isa`.
 Isa ClampIsa(Isa isa) {
@@ -191,11 +542,20 @@ void FromFloat(GgmlType vec_dot_type, const float* x, void* y, int64_t n, Isa is
       if (k.to_q8_0 != nullptr) return k.to_q8_0(x, y, n);
       QuantizeRowQ8_0X86(x, static_cast<BlockQ8_0*>(y), n);
       return;
-    case GgmlType::Q4_0:
-      QuantizeRowQ4_0Ref(x, static_cast<BlockQ4_0*>(y), n);
+    case GgmlType::Q8_1:
+      if (k.to_q8_1 != nullptr) return k.to_q8_1(x, y, n);
+      QuantizeRowQ8_1X86(x, static_cast<BlockQ8_1*>(y), n);
       return;
-    default:
-      assert(false && "FromFloat: unsupported vec_dot_type");
+    case GgmlType::Q8_K:
+      QuantizeRowQ8_K(x, static_cast<BlockQ8_K*>(y), n);
+      return;
+    case GgmlType::IQ4_NL:  // ggml's from_float for IQ4_NL is the ntry = -1 reference
+      QuantizeRowIQ4_NLRef(x, static_cast<BlockIQ4_NL*>(y), n);
+      return;
+    default:  // every other weight type: ggml's from_float is the reference quantizer
+      assert(CanQuantize(vec_dot_type) && "FromFloat: unsupported type");
+      QuantizeRow(vec_dot_type, x, y, n);
+      return;
   }
 }
 

@@ -1,19 +1,23 @@
 // CPU numeric kernels matching ggml's CPU backend numerics: dot products and
-// matrix tiles for F32/F16/BF16/Q8_0/Q4_0 weights (scalar, AVX2, AVX-512 with
-// VNNI), activation conversion, and the F32 row / elementwise ops of a
+// matrix tiles for F32/F16/BF16 and every llama.cpp weight format herd quantizes
+// (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS; scalar, AVX2,
+// AVX-512), activation conversion, and the F32 row / elementwise ops of a
 // transformer forward pass.
 //
 // Numerics contract:
-//  * FromFloat is bit-exact with what ggml's CPU backend runs on x86 (for Q8_0
-//    that is arch/x86/quants.c quantize_row_q8_0: 127/amax multiplier and
-//    round-half-even, not quantize_row_q8_0_ref), identical for every Isa.
-//  * The scalar vec_dot is ggml's generic reference (F32/F16/BF16: float
-//    products summed in double; Q8_0/Q4_0: exact int32 block sums, float
-//    accumulation of sumi * (dx*dy) in block order).
-//  * SIMD variants keep every integer block sum exact and accumulate in float
-//    lanes; each output is computed with the same lane order whatever the tile
-//    shape, so for a given Isa MulMatTile(...)[j][i] == GetVecDot(w, isa)(W_i, A_j)
-//    bit-for-bit (results never depend on how the caller splits the tiles).
+//  * FromFloat is bit-exact with what ggml's CPU backend runs on x86 (for Q8_0 and
+//    Q8_1 that is arch/x86/quants.c quantize_row_q8_0/_q8_1: 127/amax multiplier and
+//    round-half-even, not the _ref versions; Q8_K is quantize_row_q8_K_ref, which is
+//    also what ggml's x86 build runs), identical for every Isa.
+//  * The scalar vec_dot is ggml's generic reference (F32/F16/BF16: float products
+//    summed in double; block formats: ggml_vec_dot_*_generic, exact int32 block sums
+//    with ggml's float accumulation, e.g. 8 float lanes per super-block for q3_K..q6_K).
+//  * SIMD variants keep every integer block / super-block sum exact and accumulate in
+//    float lanes (measured against the scalar reference within 1e-5 of sum|w*a|; equal
+//    to it when all scales are exact); each output is computed with the same lane order
+//    whatever the tile shape, so for a given Isa MulMatTile(...)[j][i] ==
+//    GetVecDot(w, isa)(W_i, A_j) bit-for-bit (results never depend on how the caller
+//    splits the tiles).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,22 +28,27 @@
 namespace herd::cpu {
 
 /// Activation format a weight type's dot product consumes (ggml type_traits_cpu[].vec_dot_type):
-/// F32->F32, F16->F16, BF16->BF16, Q8_0->Q8_0, Q4_0->Q8_0; also ggml's answer for types
-/// without kernels here yet (Q4_1->Q8_1, Q4_K->Q8_K, ...); F32 for non-matmul types.
+/// F32->F32, F16->F16, BF16->BF16; Q4_0, Q5_0, Q8_0, IQ4_NL -> Q8_0; Q4_1, Q5_1 -> Q8_1;
+/// Q2_K..Q6_K, IQ4_XS -> Q8_K (also ggml's answer for types without kernels here, e.g.
+/// IQ2_XXS -> Q8_K); F32 for non-matmul types.
 GgmlType VecDotType(GgmlType w);
-/// Weight types MulMatTile / GetVecDot handle: F32, F16, BF16, Q8_0, Q4_0.
+/// Weight types MulMatTile / GetVecDot handle: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool SupportsMulMat(GgmlType w);
 /// Whether `isa` can run on this CPU (kScalar always; see GetCpuFeatures()).
 bool IsaSupported(Isa isa);
 
-/// Converts n floats into the vec_dot_type format (n a multiple of its block size),
-/// bit-exact with ggml's CPU from_float: F32 copy, F16/BF16 round to nearest even,
-/// Q8_0 = QuantizeRowQ8_0X86 (see libs/tensor/quants.h), Q4_0 = reference quantizer.
-/// Every Isa produces identical bytes. `y` must not overlap `x` (F32 excepted).
+/// Converts n floats into `vec_dot_type` (or any type CanQuantize accepts, e.g. a KV cache
+/// type; n a multiple of its block size), bit-exact with ggml's CPU from_float: F32 copy,
+/// F16/BF16 round to nearest even, Q8_0 = QuantizeRowQ8_0X86, Q8_1 = QuantizeRowQ8_1X86,
+/// Q8_K = QuantizeRowQ8_K, IQ4_NL = QuantizeRowIQ4_NLRef, other block types their
+/// reference quantizer (see libs/tensor/quants.h). Every Isa produces identical bytes.
+/// `y` must not overlap `x` (F32 excepted).
 void FromFloat(GgmlType vec_dot_type, const float* x, void* y, int64_t n, Isa isa);
 
 /// One dot product of n elements: *s = dot(x (weight type w), y (VecDotType(w))).
-/// n must be a multiple of the weight's block size (32 for Q8_0/Q4_0; any n for F32/F16/BF16).
+/// n must be a multiple of the weight's block size (32 for Q4_0..Q8_0 and IQ4_NL, 256 for
+/// the k-quants and IQ4_XS; any n for F32/F16/BF16).
 using VecDotFn = void (*)(int64_t n, float* s, const void* x, const void* y);
 /// nullptr if the type is unsupported or `isa` is not supported by this CPU.
 VecDotFn GetVecDot(GgmlType w, Isa isa);
@@ -111,5 +120,20 @@ void Scale(const float* x, float s, float* y, int64_t n);
 ///   ScaleF16: y[i] = fp16(f32(y[i]) * v)
 void MadF16(const uint16_t* x, float v, uint16_t* y, int64_t n);
 void ScaleF16(uint16_t* y, float v, int64_t n);
+
+/// The value half of ggml's CPU flash attention for one query row with an F16 V
+/// (ggml_compute_forward_flash_attn_ext_f16_one_chunk, the path llama.cpp takes for
+/// F16 K/V with fewer than 64 query rows or head sizes that are not a multiple of the
+/// SIMD width): an online softmax over `scores` (n_kv KQ values, already scaled and
+/// masked; -INFINITY entries are skipped) in KV order, with the accumulator kept in F16:
+///   on s > M:  M = s, ms = expf(Mold - M), VKQ16 = ScaleF16(VKQ16, ms), vs = 1
+///   else:      vs = expf(s - M)
+///   VKQ16 = MadF16(V row c, vs, VKQ16);  S = fmaf(S, ms, vs)
+/// then out[d] = f32(VKQ16[d]) * (S == 0 ? 0 : 1/S). V row c is hd F16 values at
+/// v + c * v_stride bytes; vkq16 is caller scratch of hd halves. (ggml computes the
+/// scores with ggml_vec_dot_f16 of K and Q converted to F16; for hd < 64 that is the
+/// double-accumulating scalar loop, i.e. GetVecDot(F16, Isa::kScalar).)
+void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd,
+                      uint16_t* vkq16, float* out);
 
 }  // namespace herd::cpu

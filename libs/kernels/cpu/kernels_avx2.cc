@@ -223,6 +223,8 @@ struct KQuant {
   }
 };
 
+#include "libs/kernels/cpu/quant_avx2.inc"
+
 // ---------------------------------------------------------------- from_float
 
 void ToF16(const float* x, void* vy, int64_t n) {
@@ -409,12 +411,28 @@ void ScaleF16Row(uint16_t* y, float v, int64_t n) {
   for (; i < n; ++i) y[i] = _cvtss_sh(_cvtsh_ss(y[i]) * v, _MM_FROUND_TO_NEAREST_INT);
 }
 
+using KQ4_1 = KBlock32<DecQ4_1, true>;
+using KQ5_0 = KBlock32<DecQ5_0, false>;
+using KQ5_1 = KBlock32<DecQ5_1, true>;
+using KIQ4_NL = KBlock32<DecIQ4_NL, false>;
+using KQ2_K = KSuper<DecQ2_K>;
+using KQ3_K = KSuper<DecQ3_K>;
+using KQ4_K = KSuper<DecQ45_K<false>>;
+using KQ5_K = KSuper<DecQ45_K<true>>;
+using KQ6_K = KSuper<DecQ6_K>;
+using KIQ4_XS = KSuper<DecIQ4_XS>;
+
 constexpr IsaKernels kKernels = {
-    {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQuant<false>>, VecDot<KQuant<true>>},
-    {Tile<KFloat<LoadF32>>, Tile<KFloat<LoadF16>>, Tile<KBf16>, Tile<KQuant<false>>, Tile<KQuant<true>>},
+    {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQuant<false>>, VecDot<KQuant<true>>,
+     VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>, VecDot<KQ4_K>,
+     VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
+    {Tile<KFloat<LoadF32>>, Tile<KFloat<LoadF16>>, Tile<KBf16>, Tile<KQuant<false>>, Tile<KQuant<true>>, Tile<KQ4_1>,
+     Tile<KQ5_0>, Tile<KQ5_1>, Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>, Tile<KQ6_K>,
+     Tile<KIQ4_XS>},
     ToF16,
     ToBf16,
     ToQ8_0,
+    ToQ8_1,
     SiluRow,
     SwigluRow,
     SoftMaxExpRow,

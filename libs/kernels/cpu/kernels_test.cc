@@ -1,6 +1,7 @@
 #include "libs/kernels/cpu/kernels.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -16,8 +17,13 @@
 namespace herd::cpu {
 namespace {
 
-const GgmlType kWeightTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                                 GgmlType::Q4_0};
+const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,  GgmlType::Q8_0,
+                                 GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,  GgmlType::Q5_1,
+                                 GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                 GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
+const GgmlType kQuantWeightTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                      GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K,
+                                      GgmlType::Q4_K, GgmlType::Q5_K,  GgmlType::Q6_K,  GgmlType::IQ4_XS};
 
 std::vector<Isa> TestIsas() {
   std::vector<Isa> v;
@@ -42,6 +48,12 @@ std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 int64_t BlockSize(GgmlType t) { return GetGgmlTypeTraits(t)->block_size; }
+
+// k rounded up to the weight type's block size (k-quants and IQ4_XS need multiples of 256).
+int64_t AdjustK(GgmlType t, int64_t k) {
+  const int64_t b = BlockSize(t);
+  return (k + b - 1) / b * b;
+}
 
 // Rows of type `t` packed with a padded stride (bytes), from floats.
 struct Rows {
@@ -97,10 +109,15 @@ TEST(KernelsTest, VecDotTypes) {
   EXPECT_EQ(VecDotType(GgmlType::Q4_0), GgmlType::Q8_0);
   EXPECT_EQ(VecDotType(GgmlType::Q4_K), GgmlType::Q8_K);
   EXPECT_EQ(VecDotType(GgmlType::Q4_1), GgmlType::Q8_1);
+  EXPECT_EQ(VecDotType(GgmlType::Q5_1), GgmlType::Q8_1);
+  EXPECT_EQ(VecDotType(GgmlType::Q5_0), GgmlType::Q8_0);
+  EXPECT_EQ(VecDotType(GgmlType::IQ4_NL), GgmlType::Q8_0);
+  EXPECT_EQ(VecDotType(GgmlType::IQ4_XS), GgmlType::Q8_K);
+  EXPECT_EQ(VecDotType(GgmlType::Q6_K), GgmlType::Q8_K);
   EXPECT_EQ(VecDotType(GgmlType::I32), GgmlType::F32);
-  for (GgmlType t : kWeightTypes) EXPECT_TRUE(SupportsMulMat(t));
-  EXPECT_FALSE(SupportsMulMat(GgmlType::Q4_K));
-  EXPECT_EQ(GetVecDot(GgmlType::Q4_K, Isa::kScalar), nullptr);
+  for (GgmlType t : kWeightTypes) EXPECT_TRUE(SupportsMulMat(t)) << GgmlTypeName(t);
+  EXPECT_FALSE(SupportsMulMat(GgmlType::IQ2_XXS));
+  EXPECT_EQ(GetVecDot(GgmlType::IQ2_XXS, Isa::kScalar), nullptr);
   EXPECT_TRUE(IsaSupported(Isa::kScalar));
   EXPECT_TRUE(IsaSupported(BestIsa()));
   if (!IsaSupported(Isa::kAvx2)) EXPECT_FALSE(IsaSupported(Isa::kAvx512));
@@ -171,6 +188,7 @@ TEST(KernelsTest, VecDotMatchesScalarReference) {
     ASSERT_NE(ref, nullptr);
     std::vector<int64_t> ks = {32, 64, 96, 4096 + 32};
     if (BlockSize(wt) == 1) ks.insert(ks.end(), {1, 5, 15, 16, 17, 33, 63, 1000});
+    if (BlockSize(wt) == 256) ks = {256, 512, 768, 4096 + 256};
     for (int64_t k : ks) {
       const std::vector<float> xw = Random(k, 100 + static_cast<uint32_t>(k));
       const std::vector<float> xa = Random(k, 200 + static_cast<uint32_t>(k), 3.0f);
@@ -186,7 +204,18 @@ TEST(KernelsTest, VecDotMatchesScalarReference) {
         DequantizeRow(at, a.row(0), dy.data(), k);
         double exact = 0;
         for (int64_t i = 0; i < k; ++i) exact += static_cast<double>(dx[i]) * dy[i];
-        EXPECT_NEAR(want, exact, 1e-5 * abs_dot) << GgmlTypeName(wt) << " k=" << k;
+        // Q8_1's s = fp16(d * sum q) (used for the Q4_1/Q5_1 minimum terms) is rounded to
+        // F16: up to 2^-11 relative error per block on top of the float rounding.
+        double s_err = 0;
+        if (at == GgmlType::Q8_1) {
+          const BlockQ8_1* y = reinterpret_cast<const BlockQ8_1*>(a.row(0));
+          for (int64_t b = 0; b < k / 32; ++b) {
+            const float m = Fp16ToFp32(wt == GgmlType::Q4_1 ? reinterpret_cast<const BlockQ4_1*>(w.row(0))[b].m
+                                                            : reinterpret_cast<const BlockQ5_1*>(w.row(0))[b].m);
+            s_err += std::fabs(static_cast<double>(m) * Fp16ToFp32(y[b].s)) / 2048.0;
+          }
+        }
+        EXPECT_NEAR(want, exact, 1e-5 * abs_dot + s_err) << GgmlTypeName(wt) << " k=" << k;
       }
       for (Isa isa : TestIsas()) {
         const VecDotFn f = GetVecDot(wt, isa);
@@ -236,6 +265,130 @@ TEST(KernelsTest, QuantVecDotIntegerExact) {
   }
 }
 
+// Random raw blocks of weight type `t` whose scales are exact small values (d = 1, m /
+// dmin small integers), so that with small activation quants (|q| <= 3, d = 1) every
+// partial sum is an integer below 2^24 and exact in float.
+std::vector<uint8_t> RawExactWeights(GgmlType t, int64_t k, std::mt19937& rng) {
+  const GgmlTypeTraits* tr = GetGgmlTypeTraits(t);
+  const int64_t nb = k / tr->block_size;
+  std::vector<uint8_t> v(static_cast<size_t>(nb) * tr->type_size);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : v) b = static_cast<uint8_t>(byte(rng));
+  auto set_half = [&](int64_t block, size_t off, uint16_t h) { std::memcpy(&v[block * tr->type_size + off], &h, 2); };
+  for (int64_t b = 0; b < nb; ++b) {
+    switch (t) {
+      case GgmlType::Q8_0:  // weights within +-31
+        for (int j = 0; j < 32; ++j) v[b * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(v[b * 34 + 2 + j]) / 4);
+        set_half(b, 0, 0x3C00);
+        break;
+      case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
+        set_half(b, 0, 0x3C00);
+        break;
+      case GgmlType::Q4_1: case GgmlType::Q5_1:
+        set_half(b, 0, 0x3C00);
+        set_half(b, 2, b % 2 ? 0x4000 : 0xC200);  // m = 2 or -3
+        break;
+      case GgmlType::Q2_K:
+        set_half(b, offsetof(BlockQ2_K, d), 0x3C00);
+        set_half(b, offsetof(BlockQ2_K, dmin), 0x4000);
+        break;
+      case GgmlType::Q3_K: set_half(b, offsetof(BlockQ3_K, d), 0x3C00); break;
+      case GgmlType::Q4_K: case GgmlType::Q5_K:
+        set_half(b, 0, 0x3C00);
+        set_half(b, 2, 0x4000);
+        break;
+      case GgmlType::Q6_K: set_half(b, offsetof(BlockQ6_K, d), 0x3C00); break;
+      default: ADD_FAILURE() << "no raw generator for " << GgmlTypeName(t);
+    }
+  }
+  return v;
+}
+
+std::vector<uint8_t> RawExactActivations(GgmlType t, int64_t k, std::mt19937& rng) {
+  std::uniform_int_distribution<int> q(-3, 3);
+  std::vector<uint8_t> v(GgmlRowSize(t, k));
+  if (t == GgmlType::Q8_K) {
+    BlockQ8_K* y = reinterpret_cast<BlockQ8_K*>(v.data());
+    for (int64_t b = 0; b < k / 256; ++b) {
+      y[b].d = 1.0f;
+      for (int j = 0; j < 256; ++j) y[b].qs[j] = static_cast<int8_t>(q(rng));
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int j = 0; j < 16; ++j) s += y[b].qs[16 * g + j];
+        y[b].bsums[g] = static_cast<int16_t>(s);
+      }
+    }
+  } else if (t == GgmlType::Q8_1) {
+    BlockQ8_1* y = reinterpret_cast<BlockQ8_1*>(v.data());
+    for (int64_t b = 0; b < k / 32; ++b) {
+      int s = 0;
+      for (int j = 0; j < 32; ++j) s += y[b].qs[j] = static_cast<int8_t>(q(rng));
+      y[b].d = 0x3C00;
+      y[b].s = Fp32ToFp16(static_cast<float>(s));  // exact: |s| <= 96
+    }
+  } else {
+    BlockQ8_0* y = reinterpret_cast<BlockQ8_0*>(v.data());
+    for (int64_t b = 0; b < k / 32; ++b) {
+      y[b].d = 0x3C00;
+      for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<int8_t>(q(rng));
+    }
+  }
+  return v;
+}
+
+// Every ISA's integer block sums are exact: with exact scales the float results of all
+// ISAs equal the scalar reference bit for bit, and the scalar reference equals the
+// double-precision dot of the dequantized rows.
+TEST(KernelsTest, AllQuantVecDotsIntegerExact) {
+  std::mt19937 rng(77);
+  for (GgmlType wt : kQuantWeightTypes) {
+    const GgmlType at = VecDotType(wt);
+    for (int64_t k : {256, 512, 768}) {
+      const std::vector<uint8_t> w = RawExactWeights(wt, k, rng);
+      const std::vector<uint8_t> a = RawExactActivations(at, k, rng);
+      std::vector<float> dw(k), da(k);
+      DequantizeRow(wt, w.data(), dw.data(), k);
+      DequantizeRow(at, a.data(), da.data(), k);
+      double exact = 0;
+      for (int64_t i = 0; i < k; ++i) exact += static_cast<double>(dw[i]) * da[i];
+      // (Q4_1/Q5_1: the m * s terms use s, which here is exactly d * sum(q).)
+      ASSERT_LT(std::fabs(exact), 1 << 24) << GgmlTypeName(wt);
+      float ref = 0;
+      GetVecDot(wt, Isa::kScalar)(k, &ref, w.data(), a.data());
+      EXPECT_EQ(static_cast<double>(ref), exact) << GgmlTypeName(wt) << " k=" << k;
+      for (Isa isa : TestIsas()) {
+        float got = 0;
+        GetVecDot(wt, isa)(k, &got, w.data(), a.data());
+        EXPECT_EQ(got, ref) << Name(wt, isa) << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, FromFloatQ8_1AndQ8_KBitExact) {
+  for (Isa isa : TestIsas()) {
+    for (int64_t n : {256, 512, 4096}) {
+      std::vector<float> x = Random(n, static_cast<uint32_t>(n) + 31, 0.7f);
+      x[0] = 127.0f; x[1] = 2.5f; x[2] = -2.5f; x[3] = 0.5f; x[4] = -1.5f;  // ties
+      for (int j = 32; j < 64; ++j) x[j] = 0.0f;                            // a zero Q8_1 block
+      if (n >= 512) for (int j = 256; j < 512; ++j) x[j] = 0.0f;            // a zero Q8_K block
+      std::vector<BlockQ8_1> got1(n / 32 + 1), want1(n / 32);
+      std::memset(got1.data(), 0x5A, got1.size() * sizeof(BlockQ8_1));
+      FromFloat(GgmlType::Q8_1, x.data(), got1.data(), n, isa);
+      QuantizeRowQ8_1X86(x.data(), want1.data(), n);
+      ASSERT_EQ(std::memcmp(got1.data(), want1.data(), want1.size() * sizeof(BlockQ8_1)), 0)
+          << IsaName(isa) << " n=" << n;
+      EXPECT_EQ(got1[0].qs[1], 2);  // round half to even
+      const uint8_t* tail = reinterpret_cast<const uint8_t*>(&got1[n / 32]);
+      for (size_t b = 0; b < sizeof(BlockQ8_1); ++b) EXPECT_EQ(tail[b], 0x5A) << "wrote past the end";
+      std::vector<BlockQ8_K> gotk(n / 256), wantk(n / 256);
+      FromFloat(GgmlType::Q8_K, x.data(), gotk.data(), n, isa);
+      QuantizeRowQ8_K(x.data(), wantk.data(), n);
+      ASSERT_EQ(std::memcmp(gotk.data(), wantk.data(), wantk.size() * sizeof(BlockQ8_K)), 0) << IsaName(isa);
+    }
+  }
+}
+
 // ------------------------------------------------------------------ MulMatTile
 
 TEST(KernelsTest, MulMatTileMatchesVecDot) {
@@ -244,7 +397,8 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
                           {8, 16, 64}, {13, 13, 4128}, {40, 1, 4128}, {6, 5, 1024}};
   for (GgmlType wt : kWeightTypes) {
     const GgmlType at = VecDotType(wt);
-    for (const Shape& s : shapes) {
+    for (Shape s : shapes) {
+      s.k = AdjustK(wt, s.k);
       const Rows w = MakeRows(wt, Random(s.m * s.k, 7 + static_cast<uint32_t>(s.m)), s.m, s.k, false);
       const Rows a = MakeRows(at, Random(s.n * s.k, 9 + static_cast<uint32_t>(s.n), 2.0f), s.n, s.k, true);
       const size_t ds = static_cast<size_t>(s.m) + 3;
@@ -655,6 +809,77 @@ TEST(OpsTest, MadScaleF16MatchGgmlOnEveryIsa) {
       EXPECT_EQ(got, want);
     }
   }
+}
+
+// ggml's one_chunk flash attention with an F16 V, written out with plain scalar F16
+// conversions: the kernel must match it bit for bit, and be close to exact attention.
+TEST(OpsTest, FlashAttnF16VRowMatchesGgmlOneChunk) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t hd : {8, 32, 64, 80, 128}) {
+    const int64_t n_kv = 77;
+    std::vector<float> scores(n_kv);
+    for (auto& x : scores) x = 2.0f * dist(rng);
+    for (int64_t c = 5; c < n_kv; c += 9) scores[c] = -INFINITY;  // masked cells
+    const size_t stride = static_cast<size_t>(hd) * 2 + 6;         // padded rows
+    std::vector<uint8_t> v(stride * n_kv);
+    for (int64_t c = 0; c < n_kv; ++c) {
+      for (int64_t d = 0; d < hd; ++d) {
+        const uint16_t h = Fp32ToFp16(dist(rng));
+        std::memcpy(&v[c * stride + 2 * d], &h, 2);
+      }
+    }
+    std::vector<uint16_t> scratch(hd);
+    std::vector<float> got(hd);
+    FlashAttnF16VRow(scores.data(), n_kv, v.data(), stride, hd, scratch.data(), got.data());
+    // Reference: the C of ggml_compute_forward_flash_attn_ext_f16_one_chunk.
+    std::vector<uint16_t> acc(hd, 0);
+    float S = 0.0f, M = -INFINITY;
+    for (int64_t c = 0; c < n_kv; ++c) {
+      const float s = scores[c];
+      if (s == -INFINITY) continue;
+      const float Mold = M;
+      float ms = 1.0f, vs = 1.0f;
+      if (s > M) {
+        M = s;
+        ms = std::exp(Mold - M);
+        for (int64_t d = 0; d < hd; ++d) acc[d] = Fp32ToFp16(Fp16ToFp32(acc[d]) * ms);
+      } else {
+        vs = std::exp(s - M);
+      }
+      for (int64_t d = 0; d < hd; ++d) {
+        uint16_t x;
+        std::memcpy(&x, &v[c * stride + 2 * d], 2);
+        acc[d] = Fp32ToFp16(std::fma(Fp16ToFp32(x), vs, Fp16ToFp32(acc[d])));
+      }
+      S = std::fma(S, ms, vs);
+    }
+    for (int64_t d = 0; d < hd; ++d) {
+      ASSERT_EQ(got[d], Fp16ToFp32(acc[d]) * (1.0f / S)) << "hd=" << hd << " d=" << d;
+    }
+    // Close to exact softmax attention (F16 accumulation: ~1e-3 relative).
+    double mx = -INFINITY, sum = 0;
+    for (float s : scores) mx = std::max(mx, static_cast<double>(s));
+    std::vector<double> exact(hd, 0.0);
+    for (int64_t c = 0; c < n_kv; ++c) {
+      if (scores[c] == -INFINITY) continue;
+      const double p = std::exp(scores[c] - mx);
+      sum += p;
+      for (int64_t d = 0; d < hd; ++d) {
+        uint16_t x;
+        std::memcpy(&x, &v[c * stride + 2 * d], 2);
+        exact[d] += p * Fp16ToFp32(x);
+      }
+    }
+    for (int64_t d = 0; d < hd; ++d) EXPECT_NEAR(got[d], exact[d] / sum, 5e-3) << "hd=" << hd;
+  }
+  // All cells masked: zeros (S == 0).
+  const float masked[3] = {-INFINITY, -INFINITY, -INFINITY};
+  uint16_t scratch[8];
+  float out[8];
+  std::vector<uint8_t> v(3 * 16, 0x3C);
+  FlashAttnF16VRow(masked, 3, v.data(), 16, 8, scratch, out);
+  for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
 TEST(OpsTest, AddMulScale) {

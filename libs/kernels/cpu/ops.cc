@@ -6,6 +6,7 @@
 // llama.cpp's CPU backend computes; HERD_ISA=scalar selects ggml's generic C.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <vector>
 
@@ -206,6 +207,30 @@ void ScaleF16(uint16_t* y, float v, int64_t n) {
   const internal::IsaKernels& k = internal::BestKernels();
   if (k.scale_f16 != nullptr) return k.scale_f16(y, v, n);
   for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(Fp16ToFp32(y[i]) * v);
+}
+
+void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd,
+                      uint16_t* vkq16, float* out) {
+  for (int64_t d = 0; d < hd; ++d) vkq16[d] = 0;
+  float S = 0.0f;
+  float M = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < n_kv; ++c) {
+    const float s = scores[c];
+    if (s == -std::numeric_limits<float>::infinity()) continue;
+    const float Mold = M;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > M) {
+      M = s;
+      ms = std::exp(Mold - M);
+      ScaleF16(vkq16, ms, hd);
+    } else {
+      vs = std::exp(s - M);
+    }
+    MadF16(reinterpret_cast<const uint16_t*>(v + static_cast<size_t>(c) * v_stride), vs, vkq16, hd);
+    S = std::fma(S, ms, vs);  // ggml-cpu is built with FP contraction: S*ms + vs is one fma
+  }
+  const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+  for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(vkq16[d]) * s_inv;
 }
 
 }  // namespace herd::cpu

@@ -1,0 +1,667 @@
+#include "libs/engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+
+namespace herd::engine {
+namespace internal {
+
+using Clock = std::chrono::steady_clock;
+
+static double MsSince(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+// One Step() request: n_steps plain passes, or one verification of `draft`.
+struct Request {
+  int32_t n_steps = 1;
+  std::vector<int32_t> draft;
+};
+
+struct SeqState {
+  enum class Phase { kQueued, kActive, kEnded };
+
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t logprobs = 0;
+  bool ignore_eos = false;
+  Clock::time_point t_start;
+
+  // Guarded by Core::mu.
+  Phase phase = Phase::kQueued;
+  std::deque<Request> requests;
+  bool cancel = false;
+  bool context_full = false;
+
+  // Scheduler thread only (set on admission).
+  int32_t kv_seq = -1;
+  int32_t n_past = 0;        // tokens of this sequence in the KV cache (positions 0..n_past-1)
+  int32_t pending = -1;      // the next token to evaluate, at position n_past
+  bool pending_is_prompt = true;  // pending is still the last prompt token
+  std::unique_ptr<Sampler> sampler;
+  double prompt_ms = 0, generation_ms = 0;
+
+  // Events (ev_mu is a leaf lock).
+  std::mutex ev_mu;
+  std::condition_variable ev_cv;
+  std::deque<SequenceEvent> events;
+  bool ended = false;  // kEnded queued
+  // Notify callback (held while it runs, so that SetNotify(nullptr) can wait it out).
+  std::mutex notify_mu;
+  std::function<void()> notify;
+
+  int32_t n_prompt() const { return static_cast<int32_t>(prompt.size()); }
+  // Prefill covers prompt tokens 0..n-2; the last one is the first pending token.
+  bool PrefillDone() const { return n_past >= n_prompt() - 1; }
+  int32_t PrefillRemaining() const { return std::max(0, n_prompt() - 1 - n_past); }
+
+  void Post(SequenceEvent ev) {
+    {
+      std::lock_guard<std::mutex> l(ev_mu);
+      if (ended) return;
+      if (ev.kind == SequenceEvent::Kind::kEnded) ended = true;
+      events.push_back(std::move(ev));
+    }
+    ev_cv.notify_all();
+    std::lock_guard<std::mutex> l(notify_mu);
+    if (notify) notify();
+  }
+};
+
+// Events gathered under Core::mu and delivered after it is released.
+class Outbox {
+ public:
+  void Add(std::shared_ptr<SeqState> s, SequenceEvent ev) { items_.emplace_back(std::move(s), std::move(ev)); }
+  void Deliver() {
+    for (auto& [s, ev] : items_) s->Post(std::move(ev));
+    items_.clear();
+  }
+
+ private:
+  std::vector<std::pair<std::shared_ptr<SeqState>, SequenceEvent>> items_;
+};
+
+SequenceEvent Ended(absl::Status s) {
+  SequenceEvent ev;
+  ev.kind = SequenceEvent::Kind::kEnded;
+  ev.status = std::move(s);
+  return ev;
+}
+
+// One sequence's share of an iteration's batch.
+struct Work {
+  std::shared_ptr<SeqState> s;
+  bool prefill = false;
+  int32_t n_prefill = 0;       // prefill: prompt tokens in this chunk
+  std::vector<int32_t> draft;  // verify: draft tokens after the pending token
+  int64_t out_begin = 0;       // verify: index of the pending token's logits
+  bool was_prompt = false;     // verify: the pending token was the last prompt token
+  StepResult result;
+};
+
+struct Core {
+  Engine* engine = nullptr;
+  const tokenizer::Vocab* vocab = nullptr;
+  SchedulerConfig cfg;
+  int64_t n_ctx = 0, n_ctx_seq = 0, n_vocab = 0, n_batch = 0;
+  int32_t capacity = 0, max_draft = 0;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool admitting = true;
+  uint64_t next_id = 1;
+  std::deque<std::shared_ptr<SeqState>> queue;    // admission order
+  std::vector<std::shared_ptr<SeqState>> active;  // admission order
+  std::vector<int32_t> free_ids;
+  size_t rr = 0;  // round-robin start of the decode scan
+  SchedulerStats stats;
+  std::thread thread;
+
+  std::mutex obs_mu;
+  std::function<void(const IterationStats&)> observer;
+
+  void Run();
+  bool HasWorkLocked() const;
+  bool ReleaseCancelledLocked(Outbox* out);
+  void ReleaseLocked(const std::shared_ptr<SeqState>& s, absl::Status status, Outbox* out);
+  bool AdmitLocked(Outbox* out);
+  std::vector<Work> PlanLocked();
+  absl::Status Execute(std::vector<Work>* plan, double* seconds);
+  void VerifyDraft(Work* w);
+  void FillGaugesLocked(IterationStats* it) const;
+  void Observe(const IterationStats& it);
+  void ShutdownAndJoin();
+};
+
+bool Core::HasWorkLocked() const {
+  for (const auto& s : queue) {
+    if (s->cancel) return true;
+  }
+  if (!queue.empty() && static_cast<int32_t>(active.size()) < capacity) return true;
+  for (const auto& s : active) {
+    if (s->cancel || !s->PrefillDone()) return true;
+    if (!s->requests.empty() && !s->context_full) return true;
+  }
+  return false;
+}
+
+void Core::ReleaseLocked(const std::shared_ptr<SeqState>& s, absl::Status status, Outbox* out) {
+  if (s->phase == SeqState::Phase::kActive) {
+    engine->kv().SeqRemove(s->kv_seq, 0, -1);
+    free_ids.push_back(s->kv_seq);
+    s->kv_seq = -1;
+    s->sampler.reset();
+    active.erase(std::find(active.begin(), active.end(), s));
+  } else if (s->phase == SeqState::Phase::kQueued) {
+    queue.erase(std::find(queue.begin(), queue.end(), s));
+  }
+  s->phase = SeqState::Phase::kEnded;
+  s->requests.clear();
+  stats.kv_cells_used = engine->kv().used();
+  out->Add(s, Ended(std::move(status)));
+}
+
+bool Core::ReleaseCancelledLocked(Outbox* out) {
+  std::vector<std::shared_ptr<SeqState>> gone;
+  for (const auto& s : active) {
+    if (s->cancel) gone.push_back(s);
+  }
+  for (const auto& s : queue) {
+    if (s->cancel) gone.push_back(s);
+  }
+  for (const auto& s : gone) ReleaseLocked(s, absl::CancelledError("sequence cancelled"), out);
+  return !gone.empty();
+}
+
+bool Core::AdmitLocked(Outbox* out) {
+  bool any = false;
+  while (!queue.empty() && static_cast<int32_t>(active.size()) < capacity && !free_ids.empty()) {
+    std::shared_ptr<SeqState> s = queue.front();
+    queue.pop_front();
+    s->kv_seq = free_ids.back();
+    free_ids.pop_back();
+    s->phase = SeqState::Phase::kActive;
+    SamplingParams sp = s->sampling;
+    sp.n_probs = s->logprobs;
+    s->sampler = std::make_unique<Sampler>(sp, static_cast<int32_t>(n_vocab));
+    for (int32_t t : s->prompt) s->sampler->Accept(t);  // penalties see the prompt
+    s->n_past = 0;
+    s->pending = s->prompt.back();
+    s->pending_is_prompt = true;
+    active.push_back(s);
+    ++stats.sequences_started;
+    SequenceEvent ev;
+    ev.kind = SequenceEvent::Kind::kStarted;
+    ev.n_prompt = s->n_prompt();
+    ev.queue_ms = MsSince(s->t_start, Clock::now());
+    out->Add(s, std::move(ev));
+    any = true;
+  }
+  return any;
+}
+
+std::vector<Work> Core::PlanLocked() {
+  std::vector<Work> plan;
+  const int64_t budget = n_batch;
+  int64_t used = 0;
+  bool prefill_pending = false;
+  for (const auto& s : active) prefill_pending |= !s->PrefillDone();
+  // Decode and verification steps first (they are latency-bound), but leave at least a
+  // quarter of the batch to prompt processing while some prompt is waiting.
+  const int64_t decode_budget =
+      prefill_pending ? std::max<int64_t>(1, budget - std::max<int64_t>(1, budget / 4)) : budget;
+  const size_t n = active.size();
+  for (size_t k = 0; k < n; ++k) {
+    const std::shared_ptr<SeqState>& s = active[(rr + k) % n];
+    if (!s->PrefillDone() || s->requests.empty() || s->context_full) continue;
+    Request& r = s->requests.front();
+    // Room left in the sequence: the pending token plus drafts must fit in n_ctx_seq.
+    const int64_t room = n_ctx_seq - s->n_past - 1;
+    const size_t n_draft = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(
+        static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
+    const int64_t cost = 1 + static_cast<int64_t>(n_draft);
+    // The first step of an iteration may use the whole batch, so a long draft cannot starve.
+    if (used + cost > (used == 0 ? budget : decode_budget)) continue;
+    Work w;
+    w.s = s;
+    w.draft.assign(r.draft.begin(), r.draft.begin() + static_cast<long>(n_draft));
+    if (!r.draft.empty() || --r.n_steps <= 0) s->requests.pop_front();
+    used += cost;
+    plan.push_back(std::move(w));
+  }
+  if (n > 0) rr = (rr + 1) % n;
+  for (const auto& s : active) {
+    if (s->PrefillDone()) continue;
+    const int64_t chunk = std::min<int64_t>(s->PrefillRemaining(), budget - used);
+    if (chunk <= 0) break;
+    Work w;
+    w.s = s;
+    w.prefill = true;
+    w.n_prefill = static_cast<int32_t>(chunk);
+    used += chunk;
+    plan.push_back(std::move(w));
+  }
+  return plan;
+}
+
+// Samples position i from the logits of pending/draft[i-1], accepts draft[i] while the
+// sampled token equals it, and stops after the first mismatch: the result is the
+// accepted prefix plus one sampled token. This is exact for greedy sampling and for any
+// deterministic draft (n-gram drafters): the token at each position is sampled exactly
+// as without a draft. EXTENSION POINT (speculative issue): drafts from a draft model
+// with their own probabilities q(x) need rejection sampling instead -- per position,
+// p = DistFromCandidates(sampler.Candidates(logits)) and spec::RejectionStep(p,
+// draft[i], q[i], rng) (libs/engine/spec/rejection.h: accept with probability
+// min(1, p/q), else emit a token drawn from norm(max(0, p - q)) and stop); Step() would
+// carry q alongside the draft, and the sampler would Accept() the emitted tokens.
+void Core::VerifyDraft(Work* w) {
+  SeqState& s = *w->s;
+  StepResult& r = w->result;
+  const size_t n_draft = w->draft.size();
+  for (size_t i = 0; i <= n_draft; ++i) {
+    const float* logits = engine->Logits(w->out_begin + static_cast<int64_t>(i));
+    const int32_t t = s.sampler->Sample(logits);
+    if (s.logprobs > 0) {
+      TokenLogprobs lp;
+      lp.id = t;
+      lp.top = s.sampler->last_top_logprobs();
+      lp.logprob = -std::numeric_limits<float>::infinity();
+      bool found = false;
+      for (const TokenLogprob& c : lp.top) {
+        if (c.id == t) {
+          lp.logprob = c.logprob;
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        // Outside the top-n: its probability in the distribution it was drawn from
+        // (the penalty history does not include t yet, as during Sample()).
+        const TokenDataArray cands = s.sampler->Candidates(logits);
+        for (const TokenData& c : cands.data) {
+          if (c.id == t && c.p > 0) lp.logprob = std::log(c.p);
+        }
+      }
+      r.logprobs.push_back(std::move(lp));
+    }
+    s.sampler->Accept(t);
+    r.tokens.push_back(t);
+    if (!s.ignore_eos && vocab->IsEog(t)) {
+      r.eos = true;
+      break;
+    }
+    if (i < n_draft && t == w->draft[i]) continue;
+    break;
+  }
+  r.n_accepted = static_cast<int32_t>(r.tokens.size()) - 1;
+  // Kept in the cache: the pending token and the accepted draft tokens.
+  const int32_t keep_end = s.n_past + 1 + r.n_accepted;
+  if (static_cast<size_t>(r.n_accepted) < n_draft) engine->kv().SeqRemove(s.kv_seq, keep_end, -1);
+  s.n_past = keep_end;
+  s.pending = r.tokens.back();
+  s.pending_is_prompt = false;
+  r.context_full = s.n_past >= n_ctx_seq;
+}
+
+absl::Status Core::Execute(std::vector<Work>* plan, double* seconds) {
+  const auto t0 = Clock::now();
+  Batch b;
+  int64_t n_out = 0;
+  for (Work& w : *plan) {
+    SeqState& s = *w.s;
+    if (w.prefill) {
+      for (int32_t i = 0; i < w.n_prefill; ++i) {
+        const int32_t p = s.n_past + i;
+        b.Add(s.prompt[static_cast<size_t>(p)], p, s.kv_seq, false);
+      }
+    } else {
+      w.out_begin = n_out;
+      w.was_prompt = s.pending_is_prompt;
+      b.Add(s.pending, s.n_past, s.kv_seq, true);
+      for (size_t j = 0; j < w.draft.size(); ++j) {
+        b.Add(w.draft[j], s.n_past + 1 + static_cast<int32_t>(j), s.kv_seq, true);
+      }
+      n_out += 1 + static_cast<int64_t>(w.draft.size());
+    }
+  }
+  absl::Status st = engine->Decode(b);
+  if (!st.ok()) return st;
+  for (Work& w : *plan) {
+    if (w.prefill) {
+      w.s->n_past += w.n_prefill;
+    } else {
+      VerifyDraft(&w);
+    }
+  }
+  const double ms = MsSince(t0, Clock::now());
+  *seconds = ms / 1000.0;
+  for (Work& w : *plan) {
+    SeqState& s = *w.s;
+    if (w.prefill || w.was_prompt) {
+      s.prompt_ms += ms;
+    } else {
+      s.generation_ms += ms;
+    }
+    w.result.prompt_ms = s.prompt_ms;
+    w.result.generation_ms = s.generation_ms;
+  }
+  return absl::OkStatus();
+}
+
+void Core::FillGaugesLocked(IterationStats* it) const {
+  it->active = static_cast<int32_t>(active.size());
+  it->queued = static_cast<int32_t>(queue.size());
+  it->kv_cells_used = stats.kv_cells_used;
+  it->kv_cells_total = n_ctx;
+}
+
+void Core::Observe(const IterationStats& it) {
+  std::lock_guard<std::mutex> l(obs_mu);
+  if (observer) observer(it);
+}
+
+void Core::Run() {
+  std::unique_lock<std::mutex> l(mu);
+  for (;;) {
+    cv.wait(l, [&] { return stop || HasWorkLocked(); });
+    if (stop) break;
+    Outbox out;
+    bool changed = ReleaseCancelledLocked(&out);
+    changed |= AdmitLocked(&out);
+    std::vector<Work> plan = PlanLocked();
+    l.unlock();
+    out.Deliver();
+
+    IterationStats it;
+    absl::Status st;
+    if (!plan.empty()) st = Execute(&plan, &it.seconds);
+
+    l.lock();
+    if (!plan.empty() && !st.ok()) {
+      HERD_LOG(Error) << "scheduler: forward pass of " << plan.size() << " sequences failed: " << st;
+      for (Work& w : plan) {
+        if (w.s->phase == SeqState::Phase::kActive) ReleaseLocked(w.s, st, &out);
+      }
+      changed = true;
+    } else if (!plan.empty()) {
+      for (const Work& w : plan) {
+        if (w.prefill) {
+          it.batch_tokens += w.n_prefill;
+          it.prompt_tokens += w.n_prefill;
+        } else {
+          it.batch_tokens += 1 + static_cast<int32_t>(w.draft.size());
+          it.prompt_tokens += w.was_prompt ? 1 : 0;
+          it.generated_tokens += static_cast<int32_t>(w.result.tokens.size());
+        }
+      }
+      // Distinct sequences in the batch (a sequence appears at most once per plan).
+      it.batch_sequences = static_cast<int32_t>(plan.size());
+      ++stats.iterations;
+      if (it.batch_sequences > 1) ++stats.multi_sequence_iterations;
+      stats.max_batch_sequences = std::max(stats.max_batch_sequences, it.batch_sequences);
+      stats.max_batch_tokens = std::max(stats.max_batch_tokens, it.batch_tokens);
+      stats.batch_tokens_total += static_cast<uint64_t>(it.batch_tokens);
+      stats.tokens_generated += static_cast<uint64_t>(it.generated_tokens);
+      stats.prompt_tokens += static_cast<uint64_t>(it.prompt_tokens);
+      stats.kv_cells_used = engine->kv().used();
+      for (Work& w : plan) {
+        SeqState& s = *w.s;
+        if (w.prefill || s.cancel || s.phase != SeqState::Phase::kActive) continue;
+        if (w.result.context_full) s.context_full = true;
+        if (w.result.eos || w.result.context_full) s.requests.clear();
+        SequenceEvent ev;
+        ev.kind = SequenceEvent::Kind::kStep;
+        ev.step = std::move(w.result);
+        out.Add(w.s, std::move(ev));
+      }
+    }
+    FillGaugesLocked(&it);
+    l.unlock();
+    out.Deliver();
+    if (changed || !plan.empty()) Observe(it);
+    l.lock();
+  }
+  // Shutdown: end everything, free the cache.
+  Outbox out;
+  std::vector<std::shared_ptr<SeqState>> all(active.begin(), active.end());
+  all.insert(all.end(), queue.begin(), queue.end());
+  for (const auto& s : all) ReleaseLocked(s, absl::UnavailableError("scheduler shut down"), &out);
+  engine->kv().Clear();
+  stats.kv_cells_used = 0;
+  l.unlock();
+  out.Deliver();
+}
+
+void Core::ShutdownAndJoin() {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stop = true;
+    admitting = false;
+  }
+  cv.notify_all();
+  if (thread.joinable()) thread.join();
+}
+
+}  // namespace internal
+
+using internal::Core;
+using internal::SeqState;
+
+// ---------------------------------------------------------------- Sequence
+
+Sequence::~Sequence() {
+  SetNotify(nullptr);
+  Cancel();
+}
+
+absl::Status Sequence::Step(int32_t n_steps, std::vector<int32_t> draft) {
+  if (n_steps < 0) return absl::InvalidArgumentError(absl::StrCat("n_steps: ", n_steps, " must be >= 0"));
+  if (!draft.empty() && n_steps > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_steps: ", n_steps, " with a draft; a draft is verified in one pass (use 0 or 1)"));
+  }
+  if (static_cast<int64_t>(draft.size()) > core_->max_draft) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft: ", draft.size(), " tokens exceed the limit of ", core_->max_draft));
+  }
+  for (size_t i = 0; i < draft.size(); ++i) {
+    if (draft[i] < 0 || draft[i] >= core_->n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("draft[", i, "]: token id ", draft[i],
+                                                     " is outside the vocabulary [0, ", core_->n_vocab, ")"));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(core_->mu);
+    if (core_->stop) return absl::UnavailableError("scheduler shut down");
+    if (st_->phase == SeqState::Phase::kEnded || st_->cancel) {
+      return absl::FailedPreconditionError("sequence has ended");
+    }
+    if (st_->context_full) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("context full: the sequence holds n_ctx_seq = ", core_->n_ctx_seq, " tokens"));
+    }
+    internal::Request r;
+    r.n_steps = std::max(1, n_steps);
+    r.draft = std::move(draft);
+    st_->requests.push_back(std::move(r));
+  }
+  core_->cv.notify_all();
+  return absl::OkStatus();
+}
+
+void Sequence::Cancel() {
+  {
+    std::lock_guard<std::mutex> l(core_->mu);
+    if (core_->stop || st_->phase == SeqState::Phase::kEnded || st_->cancel) return;
+    st_->cancel = true;
+  }
+  core_->cv.notify_all();
+}
+
+bool Sequence::TryNext(SequenceEvent* ev) {
+  std::lock_guard<std::mutex> l(st_->ev_mu);
+  if (st_->events.empty()) return false;
+  *ev = std::move(st_->events.front());
+  st_->events.pop_front();
+  return true;
+}
+
+bool Sequence::Next(SequenceEvent* ev, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(st_->ev_mu);
+  if (!st_->ev_cv.wait_for(l, timeout, [&] { return !st_->events.empty(); })) return false;
+  *ev = std::move(st_->events.front());
+  st_->events.pop_front();
+  return true;
+}
+
+void Sequence::SetNotify(std::function<void()> fn) {
+  std::lock_guard<std::mutex> l(st_->notify_mu);
+  st_->notify = std::move(fn);
+}
+
+int32_t Sequence::n_prompt() const { return st_->n_prompt(); }
+uint64_t Sequence::id() const { return st_->id; }
+
+// ---------------------------------------------------------------- Scheduler
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, const tokenizer::Vocab* vocab,
+                                                             const SchedulerConfig& config) {
+  if (engine == nullptr) return absl::InvalidArgumentError("engine: null");
+  if (vocab == nullptr) return absl::InvalidArgumentError("vocab: null");
+  const int64_t n_ctx = engine->n_ctx();
+  if (config.max_sequences < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_sequences: ", config.max_sequences, " must be >= 1"));
+  }
+  int64_t n_ctx_seq = config.n_ctx_seq;
+  if (n_ctx_seq == 0) n_ctx_seq = n_ctx / config.max_sequences;
+  if (n_ctx_seq < 1 || n_ctx_seq > n_ctx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "]",
+                     config.n_ctx_seq == 0 ? absl::StrCat(" (n_ctx / max_sequences; lower max_sequences ",
+                                                          config.max_sequences, ")")
+                                           : ""));
+  }
+  if (config.max_queue < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_queue: ", config.max_queue, " must be >= 0"));
+  }
+  if (config.max_draft < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_draft: ", config.max_draft, " must be >= 0"));
+  }
+  if (config.max_logprobs < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_logprobs: ", config.max_logprobs, " must be >= 0"));
+  }
+  auto core = std::make_shared<Core>();
+  core->engine = engine;
+  core->vocab = vocab;
+  core->cfg = config;
+  core->n_ctx = n_ctx;
+  core->n_ctx_seq = n_ctx_seq;
+  core->n_vocab = engine->n_vocab();
+  core->n_batch = engine->n_batch();
+  core->capacity = static_cast<int32_t>(std::min<int64_t>(config.max_sequences, n_ctx / n_ctx_seq));
+  core->max_draft = config.max_draft;
+  if (core->capacity < config.max_sequences) {
+    HERD_LOG(Warning) << "scheduler: " << config.max_sequences << " sequences of " << n_ctx_seq
+                      << " cells do not fit in n_ctx = " << n_ctx << "; at most " << core->capacity
+                      << " run at once";
+  }
+  for (int32_t i = core->capacity - 1; i >= 0; --i) core->free_ids.push_back(i);
+  core->stats.kv_cells_total = n_ctx;
+  engine->kv().Clear();
+  core->thread = std::thread([c = core.get()] { c->Run(); });
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(core)));
+}
+
+Scheduler::~Scheduler() { Shutdown(); }
+
+void Scheduler::Shutdown() { core_->ShutdownAndJoin(); }
+
+void Scheduler::StopAdmitting() {
+  std::lock_guard<std::mutex> l(core_->mu);
+  core_->admitting = false;
+}
+
+absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params) {
+  Core& c = *core_;
+  const int64_t n = static_cast<int64_t>(params.prompt.size());
+  if (n == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: empty (1 to n_ctx_seq = ", c.n_ctx_seq, " tokens)"));
+  }
+  if (n > c.n_ctx_seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt: ", n, " tokens exceed n_ctx_seq = ", c.n_ctx_seq, " (cells per sequence)"));
+  }
+  for (size_t i = 0; i < params.prompt.size(); ++i) {
+    if (params.prompt[i] < 0 || params.prompt[i] >= c.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt[", i, "]: token id ", params.prompt[i],
+                                                     " is outside the vocabulary [0, ", c.n_vocab, ")"));
+    }
+  }
+  if (params.logprobs < 0 || params.logprobs > c.cfg.max_logprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs: ", params.logprobs, " is outside [0, ", c.cfg.max_logprobs, "]"));
+  }
+  absl::Status vs = ValidateSamplingParams(params.sampling);
+  if (!vs.ok()) return vs;
+
+  auto st = std::make_shared<SeqState>();
+  st->prompt = std::move(params.prompt);
+  st->sampling = params.sampling;
+  st->logprobs = params.logprobs;
+  st->ignore_eos = params.ignore_eos;
+  st->notify = std::move(params.on_event);
+  st->t_start = internal::Clock::now();
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    if (c.stop || !c.admitting) return absl::UnavailableError("worker is shutting down: not admitting sequences");
+    const int64_t free_slots = static_cast<int64_t>(c.capacity) - static_cast<int64_t>(c.active.size());
+    const int64_t waiting = static_cast<int64_t>(c.queue.size()) - std::max<int64_t>(0, free_slots);
+    if (waiting >= 0) {  // no slot for this one
+      if (c.cfg.queue_policy == QueuePolicy::kReject) {
+        return absl::ResourceExhaustedError(absl::StrCat("all ", c.capacity, " sequence slots are busy (max_sequences ",
+                                                         c.cfg.max_sequences, ")"));
+      }
+      if (waiting >= c.cfg.max_queue) {
+        return absl::ResourceExhaustedError(absl::StrCat("admission queue is full (max_queue ", c.cfg.max_queue,
+                                                         ", ", c.capacity, " sequences active)"));
+      }
+    }
+    st->id = c.next_id++;
+    c.queue.push_back(st);
+  }
+  c.cv.notify_all();
+  return std::unique_ptr<Sequence>(new Sequence(core_, std::move(st)));
+}
+
+void Scheduler::SetIterationObserver(std::function<void(const IterationStats&)> fn) {
+  std::lock_guard<std::mutex> l(core_->obs_mu);
+  core_->observer = std::move(fn);
+}
+
+SchedulerStats Scheduler::Stats() const {
+  std::lock_guard<std::mutex> l(core_->mu);
+  SchedulerStats s = core_->stats;
+  s.active = static_cast<int32_t>(core_->active.size());
+  s.queued = static_cast<int32_t>(core_->queue.size());
+  return s;
+}
+
+int64_t Scheduler::n_ctx() const { return core_->n_ctx; }
+int64_t Scheduler::n_ctx_seq() const { return core_->n_ctx_seq; }
+int32_t Scheduler::max_sequences() const { return core_->cfg.max_sequences; }
+int32_t Scheduler::capacity() const { return core_->capacity; }
+int32_t Scheduler::max_draft() const { return core_->max_draft; }
+int64_t Scheduler::n_vocab() const { return core_->n_vocab; }
+
+}  // namespace herd::engine

@@ -1,0 +1,249 @@
+// Continuous batching over one Engine (llama-server's slot loop, vLLM's scheduler).
+//
+// Sequences are started with a prompt and sampling parameters and receive a handle
+// (Sequence). One scheduler thread loops: every iteration it gathers the pending work
+// of ALL active sequences into ONE Batch -- prompt chunks (prefill; a long prompt is
+// split over several iterations so that a batch stays within n_batch tokens), single
+// decode tokens, and draft verifications (the sequence's last token followed by its
+// draft tokens, logits for all) -- runs one Engine::Decode, then, per sequence, samples
+// with that sequence's own Sampler and delivers a StepResult to the sequence's
+// consumer.
+//
+// Positions and the "pending" token. The prompt's tokens 0..n-2 are prefilled eagerly
+// as soon as the sequence is admitted. The last prompt token, and afterwards the last
+// sampled token, is the sequence's *pending* token: it is not in the KV cache yet. A
+// step evaluates [pending, draft...] at positions n_past, n_past+1, ..., samples
+// position 0, and accepts draft token i while the token sampled at position i equals
+// it (greedy: exact; deterministic drafts: exact; rejection sampling for draft-model
+// drafts is the extension point VerifyDraft() in scheduler.cc). The result is the
+// accepted draft tokens plus one sampled token; the KV cells of rejected draft tokens
+// are removed (KvCache::SeqRemove(seq, pos, -1)) and the last sampled token becomes the
+// new pending token. A step without draft is the same with an empty draft.
+//
+// A sequence advances only when its consumer asked for steps: Step(n_steps=K) yields up
+// to K results without further requests, Step(draft) one verification. A result with
+// eos (an end-of-generation token, unless ignore_eos) or context_full (the pending
+// token can never be evaluated because the sequence holds n_ctx_seq cells) drops the
+// steps still requested; Step() after context_full is FAILED_PRECONDITION, after eos it
+// continues generating (the consumer decides).
+//
+// Admission. At most `capacity()` = min(max_sequences, n_ctx / n_ctx_seq) sequences are
+// active at once, and each active sequence has n_ctx_seq KV cells reserved, so a running
+// sequence never finds the cache full. When no slot is free a new sequence waits in a
+// FIFO queue (QueuePolicy::kWait, at most max_queue waiting, beyond that
+// RESOURCE_EXHAUSTED) or is refused at once with RESOURCE_EXHAUSTED (kReject).
+//
+// Determinism. Every sequence has its own Sampler (penalty history seeded with the
+// prompt), and the engine computes each token's logits from its own sequence's cells
+// only, so with greedy sampling a sequence's tokens equal its solo output whatever else
+// shares the batch (up to float summation order, verified by scheduler_test). With a
+// fixed seed and a deterministic draft, the sampled tokens also equal the no-draft ones:
+// one Sample() call per emitted token, in the same order.
+//
+// Thread-safety. Scheduler and Sequence methods may be called from any thread. The
+// Engine (and its KV cache) belongs to the scheduler thread from Create() until the
+// Scheduler is destroyed: do not touch it meanwhile. Events are delivered through a
+// per-sequence queue (Sequence::Next/TryNext, safe to wait on from a gRPC thread with a
+// timeout and woken by Cancel) and an optional notify callback run on the scheduler
+// thread (or the thread calling Cancel/Start) without any scheduler lock held.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "libs/engine/engine.h"
+#include "libs/engine/sampling.h"
+#include "libs/tokenizer/tokenizer.h"
+
+namespace herd::engine {
+
+/// What to do with a new sequence when every slot is taken.
+enum class QueuePolicy { kWait, kReject };
+
+/// Counters of one scheduler iteration, passed to the iteration observer.
+struct IterationStats {
+  int32_t batch_tokens = 0;     // tokens in the batch (0: no forward pass this iteration)
+  int32_t batch_sequences = 0;  // sequences with tokens in the batch
+  int32_t prompt_tokens = 0;    // prompt tokens evaluated
+  int32_t generated_tokens = 0; // tokens delivered in StepResults
+  double seconds = 0;           // wall time of decode + sampling
+  // Gauges after the iteration.
+  int32_t active = 0;
+  int32_t queued = 0;
+  int64_t kv_cells_used = 0;
+  int64_t kv_cells_total = 0;
+};
+
+/// A snapshot of the scheduler's state and cumulative counters.
+struct SchedulerStats {
+  int32_t active = 0;           // admitted sequences (prefilling or generating)
+  int32_t queued = 0;           // waiting for admission
+  int64_t kv_cells_used = 0;    // KV cells holding tokens
+  int64_t kv_cells_total = 0;   // n_ctx
+  uint64_t iterations = 0;      // forward passes run
+  uint64_t multi_sequence_iterations = 0;  // forward passes with > 1 sequence
+  int32_t max_batch_sequences = 0;         // most sequences in one forward pass
+  int32_t max_batch_tokens = 0;            // most tokens in one forward pass
+  uint64_t batch_tokens_total = 0;         // sum of tokens over forward passes
+  uint64_t tokens_generated = 0;           // tokens delivered in StepResults
+  uint64_t prompt_tokens = 0;              // prompt tokens evaluated
+  uint64_t sequences_started = 0;          // admitted so far
+};
+
+struct SchedulerConfig {
+  /// Most sequences active at once (>= 1).
+  int32_t max_sequences = 8;
+  /// Most KV cells one sequence may use (its context); 0 = n_ctx / max_sequences.
+  /// Must be in [1, n_ctx].
+  int64_t n_ctx_seq = 0;
+  /// Most sequences waiting for admission under QueuePolicy::kWait (>= 0).
+  int32_t max_queue = 64;
+  QueuePolicy queue_policy = QueuePolicy::kWait;
+  /// Longest draft a Step may carry (>= 0; longer: INVALID_ARGUMENT). A verification
+  /// evaluates at most n_batch - 1 draft tokens and no more than the room left in the
+  /// sequence's context: longer drafts are cut (the accept rule then applies to the cut
+  /// draft). Default: common.proto's largest draft_max.
+  int32_t max_draft = 1024;
+  /// Largest SequenceParams::logprobs (top-n alternatives per token).
+  int32_t max_logprobs = 20;
+};
+
+/// Per-token log probabilities (when SequenceParams::logprobs > 0).
+struct TokenLogprobs {
+  int32_t id = 0;
+  float logprob = 0;               // of the chosen token, in the distribution it was drawn from
+  std::vector<TokenLogprob> top;   // Sampler::last_top_logprobs(), most likely first
+};
+
+/// The outcome of one forward pass of one sequence.
+struct StepResult {
+  std::vector<int32_t> tokens;      // accepted draft tokens, then one sampled token
+  int32_t n_accepted = 0;           // draft tokens accepted (= tokens.size() - 1)
+  std::vector<TokenLogprobs> logprobs;  // one per token when logprobs > 0
+  bool eos = false;                 // the last token is end-of-generation (not with ignore_eos)
+  bool context_full = false;        // no room for another token in this sequence
+  double prompt_ms = 0;             // cumulative prompt-processing wall time
+  double generation_ms = 0;         // cumulative generation wall time
+};
+
+/// What a sequence's consumer receives, in order: kStarted once (on admission), kStep per
+/// forward pass, kEnded once (last event; status CANCELLED after Cancel, UNAVAILABLE when
+/// the scheduler shuts down, or the engine's error).
+struct SequenceEvent {
+  enum class Kind { kStarted, kStep, kEnded };
+  Kind kind = Kind::kStarted;
+  int32_t n_prompt = 0;   // kStarted
+  double queue_ms = 0;    // kStarted: time from Start() to admission
+  StepResult step;        // kStep
+  absl::Status status;    // kEnded
+};
+
+/// Parameters of a new sequence.
+struct SequenceParams {
+  std::vector<int32_t> prompt;  // 1..n_ctx_seq token ids in [0, n_vocab)
+  SamplingParams sampling;      // n_probs is ignored (set from logprobs)
+  int32_t logprobs = 0;         // top-n per token, 0..max_logprobs
+  bool ignore_eos = false;      // never flag eos
+  /// Optional: called after each event is queued (see Sequence::SetNotify).
+  std::function<void()> on_event;
+};
+
+namespace internal {
+struct SeqState;
+struct Core;
+}  // namespace internal
+
+/// Handle of one sequence. Thread-safe. Destroying it cancels the sequence (its KV
+/// cells are freed by the scheduler's next iteration at the latest). Handles may
+/// outlive the Scheduler (they then report UNAVAILABLE).
+class Sequence {
+ public:
+  ~Sequence();
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  /// Requests forward passes. Empty draft: n_steps passes (0 counts as 1), one
+  /// StepResult each. Non-empty draft: one verification (n_steps must be 0 or 1).
+  /// Errors: INVALID_ARGUMENT naming n_steps or draft[i] (token outside the
+  /// vocabulary, draft longer than max_draft); FAILED_PRECONDITION after context_full
+  /// or after the sequence ended (cancelled / failed); UNAVAILABLE after shutdown.
+  absl::Status Step(int32_t n_steps, std::vector<int32_t> draft = {});
+
+  /// Ends the sequence: the scheduler frees its KV cells (immediately if idle, else after
+  /// the current iteration), drops pending steps and queues kEnded(CANCELLED). Idempotent.
+  void Cancel();
+
+  /// Pops the next event if there is one.
+  bool TryNext(SequenceEvent* ev);
+  /// Waits up to `timeout` for the next event; false on timeout.
+  bool Next(SequenceEvent* ev, std::chrono::milliseconds timeout);
+
+  /// Replaces the notify callback (called, without scheduler locks, after every queued
+  /// event). nullptr detaches: once SetNotify returns, the old callback is not running
+  /// and will not be called again. The callback must not call SetNotify or destroy
+  /// this handle.
+  void SetNotify(std::function<void()> fn);
+
+  int32_t n_prompt() const;
+  /// Unique id of the sequence within its scheduler (1, 2, ...).
+  uint64_t id() const;
+
+ private:
+  friend class Scheduler;
+  Sequence(std::shared_ptr<internal::Core> core, std::shared_ptr<internal::SeqState> st)
+      : core_(std::move(core)), st_(std::move(st)) {}
+  std::shared_ptr<internal::Core> core_;
+  std::shared_ptr<internal::SeqState> st_;
+};
+
+class Scheduler {
+ public:
+  /// Starts the scheduler thread over `engine` (whose KV cache is cleared). `engine` and
+  /// `vocab` (for IsEog) must outlive the Scheduler. Errors: INVALID_ARGUMENT naming a
+  /// config field out of range (max_sequences, n_ctx_seq, max_queue, max_draft,
+  /// max_logprobs) or a null engine/vocab.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(Engine* engine, const tokenizer::Vocab* vocab,
+                                                           const SchedulerConfig& config);
+  /// Shutdown(), then joins the thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Validates and enqueues a sequence; the handle's first event is kStarted once it is
+  /// admitted. Errors: INVALID_ARGUMENT naming the field (prompt empty or longer than
+  /// n_ctx_seq, prompt[i] outside the vocabulary, sampling ranges per
+  /// ValidateSamplingParams, logprobs outside 0..max_logprobs); RESOURCE_EXHAUSTED when
+  /// every slot is taken and the policy is kReject or the queue holds max_queue;
+  /// UNAVAILABLE after StopAdmitting()/Shutdown().
+  absl::StatusOr<std::unique_ptr<Sequence>> Start(SequenceParams params);
+
+  /// New Start() calls fail with UNAVAILABLE; active and queued sequences continue.
+  void StopAdmitting();
+  /// Ends every sequence (kEnded with UNAVAILABLE), frees the KV cache and stops the
+  /// thread. Idempotent.
+  void Shutdown();
+
+  /// Called on the scheduler thread after every iteration that ran a forward pass or
+  /// changed the gauges (admission, release). nullptr removes it; once SetIterationObserver
+  /// returns, the previous observer is not running.
+  void SetIterationObserver(std::function<void(const IterationStats&)> fn);
+
+  SchedulerStats Stats() const;
+  int64_t n_ctx() const;
+  int64_t n_ctx_seq() const;
+  int32_t max_sequences() const;
+  /// Sequences that can be active at once: min(max_sequences, n_ctx / n_ctx_seq).
+  int32_t capacity() const;
+  int32_t max_draft() const;
+  int64_t n_vocab() const;
+
+ private:
+  explicit Scheduler(std::shared_ptr<internal::Core> core) : core_(std::move(core)) {}
+  std::shared_ptr<internal::Core> core_;
+};
+
+}  // namespace herd::engine

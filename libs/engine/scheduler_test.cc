@@ -1,0 +1,684 @@
+// Continuous-batching scheduler tests on stories260K: batched greedy output equals
+// each sequence's solo output, long prompts split over iterations, draft
+// verification (accept all / a prefix, outputs unchanged), cancellation frees KV
+// cells, admission control (queue / reject / queue bound), validation.
+#include "libs/engine/scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "libs/backend/cpu_backend.h"
+#include "libs/engine/generate.h"
+#include "libs/gguf/gguf.h"
+#include "tests/shared_data.h"
+
+namespace herd::engine {
+namespace {
+
+using std::chrono::milliseconds;
+
+SamplingParams Greedy() {
+  SamplingParams p;
+  p.temp = 0.0f;
+  return p;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string shared = SharedDir();
+    if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+    auto m = model::Model::Load(shared + "/models/stories260K.gguf");
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = *std::move(m);
+    auto v = tokenizer::Vocab::FromGguf(model_->file());
+    ASSERT_TRUE(v.ok()) << v.status();
+    vocab_ = *std::move(v);
+  }
+
+  std::unique_ptr<Engine> MakeEngine(int64_t n_ctx, int64_t n_batch) {
+    EngineParams p;
+    p.n_ctx = n_ctx;
+    p.n_batch = n_batch;
+    auto e = Engine::Create(*model_, p, &backend_);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? *std::move(e) : nullptr;
+  }
+
+  std::unique_ptr<Scheduler> MakeScheduler(Engine* e, SchedulerConfig cfg) {
+    auto s = Scheduler::Create(e, vocab_.get(), cfg);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+
+  // Solo reference: the single-sequence generation loop on a fresh engine.
+  std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, int32_t n, const SamplingParams& sp,
+                            bool ignore_eos = true, StopReason* stop = nullptr) {
+    auto e = MakeEngine(512, 512);
+    GenerateParams gp;
+    gp.prompt_ids = prompt;
+    gp.n_predict = n;
+    gp.sampling = sp;
+    gp.ignore_eos = ignore_eos;
+    auto r = Generate(*e, *vocab_, gp);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    if (stop != nullptr) *stop = r->stop;
+    return r->output_ids;
+  }
+
+  // Waits for the next event (fails the test on a 30 s timeout).
+  static SequenceEvent NextEvent(Sequence* s) {
+    SequenceEvent ev;
+    if (!s->Next(&ev, milliseconds(30000))) {
+      ADD_FAILURE() << "no event within 30 s";
+      ev.kind = SequenceEvent::Kind::kEnded;
+      ev.status = absl::DeadlineExceededError("timeout");
+    }
+    return ev;
+  }
+
+  static void ExpectStarted(Sequence* s) {
+    SequenceEvent ev = NextEvent(s);
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStarted) << ev.status;
+    EXPECT_EQ(ev.n_prompt, s->n_prompt());
+  }
+
+  // Collects step results until `n` tokens, eos or context_full (one Step(n) request).
+  static std::vector<int32_t> Collect(Sequence* s, int32_t n, bool one_by_one = false) {
+    std::vector<int32_t> out;
+    if (!one_by_one) {
+      EXPECT_TRUE(s->Step(n).ok());
+    }
+    while (static_cast<int32_t>(out.size()) < n) {
+      if (one_by_one) {
+        EXPECT_TRUE(s->Step(1).ok());
+      }
+      SequenceEvent ev = NextEvent(s);
+      if (ev.kind != SequenceEvent::Kind::kStep) {
+        ADD_FAILURE() << "unexpected event " << static_cast<int>(ev.kind) << " " << ev.status;
+        break;
+      }
+      EXPECT_EQ(ev.step.tokens.size(), 1u);
+      out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+      if (ev.step.eos || ev.step.context_full) break;
+    }
+    return out;
+  }
+
+  static std::vector<int32_t> RandomPrompt(std::mt19937& rng, int len) {
+    std::vector<int32_t> p = {1};
+    std::uniform_int_distribution<int32_t> tok(3, 511);
+    while (static_cast<int>(p.size()) < len) p.push_back(tok(rng));
+    return p;
+  }
+
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Vocab> vocab_;
+  CpuBackend backend_{2};
+};
+
+TEST_F(SchedulerTest, SixteenConcurrentSequencesEqualTheirSoloOutput) {
+  constexpr int kSeqs = 16;
+  std::mt19937 rng(1234);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> lens;
+  std::vector<SamplingParams> sps;
+  for (int i = 0; i < kSeqs; ++i) {
+    prompts.push_back(RandomPrompt(rng, 1 + (i * 7) % 40));
+    lens.push_back(8 + (i * 13) % 40);
+    SamplingParams sp = Greedy();
+    if (i % 3 == 1) {  // penalties whose history includes the prompt
+      sp.repeat_penalty = 1.3f;
+      sp.penalty_last_n = 32;
+      sp.presence_penalty = 0.5f;
+    }
+    sps.push_back(sp);
+  }
+  std::vector<std::vector<int32_t>> solo;
+  const auto t_solo = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSeqs; ++i) solo.push_back(Solo(prompts[i], lens[i], sps[i]));
+  const double solo_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solo).count();
+
+  auto engine = MakeEngine(kSeqs * 128, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = kSeqs;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  std::vector<std::vector<int32_t>> got(kSeqs);
+  const auto t_batch = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSeqs; ++i) {
+    threads.emplace_back([&, i] {
+      SequenceParams p;
+      p.prompt = prompts[i];
+      p.sampling = sps[i];
+      p.ignore_eos = true;
+      auto seq = sched->Start(p);
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      ExpectStarted(seq->get());
+      got[i] = Collect(seq->get(), lens[i], /*one_by_one=*/i % 2 == 0);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double batch_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_batch).count();
+  for (int i = 0; i < kSeqs; ++i) EXPECT_EQ(got[i], solo[i]) << "sequence " << i;
+  const SchedulerStats st = sched->Stats();
+  EXPECT_GT(st.multi_sequence_iterations, 0u);
+  EXPECT_GT(st.max_batch_sequences, 1);
+  EXPECT_LE(st.max_batch_tokens, 64);
+  uint64_t want_gen = 0, want_prompt = 0;
+  for (int i = 0; i < kSeqs; ++i) {
+    want_gen += static_cast<uint64_t>(lens[i]);
+    want_prompt += prompts[i].size();
+  }
+  EXPECT_EQ(st.tokens_generated, want_gen);
+  EXPECT_EQ(st.prompt_tokens, want_prompt);
+  EXPECT_EQ(st.sequences_started, static_cast<uint64_t>(kSeqs));
+  // Handles are gone: every cell is free again (by the next iteration at the latest).
+  for (int i = 0; i < 100 && sched->Stats().kv_cells_used != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  EXPECT_EQ(sched->Stats().active, 0);
+  std::printf("16 sequences: %llu forward passes, %llu with >1 sequence, max %d sequences / %d tokens per pass; "
+              "%.0f ms batched vs %.0f ms one after another (solo Generate)\n",
+              static_cast<unsigned long long>(st.iterations),
+              static_cast<unsigned long long>(st.multi_sequence_iterations), st.max_batch_sequences,
+              st.max_batch_tokens, batch_ms, solo_ms);
+}
+
+TEST_F(SchedulerTest, LongPromptSplitAcrossIterationsEqualsSolo) {
+  std::mt19937 rng(99);
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 150);
+  const std::vector<int32_t> solo = Solo(prompt, 20, Greedy());
+  auto engine = MakeEngine(512, 16);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  // A second, short sequence decodes while the long prompt is being processed.
+  SequenceParams q;
+  q.prompt = {1, 403, 407};
+  q.sampling = Greedy();
+  q.ignore_eos = true;
+  const std::vector<int32_t> solo_short = Solo(q.prompt, 30, Greedy());
+  auto other = sched->Start(q);
+  ASSERT_TRUE(other.ok());
+  ExpectStarted(other->get());
+  ASSERT_TRUE((*other)->Step(30).ok());
+
+  SequenceParams p;
+  p.prompt = prompt;
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  auto seq = sched->Start(p);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  ExpectStarted(seq->get());
+  EXPECT_EQ(Collect(seq->get(), 20), solo);
+  std::vector<int32_t> short_out;
+  while (short_out.size() < 30) {
+    SequenceEvent ev = NextEvent(other->get());
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+    short_out.insert(short_out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+  }
+  EXPECT_EQ(short_out, solo_short);
+  const SchedulerStats st = sched->Stats();
+  EXPECT_LE(st.max_batch_tokens, 16);
+  EXPECT_GE(st.iterations, 149u / 16u);
+  EXPECT_GT(st.multi_sequence_iterations, 0u);
+}
+
+TEST_F(SchedulerTest, DraftVerificationAcceptsTheMatchingPrefix) {
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286};
+  const std::vector<int32_t> cont = Solo(prompt, 40, Greedy());
+  ASSERT_EQ(cont.size(), 40u);
+  auto engine = MakeEngine(256, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  SequenceParams p;
+  p.prompt = prompt;
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  auto seq = sched->Start(p);
+  ASSERT_TRUE(seq.ok());
+  Sequence* s = seq->get();
+  ExpectStarted(s);
+  std::vector<int32_t> out;
+
+  // The correct continuation as draft: all of it accepted, plus one token.
+  ASSERT_TRUE(s->Step(0, std::vector<int32_t>(cont.begin(), cont.begin() + 10)).ok());
+  SequenceEvent ev = NextEvent(s);
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+  EXPECT_EQ(ev.step.n_accepted, 10);
+  EXPECT_EQ(ev.step.tokens, std::vector<int32_t>(cont.begin(), cont.begin() + 11));
+  out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+  // Cells: the prompt and every token but the last (pending) one.
+  EXPECT_EQ(sched->Stats().kv_cells_used, static_cast<int64_t>(prompt.size() + out.size() - 1));
+
+  // A draft that goes wrong at its third token: two accepted, then the right token.
+  std::vector<int32_t> wrong = {cont[11], cont[12], (cont[13] + 1) % 512, cont[14], cont[15]};
+  ASSERT_TRUE(s->Step(1, wrong).ok());
+  ev = NextEvent(s);
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+  EXPECT_EQ(ev.step.n_accepted, 2);
+  EXPECT_EQ(ev.step.tokens, std::vector<int32_t>(cont.begin() + 11, cont.begin() + 14));
+  out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+  // Rejected cells are gone.
+  EXPECT_EQ(sched->Stats().kv_cells_used, static_cast<int64_t>(prompt.size() + out.size() - 1));
+
+  // A draft wrong from its first token: nothing accepted, one correct token.
+  ASSERT_TRUE(s->Step(0, {(cont[14] + 7) % 512, cont[15]}).ok());
+  ev = NextEvent(s);
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+  EXPECT_EQ(ev.step.n_accepted, 0);
+  EXPECT_EQ(ev.step.tokens, std::vector<int32_t>({cont[14]}));
+  out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+
+  // Plain steps for the rest: the output is the no-draft output.
+  const std::vector<int32_t> rest = Collect(s, 40 - static_cast<int32_t>(out.size()));
+  out.insert(out.end(), rest.begin(), rest.end());
+  EXPECT_EQ(out, cont);
+}
+
+TEST_F(SchedulerTest, LongDraftsAreCutToTheBatch) {
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286};
+  const std::vector<int32_t> cont = Solo(prompt, 40, Greedy());
+  auto engine = MakeEngine(256, 8);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  SequenceParams p;
+  p.prompt = prompt;
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  auto seq = sched->Start(p);
+  ASSERT_TRUE(seq.ok());
+  ExpectStarted(seq->get());
+  // 20 correct draft tokens, n_batch 8: 7 are verified, all accepted, plus one.
+  ASSERT_TRUE((*seq)->Step(0, std::vector<int32_t>(cont.begin(), cont.begin() + 20)).ok());
+  SequenceEvent ev = NextEvent(seq->get());
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+  EXPECT_EQ(ev.step.n_accepted, 7);
+  EXPECT_EQ(ev.step.tokens, std::vector<int32_t>(cont.begin(), cont.begin() + 8));
+  EXPECT_LE(sched->Stats().max_batch_tokens, 8);
+}
+
+TEST_F(SchedulerTest, SeededSamplingWithDraftsEqualsWithout) {
+  const std::vector<int32_t> prompt = {1, 403, 407, 261};
+  SamplingParams sp;
+  sp.temp = 0.9f;
+  sp.seed = 42;
+  sp.repeat_penalty = 1.1f;
+  auto engine = MakeEngine(256, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  SequenceParams p;
+  p.prompt = prompt;
+  p.sampling = sp;
+  p.ignore_eos = true;
+  auto a = sched->Start(p);
+  ASSERT_TRUE(a.ok());
+  ExpectStarted(a->get());
+  const std::vector<int32_t> ref = Collect(a->get(), 30);
+  ASSERT_EQ(ref.size(), 30u);
+
+  auto b = sched->Start(p);
+  ASSERT_TRUE(b.ok());
+  ExpectStarted(b->get());
+  std::vector<int32_t> out;
+  int round = 0;
+  while (out.size() < ref.size()) {
+    // Alternate right drafts, half-right drafts and no draft.
+    std::vector<int32_t> draft;
+    for (size_t i = out.size(); i < std::min(ref.size(), out.size() + 4); ++i) draft.push_back(ref[i]);
+    if (round % 3 == 1 && draft.size() > 2) draft[2] = (draft[2] + 1) % 512;
+    if (round % 3 == 2) draft.clear();
+    ++round;
+    ASSERT_TRUE((*b)->Step(0, draft).ok());
+    SequenceEvent ev = NextEvent(b->get());
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+    out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+  }
+  out.resize(ref.size());
+  EXPECT_EQ(out, ref);
+}
+
+TEST_F(SchedulerTest, CancelAndCloseFreeKvCells) {
+  auto engine = MakeEngine(256, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  SequenceParams p;
+  p.prompt = {1, 403, 407, 261, 378};
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  auto seq = sched->Start(p);
+  ASSERT_TRUE(seq.ok());
+  ExpectStarted(seq->get());
+  EXPECT_EQ(Collect(seq->get(), 5).size(), 5u);
+  EXPECT_EQ(sched->Stats().kv_cells_used, 9);
+  // Steps requested but not yet run are dropped by Cancel.
+  ASSERT_TRUE((*seq)->Step(1000).ok());
+  (*seq)->Cancel();
+  SequenceEvent ev;
+  do {
+    ev = NextEvent(seq->get());
+  } while (ev.kind == SequenceEvent::Kind::kStep);
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kEnded);
+  EXPECT_TRUE(absl::IsCancelled(ev.status)) << ev.status;
+  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  EXPECT_EQ(sched->Stats().active, 0);
+  EXPECT_TRUE(absl::IsFailedPrecondition((*seq)->Step(1)));
+
+  // Dropping the handle (a closed stream) frees too.
+  auto seq2 = sched->Start(p);
+  ASSERT_TRUE(seq2.ok());
+  ExpectStarted(seq2->get());
+  EXPECT_EQ(Collect(seq2->get(), 3).size(), 3u);
+  EXPECT_EQ(sched->Stats().kv_cells_used, 7);
+  seq2->reset();
+  for (int i = 0; i < 100 && sched->Stats().kv_cells_used != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  EXPECT_EQ(sched->Stats().active, 0);
+}
+
+TEST_F(SchedulerTest, AdmissionQueuesOrRejects) {
+  auto engine = MakeEngine(256, 64);
+  SequenceParams p;
+  p.prompt = {1, 403, 407};
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  {
+    SchedulerConfig cfg;
+    cfg.max_sequences = 2;
+    cfg.max_queue = 1;
+    cfg.queue_policy = QueuePolicy::kWait;
+    auto sched = MakeScheduler(engine.get(), cfg);
+    ASSERT_NE(sched, nullptr);
+    EXPECT_EQ(sched->n_ctx_seq(), 128);
+    auto a = sched->Start(p);
+    auto b = sched->Start(p);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ExpectStarted(a->get());
+    ExpectStarted(b->get());
+    auto c = sched->Start(p);  // waits
+    ASSERT_TRUE(c.ok()) << c.status();
+    SequenceEvent ev;
+    EXPECT_FALSE((*c)->Next(&ev, milliseconds(100)));
+    EXPECT_EQ(sched->Stats().queued, 1);
+    EXPECT_EQ(sched->Stats().active, 2);
+    auto d = sched->Start(p);  // the queue is full
+    EXPECT_TRUE(absl::IsResourceExhausted(d.status())) << d.status();
+    // Steps may be requested while queued; they run after admission.
+    ASSERT_TRUE((*c)->Step(2).ok());
+    (*a)->Cancel();
+    ExpectStarted(c->get());
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(NextEvent(c->get()).kind, SequenceEvent::Kind::kStep);
+  }
+  {
+    SchedulerConfig cfg;
+    cfg.max_sequences = 2;
+    cfg.queue_policy = QueuePolicy::kReject;
+    auto sched = MakeScheduler(engine.get(), cfg);
+    ASSERT_NE(sched, nullptr);
+    auto a = sched->Start(p);
+    auto b = sched->Start(p);
+    ASSERT_TRUE(a.ok() && b.ok());
+    auto c = sched->Start(p);
+    EXPECT_TRUE(absl::IsResourceExhausted(c.status())) << c.status();
+    b->reset();
+    // The slot frees at the next iteration.
+    absl::StatusOr<std::unique_ptr<Sequence>> d = absl::UnknownError("");
+    for (int i = 0; i < 100; ++i) {
+      d = sched->Start(p);
+      if (d.ok()) break;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    EXPECT_TRUE(d.ok()) << d.status();
+  }
+  {
+    // Cancelling a queued sequence ends it without admission.
+    SchedulerConfig cfg;
+    cfg.max_sequences = 1;
+    auto sched = MakeScheduler(engine.get(), cfg);
+    ASSERT_NE(sched, nullptr);
+    auto a = sched->Start(p);
+    auto b = sched->Start(p);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ExpectStarted(a->get());
+    (*b)->Cancel();
+    SequenceEvent ev = NextEvent(b->get());
+    EXPECT_EQ(ev.kind, SequenceEvent::Kind::kEnded);
+    EXPECT_TRUE(absl::IsCancelled(ev.status));
+    EXPECT_EQ(sched->Stats().queued, 0);
+  }
+}
+
+TEST_F(SchedulerTest, ValidationErrorsNameTheField) {
+  auto engine = MakeEngine(256, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 4;  // n_ctx_seq = 64
+  cfg.max_draft = 64;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  auto start = [&](SequenceParams p) { return sched->Start(std::move(p)).status(); };
+  SequenceParams p;
+  p.sampling = Greedy();
+  absl::Status s = start(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("prompt"), std::string::npos) << s;
+  p.prompt.assign(65, 5);
+  s = start(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("n_ctx_seq"), std::string::npos) << s;
+  p.prompt = {1, 512};
+  s = start(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("prompt[1]"), std::string::npos) << s;
+  p.prompt = {1, -3};
+  EXPECT_TRUE(absl::IsInvalidArgument(start(p)));
+  p.prompt = {1, 2};
+  p.logprobs = 21;
+  s = start(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("logprobs"), std::string::npos) << s;
+  p.logprobs = 0;
+  p.sampling.top_p = 1.5f;
+  s = start(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("top_p"), std::string::npos) << s;
+  p.sampling = Greedy();
+  p.prompt.assign(64, 5);  // exactly n_ctx_seq is allowed
+  auto seq = sched->Start(p);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  Sequence* q = seq->get();
+  s = q->Step(-1);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("n_steps"), std::string::npos) << s;
+  s = q->Step(0, std::vector<int32_t>(65, 3));
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("draft"), std::string::npos) << s;
+  s = q->Step(0, {3, 600});
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("draft[1]"), std::string::npos) << s;
+  EXPECT_TRUE(absl::IsInvalidArgument(q->Step(2, {3})));
+  // A full prompt leaves room for exactly one token.
+  ExpectStarted(q);
+  ASSERT_TRUE(q->Step(5, {3, 4}).code() == absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(q->Step(0, {3, 4}).ok());  // the draft is cut to the room left (none)
+  SequenceEvent ev = NextEvent(q);
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+  EXPECT_EQ(ev.step.tokens.size(), 1u);
+  EXPECT_TRUE(ev.step.context_full);
+  EXPECT_TRUE(absl::IsFailedPrecondition(q->Step(1)));
+
+  // Config errors.
+  SchedulerConfig bad;
+  bad.max_sequences = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(Scheduler::Create(engine.get(), vocab_.get(), bad).status()));
+}
+
+TEST_F(SchedulerTest, ContextFullAfterNCtxSeqTokens) {
+  auto engine = MakeEngine(64, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 4;  // n_ctx_seq = 16
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  SequenceParams p;
+  p.prompt = {1, 403, 407, 261, 378, 432, 383, 286, 300, 301};
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  auto seq = sched->Start(p);
+  ASSERT_TRUE(seq.ok());
+  ExpectStarted(seq->get());
+  const std::vector<int32_t> out = Collect(seq->get(), 100);
+  // Tokens at positions 10..16; the one at 16 can never be evaluated.
+  EXPECT_EQ(out.size(), 7u);
+  EXPECT_TRUE(absl::IsFailedPrecondition((*seq)->Step(1)));
+  auto e2 = MakeEngine(16, 64);
+  GenerateParams gp;
+  gp.prompt_ids = p.prompt;
+  gp.n_predict = 100;
+  gp.sampling = Greedy();
+  gp.ignore_eos = true;
+  auto r = Generate(*e2, *vocab_, gp);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop, StopReason::kContextFull);
+  EXPECT_EQ(r->output_ids, out);
+}
+
+TEST_F(SchedulerTest, Logprobs) {
+  auto engine = MakeEngine(1024, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  SequenceParams p;
+  p.prompt = vocab_->Tokenize("Once upon a time", true, true);
+  p.sampling = Greedy();
+  p.logprobs = 5;
+  auto seq = sched->Start(p);
+  ASSERT_TRUE(seq.ok());
+  ExpectStarted(seq->get());
+  ASSERT_TRUE((*seq)->Step(60).ok());
+  std::vector<int32_t> out;
+  double last_gen_ms = 0;
+  while (out.size() < 60) {
+    SequenceEvent ev = NextEvent(seq->get());
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+    ASSERT_EQ(ev.step.logprobs.size(), 1u);
+    const TokenLogprobs& lp = ev.step.logprobs[0];
+    EXPECT_EQ(lp.id, ev.step.tokens[0]);
+    ASSERT_EQ(lp.top.size(), 5u);
+    EXPECT_EQ(lp.top[0].id, lp.id);  // greedy: the argmax
+    EXPECT_EQ(lp.top[0].logprob, lp.logprob);
+    EXPECT_LE(lp.logprob, 0.0f);
+    EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
+    EXPECT_GE(ev.step.generation_ms, last_gen_ms);
+    last_gen_ms = ev.step.generation_ms;
+    EXPECT_GT(ev.step.prompt_ms, 0.0);
+    out.push_back(ev.step.tokens[0]);
+  }
+  EXPECT_EQ(out, Solo(p.prompt, 60, Greedy()));
+
+  // Sampling mode: the chosen token's logprob comes from the distribution it was drawn from.
+  p.sampling.temp = 1.0f;
+  p.sampling.seed = 7;
+  p.logprobs = 1;
+  auto s2 = sched->Start(p);
+  ASSERT_TRUE(s2.ok());
+  ExpectStarted(s2->get());
+  ASSERT_TRUE((*s2)->Step(30).ok());
+  for (int i = 0; i < 30; ++i) {
+    SequenceEvent ev = NextEvent(s2->get());
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+    ASSERT_EQ(ev.step.logprobs.size(), 1u);
+    EXPECT_TRUE(std::isfinite(ev.step.logprobs[0].logprob));
+    EXPECT_LE(ev.step.logprobs[0].logprob, 0.0f);
+  }
+}
+
+// stories260K never samples its EOS greedily, so this test declares a token that it
+// does produce to be the EOS (a copy of the model's vocabulary with eos_token_id changed).
+TEST_F(SchedulerTest, EosEndsPendingStepsUnlessIgnored) {
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286};
+  const std::vector<int32_t> cont = Solo(prompt, 30, Greedy());
+  ASSERT_EQ(cont.size(), 30u);
+  // The first token that does not occur before position 6.
+  size_t k = 6;
+  while (k < cont.size() && std::find(cont.begin(), cont.begin() + static_cast<long>(k), cont[k]) !=
+                                cont.begin() + static_cast<long>(k)) {
+    ++k;
+  }
+  ASSERT_LT(k, cont.size());
+  gguf::GgufWriter w = gguf::GgufWriter::FromFile(model_->file());
+  w.SetValue("tokenizer.ggml.eos_token_id", gguf::Value::U32(static_cast<uint32_t>(cont[k])));
+  auto f = gguf::GgufFile::FromBytes(w.WriteToString());
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto vocab = tokenizer::Vocab::FromGguf(**f);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  ASSERT_TRUE((*vocab)->IsEog(cont[k]));
+
+  auto engine = MakeEngine(256, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = Scheduler::Create(engine.get(), vocab->get(), cfg);
+  ASSERT_TRUE(sched.ok());
+  SequenceParams p;
+  p.prompt = prompt;
+  p.sampling = Greedy();
+  auto seq = (*sched)->Start(p);
+  ASSERT_TRUE(seq.ok());
+  ExpectStarted(seq->get());
+  // Asked for 30 steps, gets k + 1: the last one is the EOS, the rest are dropped.
+  std::vector<int32_t> out = Collect(seq->get(), 30);
+  EXPECT_EQ(out, std::vector<int32_t>(cont.begin(), cont.begin() + static_cast<long>(k) + 1));
+  SequenceEvent ev;
+  EXPECT_FALSE((*seq)->Next(&ev, milliseconds(100)));
+  // Asking again continues after the EOS.
+  ASSERT_TRUE((*seq)->Step(2).ok());
+  for (int i = 0; i < 2; ++i) {
+    ev = NextEvent(seq->get());
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+    EXPECT_EQ(ev.step.tokens, std::vector<int32_t>({cont[k + 1 + static_cast<size_t>(i)]}));
+    EXPECT_FALSE(ev.step.eos);
+  }
+
+  // A draft running through the EOS stops at it: the EOS is the "one more" token.
+  auto s2 = (*sched)->Start(p);
+  ASSERT_TRUE(s2.ok());
+  ExpectStarted(s2->get());
+  ASSERT_TRUE((*s2)->Step(0, std::vector<int32_t>(cont.begin(), cont.begin() + static_cast<long>(k) + 4)).ok());
+  ev = NextEvent(s2->get());
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+  EXPECT_TRUE(ev.step.eos);
+  EXPECT_EQ(ev.step.n_accepted, static_cast<int32_t>(k));
+  EXPECT_EQ(ev.step.tokens, std::vector<int32_t>(cont.begin(), cont.begin() + static_cast<long>(k) + 1));
+  // Cells: s2 keeps its prompt and k accepted tokens; seq its prompt and out + 2 tokens
+  // but the pending one.
+  EXPECT_EQ((*sched)->Stats().kv_cells_used,
+            static_cast<int64_t>(prompt.size() + k) + static_cast<int64_t>(prompt.size() + out.size() + 2 - 1));
+  s2->reset();
+
+  // ignore_eos: never flagged.
+  p.ignore_eos = true;
+  auto s3 = (*sched)->Start(p);
+  ASSERT_TRUE(s3.ok());
+  ExpectStarted(s3->get());
+  EXPECT_EQ(Collect(s3->get(), 30), cont);
+}
+
+}  // namespace
+}  // namespace herd::engine

@@ -1,0 +1,254 @@
+#include "libs/engine/spec/draft_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+
+namespace herd::engine::spec {
+namespace {
+
+absl::Status Incompatible(const std::string& why) {
+  return absl::FailedPreconditionError(absl::StrCat("draft model vocabulary is incompatible with the target's: ", why));
+}
+
+std::string Shown(const std::string& s) {
+  std::string r = s.size() > 40 ? s.substr(0, 40) + "..." : s;
+  return absl::StrCat("'", r, "'");
+}
+
+}  // namespace
+
+absl::Status CheckVocabCompatible(const tokenizer::Vocab& target, const tokenizer::Vocab& draft) {
+  if (target.type() != draft.type()) {
+    return Incompatible(absl::StrCat("tokenizer type ", tokenizer::VocabTypeName(draft.type()), " (draft) vs ",
+                                     tokenizer::VocabTypeName(target.type()), " (target)"));
+  }
+  if (target.add_bos() != draft.add_bos() || (target.add_bos() && target.bos() != draft.bos())) {
+    return Incompatible(absl::StrCat("BOS differs: target add_bos=", target.add_bos(), " bos=", target.bos(),
+                                     ", draft add_bos=", draft.add_bos(), " bos=", draft.bos()));
+  }
+  if (target.add_eos() != draft.add_eos() || (target.add_eos() && target.eos() != draft.eos())) {
+    return Incompatible(absl::StrCat("EOS differs: target add_eos=", target.add_eos(), " eos=", target.eos(),
+                                     ", draft add_eos=", draft.add_eos(), " eos=", draft.eos()));
+  }
+  const int32_t nt = target.n_tokens(), nd = draft.n_tokens();
+  if (std::abs(nt - nd) > kSpecVocabMaxSizeDifference) {
+    return Incompatible(absl::StrCat("sizes ", nd, " (draft) and ", nt, " (target) differ by ", std::abs(nt - nd),
+                                     ", more than ", kSpecVocabMaxSizeDifference));
+  }
+  for (int32_t i = kSpecVocabCheckStartTokenId; i < std::min(nt, nd); ++i) {
+    if (target.TokenText(i) != draft.TokenText(i)) {
+      return Incompatible(absl::StrCat("token ", i, " is ", Shown(target.TokenText(i)), " in the target and ",
+                                       Shown(draft.TokenText(i)), " in the draft"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& path,
+                                                             const DraftModelParams& params) {
+  if (params.top_k < 1) return absl::InvalidArgumentError(absl::StrCat("top_k: ", params.top_k, " must be >= 1"));
+  if (params.n_threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("n_threads: ", params.n_threads, " must be >= 1"));
+  }
+  std::unique_ptr<DraftModel> dm(new DraftModel());
+  dm->path_ = path;
+  dm->params_ = params;
+  auto model = model::Model::Load(path);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat("draft model ", path, ": ", model.status().message()));
+  }
+  dm->model_ = *std::move(model);
+  auto vocab = tokenizer::Vocab::FromGguf(dm->model_->file());
+  if (!vocab.ok()) {
+    return absl::Status(vocab.status().code(), absl::StrCat("draft model ", path, ": ", vocab.status().message()));
+  }
+  dm->vocab_ = *std::move(vocab);
+  dm->backend_ = std::make_unique<CpuBackend>(params.n_threads);
+  EngineParams ep;
+  ep.n_ctx = params.n_ctx;
+  ep.n_batch = params.n_batch;
+  ep.kv_type = params.kv_type;
+  auto engine = Engine::Create(*dm->model_, ep, dm->backend_.get());
+  if (!engine.ok()) {
+    return absl::Status(engine.status().code(), absl::StrCat("draft model ", path, ": ", engine.status().message()));
+  }
+  dm->engine_ = *std::move(engine);
+  const int64_t n_train = dm->model_->hparams().n_ctx_train;
+  dm->seq_window_ = n_train > 0 ? std::min(n_train, dm->engine_->n_ctx()) : dm->engine_->n_ctx();
+  dm->n_vocab_ = dm->engine_->n_vocab();
+  return dm;
+}
+
+DraftModel::~DraftModel() = default;
+
+absl::Status DraftModel::AttachTarget(const tokenizer::Vocab& target) {
+  if (absl::Status s = CheckVocabCompatible(target, *vocab_); !s.ok()) return s;
+  std::lock_guard<std::mutex> l(mu_);
+  target_n_vocab_ = target.n_tokens();
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Drafter> DraftModel::NewDrafter() {
+  int32_t seq;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!free_seqs_.empty()) {
+      seq = free_seqs_.back();
+      free_seqs_.pop_back();
+    } else {
+      seq = next_seq_++;
+    }
+  }
+  return std::make_unique<DraftModelDrafter>(this, seq);
+}
+
+size_t DraftModel::n_cached_seqs() const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  for (const auto& [seq, st] : seqs_) n += st.kv_tokens.empty() ? 0 : 1;
+  return n;
+}
+
+int64_t DraftModel::n_kv_evictions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return kv_evictions_;
+}
+
+void DraftModel::ReleaseSeq(int32_t seq) {
+  std::lock_guard<std::mutex> l(mu_);
+  engine_->kv().SeqRemove(seq, 0, -1);
+  seqs_.erase(seq);
+  free_seqs_.push_back(seq);
+}
+
+bool DraftModel::EvictOtherLocked(int32_t seq) {
+  int32_t victim = -1;
+  uint64_t oldest = UINT64_MAX;
+  for (const auto& [s, st] : seqs_) {
+    if (s != seq && !st.kv_tokens.empty() && st.last_use < oldest) {
+      oldest = st.last_use;
+      victim = s;
+    }
+  }
+  if (victim < 0) return false;
+  engine_->kv().SeqRemove(victim, 0, -1);
+  seqs_[victim].kv_tokens.clear();
+  ++kv_evictions_;
+  return true;
+}
+
+absl::Status DraftModel::DecodeLocked(int32_t seq, const Batch& batch, int32_t p0) {
+  for (;;) {
+    absl::Status s = engine_->Decode(batch);
+    if (s.ok()) return s;
+    engine_->kv().SeqRemove(seq, p0, -1);  // whatever part of the batch may have landed
+    if (s.code() != absl::StatusCode::kResourceExhausted || !EvictOtherLocked(seq)) return s;
+  }
+}
+
+void DraftModel::TopK(const float* logits, float temp, SparseDist* out) const {
+  const int64_t n = n_vocab_;
+  const int64_t k = std::min<int64_t>(params_.top_k, n);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  auto better = [logits](int32_t a, int32_t b) {
+    const float la = std::isnan(logits[a]) ? -INFINITY : logits[a], lb = std::isnan(logits[b]) ? -INFINITY : logits[b];
+    return la > lb || (la == lb && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
+  out->clear();
+  const float t = temp > 0 ? temp : 1.0f;
+  const float max_l = logits[ids[0]];
+  double sum = 0;
+  std::vector<double> e(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const float l = logits[ids[static_cast<size_t>(i)]];
+    e[static_cast<size_t>(i)] = std::isfinite(l) ? std::exp((static_cast<double>(l) - max_l) / t) : 0.0;
+    sum += e[static_cast<size_t>(i)];
+  }
+  if (!(sum > 0)) sum = 1, e[0] = 1;  // degenerate logits: all mass on the first
+  for (int64_t i = 0; i < k; ++i) {
+    out->push_back({ids[static_cast<size_t>(i)], static_cast<float>(e[static_cast<size_t>(i)] / sum)});
+  }
+}
+
+DraftResult DraftModel::DraftFor(int32_t seq, const std::vector<int32_t>& h, const DraftParams& params) {
+  DraftResult r;
+  const int64_t L = static_cast<int64_t>(h.size());
+  const int64_t n_max = params.n_max;
+  if (L == 0 || n_max <= 0) return r;
+  const int64_t W = seq_window_ - n_max - 1;  // history tokens that fit with a full draft
+  if (W < 1) return r;
+  int64_t start = 0;
+  if (L > W) {
+    const int64_t step = std::max<int64_t>(1, W / 2);
+    start = (L - W + step - 1) / step * step;
+  }
+  for (int64_t i = start; i < L; ++i) {
+    if (h[static_cast<size_t>(i)] < 0 || h[static_cast<size_t>(i)] >= n_vocab_) return r;  // not in the draft vocab
+  }
+
+  std::lock_guard<std::mutex> l(mu_);
+  SeqState& st = seqs_[seq];
+  st.last_use = ++clock_;
+  KvCache& kv = engine_->kv();
+  if (st.start != start) {
+    kv.SeqRemove(seq, 0, -1);
+    st.kv_tokens.clear();
+    st.start = start;
+  }
+  const int64_t n_win = L - start;
+  // Keep the common prefix, but always re-evaluate the last token (its logits are needed).
+  int64_t keep = 0;
+  const int64_t max_keep = std::min<int64_t>(static_cast<int64_t>(st.kv_tokens.size()), n_win - 1);
+  while (keep < max_keep && st.kv_tokens[static_cast<size_t>(keep)] == h[static_cast<size_t>(start + keep)]) ++keep;
+  kv.SeqRemove(seq, static_cast<int32_t>(keep), -1);
+  st.kv_tokens.resize(static_cast<size_t>(keep));
+
+  Batch batch;
+  for (int64_t i = keep; i < n_win; ++i) {
+    batch.Add(h[static_cast<size_t>(start + i)], static_cast<int32_t>(i), seq, i == n_win - 1);
+  }
+  if (absl::Status s = DecodeLocked(seq, batch, static_cast<int32_t>(keep)); !s.ok()) {
+    HERD_LOG(Warning) << "draft model: sequence " << seq << ": " << s.message();
+    kv.SeqRemove(seq, 0, -1);
+    st.kv_tokens.clear();
+    return r;
+  }
+  for (int64_t i = keep; i < n_win; ++i) st.kv_tokens.push_back(h[static_cast<size_t>(start + i)]);
+
+  const int64_t limit_vocab = target_n_vocab_ > 0 ? std::min(target_n_vocab_, n_vocab_) : n_vocab_;
+  SparseDist cand;
+  for (int64_t i = 0; i < n_max; ++i) {
+    const float* logits = engine_->Logits(0);
+    if (logits == nullptr) break;
+    const float temp = params.temp > 0 && params.rng != nullptr ? params.temp : 0.0f;
+    TopK(logits, temp, &cand);
+    if (cand.empty() || cand[0].p < params.p_min) break;  // only very confident drafts
+    int32_t id = cand[0].id;
+    if (temp > 0) {
+      const double u = static_cast<double>((*params.rng)() >> 8) * (1.0 / 16777216.0);
+      double acc = 0;
+      for (const TokenProb& c : cand) {
+        acc += c.p;
+        id = c.id;
+        if (u < acc) break;
+      }
+    }
+    if (id >= limit_vocab) break;
+    r.tokens.push_back(id);
+    if (temp > 0) r.probs.push_back(cand);
+    if (static_cast<int64_t>(r.tokens.size()) >= n_max) break;
+    Batch one;
+    const int32_t pos = static_cast<int32_t>(n_win + i);
+    one.Add(id, pos, seq, true);
+    if (!DecodeLocked(seq, one, pos).ok()) break;
+    st.kv_tokens.push_back(id);
+  }
+  return r;
+}
+
+}  // namespace herd::engine::spec

@@ -1,0 +1,133 @@
+// The draft-model drafter: a small GGUF model with its own engine and KV cache drafts
+// greedily (llama.cpp common_speculative_state_draft / common_speculative_gen_draft),
+// plus the vocabulary compatibility check of common_speculative_are_compatible.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/backend/cpu_backend.h"
+#include "libs/engine/engine.h"
+#include "libs/engine/spec/drafter.h"
+#include "libs/model/model.h"
+#include "libs/tokenizer/tokenizer.h"
+
+namespace herd::engine::spec {
+
+/// SPEC_VOCAB_MAX_SIZE_DIFFERENCE: the draft and target vocabularies may differ in size by at most this.
+inline constexpr int32_t kSpecVocabMaxSizeDifference = 128;
+/// SPEC_VOCAB_CHECK_START_TOKEN_ID: token texts must be equal from this id on.
+inline constexpr int32_t kSpecVocabCheckStartTokenId = 5;
+
+/// llama.cpp common_speculative_are_compatible: the same tokenizer type, the same
+/// add_bos (and BOS id when added), the same add_eos (and EOS id when added), sizes
+/// within kSpecVocabMaxSizeDifference, and equal token texts for every id from
+/// kSpecVocabCheckStartTokenId up to the smaller size. FAILED_PRECONDITION
+/// "draft model vocabulary is incompatible with the target's: <first difference>"
+/// otherwise.
+absl::Status CheckVocabCompatible(const tokenizer::Vocab& target, const tokenizer::Vocab& draft);
+
+struct DraftModelParams {
+  /// KV cells shared by all sequences of the draft model (0 = the model's context
+  /// length capped at 4096). When a sequence needs cells and none are free, the least
+  /// recently used other sequence loses its cells (it re-evaluates its history on its
+  /// next draft), so memory stays bounded whatever the number of sessions.
+  int64_t n_ctx = 4096;
+  int64_t n_batch = 512;
+  int n_threads = 2;
+  GgmlType kv_type = GgmlType::F16;
+  /// Candidates of the draft distribution (llama.cpp's draft sampler keeps top_k 10):
+  /// the probability compared with p_min, and the distribution sampled when temp > 0,
+  /// is the softmax over these.
+  int32_t top_k = 10;
+};
+
+/// A loaded draft model shared by the sequences of one process (thread-safe: drafting
+/// is serialized by a mutex). Each sequence gets a DraftModelDrafter (NewDrafter) that
+/// owns one KV sequence id. The DraftModel must outlive its drafters.
+class DraftModel {
+ public:
+  /// Loads the GGUF at `path` and allocates the KV cache. Errors: the model loader's
+  /// and the engine's (INVALID_ARGUMENT / NOT_FOUND naming the problem), INVALID_ARGUMENT
+  /// for top_k < 1 or n_threads < 1.
+  static absl::StatusOr<std::unique_ptr<DraftModel>> Load(const std::string& path, const DraftModelParams& params);
+  ~DraftModel();
+
+  /// CheckVocabCompatible(target, vocab()); on success remembers the target's size so
+  /// that drafts stop before a token the target does not have. Call at start-up.
+  absl::Status AttachTarget(const tokenizer::Vocab& target);
+
+  /// A drafter for one new sequence.
+  std::unique_ptr<Drafter> NewDrafter();
+
+  const tokenizer::Vocab& vocab() const { return *vocab_; }
+  const model::Model& model() const { return *model_; }
+  const std::string& path() const { return path_; }
+  int64_t n_ctx() const { return engine_->n_ctx(); }
+  /// Most positions one sequence may use (history window + draft).
+  int64_t seq_window() const { return seq_window_; }
+  /// Sequences that currently hold KV cells.
+  size_t n_cached_seqs() const;
+  /// Times a sequence lost its cells to make room for another.
+  int64_t n_kv_evictions() const;
+
+  /// Drafts for sequence `seq` (see DraftModelDrafter). Thread-safe.
+  DraftResult DraftFor(int32_t seq, const std::vector<int32_t>& history, const DraftParams& params);
+  /// Frees the cells of `seq` and forgets it. Thread-safe.
+  void ReleaseSeq(int32_t seq);
+
+ private:
+  struct SeqState {
+    int64_t start = 0;                // history index of KV position 0
+    std::vector<int32_t> kv_tokens;   // tokens at KV positions 0..
+    uint64_t last_use = 0;
+  };
+  DraftModel() = default;
+  absl::Status DecodeLocked(int32_t seq, const Batch& batch, int32_t p0);
+  bool EvictOtherLocked(int32_t seq);
+  void TopK(const float* logits, float temp, SparseDist* out) const;
+
+  std::string path_;
+  DraftModelParams params_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Vocab> vocab_;
+  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Engine> engine_;
+  int64_t seq_window_ = 0;
+  int64_t n_vocab_ = 0;
+  int64_t target_n_vocab_ = 0;  // 0 = no target attached
+
+  mutable std::mutex mu_;
+  std::map<int32_t, SeqState> seqs_;
+  int32_t next_seq_ = 0;
+  std::vector<int32_t> free_seqs_;
+  uint64_t clock_ = 0;
+  int64_t kv_evictions_ = 0;
+};
+
+/// draft-model (llama.cpp common_speculative_state_draft::draft): keeps the
+/// sequence's history in the draft model's KV cache (re-evaluating only what changed),
+/// then drafts up to n_max tokens, each the most likely one (temp = 0) or sampled from
+/// the top-k distribution at `temp`, stopping before the first token whose top
+/// probability is below p_min. Histories longer than the window (seq_window - n_max - 1)
+/// are cut to their most recent part, moved in steps of half a window.
+class DraftModelDrafter : public Drafter {
+ public:
+  DraftModelDrafter(DraftModel* model, int32_t seq) : model_(model), seq_(seq) {}
+  ~DraftModelDrafter() override { model_->ReleaseSeq(seq_); }
+  SpecType type() const override { return SpecType::kDraftModel; }
+  DraftResult Draft(const std::vector<int32_t>& history, const DraftParams& params) override {
+    return model_->DraftFor(seq_, history, params);
+  }
+  int32_t seq() const { return seq_; }
+
+ private:
+  DraftModel* model_;
+  int32_t seq_;
+};
+
+}  // namespace herd::engine::spec

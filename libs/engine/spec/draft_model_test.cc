@@ -1,0 +1,212 @@
+// The draft-model drafter on the real models: vocabulary compatibility (stories260K vs
+// llama-2-tiny-random is refused), and stories260K drafting for itself proposes
+// exactly the target's greedy continuation (acceptance would be 100%), with KV reuse
+// between calls, KV eviction among sequences, and sampled drafts.
+#include "libs/engine/spec/draft_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "libs/backend/cpu_backend.h"
+#include "libs/engine/generate.h"
+#include "libs/engine/spec/session.h"
+#include "tests/shared_data.h"
+
+namespace herd::engine::spec {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+class DraftModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    shared_ = SharedDir();
+    if (shared_.empty()) GTEST_SKIP() << kSharedDirMissing;
+    stories_path_ = shared_ + "/models/stories260K.gguf";
+    auto m = model::Model::Load(stories_path_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    target_ = *std::move(m);
+    auto v = tokenizer::Vocab::FromGguf(target_->file());
+    ASSERT_TRUE(v.ok()) << v.status();
+    vocab_ = *std::move(v);
+    // The target's greedy continuation of a story prompt.
+    EngineParams ep;
+    ep.n_ctx = 256;
+    auto eng = Engine::Create(*target_, ep, &backend_);
+    ASSERT_TRUE(eng.ok()) << eng.status();
+    GenerateParams gp;
+    gp.prompt = "Once upon a time, there was a little girl named Lily.";
+    gp.n_predict = 48;
+    gp.sampling.temp = 0.0f;
+    auto res = Generate(**eng, *vocab_, gp);
+    ASSERT_TRUE(res.ok()) << res.status();
+    prompt_ = res->prompt_ids;
+    out_ = res->output_ids;
+    ASSERT_GE(out_.size(), 24u);
+  }
+
+  std::unique_ptr<DraftModel> LoadDraft(int64_t n_ctx = 1024) {
+    DraftModelParams p;
+    p.n_ctx = n_ctx;
+    p.n_threads = 2;
+    auto dm = DraftModel::Load(stories_path_, p);
+    EXPECT_TRUE(dm.ok()) << dm.status();
+    if (!dm.ok()) return nullptr;
+    EXPECT_TRUE((*dm)->AttachTarget(*vocab_).ok());
+    return *std::move(dm);
+  }
+
+  // prompt + the first k generated tokens.
+  Tokens History(size_t k) const {
+    Tokens h = prompt_;
+    h.insert(h.end(), out_.begin(), out_.begin() + static_cast<ptrdiff_t>(k));
+    return h;
+  }
+  Tokens Expected(size_t k, size_t n) const {
+    const size_t end = std::min(out_.size(), k + n);
+    return Tokens(out_.begin() + static_cast<ptrdiff_t>(k), out_.begin() + static_cast<ptrdiff_t>(end));
+  }
+
+  std::string shared_, stories_path_;
+  CpuBackend backend_{2};
+  std::unique_ptr<model::Model> target_;
+  std::unique_ptr<tokenizer::Vocab> vocab_;
+  Tokens prompt_, out_;
+};
+
+TEST_F(DraftModelTest, IncompatibleVocabularyIsRefused) {
+  auto f = gguf::GgufFile::Open(shared_ + "/models/llama-2-tiny-random.gguf");
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto tiny = tokenizer::Vocab::FromGguf(**f);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_TRUE(CheckVocabCompatible(*vocab_, *vocab_).ok());
+  absl::Status s = CheckVocabCompatible(**tiny, *vocab_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("draft model vocabulary is incompatible with the target's"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("sizes 512 (draft) and 32000 (target)"), std::string::npos) << s;
+
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  absl::Status a = dm->AttachTarget(**tiny);
+  EXPECT_EQ(a.code(), absl::StatusCode::kFailedPrecondition) << a;
+
+  EXPECT_FALSE(DraftModel::Load(shared_ + "/models/missing.gguf", DraftModelParams()).ok());
+}
+
+TEST_F(DraftModelTest, SelfDraftIsTheTargetsGreedyContinuation) {
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  auto drafter = dm->NewDrafter();
+  DraftParams p;
+  p.n_max = 8;
+  p.p_min = 0.0f;  // never stop early
+  // Growing one token at a time: the KV cache keeps the common prefix between calls.
+  for (size_t k = 1; k + 1 < out_.size(); ++k) {
+    const Tokens d = drafter->Draft(History(k), p).tokens;
+    ASSERT_EQ(d.size(), 8u);
+    const Tokens want = Expected(k, 8);  // shorter near the end of the generated text
+    EXPECT_EQ(Tokens(d.begin(), d.begin() + static_cast<ptrdiff_t>(want.size())), want) << "k=" << k;
+  }
+  // Jumping back and forth (as after partial acceptance) and a fresh sequence agree.
+  auto fresh = dm->NewDrafter();
+  for (size_t k : {20u, 3u, 11u, 12u, 19u}) {
+    EXPECT_EQ(drafter->Draft(History(k), p).tokens, Expected(k, 8)) << k;
+    EXPECT_EQ(fresh->Draft(History(k), p).tokens, Expected(k, 8)) << k;
+  }
+}
+
+TEST_F(DraftModelTest, SessionWithPMinProposesPrefixesOfTheContinuation) {
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  SpecConfig c;
+  c.type = SpecType::kDraftModel;
+  c.draft_max = 6;
+  SpecResources r;
+  r.draft_model = dm.get();
+  auto s = SpecSession::Create(c, r);
+  ASSERT_TRUE(s.ok()) << s.status();
+  SpecSession& ss = **s;
+  ss.Append(History(1));
+  size_t k = 1;
+  int64_t accepted = 0;
+  while (k + 8 < out_.size()) {
+    const Tokens d = ss.Draft().tokens;
+    const Tokens want = Expected(k, d.size());
+    EXPECT_EQ(d, want) << "k=" << k;
+    // Verification by the target: every drafted token matches, plus one of its own.
+    ss.Accept(static_cast<int32_t>(d.size()));
+    accepted += static_cast<int64_t>(d.size());
+    Tokens next(out_.begin() + static_cast<ptrdiff_t>(k),
+                out_.begin() + static_cast<ptrdiff_t>(std::min(out_.size(), k + d.size() + 1)));
+    ss.Append(next);
+    k += next.size();
+  }
+  EXPECT_GT(ss.stats().gen_tokens, 0);
+  EXPECT_EQ(ss.stats().acc_tokens, ss.stats().gen_tokens);
+  EXPECT_EQ(ss.stats().acc_tokens, accepted);
+  EXPECT_DOUBLE_EQ(ss.stats().acceptance_rate(), 1.0);
+}
+
+TEST_F(DraftModelTest, KvEvictionAmongSequencesKeepsDraftsRight) {
+  auto dm = LoadDraft(/*n_ctx=*/64);  // room for one sequence at a time
+  ASSERT_NE(dm, nullptr);
+  auto a = dm->NewDrafter(), b = dm->NewDrafter();
+  DraftParams p;
+  p.n_max = 4;
+  p.p_min = 0.0f;
+  for (size_t k = 10; k < 30; k += 3) {
+    EXPECT_EQ(a->Draft(History(k), p).tokens, Expected(k, 4)) << k;
+    EXPECT_EQ(b->Draft(History(k + 1), p).tokens, Expected(k + 1, 4)) << k;
+  }
+  EXPECT_GT(dm->n_kv_evictions(), 0);
+  EXPECT_LE(dm->n_cached_seqs(), 2u);
+  a.reset();
+  b.reset();
+  EXPECT_EQ(dm->n_cached_seqs(), 0u);
+}
+
+TEST_F(DraftModelTest, LongHistoriesSlideTheWindow) {
+  auto dm = LoadDraft(/*n_ctx=*/40);  // window: 40 - 4 - 1 = 35 history tokens
+  ASSERT_NE(dm, nullptr);
+  EXPECT_EQ(dm->seq_window(), 40);
+  auto d = dm->NewDrafter();
+  DraftParams p;
+  p.n_max = 4;
+  p.p_min = 0.0f;
+  for (size_t k = 1; k + 4 < out_.size(); ++k) {
+    const Tokens t = d->Draft(History(k), p).tokens;
+    EXPECT_EQ(t.size(), 4u) << k;  // always drafts, whatever the history length
+  }
+}
+
+TEST_F(DraftModelTest, SampledDraftsCarryTheirDistributions) {
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  auto d = dm->NewDrafter();
+  std::mt19937 rng(17);
+  DraftParams p;
+  p.n_max = 8;
+  p.p_min = 0.0f;
+  p.temp = 0.8f;
+  p.rng = &rng;
+  for (size_t k = 1; k < 12; ++k) {
+    const DraftResult r = d->Draft(History(k), p);
+    ASSERT_EQ(r.tokens.size(), 8u);
+    ASSERT_EQ(r.probs.size(), r.tokens.size());
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      double sum = 0, p_tok = 0;
+      for (const TokenProb& t : r.probs[i]) {
+        sum += t.p;
+        if (t.id == r.tokens[i]) p_tok = t.p;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-4);
+      EXPECT_GT(p_tok, 0.0) << "token " << i << " not in its distribution";
+      EXPECT_LE(r.probs[i].size(), 10u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace herd::engine::spec

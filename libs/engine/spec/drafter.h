@@ -1,0 +1,70 @@
+// The drafter interface of speculative decoding: given a sequence's token history,
+// propose tokens the target model is likely to produce next (llama.cpp
+// common_speculative_state: begin / draft / accept). One Drafter per sequence; its
+// state starts fresh with the sequence.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "libs/engine/spec/spec_config.h"
+
+namespace herd::engine::spec {
+
+/// One entry of a sparse probability distribution over token ids.
+struct TokenProb {
+  int32_t id;
+  float p;
+};
+/// A sparse distribution: tokens not listed have probability 0.
+using SparseDist = std::vector<TokenProb>;
+
+/// What a drafter is asked for one draft.
+struct DraftParams {
+  /// Most tokens wanted (>= 0). Drafters may return more; SpecSession cuts to it.
+  int32_t n_max = 16;
+  /// p_min (draft-model only): stop at the first position whose top token has a
+  /// probability below this.
+  float p_min = 0.75f;
+  /// Draft-model only: 0 = greedy drafting (llama.cpp's default); > 0 = sample each
+  /// draft token from the draft model's top-k distribution at this temperature and
+  /// return that distribution (DraftResult::probs) for rejection sampling.
+  float temp = 0.0f;
+  /// RNG for temp > 0 (owned by the caller, one per sequence); unused otherwise.
+  std::mt19937* rng = nullptr;
+};
+
+/// A proposed draft.
+struct DraftResult {
+  std::vector<int32_t> tokens;
+  /// Empty when the draft is deterministic (n-gram types, greedy draft model). Else
+  /// one entry per token: the distribution q that token was drawn from, which the
+  /// verifier passes to RejectionSample (rejection.h).
+  std::vector<SparseDist> probs;
+};
+
+/// A per-sequence drafter. Not thread-safe: one caller at a time.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual SpecType type() const = 0;
+
+  /// Proposes tokens to follow `history`: the prompt plus every token the target has
+  /// produced so far, its last sampled token included (llama.cpp passes the same as
+  /// prompt_tgt + id_last). Between calls of one sequence the history only grows
+  /// (earlier tokens never change). An empty result means "no draft".
+  virtual DraftResult Draft(const std::vector<int32_t>& history, const DraftParams& params) = 0;
+
+  /// The target accepted the first `n_accepted` tokens of the last non-empty draft
+  /// (llama.cpp common_speculative_accept). Called at most once per such draft.
+  virtual void Accepted(int32_t n_accepted) { (void)n_accepted; }
+};
+
+/// A drafter that never drafts (type "none").
+class NoneDrafter : public Drafter {
+ public:
+  SpecType type() const override { return SpecType::kNone; }
+  DraftResult Draft(const std::vector<int32_t>&, const DraftParams&) override { return {}; }
+};
+
+}  // namespace herd::engine::spec

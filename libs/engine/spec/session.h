@@ -1,0 +1,73 @@
+// One sequence's speculative state: its token history, its drafter, the n_min/n_max
+// rules applied to every draft, and llama.cpp's statistics (common_speculative_draft /
+// common_speculative_accept / common_speculative_print_stats).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/engine/spec/draft_model.h"
+#include "libs/engine/spec/drafter.h"
+#include "libs/engine/spec/ngram.h"
+#include "libs/engine/spec/ngram_cache.h"
+#include "libs/engine/spec/spec_config.h"
+
+namespace herd::engine::spec {
+
+/// What drafters share across sequences (read-only after start-up; may be null).
+struct SpecResources {
+  DraftModel* draft_model = nullptr;  // for draft-model (outlives every drafter)
+  NgramCacheFiles ngram_cache;        // static/dynamic caches for ngram-cache
+};
+
+/// A fresh drafter for `config.type`. Errors: ValidateSpecConfig's INVALID_ARGUMENT;
+/// FAILED_PRECONDITION for draft-model without a loaded draft model.
+absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const SpecConfig& config, const SpecResources& resources);
+
+/// A sequence's speculative session. Not thread-safe (one caller at a time).
+///
+/// Rules applied to every draft, whatever the type (llama.cpp server): the drafter's
+/// proposal is cut to n_max = min(draft_max, the caller's cap), and dropped when
+/// shorter than draft_min. Statistics follow llama.cpp: every Draft() call counts in
+/// #calls; a non-empty draft counts in #gen drafts / #gen tokens; Accept() of such a
+/// draft adds to #acc tokens, and to #acc drafts when at least one token was accepted.
+class SpecSession {
+ public:
+  /// Validates `config` and creates its drafter (errors as CreateDrafter). `seed`
+  /// seeds the RNG used for temp > 0 draft-model drafting.
+  static absl::StatusOr<std::unique_ptr<SpecSession>> Create(const SpecConfig& config,
+                                                             const SpecResources& resources, uint32_t seed = 0);
+
+  /// Appends tokens the target produced (the prompt on the first call).
+  void Append(const std::vector<int32_t>& tokens);
+  /// The target accepted `n_accepted` tokens of the last draft returned by Draft()
+  /// (clamped to its size). Ignored when that draft was empty or already answered.
+  void Accept(int32_t n_accepted);
+  /// Proposes a draft for the current history. `n_max_cap` > 0 further limits its
+  /// length (e.g. tokens left before n_predict or the context end); `temp` > 0 asks a
+  /// draft model to sample its draft (DraftResult::probs).
+  DraftResult Draft(int32_t n_max_cap = 0, float temp = 0.0f);
+
+  /// Drops the drafter's state and builds a new one for `config` (history and
+  /// statistics of the old type are kept only if the type is unchanged).
+  absl::Status Reconfigure(const SpecConfig& config, const SpecResources& resources);
+
+  const std::vector<int32_t>& history() const { return history_; }
+  const SpecConfig& config() const { return config_; }
+  const SpecStats& stats() const { return stats_; }
+  /// Size of the last draft still awaiting Accept() (0 if none).
+  int32_t pending() const { return pending_; }
+
+ private:
+  SpecSession() = default;
+  SpecConfig config_;
+  std::unique_ptr<Drafter> drafter_;
+  std::vector<int32_t> history_;
+  SpecStats stats_;
+  int32_t pending_ = 0;
+  std::mt19937 rng_;
+};
+
+}  // namespace herd::engine::spec

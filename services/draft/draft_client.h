@@ -1,0 +1,125 @@
+// Gateway side of herd.v1.Draft: a pool of draft workers and one DraftSession per
+// sequence that keeps the protocol's bookkeeping (only new tokens cross the wire, the
+// `start` / history_len resynchronization, n_accepted of the last draft used), asks
+// with a deadline, and turns every failure into an empty draft: a late, failing or
+// absent draft worker costs speed, never correctness, and never ends a stream.
+//
+// Worker choice: a session sticks to one worker (hash of its id over the workers not
+// marked down); a worker whose call fails is marked down for `down_for` and the
+// session moves to the next one, which is sent the whole history on its next call.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "proto/herd/v1/draft.grpc.pb.h"
+
+namespace herd::draft {
+
+struct DraftClientOptions {
+  /// Draft workers ("host:port"). Empty: every draft is empty.
+  std::vector<std::string> addresses;
+  /// Deadline of each Propose call; a later answer is an empty draft.
+  std::chrono::milliseconds deadline{100};
+  /// A worker whose call failed is skipped this long.
+  std::chrono::milliseconds down_for{2000};
+};
+
+/// One draft as the gateway uses it.
+struct DraftReply {
+  std::vector<int32_t> tokens;
+  /// Empty for deterministic drafts; else one DraftTokenProbs per token (draft-model
+  /// drafts sampled at temperature > 0), for rejection sampling on the target worker.
+  std::vector<herd::v1::DraftTokenProbs> probs;
+  /// Why the draft is empty when it is: "" (the drafter had nothing), or the error /
+  /// "deadline" / "no draft worker".
+  std::string error;
+};
+
+class DraftClient;
+
+/// One sequence's drafting. Not thread-safe (one generation loop drives it).
+class DraftSession {
+ public:
+  ~DraftSession();  // ends the session on its worker (in the background)
+
+  /// Adds tokens the target produced: the prompt first, then after each verification
+  /// the accepted draft tokens followed by the target's own token.
+  void Append(const std::vector<int32_t>& tokens);
+  /// The target accepted `n_accepted` tokens of the last draft Propose returned (call
+  /// it only when that draft was sent to the target; reported on the next Propose).
+  void Accepted(int32_t n_accepted);
+  /// Asks for a draft of at most `n_max` tokens (0 = the config's draft_max) to follow
+  /// the history. Never fails: errors and missed deadlines give an empty draft.
+  DraftReply Propose(int32_t n_max);
+
+  /// llama.cpp statistics as seen by the verifier: #calls = Propose calls, #gen
+  /// drafts / tokens = non-empty drafts returned, #acc = what Accepted() reported.
+  const herd::v1::SpeculativeStats& stats() const { return stats_; }
+  /// The worker now serving the session ("" = none).
+  std::string worker() const;
+  int64_t history_size() const { return static_cast<int64_t>(tokens_.size()); }
+
+ private:
+  friend class DraftClient;
+  DraftSession(DraftClient* client, std::string id, std::string model, herd::v1::SpeculativeConfig config,
+               float temperature, uint32_t seed);
+
+  DraftClient* client_;
+  std::string id_, model_;
+  herd::v1::SpeculativeConfig config_;
+  float temperature_;
+  uint32_t seed_;
+  std::vector<int32_t> tokens_;
+  int worker_ = -1;        // index into the client's workers; -1 = not chosen yet
+  int64_t synced_ = 0;     // history tokens the worker has (its last history_len)
+  int32_t pending_accepted_ = -1;
+  int32_t last_draft_ = 0;  // size of the last draft returned (awaiting Accepted)
+  herd::v1::SpeculativeStats stats_;
+};
+
+/// The pool of draft workers, shared by all sequences. Thread-safe.
+class DraftClient {
+ public:
+  explicit DraftClient(DraftClientOptions opts);
+  ~DraftClient();
+
+  /// A session for one sequence. `config` is the request's speculative configuration
+  /// (unset fields: the worker's defaults); `temperature` > 0 asks a draft model for
+  /// sampled drafts with distributions.
+  std::unique_ptr<DraftSession> NewSession(const std::string& session_id, const std::string& model,
+                                           const herd::v1::SpeculativeConfig& config, float temperature = 0.0f,
+                                           uint32_t seed = 0);
+  size_t n_workers() const { return workers_.size(); }
+  const DraftClientOptions& options() const { return opts_; }
+
+ private:
+  friend class DraftSession;
+  struct Worker {
+    std::string address;
+    std::unique_ptr<herd::v1::Draft::Stub> stub;
+    std::chrono::steady_clock::time_point down_until{};
+  };
+  int Pick(const std::string& session_id, int avoid);  // -1 when every worker is down
+  void MarkDown(int w);
+  void EndLater(int w, const std::string& session_id);
+  void EnderLoop();
+
+  DraftClientOptions opts_;
+  std::vector<Worker> workers_;
+  std::mutex mu_;  // down_until
+  std::mutex end_mu_;
+  std::condition_variable end_cv_;
+  std::deque<std::pair<int, std::string>> to_end_;
+  bool stopping_ = false;
+  std::thread ender_;
+};
+
+}  // namespace herd::draft

@@ -1,0 +1,313 @@
+#include "services/draft/draft_service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+#include "libs/engine/spec/spec_proto.h"
+
+namespace herd::draft {
+
+using engine::spec::SpecConfig;
+using engine::spec::SpecSession;
+using engine::spec::SpecStats;
+using engine::spec::SpecType;
+using engine::spec::SpecTypeName;
+
+namespace {
+constexpr size_t kMaxSessionIdBytes = 256;
+
+const char* StatusCodeLabel(absl::StatusCode c) {
+  switch (c) {
+    case absl::StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case absl::StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case absl::StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case absl::StatusCode::kCancelled: return "CANCELLED";
+    default: return "OTHER";
+  }
+}
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+DraftServiceImpl::DraftServiceImpl(DraftServiceOptions opts) : opts_(std::move(opts)) {
+  if (opts_.max_sessions < 1) opts_.max_sessions = 1;
+  if (serving::Registry* r = opts_.registry) {
+    m_calls_ = r->Counter("herd_draft_calls_total", "Draft proposals asked for (#calls).", {"type"});
+    m_gen_drafts_ = r->Counter("herd_draft_gen_drafts_total", "Non-empty drafts returned (#gen drafts).", {"type"});
+    m_acc_drafts_ = r->Counter("herd_draft_acc_drafts_total",
+                               "Drafts with at least one token accepted by the target (#acc drafts).", {"type"});
+    m_gen_tokens_ = r->Counter("herd_draft_gen_tokens_total", "Tokens drafted (#gen tokens).", {"type"});
+    m_acc_tokens_ = r->Counter("herd_draft_acc_tokens_total", "Drafted tokens the target accepted (#acc tokens).",
+                               {"type"});
+    m_sessions_ = r->Gauge("herd_draft_sessions", "Speculative sessions held.");
+    m_evictions_ = r->Counter("herd_draft_evictions_total", "Sessions evicted (lru: to make room; idle: unused).",
+                              {"reason"});
+    m_resyncs_ = r->Counter("herd_draft_resyncs_total",
+                            "Calls whose start did not match the session history (lost calls, evicted sessions).");
+    m_errors_ = r->Counter("herd_draft_errors_total", "Propose calls that failed, by status code.", {"code"});
+    m_latency_ = r->Histogram("herd_draft_propose_seconds", "Propose latency in seconds.", {"type"},
+                              {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1});
+  }
+  if (opts_.reaper) reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+DraftServiceImpl::~DraftServiceImpl() {
+  {
+    std::lock_guard<std::mutex> l(reaper_mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  std::vector<std::shared_ptr<Session>> graveyard;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, e] : sessions_) graveyard.push_back(std::move(e.session));
+    sessions_.clear();
+    lru_.clear();
+  }
+}
+
+void DraftServiceImpl::ReaperLoop() {
+  const auto period = std::clamp<std::chrono::milliseconds>(opts_.session_idle / 4, std::chrono::milliseconds(10),
+                                                             std::chrono::milliseconds(1000));
+  std::unique_lock<std::mutex> l(reaper_mu_);
+  while (!stopping_) {
+    reaper_cv_.wait_for(l, period);
+    if (stopping_) break;
+    l.unlock();
+    EvictIdle();
+    l.lock();
+  }
+}
+
+size_t DraftServiceImpl::n_sessions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return sessions_.size();
+}
+
+void DraftServiceImpl::EraseLocked(std::unordered_map<std::string, Entry>::iterator it,
+                                   std::vector<std::shared_ptr<Session>>* graveyard) {
+  lru_.erase(it->second.lru);
+  graveyard->push_back(std::move(it->second.session));
+  sessions_.erase(it);
+}
+
+size_t DraftServiceImpl::EvictIdle() {
+  std::vector<std::shared_ptr<Session>> graveyard;  // destroyed outside the lock
+  const auto cutoff = std::chrono::steady_clock::now() - opts_.session_idle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    while (!lru_.empty()) {
+      auto it = sessions_.find(lru_.back());
+      if (it->second.last_use > cutoff) break;
+      EraseLocked(it, &graveyard);
+    }
+    if (m_sessions_) m_sessions_->Set(static_cast<double>(sessions_.size()));
+  }
+  if (!graveyard.empty()) {
+    evictions_ += static_cast<int64_t>(graveyard.size());
+    if (m_evictions_) m_evictions_->Add(static_cast<double>(graveyard.size()), {"idle"});
+    HERD_LOG(Debug) << "draft: evicted " << graveyard.size() << " idle session(s)";
+  }
+  return graveyard.size();
+}
+
+absl::StatusOr<std::shared_ptr<DraftServiceImpl::Session>> DraftServiceImpl::GetOrCreate(
+    const std::string& id, const SpecConfig& config, uint32_t seed, bool* created) {
+  *created = false;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) {
+      it->second.last_use = now;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.session;
+    }
+  }
+  // Build the drafter outside the lock (a draft model's lock may be busy drafting).
+  auto spec = SpecSession::Create(config, opts_.resources, seed);
+  if (!spec.ok()) return spec.status();
+  auto s = std::make_shared<Session>();
+  s->id = id;
+  s->spec = *std::move(spec);
+  s->reported.type = config.type;
+  std::vector<std::shared_ptr<Session>> graveyard;
+  std::shared_ptr<Session> result;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) {  // created concurrently: use that one
+      it->second.last_use = now;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      result = it->second.session;
+      graveyard.push_back(std::move(s));
+    } else {
+      while (static_cast<int>(sessions_.size()) >= opts_.max_sessions && !lru_.empty()) {
+        EraseLocked(sessions_.find(lru_.back()), &graveyard);
+        evictions_ += 1;
+        if (m_evictions_) m_evictions_->Add(1, {"lru"});
+      }
+      lru_.push_front(id);
+      sessions_.emplace(id, Entry{s, now, lru_.begin()});
+      result = std::move(s);
+      *created = true;
+    }
+    if (m_sessions_) m_sessions_->Set(static_cast<double>(sessions_.size()));
+  }
+  return result;
+}
+
+void DraftServiceImpl::ReportStats(Session* s) {
+  const SpecStats& now = s->spec->stats();
+  if (now.type != s->reported.type) {  // reconfigured to another type: counters restart
+    s->reported = SpecStats();
+    s->reported.type = now.type;
+  }
+  if (m_calls_ != nullptr) {
+    const std::vector<std::string> label = {SpecTypeName(now.type)};
+    m_calls_->Add(static_cast<double>(now.calls - s->reported.calls), label);
+    m_gen_drafts_->Add(static_cast<double>(now.gen_drafts - s->reported.gen_drafts), label);
+    m_acc_drafts_->Add(static_cast<double>(now.acc_drafts - s->reported.acc_drafts), label);
+    m_gen_tokens_->Add(static_cast<double>(now.gen_tokens - s->reported.gen_tokens), label);
+    m_acc_tokens_->Add(static_cast<double>(now.acc_tokens - s->reported.acc_tokens), label);
+  }
+  s->reported = now;
+}
+
+absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp) {
+  if (req.session_id().empty()) return absl::InvalidArgumentError("session_id: must not be empty");
+  if (req.session_id().size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id: ", req.session_id().size(), " bytes, more than ", kMaxSessionIdBytes));
+  }
+  for (int i = 0; i < req.new_tokens_size(); ++i) {
+    const int32_t t = req.new_tokens(i);
+    if (t < 0 || (opts_.target_n_vocab > 0 && t >= opts_.target_n_vocab)) {
+      return absl::InvalidArgumentError(absl::StrCat("new_tokens[", i, "]: token ", t, " is outside [0, ",
+                                                     opts_.target_n_vocab > 0 ? absl::StrCat(opts_.target_n_vocab)
+                                                                              : std::string("inf"),
+                                                     ")"));
+    }
+  }
+  if (!std::isfinite(req.temperature()) || req.temperature() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature: ", req.temperature(), " must be finite and >= 0"));
+  }
+  if (req.has_start() && req.start() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("start: ", req.start(), " must be >= 0"));
+  }
+  if (req.n_max() < 0) return absl::InvalidArgumentError(absl::StrCat("n_max: ", req.n_max(), " must be >= 0"));
+  SpecConfig config = opts_.defaults;
+  if (req.has_config()) {
+    auto c = engine::spec::SpecConfigFromProto(req.config(), opts_.defaults, "config.");
+    if (!c.ok()) return c.status();
+    config = *c;
+  }
+  if (config.type == SpecType::kDraftModel && !opts_.target_model.empty() && !req.model().empty() &&
+      req.model() != opts_.target_model) {
+    return absl::FailedPreconditionError(absl::StrCat("model: this draft worker's draft model was checked against \"",
+                                                      opts_.target_model, "\", not \"", req.model(), "\""));
+  }
+
+  bool created = false;
+  auto got = GetOrCreate(req.session_id(), config, req.seed(), &created);
+  if (!got.ok()) return got.status();
+  Session* s = got->get();
+  std::lock_guard<std::mutex> l(s->mu);
+  SpecSession* spec = s->spec.get();
+  if (!created && req.has_config() && spec->config() != config) {
+    if (absl::Status st = spec->Reconfigure(config, opts_.resources); !st.ok()) return st;
+  }
+
+  // Lost-call recovery: reconcile the caller's view of the history with ours.
+  const int64_t have = static_cast<int64_t>(spec->history().size());
+  int64_t skip = 0;  // leading new tokens we already have
+  bool duplicate = false;
+  if (req.has_start() && req.start() != have) {
+    if (m_resyncs_) m_resyncs_->Add(1);
+    if (req.start() > have) {  // we miss tokens: ask for them
+      resp->set_history_len(have);
+      engine::spec::SpecStatsToProto(spec->stats(), resp->mutable_stats());
+      return absl::OkStatus();
+    }
+    const int64_t overlap = std::min<int64_t>(have - req.start(), req.new_tokens_size());
+    bool same = true;
+    for (int64_t i = 0; i < overlap && same; ++i) {
+      same = spec->history()[static_cast<size_t>(req.start() + i)] == req.new_tokens(static_cast<int>(i));
+    }
+    if (!same) {  // not expected: start the session over from the caller's view
+      std::vector<int32_t> kept(spec->history().begin(), spec->history().begin() + req.start());
+      auto fresh = SpecSession::Create(spec->config(), opts_.resources, req.seed());
+      if (!fresh.ok()) return fresh.status();
+      s->spec = *std::move(fresh);
+      s->reported = SpecStats();
+      s->reported.type = s->spec->config().type;
+      spec = s->spec.get();
+      spec->Append(kept);
+    } else {
+      skip = overlap;
+      duplicate = true;
+    }
+  }
+  const int64_t n_new = req.new_tokens_size() - skip;
+  if (static_cast<int64_t>(spec->history().size()) + n_new > opts_.max_history) {
+    return absl::ResourceExhaustedError(absl::StrCat("new_tokens: the session history would exceed ",
+                                                     opts_.max_history, " tokens"));
+  }
+  if (!duplicate && req.n_accepted() >= 0) spec->Accept(req.n_accepted());
+  if (n_new > 0) spec->Append(std::vector<int32_t>(req.new_tokens().begin() + skip, req.new_tokens().end()));
+
+  engine::spec::DraftResult d = spec->Draft(req.n_max(), req.temperature());
+  resp->mutable_tokens()->Assign(d.tokens.begin(), d.tokens.end());
+  for (const engine::spec::SparseDist& q : d.probs) {
+    herd::v1::DraftTokenProbs* p = resp->add_probs();
+    for (const engine::spec::TokenProb& t : q) {
+      p->add_ids(t.id);
+      p->add_p(t.p);
+    }
+  }
+  resp->set_history_len(static_cast<int64_t>(spec->history().size()));
+  engine::spec::SpecStatsToProto(spec->stats(), resp->mutable_stats());
+  ReportStats(s);
+  return absl::OkStatus();
+}
+
+grpc::Status DraftServiceImpl::Propose(grpc::ServerContext* ctx, const herd::v1::DraftRequest* req,
+                                       herd::v1::DraftResponse* resp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = ctx != nullptr && ctx->IsCancelled() ? absl::CancelledError("the caller cancelled")
+                                                        : DoPropose(*req, resp);
+  if (!s.ok()) {
+    resp->Clear();
+    if (m_errors_) m_errors_->Add(1, {StatusCodeLabel(s.code())});
+    HERD_LOG(Debug) << "draft: Propose " << req->session_id() << ": " << s;
+  }
+  if (m_latency_) {
+    m_latency_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                        {s.ok() ? resp->stats().type() : std::string("error")});
+  }
+  return ToGrpc(s);
+}
+
+grpc::Status DraftServiceImpl::EndSession(grpc::ServerContext* ctx, const herd::v1::EndSessionRequest* req,
+                                          herd::v1::EndSessionResponse* resp) {
+  (void)ctx;
+  (void)resp;
+  std::vector<std::shared_ptr<Session>> graveyard;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(req->session_id());
+    if (it != sessions_.end()) EraseLocked(it, &graveyard);
+    if (m_sessions_) m_sessions_->Set(static_cast<double>(sessions_.size()));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace herd::draft

@@ -1,0 +1,124 @@
+// herd.v1.Draft: the speculative-draft worker. Keeps one speculative session per
+// sequence (session_id chosen by the gateway): the token history, built from only the
+// new tokens each call carries, and the drafter of the requested type
+// (libs/engine/spec). Memory is bounded: at most max_sessions sessions (the least
+// recently used one is evicted to make room) and sessions idle for session_idle are
+// evicted; a draft model's KV cells are shared and bounded on their own.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "libs/engine/spec/session.h"
+#include "libs/serving/metrics.h"
+#include "proto/herd/v1/draft.grpc.pb.h"
+
+namespace herd::draft {
+
+struct DraftServiceOptions {
+  /// Configuration for requests that leave fields unset (the --spec_* / --draft_* flags).
+  engine::spec::SpecConfig defaults;
+  /// Draft model and n-gram cache files shared by all sessions (may be empty).
+  engine::spec::SpecResources resources;
+  /// The target model the draft model was checked against ("" = not checked): a
+  /// draft-model request naming another model gets FAILED_PRECONDITION.
+  std::string target_model;
+  /// Token ids must be below this (the target's vocabulary size; 0 = only >= 0).
+  int64_t target_n_vocab = 0;
+  /// Most sessions held at once; a new one evicts the least recently used.
+  int max_sessions = 1024;
+  /// Sessions unused this long are evicted.
+  std::chrono::milliseconds session_idle{std::chrono::minutes(5)};
+  /// Most history tokens per session (a call that would exceed it is refused).
+  int64_t max_history = 1 << 20;
+  /// Metrics (herd_draft_*); nullptr = none.
+  serving::Registry* registry = nullptr;
+  /// Run a background thread that evicts idle sessions (else only calls do).
+  bool reaper = true;
+};
+
+class DraftServiceImpl final : public herd::v1::Draft::Service {
+ public:
+  explicit DraftServiceImpl(DraftServiceOptions opts);
+  ~DraftServiceImpl() override;
+
+  /// Appends the request's new tokens to the session (created on first use), records
+  /// n_accepted for the previous draft, and returns the next draft with the session's
+  /// cumulative statistics and history length. See draft.proto for `start` (lost-call
+  /// recovery). Errors: INVALID_ARGUMENT naming the field (session_id, new_tokens[i],
+  /// start, temperature, config.<field>); FAILED_PRECONDITION when the type cannot run
+  /// here; RESOURCE_EXHAUSTED past max_history; CANCELLED when the caller gave up.
+  grpc::Status Propose(grpc::ServerContext* ctx, const herd::v1::DraftRequest* req,
+                       herd::v1::DraftResponse* resp) override;
+  /// Forgets a session (unknown ids are fine).
+  grpc::Status EndSession(grpc::ServerContext* ctx, const herd::v1::EndSessionRequest* req,
+                          herd::v1::EndSessionResponse* resp) override;
+
+  /// Propose without gRPC (the same checks and effects).
+  absl::Status DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp);
+  /// Evicts sessions idle longer than session_idle; returns how many.
+  size_t EvictIdle();
+
+  size_t n_sessions() const;
+  int64_t n_evictions() const { return evictions_.load(); }
+  const DraftServiceOptions& options() const { return opts_; }
+
+ private:
+  struct Session {
+    std::string id;
+    std::mutex mu;  // one call at a time
+    std::unique_ptr<engine::spec::SpecSession> spec;
+    engine::spec::SpecStats reported;  // already added to the metrics counters
+  };
+  struct Entry {
+    std::shared_ptr<Session> session;
+    std::chrono::steady_clock::time_point last_use;
+    std::list<std::string>::iterator lru;  // position in lru_ (front = most recent)
+  };
+
+  // The session for `id`, created with `config` if absent (evicting as needed).
+  absl::StatusOr<std::shared_ptr<Session>> GetOrCreate(const std::string& id,
+                                                       const engine::spec::SpecConfig& config, uint32_t seed,
+                                                       bool* created);
+  void EraseLocked(std::unordered_map<std::string, Entry>::iterator it,
+                   std::vector<std::shared_ptr<Session>>* graveyard);
+  void ReportStats(Session* s);
+  void ReaperLoop();
+
+  DraftServiceOptions opts_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> sessions_;
+  std::list<std::string> lru_;
+  std::atomic<int64_t> evictions_{0};
+
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool stopping_ = false;
+  std::thread reaper_;
+
+  // Metrics (null when there is no registry).
+  serving::MetricFamily* m_calls_ = nullptr;
+  serving::MetricFamily* m_gen_drafts_ = nullptr;
+  serving::MetricFamily* m_acc_drafts_ = nullptr;
+  serving::MetricFamily* m_gen_tokens_ = nullptr;
+  serving::MetricFamily* m_acc_tokens_ = nullptr;
+  serving::MetricFamily* m_sessions_ = nullptr;
+  serving::MetricFamily* m_evictions_ = nullptr;
+  serving::MetricFamily* m_resyncs_ = nullptr;
+  serving::MetricFamily* m_errors_ = nullptr;
+  serving::MetricFamily* m_latency_ = nullptr;
+};
+
+/// absl::Status -> grpc::Status (same code and message).
+grpc::Status ToGrpc(const absl::Status& s);
+
+}  // namespace herd::draft

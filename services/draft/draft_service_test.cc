@@ -1,0 +1,291 @@
+// The draft service in process over 127.0.0.1:0: sessions built from only the new
+// tokens, lost-call recovery, EndSession, eviction bounds, errors naming fields,
+// metrics, and the draft-model type on stories260K.
+#include "services/draft/draft_service.h"
+
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "libs/serving/server.h"
+#include "tests/shared_data.h"
+
+namespace herd::draft {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+class DraftServiceTest : public ::testing::Test {
+ protected:
+  void Start(DraftServiceOptions opts) {
+    opts.registry = &registry_;
+    service_ = std::make_unique<DraftServiceImpl>(opts);
+    serving::GrpcServerOptions g;
+    g.address = "127.0.0.1:0";
+    int port = 0;
+    auto server = serving::StartGrpcServer(g, {service_.get()}, &port);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = herd::v1::Draft::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  static DraftServiceOptions NgramOptions() {
+    DraftServiceOptions o;
+    o.defaults.type = engine::spec::SpecType::kNgramSimple;
+    o.defaults.ngram_size_n = 2;
+    o.defaults.ngram_size_m = 8;
+    o.reaper = false;
+    return o;
+  }
+  grpc::Status Propose(const std::string& session, const Tokens& new_tokens, int n_accepted, int64_t start,
+                       herd::v1::DraftResponse* resp, const herd::v1::SpeculativeConfig* config = nullptr) {
+    herd::v1::DraftRequest req;
+    req.set_session_id(session);
+    req.mutable_new_tokens()->Assign(new_tokens.begin(), new_tokens.end());
+    req.set_n_accepted(n_accepted);
+    if (start >= 0) req.set_start(start);
+    if (config != nullptr) *req.mutable_config() = *config;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub_->Propose(&ctx, req, resp);
+  }
+  static Tokens Toks(const herd::v1::DraftResponse& r) { return Tokens(r.tokens().begin(), r.tokens().end()); }
+
+  serving::Registry registry_;
+  std::unique_ptr<DraftServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<herd::v1::Draft::Stub> stub_;
+};
+
+const Tokens kPrompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3};
+
+TEST_F(DraftServiceTest, OnlyNewTokensCrossTheWire) {
+  Start(NgramOptions());
+  herd::v1::DraftResponse r;
+  ASSERT_TRUE(Propose("s1", kPrompt, 0, 0, &r).ok());
+  EXPECT_EQ(Toks(r), (Tokens{4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(r.history_len(), 15);
+  EXPECT_EQ(r.stats().type(), "ngram-simple");
+  EXPECT_EQ(r.stats().calls(), 1);
+  EXPECT_EQ(r.stats().gen_tokens(), 8);
+  // The target accepted 4, 5, 6 and sampled 40: only those cross the wire.
+  ASSERT_TRUE(Propose("s1", {4, 5, 6, 40}, 3, 15, &r).ok());
+  EXPECT_EQ(r.history_len(), 19);
+  EXPECT_TRUE(Toks(r).empty());  // (6 40) never seen
+  EXPECT_EQ(r.stats().acc_tokens(), 3);
+  EXPECT_EQ(r.stats().acc_drafts(), 1);
+  ASSERT_TRUE(Propose("s1", {1, 2}, -1, 19, &r).ok());
+  // From the latest earlier (1 2), at 12; past the history the draft repeats itself.
+  EXPECT_EQ(Toks(r), (Tokens{3, 4, 5, 6, 40, 1, 2, 3}));
+  // Another session is independent.
+  herd::v1::DraftResponse r2;
+  ASSERT_TRUE(Propose("s2", {7, 8, 9, 7, 8}, 0, 0, &r2).ok());
+  EXPECT_EQ(Toks(r2), (Tokens{9, 7, 8, 9, 7, 8, 9, 7}));
+  EXPECT_EQ(r2.stats().calls(), 1);
+  EXPECT_EQ(service_->n_sessions(), 2u);
+  // Without `start` new tokens are simply appended.
+  ASSERT_TRUE(Propose("s2", {9}, 0, -1, &r2).ok());
+  EXPECT_EQ(r2.history_len(), 6);
+}
+
+TEST_F(DraftServiceTest, LostCallsResynchronize) {
+  Start(NgramOptions());
+  herd::v1::DraftResponse r;
+  ASSERT_TRUE(Propose("s", kPrompt, 0, 0, &r).ok());
+  ASSERT_EQ(r.stats().gen_drafts(), 1);
+  // A call whose reply was lost: the worker has the tokens, the caller resends them.
+  ASSERT_TRUE(Propose("s", {4, 5}, 2, 15, &r).ok());
+  ASSERT_EQ(r.history_len(), 17);
+  ASSERT_TRUE(Propose("s", {4, 5, 6, 7}, 0, 15, &r).ok());
+  EXPECT_EQ(r.history_len(), 19);  // not appended twice
+  EXPECT_EQ(r.stats().acc_tokens(), 2);  // n_accepted of the duplicate ignored
+  // A call that never arrived: the worker has fewer tokens and says how many.
+  ASSERT_TRUE(Propose("s", {9, 9}, 0, 25, &r).ok());
+  EXPECT_TRUE(Toks(r).empty());
+  EXPECT_EQ(r.history_len(), 19);
+  ASSERT_TRUE(Propose("s", {8, 9, 10, 11, 12, 1, 2, 3}, 0, 19, &r).ok());
+  EXPECT_EQ(r.history_len(), 27);
+  EXPECT_FALSE(Toks(r).empty());
+}
+
+TEST_F(DraftServiceTest, EndSessionForgets) {
+  Start(NgramOptions());
+  herd::v1::DraftResponse r;
+  ASSERT_TRUE(Propose("gone", kPrompt, 0, 0, &r).ok());
+  EXPECT_EQ(service_->n_sessions(), 1u);
+  herd::v1::EndSessionRequest end;
+  end.set_session_id("gone");
+  herd::v1::EndSessionResponse er;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->EndSession(&ctx, end, &er).ok());
+  EXPECT_EQ(service_->n_sessions(), 0u);
+  grpc::ClientContext ctx2;
+  EXPECT_TRUE(stub_->EndSession(&ctx2, end, &er).ok());  // unknown: fine
+  // The caller's next call finds an empty history and resends everything.
+  ASSERT_TRUE(Propose("gone", {4}, 0, 15, &r).ok());
+  EXPECT_EQ(r.history_len(), 0);
+  EXPECT_TRUE(Toks(r).empty());
+}
+
+TEST_F(DraftServiceTest, SessionsAreBoundedLruAndIdle) {
+  DraftServiceOptions o = NgramOptions();
+  o.max_sessions = 3;
+  o.session_idle = std::chrono::milliseconds(200);
+  Start(o);
+  herd::v1::DraftResponse r;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Propose("s" + std::to_string(i), kPrompt, 0, 0, &r).ok());
+  EXPECT_EQ(service_->n_sessions(), 3u);
+  EXPECT_EQ(service_->n_evictions(), 2);
+  // s0 and s1 were the least recently used: gone (their next call resynchronizes).
+  ASSERT_TRUE(Propose("s0", {4}, 0, 15, &r).ok());
+  EXPECT_EQ(r.history_len(), 0);
+  ASSERT_TRUE(Propose("s4", {4}, 0, 15, &r).ok());
+  EXPECT_EQ(r.history_len(), 16);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(service_->EvictIdle(), 3u);
+  EXPECT_EQ(service_->n_sessions(), 0u);
+  const std::string m = registry_.Render();
+  EXPECT_NE(m.find("herd_draft_evictions_total{reason=\"lru\"} 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_evictions_total{reason=\"idle\"} 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_sessions 0"), std::string::npos) << m;
+}
+
+TEST_F(DraftServiceTest, TheReaperEvictsIdleSessions) {
+  DraftServiceOptions o = NgramOptions();
+  o.session_idle = std::chrono::milliseconds(50);
+  o.reaper = true;
+  Start(o);
+  herd::v1::DraftResponse r;
+  ASSERT_TRUE(Propose("idle", kPrompt, 0, 0, &r).ok());
+  for (int i = 0; i < 100 && service_->n_sessions() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(service_->n_sessions(), 0u);
+}
+
+TEST_F(DraftServiceTest, ErrorsNameTheField) {
+  DraftServiceOptions o = NgramOptions();
+  o.target_n_vocab = 100;
+  Start(o);
+  herd::v1::DraftResponse r;
+  grpc::Status s = Propose("", kPrompt, 0, 0, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("session_id:", 0), 0u) << s.error_message();
+  s = Propose("x", {1, 2, 100}, 0, 0, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "new_tokens[2]: token 100 is outside [0, 100)");
+  herd::v1::SpeculativeConfig c;
+  c.set_type("ngram-map-k");
+  c.set_ngram_size_n(0);
+  s = Propose("x", kPrompt, 0, 0, &r, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "config.ngram_size_n: 0 is outside 1..1024");
+  c.Clear();
+  c.set_type("draft-model");
+  s = Propose("x", kPrompt, 0, 0, &r, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  c.set_type("bogus");
+  s = Propose("x", kPrompt, 0, 0, &r, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().rfind("config.type:", 0), 0u) << s.error_message();
+  EXPECT_EQ(service_->n_sessions(), 0u);  // failed calls leave nothing behind
+  EXPECT_NE(registry_.Render().find("herd_draft_errors_total{code=\"INVALID_ARGUMENT\"} 4"), std::string::npos);
+}
+
+TEST_F(DraftServiceTest, PerRequestConfigAndMetrics) {
+  Start(NgramOptions());
+  herd::v1::SpeculativeConfig c;
+  c.set_type("ngram-map-k4v");
+  c.set_ngram_size_n(1);
+  c.set_ngram_size_m(2);
+  c.set_draft_max(1);
+  herd::v1::DraftResponse r;
+  ASSERT_TRUE(Propose("k", {7, 1, 2, 7, 1, 2, 7}, 0, 0, &r, &c).ok());
+  EXPECT_EQ(Toks(r), (Tokens{1}));  // cut to draft_max 1
+  EXPECT_EQ(r.stats().type(), "ngram-map-k4v");
+  // Later calls without a config keep the session's.
+  ASSERT_TRUE(Propose("k", {1, 9, 7}, 1, 7, &r).ok());
+  EXPECT_EQ(r.stats().type(), "ngram-map-k4v");
+  EXPECT_EQ(r.stats().acc_tokens(), 1);
+  // A different config rebuilds the drafter; history kept.
+  c.set_type("ngram-simple");
+  ASSERT_TRUE(Propose("k", {}, 0, 10, &r, &c).ok());
+  EXPECT_EQ(r.stats().type(), "ngram-simple");
+  EXPECT_EQ(r.history_len(), 10);
+  const std::string m = registry_.Render();
+  EXPECT_NE(m.find("herd_draft_calls_total{type=\"ngram-map-k4v\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_acc_tokens_total{type=\"ngram-map-k4v\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_calls_total{type=\"ngram-simple\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_propose_seconds_count{type=\"ngram-map-k4v\"} 2"), std::string::npos) << m;
+}
+
+TEST_F(DraftServiceTest, DraftModelType) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  engine::spec::DraftModelParams dp;
+  dp.n_ctx = 512;
+  auto dm = engine::spec::DraftModel::Load(shared + "/models/stories260K.gguf", dp);
+  ASSERT_TRUE(dm.ok()) << dm.status();
+  ASSERT_TRUE((*dm)->AttachTarget((*dm)->vocab()).ok());
+  DraftServiceOptions o;
+  o.defaults.type = engine::spec::SpecType::kDraftModel;
+  o.defaults.draft_p_min = 0.0f;
+  o.resources.draft_model = dm->get();
+  o.target_model = "stories260K";
+  o.target_n_vocab = (*dm)->vocab().n_tokens();
+  o.reaper = false;
+  Start(o);
+  const Tokens prompt = (*dm)->vocab().Tokenize("Once upon a time", true, false);
+  herd::v1::DraftRequest req;
+  req.set_session_id("dm");
+  req.set_model("stories260K");
+  req.mutable_new_tokens()->Assign(prompt.begin(), prompt.end());
+  req.set_start(0);
+  req.set_n_max(5);
+  herd::v1::DraftResponse r;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Propose(&ctx, req, &r).ok());
+  }
+  EXPECT_EQ(r.tokens_size(), 5);
+  EXPECT_EQ(r.probs_size(), 0);  // greedy: deterministic
+  EXPECT_EQ(r.stats().type(), "draft-model");
+  // Sampled drafting returns the distributions.
+  req.set_session_id("dm-sampled");
+  req.set_temperature(0.7f);
+  req.set_seed(3);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Propose(&ctx, req, &r).ok());
+  }
+  EXPECT_EQ(r.tokens_size(), 5);
+  ASSERT_EQ(r.probs_size(), 5);
+  EXPECT_EQ(r.probs(0).ids_size(), r.probs(0).p_size());
+  // Another target model is refused.
+  req.set_session_id("other");
+  req.set_model("llama-2-tiny-random");
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Propose(&ctx, req, &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(s.error_message().rfind("model:", 0), 0u) << s.error_message();
+  }
+  // Ending the sessions frees the draft model's KV cells.
+  for (const char* id : {"dm", "dm-sampled"}) {
+    herd::v1::EndSessionRequest end;
+    end.set_session_id(id);
+    herd::v1::EndSessionResponse er;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->EndSession(&ctx, end, &er).ok());
+  }
+  EXPECT_EQ((*dm)->n_cached_seqs(), 0u);
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_.reset();
+  service_.reset();  // sessions (drafters) go before the draft model
+}
+
+}  // namespace
+}  // namespace herd::draft

@@ -1,0 +1,219 @@
+#include "services/gateway/fakes.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "libs/gguf/gguf.h"
+
+namespace herd::gateway::testing {
+
+FakeWorker::FakeWorker(FakeWorkerConfig config) : config_(std::move(config)) {}
+
+FakeWorker::~FakeWorker() { Kill(); }
+
+absl::Status FakeWorker::Start(int port) {
+  grpc::ServerBuilder b;
+  int bound = 0;
+  b.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(), &bound);
+  b.RegisterService(this);
+  server_ = b.BuildAndStart();
+  if (server_ == nullptr || bound == 0) return absl::UnavailableError(absl::StrCat("fake worker: cannot bind ", port));
+  port_ = bound;
+  return absl::OkStatus();
+}
+
+void FakeWorker::Kill() {
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+    server_.reset();
+  }
+}
+
+std::string FakeWorker::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+void FakeWorker::Update(const std::function<void(FakeWorkerConfig&)>& f) {
+  std::lock_guard<std::mutex> l(mu_);
+  f(config_);
+}
+
+FakeWorkerConfig FakeWorker::config() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return config_;
+}
+
+v1::SessionStart FakeWorker::last_start() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return last_start_;
+}
+
+std::vector<int32_t> FakeWorker::step_requests() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return step_requests_;
+}
+
+grpc::Status FakeWorker::Info(grpc::ServerContext*, const v1::WorkerInfoRequest*, v1::WorkerInfo* resp) {
+  const FakeWorkerConfig c = config();
+  if (c.info_fails) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake worker: unhealthy");
+  resp->set_model(c.model);
+  resp->set_architecture(c.architecture);
+  resp->set_backend(c.backend);
+  resp->set_n_ctx(c.n_ctx);
+  resp->set_n_ctx_seq(c.n_ctx_seq);
+  resp->set_n_vocab(c.n_vocab);
+  resp->set_max_sequences(c.max_sequences);
+  resp->set_active_sequences(c.active + active_.load());
+  resp->set_queued_sequences(c.queued);
+  resp->set_kv_cells_used(c.kv_cells_used);
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeWorker::Session(grpc::ServerContext* ctx,
+                                 grpc::ServerReaderWriter<v1::SessionResponse, v1::SessionRequest>* stream) {
+  v1::SessionRequest req;
+  if (!stream->Read(&req)) return grpc::Status::OK;
+  if (!req.has_start()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "Step before Start");
+  const FakeWorkerConfig c = config();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    last_start_ = req.start();
+  }
+  ++started_;
+  if (c.refuse != grpc::StatusCode::OK) return grpc::Status(c.refuse, "fake worker refused the session");
+  const v1::SessionStart start = req.start();
+  for (int i = 0; i < start.prompt_size(); ++i) {
+    if (start.prompt(i) < 0 || start.prompt(i) >= c.n_vocab) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("prompt[", i, "]: bad token"));
+    }
+  }
+  ++active_;
+  struct Dec {
+    std::atomic<int>* a;
+    ~Dec() { --*a; }
+  } dec{&active_};
+  v1::SessionResponse started;
+  started.mutable_started()->set_n_prompt(start.prompt_size());
+  started.mutable_started()->set_queue_ms(0.25);
+  if (!stream->Write(started)) {
+    ++cancelled_;
+    return grpc::Status::OK;
+  }
+  size_t produced = 0;
+  bool ended = false;  // EOS or context full
+  while (stream->Read(&req)) {
+    if (req.has_cancel()) {
+      ++cancelled_;
+      return grpc::Status::OK;
+    }
+    if (!req.has_step()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "expected Step");
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      step_requests_.push_back(req.step().n_steps());
+    }
+    const int n = std::max(1, req.step().n_steps());
+    for (int i = 0; i < n && !ended; ++i) {
+      if (c.token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c.token_delay_ms));
+      if (ctx->IsCancelled()) {
+        ++cancelled_;
+        return grpc::Status::CANCELLED;
+      }
+      v1::SessionResponse resp;
+      v1::StepResult* sr = resp.mutable_step();
+      int32_t tok;
+      if (produced < c.script.size()) {
+        tok = c.script[produced];
+      } else if (c.eos_after_script || c.script.empty()) {
+        tok = c.eos_id;
+        sr->set_eos(true);
+        ended = true;
+      } else {
+        tok = c.script[produced % c.script.size()];
+      }
+      ++produced;
+      sr->add_tokens(tok);
+      if (static_cast<int64_t>(start.prompt_size() + produced) >= c.n_ctx_seq) {
+        sr->set_context_full(true);
+        ended = true;
+      }
+      if (start.logprobs() > 0) {
+        v1::TokenLogprobs* lp = sr->add_logprobs();
+        lp->set_token_id(tok);
+        lp->set_logprob(-0.5f);
+        for (int k = 0; k < start.logprobs(); ++k) {
+          v1::TokenLogprob* t = lp->add_top();
+          t->set_token_id(k == 0 ? tok : 300 + k);
+          t->set_logprob(-0.5f - k);
+        }
+      }
+      sr->set_prompt_ms(1.5);
+      sr->set_generation_ms(0.5 * static_cast<double>(produced));
+      if (!stream->Write(resp)) {
+        ++cancelled_;
+        return grpc::Status::CANCELLED;
+      }
+      ++steps_;
+    }
+  }
+  // The client closed its side (or cancelled) before we ended the sequence.
+  if (!ended || ctx->IsCancelled()) ++cancelled_;
+  return grpc::Status::OK;
+}
+
+FakeLoader::~FakeLoader() { Kill(); }
+
+absl::Status FakeLoader::AddModelFromFile(const std::string& model, const std::string& gguf_path) {
+  auto f = gguf::GgufFile::Open(gguf_path);
+  if (!f.ok()) return f.status();
+  gguf::GgufWriter w((*f)->version());
+  for (const gguf::KeyValue& kv : (*f)->metadata()) w.SetValue(kv.key, kv.value);
+  std::lock_guard<std::mutex> l(mu_);
+  vocab_[model] = w.WriteToString();
+  return absl::OkStatus();
+}
+
+absl::Status FakeLoader::Start(int port) {
+  grpc::ServerBuilder b;
+  int bound = 0;
+  b.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(), &bound);
+  b.RegisterService(this);
+  server_ = b.BuildAndStart();
+  if (server_ == nullptr || bound == 0) return absl::UnavailableError("fake loader: cannot bind");
+  port_ = bound;
+  return absl::OkStatus();
+}
+
+void FakeLoader::Kill() {
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+    server_.reset();
+  }
+}
+
+std::string FakeLoader::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+grpc::Status FakeLoader::ListModels(grpc::ServerContext*, const v1::LoaderListModelsRequest*,
+                                    v1::LoaderListModelsResponse* resp) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [name, bytes] : vocab_) {
+    v1::StoredModel* m = resp->add_models();
+    m->set_name(name);
+    m->set_size_bytes(bytes.size());
+    m->set_architecture("llama");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeLoader::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest* req, v1::ModelInfo* resp) {
+  ++calls_;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = vocab_.find(req->name());
+  if (it == vocab_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "model " + req->name() + " not in the store");
+  resp->set_name(req->name());
+  resp->set_file_size(it->second.size());
+  if (req->include_vocab_gguf()) resp->set_vocab_gguf(it->second);
+  return grpc::Status::OK;
+}
+
+}  // namespace herd::gateway::testing

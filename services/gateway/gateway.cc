@@ -1,0 +1,875 @@
+#include "services/gateway/gateway.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/impl/rpc_service_method.h"
+#include "grpcpp/support/method_handler.h"
+#include "libs/base/log.h"
+#include "libs/engine/sampling.h"
+#include "services/gateway/text_stream.h"
+
+namespace herd::gateway {
+namespace {
+
+constexpr int kMaxStops = 16;
+constexpr size_t kMaxStopBytes = 256;
+constexpr int kMaxLogprobs = 20;
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+std::string FloatStr(float v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return absl::StrFormat("%g", v);
+}
+
+const char* FinishName(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_EOS: return "EOS";
+    case v1::FINISH_REASON_LENGTH: return "LENGTH";
+    case v1::FINISH_REASON_STOP: return "STOP";
+    case v1::FINISH_REASON_CANCELLED: return "CANCELLED";
+    default: return "-";
+  }
+}
+
+absl::Status ValidateSampling(const v1::SamplingParams& s) {
+  if (s.has_temperature() && (!std::isfinite(s.temperature()) || s.temperature() < 0)) {
+    return Invalid(absl::StrCat("sampling.temperature: must be a finite number >= 0 (got ", FloatStr(s.temperature()), ")"));
+  }
+  if (s.has_top_k() && s.top_k() < 0) {
+    return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (got ", s.top_k(), ")"));
+  }
+  if (s.has_top_p() && !(s.top_p() >= 0 && s.top_p() <= 1)) {
+    return Invalid(absl::StrCat("sampling.top_p: must be in [0, 1] (got ", FloatStr(s.top_p()), ")"));
+  }
+  if (s.has_min_p() && !(s.min_p() >= 0 && s.min_p() <= 1)) {
+    return Invalid(absl::StrCat("sampling.min_p: must be in [0, 1] (got ", FloatStr(s.min_p()), ")"));
+  }
+  if (s.has_repeat_penalty() && (!std::isfinite(s.repeat_penalty()) || s.repeat_penalty() <= 0)) {
+    return Invalid(absl::StrCat("sampling.repeat_penalty: must be a finite number > 0 (got ", FloatStr(s.repeat_penalty()), ")"));
+  }
+  if (s.has_repeat_last_n() && s.repeat_last_n() < -1) {
+    return Invalid(absl::StrCat("sampling.repeat_last_n: must be >= -1 (got ", s.repeat_last_n(), ")"));
+  }
+  if (s.has_presence_penalty() && !std::isfinite(s.presence_penalty())) {
+    return Invalid(absl::StrCat("sampling.presence_penalty: must be finite (got ", FloatStr(s.presence_penalty()), ")"));
+  }
+  if (s.has_frequency_penalty() && !std::isfinite(s.frequency_penalty())) {
+    return Invalid(absl::StrCat("sampling.frequency_penalty: must be finite (got ", FloatStr(s.frequency_penalty()), ")"));
+  }
+  // The engine's own checks, as a backstop (same ranges).
+  engine::SamplingParams p;
+  if (s.has_temperature()) p.temp = s.temperature();
+  if (s.has_top_k()) p.top_k = s.top_k();
+  if (s.has_top_p()) p.top_p = s.top_p();
+  if (s.has_min_p()) p.min_p = s.min_p();
+  if (s.has_repeat_penalty()) p.repeat_penalty = s.repeat_penalty();
+  if (s.has_repeat_last_n()) p.penalty_last_n = s.repeat_last_n();
+  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
+  absl::Status st = engine::ValidateSamplingParams(p);
+  if (!st.ok()) return Invalid(absl::StrCat("sampling: ", st.message()));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSpeculative(const v1::SpeculativeConfig& c) {
+  static const std::set<std::string> kTypes = {"",          "none",        "ngram-simple", "ngram-map-k",
+                                               "ngram-map-k4v", "ngram-cache", "draft-model"};
+  if (kTypes.count(c.type()) == 0) {
+    return Invalid(absl::StrCat("speculative.type: unknown type '", c.type(),
+                                "' (none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, draft-model)"));
+  }
+  const int dmax = c.has_draft_max() ? c.draft_max() : 16;
+  const int dmin = c.has_draft_min() ? c.draft_min() : 0;
+  if (dmax < 0 || dmax > 1024) return Invalid(absl::StrCat("speculative.draft_max: must be in 0..1024 (got ", dmax, ")"));
+  if (dmin < 0 || dmin > dmax) {
+    return Invalid(absl::StrCat("speculative.draft_min: must be in 0..draft_max (got ", dmin, ", draft_max ", dmax, ")"));
+  }
+  if (c.has_draft_p_min() && !(c.draft_p_min() >= 0 && c.draft_p_min() <= 1)) {
+    return Invalid(absl::StrCat("speculative.draft_p_min: must be in [0, 1] (got ", FloatStr(c.draft_p_min()), ")"));
+  }
+  if (c.has_ngram_size_n() && (c.ngram_size_n() < 1 || c.ngram_size_n() > 1024)) {
+    return Invalid(absl::StrCat("speculative.ngram_size_n: must be in 1..1024 (got ", c.ngram_size_n(), ")"));
+  }
+  if (c.has_ngram_size_m() && (c.ngram_size_m() < 1 || c.ngram_size_m() > 1024)) {
+    return Invalid(absl::StrCat("speculative.ngram_size_m: must be in 1..1024 (got ", c.ngram_size_m(), ")"));
+  }
+  if (c.has_ngram_check_rate() && c.ngram_check_rate() < 1) {
+    return Invalid(absl::StrCat("speculative.ngram_check_rate: must be >= 1 (got ", c.ngram_check_rate(), ")"));
+  }
+  if (c.has_ngram_min_hits() && c.ngram_min_hits() < 1) {
+    return Invalid(absl::StrCat("speculative.ngram_min_hits: must be >= 1 (got ", c.ngram_min_hits(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// ---------------------------------------------------------------------------------
+// Generation: one request from Prepare to the end of Run.
+
+
+struct Gateway::Active {
+  GenerateSink* sink = nullptr;
+  absl::Time deadline;
+  std::atomic<int> cancel{kNotCancelled};
+  std::mutex mu;
+  grpc::ClientContext* ctx = nullptr;  // the worker call in progress (guarded by mu)
+
+  void SetContext(grpc::ClientContext* c) {
+    std::lock_guard<std::mutex> l(mu);
+    ctx = c;
+    if (c != nullptr && cancel.load() != kNotCancelled) c->TryCancel();
+  }
+  void Cancel(int reason) {
+    int expected = kNotCancelled;
+    cancel.compare_exchange_strong(expected, reason);
+    std::lock_guard<std::mutex> l(mu);
+    if (ctx != nullptr) ctx->TryCancel();
+  }
+};
+
+struct Gateway::Attempt {
+  absl::Status status;
+  bool retryable = false;  // nothing was produced; another worker may take the request
+  bool finished = false;   // a last message was delivered
+};
+
+Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::move(opts)) {
+  requests_total_ = metrics->Counter("herd_gateway_requests_total", "Requests by method and status code.",
+                                     {"method", "code"});
+  tokens_total_ = metrics->Counter("herd_gateway_tokens_generated_total", "Tokens generated, by model.", {"model"});
+  request_seconds_ = metrics->Histogram("herd_gateway_request_seconds", "Request latency in seconds, by method.",
+                                        {"method"});
+  ttft_seconds_ = metrics->Histogram("herd_gateway_time_to_first_token_seconds",
+                                     "Time from request to the first generated token, by model.", {"model"});
+  live_workers_ = metrics->Gauge("herd_gateway_live_workers", "Workers whose last Info call succeeded.");
+  inflight_gauge_ = metrics->Gauge("herd_gateway_inflight_requests", "Generations in flight.");
+  opts_.pool.live_gauge = live_workers_;
+  pool_ = std::make_unique<WorkerPool>(opts_.pool);
+  vocabs_ = std::make_unique<VocabCache>(opts_.loader_address);
+}
+
+Gateway::~Gateway() { Stop(); }
+
+absl::Status Gateway::Start() {
+  absl::Status s = pool_->Start();
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> l(active_mu_);
+  stopping_ = false;
+  if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watchdog(); });
+  return absl::OkStatus();
+}
+
+void Gateway::Stop() {
+  CancelAll();
+  WaitIdle(absl::Seconds(5));
+  {
+    std::lock_guard<std::mutex> l(active_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  pool_->Stop();
+}
+
+void Gateway::Watchdog() {
+  std::unique_lock<std::mutex> l(active_mu_);
+  while (!stopping_) {
+    stop_cv_.wait_for(l, absl::ToChronoMilliseconds(opts_.cancel_poll));
+    const absl::Time now = absl::Now();
+    const bool all = cancel_all_.load();
+    for (Active* a : active_) {
+      if (a->cancel.load() != kNotCancelled) continue;
+      if (all) {
+        a->Cancel(kShutdown);
+      } else if (a->sink != nullptr && a->sink->Cancelled()) {
+        a->Cancel(kClientGone);
+      } else if (now >= a->deadline) {
+        a->Cancel(kDeadline);
+      }
+    }
+  }
+}
+
+void Gateway::BeginDrain() { draining_ = true; }
+
+void Gateway::CancelAll() {
+  draining_ = true;
+  cancel_all_ = true;
+  std::lock_guard<std::mutex> l(active_mu_);
+  for (Active* a : active_) a->Cancel(kShutdown);
+}
+
+bool Gateway::WaitIdle(absl::Duration timeout) {
+  std::unique_lock<std::mutex> l(active_mu_);
+  return idle_cv_.wait_for(l, absl::ToChronoMilliseconds(timeout), [this] { return active_.empty(); });
+}
+
+void Gateway::RecordRequest(const std::string& method, const absl::Status& status, absl::Duration elapsed) {
+  requests_total_->Add(1, {method, absl::StatusCodeToString(status.code())});
+  request_seconds_->Observe(absl::ToDoubleSeconds(elapsed), {method});
+}
+
+absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::GenerateRequest& req,
+                                                                      absl::Time deadline,
+                                                                      const std::string& method) {
+  auto g = std::make_unique<Generation>();
+  g->start = absl::Now();
+  g->id = absl::StrCat("gen-", next_id_.fetch_add(1));
+  g->method = method;
+  g->model = req.model();
+  g->deadline = deadline;
+  if (opts_.request_timeout > absl::ZeroDuration()) {
+    g->deadline = std::min(g->deadline, g->start + opts_.request_timeout);
+  }
+  absl::Status st = [&]() -> absl::Status {
+    if (draining_) return absl::UnavailableError("gateway is shutting down");
+    // Fields first, in declaration order.
+    if (req.model().empty()) return Invalid("model: required (a name from ListModels)");
+    switch (req.prompt_case()) {
+      case v1::GenerateRequest::kText: {
+        if (static_cast<int64_t>(req.text().size()) > opts_.max_prompt_bytes) {
+          return Invalid(absl::StrCat("prompt.text: ", req.text().size(), " bytes exceeds the limit of ",
+                                      opts_.max_prompt_bytes, " bytes"));
+        }
+        size_t bad = 0;
+        if (!IsValidUtf8(req.text(), &bad)) return Invalid(absl::StrCat("prompt.text: invalid UTF-8 at byte ", bad));
+        break;
+      }
+      case v1::GenerateRequest::kTokens: {
+        if (req.tokens().ids().empty()) return Invalid("prompt.tokens: no token ids");
+        for (int i = 0; i < req.tokens().ids_size(); ++i) {
+          if (req.tokens().ids(i) < 0) {
+            return Invalid(absl::StrCat("prompt.tokens.ids[", i, "]: ", req.tokens().ids(i), " is not a token id"));
+          }
+        }
+        break;
+      }
+      default:
+        return Invalid("prompt: required (text or tokens)");
+    }
+    absl::Status s = ValidateSampling(req.sampling());
+    if (!s.ok()) return s;
+    if (req.has_n_predict() && (req.n_predict() < -1 || req.n_predict() == 0)) {
+      return Invalid(absl::StrCat("n_predict: must be -1 or 1..n_ctx (got ", req.n_predict(), ")"));
+    }
+    if (req.stop_size() > kMaxStops) {
+      return Invalid(absl::StrCat("stop: at most ", kMaxStops, " strings (got ", req.stop_size(), ")"));
+    }
+    for (int i = 0; i < req.stop_size(); ++i) {
+      const std::string& stop = req.stop(i);
+      if (stop.empty() || stop.size() > kMaxStopBytes) {
+        return Invalid(absl::StrCat("stop[", i, "]: must be 1..", kMaxStopBytes, " bytes (got ", stop.size(), ")"));
+      }
+      if (!IsValidUtf8(stop)) return Invalid(absl::StrCat("stop[", i, "]: invalid UTF-8"));
+    }
+    if (req.has_logprobs() && (req.logprobs() < 0 || req.logprobs() > kMaxLogprobs)) {
+      return Invalid(absl::StrCat("logprobs: must be in 0..", kMaxLogprobs, " (got ", req.logprobs(), ")"));
+    }
+    s = ValidateSpeculative(req.speculative());
+    if (!s.ok()) return s;
+
+    // The model.
+    switch (pool_->GetModelState(req.model())) {
+      case WorkerPool::ModelState::kUnknown: {
+        std::set<std::string> names;
+        for (const WorkerSnapshot& w : pool_->Snapshot()) {
+          if (w.live) names.insert(w.info.model());
+        }
+        return absl::NotFoundError(absl::StrCat("model '", req.model(), "' not found (served: ",
+                                                names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+      }
+      case WorkerPool::ModelState::kNoLiveWorker:
+        return absl::UnavailableError(absl::StrCat("model '", req.model(), "': no live worker serves it"));
+      case WorkerPool::ModelState::kLive:
+        break;
+    }
+    auto vocab = vocabs_->Get(req.model(), g->deadline);
+    if (!vocab.ok()) return vocab.status();
+    g->vocab = *vocab;
+
+    // The prompt.
+    if (req.prompt_case() == v1::GenerateRequest::kText) {
+      g->prompt = g->vocab->Tokenize(req.text(), /*add_special=*/true, /*parse_special=*/true);
+      if (g->prompt.empty()) return Invalid("prompt.text: tokenizes to no tokens");
+    } else {
+      g->prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
+      for (size_t i = 0; i < g->prompt.size(); ++i) {
+        if (!g->vocab->IsValid(g->prompt[i])) {
+          return Invalid(absl::StrCat("prompt.tokens.ids[", i, "]: ", g->prompt[i], " is outside the vocabulary [0, ",
+                                      g->vocab->n_tokens(), ")"));
+        }
+      }
+    }
+    int64_t max_ctx = 0;   // the longest sequence a live worker of the model can hold
+    int64_t max_n_ctx = 0; // the largest KV cache of those workers (n_predict's bound)
+    for (const WorkerSnapshot& w : pool_->LiveWorkersFor(req.model())) {
+      max_ctx = std::max(max_ctx, w.info.n_ctx_seq() > 0 ? w.info.n_ctx_seq() : w.info.n_ctx());
+      max_n_ctx = std::max(max_n_ctx, w.info.n_ctx());
+      if (w.info.n_vocab() > 0 && w.info.n_vocab() != g->vocab->n_tokens()) {
+        HERD_LOG(Warning) << "worker " << w.address << " reports n_vocab " << w.info.n_vocab() << " but the vocabulary of "
+                          << req.model() << " has " << g->vocab->n_tokens() << " tokens";
+      }
+    }
+    if (max_ctx > 0 && static_cast<int64_t>(g->prompt.size()) > max_ctx) {
+      return Invalid(absl::StrCat("prompt: ", g->prompt.size(), " tokens exceed the context of the model's workers (n_ctx_seq ",
+                                  max_ctx, ")"));
+    }
+    // n_predict is bounded by n_ctx (the proto's 1..n_ctx); a sequence whose context
+    // (n_ctx_seq) fills up first ends with FINISH_REASON_LENGTH.
+    max_n_ctx = std::max(max_n_ctx, max_ctx);
+    g->n_predict = req.has_n_predict() ? req.n_predict() : opts_.default_n_predict;
+    if (max_n_ctx > 0 && g->n_predict > max_n_ctx) {
+      if (req.has_n_predict()) {
+        return Invalid(absl::StrCat("n_predict: ", g->n_predict, " exceeds the context (n_ctx ", max_n_ctx, ")"));
+      }
+      g->n_predict = static_cast<int32_t>(max_n_ctx);  // the default is only a default
+    }
+    g->stops.assign(req.stop().begin(), req.stop().end());
+    g->logprobs = req.has_logprobs() ? req.logprobs() : 0;
+    g->ignore_eos = req.ignore_eos();
+    g->sampling = req.sampling();
+    g->speculative = req.speculative();
+    return absl::OkStatus();
+  }();
+  if (!st.ok()) {
+    RecordRequest(method, st, absl::Now() - g->start);
+    HERD_LOG(Info) << "request id=" << g->id << " method=" << method << " model=" << req.model()
+                   << " code=" << absl::StatusCodeToString(st.code()) << " error=\"" << st.message() << "\"";
+    return st;
+  }
+  return g;
+}
+
+absl::Status Gateway::Generate(const v1::GenerateRequest& req, absl::Time deadline, GenerateSink* sink,
+                               const std::string& method) {
+  auto g = Prepare(req, deadline, method);
+  if (!g.ok()) return g.status();
+  return Run(**g, sink);
+}
+
+bool Gateway::Emit(Generation& g, GenerateSink* sink, v1::GenerateResponse* msg) {
+  if (msg->token_ids_size() > 0 && g.first_token_time == absl::InfinitePast()) {
+    g.first_token_time = absl::Now();
+    ttft_seconds_->Observe(absl::ToDoubleSeconds(g.first_token_time - g.start), {g.model});
+  }
+  g.any_message = true;
+  return sink->Write(*msg);
+}
+
+absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
+  Active active;
+  active.sink = sink;
+  active.deadline = g.deadline;
+  {
+    std::lock_guard<std::mutex> l(active_mu_);
+    active_.push_back(&active);
+    if (cancel_all_) active.cancel = kShutdown;
+  }
+  inflight_gauge_->Set(++inflight_);
+
+  std::set<std::string> tried;
+  absl::Status status;
+  absl::Status last_error;
+  for (int attempt = 0;; ++attempt) {
+    if (active.cancel.load() != kNotCancelled) {
+      status = absl::CancelledError("cancelled before a worker was found");
+      break;
+    }
+    auto lease = pool_->Acquire(g.model, static_cast<int64_t>(g.prompt.size()), tried);
+    if (!lease.ok()) {
+      status = last_error.ok() ? lease.status() : last_error;
+      break;
+    }
+    g.worker = lease->address();
+    Attempt a = RunOnWorker(g, *lease, sink, &active);
+    status = a.status;
+    if (a.status.ok() || !a.retryable || attempt + 1 >= opts_.max_attempts) break;
+    HERD_LOG(Info) << "request id=" << g.id << ": worker " << lease->address() << " failed before the first token ("
+                   << a.status.message() << "); trying another worker";
+    last_error = a.status;
+    tried.insert(lease->address());
+  }
+  // A request cut by its deadline or a shutdown before any worker ran still gets its
+  // last message.
+  const int reason = active.cancel.load();
+  if (!status.ok() && g.finish == v1::FINISH_REASON_UNSPECIFIED && (reason == kDeadline || reason == kShutdown)) {
+    v1::GenerateResponse last;
+    last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
+    v1::Usage* u = last.mutable_usage();
+    u->set_prompt_tokens(static_cast<int32_t>(g.prompt.size()));
+    u->set_total_ms(Ms(absl::Now() - g.start));
+    g.finish = v1::FINISH_REASON_CANCELLED;
+    status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
+  }
+
+  {
+    std::lock_guard<std::mutex> l(active_mu_);
+    active_.remove(&active);
+    if (active_.empty()) idle_cv_.notify_all();
+  }
+  inflight_gauge_->Set(--inflight_);
+  if (g.completion > 0) tokens_total_->Add(g.completion, {g.model});
+  const absl::Duration total = absl::Now() - g.start;
+  RecordRequest(g.method, status, total);
+  HERD_LOG(Info) << "request id=" << g.id << " method=" << g.method << " model=" << g.model
+                 << " worker=" << (g.worker.empty() ? "-" : g.worker) << " prompt_tokens=" << g.prompt.size()
+                 << " completion_tokens=" << g.completion << " finish=" << FinishName(g.finish)
+                 << " code=" << absl::StatusCodeToString(status.code()) << " queue_ms=" << g.queue_ms
+                 << " ttft_ms="
+                 << (g.first_token_time == absl::InfinitePast() ? -1.0 : Ms(g.first_token_time - g.start))
+                 << " total_ms=" << Ms(total) << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
+  return status;
+}
+
+Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active) {
+  Attempt result;
+  const std::string& addr = lease.address();
+  const int64_t n_ctx_seq = lease.info().n_ctx_seq() > 0 ? lease.info().n_ctx_seq() : lease.info().n_ctx();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(g.deadline));
+  active->SetContext(&ctx);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream =
+      lease.stub()->Session(&ctx);
+
+  std::unique_ptr<Drafter> drafter;
+  if (opts_.drafter_factory && !g.speculative.type().empty() && g.speculative.type() != "none") {
+    drafter = opts_.drafter_factory(g.model, g.speculative);
+  }
+
+  bool started = false;
+  bool stream_broken = false;  // a Read/Write failed (the worker or we ended the call)
+  bool client_gone = false;
+  v1::SessionResponse resp;
+
+  do {
+    v1::SessionRequest start_req;
+    v1::SessionStart* start = start_req.mutable_start();
+    start->mutable_prompt()->Add(g.prompt.begin(), g.prompt.end());
+    *start->mutable_sampling() = g.sampling;
+    if (g.logprobs > 0) start->set_logprobs(g.logprobs);
+    start->set_ignore_eos(g.ignore_eos);
+    if (!stream->Write(start_req) || !stream->Read(&resp)) {
+      stream_broken = true;
+      break;
+    }
+    if (!resp.has_started()) {
+      result.status = absl::InternalError(absl::StrCat("worker ", addr, ": protocol error: expected Started"));
+      break;
+    }
+    started = true;
+    g.queue_ms = resp.started().queue_ms();
+
+    tokenizer::StreamingDetokenizer detok(*g.vocab, /*special=*/false);
+    StopStringMatcher stops(g.stops);
+    // Tokens the drafter has not seen yet, and how many of its last draft were accepted.
+    std::vector<int32_t> new_tokens = g.prompt;
+    int n_accepted = 0;
+    const int64_t budget =
+        g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()) + 1);
+
+    while (g.finish == v1::FINISH_REASON_UNSPECIFIED) {
+      const int64_t remaining = budget - g.completion;
+      // One iteration: optionally a draft (verified in one pass), else n_steps passes.
+      std::vector<int32_t> draft;
+      if (drafter != nullptr) {
+        auto d = drafter->Propose(new_tokens, n_accepted);
+        new_tokens.clear();
+        if (d.ok()) {
+          draft = std::move(*d);
+          if (static_cast<int64_t>(draft.size()) >= remaining) draft.resize(std::max<int64_t>(0, remaining - 1));
+        }
+      }
+      v1::SessionRequest step_req;
+      v1::SessionStep* step = step_req.mutable_step();
+      int64_t expected;
+      if (!draft.empty()) {
+        step->mutable_draft()->Add(draft.begin(), draft.end());
+        step->set_n_steps(1);
+        expected = 1;
+      } else {
+        expected = drafter != nullptr ? 1 : std::min<int64_t>(remaining, std::numeric_limits<int32_t>::max());
+        step->set_n_steps(static_cast<int32_t>(expected));
+      }
+      if (!stream->Write(step_req)) {
+        stream_broken = true;
+        break;
+      }
+      for (int64_t k = 0; k < expected && g.finish == v1::FINISH_REASON_UNSPECIFIED; ++k) {
+        if (!stream->Read(&resp)) {
+          stream_broken = true;
+          break;
+        }
+        if (!resp.has_step()) {
+          result.status = absl::InternalError(absl::StrCat("worker ", addr, ": protocol error: expected StepResult"));
+          break;
+        }
+        const v1::StepResult& sr = resp.step();
+        g.prompt_ms = sr.prompt_ms();
+        g.generation_ms = sr.generation_ms();
+        n_accepted = sr.n_accepted();
+        v1::GenerateResponse msg;
+        std::string piece;
+        const int64_t take = std::min<int64_t>(sr.tokens_size(), budget - g.completion);
+        for (int64_t i = 0; i < take; ++i) {
+          const int32_t id = sr.tokens(static_cast<int>(i));
+          msg.add_token_ids(id);
+          new_tokens.push_back(id);
+          ++g.completion;
+          piece += detok.Push(id);
+          if (g.logprobs > 0 && i < sr.logprobs_size()) {
+            v1::TokenLogprobs* lp = msg.add_logprobs();
+            *lp = sr.logprobs(static_cast<int>(i));
+            for (v1::TokenLogprob& t : *lp->mutable_top()) {
+              t.set_text(SanitizeUtf8(g.vocab->TokenToPiece(t.token_id(), false)));
+            }
+          }
+        }
+        std::string text = stops.Push(piece);
+        if (stops.matched()) {
+          g.finish = v1::FINISH_REASON_STOP;
+        } else if (sr.eos() && !g.ignore_eos) {
+          g.finish = v1::FINISH_REASON_EOS;
+        } else if (sr.context_full() || g.completion >= budget) {
+          g.finish = v1::FINISH_REASON_LENGTH;
+        } else if (sr.eos()) {
+          g.finish = v1::FINISH_REASON_EOS;  // the worker ended the sequence anyway
+        }
+        if (g.finish != v1::FINISH_REASON_UNSPECIFIED && g.finish != v1::FINISH_REASON_STOP) {
+          // End of the stream: release what the detokenizer and the stop matcher hold.
+          text += stops.Push(detok.Flush());
+          if (stops.matched()) {
+            g.finish = v1::FINISH_REASON_STOP;
+          } else {
+            text += stops.Flush();
+          }
+        }
+        msg.set_text(std::move(text));
+        if (g.finish != v1::FINISH_REASON_UNSPECIFIED) {
+          msg.set_finish_reason(g.finish);
+          v1::Usage* u = msg.mutable_usage();
+          u->set_prompt_tokens(static_cast<int32_t>(g.prompt.size()));
+          u->set_completion_tokens(g.completion);
+          u->set_prompt_ms(g.prompt_ms);
+          u->set_generation_ms(g.generation_ms);
+          u->set_queue_ms(g.queue_ms);
+          u->set_total_ms(Ms(absl::Now() - g.start));
+          if (drafter != nullptr) *msg.add_speculative() = drafter->Stats();
+        }
+        if (!Emit(g, sink, &msg)) {
+          client_gone = true;
+          active->Cancel(kClientGone);
+          break;
+        }
+      }
+      if (stream_broken || client_gone || !result.status.ok()) break;
+    }
+  } while (false);
+
+  if (drafter != nullptr) drafter->End();
+  // Close the worker sequence right away: Cancel, then end the call so that its KV
+  // cells are freed even if the message is never read.
+  const bool finished = g.finish != v1::FINISH_REASON_UNSPECIFIED;
+  grpc::Status wst;
+  if (stream_broken && !finished) {
+    // The worker (or our cancel) ended the call: collect its status.
+    if (active->cancel.load() != kNotCancelled) ctx.TryCancel();
+    while (stream->Read(&resp)) {
+    }
+    wst = stream->Finish();
+  } else {
+    v1::SessionRequest cancel;
+    cancel.mutable_cancel();
+    stream->Write(cancel);
+    stream->WritesDone();
+    ctx.TryCancel();
+    while (stream->Read(&resp)) {
+    }
+    stream->Finish();
+  }
+  active->SetContext(nullptr);
+
+  if (finished && !client_gone) {
+    result.finished = true;
+    result.status = absl::OkStatus();
+    return result;
+  }
+  const int reason = active->cancel.load();
+  if (client_gone || reason == kClientGone) {
+    result.status = absl::CancelledError("client cancelled");
+    return result;
+  }
+  if (reason == kDeadline || reason == kShutdown || (stream_broken && absl::Now() >= g.deadline)) {
+    if (reason == kNotCancelled) active->cancel = kDeadline;
+    result.status = absl::DeadlineExceededError(
+        reason == kShutdown ? "gateway shutting down" : "request deadline exceeded");
+    // Run() sends the last message (FINISH_REASON_CANCELLED) with what we have.
+    if (started) {
+      v1::GenerateResponse last;
+      last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
+      v1::Usage* u = last.mutable_usage();
+      u->set_prompt_tokens(static_cast<int32_t>(g.prompt.size()));
+      u->set_completion_tokens(g.completion);
+      u->set_prompt_ms(g.prompt_ms);
+      u->set_generation_ms(g.generation_ms);
+      u->set_queue_ms(g.queue_ms);
+      u->set_total_ms(Ms(absl::Now() - g.start));
+      g.finish = v1::FINISH_REASON_CANCELLED;
+      result.status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
+      result.finished = true;
+    }
+    return result;
+  }
+  if (!result.status.ok()) {  // protocol error
+    pool_->ReportFailure(addr, std::string(result.status.message()));
+    result.status = absl::UnavailableError(std::string(result.status.message()));
+    result.retryable = g.completion == 0 && !g.any_message;
+    return result;
+  }
+  // The worker ended the call.
+  const std::string wmsg = wst.ok() ? std::string("closed the session early") : wst.error_message();
+  const grpc::StatusCode code = wst.error_code();
+  const bool nothing_produced = g.completion == 0 && !g.any_message;
+  if (code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::FAILED_PRECONDITION ||
+      code == grpc::StatusCode::OUT_OF_RANGE) {
+    result.status = absl::Status(static_cast<absl::StatusCode>(code), absl::StrCat("worker ", addr, ": ", wmsg));
+    return result;
+  }
+  if (code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    result.status = absl::ResourceExhaustedError(absl::StrCat("worker ", addr, ": ", wmsg));
+    result.retryable = nothing_produced;
+    return result;
+  }
+  pool_->ReportFailure(addr, wmsg);
+  result.status = absl::UnavailableError(
+      absl::StrCat("worker ", addr, started ? " failed mid-stream: " : " unavailable: ", wmsg));
+  result.retryable = nothing_produced;
+  return result;
+}
+
+absl::StatusOr<v1::TokenizeResponse> Gateway::Tokenize(const v1::TokenizeRequest& req, absl::Time deadline) {
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<v1::TokenizeResponse> out = [&]() -> absl::StatusOr<v1::TokenizeResponse> {
+    if (req.model().empty()) return Invalid("model: required");
+    if (static_cast<int64_t>(req.text().size()) > opts_.max_prompt_bytes) {
+      return Invalid(absl::StrCat("text: ", req.text().size(), " bytes exceeds the limit of ", opts_.max_prompt_bytes,
+                                  " bytes"));
+    }
+    size_t bad = 0;
+    if (!IsValidUtf8(req.text(), &bad)) return Invalid(absl::StrCat("text: invalid UTF-8 at byte ", bad));
+    auto vocab = vocabs_->Get(req.model(), deadline);
+    if (!vocab.ok()) return vocab.status();
+    v1::TokenizeResponse resp;
+    std::vector<int32_t> ids = (*vocab)->Tokenize(req.text(), req.add_special(), req.parse_special());
+    resp.mutable_ids()->Add(ids.begin(), ids.end());
+    return resp;
+  }();
+  RecordRequest("Tokenize", out.status(), absl::Now() - t0);
+  return out;
+}
+
+absl::StatusOr<v1::DetokenizeResponse> Gateway::Detokenize(const v1::DetokenizeRequest& req, absl::Time deadline) {
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<v1::DetokenizeResponse> out = [&]() -> absl::StatusOr<v1::DetokenizeResponse> {
+    if (req.model().empty()) return Invalid("model: required");
+    auto vocab = vocabs_->Get(req.model(), deadline);
+    if (!vocab.ok()) return vocab.status();
+    std::vector<int32_t> ids(req.ids().begin(), req.ids().end());
+    absl::Status s = (*vocab)->ValidateTokens(ids);
+    if (!s.ok()) return Invalid(absl::StrCat("ids: ", s.message()));
+    v1::DetokenizeResponse resp;
+    resp.set_text(SanitizeUtf8((*vocab)->Detokenize(ids)));
+    return resp;
+  }();
+  RecordRequest("Detokenize", out.status(), absl::Now() - t0);
+  return out;
+}
+
+v1::ListModelsResponse Gateway::ListModels() const {
+  std::map<std::string, v1::ModelCard> cards;
+  std::map<std::string, std::set<std::string>> backends;
+  for (const WorkerSnapshot& w : pool_->Snapshot()) {
+    if (!w.live || w.info.model().empty()) continue;
+    v1::ModelCard& c = cards[w.info.model()];
+    c.set_name(w.info.model());
+    if (c.architecture().empty()) c.set_architecture(w.info.architecture());
+    c.set_n_ctx(std::max(c.n_ctx(), w.info.n_ctx_seq() > 0 ? w.info.n_ctx_seq() : w.info.n_ctx()));
+    c.set_n_vocab(w.info.n_vocab());
+    c.set_workers(c.workers() + 1);
+    if (!w.info.backend().empty()) backends[w.info.model()].insert(w.info.backend());
+  }
+  v1::ListModelsResponse resp;
+  for (auto& [name, card] : cards) {
+    for (const std::string& b : backends[name]) card.add_backends(b);
+    *resp.add_models() = card;
+  }
+  return resp;
+}
+
+// ---------------------------------------------------------------------------------
+// gRPC adapter.
+
+namespace {
+
+absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
+  const auto d = ctx->deadline();
+  if (d >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(d);
+}
+
+class GrpcSink : public GenerateSink {
+ public:
+  GrpcSink(grpc::ServerContext* ctx, grpc::ServerWriter<v1::GenerateResponse>* w) : ctx_(ctx), w_(w) {}
+  bool Write(const v1::GenerateResponse& msg) override { return w_->Write(msg); }
+  bool Cancelled() override { return ctx_->IsCancelled(); }
+
+ private:
+  grpc::ServerContext* ctx_;
+  grpc::ServerWriter<v1::GenerateResponse>* w_;
+};
+
+}  // namespace
+
+namespace {
+
+template <typename Lenient, typename Public>
+absl::StatusOr<Public> Reparse(const Lenient& req) {
+  std::string wire;
+  Public out;
+  if (!req.SerializeToString(&wire) || !out.ParseFromString(wire)) {
+    return absl::InvalidArgumentError("request: cannot be parsed");
+  }
+  return out;
+}
+
+absl::Status CheckUtf8(const std::string& field, const std::string& s) {
+  size_t bad = 0;
+  if (IsValidUtf8(s, &bad)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": invalid UTF-8 at byte ", bad));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::GenerateRequest> FromLenient(const lenient::GenerateRequest& req) {
+  absl::Status s = CheckUtf8("model", req.model());
+  if (s.ok() && req.has_text()) s = CheckUtf8("prompt.text", req.text());
+  for (int i = 0; s.ok() && i < req.stop_size(); ++i) s = CheckUtf8(absl::StrCat("stop[", i, "]"), req.stop(i));
+  if (s.ok()) s = CheckUtf8("speculative.type", req.speculative().type());
+  if (!s.ok()) return s;
+  return Reparse<lenient::GenerateRequest, v1::GenerateRequest>(req);
+}
+
+absl::StatusOr<v1::TokenizeRequest> FromLenient(const lenient::TokenizeRequest& req) {
+  absl::Status s = CheckUtf8("model", req.model());
+  if (s.ok()) s = CheckUtf8("text", req.text());
+  if (!s.ok()) return s;
+  return Reparse<lenient::TokenizeRequest, v1::TokenizeRequest>(req);
+}
+
+absl::StatusOr<v1::DetokenizeRequest> FromLenient(const lenient::DetokenizeRequest& req) {
+  absl::Status s = CheckUtf8("model", req.model());
+  if (!s.ok()) return s;
+  return Reparse<lenient::DetokenizeRequest, v1::DetokenizeRequest>(req);
+}
+
+GatewayServiceImpl::GatewayServiceImpl(Gateway* gateway) : gw_(gateway) {
+  using grpc::internal::RpcMethod;
+  using grpc::internal::RpcServiceMethod;
+  AddMethod(new RpcServiceMethod(
+      "/herd.v1.Gateway/Generate", RpcMethod::SERVER_STREAMING,
+      new grpc::internal::ServerStreamingHandler<GatewayServiceImpl, lenient::GenerateRequest, v1::GenerateResponse>(
+          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const lenient::GenerateRequest* req,
+             grpc::ServerWriter<v1::GenerateResponse>* w) { return s->Generate(ctx, req, w); },
+          this)));
+  AddMethod(new RpcServiceMethod(
+      "/herd.v1.Gateway/Tokenize", RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, lenient::TokenizeRequest, v1::TokenizeResponse,
+                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
+          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const lenient::TokenizeRequest* req,
+             v1::TokenizeResponse* resp) { return s->Tokenize(ctx, req, resp); },
+          this)));
+  AddMethod(new RpcServiceMethod(
+      "/herd.v1.Gateway/Detokenize", RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, lenient::DetokenizeRequest, v1::DetokenizeResponse,
+                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
+          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const lenient::DetokenizeRequest* req,
+             v1::DetokenizeResponse* resp) { return s->Detokenize(ctx, req, resp); },
+          this)));
+  AddMethod(new RpcServiceMethod(
+      "/herd.v1.Gateway/ListModels", RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, v1::ListModelsRequest, v1::ListModelsResponse,
+                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
+          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
+             v1::ListModelsResponse* resp) { return s->ListModels(ctx, req, resp); },
+          this)));
+}
+
+grpc::Status GatewayServiceImpl::Generate(grpc::ServerContext* ctx, const lenient::GenerateRequest* lreq,
+                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  auto req = FromLenient(*lreq);
+  if (!req.ok()) {
+    gw_->RecordRequest("Generate", req.status(), absl::ZeroDuration());
+    return ToGrpcStatus(req.status());
+  }
+  GrpcSink sink(ctx, writer);
+  return ToGrpcStatus(gw_->Generate(*req, DeadlineOf(ctx), &sink, "Generate"));
+}
+
+grpc::Status GatewayServiceImpl::Tokenize(grpc::ServerContext* ctx, const lenient::TokenizeRequest* lreq,
+                                          v1::TokenizeResponse* resp) {
+  auto req = FromLenient(*lreq);
+  if (!req.ok()) {
+    gw_->RecordRequest("Tokenize", req.status(), absl::ZeroDuration());
+    return ToGrpcStatus(req.status());
+  }
+  auto r = gw_->Tokenize(*req, DeadlineOf(ctx));
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GatewayServiceImpl::Detokenize(grpc::ServerContext* ctx, const lenient::DetokenizeRequest* lreq,
+                                            v1::DetokenizeResponse* resp) {
+  auto req = FromLenient(*lreq);
+  if (!req.ok()) {
+    gw_->RecordRequest("Detokenize", req.status(), absl::ZeroDuration());
+    return ToGrpcStatus(req.status());
+  }
+  auto r = gw_->Detokenize(*req, DeadlineOf(ctx));
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GatewayServiceImpl::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+                                            v1::ListModelsResponse* resp) {
+  const absl::Time t0 = absl::Now();
+  v1::ListModelsResponse models = gw_->ListModels();
+  resp->Swap(&models);
+  gw_->RecordRequest("ListModels", absl::OkStatus(), absl::Now() - t0);
+  return grpc::Status::OK;
+}
+
+}  // namespace herd::gateway

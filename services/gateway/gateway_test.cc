@@ -1,0 +1,888 @@
+// The gateway's own behaviour over in-process fake workers and a fake loader (the
+// vocabulary of ../shared/models/stories260K.gguf): routing, streaming, stop strings,
+// UTF-8, cancellation, worker death, validation, HTTP, metrics and the CLI.
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "libs/base/log.h"
+#include "libs/gguf/gguf.h"
+#include "libs/serving/metrics.h"
+#include "libs/serving/server.h"
+#include "libs/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "services/gateway/fakes.h"
+#include "services/gateway/gateway.h"
+#include "services/gateway/http_server.h"
+#include "services/gateway/text_stream.h"
+#include "tests/shared_data.h"
+#include "tools/herd/commands.h"
+
+namespace herd::gateway {
+namespace {
+
+using testing::FakeLoader;
+using testing::FakeWorker;
+using testing::FakeWorkerConfig;
+using json = nlohmann::json;
+
+bool WaitFor(const std::function<bool()>& pred, int timeout_ms = 3000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+struct Collected {
+  grpc::Status status;
+  std::vector<v1::GenerateResponse> msgs;
+  std::vector<int32_t> ids;
+  std::string text;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage;
+};
+
+// A gateway (gRPC + HTTP) in this process.
+struct TestGateway {
+  serving::Registry registry;
+  std::unique_ptr<Gateway> gw;
+  std::unique_ptr<GatewayServiceImpl> svc;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<HttpFrontEnd> http;
+  int port = 0, http_port = 0;
+  std::unique_ptr<v1::Gateway::Stub> stub;
+
+  ~TestGateway() {
+    if (gw) gw->CancelAll();
+    if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (http) http->Stop();
+    if (gw) gw->Stop();
+  }
+};
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    shared_ = SharedDir();
+    if (shared_.empty()) GTEST_SKIP() << kSharedDirMissing;
+    const std::string path = shared_ + "/models/stories260K.gguf";
+    auto f = gguf::GgufFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    auto v = tokenizer::Vocab::FromGguf(**f);
+    ASSERT_TRUE(v.ok()) << v.status();
+    vocab_ = std::move(*v);
+    ASSERT_TRUE(loader_.AddModelFromFile("stories260K", path).ok());
+    ASSERT_TRUE(loader_.AddModelFromFile("other", path).ok());
+    ASSERT_TRUE(loader_.Start().ok());
+  }
+
+  // A fake worker serving `model`; `tweak` edits its configuration.
+  FakeWorker* AddWorker(const std::string& model = "stories260K",
+                        const std::function<void(FakeWorkerConfig&)>& tweak = nullptr, int port = 0) {
+    FakeWorkerConfig c;
+    c.model = model;
+    if (tweak) tweak(c);
+    workers_.push_back(std::make_unique<FakeWorker>(c));
+    EXPECT_TRUE(workers_.back()->Start(port).ok());
+    return workers_.back().get();
+  }
+
+  std::unique_ptr<TestGateway> StartGateway(const std::vector<FakeWorker*>& workers,
+                                            const std::function<void(GatewayOptions&)>& tweak = nullptr) {
+    auto t = std::make_unique<TestGateway>();
+    GatewayOptions o;
+    o.loader_address = loader_.address();
+    for (FakeWorker* w : workers) o.pool.addresses.push_back(w->address());
+    o.pool.poll_interval = absl::Milliseconds(50);
+    o.pool.info_timeout = absl::Milliseconds(2000);
+    if (tweak) tweak(o);
+    t->gw = std::make_unique<Gateway>(o, &t->registry);
+    EXPECT_TRUE(t->gw->Start().ok());
+    // Every worker live before the test starts (a first Info can time out on a busy
+    // machine; poll again until they answer).
+    Gateway* gw = t->gw.get();
+    if (!workers.empty()) EXPECT_TRUE(WaitFor(
+        [&] {
+          if (gw->pool().live_count() == static_cast<int>(workers.size())) return true;
+          gw->pool().PollNow();
+          return gw->pool().live_count() == static_cast<int>(workers.size());
+        },
+        20000));
+    t->svc = std::make_unique<GatewayServiceImpl>(t->gw.get());
+    serving::GrpcServerOptions so;
+    so.address = "127.0.0.1:0";
+    auto server = serving::StartGrpcServer(so, {t->svc.get()}, &t->port);
+    EXPECT_TRUE(server.ok()) << server.status();
+    t->server = std::move(*server);
+    t->http = std::make_unique<HttpFrontEnd>(t->gw.get());
+    auto hp = t->http->Start("127.0.0.1", 0);
+    EXPECT_TRUE(hp.ok());
+    t->http_port = *hp;
+    t->stub = v1::Gateway::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", t->port), grpc::InsecureChannelCredentials()));
+    return t;
+  }
+
+  static Collected Run(TestGateway* t, const v1::GenerateRequest& req, int timeout_ms = 10000) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    auto reader = t->stub->Generate(&ctx, req);
+    Collected c;
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+      c.msgs.push_back(r);
+      c.ids.insert(c.ids.end(), r.token_ids().begin(), r.token_ids().end());
+      c.text += r.text();
+      if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        c.finish = r.finish_reason();
+        c.usage = r.usage();
+      }
+    }
+    c.status = reader->Finish();
+    return c;
+  }
+
+  static v1::GenerateRequest Req(const std::string& model = "stories260K", const std::string& prompt = "Once upon a time",
+                                 int n = 8) {
+    v1::GenerateRequest r;
+    r.set_model(model);
+    r.set_text(prompt);
+    r.set_n_predict(n);
+    r.mutable_sampling()->set_temperature(0);
+    return r;
+  }
+
+  int32_t Byte(int b) const { return vocab_->TextToToken(absl::StrFormat("<0x%02X>", b)); }
+
+  std::string shared_;
+  std::unique_ptr<tokenizer::Vocab> vocab_;
+  FakeLoader loader_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(GatewayTest, StreamsTokensTextAndUsage) {
+  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) { c.script = story; });
+  auto t = StartGateway({w});
+  v1::GenerateRequest req = Req("stories260K", "Once upon a time", 64);
+  req.mutable_sampling()->set_top_k(7);
+  Collected c = Run(t.get(), req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  std::vector<int32_t> want = story;
+  want.push_back(2);  // the fake's EOS
+  EXPECT_EQ(c.ids, want);
+  EXPECT_EQ(c.text, " there was a little girl");
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_EOS);
+  EXPECT_EQ(c.usage.prompt_tokens(), 5);
+  EXPECT_EQ(c.usage.completion_tokens(), static_cast<int>(want.size()));
+  EXPECT_DOUBLE_EQ(c.usage.prompt_ms(), 1.5);
+  EXPECT_DOUBLE_EQ(c.usage.generation_ms(), 0.5 * want.size());
+  EXPECT_DOUBLE_EQ(c.usage.queue_ms(), 0.25);
+  EXPECT_GT(c.usage.total_ms(), 0);
+  // Only the last message carries the finish reason and usage.
+  for (size_t i = 0; i + 1 < c.msgs.size(); ++i) {
+    EXPECT_EQ(c.msgs[i].finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+    EXPECT_FALSE(c.msgs[i].has_usage());
+  }
+  // What the worker was asked: the tokenized prompt (BOS per the vocabulary), the
+  // request's sampling, and one Step for all of n_predict.
+  const v1::SessionStart start = w->last_start();
+  EXPECT_EQ(std::vector<int32_t>(start.prompt().begin(), start.prompt().end()),
+            (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(start.sampling().top_k(), 7);
+  EXPECT_EQ(start.sampling().temperature(), 0);
+  EXPECT_EQ(w->step_requests(), std::vector<int32_t>{64});
+  EXPECT_TRUE(WaitFor([&] { return w->sessions_active() == 0; }));
+}
+
+TEST_F(GatewayTest, LengthFinishAndTokenPrompt) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = {300, 301};
+    c.eos_after_script = false;
+  });
+  auto t = StartGateway({w});
+  v1::GenerateRequest req = Req("stories260K", "", 5);
+  req.mutable_tokens()->add_ids(1);
+  req.mutable_tokens()->add_ids(403);
+  Collected c = Run(t.get(), req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.ids, (std::vector<int32_t>{300, 301, 300, 301, 300}));
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(c.usage.prompt_tokens(), 2);
+  EXPECT_EQ(c.usage.completion_tokens(), 5);
+  EXPECT_EQ(w->last_start().prompt_size(), 2);
+  // An empty text prompt is a prompt (BOS alone for this vocabulary).
+  Collected e = Run(t.get(), Req("stories260K", "", 2));
+  ASSERT_TRUE(e.status.ok()) << e.status.error_message();
+  const v1::SessionStart es = w->last_start();
+  EXPECT_EQ(std::vector<int32_t>(es.prompt().begin(), es.prompt().end()), std::vector<int32_t>{1});
+  // Default n_predict when unset.
+  v1::GenerateRequest d = Req();
+  d.clear_n_predict();
+  Collected dc = Run(t.get(), d);
+  ASSERT_TRUE(dc.status.ok());
+  EXPECT_EQ(dc.ids.size(), 128u);
+}
+
+TEST_F(GatewayTest, NPredictBeyondTheSequenceContextEndsWithLength) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.n_ctx = 1024;
+    c.n_ctx_seq = 20;
+    c.eos_after_script = false;
+  });
+  auto t = StartGateway({w});
+  Collected c = Run(t.get(), Req("stories260K", "Once upon a time", 1000));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(c.ids.size(), 15u);
+}
+
+TEST_F(GatewayTest, ContextFullEndsWithLength) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.n_ctx_seq = 10;
+    c.eos_after_script = false;
+  });
+  auto t = StartGateway({w});
+  Collected c = Run(t.get(), Req("stories260K", "Once upon a time", -1));  // 5 prompt tokens
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(c.ids.size(), 5u);
+}
+
+TEST_F(GatewayTest, RoutesByModel) {
+  FakeWorker* a = AddWorker("stories260K");
+  FakeWorker* b = AddWorker("other", [](FakeWorkerConfig& c) { c.backend = "cuda"; });
+  auto t = StartGateway({a, b});
+  ASSERT_TRUE(Run(t.get(), Req("other")).status.ok());
+  EXPECT_EQ(b->sessions_started(), 1);
+  EXPECT_EQ(a->sessions_started(), 0);
+  ASSERT_TRUE(Run(t.get(), Req("stories260K")).status.ok());
+  EXPECT_EQ(a->sessions_started(), 1);
+  EXPECT_EQ(b->sessions_started(), 1);
+
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse lm;
+  ASSERT_TRUE(t->stub->ListModels(&ctx, v1::ListModelsRequest(), &lm).ok());
+  ASSERT_EQ(lm.models_size(), 2);
+  EXPECT_EQ(lm.models(0).name(), "other");
+  EXPECT_EQ(lm.models(0).workers(), 1);
+  EXPECT_EQ(lm.models(0).backends(0), "cuda");
+  EXPECT_EQ(lm.models(1).name(), "stories260K");
+  EXPECT_EQ(lm.models(1).n_ctx(), 256);
+  EXPECT_EQ(lm.models(1).n_vocab(), 512);
+  EXPECT_EQ(lm.models(1).architecture(), "llama");
+}
+
+TEST_F(GatewayTest, RoutesToTheLeastLoadedWorker) {
+  FakeWorker* busy = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.active = 5; });
+  FakeWorker* idle_full_kv = AddWorker("stories260K", [](FakeWorkerConfig& c) {
+    c.active = 1;
+    c.kv_cells_used = 900;
+  });
+  FakeWorker* idle = AddWorker("stories260K", [](FakeWorkerConfig& c) {
+    c.active = 1;
+    c.kv_cells_used = 100;
+  });
+  // Polls only when the test says so (PollNow), for a deterministic load picture.
+  auto t = StartGateway({busy, idle_full_kv, idle}, [](GatewayOptions& o) { o.pool.poll_interval = absl::Hours(1); });
+  ASSERT_TRUE(Run(t.get(), Req()).status.ok());
+  EXPECT_EQ(idle->sessions_started(), 1);  // least load, then fewest KV cells
+  EXPECT_EQ(busy->sessions_started(), 0);
+  EXPECT_EQ(idle_full_kv->sessions_started(), 0);
+  // Load changes: the next Info poll moves traffic.
+  idle->Update([](FakeWorkerConfig& c) { c.queued = 10; });
+  t->gw->pool().PollNow();
+  ASSERT_TRUE(Run(t.get(), Req()).status.ok());
+  EXPECT_EQ(idle_full_kv->sessions_started(), 1);
+  // Sessions opened since the last poll count as load: three concurrent long streams
+  // spread over the two lightest workers instead of piling onto one.
+  busy->Update([](FakeWorkerConfig& c) { c.active = 0; });
+  idle_full_kv->Update([](FakeWorkerConfig& c) { c.active = 0; });
+  idle->Update([](FakeWorkerConfig& c) { c.queued = 100; });
+  // (The fakes count their open sessions in Info: let the earlier ones close first.)
+  ASSERT_TRUE(WaitFor([&] { return busy->sessions_active() + idle_full_kv->sessions_active() + idle->sessions_active() == 0; }));
+  t->gw->pool().PollNow();
+  const int busy0 = busy->sessions_started(), full0 = idle_full_kv->sessions_started();
+  std::vector<std::thread> threads;
+  for (auto* w : {busy, idle_full_kv}) w->Update([](FakeWorkerConfig& c) { c.token_delay_ms = 5; });
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&] { EXPECT_TRUE(Run(t.get(), Req()).status.ok()); });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(busy->sessions_started() - busy0, 2);
+  EXPECT_EQ(idle_full_kv->sessions_started() - full0, 2);
+}
+
+TEST_F(GatewayTest, StopStringSplitAcrossTokens) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = {Byte('x'), Byte('a'), Byte('b'), Byte('y'), Byte('z')};
+    c.eos_after_script = false;
+    c.token_delay_ms = 2;
+    c.n_ctx_seq = 1024;
+  });
+  auto t = StartGateway({w});
+  v1::GenerateRequest req = Req("stories260K", "Once upon a time", 1000);
+  req.add_stop("ab");
+  Collected c = Run(t.get(), req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.text, "x");
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_STOP);
+  EXPECT_EQ(c.ids, (std::vector<int32_t>{Byte('x'), Byte('a'), Byte('b')}));
+  // No message ever carried the "a" of the stop string.
+  for (const auto& m : c.msgs) EXPECT_EQ(m.text().find('a'), std::string::npos);
+  // The worker sequence was cancelled at the match, not run to n_predict.
+  EXPECT_TRUE(WaitFor([&] { return w->sessions_active() == 0; }, 1000));
+  EXPECT_EQ(w->sessions_cancelled(), 1);
+  EXPECT_LT(w->steps_written(), 500);
+
+  // A prefix that does not complete is released.
+  w->Update([&](FakeWorkerConfig& c2) {
+    c2.script = {Byte('x'), Byte('a'), Byte('c')};
+    c2.eos_after_script = true;
+  });
+  c = Run(t.get(), req);
+  ASSERT_TRUE(c.status.ok());
+  EXPECT_EQ(c.text, "xac");
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_EOS);
+}
+
+TEST_F(GatewayTest, Utf8IsNeverSplit) {
+  // "é" = C3 A9 and "😀" = F0 9F 98 80 as byte tokens, then a stray continuation byte.
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = {Byte(0xC3), Byte(0xA9), Byte(0xF0), Byte(0x9F), Byte(0x98), Byte(0x80), Byte('!'), Byte(0xF0)};
+  });
+  auto t = StartGateway({w});
+  Collected c = Run(t.get(), Req("stories260K", "Once upon a time", 100));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  ASSERT_EQ(c.msgs.size(), 9u);  // one per token
+  for (const auto& m : c.msgs) EXPECT_TRUE(IsValidUtf8(m.text())) << m.text();
+  EXPECT_EQ(c.msgs[0].text(), "");
+  EXPECT_EQ(c.msgs[1].text(), "\xC3\xA9");
+  EXPECT_EQ(c.msgs[2].text(), "");
+  EXPECT_EQ(c.msgs[5].text(), "\xF0\x9F\x98\x80");
+  // The dangling lead byte at the end becomes U+FFFD when the stream ends.
+  EXPECT_EQ(c.text, "\xC3\xA9\xF0\x9F\x98\x80!\xEF\xBF\xBD");
+}
+
+TEST_F(GatewayTest, LogprobsCarryTokenTexts) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) { c.script = {Byte('h'), Byte('i')}; });
+  auto t = StartGateway({w});
+  v1::GenerateRequest req = Req();
+  req.set_logprobs(2);
+  Collected c = Run(t.get(), req);
+  ASSERT_TRUE(c.status.ok());
+  EXPECT_EQ(w->last_start().logprobs(), 2);
+  ASSERT_EQ(c.msgs[0].logprobs_size(), 1);
+  EXPECT_EQ(c.msgs[0].logprobs(0).token_id(), Byte('h'));
+  ASSERT_EQ(c.msgs[0].logprobs(0).top_size(), 2);
+  EXPECT_EQ(c.msgs[0].logprobs(0).top(0).text(), "h");
+}
+
+TEST_F(GatewayTest, ClientCancelPropagatesToTheWorker) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.eos_after_script = false;
+    c.token_delay_ms = 10;
+  });
+  auto t = StartGateway({w});
+  grpc::ClientContext ctx;
+  auto reader = t->stub->Generate(&ctx, Req("stories260K", "Once upon a time", 200));
+  v1::GenerateResponse r;
+  int msgs = 0;
+  while (msgs < 3 && reader->Read(&r)) ++msgs;
+  ASSERT_EQ(msgs, 3);
+  EXPECT_EQ(w->sessions_active(), 1);
+  ctx.TryCancel();
+  EXPECT_TRUE(WaitFor([&] { return w->sessions_active() == 0; }, 1000)) << "worker session still open";
+  EXPECT_EQ(w->sessions_cancelled(), 1);
+  while (reader->Read(&r)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return t->gw->inflight() == 0; }));
+  EXPECT_LT(w->steps_written(), 100);
+}
+
+TEST_F(GatewayTest, DeadlinesCancelTheWorkerSession) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.eos_after_script = false;
+    c.token_delay_ms = 10;
+  });
+  {
+    // The client's deadline.
+    auto t = StartGateway({w});
+    Collected c = Run(t.get(), Req("stories260K", "Once upon a time", 200), 150);
+    EXPECT_EQ(c.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_TRUE(WaitFor([&] { return w->sessions_active() == 0; }, 1000));
+  }
+  {
+    // The gateway's --request_timeout_ms: the stream ends with FINISH_REASON_CANCELLED.
+    auto t = StartGateway({w}, [](GatewayOptions& o) { o.request_timeout = absl::Milliseconds(300); });
+    Collected c = Run(t.get(), Req("stories260K", "Once upon a time", 200));
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+    EXPECT_EQ(c.finish, v1::FINISH_REASON_CANCELLED);
+    EXPECT_GT(c.usage.completion_tokens(), 0);
+    EXPECT_LT(c.usage.completion_tokens(), 200);
+    EXPECT_TRUE(WaitFor([&] { return w->sessions_active() == 0; }, 1000));
+  }
+}
+
+TEST_F(GatewayTest, WorkerDeathEndsTheStreamWithUnavailableAndTheGatewayRecovers) {
+  FakeWorker* a = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.eos_after_script = false;
+    c.token_delay_ms = 10;
+  });
+  FakeWorker* b = AddWorker("stories260K", [&](FakeWorkerConfig& c) { c.active = 3; });
+  const int a_port = a->port();
+  const std::string a_addr = a->address();
+  auto t = StartGateway({a, b});
+  grpc::ClientContext ctx;
+  auto reader = t->stub->Generate(&ctx, Req("stories260K", "Once upon a time", 250));
+  v1::GenerateResponse r;
+  int msgs = 0;
+  while (msgs < 3 && reader->Read(&r)) ++msgs;
+  ASSERT_EQ(msgs, 3);
+  a->Kill();
+  while (reader->Read(&r)) {
+  }
+  grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_TRUE(absl::StrContains(st.error_message(), a_addr)) << st.error_message();
+  // The gateway is up and routes to the live worker.
+  Collected c = Run(t.get(), Req());
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(b->sessions_started(), 1);
+  EXPECT_TRUE(WaitFor([&] { return t->gw->pool().live_count() == 1; }));
+  // The worker comes back on the same port: it is live again and takes traffic.
+  workers_.push_back(std::make_unique<FakeWorker>(FakeWorkerConfig{}));
+  FakeWorker* a2 = workers_.back().get();
+  ASSERT_TRUE(a2->Start(a_port).ok());
+  EXPECT_TRUE(WaitFor([&] { return t->gw->pool().live_count() == 2; }, 5000));
+  ASSERT_TRUE(Run(t.get(), Req()).status.ok());
+  EXPECT_EQ(a2->sessions_started(), 1);
+  // Every worker of the model dead: UNAVAILABLE (the model is known), not NOT_FOUND.
+  a2->Kill();
+  b->Kill();
+  EXPECT_TRUE(WaitFor([&] { return t->gw->pool().live_count() == 0; }));
+  c = Run(t.get(), Req());
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNAVAILABLE) << c.status.error_message();
+  grpc::ClientContext lctx;
+  v1::ListModelsResponse lm;
+  ASSERT_TRUE(t->stub->ListModels(&lctx, v1::ListModelsRequest(), &lm).ok());
+  EXPECT_EQ(lm.models_size(), 0);
+}
+
+TEST_F(GatewayTest, RefusedOrFailingWorkerBeforeTheFirstTokenIsSkipped) {
+  FakeWorker* full = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.refuse = grpc::StatusCode::RESOURCE_EXHAUSTED; });
+  FakeWorker* ok = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.active = 4; });
+  auto t = StartGateway({full, ok});
+  Collected c = Run(t.get(), Req());
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(full->sessions_started(), 1);
+  EXPECT_EQ(ok->sessions_started(), 1);
+  // All full: RESOURCE_EXHAUSTED.
+  ok->Update([](FakeWorkerConfig& c2) { c2.refuse = grpc::StatusCode::RESOURCE_EXHAUSTED; });
+  c = Run(t.get(), Req());
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << c.status.error_message();
+  // A worker's INVALID_ARGUMENT is passed through, not retried.
+  ok->Update([](FakeWorkerConfig& c2) { c2.refuse = grpc::StatusCode::INVALID_ARGUMENT; });
+  full->Update([](FakeWorkerConfig& c2) { c2.refuse = grpc::StatusCode::INVALID_ARGUMENT; });
+  c = Run(t.get(), Req());
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.status.error_message();
+}
+
+TEST_F(GatewayTest, MalformedRequestsGetInvalidArgumentNamingTheField) {
+  FakeWorker* w = AddWorker("stories260K");
+  auto t = StartGateway({w});
+  struct Case {
+    std::string what, field;
+    v1::GenerateRequest req;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const std::string& what, const std::string& field, const std::function<void(v1::GenerateRequest&)>& f) {
+    v1::GenerateRequest r = Req();
+    f(r);
+    cases.push_back({what, field, r});
+  };
+  add("negative n_predict", "n_predict", [](auto& r) { r.set_n_predict(-5); });
+  add("zero n_predict", "n_predict", [](auto& r) { r.set_n_predict(0); });
+  add("huge n_predict", "n_predict", [](auto& r) { r.set_n_predict(1 << 30); });
+  add("n_predict > n_ctx", "n_predict", [](auto& r) { r.set_n_predict(1025); });
+  add("NaN temperature", "sampling.temperature", [](auto& r) { r.mutable_sampling()->set_temperature(std::nanf("")); });
+  add("inf temperature", "sampling.temperature", [](auto& r) { r.mutable_sampling()->set_temperature(INFINITY); });
+  add("negative temperature", "sampling.temperature", [](auto& r) { r.mutable_sampling()->set_temperature(-1); });
+  add("top_p > 1", "sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); });
+  add("NaN top_p", "sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(std::nanf("")); });
+  add("min_p < 0", "sampling.min_p", [](auto& r) { r.mutable_sampling()->set_min_p(-0.1f); });
+  add("top_k < 0", "sampling.top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-1); });
+  add("repeat_penalty 0", "sampling.repeat_penalty", [](auto& r) { r.mutable_sampling()->set_repeat_penalty(0); });
+  add("repeat_last_n -2", "sampling.repeat_last_n", [](auto& r) { r.mutable_sampling()->set_repeat_last_n(-2); });
+  add("NaN presence_penalty", "sampling.presence_penalty",
+      [](auto& r) { r.mutable_sampling()->set_presence_penalty(std::nanf("")); });
+  add("token id outside the vocabulary", "prompt.tokens", [](auto& r) {
+    r.mutable_tokens()->add_ids(1);
+    r.mutable_tokens()->add_ids(99999);
+  });
+  add("token id n_vocab", "prompt.tokens", [](auto& r) { r.mutable_tokens()->add_ids(512); });
+  add("negative token id", "prompt.tokens", [](auto& r) { r.mutable_tokens()->add_ids(-1); });
+  add("empty token list", "prompt.tokens", [](auto& r) { r.mutable_tokens(); });
+  add("no prompt", "prompt", [](auto& r) { r.clear_prompt(); });
+  add("empty model", "model", [](auto& r) { r.set_model(""); });
+  add("10 MB prompt", "prompt.text", [](auto& r) { r.set_text(std::string(10 << 20, 'a')); });
+  add("invalid UTF-8", "prompt.text", [](auto& r) { r.set_text("bad \xff\xfe utf8"); });
+  add("invalid UTF-8 stop string", "stop[1]", [](auto& r) {
+    r.add_stop("ok");
+    r.add_stop("\xC3");
+  });
+  add("invalid UTF-8 model name", "model", [](auto& r) { r.set_model("m\xFF"); });
+  add("prompt longer than n_ctx", "prompt", [](auto& r) {
+    for (int i = 0; i < 300; ++i) r.mutable_tokens()->add_ids(300);
+  });
+  add("text prompt longer than n_ctx", "prompt", [](auto& r) {
+    std::string s;
+    for (int i = 0; i < 400; ++i) s += "once upon a time ";
+    r.set_text(s);
+  });
+  add("17 stop strings", "stop", [](auto& r) {
+    for (int i = 0; i < 17; ++i) r.add_stop("x");
+  });
+  add("empty stop string", "stop[0]", [](auto& r) { r.add_stop(""); });
+  add("257-byte stop string", "stop[1]", [](auto& r) {
+    r.add_stop("ok");
+    r.add_stop(std::string(257, 's'));
+  });
+  add("logprobs 21", "logprobs", [](auto& r) { r.set_logprobs(21); });
+  add("negative logprobs", "logprobs", [](auto& r) { r.set_logprobs(-1); });
+  add("unknown speculative type", "speculative.type", [](auto& r) { r.mutable_speculative()->set_type("magic"); });
+  add("draft_min > draft_max", "speculative.draft_min", [](auto& r) {
+    r.mutable_speculative()->set_type("ngram-simple");
+    r.mutable_speculative()->set_draft_max(2);
+    r.mutable_speculative()->set_draft_min(3);
+  });
+  for (const Case& c : cases) {
+    Collected got = Run(t.get(), c.req);
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what << ": " << got.status.error_message();
+    EXPECT_TRUE(absl::StartsWith(got.status.error_message(), c.field))
+        << c.what << ": message '" << got.status.error_message() << "' does not start with '" << c.field << "'";
+    EXPECT_TRUE(got.msgs.empty()) << c.what;
+  }
+  EXPECT_EQ(w->sessions_started(), 0);
+  {
+    Collected got = Run(t.get(), Req("no-such-model"));
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::NOT_FOUND) << got.status.error_message();
+  }
+  // Still up and serving.
+  Collected ok = Run(t.get(), Req());
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.finish, v1::FINISH_REASON_EOS);
+}
+
+TEST_F(GatewayTest, TokenizeDetokenizeAndTheVocabularyCache) {
+  FakeWorker* w = AddWorker("stories260K");
+  auto t = StartGateway({w});
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest req;
+    req.set_model("stories260K");
+    req.set_text("Once upon a time");
+    req.set_add_special(true);
+    v1::TokenizeResponse resp;
+    ASSERT_TRUE(t->stub->Tokenize(&ctx, req, &resp).ok());
+    EXPECT_EQ(std::vector<int32_t>(resp.ids().begin(), resp.ids().end()), (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  }
+  EXPECT_EQ(loader_.get_model_info_calls(), 1);  // fetched once, then cached
+  {
+    grpc::ClientContext ctx;
+    v1::DetokenizeRequest req;
+    req.set_model("stories260K");
+    for (int32_t id : {403, 407, 261, 378}) req.add_ids(id);
+    v1::DetokenizeResponse resp;
+    ASSERT_TRUE(t->stub->Detokenize(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.text(), "Once upon a time");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DetokenizeRequest req;
+    req.set_model("stories260K");
+    req.add_ids(403);
+    req.add_ids(512);
+    v1::DetokenizeResponse resp;
+    grpc::Status st = t->stub->Detokenize(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(absl::StartsWith(st.error_message(), "ids")) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest req;
+    req.set_model("stories260K");
+    req.set_text("\xC3\x28");
+    v1::TokenizeResponse resp;
+    EXPECT_EQ(t->stub->Tokenize(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest req;
+    req.set_model("nope");
+    req.set_text("x");
+    v1::TokenizeResponse resp;
+    EXPECT_EQ(t->stub->Tokenize(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+TEST_F(GatewayTest, NoLoaderMeansFailedPrecondition) {
+  FakeWorker* w = AddWorker("stories260K");
+  auto t = StartGateway({w}, [](GatewayOptions& o) { o.loader_address = ""; });
+  Collected c = Run(t.get(), Req());
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << c.status.error_message();
+  // A dead loader: UNAVAILABLE naming it.
+  loader_.Kill();
+  auto t2 = StartGateway({w});
+  c = Run(t2.get(), Req());
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNAVAILABLE) << c.status.error_message();
+  EXPECT_TRUE(absl::StrContains(c.status.error_message(), "loader")) << c.status.error_message();
+}
+
+TEST_F(GatewayTest, DiscoversWorkersThroughDns) {
+  FakeWorker* w = AddWorker("stories260K");
+  auto t = StartGateway({}, [&](GatewayOptions& o) { o.pool.dns = absl::StrCat("localhost:", w->port()); });
+  EXPECT_TRUE(WaitFor([&] { return t->gw->pool().live_count() >= 1; }));
+  bool found = false;
+  for (const WorkerSnapshot& s : t->gw->pool().Snapshot()) found |= s.address == w->address() && s.live;
+  EXPECT_TRUE(found);
+  ASSERT_TRUE(Run(t.get(), Req()).status.ok());
+  EXPECT_EQ(w->sessions_started(), 1);
+  auto r = ResolveDns("localhost:80");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(std::find(r->begin(), r->end(), "127.0.0.1:80"), r->end());
+  EXPECT_EQ(ResolveDns("localhost").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveDns("no-such-host.invalid:80").status().code(), absl::StatusCode::kUnavailable);
+  auto list = ParseWorkerList(" a:1, b:2,,a:1 ");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(*list, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_FALSE(ParseWorkerList("a").ok());
+}
+
+TEST_F(GatewayTest, MetricsCountRequestsTokensAndWorkers) {
+  FakeWorker* w = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.script = {300, 301}; });
+  auto t = StartGateway({w});
+  ASSERT_TRUE(Run(t.get(), Req()).status.ok());
+  Run(t.get(), Req("stories260K", "x", -7));
+  const std::string m = t->registry.Render();
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_requests_total{method=\"Generate\",code=\"OK\"} 1")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_requests_total{method=\"Generate\",code=\"INVALID_ARGUMENT\"} 1")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_tokens_generated_total{model=\"stories260K\"} 3")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_live_workers 1")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_inflight_requests 0")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_request_seconds_count{method=\"Generate\"} 2")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_time_to_first_token_seconds_count{model=\"stories260K\"} 1")) << m;
+}
+
+TEST_F(GatewayTest, ShutdownCancelsInFlightStreamsWithALastMessage) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.eos_after_script = false;
+    c.token_delay_ms = 10;
+  });
+  auto t = StartGateway({w});
+  Collected c;
+  std::thread th([&] { c = Run(t.get(), Req("stories260K", "Once upon a time", 200)); });
+  ASSERT_TRUE(WaitFor([&] { return w->steps_written() >= 2; }));
+  t->gw->BeginDrain();
+  EXPECT_EQ(Run(t.get(), Req()).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  t->gw->CancelAll();
+  th.join();
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return w->sessions_active() == 0; }, 1000));
+}
+
+// ---- HTTP ----
+
+TEST_F(GatewayTest, HttpCompletionsAndModels) {
+  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = story;
+    c.eos_after_script = false;
+  });
+  auto t = StartGateway({w});
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+
+  auto models = cli.Get("/v1/models");
+  ASSERT_TRUE(models);
+  ASSERT_EQ(models->status, 200);
+  json mj = json::parse(models->body);
+  EXPECT_EQ(mj["object"], "list");
+  ASSERT_EQ(mj["data"].size(), 1u);
+  EXPECT_EQ(mj["data"][0]["id"], "stories260K");
+  EXPECT_EQ(mj["data"][0]["object"], "model");
+
+  json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}};
+  auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "stories260K");
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_EQ(text, vocab_->TokenToPiece(story[0], false) + vocab_->TokenToPiece(story[1], false) +
+                      vocab_->TokenToPiece(story[2], false));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["usage"]["total_tokens"], 8);
+
+  // Streaming: SSE chunks that join to the same text, then [DONE].
+  body["stream"] = true;
+  auto sse = cli.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(sse);
+  ASSERT_EQ(sse->status, 200);
+  EXPECT_TRUE(absl::StartsWith(sse->get_header_value("Content-Type"), "text/event-stream"));
+  EXPECT_TRUE(absl::EndsWith(sse->body, "data: [DONE]\n\n")) << sse->body;
+  std::string joined;
+  std::string finish;
+  int chunks = 0;
+  for (absl::string_view ev : absl::StrSplit(sse->body, "\n\n", absl::SkipEmpty())) {
+    ASSERT_TRUE(absl::StartsWith(ev, "data: ")) << ev;
+    if (ev == "data: [DONE]") continue;
+    json c = json::parse(ev.substr(6));
+    EXPECT_EQ(c["object"], "text_completion");
+    joined += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) {
+      finish = c["choices"][0]["finish_reason"];
+      EXPECT_EQ(c["usage"]["completion_tokens"], 3);
+    }
+    ++chunks;
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(finish, "length");
+  EXPECT_GE(chunks, 3);
+
+  // Stop strings, token-id prompts, logprobs.
+  json stop_body = {{"model", "stories260K"}, {"prompt", json::array({1, 403})}, {"max_tokens", 20},
+                    {"stop", json::array({"little"})}, {"logprobs", 1}};
+  res = cli.Post("/v1/completions", stop_body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], " there was a ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2);
+  EXPECT_FALSE(j["choices"][0]["logprobs"]["tokens"].empty()) << j.dump();
+  EXPECT_EQ(w->last_start().logprobs(), 1);
+}
+
+TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
+  FakeWorker* w = AddWorker("stories260K");
+  FakeWorker* dead = AddWorker("other");
+  auto t = StartGateway({w, dead});
+  dead->Kill();
+  ASSERT_TRUE(WaitFor([&] { return t->gw->pool().live_count() == 1; }));
+  httplib::Client cli("127.0.0.1", t->http_port);
+  struct Case {
+    std::string body;
+    int status;
+    std::string type, message_start;
+  };
+  const std::vector<Case> cases = {
+      {"{not json", 400, "invalid_request_error", "request body"},
+      {R"({"prompt":"x"})", 400, "invalid_request_error", "model"},
+      {R"({"model":"stories260K"})", 400, "invalid_request_error", "prompt"},
+      {R"({"model":"stories260K","prompt":"x","temperature":-1})", 400, "invalid_request_error", "sampling.temperature"},
+      {R"({"model":"stories260K","prompt":"x","temperature":"hot"})", 400, "invalid_request_error", "temperature"},
+      {R"({"model":"stories260K","prompt":"x","max_tokens":0})", 400, "invalid_request_error", "n_predict"},
+      {R"({"model":"stories260K","prompt":"x","top_p":2})", 400, "invalid_request_error", "sampling.top_p"},
+      {R"({"model":"stories260K","prompt":[1,99999]})", 400, "invalid_request_error", "prompt.tokens"},
+      {R"({"model":"stories260K","prompt":"x","n":2})", 400, "invalid_request_error", "n"},
+      {R"({"model":"nope","prompt":"x"})", 404, "not_found_error", "model"},
+      {R"({"model":"other","prompt":"x"})", 503, "unavailable_error", "model"},
+  };
+  for (const Case& c : cases) {
+    auto res = cli.Post("/v1/completions", c.body, "application/json");
+    ASSERT_TRUE(res) << c.body;
+    EXPECT_EQ(res->status, c.status) << c.body << " -> " << res->body;
+    json j = json::parse(res->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << res->body;
+    EXPECT_EQ(j["error"]["type"], c.type) << res->body;
+    EXPECT_EQ(j["error"]["code"], c.status) << res->body;
+    EXPECT_TRUE(absl::StartsWith(j["error"]["message"].get<std::string>(), c.message_start)) << res->body;
+  }
+  EXPECT_EQ(w->sessions_started(), 0);
+  // Unknown endpoint and an oversized body: JSON errors as well.
+  auto nf = cli.Get("/v1/nothing");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_EQ(json::parse(nf->body)["error"]["type"], "not_found_error");
+  json big = {{"model", "stories260K"}, {"prompt", std::string(17 << 20, 'a')}};
+  auto large = cli.Post("/v1/completions", big.dump(), "application/json");
+  ASSERT_TRUE(large);
+  EXPECT_EQ(large->status, 413);
+  EXPECT_EQ(json::parse(large->body)["error"]["code"], 413);
+  // 2 MB of text fits in the body limit but not in --max_prompt_bytes.
+  json two = {{"model", "stories260K"}, {"prompt", std::string(2 << 20, 'a')}};
+  auto r2 = cli.Post("/v1/completions", two.dump(), "application/json");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 400);
+  EXPECT_TRUE(absl::StartsWith(json::parse(r2->body)["error"]["message"].get<std::string>(), "prompt.text")) << r2->body;
+  // Invalid UTF-8 in the JSON body.
+  auto res = cli.Post("/v1/completions", std::string("{\"model\":\"stories260K\",\"prompt\":\"\xff\"}"), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+}
+
+// ---- herd generate ----
+
+int RunCli(const std::vector<std::string>& args, std::string* out, std::string* err) {
+  std::vector<std::string> a = {"herd", "generate"};
+  a.insert(a.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : a) argv.push_back(s.data());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int rc = cli::CmdGenerate(static_cast<int>(argv.size()), argv.data());
+  *out = ::testing::internal::GetCapturedStdout();
+  *err = ::testing::internal::GetCapturedStderr();
+  return rc;
+}
+
+TEST_F(GatewayTest, HerdGenerateStreamsTextAndReportsUsage) {
+  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) { c.script = story; });
+  auto t = StartGateway({w});
+  const std::string addr = absl::StrCat("127.0.0.1:", t->port);
+  // The gateway runs in this process: keep its request logs out of the captured stderr.
+  SetMinLogLevel(LogLevel::kError);
+  struct Restore {
+    ~Restore() { SetMinLogLevel(LogLevel::kInfo); }
+  } restore;
+  std::string out, err;
+  int rc = RunCli({"--gateway", addr, "-m", "stories260K", "-p", "Once upon a time", "-n", "32", "--temp", "0",
+                   "--top-k", "5", "--seed", "42", "--stop", "little", "--stop=zzz", "--timeout-ms", "5000"},
+                  &out, &err);
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_EQ(out, " there was a \n");
+  EXPECT_TRUE(absl::StrContains(err, "finish: stop")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "prompt 5 tokens")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "tokens/s")) << err;
+  EXPECT_EQ(w->last_start().sampling().top_k(), 5);
+  EXPECT_EQ(w->last_start().sampling().seed(), 42u);
+
+  rc = RunCli({"--gateway", addr, "-m", "nope", "-p", "x"}, &out, &err);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(absl::StartsWith(err, "herd: error: generate: NOT_FOUND: ")) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  rc = RunCli({"--gateway", addr, "-m", "stories260K", "-p", "x", "--temp", "-1"}, &out, &err);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(absl::StrContains(err, "INVALID_ARGUMENT: sampling.temperature")) << err;
+  rc = RunCli({"-m", "stories260K"}, &out, &err);
+  EXPECT_EQ(rc, 2);
+}
+
+}  // namespace
+}  // namespace herd::gateway

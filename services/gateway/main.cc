@@ -1,0 +1,150 @@
+// herd gateway: the public gRPC API (herd.v1.Gateway) and an OpenAI-compatible HTTP
+// endpoint over a pool of compute workers. See services/gateway/README.md.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+#include "libs/serving/metrics.h"
+#include "libs/serving/server.h"
+#include "services/gateway/gateway.h"
+#include "services/gateway/http_server.h"
+
+ABSL_FLAG(std::string, loader, "", "loader address HOST:PORT (vocabularies for tokenization)");
+ABSL_FLAG(std::string, workers, "", "comma-separated worker addresses \"h1:p1,h2:p2\"");
+ABSL_FLAG(std::string, workers_dns, "",
+          "NAME:PORT; every address NAME resolves to is a worker (e.g. a Kubernetes headless "
+          "service); re-resolved every --dns_refresh_ms");
+ABSL_FLAG(std::string, host, "0.0.0.0", "address to bind the gRPC, HTTP and metrics ports on");
+ABSL_FLAG(int, port, 50051, "gRPC port (0 = pick a free port)");
+ABSL_FLAG(int, http_port, 8080, "OpenAI-compatible HTTP port (0 = pick a free port, -1 = off)");
+ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0 = pick a free port, -1 = off)");
+ABSL_FLAG(int, grace_ms, 5000, "on SIGTERM, in-flight streams get this long to finish before they are cancelled");
+ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "largest prompt text in bytes");
+ABSL_FLAG(int, request_timeout_ms, 600000, "upper bound of a request's lifetime (0 = none)");
+ABSL_FLAG(int, default_n_predict, 128, "n_predict of requests that leave it unset");
+ABSL_FLAG(int, poll_ms, 500, "interval of the workers' Info polls");
+ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
+ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
+ABSL_FLAG(int, http_threads, 32, "HTTP connections served at once");
+ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC message size limit");
+
+namespace {
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "gateway: error: %s\n", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "herd gateway: the public gRPC API (herd.v1.Gateway: Generate, Tokenize, Detokenize, ListModels) and an\n"
+      "OpenAI-compatible HTTP endpoint (POST /v1/completions, GET /v1/models) over compute workers.\n\n"
+      "usage: gateway --loader HOST:PORT (--workers h1:p1,h2:p2 | --workers_dns NAME:PORT) [flags]\n\n"
+      "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.");
+  absl::ParseCommandLine(argc, argv);
+  using herd::gateway::Gateway;
+
+  herd::gateway::GatewayOptions opts;
+  opts.loader_address = absl::GetFlag(FLAGS_loader);
+  if (!absl::GetFlag(FLAGS_workers).empty()) {
+    auto list = herd::gateway::ParseWorkerList(absl::GetFlag(FLAGS_workers));
+    if (!list.ok()) return Fail(std::string(list.status().message()));
+    opts.pool.addresses = *list;
+  }
+  opts.pool.dns = absl::GetFlag(FLAGS_workers_dns);
+  if (opts.pool.addresses.empty() && opts.pool.dns.empty()) return Fail("--workers or --workers_dns is required");
+  if (opts.loader_address.empty()) {
+    HERD_LOG(Warning) << "no --loader: requests fail with FAILED_PRECONDITION (no vocabulary to tokenize with)";
+  }
+  opts.pool.poll_interval = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_poll_ms)));
+  opts.pool.info_timeout = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_info_timeout_ms)));
+  opts.pool.dns_interval = absl::Milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
+  opts.pool.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  opts.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  if (opts.max_prompt_bytes <= 0) return Fail("--max_prompt_bytes must be > 0");
+  opts.request_timeout = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_request_timeout_ms)));
+  opts.default_n_predict = absl::GetFlag(FLAGS_default_n_predict);
+  if (opts.default_n_predict < -1 || opts.default_n_predict == 0) return Fail("--default_n_predict must be -1 or >= 1");
+
+  herd::serving::Registry registry;
+  Gateway gw(opts, &registry);
+  absl::Status s = gw.Start();
+  if (!s.ok()) return Fail(std::string(s.message()));
+
+  const std::string host = absl::GetFlag(FLAGS_host);
+  herd::gateway::GatewayServiceImpl service(&gw);
+  herd::serving::GrpcServerOptions gopts;
+  gopts.address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
+  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  const auto grace = std::chrono::milliseconds(std::max(0, absl::GetFlag(FLAGS_grace_ms)));
+  gopts.shutdown_grace = grace;
+  int port = 0;
+  auto server = herd::serving::StartGrpcServer(gopts, {&service}, &port);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  std::printf("gateway listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+
+  herd::gateway::HttpOptions hopts;
+  hopts.threads = absl::GetFlag(FLAGS_http_threads);
+  hopts.max_body_bytes = static_cast<size_t>(opts.max_prompt_bytes) * 8 + (1 << 20);
+  herd::gateway::HttpFrontEnd http(&gw, hopts);
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    auto hp = http.Start(host, absl::GetFlag(FLAGS_http_port));
+    if (!hp.ok()) return Fail(std::string(hp.status().message()));
+    std::printf("http on %s:%d\n", host.c_str(), *hp);
+    std::fflush(stdout);
+  }
+  herd::serving::MetricsHttpServer metrics(&registry);
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto mp = metrics.Start(host, absl::GetFlag(FLAGS_metrics_port));
+    if (!mp.ok()) return Fail(std::string(mp.status().message()));
+    std::printf("metrics on %s:%d\n", host.c_str(), *mp);
+    std::fflush(stdout);
+  }
+  HERD_LOG(Info) << "gateway: " << gw.pool().live_count() << " live worker(s); loader "
+                 << (opts.loader_address.empty() ? "none" : opts.loader_address);
+
+  // SIGTERM/SIGINT: stop accepting (health NOT_SERVING, HTTP listener closed), let
+  // in-flight streams finish for --grace_ms, then cancel them (their last message says
+  // FINISH_REASON_CANCELLED and their worker sequences are cancelled).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread canceller, http_stopper;
+  herd::serving::WaitForShutdown(server->get(), grace, [&] {
+    gw.BeginDrain();
+    http_stopper = std::thread([&] { http.Stop(); });
+    // Cancel a little before gRPC's own deadline so that the streams' last messages
+    // (FINISH_REASON_CANCELLED) still reach their clients.
+    const auto margin = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), grace / 5);
+    canceller = std::thread([&, margin] {
+      std::unique_lock<std::mutex> l(mu);
+      if (!cv.wait_for(l, grace - margin, [&] { return done; })) gw.CancelAll();
+    });
+  });
+  // The gRPC server has drained (or cancelled) its calls.
+  gw.WaitIdle(absl::FromChrono(grace) + absl::Seconds(1));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    done = gw.inflight() == 0;
+  }
+  cv.notify_all();
+  if (!done) gw.CancelAll();
+  if (canceller.joinable()) canceller.join();
+  if (http_stopper.joinable()) http_stopper.join();
+  gw.Stop();
+  metrics.Stop();
+  HERD_LOG(Info) << "gateway stopped";
+  return 0;
+}

@@ -1,0 +1,93 @@
+#include "services/gateway/vocab_cache.h"
+
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+#include "libs/gguf/gguf.h"
+
+namespace herd::gateway {
+
+VocabCache::VocabCache(const std::string& loader_address) : loader_address_(loader_address) {
+  if (!loader_address_.empty()) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);  // vocabularies of large BPE models are tens of MB
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    stub_ = v1::Loader::NewStub(
+        grpc::CreateCustomChannel(loader_address_, grpc::InsecureChannelCredentials(), args));
+  }
+}
+
+void VocabCache::Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& e = entries_[model];
+  if (e == nullptr) e = std::make_shared<Entry>();
+  std::lock_guard<std::mutex> fl(e->fetch_mu);
+  e->vocab = std::move(vocab);
+}
+
+absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Get(const std::string& model,
+                                                                         absl::Time deadline) {
+  if (model.empty()) return absl::InvalidArgumentError("model: empty");
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& slot = entries_[model];
+    if (slot == nullptr) slot = std::make_shared<Entry>();
+    e = slot;
+  }
+  std::lock_guard<std::mutex> fl(e->fetch_mu);
+  if (e->vocab != nullptr) return e->vocab;
+  auto v = Fetch(model, deadline);
+  if (v.ok()) e->vocab = *v;
+  return v;
+}
+
+absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Fetch(const std::string& model,
+                                                                           absl::Time deadline) {
+  if (stub_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", model, ": no vocabulary (the gateway runs without --loader)"));
+  }
+  grpc::ClientContext ctx;
+  // At least a few seconds for a large vocabulary even when the request is nearly due.
+  ctx.set_deadline(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(5))));
+  v1::GetModelInfoRequest req;
+  req.set_name(model);
+  req.set_include_vocab_gguf(true);
+  v1::ModelInfo info;
+  const absl::Time t0 = absl::Now();
+  grpc::Status st = stub_->GetModelInfo(&ctx, req, &info);
+  if (!st.ok()) {
+    const std::string msg = absl::StrCat("loader ", loader_address_, ": GetModelInfo(", model, "): ",
+                                         st.error_message());
+    switch (st.error_code()) {
+      case grpc::StatusCode::NOT_FOUND:
+        return absl::NotFoundError(absl::StrCat("model '", model, "' not found (", msg, ")"));
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        return absl::InvalidArgumentError(msg);
+      case grpc::StatusCode::FAILED_PRECONDITION:
+        return absl::FailedPreconditionError(msg);
+      default:
+        return absl::UnavailableError(msg);
+    }
+  }
+  if (info.vocab_gguf().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("loader ", loader_address_, " sent no vocab_gguf for model ", model));
+  }
+  auto file = gguf::GgufFile::FromBytes(std::move(*info.mutable_vocab_gguf()), model + ".vocab.gguf");
+  if (!file.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("model ", model, ": vocabulary: ", file.status().message()));
+  }
+  auto vocab = tokenizer::Vocab::FromGguf(**file);
+  if (!vocab.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("model ", model, ": vocabulary: ", vocab.status().message()));
+  }
+  HERD_LOG(Info) << "vocabulary of " << model << ": " << (*vocab)->n_tokens() << " tokens ("
+                 << tokenizer::VocabTypeName((*vocab)->type()) << ") from loader in "
+                 << absl::ToDoubleMilliseconds(absl::Now() - t0) << " ms";
+  return std::shared_ptr<const tokenizer::Vocab>(std::move(*vocab));
+}
+
+}  // namespace herd::gateway

@@ -1,0 +1,49 @@
+// Per-model vocabularies for the gateway, fetched from the loader
+// (GetModelInfo with include_vocab_gguf -> GgufFile::FromBytes -> Vocab::FromGguf) and
+// cached for the life of the process.
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "libs/tokenizer/tokenizer.h"
+#include "proto/herd/v1/loader.grpc.pb.h"
+
+namespace herd::gateway {
+
+/// Thread-safe cache of tokenizers by model name. Concurrent first requests for the
+/// same model share one loader call; failures are not cached (the next request asks
+/// the loader again).
+class VocabCache {
+ public:
+  /// `loader_address` "host:port"; "" = no loader (every lookup fails with
+  /// FAILED_PRECONDITION unless a vocabulary was added with Add()).
+  explicit VocabCache(const std::string& loader_address);
+
+  /// The model's vocabulary. Errors: INVALID_ARGUMENT for an empty name; NOT_FOUND when
+  /// the loader does not know the model; UNAVAILABLE (naming the loader) when it cannot
+  /// be reached before `deadline`; FAILED_PRECONDITION when there is no loader or the
+  /// vocabulary it sent cannot be parsed.
+  absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> Get(const std::string& model, absl::Time deadline);
+
+  /// Installs a vocabulary directly (tests, or models whose vocabulary is known locally).
+  void Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab);
+
+ private:
+  struct Entry {
+    std::mutex fetch_mu;  // held while one thread asks the loader
+    std::shared_ptr<const tokenizer::Vocab> vocab;
+  };
+  absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> Fetch(const std::string& model, absl::Time deadline);
+
+  std::string loader_address_;
+  std::unique_ptr<v1::Loader::Stub> stub_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> entries_;
+};
+
+}  // namespace herd::gateway

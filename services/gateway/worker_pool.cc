@@ -1,0 +1,340 @@
+#include "services/gateway/worker_pool.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "libs/base/log.h"
+
+namespace herd::gateway {
+
+struct WorkerPool::Entry {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Worker::Stub> stub;
+  // Guarded by WorkerPool::mu_.
+  bool live = false;
+  bool has_info = false;
+  v1::WorkerInfo info;
+  int sessions = 0;            // open sessions through this gateway
+  int started_since_info = 0;  // sessions opened since the Info we last applied
+  std::string last_error;
+};
+
+absl::StatusOr<std::vector<std::string>> ParseWorkerList(const std::string& s) {
+  std::vector<std::string> out;
+  for (absl::string_view item : absl::StrSplit(s, ',')) {
+    std::string a(absl::StripAsciiWhitespace(item));
+    if (a.empty()) continue;
+    const size_t colon = a.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(a.substr(colon + 1), &port) || port <= 0 ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("workers: '", a, "' is not HOST:PORT"));
+    }
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveDns(const std::string& target) {
+  const size_t colon = target.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(target.substr(colon + 1), &port) || port <= 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("workers_dns: '", target, "' is not NAME:PORT"));
+  }
+  std::string name = target.substr(0, colon);
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  struct addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat("workers_dns: cannot resolve '", name, "': ", ::gai_strerror(rc)));
+  }
+  std::vector<std::string> out;
+  for (struct addrinfo* p = res; p != nullptr; p = p->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (p->ai_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<struct sockaddr_in*>(p->ai_addr)->sin_addr, buf, sizeof(buf));
+      out.push_back(absl::StrCat(buf, ":", port));
+    } else if (p->ai_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<struct sockaddr_in6*>(p->ai_addr)->sin6_addr, buf, sizeof(buf));
+      out.push_back(absl::StrCat("[", buf, "]:", port));
+    }
+  }
+  ::freeaddrinfo(res);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+WorkerPool::Lease::Lease(std::shared_ptr<Entry> e, WorkerPool* pool) : e_(std::move(e)), pool_(pool) {
+  std::lock_guard<std::mutex> l(pool_->mu_);
+  ++e_->sessions;
+  ++e_->started_since_info;
+  info_ = e_->info;
+}
+
+WorkerPool::Lease::~Lease() {
+  if (e_ == nullptr) return;  // moved from
+  std::lock_guard<std::mutex> l(pool_->mu_);
+  --e_->sessions;
+}
+
+const std::string& WorkerPool::Lease::address() const { return e_->address; }
+v1::Worker::Stub* WorkerPool::Lease::stub() const { return e_->stub.get(); }
+
+WorkerPool::WorkerPool(WorkerPoolOptions opts) : opts_(std::move(opts)) {}
+
+WorkerPool::~WorkerPool() { Stop(); }
+
+std::shared_ptr<WorkerPool::Entry> WorkerPool::MakeEntry(const std::string& address) const {
+  auto e = std::make_shared<Entry>();
+  e->address = address;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(opts_.max_message_bytes);
+  args.SetMaxSendMessageSize(opts_.max_message_bytes);
+  // A restarted worker (same address) must be found again within a poll or two, not
+  // after gRPC's default exponential backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // One channel per worker address (no sharing of subchannels between entries).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  e->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  e->stub = v1::Worker::NewStub(e->channel);
+  return e;
+}
+
+absl::Status WorkerPool::Start() {
+  if (opts_.addresses.empty() && opts_.dns.empty()) {
+    return absl::InvalidArgumentError("workers: no workers configured (--workers or --workers_dns)");
+  }
+  PollNow();
+  std::lock_guard<std::mutex> l(stop_mu_);
+  stopping_ = false;
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void WorkerPool::Stop() {
+  {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void WorkerPool::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(stop_mu_);
+      if (stop_cv_.wait_for(l, absl::ToChronoMilliseconds(opts_.poll_interval), [this] { return stopping_; })) {
+        return;
+      }
+    }
+    PollNow();
+  }
+}
+
+void WorkerPool::Discover() {
+  std::vector<std::string> want = opts_.addresses;
+  bool dns_ok = true;
+  if (!opts_.dns.empty() && absl::Now() >= next_dns_) {
+    next_dns_ = absl::Now() + opts_.dns_interval;
+    auto resolved = ResolveDns(opts_.dns);
+    if (resolved.ok()) {
+      want.insert(want.end(), resolved->begin(), resolved->end());
+    } else {
+      dns_ok = false;
+      HERD_LOG(Warning) << resolved.status().message() << " (keeping the previous worker list)";
+    }
+  } else if (!opts_.dns.empty()) {
+    return;  // not time to re-resolve yet
+  }
+  if (!dns_ok) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const std::string& a : want) {
+    if (entries_.count(a) == 0) {
+      entries_[a] = MakeEntry(a);
+      HERD_LOG(Info) << "worker " << a << " added";
+    }
+  }
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (std::find(want.begin(), want.end(), it->first) == want.end()) {
+      HERD_LOG(Info) << "worker " << it->first << " removed (no longer in " << opts_.dns << ")";
+      it = entries_.erase(it);  // open sessions keep their Entry alive through the Lease
+    } else {
+      ++it;
+    }
+  }
+}
+
+void WorkerPool::PollNow() {
+  std::lock_guard<std::mutex> poll_lock(poll_mu_);
+  if (entries_.empty() || !opts_.dns.empty()) Discover();
+  std::vector<std::shared_ptr<Entry>> entries;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [a, e] : entries_) entries.push_back(e);
+  }
+  struct Call {
+    std::shared_ptr<Entry> e;
+    grpc::ClientContext ctx;
+    v1::WorkerInfoRequest req;
+    v1::WorkerInfo resp;
+    grpc::Status status;
+    int started_at_send = 0;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  size_t done = 0;
+  for (auto& e : entries) {
+    auto c = std::make_unique<Call>();
+    c->e = e;
+    c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.info_timeout));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      c->started_at_send = e->started_since_info;
+    }
+    Call* raw = c.get();
+    calls.push_back(std::move(c));
+    e->stub->async()->Info(&raw->ctx, &raw->req, &raw->resp, [raw, &done_mu, &done_cv, &done](grpc::Status s) {
+      raw->status = std::move(s);
+      std::lock_guard<std::mutex> l(done_mu);
+      ++done;
+      done_cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> l(done_mu);
+    done_cv.wait(l, [&] { return done == calls.size(); });
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& c : calls) {
+    Entry& e = *c->e;
+    if (c->status.ok()) {
+      if (!e.live) {
+        HERD_LOG(Info) << "worker " << e.address << " live: model " << c->resp.model() << ", backend "
+                       << c->resp.backend() << ", n_ctx " << c->resp.n_ctx() << ", n_ctx_seq " << c->resp.n_ctx_seq()
+                       << ", max_sequences " << c->resp.max_sequences();
+      }
+      e.live = true;
+      e.has_info = true;
+      e.info = c->resp;
+      e.started_since_info = std::max(0, e.started_since_info - c->started_at_send);
+      e.last_error.clear();
+      if (!c->resp.model().empty()) known_models_.insert(c->resp.model());
+    } else {
+      if (e.live || e.last_error.empty()) {
+        HERD_LOG(Warning) << "worker " << e.address << " not live: Info: "
+                          << (c->status.error_message().empty() ? std::to_string(c->status.error_code())
+                                                                : c->status.error_message());
+      }
+      e.live = false;
+      e.last_error = c->status.error_message().empty() ? "Info failed" : c->status.error_message();
+    }
+  }
+  if (opts_.live_gauge != nullptr) {
+    int n = 0;
+    for (auto& [a, e] : entries_) n += e->live ? 1 : 0;
+    opts_.live_gauge->Set(n);
+  }
+}
+
+void WorkerPool::UpdateGauge() {
+  if (opts_.live_gauge == nullptr) return;
+  opts_.live_gauge->Set(live_count());
+}
+
+WorkerPool::ModelState WorkerPool::GetModelState(const std::string& model) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [a, e] : entries_) {
+    if (e->live && e->info.model() == model) return ModelState::kLive;
+  }
+  return known_models_.count(model) > 0 ? ModelState::kNoLiveWorker : ModelState::kUnknown;
+}
+
+std::vector<WorkerSnapshot> WorkerPool::LiveWorkersFor(const std::string& model) const {
+  std::vector<WorkerSnapshot> out;
+  for (WorkerSnapshot& s : Snapshot()) {
+    if (s.live && s.info.model() == model) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, int64_t min_ctx_seq,
+                                                      const std::set<std::string>& exclude) {
+  std::shared_ptr<Entry> best;
+  int64_t best_load = 0, best_kv = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [a, e] : entries_) {
+      if (!e->live || e->info.model() != model || exclude.count(a) > 0) continue;
+      if (e->info.n_ctx_seq() > 0 && e->info.n_ctx_seq() < min_ctx_seq) continue;
+      const int64_t load = int64_t{e->info.active_sequences()} + e->info.queued_sequences() + e->started_since_info;
+      const int64_t kv = e->info.kv_cells_used();
+      if (best == nullptr || load < best_load || (load == best_load && kv < best_kv)) {
+        best = e;
+        best_load = load;
+        best_kv = kv;
+      }
+    }
+  }
+  if (best == nullptr) {
+    return absl::UnavailableError(absl::StrCat("no live worker serves model '", model, "'",
+                                               exclude.empty() ? "" : " (the others failed)"));
+  }
+  return Lease(best, this);
+}
+
+void WorkerPool::ReportFailure(const std::string& address, const std::string& error) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = entries_.find(address);
+    if (it == entries_.end()) return;
+    if (it->second->live) {
+      HERD_LOG(Warning) << "worker " << address << " not live: " << error;
+    }
+    it->second->live = false;
+    it->second->last_error = error;
+  }
+  UpdateGauge();
+}
+
+std::vector<WorkerSnapshot> WorkerPool::Snapshot() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<WorkerSnapshot> out;
+  for (auto& [a, e] : entries_) {
+    WorkerSnapshot s;
+    s.address = a;
+    s.live = e->live;
+    s.has_info = e->has_info;
+    s.info = e->info;
+    s.sessions = e->sessions;
+    s.last_error = e->last_error;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+int WorkerPool::live_count() const {
+  std::lock_guard<std::mutex> l(mu_);
+  int n = 0;
+  for (auto& [a, e] : entries_) n += e->live ? 1 : 0;
+  return n;
+}
+
+}  // namespace herd::gateway

@@ -1,0 +1,102 @@
+// herd-loader: the model store service (herd.v1.Loader) over one directory of GGUF
+// files, with grpc.health.v1, server reflection and Prometheus metrics.
+//
+//   loader --models_dir=/models --port=50052 --metrics_port=9092
+//
+// Prints "loader listening on HOST:PORT" and "loader metrics on HOST:PORT" on stdout
+// once serving (port 0 picks a free port), so a launcher can read the ports. SIGTERM /
+// SIGINT: health turns NOT_SERVING, in-flight streams get --grace_ms to finish.
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+#include "libs/serving/metrics.h"
+#include "libs/serving/server.h"
+#include "services/loader/loader_service.h"
+#include "services/loader/quantize_backend.h"
+
+ABSL_FLAG(std::string, models_dir, "", "Directory of *.gguf models served by this loader (required).");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to bind the gRPC and metrics ports on.");
+ABSL_FLAG(int, port, 50052, "gRPC port (0 = pick a free port; the chosen one is printed).");
+ABSL_FLAG(int, metrics_port, 9092, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
+ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight streams may run before they are cancelled (ms).");
+ABSL_FLAG(int, max_chunk_bytes, 4 << 20,
+          "Largest ReadTensors chunk sent, 4096..4194304; larger requested chunk sizes are cut to this.");
+ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
+ABSL_FLAG(int, quantize_threads, 0, "Threads per Quantize job (0 = all hardware threads).");
+ABSL_FLAG(int, max_concurrent_quantize, 1, "Quantize jobs allowed to run at once.");
+
+namespace {
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "herd-loader: error: %s\n", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("herd-loader --models_dir=DIR [--port=N] [--metrics_port=N]: the herd model store");
+  absl::ParseCommandLine(argc, argv);
+
+  const std::string host = absl::GetFlag(FLAGS_host);
+  const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (absl::GetFlag(FLAGS_models_dir).empty()) return Fail("--models_dir is required");
+  if (port < 0 || port > 65535) return Fail(absl::StrCat("--port ", port, " is outside 0..65535"));
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return Fail(absl::StrCat("--metrics_port ", metrics_port, " is outside -1..65535"));
+  }
+  if (absl::GetFlag(FLAGS_grace_ms) < 0) return Fail("--grace_ms must be >= 0");
+  if (absl::GetFlag(FLAGS_max_chunk_bytes) <= 0) return Fail("--max_chunk_bytes must be positive");
+  if (absl::GetFlag(FLAGS_max_message_bytes) < (4 << 20) + 4096) {
+    return Fail("--max_message_bytes must admit a 4 MiB chunk (>= 4198400)");
+  }
+
+  herd::serving::Registry registry;
+  herd::loader::LoaderOptions opts;
+  opts.models_dir = absl::GetFlag(FLAGS_models_dir);
+  opts.max_chunk_bytes = static_cast<uint32_t>(absl::GetFlag(FLAGS_max_chunk_bytes));
+  opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  opts.quantize_threads = absl::GetFlag(FLAGS_quantize_threads);
+  opts.max_concurrent_quantize = absl::GetFlag(FLAGS_max_concurrent_quantize);
+  opts.registry = &registry;
+  auto service = herd::loader::LoaderServiceImpl::Create(opts);
+  if (!service.ok()) return Fail(std::string(service.status().message()));
+
+  herd::serving::MetricsHttpServer metrics(&registry);
+  int bound_metrics = -1;
+  if (metrics_port >= 0) {
+    auto m = metrics.Start(host, metrics_port);
+    if (!m.ok()) return Fail(std::string(m.status().message()));
+    bound_metrics = *m;
+  }
+
+  herd::serving::GrpcServerOptions gopts;
+  gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
+  gopts.max_message_bytes = opts.max_message_bytes;
+  gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  int bound = 0;
+  auto server = herd::serving::StartGrpcServer(gopts, {service->get()}, &bound);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+
+  // StartGrpcServer marks the server ("") SERVING; probes may also ask for the service.
+  (*server)->GetHealthCheckService()->SetServingStatus("herd.v1.Loader", true);
+
+  auto models = (*service)->List();
+  HERD_LOG(Info) << "loader: store " << (*service)->store().root() << ", "
+                 << (models.ok() ? models->models_size() : 0) << " model(s); quantize "
+                 << (herd::loader::QuantizeAvailable() ? "available" : "not built in");
+  std::printf("loader listening on %s:%d\n", host.c_str(), bound);
+  if (bound_metrics >= 0) std::printf("loader metrics on %s:%d\n", host.c_str(), bound_metrics);
+  std::fflush(stdout);
+
+  herd::serving::WaitForShutdown(server->get(), gopts.shutdown_grace);
+  metrics.Stop();
+  HERD_LOG(Info) << "loader: stopped";
+  return 0;
+}

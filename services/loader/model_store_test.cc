@@ -1,0 +1,114 @@
+#include "services/loader/model_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace herd::loader {
+namespace {
+
+std::string TempDir(const std::string& leaf) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  std::string d = std::string(t ? t : "/tmp") + "/" + leaf;
+  ::mkdir(d.c_str(), 0755);
+  return d;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+}
+
+TEST(ValidateModelName, AcceptsOrdinaryNames) {
+  for (const char* n : {"stories260K", "llama-2-7b.Q4_K_M", "a", "x y", "ünïcode", "a.b"}) {
+    EXPECT_TRUE(ValidateModelName(n).ok()) << n << ": " << ValidateModelName(n);
+  }
+  EXPECT_TRUE(ValidateModelName(std::string(kMaxModelNameBytes, 'a')).ok());
+}
+
+TEST(ValidateModelName, RejectsEscapesWithTheProblemNamed) {
+  struct Case {
+    std::string name, problem;
+  } cases[] = {
+      {"", "empty"},
+      {"..", "'..'"},
+      {"../x", "'/'"},
+      {"a/../../b", "'/'"},
+      {"/etc/passwd", "'/'"},
+      {"a\\b", "'\\'"},
+      {"..\\x", "'\\'"},
+      {std::string("a\0b", 3), "NUL"},
+      {".hidden", "starts with '.'"},
+      {"a..b", "'..'"},
+      {"tab\there", "control character"},
+      {std::string(kMaxModelNameBytes + 1, 'a'), "bytes long"},
+      {std::string(300, 'a'), "bytes long"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ValidateModelName(c.name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_NE(s.message().find(c.problem), std::string::npos) << s.message();
+  }
+}
+
+TEST(ModelStore, ResolvesInsideAndRejectsOutside) {
+  const std::string outside = TempDir("outside");
+  WriteFile(outside + "/secret.gguf", "GGUF secret");
+  const std::string dir = TempDir("store");
+  WriteFile(dir + "/m.gguf", "GGUF");
+  ::mkdir((dir + "/sub").c_str(), 0755);
+  WriteFile(dir + "/sub/deep.gguf", "GGUF deep");
+  ::symlink("m.gguf", (dir + "/alias.gguf").c_str());            // inside: fine
+  ::symlink("sub/deep.gguf", (dir + "/deep.gguf").c_str());      // inside, deeper: fine
+  ::symlink((outside + "/secret.gguf").c_str(), (dir + "/escape.gguf").c_str());
+  ::symlink("../outside/secret.gguf", (dir + "/escape2.gguf").c_str());
+  ::symlink("missing.gguf", (dir + "/dangling.gguf").c_str());
+  ::mkdir((dir + "/adir.gguf").c_str(), 0755);
+  WriteFile(dir + "/.hidden.gguf", "GGUF");
+  WriteFile(dir + "/notes.txt", "x");
+
+  auto store = ModelStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto m = store->Resolve("m");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(*m, store->root() + "/m.gguf");
+  EXPECT_EQ(*store->Resolve("alias"), store->root() + "/m.gguf");
+  EXPECT_EQ(*store->Resolve("deep"), store->root() + "/sub/deep.gguf");
+  EXPECT_EQ(store->Resolve("escape").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(store->Resolve("escape").status().message().find("outside"), std::string::npos);
+  EXPECT_EQ(store->Resolve("escape2").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Resolve("dangling").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Resolve("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Resolve("adir").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Resolve("../outside/secret").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Resolve(".hidden").status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto list = store->List();
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> names;
+  for (const StoreEntry& e : *list) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"alias", "deep", "m"}));
+
+  EXPECT_EQ(store->PathForNewModel("m").status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store->PathForNewModel("dangling").status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store->PathForNewModel("../x").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*store->PathForNewModel("fresh"), store->root() + "/fresh.gguf");
+}
+
+TEST(ModelStore, OpenErrors) {
+  EXPECT_EQ(ModelStore::Open(TempDir("x") + "/missing").status().code(), absl::StatusCode::kNotFound);
+  const std::string file = TempDir("y") + "/file";
+  WriteFile(file, "x");
+  EXPECT_EQ(ModelStore::Open(file).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ModelStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace herd::loader

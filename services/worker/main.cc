@@ -1,0 +1,235 @@
+// herd-worker: one compute backend, one model, continuous batching over its KV cache
+// (service herd.v1.Worker), with grpc.health.v1, server reflection and Prometheus
+// metrics. The backend is the one this binary was linked with (backend_factory.h).
+//
+//   worker --loader=HOST:PORT --model=NAME [--port=50053] [--metrics_port=9093]
+//   worker --model_path=FILE.gguf [...]
+//
+// Prints "worker listening on HOST:PORT" and "worker metrics on HOST:PORT" on stdout
+// once serving (port 0 picks a free port), so a launcher can read the ports. SIGTERM /
+// SIGINT: health turns NOT_SERVING, new sequences are refused (UNAVAILABLE), in-flight
+// sessions get --grace_ms to finish and are then cancelled.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+#include "libs/engine/engine.h"
+#include "libs/engine/scheduler.h"
+#include "libs/model/model.h"
+#include "libs/serving/metrics.h"
+#include "libs/serving/server.h"
+#include "libs/tokenizer/tokenizer.h"
+#include "services/loader/loader_client.h"
+#include "services/worker/backend_factory.h"
+#include "services/worker/worker_service.h"
+
+ABSL_FLAG(std::string, loader, "", "Loader address HOST:PORT to fetch --model from (mmap when its file is readable here, else streamed).");
+ABSL_FLAG(std::string, model, "", "Model name in the loader's store (with --loader); also the name reported by Info.");
+ABSL_FLAG(std::string, model_path, "", "Open this local GGUF file instead of asking a loader.");
+ABSL_FLAG(int, load_timeout_ms, 600000, "Deadline for fetching the model from the loader (ms).");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to bind the gRPC and metrics ports on.");
+ABSL_FLAG(int, port, 50053, "gRPC port (0 = pick a free port; the chosen one is printed).");
+ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
+ABSL_FLAG(int, threads, 0, "Compute threads (0 = all hardware threads).");
+ABSL_FLAG(int64_t, n_ctx, 0, "KV cache cells shared by all sequences (0 = the model's context length, at most 4096).");
+ABSL_FLAG(int64_t, n_ctx_seq, 0, "Most KV cells one sequence may use, its context (0 = n_ctx / max_sequences).");
+ABSL_FLAG(int64_t, n_batch, 512, "Most tokens in one forward pass (prompt chunks + decode tokens + drafts).");
+ABSL_FLAG(int, max_sequences, 8, "Most sequences active at once (each reserves n_ctx_seq KV cells).");
+ABSL_FLAG(int, max_queue, 64, "Most sequences waiting for admission with --queue_policy=wait.");
+ABSL_FLAG(std::string, queue_policy, "wait", "When every slot is busy: wait (FIFO queue of --max_queue) or reject (RESOURCE_EXHAUSTED).");
+ABSL_FLAG(int, max_draft, 1024, "Longest draft a Step may carry (longer: INVALID_ARGUMENT).");
+ABSL_FLAG(std::string, kv_type, "f16", "KV cache element type: f16 or f32.");
+ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight sessions may run before they are cancelled (ms).");
+ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
+
+namespace {
+
+// SIGTERM/SIGINT before WaitForShutdown() has installed its handler (while the model
+// loads, or right after the ports are printed) must not kill the process: remember it
+// and forward it as RequestShutdown() from a watcher thread.
+volatile sig_atomic_t g_early_signal = 0;
+void OnEarlySignal(int) { g_early_signal = 1; }
+
+void InstallEarlySignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnEarlySignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "herd-worker: error: %s\n", msg.c_str());
+  return 1;
+}
+
+std::string BaseName(const std::string& path) {
+  std::string b = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  if (b.size() > 5 && b.substr(b.size() - 5) == ".gguf") b.resize(b.size() - 5);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "herd-worker (--loader=HOST:PORT --model=NAME | --model_path=FILE.gguf) [--port=N] [--metrics_port=N]\n"
+      "  [--threads=N] [--n_ctx=N] [--n_ctx_seq=N] [--n_batch=N] [--max_sequences=N] [--max_queue=N]\n"
+      "  [--queue_policy=wait|reject] [--kv_type=f16|f32] [--grace_ms=N]: a herd compute worker");
+  absl::ParseCommandLine(argc, argv);
+  InstallEarlySignalHandlers();
+
+  const std::string host = absl::GetFlag(FLAGS_host);
+  const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  const std::string loader_addr = absl::GetFlag(FLAGS_loader), model_name_flag = absl::GetFlag(FLAGS_model),
+                    model_path = absl::GetFlag(FLAGS_model_path);
+  if (model_path.empty() && (loader_addr.empty() || model_name_flag.empty())) {
+    return Fail("give --model_path=FILE, or --loader=HOST:PORT with --model=NAME");
+  }
+  if (port < 0 || port > 65535) return Fail(absl::StrCat("--port ", port, " is outside 0..65535"));
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return Fail(absl::StrCat("--metrics_port ", metrics_port, " is outside -1..65535"));
+  }
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0 || threads > 1024) return Fail(absl::StrCat("--threads ", threads, " is outside 0..1024"));
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t n_ctx = absl::GetFlag(FLAGS_n_ctx), n_ctx_seq = absl::GetFlag(FLAGS_n_ctx_seq),
+                n_batch = absl::GetFlag(FLAGS_n_batch);
+  if (n_ctx < 0 || n_ctx > (int64_t{1} << 24)) return Fail(absl::StrCat("--n_ctx ", n_ctx, " is outside 0..16777216"));
+  if (n_ctx_seq < 0) return Fail(absl::StrCat("--n_ctx_seq ", n_ctx_seq, " must be >= 0"));
+  if (n_batch < 1 || n_batch > 65536) return Fail(absl::StrCat("--n_batch ", n_batch, " is outside 1..65536"));
+  const int max_sequences = absl::GetFlag(FLAGS_max_sequences), max_queue = absl::GetFlag(FLAGS_max_queue);
+  if (max_sequences < 1 || max_sequences > 4096) {
+    return Fail(absl::StrCat("--max_sequences ", max_sequences, " is outside 1..4096"));
+  }
+  if (max_queue < 0) return Fail(absl::StrCat("--max_queue ", max_queue, " must be >= 0"));
+  const std::string policy = absl::GetFlag(FLAGS_queue_policy), kv_type = absl::GetFlag(FLAGS_kv_type);
+  if (policy != "wait" && policy != "reject") return Fail("--queue_policy must be wait or reject, got " + policy);
+  if (kv_type != "f16" && kv_type != "f32") return Fail("--kv_type must be f16 or f32, got " + kv_type);
+  if (absl::GetFlag(FLAGS_max_draft) < 0) return Fail("--max_draft must be >= 0");
+  if (absl::GetFlag(FLAGS_grace_ms) < 0) return Fail("--grace_ms must be >= 0");
+  if (absl::GetFlag(FLAGS_load_timeout_ms) < 1) return Fail("--load_timeout_ms must be >= 1");
+  if (absl::GetFlag(FLAGS_max_message_bytes) < (1 << 20)) return Fail("--max_message_bytes must be >= 1048576");
+
+  // The model: a local file, or through the loader.
+  std::unique_ptr<herd::model::Model> model;
+  std::string model_name = model_name_flag;
+  if (!model_path.empty()) {
+    auto m = herd::model::Model::Load(model_path);
+    if (!m.ok()) return Fail(absl::StrCat("--model_path ", model_path, ": ", m.status().message()));
+    model = *std::move(m);
+    if (model_name.empty()) model_name = BaseName(model_path);
+  } else {
+    auto channel = herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes));
+    auto stub = herd::v1::Loader::NewStub(channel);
+    herd::loader::FetchStats fs;
+    auto f = herd::loader::FetchModel(stub.get(), model_name, std::chrono::milliseconds(absl::GetFlag(FLAGS_load_timeout_ms)),
+                                      herd::loader::FetchOptions(), &fs);
+    if (!f.ok()) return Fail(absl::StrCat("fetching model ", model_name, " from ", loader_addr, ": ", f.status().ToString()));
+    HERD_LOG(Info) << "worker: model " << model_name << " from " << loader_addr
+                   << (fs.mmapped ? " (mapped the loader's file)" : absl::StrCat(" (streamed ", fs.bytes_streamed, " bytes)"));
+    auto m = herd::model::Model::FromGguf(*std::move(f));
+    if (!m.ok()) return Fail(absl::StrCat("model ", model_name, ": ", m.status().message()));
+    model = *std::move(m);
+  }
+  auto vocab = herd::tokenizer::Vocab::FromGguf(model->file());
+  if (!vocab.ok()) return Fail(absl::StrCat("model ", model_name, " vocabulary: ", vocab.status().message()));
+
+  herd::worker::BackendOptions bopts;
+  bopts.threads = threads;
+  auto backend = herd::worker::CreateBackend(bopts);
+  if (!backend.ok()) return Fail(absl::StrCat("backend ", herd::worker::BackendKind(), ": ", backend.status().message()));
+
+  herd::engine::EngineParams ep;
+  ep.n_ctx = n_ctx;
+  ep.n_batch = n_batch;
+  ep.kv_type = kv_type == "f32" ? herd::GgmlType::F32 : herd::GgmlType::F16;
+  auto engine = herd::engine::Engine::Create(*model, ep, backend->get());
+  if (!engine.ok()) return Fail(absl::StrCat("engine: ", engine.status().message()));
+
+  herd::engine::SchedulerConfig sc;
+  sc.max_sequences = max_sequences;
+  sc.n_ctx_seq = n_ctx_seq;
+  sc.max_queue = max_queue;
+  sc.queue_policy = policy == "reject" ? herd::engine::QueuePolicy::kReject : herd::engine::QueuePolicy::kWait;
+  sc.max_draft = absl::GetFlag(FLAGS_max_draft);
+  auto scheduler = herd::engine::Scheduler::Create(engine->get(), vocab->get(), sc);
+  if (!scheduler.ok()) return Fail(absl::StrCat("scheduler: ", scheduler.status().message()));
+
+  if (g_early_signal != 0) {
+    HERD_LOG(Info) << "worker: signalled while loading; exiting";
+    return 0;
+  }
+
+  herd::serving::Registry registry;
+  herd::worker::WorkerServiceOptions wopts;
+  wopts.model_name = model_name;
+  wopts.architecture = model->hparams().arch;
+  wopts.backend = herd::worker::BackendKind();
+  auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
+
+  herd::serving::MetricsHttpServer metrics(&registry);
+  int bound_metrics = -1;
+  if (metrics_port >= 0) {
+    auto m = metrics.Start(host, metrics_port);
+    if (!m.ok()) return Fail(std::string(m.status().message()));
+    bound_metrics = *m;
+  }
+  herd::serving::GrpcServerOptions gopts;
+  gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
+  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  int bound = 0;
+  auto server = herd::serving::StartGrpcServer(gopts, {service.get()}, &bound);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  (*server)->GetHealthCheckService()->SetServingStatus("herd.v1.Worker", true);
+
+  HERD_LOG(Info) << "worker: model " << model_name << " (" << model->hparams().arch << ", n_vocab "
+                 << model->hparams().n_vocab << "), backend " << herd::worker::BackendKind() << " x" << threads
+                 << ", n_ctx " << (*scheduler)->n_ctx() << ", n_ctx_seq " << (*scheduler)->n_ctx_seq()
+                 << ", n_batch " << n_batch << ", " << (*scheduler)->capacity() << " sequences, queue " << policy;
+  std::printf("worker listening on %s:%d\n", host.c_str(), bound);
+  if (bound_metrics >= 0) std::printf("worker metrics on %s:%d\n", host.c_str(), bound_metrics);
+  std::fflush(stdout);
+
+  std::atomic<bool> serving_done{false};
+  std::thread early_watch([&] {
+    while (!serving_done.load()) {
+      if (g_early_signal != 0) {
+        herd::serving::RequestShutdown();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  // Drain here rather than in grpc::Server::Shutdown(deadline), which also waits for idle
+  // client connections to go away: once the last session ends, shut down at once.
+  herd::serving::WaitForShutdown(server->get(), std::chrono::milliseconds(0), [&] {
+    service->StopAdmitting();
+    const auto deadline = std::chrono::steady_clock::now() + gopts.shutdown_grace;
+    HERD_LOG(Info) << "worker: draining " << service->open_sessions() << " open sessions for up to "
+                   << gopts.shutdown_grace.count() << " ms";
+    while (service->open_sessions() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (service->open_sessions() > 0) {
+      HERD_LOG(Warning) << "worker: grace period over; cancelling " << service->open_sessions() << " sessions";
+    }
+  });
+  serving_done.store(true);
+  early_watch.join();
+  server->reset();  // every session has finished (or was cancelled at the grace deadline)
+  service.reset();
+  (*scheduler)->Shutdown();
+  metrics.Stop();
+  HERD_LOG(Info) << "worker: stopped";
+  return 0;
+}

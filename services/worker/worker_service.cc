@@ -1,0 +1,362 @@
+#include "services/worker/worker_service.h"
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "libs/base/log.h"
+
+namespace herd::worker {
+namespace {
+
+namespace v1 = herd::v1;
+
+const char* CodeName(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+  }
+}
+
+// "field: message" from the scheduler -> "<prefix>.field: message" (INVALID_ARGUMENT only).
+absl::Status Prefixed(const absl::Status& s, const char* prefix) {
+  if (!absl::IsInvalidArgument(s)) return s;
+  return absl::InvalidArgumentError(absl::StrCat(prefix, ".", s.message()));
+}
+
+// ValidateSamplingParams names engine fields ("invalid sampling parameter temp: ...");
+// the client sent proto fields.
+absl::Status SamplingError(const absl::Status& s) {
+  const std::string msg(s.message());
+  const std::string tag = "invalid sampling parameter ";
+  const size_t a = msg.find(tag);
+  const size_t b = a == std::string::npos ? std::string::npos : msg.find(':', a + tag.size());
+  if (b == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("start.sampling: ", msg));
+  std::string field = msg.substr(a + tag.size(), b - a - tag.size());
+  if (field == "temp") field = "temperature";
+  if (field == "penalty_last_n") field = "repeat_last_n";
+  return absl::InvalidArgumentError(absl::StrCat("start.sampling.", field, msg.substr(b)));
+}
+
+const grpc::Status kCancelledOk = grpc::Status::OK;
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::StatusOr<engine::SequenceParams> ToSequenceParams(const v1::SessionStart& start, int32_t max_logprobs) {
+  engine::SequenceParams p;
+  p.prompt.assign(start.prompt().begin(), start.prompt().end());
+  const v1::SamplingParams& s = start.sampling();
+  engine::SamplingParams& sp = p.sampling;
+  if (s.has_temperature()) sp.temp = s.temperature();
+  if (s.has_top_k()) sp.top_k = s.top_k();
+  if (s.has_top_p()) sp.top_p = s.top_p();
+  if (s.has_min_p()) sp.min_p = s.min_p();
+  if (s.has_repeat_penalty()) sp.repeat_penalty = s.repeat_penalty();
+  if (s.has_repeat_last_n()) sp.penalty_last_n = s.repeat_last_n();
+  if (s.has_presence_penalty()) sp.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) sp.frequency_penalty = s.frequency_penalty();
+  if (s.has_seed()) sp.seed = s.seed();
+  absl::Status vs = engine::ValidateSamplingParams(sp);
+  if (!vs.ok()) return SamplingError(vs);
+  if (start.has_logprobs()) {
+    if (start.logprobs() < 0 || start.logprobs() > max_logprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("start.logprobs: ", start.logprobs(), " is outside [0, ", max_logprobs, "]"));
+    }
+    p.logprobs = start.logprobs();
+  }
+  p.ignore_eos = start.ignore_eos();
+  return p;
+}
+
+// One Session stream. Lives from Session() until OnDone(). Lock order: mu_, then the
+// scheduler's locks (Start/Step/Cancel). The scheduler calls Pump() through the
+// sequence's notify callback without holding any of its locks.
+class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse> {
+ public:
+  explicit SessionReactor(WorkerServiceImpl* svc) : svc_(svc) {
+    svc_->open_sessions_.fetch_add(1);
+    StartRead(&req_);
+  }
+
+  void OnReadDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!ok) {
+        // The client half-closed (or the call ended): no more requests, free the sequence.
+        FinishLocked(grpc::Status::OK);
+        return;
+      }
+      if (finishing_) return;
+      switch (req_.kind_case()) {
+        case v1::SessionRequest::kStart:
+          HandleStartLocked();
+          break;
+        case v1::SessionRequest::kStep:
+          HandleStepLocked();
+          break;
+        case v1::SessionRequest::kCancel:
+          FinishLocked(kCancelledOk);
+          break;
+        default:
+          FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "request: empty SessionRequest (set one of start, step, cancel)"));
+          break;
+      }
+      if (!finishing_) StartRead(&req_);
+    }
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      writing_ = false;
+      if (!ok) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed: the client went away"));
+      if (finishing_) {
+        FinishNowLocked();
+        return;
+      }
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> l(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "session cancelled"));
+  }
+
+  void OnDone() override {
+    std::unique_ptr<engine::Sequence> seq;
+    grpc::StatusCode code;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      seq = std::move(seq_);
+      code = final_.error_code();
+    }
+    seq.reset();  // detaches the notify callback (waits out a running one), cancels
+    svc_->CountRequest(code);
+    svc_->open_sessions_.fetch_sub(1);
+    delete this;
+  }
+
+  // Writes the next event of the sequence if no write is in flight.
+  void Pump() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (writing_ || finishing_ || seq_ == nullptr) return;
+    engine::SequenceEvent ev;
+    if (!seq_->TryNext(&ev)) return;
+    resp_.Clear();
+    switch (ev.kind) {
+      case engine::SequenceEvent::Kind::kStarted: {
+        v1::SessionStarted* s = resp_.mutable_started();
+        s->set_n_prompt(ev.n_prompt);
+        s->set_queue_ms(ev.queue_ms);
+        break;
+      }
+      case engine::SequenceEvent::Kind::kStep: {
+        v1::StepResult* r = resp_.mutable_step();
+        const engine::StepResult& st = ev.step;
+        r->mutable_tokens()->Add(st.tokens.begin(), st.tokens.end());
+        r->set_n_accepted(st.n_accepted);
+        for (const engine::TokenLogprobs& lp : st.logprobs) {
+          v1::TokenLogprobs* o = r->add_logprobs();
+          o->set_token_id(lp.id);
+          o->set_logprob(lp.logprob);
+          for (const engine::TokenLogprob& t : lp.top) {
+            v1::TokenLogprob* x = o->add_top();
+            x->set_token_id(t.id);
+            x->set_logprob(t.logprob);
+          }
+        }
+        r->set_eos(st.eos);
+        r->set_context_full(st.context_full);
+        r->set_prompt_ms(st.prompt_ms);
+        r->set_generation_ms(st.generation_ms);
+        break;
+      }
+      case engine::SequenceEvent::Kind::kEnded:
+        // Cancel/close paths finish before this arrives; here the scheduler ended the
+        // sequence (shutdown: UNAVAILABLE; engine failure).
+        FinishLocked(ToGrpcStatus(ev.status.ok() ? absl::InternalError("sequence ended") : ev.status));
+        return;
+    }
+    writing_ = true;
+    StartWrite(&resp_);
+  }
+
+ private:
+  void HandleStartLocked() {
+    if (seq_ != nullptr) {
+      FinishLocked(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "start: the session has already started"));
+      return;
+    }
+    auto params = ToSequenceParams(req_.start());
+    if (!params.ok()) {
+      FinishLocked(ToGrpcStatus(params.status()));
+      return;
+    }
+    // The callback may run (on the scheduler thread) as soon as Start returns; it blocks
+    // on mu_ until seq_ is set below.
+    params->on_event = [this] { Pump(); };
+    auto seq = svc_->scheduler_->Start(*std::move(params));
+    if (!seq.ok()) {
+      FinishLocked(ToGrpcStatus(Prefixed(seq.status(), "start")));
+      return;
+    }
+    seq_ = *std::move(seq);
+  }
+
+  void HandleStepLocked() {
+    if (seq_ == nullptr) {
+      FinishLocked(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "step: Step before Start"));
+      return;
+    }
+    const v1::SessionStep& step = req_.step();
+    absl::Status s = seq_->Step(step.n_steps(), std::vector<int32_t>(step.draft().begin(), step.draft().end()));
+    if (!s.ok()) FinishLocked(ToGrpcStatus(Prefixed(s, "step")));
+  }
+
+  // Ends the call with `s` (the first status wins): cancels the sequence (its KV cells
+  // are freed by the scheduler), drops unsent events, and finishes once no write is in
+  // flight.
+  void FinishLocked(grpc::Status s) {
+    if (finishing_) return;
+    finishing_ = true;
+    final_ = std::move(s);
+    if (seq_ != nullptr) seq_->Cancel();
+    if (!writing_) FinishNowLocked();
+  }
+
+  void FinishNowLocked() {
+    if (finished_) return;
+    finished_ = true;
+    Finish(final_);
+  }
+
+  WorkerServiceImpl* svc_;
+  std::mutex mu_;
+  v1::SessionRequest req_;   // the read in flight (one at a time)
+  v1::SessionResponse resp_; // the write in flight (one at a time)
+  std::unique_ptr<engine::Sequence> seq_;
+  bool writing_ = false;
+  bool finishing_ = false;
+  bool finished_ = false;
+  grpc::Status final_;
+};
+
+WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerServiceOptions opts,
+                                     serving::Registry* registry)
+    : scheduler_(scheduler), opts_(std::move(opts)) {
+  if (registry != nullptr) {
+    requests_ = registry->Counter("herd_worker_requests_total", "Worker RPCs (Info, Session) by final status code.",
+                                  {"code"});
+    active_ = registry->Gauge("herd_worker_active_sequences", "Sequences admitted (prefilling or generating).");
+    queued_ = registry->Gauge("herd_worker_queued_sequences", "Sequences waiting for admission.");
+    kv_used_ = registry->Gauge("herd_worker_kv_cells_used", "KV cache cells holding tokens.");
+    kv_total_ = registry->Gauge("herd_worker_kv_cells_total", "KV cache cells in total (n_ctx).");
+    std::vector<double> pow2;
+    for (double b = 1; b <= 8192; b *= 2) pow2.push_back(b);
+    batch_tokens_ = registry->Histogram("herd_worker_batch_tokens", "Tokens per forward pass.", {}, pow2);
+    batch_sequences_ = registry->Histogram("herd_worker_batch_sequences", "Sequences per forward pass.", {},
+                                           std::vector<double>(pow2.begin(), pow2.begin() + 10));
+    tokens_generated_ = registry->Counter("herd_worker_tokens_generated_total", "Tokens delivered in StepResults.");
+    prompt_tokens_ = registry->Counter("herd_worker_prompt_tokens_total", "Prompt tokens evaluated.");
+    step_seconds_ = registry->Histogram("herd_worker_step_seconds",
+                                        "Wall time of one scheduler iteration (forward pass + sampling).");
+    const engine::SchedulerStats st = scheduler_->Stats();
+    UpdateGauges(st.active, st.queued, st.kv_cells_used, st.kv_cells_total);
+    scheduler_->SetIterationObserver([this](const engine::IterationStats& it) {
+      if (it.batch_tokens > 0) {
+        batch_tokens_->Observe(it.batch_tokens);
+        batch_sequences_->Observe(it.batch_sequences);
+        step_seconds_->Observe(it.seconds);
+        tokens_generated_->Add(it.generated_tokens);
+        prompt_tokens_->Add(it.prompt_tokens);
+      }
+      UpdateGauges(it.active, it.queued, it.kv_cells_used, it.kv_cells_total);
+    });
+  }
+}
+
+WorkerServiceImpl::~WorkerServiceImpl() {
+  if (requests_ != nullptr) scheduler_->SetIterationObserver(nullptr);
+  // After the server's shutdown no reactor is left; wait out any OnDone still running.
+  for (int i = 0; i < 5000 && open_sessions_.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (open_sessions_.load() != 0) {
+    HERD_LOG(Error) << "worker service destroyed with " << open_sessions_.load() << " open sessions";
+  }
+}
+
+void WorkerServiceImpl::UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_total) {
+  if (active_ == nullptr) return;
+  active_->Set(active);
+  queued_->Set(queued);
+  kv_used_->Set(static_cast<double>(kv_used));
+  kv_total_->Set(static_cast<double>(kv_total));
+}
+
+void WorkerServiceImpl::CountRequest(grpc::StatusCode code) {
+  if (requests_ != nullptr) requests_->Add(1, {CodeName(code)});
+}
+
+void WorkerServiceImpl::StopAdmitting() { scheduler_->StopAdmitting(); }
+
+v1::WorkerInfo WorkerServiceImpl::MakeInfo() const {
+  v1::WorkerInfo info;
+  const engine::SchedulerStats st = scheduler_->Stats();
+  info.set_model(opts_.model_name);
+  info.set_architecture(opts_.architecture);
+  info.set_backend(opts_.backend);
+  info.set_n_ctx(scheduler_->n_ctx());
+  info.set_n_ctx_seq(scheduler_->n_ctx_seq());
+  info.set_n_vocab(scheduler_->n_vocab());
+  info.set_max_sequences(scheduler_->capacity());
+  info.set_active_sequences(st.active);
+  info.set_queued_sequences(st.queued);
+  info.set_kv_cells_used(st.kv_cells_used);
+  info.set_max_draft(scheduler_->max_draft());
+  return info;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Info(grpc::CallbackServerContext* ctx, const v1::WorkerInfoRequest*,
+                                                  v1::WorkerInfo* resp) {
+  *resp = MakeInfo();
+  CountRequest(grpc::StatusCode::OK);
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* WorkerServiceImpl::Session(
+    grpc::CallbackServerContext*) {
+  return new SessionReactor(this);
+}
+
+}  // namespace herd::worker

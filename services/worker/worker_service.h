@@ -1,0 +1,87 @@
+// herd.v1.Worker over an engine::Scheduler (continuous batching): Info, and one
+// bidirectional Session stream per sequence.
+//
+// Session protocol (proto/herd/v1/worker.proto):
+//   client Start -> worker Started{n_prompt, queue_ms} once the sequence is admitted
+//   client Step{n_steps | draft} -> worker one StepResult per forward pass
+//   client Cancel, half-close (WritesDone) or call cancellation -> the sequence and its
+//   KV cells are freed at once (the scheduler's next iteration at the latest); Cancel
+//   and half-close end the call with OK, cancellation with CANCELLED.
+// Any invalid request ends the call with INVALID_ARGUMENT naming the field
+// ("start.prompt[3]", "start.sampling.top_p", "step.draft[0]", ...); Step before Start
+// and Step after context_full get FAILED_PRECONDITION, a refused admission
+// RESOURCE_EXHAUSTED, a draining worker UNAVAILABLE. Other sessions are unaffected.
+//
+// The service uses gRPC's callback API: no thread is held per stream; results are
+// written as the scheduler thread produces them, one write in flight per stream.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "libs/engine/scheduler.h"
+#include "libs/serving/metrics.h"
+#include "proto/herd/v1/worker.grpc.pb.h"
+
+namespace herd::worker {
+
+struct WorkerServiceOptions {
+  std::string model_name;     // WorkerInfo.model
+  std::string architecture;   // WorkerInfo.architecture (general.architecture)
+  std::string backend = "cpu";  // WorkerInfo.backend
+};
+
+/// absl::Status -> grpc::Status with the same code and message.
+grpc::Status ToGrpcStatus(const absl::Status& s);
+
+/// SessionStart -> SequenceParams. Unset sampling fields take the engine defaults
+/// (SamplingParams). Errors: INVALID_ARGUMENT naming "start.sampling.<field>" (proto
+/// field names) or "start.logprobs". Prompt checks are the scheduler's (Start()).
+absl::StatusOr<engine::SequenceParams> ToSequenceParams(const herd::v1::SessionStart& start,
+                                                        int32_t max_logprobs = 20);
+
+class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
+ public:
+  /// `scheduler` must outlive the service and `registry` (may be null: no metrics) too.
+  /// Registers the herd_worker_* metrics and installs the scheduler's iteration observer.
+  WorkerServiceImpl(engine::Scheduler* scheduler, WorkerServiceOptions opts, serving::Registry* registry);
+  /// Removes the iteration observer. Destroy only after the gRPC server has shut down.
+  ~WorkerServiceImpl() override;
+
+  grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* ctx, const herd::v1::WorkerInfoRequest* req,
+                                 herd::v1::WorkerInfo* resp) override;
+  grpc::ServerBidiReactor<herd::v1::SessionRequest, herd::v1::SessionResponse>* Session(
+      grpc::CallbackServerContext* ctx) override;
+
+  /// Graceful shutdown, step 1: new Starts get UNAVAILABLE; running sessions continue.
+  void StopAdmitting();
+  /// Session streams currently open.
+  int open_sessions() const { return open_sessions_.load(); }
+
+  /// Fills a WorkerInfo from the scheduler's current state.
+  herd::v1::WorkerInfo MakeInfo() const;
+
+ private:
+  friend class SessionReactor;
+  void CountRequest(grpc::StatusCode code);
+  void UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_total);
+
+  engine::Scheduler* scheduler_;
+  WorkerServiceOptions opts_;
+  std::atomic<int> open_sessions_{0};
+  // Metrics (null when there is no registry).
+  serving::MetricFamily* requests_ = nullptr;
+  serving::MetricFamily* active_ = nullptr;
+  serving::MetricFamily* queued_ = nullptr;
+  serving::MetricFamily* kv_used_ = nullptr;
+  serving::MetricFamily* kv_total_ = nullptr;
+  serving::MetricFamily* batch_tokens_ = nullptr;
+  serving::MetricFamily* batch_sequences_ = nullptr;
+  serving::MetricFamily* tokens_generated_ = nullptr;
+  serving::MetricFamily* prompt_tokens_ = nullptr;
+  serving::MetricFamily* step_seconds_ = nullptr;
+};
+
+}  // namespace herd::worker

@@ -1,0 +1,537 @@
+// WorkerServiceImpl in-process on 127.0.0.1:0 over a real gRPC channel, on
+// stories260K: session round trips equal solo greedy generation (also with drafts and
+// concurrent sessions), invalid requests end their stream with the right code while
+// the service stays up, closing/cancelling a stream frees its KV cells, admission
+// control, and the metrics.
+#include "services/worker/worker_service.h"
+
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "libs/backend/cpu_backend.h"
+#include "libs/engine/generate.h"
+#include "libs/serving/server.h"
+#include "tests/shared_data.h"
+
+namespace herd::worker {
+namespace {
+
+namespace v1 = herd::v1;
+using Stream = grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>;
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string shared = SharedDir();
+    if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+    auto m = model::Model::Load(shared + "/models/stories260K.gguf");
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = *std::move(m);
+    auto v = tokenizer::Vocab::FromGguf(model_->file());
+    ASSERT_TRUE(v.ok()) << v.status();
+    vocab_ = *std::move(v);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_.reset();
+    service_.reset();
+    scheduler_.reset();
+    engine_.reset();
+  }
+
+  void StartServer(engine::SchedulerConfig cfg, int64_t n_ctx = 512, int64_t n_batch = 64) {
+    engine::EngineParams ep;
+    ep.n_ctx = n_ctx;
+    ep.n_batch = n_batch;
+    auto e = engine::Engine::Create(*model_, ep, &backend_);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = *std::move(e);
+    auto s = engine::Scheduler::Create(engine_.get(), vocab_.get(), cfg);
+    ASSERT_TRUE(s.ok()) << s.status();
+    scheduler_ = *std::move(s);
+    WorkerServiceOptions o;
+    o.model_name = "stories260K";
+    o.architecture = model_->hparams().arch;
+    service_ = std::make_unique<WorkerServiceImpl>(scheduler_.get(), o, &registry_);
+    serving::GrpcServerOptions go;
+    go.address = "127.0.0.1:0";
+    int port = 0;
+    auto srv = serving::StartGrpcServer(go, {service_.get()}, &port);
+    ASSERT_TRUE(srv.ok()) << srv.status();
+    server_ = *std::move(srv);
+    stub_ = v1::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                    grpc::InsecureChannelCredentials()));
+  }
+
+  v1::WorkerInfo Info() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::WorkerInfo info;
+    grpc::Status s = stub_->Info(&ctx, v1::WorkerInfoRequest(), &info);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return info;
+  }
+
+  // Polls Info until kv_cells_used and active_sequences are 0; returns the ms it took.
+  double WaitKvFree(int timeout_ms = 1000) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      v1::WorkerInfo i = Info();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (i.kv_cells_used() == 0 && i.active_sequences() == 0) return ms;
+      if (ms > timeout_ms) {
+        ADD_FAILURE() << "KV cells still used after " << timeout_ms << " ms: " << i.kv_cells_used();
+        return ms;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, int32_t n) {
+    engine::EngineParams ep;
+    ep.n_ctx = 512;
+    auto e = engine::Engine::Create(*model_, ep, &backend_);
+    EXPECT_TRUE(e.ok());
+    engine::GenerateParams gp;
+    gp.prompt_ids = prompt;
+    gp.n_predict = n;
+    gp.sampling.temp = 0;
+    gp.ignore_eos = true;
+    auto r = engine::Generate(**e, *vocab_, gp);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->output_ids : std::vector<int32_t>();
+  }
+
+  static v1::SessionRequest StartReq(const std::vector<int32_t>& prompt) {
+    v1::SessionRequest r;
+    v1::SessionStart* s = r.mutable_start();
+    s->mutable_prompt()->Add(prompt.begin(), prompt.end());
+    s->mutable_sampling()->set_temperature(0);
+    s->set_ignore_eos(true);
+    return r;
+  }
+  static v1::SessionRequest StepReq(int32_t n, const std::vector<int32_t>& draft = {}) {
+    v1::SessionRequest r;
+    r.mutable_step()->set_n_steps(n);
+    r.mutable_step()->mutable_draft()->Add(draft.begin(), draft.end());
+    return r;
+  }
+  static v1::SessionRequest CancelReq() {
+    v1::SessionRequest r;
+    r.mutable_cancel();
+    return r;
+  }
+
+  // Sends `reqs` on a fresh stream, reads until the end, returns the final status.
+  grpc::Status RunToEnd(const std::vector<v1::SessionRequest>& reqs, std::vector<v1::SessionResponse>* out = nullptr) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    std::unique_ptr<Stream> st = stub_->Session(&ctx);
+    for (const auto& r : reqs) st->Write(r);
+    st->WritesDone();
+    v1::SessionResponse resp;
+    while (st->Read(&resp)) {
+      if (out) out->push_back(resp);
+    }
+    return st->Finish();
+  }
+
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Vocab> vocab_;
+  CpuBackend backend_{2};
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<engine::Scheduler> scheduler_;
+  serving::Registry registry_;
+  std::unique_ptr<WorkerServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+  const std::vector<int32_t> prompt_ = {1, 403, 407, 261, 378, 432, 383, 286};
+};
+
+TEST_F(WorkerServiceTest, SessionRoundTripEqualsSoloGreedy) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 4;
+  StartServer(cfg);
+  const std::vector<int32_t> solo = Solo(prompt_, 40);
+
+  v1::WorkerInfo info = Info();
+  EXPECT_EQ(info.model(), "stories260K");
+  EXPECT_EQ(info.architecture(), "llama");
+  EXPECT_EQ(info.backend(), "cpu");
+  EXPECT_EQ(info.n_ctx(), 512);
+  EXPECT_EQ(info.n_ctx_seq(), 128);
+  EXPECT_EQ(info.n_vocab(), 512);
+  EXPECT_EQ(info.max_sequences(), 4);
+  EXPECT_EQ(info.kv_cells_used(), 0);
+
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> st = stub_->Session(&ctx);
+  v1::SessionRequest start = StartReq(prompt_);
+  start.mutable_start()->set_logprobs(3);
+  ASSERT_TRUE(st->Write(start));
+  v1::SessionResponse resp;
+  ASSERT_TRUE(st->Read(&resp));
+  ASSERT_TRUE(resp.has_started());
+  EXPECT_EQ(resp.started().n_prompt(), 8);
+  EXPECT_GE(resp.started().queue_ms(), 0.0);
+
+  std::vector<int32_t> out;
+  // 20 plain steps in one request.
+  ASSERT_TRUE(st->Write(StepReq(20)));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(st->Read(&resp));
+    ASSERT_TRUE(resp.has_step());
+    ASSERT_EQ(resp.step().tokens_size(), 1);
+    EXPECT_EQ(resp.step().n_accepted(), 0);
+    ASSERT_EQ(resp.step().logprobs_size(), 1);
+    EXPECT_EQ(resp.step().logprobs(0).token_id(), resp.step().tokens(0));
+    EXPECT_EQ(resp.step().logprobs(0).top_size(), 3);
+    EXPECT_GT(resp.step().prompt_ms(), 0.0);
+    out.push_back(resp.step().tokens(0));
+  }
+  // A correct draft of 10: all accepted plus one.
+  ASSERT_TRUE(st->Write(StepReq(1, std::vector<int32_t>(solo.begin() + 20, solo.begin() + 30))));
+  ASSERT_TRUE(st->Read(&resp));
+  EXPECT_EQ(resp.step().n_accepted(), 10);
+  EXPECT_EQ(resp.step().tokens_size(), 11);
+  EXPECT_EQ(resp.step().logprobs_size(), 11);
+  out.insert(out.end(), resp.step().tokens().begin(), resp.step().tokens().end());
+  // A draft wrong at its second token.
+  ASSERT_TRUE(st->Write(StepReq(0, {solo[31], (solo[32] + 1) % 512, solo[33]})));
+  ASSERT_TRUE(st->Read(&resp));
+  EXPECT_EQ(resp.step().n_accepted(), 1);
+  out.insert(out.end(), resp.step().tokens().begin(), resp.step().tokens().end());
+  ASSERT_TRUE(st->Write(StepReq(static_cast<int32_t>(40 - out.size()))));
+  while (out.size() < 40) {
+    ASSERT_TRUE(st->Read(&resp));
+    out.insert(out.end(), resp.step().tokens().begin(), resp.step().tokens().end());
+  }
+  EXPECT_EQ(out, solo);
+  EXPECT_GT(resp.step().generation_ms(), 0.0);
+
+  info = Info();
+  EXPECT_EQ(info.active_sequences(), 1);
+  EXPECT_EQ(info.kv_cells_used(), static_cast<int64_t>(prompt_.size() + out.size() - 1));
+  ASSERT_TRUE(st->Write(CancelReq()));
+  st->WritesDone();
+  while (st->Read(&resp)) {
+  }
+  grpc::Status fs = st->Finish();
+  EXPECT_TRUE(fs.ok()) << fs.error_code() << " " << fs.error_message();
+  WaitKvFree();
+  // The gauges follow right after the scheduler's iteration.
+  for (int i = 0; i < 200 && registry_.Render().find("herd_worker_kv_cells_used 0") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string metrics = registry_.Render();
+  EXPECT_NE(metrics.find("herd_worker_tokens_generated_total 40"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_prompt_tokens_total 8"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"OK\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_kv_cells_used 0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_kv_cells_total 512"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_active_sequences 0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_queued_sequences 0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_batch_tokens_count"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_batch_sequences_bucket"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_step_seconds_count"), std::string::npos) << metrics;
+}
+
+TEST_F(WorkerServiceTest, ConcurrentSessionsEqualSolo) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 8;
+  StartServer(cfg, 1024, 32);
+  constexpr int kN = 8;
+  std::vector<std::vector<int32_t>> prompts, solo(kN), got(kN);
+  for (int i = 0; i < kN; ++i) {
+    std::vector<int32_t> p = {1};
+    for (int j = 0; j < 3 + 4 * i; ++j) p.push_back(3 + (37 * i + 11 * j) % 500);
+    prompts.push_back(p);
+    solo[i] = Solo(p, 25);
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kN; ++i) {
+    threads.emplace_back([&, i] {
+      std::vector<v1::SessionResponse> out;
+      grpc::Status s = RunToEnd({StartReq(prompts[i]), StepReq(25)}, &out);
+      // The client half-closed right after its requests: the worker frees the sequence
+      // and ends with OK, possibly before every result was sent.
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      (void)out;
+    });
+    threads.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      std::unique_ptr<Stream> st = stub_->Session(&ctx);
+      st->Write(StartReq(prompts[i]));
+      st->Write(StepReq(25));
+      v1::SessionResponse resp;
+      while (got[i].size() < 25 && st->Read(&resp)) {
+        if (resp.has_step()) got[i].insert(got[i].end(), resp.step().tokens().begin(), resp.step().tokens().end());
+      }
+      st->WritesDone();
+      while (st->Read(&resp)) {
+      }
+      EXPECT_TRUE(st->Finish().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(got[i], solo[i]) << "session " << i;
+  EXPECT_GT(scheduler_->Stats().multi_sequence_iterations, 0u);
+  WaitKvFree();
+}
+
+TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 4;
+  cfg.max_draft = 16;
+  StartServer(cfg);
+  struct Case {
+    std::string name;
+    std::vector<v1::SessionRequest> reqs;
+    grpc::StatusCode code;
+    std::string field;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"step before start", {StepReq(1)}, grpc::StatusCode::FAILED_PRECONDITION, "Start"});
+  cases.push_back({"empty request", {v1::SessionRequest()}, grpc::StatusCode::INVALID_ARGUMENT, "request"});
+  cases.push_back({"empty prompt", {StartReq({})}, grpc::StatusCode::INVALID_ARGUMENT, "start.prompt"});
+  cases.push_back({"token outside vocab", {StartReq({1, 2, 512})}, grpc::StatusCode::INVALID_ARGUMENT, "start.prompt[2]"});
+  cases.push_back({"negative token", {StartReq({-1})}, grpc::StatusCode::INVALID_ARGUMENT, "start.prompt[0]"});
+  cases.push_back({"prompt too long", {StartReq(std::vector<int32_t>(129, 5))}, grpc::StatusCode::INVALID_ARGUMENT,
+                   "n_ctx_seq"});
+  auto with_sampling = [&](const std::function<void(v1::SamplingParams*)>& f) {
+    v1::SessionRequest r = StartReq(prompt_);
+    f(r.mutable_start()->mutable_sampling());
+    return r;
+  };
+  cases.push_back({"temperature", {with_sampling([](v1::SamplingParams* s) { s->set_temperature(-1); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.temperature"});
+  cases.push_back({"top_p", {with_sampling([](v1::SamplingParams* s) { s->set_top_p(1.5f); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.top_p"});
+  cases.push_back({"min_p", {with_sampling([](v1::SamplingParams* s) { s->set_min_p(-0.1f); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.min_p"});
+  cases.push_back({"top_k", {with_sampling([](v1::SamplingParams* s) { s->set_top_k(-2); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.top_k"});
+  cases.push_back({"repeat_penalty", {with_sampling([](v1::SamplingParams* s) { s->set_repeat_penalty(0); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.repeat_penalty"});
+  cases.push_back({"repeat_last_n", {with_sampling([](v1::SamplingParams* s) { s->set_repeat_last_n(-5); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.repeat_last_n"});
+  cases.push_back({"presence_penalty",
+                   {with_sampling([](v1::SamplingParams* s) { s->set_presence_penalty(NAN); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.presence_penalty"});
+  v1::SessionRequest lp = StartReq(prompt_);
+  lp.mutable_start()->set_logprobs(21);
+  cases.push_back({"logprobs", {lp}, grpc::StatusCode::INVALID_ARGUMENT, "start.logprobs"});
+  cases.push_back({"draft token", {StartReq(prompt_), StepReq(1, {5, 9999})}, grpc::StatusCode::INVALID_ARGUMENT,
+                   "step.draft[1]"});
+  cases.push_back({"draft too long", {StartReq(prompt_), StepReq(1, std::vector<int32_t>(17, 5))},
+                   grpc::StatusCode::INVALID_ARGUMENT, "step.draft"});
+  cases.push_back({"negative n_steps", {StartReq(prompt_), StepReq(-1)}, grpc::StatusCode::INVALID_ARGUMENT,
+                   "step.n_steps"});
+  cases.push_back({"n_steps with draft", {StartReq(prompt_), StepReq(3, {5})}, grpc::StatusCode::INVALID_ARGUMENT,
+                   "step.n_steps"});
+  cases.push_back({"second start", {StartReq(prompt_), StartReq(prompt_)}, grpc::StatusCode::FAILED_PRECONDITION,
+                   "start"});
+  for (const Case& c : cases) {
+    grpc::Status s = RunToEnd(c.reqs);
+    EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.field), std::string::npos) << c.name << ": " << s.error_message();
+  }
+  // Still serving, nothing leaked.
+  WaitKvFree();
+  std::vector<v1::SessionResponse> out;
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> st = stub_->Session(&ctx);
+  st->Write(StartReq(prompt_));
+  st->Write(StepReq(5));
+  v1::SessionResponse resp;
+  int steps = 0;
+  while (steps < 5 && st->Read(&resp)) steps += resp.has_step() ? 1 : 0;
+  EXPECT_EQ(steps, 5);
+  st->Write(CancelReq());
+  while (st->Read(&resp)) {
+  }
+  EXPECT_TRUE(st->Finish().ok());
+  // OnDone runs on the server shortly after the status went out.
+  for (int i = 0; i < 200 && service_->open_sessions() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(service_->open_sessions(), 0);
+  const std::string metrics = registry_.Render();
+  EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"INVALID_ARGUMENT\"} 17"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"FAILED_PRECONDITION\"} 2"), std::string::npos) << metrics;
+}
+
+TEST_F(WorkerServiceTest, ContextFullThenStepIsFailedPrecondition) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 32;  // n_ctx_seq = 16
+  StartServer(cfg);
+  std::vector<v1::SessionResponse> out;
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> st = stub_->Session(&ctx);
+  st->Write(StartReq(prompt_));
+  st->Write(StepReq(100));
+  v1::SessionResponse resp;
+  int tokens = 0;
+  while (st->Read(&resp)) {
+    if (!resp.has_step()) continue;
+    tokens += resp.step().tokens_size();
+    if (resp.step().context_full()) break;
+  }
+  EXPECT_EQ(tokens, 16 - 8 + 1);
+  st->Write(StepReq(1));
+  while (st->Read(&resp)) {
+  }
+  grpc::Status s = st->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  WaitKvFree();
+}
+
+TEST_F(WorkerServiceTest, ClosingOrCancellingTheStreamFreesKvCells) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 4;
+  StartServer(cfg);
+  v1::SessionResponse resp;
+  // 1. Client-side cancellation in the middle of a long request.
+  {
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> st = stub_->Session(&ctx);
+    st->Write(StartReq(prompt_));
+    st->Write(StepReq(100));
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(st->Read(&resp));
+    EXPECT_GT(Info().kv_cells_used(), 0);
+    ctx.TryCancel();
+    while (st->Read(&resp)) {
+    }
+    EXPECT_EQ(st->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    const double ms = WaitKvFree();
+    std::printf("cancelled stream: KV cells free after %.1f ms\n", ms);
+  }
+  // 2. Half-close without Cancel: freed, call ends OK.
+  {
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> st = stub_->Session(&ctx);
+    st->Write(StartReq(prompt_));
+    st->Write(StepReq(3));
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(st->Read(&resp));
+    EXPECT_EQ(Info().kv_cells_used(), 10);
+    st->WritesDone();
+    while (st->Read(&resp)) {
+    }
+    EXPECT_TRUE(st->Finish().ok());
+    WaitKvFree();
+  }
+  // 3. The client object goes away with the stream open (and a queued sequence too).
+  {
+    engine::SchedulerConfig one;
+    one.max_sequences = 1;
+    TearDown();
+    StartServer(one);
+    auto ctx1 = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<Stream> st1 = stub_->Session(ctx1.get());
+    st1->Write(StartReq(prompt_));
+    ASSERT_TRUE(st1->Read(&resp));
+    auto ctx2 = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<Stream> st2 = stub_->Session(ctx2.get());
+    st2->Write(StartReq(prompt_));
+    for (int i = 0; i < 100 && Info().queued_sequences() != 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(Info().queued_sequences(), 1);
+    ctx2->TryCancel();
+    st2->Finish();
+    st2.reset();
+    ctx2.reset();
+    ctx1->TryCancel();
+    st1->Finish();
+    st1.reset();
+    ctx1.reset();
+    WaitKvFree();
+    for (int i = 0; i < 200 && Info().queued_sequences() != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(Info().queued_sequences(), 0);
+  }
+}
+
+TEST_F(WorkerServiceTest, AdmissionRejectOrQueue) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 1;
+  cfg.queue_policy = engine::QueuePolicy::kReject;
+  StartServer(cfg);
+  v1::SessionResponse resp;
+  grpc::ClientContext ctx1;
+  std::unique_ptr<Stream> a = stub_->Session(&ctx1);
+  a->Write(StartReq(prompt_));
+  ASSERT_TRUE(a->Read(&resp));
+  ASSERT_TRUE(resp.has_started());
+  grpc::Status s = RunToEnd({StartReq(prompt_)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  a->Write(CancelReq());
+  while (a->Read(&resp)) {
+  }
+  EXPECT_TRUE(a->Finish().ok());
+
+  // Wait policy: the second session gets Started once the first one closes.
+  TearDown();
+  cfg.queue_policy = engine::QueuePolicy::kWait;
+  StartServer(cfg);
+  grpc::ClientContext c1, c2;
+  std::unique_ptr<Stream> x = stub_->Session(&c1);
+  x->Write(StartReq(prompt_));
+  ASSERT_TRUE(x->Read(&resp));
+  std::unique_ptr<Stream> y = stub_->Session(&c2);
+  y->Write(StartReq(prompt_));
+  y->Write(StepReq(2));
+  for (int i = 0; i < 100 && Info().queued_sequences() != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(Info().queued_sequences(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  x->WritesDone();
+  while (x->Read(&resp)) {
+  }
+  EXPECT_TRUE(x->Finish().ok());
+  ASSERT_TRUE(y->Read(&resp));
+  ASSERT_TRUE(resp.has_started());
+  EXPECT_GE(resp.started().queue_ms(), 50.0);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(y->Read(&resp));
+    EXPECT_TRUE(resp.has_step());
+  }
+  y->WritesDone();
+  while (y->Read(&resp)) {
+  }
+  EXPECT_TRUE(y->Finish().ok());
+
+  // Draining: new sessions are refused with UNAVAILABLE.
+  service_->StopAdmitting();
+  s = RunToEnd({StartReq(prompt_)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
+TEST(WorkerServiceConversion, SamplingDefaultsAndNames) {
+  v1::SessionStart start;
+  start.add_prompt(1);
+  auto p = ToSequenceParams(start);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FLOAT_EQ(p->sampling.temp, 0.8f);
+  EXPECT_EQ(p->sampling.top_k, 40);
+  EXPECT_EQ(p->sampling.seed, engine::kRandomSeed);
+  start.mutable_sampling()->set_seed(0);
+  start.mutable_sampling()->set_temperature(0);
+  start.mutable_sampling()->set_repeat_last_n(-1);
+  p = ToSequenceParams(start);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->sampling.seed, 0u);
+  EXPECT_EQ(p->sampling.temp, 0.0f);
+  EXPECT_EQ(p->sampling.penalty_last_n, -1);
+  start.mutable_sampling()->set_frequency_penalty(INFINITY);
+  p = ToSequenceParams(start);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("start.sampling.frequency_penalty"), std::string::npos) << p.status();
+}
+
+}  // namespace
+}  // namespace herd::worker
