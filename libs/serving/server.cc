@@ -46,6 +46,9 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host, int port) 
     return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", host, ":", port));
   }
   thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() is a no-op until the listen loop runs: wait for it so that a Stop()
+  // right after Start() cannot hang in join().
+  while (!http_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return bound;
 }
 

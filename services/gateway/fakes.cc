@@ -112,7 +112,8 @@ grpc::Status FakeWorker::Session(grpc::ServerContext* ctx,
       step_requests_.push_back(req.step().n_steps());
     }
     const int n = std::max(1, req.step().n_steps());
-    for (int i = 0; i < n && !ended; ++i) {
+    bool eos = false;  // an EOS result drops the rest of this Step (worker.proto)
+    for (int i = 0; i < n && !ended && !eos; ++i) {
       if (c.token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c.token_delay_ms));
       if (ctx->IsCancelled()) {
         ++cancelled_;
@@ -126,7 +127,7 @@ grpc::Status FakeWorker::Session(grpc::ServerContext* ctx,
       } else if (c.eos_after_script || c.script.empty()) {
         tok = c.eos_id;
         sr->set_eos(true);
-        ended = true;
+        eos = true;
       } else {
         tok = c.script[produced % c.script.size()];
       }

@@ -29,7 +29,8 @@ struct FakeWorkerConfig {
   int32_t queued = 0;
   int64_t kv_cells_used = 0;
   // Tokens emitted one per forward pass, in order. After the script: the EOS token
-  // (eos = true) when eos_after_script, else the script again from the start.
+  // (eos = true; it ends the current Step's run, a later Step gets EOS again) when
+  // eos_after_script, else the script again from the start.
   std::vector<int32_t> script = {300, 301, 302};
   bool eos_after_script = true;
   int32_t eos_id = 2;

@@ -239,6 +239,7 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
   g->method = method;
   g->model = req.model();
   g->deadline = deadline;
+  g->client_deadline = deadline;
   if (opts_.request_timeout > absl::ZeroDuration()) {
     g->deadline = std::min(g->deadline, g->start + opts_.request_timeout);
   }
@@ -368,6 +369,10 @@ absl::Status Gateway::Generate(const v1::GenerateRequest& req, absl::Time deadli
   return Run(**g, sink);
 }
 
+bool Gateway::CutByGateway(const Generation& g, int reason) {
+  return reason == kShutdown || (reason == kDeadline && g.deadline < g.client_deadline);
+}
+
 bool Gateway::Emit(Generation& g, GenerateSink* sink, v1::GenerateResponse* msg) {
   if (msg->token_ids_size() > 0 && g.first_token_time == absl::InfinitePast()) {
     g.first_token_time = absl::Now();
@@ -413,7 +418,7 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
   // A request cut by its deadline or a shutdown before any worker ran still gets its
   // last message.
   const int reason = active.cancel.load();
-  if (!status.ok() && g.finish == v1::FINISH_REASON_UNSPECIFIED && (reason == kDeadline || reason == kShutdown)) {
+  if (!status.ok() && g.finish == v1::FINISH_REASON_UNSPECIFIED && CutByGateway(g, reason)) {
     v1::GenerateResponse last;
     last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
     v1::Usage* u = last.mutable_usage();
@@ -469,7 +474,15 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
     *start->mutable_sampling() = g.sampling;
     if (g.logprobs > 0) start->set_logprobs(g.logprobs);
     start->set_ignore_eos(g.ignore_eos);
-    if (!stream->Write(start_req) || !stream->Read(&resp)) {
+    const int64_t budget =
+        g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()) + 1);
+    // Without a drafter the whole generation is one Step: send it with the Start (the
+    // worker accepts Steps before Started) to save a round trip before the first token.
+    const bool pipelined = drafter == nullptr;
+    v1::SessionRequest first_step;
+    first_step.mutable_step()->set_n_steps(
+        static_cast<int32_t>(std::min<int64_t>(budget, std::numeric_limits<int32_t>::max())));
+    if (!stream->Write(start_req) || (pipelined && !stream->Write(first_step)) || !stream->Read(&resp)) {
       stream_broken = true;
       break;
     }
@@ -485,10 +498,8 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
     // Tokens the drafter has not seen yet, and how many of its last draft were accepted.
     std::vector<int32_t> new_tokens = g.prompt;
     int n_accepted = 0;
-    const int64_t budget =
-        g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()) + 1);
 
-    while (g.finish == v1::FINISH_REASON_UNSPECIFIED) {
+    for (int iteration = 0; g.finish == v1::FINISH_REASON_UNSPECIFIED; ++iteration) {
       const int64_t remaining = budget - g.completion;
       // One iteration: optionally a draft (verified in one pass), else n_steps passes.
       std::vector<int32_t> draft;
@@ -511,7 +522,7 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
         expected = drafter != nullptr ? 1 : std::min<int64_t>(remaining, std::numeric_limits<int32_t>::max());
         step->set_n_steps(static_cast<int32_t>(expected));
       }
-      if (!stream->Write(step_req)) {
+      if (!(pipelined && iteration == 0) && !stream->Write(step_req)) {
         stream_broken = true;
         break;
       }
@@ -552,9 +563,10 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
           g.finish = v1::FINISH_REASON_EOS;
         } else if (sr.context_full() || g.completion >= budget) {
           g.finish = v1::FINISH_REASON_LENGTH;
-        } else if (sr.eos()) {
-          g.finish = v1::FINISH_REASON_EOS;  // the worker ended the sequence anyway
         }
+        // An eos result ends the worker's current run of steps even with ignore_eos
+        // (worker.proto): the next iteration asks for the rest.
+        const bool run_ended = sr.eos() && g.finish == v1::FINISH_REASON_UNSPECIFIED;
         if (g.finish != v1::FINISH_REASON_UNSPECIFIED && g.finish != v1::FINISH_REASON_STOP) {
           // End of the stream: release what the detokenizer and the stop matcher hold.
           text += stops.Push(detok.Flush());
@@ -581,6 +593,7 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
           active->Cancel(kClientGone);
           break;
         }
+        if (run_ended) break;
       }
       if (stream_broken || client_gone || !result.status.ok()) break;
     }
@@ -623,8 +636,10 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
     if (reason == kNotCancelled) active->cancel = kDeadline;
     result.status = absl::DeadlineExceededError(
         reason == kShutdown ? "gateway shutting down" : "request deadline exceeded");
-    // Run() sends the last message (FINISH_REASON_CANCELLED) with what we have.
-    if (started) {
+    // Cut by the gateway (its request timeout, a shutdown): the client still gets a
+    // last message with what there is. (Run() sends it when no worker started.) At the
+    // client's own deadline nobody is listening: DEADLINE_EXCEEDED.
+    if (started && CutByGateway(g, active->cancel.load())) {
       v1::GenerateResponse last;
       last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
       v1::Usage* u = last.mutable_usage();

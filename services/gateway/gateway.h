@@ -97,7 +97,8 @@ class Gateway {
     std::string method;
     std::string model;
     absl::Time start;
-    absl::Time deadline;
+    absl::Time deadline;         // the earlier of the client's and the request timeout
+    absl::Time client_deadline;  // the client's (InfiniteFuture when none)
     std::shared_ptr<const tokenizer::Vocab> vocab;
     std::vector<int32_t> prompt;
     int32_t n_predict = 128;  // -1: until EOS or the context is full
@@ -137,8 +138,9 @@ class Gateway {
                                                       const std::string& method);
   /// Runs a prepared generation to its end, streaming to `sink`. The last message has
   /// finish_reason and usage. Returns OK after a last message was delivered (finish
-  /// reasons EOS, LENGTH, STOP, and CANCELLED for the request timeout or a shutdown);
-  /// CANCELLED when the client went away; UNAVAILABLE naming the worker when it died
+  /// reasons EOS, LENGTH, STOP, and CANCELLED for the gateway's request timeout or a
+  /// shutdown); CANCELLED when the client went away; DEADLINE_EXCEEDED at the client's
+  /// deadline; UNAVAILABLE naming the worker when it died
   /// mid-stream (or no worker could take the request); other worker errors keep their
   /// code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
   absl::Status Run(Generation& g, GenerateSink* sink);
@@ -178,6 +180,9 @@ class Gateway {
   void Watchdog();
   Attempt RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active);
   bool Emit(Generation& g, GenerateSink* sink, v1::GenerateResponse* msg);
+  /// Whether a request cancelled for `reason` was cut by the gateway (request timeout,
+  /// shutdown) rather than by its client, and so still gets a last message.
+  static bool CutByGateway(const Generation& g, int reason);
 
   GatewayOptions opts_;
   std::unique_ptr<WorkerPool> pool_;

@@ -444,11 +444,17 @@ absl::StatusOr<int> HttpFrontEnd::Start(const std::string& host, int port) {
     return absl::UnavailableError(absl::StrCat("http: cannot bind ", host, ":", port));
   }
   thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() is a no-op until the listener runs: wait for it, so that a Stop()
+  // right after Start() cannot leave the thread listening forever.
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (!http_->is_running() && absl::Now() < end) absl::SleepFor(absl::Milliseconds(1));
   return bound;
 }
 
 void HttpFrontEnd::Stop() {
   if (thread_.joinable()) {
+    const absl::Time end = absl::Now() + absl::Seconds(10);  // see Start()
+    while (!http_->is_running() && absl::Now() < end) absl::SleepFor(absl::Milliseconds(1));
     http_->stop();
     thread_.join();
   }

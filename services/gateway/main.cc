@@ -11,6 +11,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
 #include "libs/serving/metrics.h"
@@ -47,6 +49,13 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists the flags of this file (Abseil's default matches the binary's name).
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "services/gateway/");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "herd gateway: the public gRPC API (herd.v1.Gateway: Generate, Tokenize, Detokenize, ListModels) and an\n"
       "OpenAI-compatible HTTP endpoint (POST /v1/completions, GET /v1/models) over compute workers.\n\n"
