@@ -118,5 +118,41 @@ TEST_F(EngineTest, MaskFollowsSequencesAndPositions) {
   EXPECT_EQ(mask[5], ninf);
 }
 
+// SetSeqRange: a sequence's cells come from its own region, lowest first, in batch
+// order; a full region is RESOURCE_EXHAUSTED with nothing changed; unrestricted
+// sequences keep taking the lowest free cells of the whole cache.
+TEST_F(EngineTest, SequenceCellRanges) {
+  auto e = Make(16, 512);
+  KvCache& kv = e->kv();
+  kv.SetSeqRange(0, 0, 4);
+  kv.SetSeqRange(1, 8, 12);
+  auto a = kv.Allocate({1, 0, 1, 0}, {0, 0, 1, 1});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, (std::vector<int32_t>{8, 0, 9, 1}));
+  // Rejected tail cells of sequence 0 go back to it, in position order.
+  kv.SeqRemove(0, 1, -1);
+  auto b = kv.Allocate({0, 0, 0}, {1, 2, 3});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, (std::vector<int32_t>{1, 2, 3}));
+  const int64_t used = kv.used();
+  auto full = kv.Allocate({1, 0}, {2, 4});  // sequence 0's region (cells 0..3) is full
+  EXPECT_TRUE(absl::IsResourceExhausted(full.status())) << full.status();
+  EXPECT_EQ(kv.used(), used);
+  auto c = kv.Allocate({1}, {2});  // nothing was kept from the failed call
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, std::vector<int32_t>{10});
+  auto d = kv.Allocate({2}, {0});  // unrestricted: the lowest free cell of the cache
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*d, std::vector<int32_t>{4});
+  kv.SetSeqRange(0, 0, 0);  // lifted
+  auto f = kv.Allocate({0}, {4});
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*f, std::vector<int32_t>{5});
+  kv.Clear();
+  auto g = kv.Allocate({1}, {0});  // ranges survive Clear()
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(*g, std::vector<int32_t>{8});
+}
+
 }  // namespace
 }  // namespace herd::engine

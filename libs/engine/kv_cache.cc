@@ -52,6 +52,14 @@ bool KvCache::Has(int64_t c, int32_t seq) const {
   return std::find(s.begin(), s.end(), seq) != s.end();
 }
 
+void KvCache::SetSeqRange(int32_t seq, int64_t begin, int64_t end) {
+  if (seq < 0) return;
+  if (static_cast<size_t>(seq) >= seq_range_.size()) seq_range_.resize(static_cast<size_t>(seq) + 1, {0, -1});
+  begin = std::max<int64_t>(0, begin);
+  end = std::min<int64_t>(n_cells(), end);
+  seq_range_[static_cast<size_t>(seq)] = end > begin ? std::make_pair(begin, end) : std::make_pair<int64_t, int64_t>(0, -1);
+}
+
 absl::StatusOr<std::vector<int32_t>> KvCache::Allocate(const std::vector<int32_t>& seq,
                                                        const std::vector<int32_t>& pos) {
   const size_t n = seq.size();
@@ -59,14 +67,36 @@ absl::StatusOr<std::vector<int32_t>> KvCache::Allocate(const std::vector<int32_t
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", n, " tokens need cells, ",
                                                      n_cells() - used_, " of ", n_cells(), " free"));
   }
+  // Token i takes the lowest free cell of its sequence's range (the whole cache when
+  // none is set), in batch order. Cells are marked as they are taken (and released again
+  // if a range runs out).
   std::vector<int32_t> idx;
   idx.reserve(n);
-  for (int64_t c = 0; c < n_cells() && idx.size() < n; ++c) {
-    if (pos_[static_cast<size_t>(c)] < 0) idx.push_back(static_cast<int32_t>(c));
-  }
+  std::vector<std::pair<std::pair<int64_t, int64_t>, int64_t>> cursors;  // range -> next cell to look at
   for (size_t i = 0; i < n; ++i) {
-    pos_[static_cast<size_t>(idx[i])] = pos[i];
-    seqs_[static_cast<size_t>(idx[i])] = {seq[i]};
+    std::pair<int64_t, int64_t> range(0, n_cells());
+    if (seq[i] >= 0 && static_cast<size_t>(seq[i]) < seq_range_.size() && seq_range_[static_cast<size_t>(seq[i])].second >= 0) {
+      range = seq_range_[static_cast<size_t>(seq[i])];
+    }
+    auto cur = std::find_if(cursors.begin(), cursors.end(), [&](const auto& e) { return e.first == range; });
+    if (cur == cursors.end()) {
+      cursors.push_back({range, range.first});
+      cur = cursors.end() - 1;
+    }
+    int64_t c = cur->second;
+    while (c < range.second && pos_[static_cast<size_t>(c)] >= 0) ++c;
+    if (c >= range.second) {
+      for (int32_t t : idx) {
+        pos_[static_cast<size_t>(t)] = -1;
+        seqs_[static_cast<size_t>(t)].clear();
+      }
+      return absl::ResourceExhaustedError(absl::StrCat("KV cache full: no free cell for sequence ", seq[i],
+                                                       " in its cells [", range.first, ", ", range.second, ")"));
+    }
+    cur->second = c + 1;
+    pos_[static_cast<size_t>(c)] = pos[i];
+    seqs_[static_cast<size_t>(c)] = {seq[i]};
+    idx.push_back(static_cast<int32_t>(c));
   }
   used_ += static_cast<int64_t>(n);
   return idx;

@@ -28,10 +28,20 @@ class KvCache {
   int64_t n_kv() const;
   size_t bytes() const;
 
-  /// Finds n free cells (lowest indices first) for tokens of (seq[i], pos[i]), marks them
-  /// used and returns their indices. RESOURCE_EXHAUSTED when fewer than n cells are free.
+  /// Finds n free cells (lowest indices first, within each token's sequence range when
+  /// one is set) for tokens of (seq[i], pos[i]), marks them used and returns their
+  /// indices. RESOURCE_EXHAUSTED when fewer than n cells are free (or a range is full;
+  /// nothing is changed then).
   absl::StatusOr<std::vector<int32_t>> Allocate(const std::vector<int32_t>& seq,
                                                 const std::vector<int32_t>& pos);
+
+  /// Restricts the cells of sequence `seq` to [begin, end) (clamped to the cache);
+  /// end <= begin lifts the restriction. With one region per sequence, and cells freed
+  /// only from a sequence's end (draft rejections) or all at once, each sequence's cells
+  /// stay in position order whatever the other sequences do, so attention visits its
+  /// keys in the same order as when it runs alone: batched outputs equal solo outputs
+  /// bit for bit. Kept across Clear().
+  void SetSeqRange(int32_t seq, int64_t begin, int64_t end);
 
   /// Removes `seq` from cells with pos in [p0, p1) (p1 < 0 = to the end); frees cells
   /// left without sequences. seq < 0 removes every sequence.
@@ -64,6 +74,7 @@ class KvCache {
   std::vector<Tensor*> k_, v_;
   std::vector<int32_t> pos_;                  // -1 = empty
   std::vector<std::vector<int32_t>> seqs_;    // sequences of each cell
+  std::vector<std::pair<int64_t, int64_t>> seq_range_;  // per sequence id; second < 0 = unrestricted
   int64_t used_ = 0;
 };
 

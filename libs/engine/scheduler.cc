@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
+#include "libs/engine/spec/rejection.h"
 
 namespace herd::engine {
 namespace internal {
@@ -21,10 +22,12 @@ static double MsSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
-// One Step() request: n_steps plain passes, or one verification of `draft`.
+// One Step() request: n_steps plain passes, or one verification of `draft` (with the
+// draft's distributions when it was sampled).
 struct Request {
   int32_t n_steps = 1;
   std::vector<int32_t> draft;
+  std::vector<spec::SparseDist> draft_q;  // empty or one per draft token
 };
 
 struct SeqState {
@@ -49,6 +52,7 @@ struct SeqState {
   int32_t pending = -1;      // the next token to evaluate, at position n_past
   bool pending_is_prompt = true;  // pending is still the last prompt token
   std::unique_ptr<Sampler> sampler;
+  std::mt19937 spec_rng;  // rejection sampling of drafts with probabilities
   double prompt_ms = 0, generation_ms = 0;
 
   // Events (ev_mu is a leaf lock).
@@ -104,6 +108,7 @@ struct Work {
   bool prefill = false;
   int32_t n_prefill = 0;       // prefill: prompt tokens in this chunk
   std::vector<int32_t> draft;  // verify: draft tokens after the pending token
+  std::vector<spec::SparseDist> draft_q;  // verify: empty, or one distribution per draft token
   int64_t out_begin = 0;       // verify: index of the pending token's logits
   bool was_prompt = false;     // verify: the pending token was the last prompt token
   StepResult result;
@@ -196,6 +201,7 @@ bool Core::AdmitLocked(Outbox* out) {
     sp.n_probs = s->logprobs;
     s->sampler = std::make_unique<Sampler>(sp, static_cast<int32_t>(n_vocab));
     for (int32_t t : s->prompt) s->sampler->Accept(t);  // penalties see the prompt
+    s->spec_rng.seed(s->sampler->seed() ^ 0x5bd1e995u);
     s->n_past = 0;
     s->pending = s->prompt.back();
     s->pending_is_prompt = true;
@@ -236,6 +242,7 @@ std::vector<Work> Core::PlanLocked() {
     Work w;
     w.s = s;
     w.draft.assign(r.draft.begin(), r.draft.begin() + static_cast<long>(n_draft));
+    if (!r.draft_q.empty()) w.draft_q.assign(r.draft_q.begin(), r.draft_q.begin() + static_cast<long>(n_draft));
     if (!r.draft.empty() || --r.n_steps <= 0) s->requests.pop_front();
     used += cost;
     plan.push_back(std::move(w));
@@ -255,27 +262,76 @@ std::vector<Work> Core::PlanLocked() {
   return plan;
 }
 
-// Samples position i from the logits of pending/draft[i-1], accepts draft[i] while the
-// sampled token equals it, and stops after the first mismatch: the result is the
-// accepted prefix plus one sampled token. This is exact for greedy sampling and for any
-// deterministic draft (n-gram drafters): the token at each position is sampled exactly
-// as without a draft. EXTENSION POINT (speculative issue): drafts from a draft model
-// with their own probabilities q(x) need rejection sampling instead -- per position,
-// p = DistFromCandidates(sampler.Candidates(logits)) and spec::RejectionStep(p,
-// draft[i], q[i], rng) (libs/engine/spec/rejection.h: accept with probability
-// min(1, p/q), else emit a token drawn from norm(max(0, p - q)) and stop); Step() would
-// carry q alongside the draft, and the sampler would Accept() the emitted tokens.
+namespace {
+
+// Top-n (id, logprob) of a candidate list sorted by probability (Sampler::Candidates).
+std::vector<TokenLogprob> TopOf(const TokenDataArray& cands, int32_t n) {
+  std::vector<TokenLogprob> top;
+  for (const TokenData& c : cands.data) {
+    if (static_cast<int32_t>(top.size()) >= n) break;
+    if (c.p > 0) top.push_back({c.id, std::log(c.p)});
+  }
+  return top;
+}
+
+}  // namespace
+
+// Settles positions 0..n_draft of a verification: position i's token is produced from
+// the logits of pending/draft[i-1], and draft[i] is accepted or the pass ends there.
+//  - Sample and match (deterministic drafts, or a greedy sequence): position i is one
+//    Sampler::Sample() call; draft[i] is accepted while the sample equals it. Exact for
+//    greedy sampling and for any deterministic draft: every token is sampled exactly as
+//    without a draft.
+//  - Rejection sampling (the draft carries its distributions q and the sequence samples
+//    at temp > 0): spec::RejectionStep(p_i, draft[i], q_i) with p_i =
+//    Sampler::Candidates() (the whole sampler chain, penalties seeing the tokens settled
+//    so far); on a rejection the emitted token comes from norm(max(0, p_i - q_i)) and
+//    the pass ends; after a fully accepted draft the extra token is drawn from p_n. All
+//    draws come from the sequence's spec_rng, so a verification equals
+//    spec::RejectionSample(p, draft, q, rng) (tested in scheduler_test).
+// Every emitted token is Accept()ed by the sampler. The result is the accepted prefix
+// plus one token; rejected draft cells are removed from the KV cache.
 void Core::VerifyDraft(Work* w) {
   SeqState& s = *w->s;
   StepResult& r = w->result;
   const size_t n_draft = w->draft.size();
+  const bool rejection = !w->draft_q.empty() && s.sampling.temp > 0.0f;
   for (size_t i = 0; i <= n_draft; ++i) {
     const float* logits = engine->Logits(w->out_begin + static_cast<int64_t>(i));
-    const int32_t t = s.sampler->Sample(logits);
+    int32_t t = -1;
+    bool accepted = false;
+    bool from_cands = false;  // t was drawn from `cands` (rejection path)
+    TokenDataArray cands;
+    if (rejection) {
+      cands = s.sampler->Candidates(logits);
+      const spec::SparseDist p = spec::DistFromCandidates(cands);
+      if (i < n_draft) {
+        auto st = spec::RejectionStep(p, w->draft[i], w->draft_q[i], s.spec_rng);
+        if (st.ok()) {
+          t = st->token;
+          accepted = st->accepted;
+          from_cands = true;
+        } else {  // not expected (Step() validated q): fall back to sample and match
+          HERD_LOG(Warning) << "scheduler: rejection step of sequence " << s.id << ": " << st.status();
+        }
+      } else {
+        // The token after the whole draft: drawn from p_n with the same RNG, exactly as
+        // RejectionSample draws it.
+        auto st = spec::RejectionSample({p}, {}, {}, s.spec_rng);
+        if (st.ok()) {
+          t = st->token;
+          from_cands = true;
+        }
+      }
+    }
+    if (!from_cands) {
+      t = s.sampler->Sample(logits);
+      accepted = i < n_draft && t == w->draft[i];
+    }
     if (s.logprobs > 0) {
       TokenLogprobs lp;
       lp.id = t;
-      lp.top = s.sampler->last_top_logprobs();
+      lp.top = from_cands ? TopOf(cands, s.logprobs) : s.sampler->last_top_logprobs();
       lp.logprob = -std::numeric_limits<float>::infinity();
       bool found = false;
       for (const TokenLogprob& c : lp.top) {
@@ -286,9 +342,9 @@ void Core::VerifyDraft(Work* w) {
         }
       }
       if (!found) {
-        // Outside the top-n: its probability in the distribution it was drawn from
-        // (the penalty history does not include t yet, as during Sample()).
-        const TokenDataArray cands = s.sampler->Candidates(logits);
+        // Outside the top-n: its probability in the target's distribution (the penalty
+        // history does not include t yet, as during Sample()).
+        if (!from_cands) cands = s.sampler->Candidates(logits);
         for (const TokenData& c : cands.data) {
           if (c.id == t && c.p > 0) lp.logprob = std::log(c.p);
         }
@@ -301,7 +357,7 @@ void Core::VerifyDraft(Work* w) {
       r.eos = true;
       break;
     }
-    if (i < n_draft && t == w->draft[i]) continue;
+    if (accepted) continue;
     break;
   }
   r.n_accepted = static_cast<int32_t>(r.tokens.size()) - 1;
@@ -465,7 +521,7 @@ Sequence::~Sequence() {
   Cancel();
 }
 
-absl::Status Sequence::Step(int32_t n_steps, std::vector<int32_t> draft) {
+absl::Status Sequence::Step(int32_t n_steps, std::vector<int32_t> draft, std::vector<spec::SparseDist> draft_probs) {
   if (n_steps < 0) return absl::InvalidArgumentError(absl::StrCat("n_steps: ", n_steps, " must be >= 0"));
   if (!draft.empty() && n_steps > 1) {
     return absl::InvalidArgumentError(
@@ -481,6 +537,37 @@ absl::Status Sequence::Step(int32_t n_steps, std::vector<int32_t> draft) {
                                                      " is outside the vocabulary [0, ", core_->n_vocab, ")"));
     }
   }
+  if (!draft_probs.empty()) {
+    if (draft_probs.size() != draft.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("draft_probs: ", draft_probs.size(),
+                                                     " distributions for a draft of ", draft.size(),
+                                                     " tokens (need none or one per token)"));
+    }
+    for (size_t i = 0; i < draft_probs.size(); ++i) {
+      const spec::SparseDist& q = draft_probs[i];
+      if (q.empty()) continue;  // a deterministic token
+      double sum = 0, q_x = 0;
+      for (size_t j = 0; j < q.size(); ++j) {
+        if (q[j].id < 0 || q[j].id >= core_->n_vocab) {
+          return absl::InvalidArgumentError(absl::StrCat("draft_probs[", i, "].ids[", j, "]: token id ", q[j].id,
+                                                         " is outside the vocabulary [0, ", core_->n_vocab, ")"));
+        }
+        if (!std::isfinite(q[j].p) || q[j].p < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("draft_probs[", i, "].p[", j, "]: ", q[j].p, " is not a probability (finite, >= 0)"));
+        }
+        sum += q[j].p;
+        if (q[j].id == draft[i]) q_x += q[j].p;
+      }
+      if (!(sum > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("draft_probs[", i, "]: the distribution has no mass"));
+      }
+      if (!(q_x > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("draft_probs[", i, "]: draft token ", draft[i],
+                                                       " has probability 0 in the distribution it was drawn from"));
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> l(core_->mu);
     if (core_->stop) return absl::UnavailableError("scheduler shut down");
@@ -494,6 +581,7 @@ absl::Status Sequence::Step(int32_t n_steps, std::vector<int32_t> draft) {
     internal::Request r;
     r.n_steps = std::max(1, n_steps);
     r.draft = std::move(draft);
+    r.draft_q = std::move(draft_probs);
     st_->requests.push_back(std::move(r));
   }
   core_->cv.notify_all();
@@ -579,6 +667,11 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   for (int32_t i = core->capacity - 1; i >= 0; --i) core->free_ids.push_back(i);
   core->stats.kv_cells_total = n_ctx;
   engine->kv().Clear();
+  // One region of n_ctx_seq cells per slot: a sequence's cells stay in position order
+  // whatever the others free (draft rejections), so batched outputs equal solo ones.
+  for (int32_t i = 0; i < core->capacity; ++i) {
+    engine->kv().SetSeqRange(i, static_cast<int64_t>(i) * n_ctx_seq, static_cast<int64_t>(i + 1) * n_ctx_seq);
+  }
   core->thread = std::thread([c = core.get()] { c->Run(); });
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(core)));
 }

@@ -14,9 +14,16 @@
 // sampled token, is the sequence's *pending* token: it is not in the KV cache yet. A
 // step evaluates [pending, draft...] at positions n_past, n_past+1, ..., samples
 // position 0, and accepts draft token i while the token sampled at position i equals
-// it (greedy: exact; deterministic drafts: exact; rejection sampling for draft-model
-// drafts is the extension point VerifyDraft() in scheduler.cc). The result is the
-// accepted draft tokens plus one sampled token; the KV cells of rejected draft tokens
+// it ("sample and match": exact for greedy sampling and for deterministic drafts such
+// as the n-gram drafters'). A draft sampled from a draft model at temperature > 0 comes
+// with the distribution q_i each token was drawn from (Step's draft_probs); then, with
+// a sampling (temp > 0) target, position i is settled by speculative (rejection)
+// sampling, spec::RejectionStep(p_i, draft[i], q_i) with p_i the sampler's final
+// distribution (Sampler::Candidates), and the token after a fully accepted draft is
+// drawn from p_n with the same per-sequence RNG -- together exactly
+// spec::RejectionSample, so outputs follow the target's distribution. A greedy target
+// ignores q (sample and match is exact there). The result is the accepted draft
+// tokens plus one sampled token; the KV cells of rejected draft tokens
 // are removed (KvCache::SeqRemove(seq, pos, -1)) and the last sampled token becomes the
 // new pending token. A step without draft is the same with an empty draft.
 //
@@ -36,9 +43,14 @@
 // Determinism. Every sequence has its own Sampler (penalty history seeded with the
 // prompt), and the engine computes each token's logits from its own sequence's cells
 // only, so with greedy sampling a sequence's tokens equal its solo output whatever else
-// shares the batch (up to float summation order, verified by scheduler_test). With a
+// shares the batch (verified by scheduler_test). Each slot owns a region of n_ctx_seq
+// KV cells (KvCache::SetSeqRange), so a sequence's cells stay in position order even
+// when other sequences free cells (rejected drafts, ends) and attention sums its keys
+// in the same order as alone. With a
 // fixed seed and a deterministic draft, the sampled tokens also equal the no-draft ones:
-// one Sample() call per emitted token, in the same order.
+// one Sample() call per emitted token, in the same order. Drafts with probabilities
+// draw from a second per-sequence RNG seeded with Sampler::seed() ^ 0x5bd1e995 (as
+// spec::GenerateSpeculative does), so a fixed seed gives the same output again.
 //
 // Thread-safety. Scheduler and Sequence methods may be called from any thread. The
 // Engine (and its KV cache) belongs to the scheduler thread from Create() until the
@@ -57,6 +69,7 @@
 #include "absl/status/statusor.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/sampling.h"
+#include "libs/engine/spec/drafter.h"
 #include "libs/tokenizer/tokenizer.h"
 
 namespace herd::engine {
@@ -168,10 +181,17 @@ class Sequence {
 
   /// Requests forward passes. Empty draft: n_steps passes (0 counts as 1), one
   /// StepResult each. Non-empty draft: one verification (n_steps must be 0 or 1).
-  /// Errors: INVALID_ARGUMENT naming n_steps or draft[i] (token outside the
-  /// vocabulary, draft longer than max_draft); FAILED_PRECONDITION after context_full
-  /// or after the sequence ended (cancelled / failed); UNAVAILABLE after shutdown.
-  absl::Status Step(int32_t n_steps, std::vector<int32_t> draft = {});
+  /// `draft_probs`: empty for a deterministic draft (sample and match), else one sparse
+  /// distribution per draft token, the one it was drawn from (an empty entry = that
+  /// token is deterministic); a sampling sequence then verifies by rejection sampling
+  /// (see the file comment). Errors: INVALID_ARGUMENT naming n_steps, draft[i] (token
+  /// outside the vocabulary, draft longer than max_draft) or draft_probs[i] (count not
+  /// matching the draft, an id outside the vocabulary, a negative or non-finite
+  /// probability, no mass, or the draft token itself with probability 0);
+  /// FAILED_PRECONDITION after context_full or after the sequence ended (cancelled /
+  /// failed); UNAVAILABLE after shutdown.
+  absl::Status Step(int32_t n_steps, std::vector<int32_t> draft = {},
+                    std::vector<spec::SparseDist> draft_probs = {});
 
   /// Ends the sequence: the scheduler frees its KV cells (immediately if idle, else after
   /// the current iteration), drops pending steps and queues kEnded(CANCELLED). Idempotent.

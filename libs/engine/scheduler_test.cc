@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/generate.h"
+#include "libs/engine/spec/rejection.h"
 #include "libs/gguf/gguf.h"
 #include "tests/shared_data.h"
 
@@ -352,6 +353,190 @@ TEST_F(SchedulerTest, SeededSamplingWithDraftsEqualsWithout) {
   }
   out.resize(ref.size());
   EXPECT_EQ(out, ref);
+}
+
+// Drafts sampled by a draft model carry the distributions q they were drawn from: a
+// sampling sequence verifies them by speculative (rejection) sampling, and with a fixed
+// seed a verification is exactly spec::RejectionSample over the target's final
+// distributions (penalties included) with the sequence's RNG. A greedy sequence
+// ignores q (sample and match). Bad distributions are INVALID_ARGUMENT naming them.
+TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286};
+  const std::vector<int32_t> cont = Solo(prompt, 8, Greedy());
+  ASSERT_EQ(cont.size(), 8u);
+  const int32_t n_vocab = 512;
+  // Two drafts: the greedy continuation, and one that goes wrong at its third token.
+  std::vector<std::vector<int32_t>> drafts = {std::vector<int32_t>(cont.begin(), cont.begin() + 4),
+                                              std::vector<int32_t>(cont.begin(), cont.begin() + 5)};
+  drafts[1][2] = (drafts[1][2] + 5) % n_vocab;
+  auto q_for = [&](const std::vector<int32_t>& d) {
+    std::vector<spec::SparseDist> q;
+    for (int32_t t : d) q.push_back({{t, 0.6f}, {(t + 1) % n_vocab, 0.3f}, {(t + 2) % n_vocab, 0.1f}});
+    return q;
+  };
+  SamplingParams sp;
+  sp.temp = 0.8f;
+  sp.repeat_penalty = 1.1f;
+
+  // The target's logits at [pending, draft...], computed in a separate engine the way
+  // the scheduler evaluates them (prefill, then one verification batch).
+  auto logits_for = [&](const std::vector<int32_t>& d) {
+    auto e = MakeEngine(256, 64);
+    Batch b;
+    for (size_t i = 0; i + 1 < prompt.size(); ++i) b.Add(prompt[i], static_cast<int32_t>(i), 0, false);
+    EXPECT_TRUE(e->Decode(b).ok());
+    b.Clear();
+    b.Add(prompt.back(), static_cast<int32_t>(prompt.size() - 1), 0, true);
+    for (size_t j = 0; j < d.size(); ++j) b.Add(d[j], static_cast<int32_t>(prompt.size() + j), 0, true);
+    EXPECT_TRUE(e->Decode(b).ok());
+    std::vector<std::vector<float>> rows;
+    for (size_t j = 0; j <= d.size(); ++j) rows.emplace_back(e->Logits(static_cast<int64_t>(j)), e->Logits(static_cast<int64_t>(j)) + n_vocab);
+    return rows;
+  };
+
+  auto engine = MakeEngine(256, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  int all_accepted = 0, rejected = 0, some_accepted = 0;
+  for (size_t di = 0; di < drafts.size(); ++di) {
+    const std::vector<int32_t>& draft = drafts[di];
+    const std::vector<spec::SparseDist> q = q_for(draft);
+    const auto rows = logits_for(draft);
+    for (uint32_t seed = 1; seed <= 16; ++seed) {
+      SCOPED_TRACE(testing::Message() << "draft " << di << ", seed " << seed);
+      sp.seed = seed;
+      // Expected: RejectionSample over p_i = the sampler chain after the prompt and
+      // draft[0..i) (position i is only reached when those were accepted).
+      Sampler ref(sp, n_vocab);
+      for (int32_t t : prompt) ref.Accept(t);
+      std::vector<spec::SparseDist> target;
+      for (size_t i = 0; i <= draft.size(); ++i) {
+        target.push_back(spec::DistFromCandidates(ref.Candidates(rows[i].data())));
+        if (i < draft.size()) ref.Accept(draft[i]);
+      }
+      std::mt19937 rng(ref.seed() ^ 0x5bd1e995u);
+      auto want = spec::RejectionSample(target, draft, q, rng);
+      ASSERT_TRUE(want.ok()) << want.status();
+      std::vector<int32_t> want_tokens(draft.begin(), draft.begin() + want->n_accepted);
+      want_tokens.push_back(want->token);
+
+      SequenceParams p;
+      p.prompt = prompt;
+      p.sampling = sp;
+      p.ignore_eos = true;
+      p.logprobs = 2;
+      auto seq = sched->Start(p);
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      ExpectStarted(seq->get());
+      ASSERT_TRUE((*seq)->Step(0, draft, q).ok());
+      SequenceEvent ev = NextEvent(seq->get());
+      ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep) << ev.status;
+      EXPECT_EQ(ev.step.tokens, want_tokens);
+      EXPECT_EQ(ev.step.n_accepted, want->n_accepted);
+      ASSERT_EQ(ev.step.logprobs.size(), ev.step.tokens.size());
+      for (const TokenLogprobs& lp : ev.step.logprobs) EXPECT_LE(lp.logprob, 0.0f);
+      if (want->n_accepted == static_cast<int32_t>(draft.size())) {
+        ++all_accepted;
+      } else {
+        ++rejected;
+      }
+      if (want->n_accepted > 0) ++some_accepted;
+      // The sequence goes on normally afterwards (rejected cells are gone).
+      EXPECT_EQ(sched->Stats().kv_cells_used, static_cast<int64_t>(prompt.size() + ev.step.tokens.size() - 1));
+      ASSERT_TRUE((*seq)->Step(2).ok());
+      for (int k = 0; k < 2; ++k) EXPECT_EQ(NextEvent(seq->get()).kind, SequenceEvent::Kind::kStep);
+    }
+  }
+  // Both outcomes occurred (fixed seeds: deterministic).
+  EXPECT_GT(all_accepted, 0);
+  EXPECT_GT(rejected, 0);
+  EXPECT_GT(some_accepted, 0);
+
+  // A greedy sequence ignores q: the greedy continuation is accepted whole.
+  {
+    SequenceParams p;
+    p.prompt = prompt;
+    p.sampling = Greedy();
+    p.ignore_eos = true;
+    auto seq = sched->Start(p);
+    ASSERT_TRUE(seq.ok());
+    ExpectStarted(seq->get());
+    ASSERT_TRUE((*seq)->Step(0, drafts[0], q_for(drafts[0])).ok());
+    SequenceEvent ev = NextEvent(seq->get());
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep);
+    EXPECT_EQ(ev.step.tokens, std::vector<int32_t>(cont.begin(), cont.begin() + 5));
+    // Validation of the distributions.
+    absl::Status st = (*seq)->Step(0, {1, 2}, {{{1, 1.0f}}});
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_NE(st.message().find("draft_probs"), std::string::npos) << st;
+    st = (*seq)->Step(0, {1, 2}, {{{1, 1.0f}}, {{3, 1.0f}}});
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_NE(st.message().find("draft_probs[1]"), std::string::npos) << st;
+    st = (*seq)->Step(0, {1, 2}, {{{1, -1.0f}}, {{2, 1.0f}}});
+    EXPECT_NE(st.message().find("draft_probs[0].p[0]"), std::string::npos) << st;
+    st = (*seq)->Step(0, {1, 2}, {{{1, 1.0f}}, {{2, 1.0f}, {9999, 0.5f}}});
+    EXPECT_NE(st.message().find("draft_probs[1].ids[1]"), std::string::npos) << st;
+    // An empty entry is a deterministic token.
+    EXPECT_TRUE((*seq)->Step(0, {1, 2}, {{}, {{2, 1.0f}}}).ok());
+  }
+}
+
+// Sequences verifying drafts side by side free KV cells all the time (rejected
+// draft tokens) and start and end at different times; each still produces exactly its
+// solo greedy output (each slot owns a region of cells, so a sequence's cells stay in
+// position order and attention sums its keys in the same order as alone).
+TEST_F(SchedulerTest, InterleavedDraftRejectionsKeepSoloOutputs) {
+  std::mt19937 rng(7);
+  const int n_seq = 10;
+  const int32_t n_out = 96;
+  std::vector<std::vector<int32_t>> prompts, solo;
+  for (int i = 0; i < n_seq; ++i) {
+    // This story's greedy continuation has near-ties that a different summation order
+    // of the attention would flip (seen through the gateway before slots had regions).
+    prompts.push_back(i % 2 == 0 ? vocab_->Tokenize("One day, Lily met a Shoggoth", true, false)
+                                 : RandomPrompt(rng, 5 + 7 * i));
+    solo.push_back(Solo(prompts.back(), n_out, Greedy()));
+  }
+  auto engine = MakeEngine(1024, 128);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 4;  // 10 sequences through 4 slots: some wait, then take freed slots
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  std::vector<std::vector<int32_t>> out(n_seq);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n_seq; ++i) {
+    threads.emplace_back([&, i] {
+      SequenceParams p;
+      p.prompt = prompts[i];
+      p.sampling = Greedy();
+      p.ignore_eos = true;
+      auto seq = sched->Start(p);
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      ExpectStarted(seq->get());
+      std::vector<int32_t>& o = out[i];
+      int round = 0;
+      while (static_cast<int32_t>(o.size()) < n_out) {
+        // Drafts that go wrong after a few tokens (so cells are rejected), of varying
+        // lengths, with plain steps in between.
+        std::vector<int32_t> draft;
+        const size_t len = 1 + static_cast<size_t>((round * 3 + i) % 6);
+        for (size_t k = o.size(); k < std::min(solo[i].size(), o.size() + len); ++k) draft.push_back(solo[i][k]);
+        if (draft.size() > 1 && round % 2 == 0) draft[draft.size() / 2] = (draft[draft.size() / 2] + 1) % 512;
+        if (round % 5 == 4) draft.clear();
+        ++round;
+        ASSERT_TRUE((*seq)->Step(0, draft).ok());
+        SequenceEvent ev = NextEvent(seq->get());
+        ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep) << ev.status;
+        o.insert(o.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+      }
+      o.resize(static_cast<size_t>(n_out));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < n_seq; ++i) EXPECT_EQ(out[i], solo[i]) << "sequence " << i;
+  EXPECT_GT(sched->Stats().multi_sequence_iterations, 0u);
 }
 
 TEST_F(SchedulerTest, CancelAndCloseFreeKvCells) {

@@ -1,18 +1,81 @@
 #include "services/draft/draft_client.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <functional>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
 namespace herd::draft {
 
-DraftClient::DraftClient(DraftClientOptions opts) : opts_(std::move(opts)) {
-  for (const std::string& a : opts_.addresses) {
-    Worker w;
-    w.address = a;
-    w.stub = herd::v1::Draft::NewStub(grpc::CreateChannel(a, grpc::InsecureChannelCredentials()));
-    workers_.push_back(std::move(w));
+absl::StatusOr<std::vector<std::string>> ParseDraftWorkerList(const std::string& list) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    std::string a(absl::StripAsciiWhitespace(part));
+    if (a.empty()) continue;
+    const size_t colon = a.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(a.substr(colon + 1), &port) || port <= 0 ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("draft_workers: '", a, "' is not HOST:PORT"));
+    }
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
   }
-  ender_ = std::thread([this] { EnderLoop(); });
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveDraftWorkers(const std::string& target) {
+  const size_t colon = target.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(target.substr(colon + 1), &port) || port <= 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("draft_workers_dns: '", target, "' is not NAME:PORT"));
+  }
+  std::string name = target.substr(0, colon);
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  struct addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat("draft_workers_dns: cannot resolve '", name, "': ", ::gai_strerror(rc)));
+  }
+  std::vector<std::string> out;
+  for (struct addrinfo* p = res; p != nullptr; p = p->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (p->ai_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<struct sockaddr_in*>(p->ai_addr)->sin_addr, buf, sizeof(buf));
+      out.push_back(absl::StrCat(buf, ":", port));
+    } else if (p->ai_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<struct sockaddr_in6*>(p->ai_addr)->sin6_addr, buf, sizeof(buf));
+      out.push_back(absl::StrCat("[", buf, "]:", port));
+    }
+  }
+  ::freeaddrinfo(res);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::shared_ptr<DraftClient::Worker> DraftClient::MakeWorker(const std::string& address) const {
+  auto w = std::make_shared<Worker>();
+  w->address = address;
+  w->stub = herd::v1::Draft::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return w;
+}
+
+DraftClient::DraftClient(DraftClientOptions opts) : opts_(std::move(opts)) {
+  for (const std::string& a : opts_.addresses) workers_.push_back(MakeWorker(a));
+  if (!opts_.dns.empty()) RefreshDns();
+  background_ = std::thread([this] { BackgroundLoop(); });
 }
 
 DraftClient::~DraftClient() {
@@ -21,7 +84,36 @@ DraftClient::~DraftClient() {
     stopping_ = true;
   }
   end_cv_.notify_all();
-  ender_.join();
+  background_.join();
+}
+
+void DraftClient::RefreshDns() {
+  if (opts_.dns.empty()) return;
+  auto resolved = ResolveDraftWorkers(opts_.dns);
+  if (!resolved.ok()) return;  // keep the workers we have; try again later
+  std::vector<std::string> want = opts_.addresses;
+  for (const std::string& a : *resolved) {
+    if (std::find(want.begin(), want.end(), a) == want.end()) want.push_back(a);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::shared_ptr<Worker>> next;
+  for (const std::string& a : want) {
+    auto it = std::find_if(workers_.begin(), workers_.end(), [&](const auto& w) { return w->address == a; });
+    next.push_back(it != workers_.end() ? *it : MakeWorker(a));
+  }
+  workers_ = std::move(next);  // sessions keep the workers they hold until they move
+}
+
+size_t DraftClient::n_workers() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return workers_.size();
+}
+
+std::vector<std::string> DraftClient::addresses() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> out;
+  for (const auto& w : workers_) out.push_back(w->address);
+  return out;
 }
 
 std::unique_ptr<DraftSession> DraftClient::NewSession(const std::string& session_id, const std::string& model,
@@ -30,49 +122,68 @@ std::unique_ptr<DraftSession> DraftClient::NewSession(const std::string& session
   return std::unique_ptr<DraftSession>(new DraftSession(this, session_id, model, config, temperature, seed));
 }
 
-int DraftClient::Pick(const std::string& session_id, int avoid) {
-  const int n = static_cast<int>(workers_.size());
-  if (n == 0) return -1;
+std::shared_ptr<DraftClient::Worker> DraftClient::Pick(const std::string& session_id, const Worker* avoid,
+                                                       const std::set<std::string>& refused) {
   const auto now = std::chrono::steady_clock::now();
-  const int first = static_cast<int>(std::hash<std::string>()(session_id) % static_cast<size_t>(n));
   std::lock_guard<std::mutex> l(mu_);
-  for (int k = 0; k < n; ++k) {
-    const int w = (first + k) % n;
-    if (w != avoid && workers_[static_cast<size_t>(w)].down_until <= now) return w;
+  const size_t n = workers_.size();
+  if (n == 0) return nullptr;
+  const size_t first = std::hash<std::string>()(session_id) % n;
+  for (size_t k = 0; k < n; ++k) {
+    const std::shared_ptr<Worker>& w = workers_[(first + k) % n];
+    if (w.get() != avoid && w->down_until <= now && refused.count(w->address) == 0) return w;
   }
-  return -1;
+  return nullptr;
 }
 
-void DraftClient::MarkDown(int w) {
+bool DraftClient::IsDown(const Worker& w) const {
   std::lock_guard<std::mutex> l(mu_);
-  workers_[static_cast<size_t>(w)].down_until = std::chrono::steady_clock::now() + opts_.down_for;
+  return w.down_until > std::chrono::steady_clock::now();
 }
 
-void DraftClient::EndLater(int w, const std::string& session_id) {
+void DraftClient::MarkDown(Worker* w) {
+  std::lock_guard<std::mutex> l(mu_);
+  w->down_until = std::chrono::steady_clock::now() + opts_.down_for;
+}
+
+void DraftClient::EndLater(std::shared_ptr<Worker> w, const std::string& session_id) {
   {
     std::lock_guard<std::mutex> l(end_mu_);
-    to_end_.emplace_back(w, session_id);
+    to_end_.emplace_back(std::move(w), session_id);
   }
   end_cv_.notify_one();
 }
 
-void DraftClient::EnderLoop() {
+void DraftClient::BackgroundLoop() {
+  auto next_dns = std::chrono::steady_clock::now() + opts_.dns_interval;
   std::unique_lock<std::mutex> l(end_mu_);
   for (;;) {
-    end_cv_.wait(l, [this] { return stopping_ || !to_end_.empty(); });
+    if (opts_.dns.empty()) {
+      end_cv_.wait(l, [this] { return stopping_ || !to_end_.empty(); });
+    } else {
+      end_cv_.wait_until(l, next_dns, [this] { return stopping_ || !to_end_.empty(); });
+    }
     if (to_end_.empty() && stopping_) return;
-    auto [w, id] = to_end_.front();
+    if (!opts_.dns.empty() && std::chrono::steady_clock::now() >= next_dns && !stopping_) {
+      l.unlock();
+      RefreshDns();
+      l.lock();
+      next_dns = std::chrono::steady_clock::now() + opts_.dns_interval;
+    }
+    if (to_end_.empty()) continue;
+    auto [w, id] = std::move(to_end_.front());
     to_end_.pop_front();
     const bool stopping = stopping_;
     l.unlock();
-    if (!stopping) {  // best effort: idle sessions are evicted by the worker anyway
+    if (!stopping && !IsDown(*w)) {  // best effort: idle sessions are evicted by the worker anyway
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + opts_.deadline);
       herd::v1::EndSessionRequest req;
       req.set_session_id(id);
       herd::v1::EndSessionResponse resp;
-      (void)workers_[static_cast<size_t>(w)].stub->EndSession(&ctx, req, &resp);
+      (void)w->stub->EndSession(&ctx, req, &resp);
     }
+    w.reset();
     l.lock();
   }
 }
@@ -89,12 +200,10 @@ DraftSession::DraftSession(DraftClient* client, std::string id, std::string mode
 }
 
 DraftSession::~DraftSession() {
-  if (worker_ >= 0) client_->EndLater(worker_, id_);
+  if (worker_ != nullptr) client_->EndLater(std::move(worker_), id_);
 }
 
-std::string DraftSession::worker() const {
-  return worker_ >= 0 ? client_->workers_[static_cast<size_t>(worker_)].address : std::string();
-}
+std::string DraftSession::worker() const { return worker_ != nullptr ? worker_->address : std::string(); }
 
 void DraftSession::Append(const std::vector<int32_t>& tokens) {
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
@@ -109,19 +218,35 @@ void DraftSession::Accepted(int32_t n_accepted) {
   if (n > 0) stats_.set_acc_drafts(stats_.acc_drafts() + 1);
 }
 
+void DraftSession::MoveTo(std::shared_ptr<Worker> next) {
+  if (next == worker_) return;
+  if (worker_ != nullptr) client_->EndLater(worker_, id_);
+  worker_ = std::move(next);
+  synced_ = 0;  // the new worker is sent the whole history
+}
+
 DraftReply DraftSession::Propose(int32_t n_max) {
   DraftReply out;
   stats_.set_calls(stats_.calls() + 1);
   last_draft_ = 0;
   const int32_t n_accepted = pending_accepted_;
   pending_accepted_ = -1;
-  if (worker_ < 0) {
-    worker_ = client_->Pick(id_, -1);
-    synced_ = 0;
-  }
-  if (worker_ < 0) {
-    out.error = "no draft worker";
+  if (!disabled_.empty()) {
+    out.error = disabled_;
     return out;
+  }
+  if (worker_ == nullptr || client_->IsDown(*worker_) || refused_.count(worker_->address) > 0) {
+    // First call, or the worker is marked down: another one if there is one.
+    std::shared_ptr<Worker> next = client_->Pick(id_, worker_.get(), refused_);
+    if (next != nullptr) {
+      MoveTo(std::move(next));
+    } else if (worker_ == nullptr) {
+      out.error = "no draft worker";
+      return out;
+    } else {
+      out.error = "draft worker down";  // no call until down_for has passed
+      return out;
+    }
   }
   // Two tries: the second only when the worker asks for tokens it misses (resync).
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -138,24 +263,33 @@ DraftReply DraftSession::Propose(int32_t n_max) {
     herd::v1::DraftResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + client_->opts_.deadline);
-    grpc::Status s = client_->workers_[static_cast<size_t>(worker_)].stub->Propose(&ctx, req, &resp);
+    grpc::Status s = worker_->stub->Propose(&ctx, req, &resp);
     if (!s.ok()) {
       out.error = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? "deadline" : s.error_message();
-      if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        return out;  // the request, not the worker: no drafts for this config, keep the worker
+      if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        // The request's configuration is invalid (on every worker): stop asking.
+        disabled_ = out.error;
+        return out;
+      }
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        // This worker cannot run the configuration (e.g. a draft model checked against
+        // another target): try another one next time; the worker itself is fine.
+        refused_.insert(worker_->address);
+        std::shared_ptr<Worker> next = client_->Pick(id_, worker_.get(), refused_);
+        if (next != nullptr) {
+          MoveTo(std::move(next));
+        } else {
+          disabled_ = out.error;  // no worker accepts it
+        }
+        return out;
       }
       // A late answer may still have landed: the next call's `start` sorts that out
       // (the worker skips tokens it already has). Stay with a slow worker.
       if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return out;
-      client_->MarkDown(worker_);
+      client_->MarkDown(worker_.get());
       // Move to another worker (if any is up); it is sent the whole history.
-      const int next = client_->Pick(id_, worker_);
-      if (next >= 0 && next != worker_) {
-        client_->EndLater(worker_, id_);
-        worker_ = next;
-        synced_ = 0;
-      }
+      std::shared_ptr<Worker> next = client_->Pick(id_, worker_.get(), refused_);
+      if (next != nullptr) MoveTo(std::move(next));
       return out;
     }
     const int64_t have = resp.history_len();

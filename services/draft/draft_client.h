@@ -5,8 +5,12 @@
 // absent draft worker costs speed, never correctness, and never ends a stream.
 //
 // Worker choice: a session sticks to one worker (hash of its id over the workers not
-// marked down); a worker whose call fails is marked down for `down_for` and the
-// session moves to the next one, which is sent the whole history on its next call.
+// marked down); a worker whose call fails is marked down for `down_for` (no calls go to
+// it meanwhile) and the session moves to the next one, which is sent the whole history
+// on its next call. A worker that refuses the session's configuration
+// (FAILED_PRECONDITION, e.g. its draft model was checked against another target model)
+// is skipped by that session only. The worker list is fixed (`addresses`) or resolved
+// from DNS (`dns`, re-resolved every `dns_interval`), or both.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -14,23 +18,37 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/herd/v1/draft.grpc.pb.h"
 
 namespace herd::draft {
 
 struct DraftClientOptions {
-  /// Draft workers ("host:port"). Empty: every draft is empty.
+  /// Draft workers ("host:port"). With no addresses and no dns every draft is empty.
   std::vector<std::string> addresses;
+  /// "NAME:PORT": every address NAME resolves to (getaddrinfo) is a draft worker too
+  /// (e.g. a Kubernetes headless service); re-resolved every dns_interval.
+  std::string dns;
+  std::chrono::milliseconds dns_interval{5000};
   /// Deadline of each Propose call; a later answer is an empty draft.
   std::chrono::milliseconds deadline{100};
   /// A worker whose call failed is skipped this long.
   std::chrono::milliseconds down_for{2000};
 };
+
+/// Parses "h1:p1,h2:p2" (spaces and empty entries ignored, duplicates dropped).
+/// INVALID_ARGUMENT naming an entry that is not HOST:PORT.
+absl::StatusOr<std::vector<std::string>> ParseDraftWorkerList(const std::string& list);
+
+/// Resolves "NAME:PORT" to "ip:port" / "[ipv6]:port" strings (deduplicated, sorted).
+/// INVALID_ARGUMENT for a malformed target, UNAVAILABLE when the name does not resolve.
+absl::StatusOr<std::vector<std::string>> ResolveDraftWorkers(const std::string& target);
 
 /// One draft as the gateway uses it.
 struct DraftReply {
@@ -39,7 +57,7 @@ struct DraftReply {
   /// drafts sampled at temperature > 0), for rejection sampling on the target worker.
   std::vector<herd::v1::DraftTokenProbs> probs;
   /// Why the draft is empty when it is: "" (the drafter had nothing), or the error /
-  /// "deadline" / "no draft worker".
+  /// "deadline" / "no draft worker" / "draft worker down".
   std::string error;
 };
 
@@ -69,8 +87,10 @@ class DraftSession {
 
  private:
   friend class DraftClient;
+  struct Worker;
   DraftSession(DraftClient* client, std::string id, std::string model, herd::v1::SpeculativeConfig config,
                float temperature, uint32_t seed);
+  void MoveTo(std::shared_ptr<Worker> next);
 
   DraftClient* client_;
   std::string id_, model_;
@@ -78,8 +98,10 @@ class DraftSession {
   float temperature_;
   uint32_t seed_;
   std::vector<int32_t> tokens_;
-  int worker_ = -1;        // index into the client's workers; -1 = not chosen yet
-  int64_t synced_ = 0;     // history tokens the worker has (its last history_len)
+  std::shared_ptr<Worker> worker_;  // null = not chosen yet
+  std::set<std::string> refused_;   // workers that refused this session's configuration
+  std::string disabled_;            // non-empty: the configuration is invalid; never ask again
+  int64_t synced_ = 0;              // history tokens the worker has (its last history_len)
   int32_t pending_accepted_ = -1;
   int32_t last_draft_ = 0;  // size of the last draft returned (awaiting Accepted)
   herd::v1::SpeculativeStats stats_;
@@ -88,6 +110,7 @@ class DraftSession {
 /// The pool of draft workers, shared by all sequences. Thread-safe.
 class DraftClient {
  public:
+  /// Resolves `dns` once (a failure is logged; the next resolution retries).
   explicit DraftClient(DraftClientOptions opts);
   ~DraftClient();
 
@@ -97,29 +120,42 @@ class DraftClient {
   std::unique_ptr<DraftSession> NewSession(const std::string& session_id, const std::string& model,
                                            const herd::v1::SpeculativeConfig& config, float temperature = 0.0f,
                                            uint32_t seed = 0);
-  size_t n_workers() const { return workers_.size(); }
+  /// Draft workers known now (fixed and resolved).
+  size_t n_workers() const;
+  /// Their addresses.
+  std::vector<std::string> addresses() const;
   const DraftClientOptions& options() const { return opts_; }
+  /// Resolves `dns` now (tests; the background thread does it every dns_interval).
+  void RefreshDns();
 
  private:
   friend class DraftSession;
-  struct Worker {
-    std::string address;
-    std::unique_ptr<herd::v1::Draft::Stub> stub;
-    std::chrono::steady_clock::time_point down_until{};
-  };
-  int Pick(const std::string& session_id, int avoid);  // -1 when every worker is down
-  void MarkDown(int w);
-  void EndLater(int w, const std::string& session_id);
-  void EnderLoop();
+  using Worker = DraftSession::Worker;
+  // A worker for `session_id` (hash order over the workers), skipping `avoid`, those in
+  // `refused` and those marked down; null when there is none.
+  std::shared_ptr<Worker> Pick(const std::string& session_id, const Worker* avoid,
+                               const std::set<std::string>& refused);
+  bool IsDown(const Worker& w) const;
+  void MarkDown(Worker* w);
+  void EndLater(std::shared_ptr<Worker> w, const std::string& session_id);
+  void BackgroundLoop();
+  std::shared_ptr<Worker> MakeWorker(const std::string& address) const;
 
   DraftClientOptions opts_;
-  std::vector<Worker> workers_;
-  std::mutex mu_;  // down_until
+  mutable std::mutex mu_;  // workers_, each worker's down_until
+  std::vector<std::shared_ptr<Worker>> workers_;
   std::mutex end_mu_;
   std::condition_variable end_cv_;
-  std::deque<std::pair<int, std::string>> to_end_;
+  std::deque<std::pair<std::shared_ptr<Worker>, std::string>> to_end_;
   bool stopping_ = false;
-  std::thread ender_;
+  std::thread background_;  // EndSession calls, DNS refresh
+};
+
+/// One draft worker (shared by the sessions that use it).
+struct DraftSession::Worker {
+  std::string address;
+  std::unique_ptr<herd::v1::Draft::Stub> stub;
+  std::chrono::steady_clock::time_point down_until{};  // guarded by DraftClient::mu_
 };
 
 }  // namespace herd::draft

@@ -6,8 +6,11 @@
 #include <chrono>
 
 #include "gtest/gtest.h"
+#include "libs/engine/spec/draft_model.h"
 #include "libs/serving/server.h"
+#include "libs/tokenizer/tokenizer.h"
 #include "services/draft/draft_service.h"
+#include "tests/shared_data.h"
 
 namespace herd::draft {
 namespace {
@@ -25,13 +28,14 @@ struct Worker {
   }
 };
 
-Worker StartWorker(int max_sessions = 16) {
+Worker StartWorker(int max_sessions = 16, engine::spec::DraftModel* draft_model = nullptr) {
   DraftServiceOptions o;
   o.defaults.type = engine::spec::SpecType::kNgramSimple;
   o.defaults.ngram_size_n = 2;
   o.defaults.ngram_size_m = 4;
   o.max_sessions = max_sessions;
   o.reaper = false;
+  o.resources.draft_model = draft_model;
   Worker w;
   w.service = std::make_unique<DraftServiceImpl>(o);
   serving::GrpcServerOptions g;
@@ -152,6 +156,74 @@ TEST(DraftClient, BadConfigIsAnEmptyDraft) {
   EXPECT_TRUE(d.tokens.empty());
   EXPECT_NE(d.error.find("config.ngram_size_n"), std::string::npos) << d.error;
   EXPECT_EQ(s->worker(), a.address);  // the worker is fine
+}
+
+TEST(DraftClient, ParsesWorkerLists) {
+  auto l = ParseDraftWorkerList(" a:1, b:2,,a:1 ");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(*l, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_FALSE(ParseDraftWorkerList("a:1,nohost").ok());
+  EXPECT_FALSE(ParseDraftWorkerList("a:0").ok());
+  EXPECT_TRUE(ParseDraftWorkerList("").ok());
+  EXPECT_FALSE(ResolveDraftWorkers("localhost").ok());
+  auto r = ResolveDraftWorkers("localhost:4321");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(std::find(r->begin(), r->end(), "127.0.0.1:4321"), r->end());
+}
+
+// Draft workers found through DNS ("localhost:PORT"): a name that also resolves to an
+// address nobody listens on (::1) costs at most one empty draft.
+TEST(DraftClient, WorkersFromDns) {
+  Worker a = StartWorker();
+  DraftClientOptions o = Opts({});
+  o.dns = "localhost:" + a.address.substr(a.address.rfind(':') + 1);
+  DraftClient client(o);
+  ASSERT_GE(client.n_workers(), 1u);
+  auto s = client.NewSession("dns-seq", "m", herd::v1::SpeculativeConfig());
+  s->Append({1, 2, 3, 4, 5, 6, 1, 2});
+  DraftReply d;
+  for (int i = 0; i < 3 && d.tokens.empty(); ++i) d = s->Propose(0);
+  EXPECT_EQ(d.tokens, (Tokens{3, 4, 5, 6})) << d.error;
+  EXPECT_EQ(s->worker(), a.address);
+}
+
+// A worker that cannot run the configuration (FAILED_PRECONDITION: draft-model without
+// a draft model) is skipped by that session, which moves to a worker that can.
+TEST(DraftClient, WorkerThatRefusesTheConfigurationIsSkipped) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  engine::spec::DraftModelParams dp;
+  dp.n_ctx = 256;
+  auto dm = engine::spec::DraftModel::Load(shared + "/models/stories260K.gguf", dp);
+  ASSERT_TRUE(dm.ok()) << dm.status();
+  ASSERT_TRUE((*dm)->AttachTarget((*dm)->vocab()).ok());
+  Worker plain = StartWorker(), with_model = StartWorker(16, dm->get());
+  herd::v1::SpeculativeConfig cfg;
+  cfg.set_type("draft-model");
+  cfg.set_draft_p_min(0.0f);
+  cfg.set_draft_max(4);
+  const std::vector<int32_t> prompt = (*dm)->vocab().Tokenize("Once upon a time", true, false);
+  for (const std::string& id : {"r1", "r2", "r3", "r4"}) {
+    DraftClient client(Opts({plain.address, with_model.address}));
+    auto s = client.NewSession(id, "m", cfg);
+    s->Append(prompt);
+    DraftReply d = s->Propose(0);
+    if (d.tokens.empty()) {
+      EXPECT_NE(d.error, "") << id;
+      d = s->Propose(0);  // moved to the worker with the draft model
+    }
+    EXPECT_EQ(d.tokens.size(), 4u) << id << ": " << d.error;
+    EXPECT_EQ(s->worker(), with_model.address) << id;
+  }
+  // Only refusing workers: the session stops asking (no error, empty drafts).
+  DraftClient client(Opts({plain.address}));
+  auto s = client.NewSession("r5", "m", cfg);
+  s->Append(prompt);
+  for (int i = 0; i < 3; ++i) {
+    DraftReply d = s->Propose(0);
+    EXPECT_TRUE(d.tokens.empty());
+    EXPECT_FALSE(d.error.empty());
+  }
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ ABSL_FLAG(int, port, 50055, "gRPC port (0 = pick a free port; the chosen one is 
 ABSL_FLAG(int, metrics_port, 9095, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(std::string, spec_type, "",
           "Default drafter for requests that name none: none, ngram-simple, ngram-map-k, ngram-map-k4v, "
-          "ngram-cache, draft-model (default: draft-model with --model_draft, else ngram-simple).");
+          "ngram-cache, draft-model (llama.cpp --spec-type; default: draft-model with --model_draft, else "
+          "ngram-simple).");
 ABSL_FLAG(int, spec_ngram_size_n, 12, "n-gram key size n (1..1024; llama.cpp --spec-ngram-size-n).");
 ABSL_FLAG(int, spec_ngram_size_m, 48, "n-gram draft size m (1..1024; --spec-ngram-size-m).");
 ABSL_FLAG(int, spec_ngram_check_rate, 1, "Search the history every this many new tokens (>= 1; --spec-ngram-check-rate).");
@@ -44,7 +45,7 @@ ABSL_FLAG(int, spec_ngram_min_hits, 1, "Hits a key needs before it drafts, ngram
 ABSL_FLAG(int, draft_max, 16, "Most tokens per draft, n_max (0..1024; --draft-max).");
 ABSL_FLAG(int, draft_min, 0, "Drafts shorter than this are dropped, n_min (0..draft_max; --draft-min).");
 ABSL_FLAG(double, draft_p_min, 0.75, "Draft model: stop at a token less likely than this, p_min ([0,1]; --draft-p-min).");
-ABSL_FLAG(std::string, model_draft, "", "GGUF draft model for the draft-model type (--model-draft).");
+ABSL_FLAG(std::string, model_draft, "", "GGUF draft model for the draft-model type (llama.cpp --model-draft).");
 ABSL_FLAG(std::string, target_vocab, "",
           "GGUF of the target model (only its vocabulary is read), to check the draft model against.");
 ABSL_FLAG(std::string, loader, "", "Loader address (host:port) to fetch the target vocabulary from (with --target_model).");

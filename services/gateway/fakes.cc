@@ -53,6 +53,16 @@ std::vector<int32_t> FakeWorker::step_requests() const {
   return step_requests_;
 }
 
+std::vector<std::vector<int32_t>> FakeWorker::drafts() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return drafts_;
+}
+
+std::vector<int> FakeWorker::draft_probs_counts() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return draft_probs_;
+}
+
 grpc::Status FakeWorker::Info(grpc::ServerContext*, const v1::WorkerInfoRequest*, v1::WorkerInfo* resp) {
   const FakeWorkerConfig c = config();
   if (c.info_fails) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake worker: unhealthy");
@@ -110,7 +120,30 @@ grpc::Status FakeWorker::Session(grpc::ServerContext* ctx,
     {
       std::lock_guard<std::mutex> l(mu_);
       step_requests_.push_back(req.step().n_steps());
+      drafts_.emplace_back(req.step().draft().begin(), req.step().draft().end());
+      draft_probs_.push_back(req.step().draft_probs_size());
     }
+    if (req.step().draft_size() > 0 && req.step().n_steps() > 1) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step.n_steps: must be 0 or 1 with a draft");
+    }
+    if (req.step().draft_probs_size() != 0 && req.step().draft_probs_size() != req.step().draft_size()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "step.draft_probs: one per draft token");
+    }
+    for (int i = 0; i < req.step().draft_size(); ++i) {
+      if (req.step().draft(i) < 0 || req.step().draft(i) >= c.n_vocab) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("step.draft[", i, "]: bad token"));
+      }
+    }
+    // The token of forward pass `k` (0-based) and whether it is the EOS.
+    auto token_at = [&c](size_t k, bool* is_eos) {
+      *is_eos = false;
+      if (k < c.script.size()) return c.script[k];
+      if (c.eos_after_script || c.script.empty()) {
+        *is_eos = true;
+        return c.eos_id;
+      }
+      return c.script[k % c.script.size()];
+    };
     const int n = std::max(1, req.step().n_steps());
     bool eos = false;  // an EOS result drops the rest of this Step (worker.proto)
     for (int i = 0; i < n && !ended && !eos; ++i) {
@@ -121,15 +154,26 @@ grpc::Status FakeWorker::Session(grpc::ServerContext* ctx,
       }
       v1::SessionResponse resp;
       v1::StepResult* sr = resp.mutable_step();
-      int32_t tok;
-      if (produced < c.script.size()) {
-        tok = c.script[produced];
-      } else if (c.eos_after_script || c.script.empty()) {
-        tok = c.eos_id;
+      // A draft is verified against the script: accepted while it matches (never past
+      // the context), then one more token.
+      int32_t n_acc = 0;
+      for (int d = 0; d < req.step().draft_size(); ++d) {
+        bool is_eos = false;
+        const int32_t want = token_at(produced, &is_eos);
+        if (is_eos || want != req.step().draft(d) ||
+            static_cast<int64_t>(start.prompt_size() + produced + 1) >= c.n_ctx_seq) {
+          break;
+        }
+        sr->add_tokens(want);
+        ++produced;
+        ++n_acc;
+      }
+      sr->set_n_accepted(n_acc);
+      bool is_eos = false;
+      const int32_t tok = token_at(produced, &is_eos);
+      if (is_eos) {
         sr->set_eos(true);
         eos = true;
-      } else {
-        tok = c.script[produced % c.script.size()];
       }
       ++produced;
       sr->add_tokens(tok);

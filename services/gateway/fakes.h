@@ -67,6 +67,11 @@ class FakeWorker final : public v1::Worker::Service {
   v1::SessionStart last_start() const;
   /// Steps requested, in order (n_steps of each Step message).
   std::vector<int32_t> step_requests() const;
+  /// The draft of each Step message, in order (empty: none). A draft is verified
+  /// against the script: accepted while it matches, plus one token.
+  std::vector<std::vector<int32_t>> drafts() const;
+  /// How many draft_probs entries each Step message carried.
+  std::vector<int> draft_probs_counts() const;
 
   grpc::Status Info(grpc::ServerContext* ctx, const v1::WorkerInfoRequest* req, v1::WorkerInfo* resp) override;
   grpc::Status Session(grpc::ServerContext* ctx,
@@ -77,6 +82,8 @@ class FakeWorker final : public v1::Worker::Service {
   FakeWorkerConfig config_;
   v1::SessionStart last_start_;
   std::vector<int32_t> step_requests_;
+  std::vector<std::vector<int32_t>> drafts_;
+  std::vector<int> draft_probs_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::atomic<int> started_{0}, active_{0}, cancelled_{0}, steps_{0};

@@ -12,6 +12,7 @@
 #include "grpcpp/support/method_handler.h"
 #include "libs/base/log.h"
 #include "libs/engine/sampling.h"
+#include "libs/engine/spec/spec_proto.h"
 #include "services/gateway/text_stream.h"
 
 namespace herd::gateway {
@@ -79,38 +80,83 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateSpeculative(const v1::SpeculativeConfig& c) {
-  static const std::set<std::string> kTypes = {"",          "none",        "ngram-simple", "ngram-map-k",
-                                               "ngram-map-k4v", "ngram-cache", "draft-model"};
-  if (kTypes.count(c.type()) == 0) {
-    return Invalid(absl::StrCat("speculative.type: unknown type '", c.type(),
-                                "' (none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, draft-model)"));
-  }
-  const int dmax = c.has_draft_max() ? c.draft_max() : 16;
-  const int dmin = c.has_draft_min() ? c.draft_min() : 0;
-  if (dmax < 0 || dmax > 1024) return Invalid(absl::StrCat("speculative.draft_max: must be in 0..1024 (got ", dmax, ")"));
-  if (dmin < 0 || dmin > dmax) {
-    return Invalid(absl::StrCat("speculative.draft_min: must be in 0..draft_max (got ", dmin, ", draft_max ", dmax, ")"));
-  }
-  if (c.has_draft_p_min() && !(c.draft_p_min() >= 0 && c.draft_p_min() <= 1)) {
-    return Invalid(absl::StrCat("speculative.draft_p_min: must be in [0, 1] (got ", FloatStr(c.draft_p_min()), ")"));
-  }
-  if (c.has_ngram_size_n() && (c.ngram_size_n() < 1 || c.ngram_size_n() > 1024)) {
-    return Invalid(absl::StrCat("speculative.ngram_size_n: must be in 1..1024 (got ", c.ngram_size_n(), ")"));
-  }
-  if (c.has_ngram_size_m() && (c.ngram_size_m() < 1 || c.ngram_size_m() > 1024)) {
-    return Invalid(absl::StrCat("speculative.ngram_size_m: must be in 1..1024 (got ", c.ngram_size_m(), ")"));
-  }
-  if (c.has_ngram_check_rate() && c.ngram_check_rate() < 1) {
-    return Invalid(absl::StrCat("speculative.ngram_check_rate: must be >= 1 (got ", c.ngram_check_rate(), ")"));
-  }
-  if (c.has_ngram_min_hits() && c.ngram_min_hits() < 1) {
-    return Invalid(absl::StrCat("speculative.ngram_min_hits: must be >= 1 (got ", c.ngram_min_hits(), ")"));
-  }
-  return absl::OkStatus();
-}
-
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+// A Drafter over one draft-worker session (services/draft/draft_client.h): only new
+// tokens cross the wire, each Propose has the client's deadline, failures are empty
+// drafts (reported as errors so that the gateway counts them).
+class DraftWorkerDrafter : public Drafter {
+ public:
+  explicit DraftWorkerDrafter(std::unique_ptr<draft::DraftSession> s) : s_(std::move(s)) {}
+  absl::StatusOr<DraftProposal> Propose(const std::vector<int32_t>& new_tokens, int n_max) override {
+    if (s_ == nullptr) return absl::FailedPreconditionError("the drafter has ended");
+    s_->Append(new_tokens);
+    draft::DraftReply r = s_->Propose(n_max);
+    stats_ = s_->stats();
+    if (!r.error.empty()) {
+      return r.error == "deadline" ? absl::DeadlineExceededError("draft worker: deadline")
+                                   : absl::UnavailableError(absl::StrCat("draft worker: ", r.error));
+    }
+    DraftProposal p;
+    p.tokens = std::move(r.tokens);
+    p.probs = std::move(r.probs);
+    return p;
+  }
+  void Accepted(int n_accepted) override {
+    if (s_ != nullptr) s_->Accepted(n_accepted);
+  }
+  void End() override {
+    if (s_ == nullptr) return;
+    stats_ = s_->stats();
+    s_.reset();  // ends the session on its worker in the background
+  }
+  v1::SpeculativeStats Stats() const override { return s_ != nullptr ? s_->stats() : stats_; }
+
+ private:
+  std::unique_ptr<draft::DraftSession> s_;
+  v1::SpeculativeStats stats_;
+};
+
+// Drops what the target worker would refuse (ending the whole sequence) from a draft: it
+// is cut before its first token outside [0, n_vocab) and to `n_max` tokens; its
+// distributions are kept only when there is a valid one per token (a draft without
+// them is still verified exactly, by sample and match).
+void SanitizeDraft(DraftProposal* d, int64_t n_vocab, int64_t n_max) {
+  size_t n = std::min<size_t>(d->tokens.size(), static_cast<size_t>(std::max<int64_t>(0, n_max)));
+  for (size_t i = 0; i < n; ++i) {
+    if (d->tokens[i] < 0 || (n_vocab > 0 && d->tokens[i] >= n_vocab)) {
+      n = i;
+      break;
+    }
+  }
+  d->tokens.resize(n);
+  if (d->probs.empty()) return;
+  bool ok = d->probs.size() >= n;
+  for (size_t i = 0; ok && i < n; ++i) {
+    const v1::DraftTokenProbs& q = d->probs[i];
+    if (q.ids_size() == 0) continue;  // deterministic token
+    if (q.ids_size() != q.p_size()) {
+      ok = false;
+      break;
+    }
+    double sum = 0, q_x = 0;
+    for (int j = 0; j < q.ids_size(); ++j) {
+      const float p = q.p(j);
+      if (q.ids(j) < 0 || (n_vocab > 0 && q.ids(j) >= n_vocab) || !std::isfinite(p) || p < 0) {
+        ok = false;
+        break;
+      }
+      sum += p;
+      if (q.ids(j) == d->tokens[i]) q_x += p;
+    }
+    ok = ok && sum > 0 && q_x > 0;
+  }
+  if (ok) {
+    d->probs.resize(n);
+  } else {
+    d->probs.clear();
+  }
+}
 
 }  // namespace
 
@@ -164,9 +210,26 @@ Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::m
                                      "Time from request to the first generated token, by model.", {"model"});
   live_workers_ = metrics->Gauge("herd_gateway_live_workers", "Workers whose last Info call succeeded.");
   inflight_gauge_ = metrics->Gauge("herd_gateway_inflight_requests", "Generations in flight.");
+  spec_calls_ = metrics->Counter("herd_gateway_spec_calls_total", "Speculative drafts asked for (#calls), by type.",
+                                 {"type"});
+  spec_gen_drafts_ = metrics->Counter("herd_gateway_spec_gen_drafts_total",
+                                      "Non-empty drafts received (#gen drafts), by type.", {"type"});
+  spec_acc_drafts_ = metrics->Counter("herd_gateway_spec_acc_drafts_total",
+                                      "Drafts with at least one token accepted by the target (#acc drafts), by type.",
+                                      {"type"});
+  spec_gen_tokens_ = metrics->Counter("herd_gateway_spec_gen_tokens_total", "Tokens drafted (#gen tokens), by type.",
+                                      {"type"});
+  spec_acc_tokens_ = metrics->Counter("herd_gateway_spec_acc_tokens_total",
+                                      "Drafted tokens the target accepted (#acc tokens), by type.", {"type"});
+  spec_failures_ = metrics->Counter("herd_gateway_spec_draft_failures_total",
+                                    "Draft requests that failed or missed their deadline (an empty draft each).",
+                                    {"type"});
   opts_.pool.live_gauge = live_workers_;
   pool_ = std::make_unique<WorkerPool>(opts_.pool);
   vocabs_ = std::make_unique<VocabCache>(opts_.loader_address);
+  if (!opts_.drafts.addresses.empty() || !opts_.drafts.dns.empty()) {
+    draft_client_ = std::make_unique<draft::DraftClient>(opts_.drafts);
+  }
 }
 
 Gateway::~Gateway() { Stop(); }
@@ -287,8 +350,9 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
     if (req.has_logprobs() && (req.logprobs() < 0 || req.logprobs() > kMaxLogprobs)) {
       return Invalid(absl::StrCat("logprobs: must be in 0..", kMaxLogprobs, " (got ", req.logprobs(), ")"));
     }
-    s = ValidateSpeculative(req.speculative());
-    if (!s.ok()) return s;
+    auto spec = engine::spec::SpecConfigFromProto(req.speculative(), opts_.spec_defaults, "speculative.");
+    if (!spec.ok()) return spec.status();
+    g->spec = *spec;
 
     // The model.
     switch (pool_->GetModelState(req.model())) {
@@ -350,7 +414,6 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
     g->logprobs = req.has_logprobs() ? req.logprobs() : 0;
     g->ignore_eos = req.ignore_eos();
     g->sampling = req.sampling();
-    g->speculative = req.speculative();
     return absl::OkStatus();
   }();
   if (!st.ok()) {
@@ -407,7 +470,7 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
       break;
     }
     g.worker = lease->address();
-    Attempt a = RunOnWorker(g, *lease, sink, &active);
+    Attempt a = RunOnWorker(g, *lease, sink, &active, attempt);
     status = a.status;
     if (a.status.ok() || !a.retryable || attempt + 1 >= opts_.max_attempts) break;
     HERD_LOG(Info) << "request id=" << g.id << ": worker " << lease->address() << " failed before the first token ("
@@ -444,23 +507,55 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
                  << " ttft_ms="
                  << (g.first_token_time == absl::InfinitePast() ? -1.0 : Ms(g.first_token_time - g.start))
                  << " total_ms=" << Ms(total) << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
+  if (g.speculative) {
+    // llama.cpp's common_speculative_print_stats line.
+    HERD_LOG(Info) << "request id=" << g.id << " " << engine::spec::SpecStatsFromProto(g.spec_stats).ToString();
+  }
   return status;
 }
 
-Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active) {
+std::unique_ptr<Drafter> Gateway::MakeDrafter(const Generation& g, int attempt) {
+  if (g.spec.type == engine::spec::SpecType::kNone) return nullptr;
+  DrafterParams p;
+  p.session_id = absl::StrCat(g.id, "-", attempt);
+  p.model = g.model;
+  engine::spec::SpecConfigToProto(g.spec, &p.config);
+  p.temperature = g.sampling.has_temperature() ? g.sampling.temperature() : engine::SamplingParams().temp;
+  if (g.sampling.has_seed()) {
+    p.seed = g.sampling.seed();
+  } else {
+    p.seed = static_cast<uint32_t>(absl::ToUnixNanos(g.start)) ^ static_cast<uint32_t>(std::hash<std::string>()(g.id));
+  }
+  if (opts_.drafter_factory) return opts_.drafter_factory(p);
+  if (draft_client_ == nullptr) return nullptr;
+  return std::make_unique<DraftWorkerDrafter>(
+      draft_client_->NewSession(p.session_id, p.model, p.config, p.temperature, p.seed));
+}
+
+void Gateway::RecordSpecStats(const v1::SpeculativeStats& s) {
+  const std::vector<std::string> label = {s.type().empty() ? std::string("none") : s.type()};
+  spec_calls_->Add(static_cast<double>(s.calls()), label);
+  spec_gen_drafts_->Add(static_cast<double>(s.gen_drafts()), label);
+  spec_acc_drafts_->Add(static_cast<double>(s.acc_drafts()), label);
+  spec_gen_tokens_->Add(static_cast<double>(s.gen_tokens()), label);
+  spec_acc_tokens_->Add(static_cast<double>(s.acc_tokens()), label);
+}
+
+Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active,
+                                      int attempt) {
   Attempt result;
   const std::string& addr = lease.address();
   const int64_t n_ctx_seq = lease.info().n_ctx_seq() > 0 ? lease.info().n_ctx_seq() : lease.info().n_ctx();
+  const int64_t max_draft = lease.info().max_draft();  // 0: not reported
+  const int64_t n_vocab = lease.info().n_vocab() > 0 ? lease.info().n_vocab() : g.vocab->n_tokens();
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(g.deadline));
   active->SetContext(&ctx);
   std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream =
       lease.stub()->Session(&ctx);
 
-  std::unique_ptr<Drafter> drafter;
-  if (opts_.drafter_factory && !g.speculative.type().empty() && g.speculative.type() != "none") {
-    drafter = opts_.drafter_factory(g.model, g.speculative);
-  }
+  std::unique_ptr<Drafter> drafter = MakeDrafter(g, attempt);
+  const std::string spec_type = engine::spec::SpecTypeName(g.spec.type);
 
   bool started = false;
   bool stream_broken = false;  // a Read/Write failed (the worker or we ended the call)
@@ -482,7 +577,42 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
     v1::SessionRequest first_step;
     first_step.mutable_step()->set_n_steps(
         static_cast<int32_t>(std::min<int64_t>(budget, std::numeric_limits<int32_t>::max())));
-    if (!stream->Write(start_req) || (pipelined && !stream->Write(first_step)) || !stream->Read(&resp)) {
+
+    // The speculative loop's state: tokens the drafter has not seen yet (the prompt
+    // first).
+    std::vector<int32_t> unsent = g.prompt;
+    // Asks the drafter for the next draft, capped so that the pass it rides on produces
+    // no token past n_predict (accepted + 1 <= remaining) and fits the sequence's
+    // context (pending token + draft). Too little room for draft_min tokens: no call
+    // (llama.cpp's server skips drafting there too). Failures are empty drafts.
+    auto propose = [&]() -> DraftProposal {
+      DraftProposal d;
+      const int64_t remaining = budget - g.completion;
+      const int64_t room = n_ctx_seq - static_cast<int64_t>(g.prompt.size()) - g.completion;
+      int64_t cap = std::min<int64_t>({remaining - 1, room, static_cast<int64_t>(g.spec.draft_max)});
+      if (max_draft > 0) cap = std::min(cap, max_draft);
+      if (cap < std::max<int64_t>(1, g.spec.draft_min)) return d;
+      auto r = drafter->Propose(unsent, static_cast<int>(cap));
+      unsent.clear();
+      if (!r.ok()) {
+        spec_failures_->Add(1, {spec_type});
+        HERD_LOG(Debug) << "request id=" << g.id << ": empty draft: " << r.status();
+        return d;
+      }
+      d = *std::move(r);
+      SanitizeDraft(&d, n_vocab, cap);
+      return d;
+    };
+
+    if (!stream->Write(start_req) || (pipelined && !stream->Write(first_step))) {
+      stream_broken = true;
+      break;
+    }
+    // With a drafter, the first draft continues the prompt itself: ask for it while the
+    // worker admits the sequence and processes the prompt.
+    DraftProposal first_draft;
+    if (drafter != nullptr) first_draft = propose();
+    if (!stream->Read(&resp)) {
       stream_broken = true;
       break;
     }
@@ -495,27 +625,23 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
 
     tokenizer::StreamingDetokenizer detok(*g.vocab, /*special=*/false);
     StopStringMatcher stops(g.stops);
-    // Tokens the drafter has not seen yet, and how many of its last draft were accepted.
-    std::vector<int32_t> new_tokens = g.prompt;
-    int n_accepted = 0;
+    const bool sampled = g.sampling.has_temperature() ? g.sampling.temperature() > 0 : true;
 
     for (int iteration = 0; g.finish == v1::FINISH_REASON_UNSPECIFIED; ++iteration) {
       const int64_t remaining = budget - g.completion;
       // One iteration: optionally a draft (verified in one pass), else n_steps passes.
-      std::vector<int32_t> draft;
-      if (drafter != nullptr) {
-        auto d = drafter->Propose(new_tokens, n_accepted);
-        new_tokens.clear();
-        if (d.ok()) {
-          draft = std::move(*d);
-          if (static_cast<int64_t>(draft.size()) >= remaining) draft.resize(std::max<int64_t>(0, remaining - 1));
-        }
-      }
+      DraftProposal draft;
+      if (drafter != nullptr) draft = iteration == 0 ? std::move(first_draft) : propose();
       v1::SessionRequest step_req;
       v1::SessionStep* step = step_req.mutable_step();
       int64_t expected;
-      if (!draft.empty()) {
-        step->mutable_draft()->Add(draft.begin(), draft.end());
+      if (!draft.tokens.empty()) {
+        step->mutable_draft()->Add(draft.tokens.begin(), draft.tokens.end());
+        // A sampled draft's distributions let the worker verify by rejection sampling
+        // (a greedy target ignores them, so they are not sent then).
+        if (sampled) {
+          for (v1::DraftTokenProbs& q : draft.probs) *step->add_draft_probs() = std::move(q);
+        }
         step->set_n_steps(1);
         expected = 1;
       } else {
@@ -538,14 +664,14 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
         const v1::StepResult& sr = resp.step();
         g.prompt_ms = sr.prompt_ms();
         g.generation_ms = sr.generation_ms();
-        n_accepted = sr.n_accepted();
+        if (!draft.tokens.empty()) drafter->Accepted(sr.n_accepted());
+        unsent.insert(unsent.end(), sr.tokens().begin(), sr.tokens().end());
         v1::GenerateResponse msg;
         std::string piece;
         const int64_t take = std::min<int64_t>(sr.tokens_size(), budget - g.completion);
         for (int64_t i = 0; i < take; ++i) {
           const int32_t id = sr.tokens(static_cast<int>(i));
           msg.add_token_ids(id);
-          new_tokens.push_back(id);
           ++g.completion;
           piece += detok.Push(id);
           if (g.logprobs > 0 && i < sr.logprobs_size()) {
@@ -599,7 +725,12 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
     }
   } while (false);
 
-  if (drafter != nullptr) drafter->End();
+  if (drafter != nullptr) {
+    drafter->End();
+    g.speculative = true;
+    g.spec_stats = drafter->Stats();
+    RecordSpecStats(g.spec_stats);
+  }
   // Close the worker sequence right away: Cancel, then end the call so that its KV
   // cells are freed even if the message is never read.
   const bool finished = g.finish != v1::FINISH_REASON_UNSPECIFIED;
@@ -649,6 +780,7 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
       u->set_generation_ms(g.generation_ms);
       u->set_queue_ms(g.queue_ms);
       u->set_total_ms(Ms(absl::Now() - g.start));
+      if (drafter != nullptr) *last.add_speculative() = g.spec_stats;
       g.finish = v1::FINISH_REASON_CANCELLED;
       result.status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
       result.finished = true;

@@ -3,7 +3,8 @@
 // Gateway holds the request path shared by the gRPC service and the OpenAI-compatible
 // HTTP front end (http_server.h): validation, tokenization (vocabularies from the
 // loader), routing to the least-loaded live worker, the per-sequence step loop over a
-// worker Session, streaming detokenization with stop strings, cancellation and
+// worker Session (with speculative decoding: drafts from the draft workers, verified by
+// the target worker), streaming detokenization with stop strings, cancellation and
 // metrics. GatewayServiceImpl adapts it to gRPC.
 #pragma once
 #include <atomic>
@@ -20,36 +21,60 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "libs/engine/spec/spec_config.h"
 #include "libs/serving/metrics.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
+#include "services/draft/draft_client.h"
 #include "services/gateway/lenient.pb.h"
 #include "services/gateway/vocab_cache.h"
 #include "services/gateway/worker_pool.h"
 
 namespace herd::gateway {
 
+/// One draft for the speculative loop.
+struct DraftProposal {
+  std::vector<int32_t> tokens;
+  /// Empty for a deterministic draft; else one distribution per token, the one it was
+  /// drawn from (a draft model sampling at temperature > 0). Sent to the target worker
+  /// (SessionStep.draft_probs), which then verifies by rejection sampling.
+  std::vector<v1::DraftTokenProbs> probs;
+};
+
+/// What a drafter is made for: one sequence (one attempt on one target worker).
+struct DrafterParams {
+  std::string session_id;          // unique per sequence attempt
+  std::string model;               // the target model
+  v1::SpeculativeConfig config;    // the request's resolved configuration (every field set)
+  float temperature = 0;           // the request's sampling temperature (0 = greedy)
+  uint32_t seed = 0;               // the request's seed (a random one when it set none)
+};
+
 /// Proposes draft tokens for the speculative loop. One instance per sequence; the
-/// draft-worker client implements it (speculative decoding issue). A drafter that fails
-/// costs speed, never correctness: errors and empty drafts make the gateway step
-/// without a draft.
+/// default one is a draft-worker session (services/draft/draft_client.h). A drafter
+/// that fails costs speed, never correctness: errors and empty drafts make the gateway
+/// step without a draft.
 class Drafter {
  public:
   virtual ~Drafter() = default;
   /// `new_tokens`: tokens appended to the sequence since the previous call (the whole
-  /// prompt on the first call); `n_accepted`: how many tokens of the previous draft the
-  /// target accepted. Returns the next draft (possibly empty).
-  virtual absl::StatusOr<std::vector<int32_t>> Propose(const std::vector<int32_t>& new_tokens, int n_accepted) = 0;
-  /// The sequence ended.
+  /// prompt on the first call: the accepted draft tokens and the target's own token
+  /// after each pass); `n_max` >= 1: the most tokens wanted (the room left before
+  /// n_predict and the end of the context). Returns the next draft (possibly empty); an
+  /// error counts as an empty draft (and in herd_gateway_spec_draft_failures_total).
+  virtual absl::StatusOr<DraftProposal> Propose(const std::vector<int32_t>& new_tokens, int n_max) = 0;
+  /// The target verified the last (non-empty) draft and accepted its first
+  /// `n_accepted` tokens. Not called for drafts that were not sent.
+  virtual void Accepted(int n_accepted) { (void)n_accepted; }
+  /// The sequence ended (the drafter may release its resources; Stats() still works).
   virtual void End() {}
-  /// Cumulative statistics, reported on the last message.
+  /// Cumulative llama.cpp-style statistics (type set), reported on the last message.
   virtual v1::SpeculativeStats Stats() const { return {}; }
 };
 
-/// Creates the drafter of one request; nullptr = no speculation.
-using DrafterFactory =
-    std::function<std::unique_ptr<Drafter>(const std::string& model, const v1::SpeculativeConfig& config)>;
+/// Creates the drafter of one request; nullptr = no speculation for it.
+using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterParams& params)>;
 
 struct GatewayOptions {
   /// Loader "host:port" serving vocabularies; "" = none (then only vocabularies added
@@ -68,6 +93,15 @@ struct GatewayOptions {
   int max_attempts = 3;
   /// How often in-flight requests are checked for client cancellation and deadlines.
   absl::Duration cancel_poll = absl::Milliseconds(10);
+  /// Speculative decoding defaults: the configuration of requests that leave
+  /// GenerateRequest.speculative (or some of its fields) unset (--spec_type,
+  /// --spec_ngram_size_n, ..., --draft_max, --draft_min, --draft_p_min). Type none: no
+  /// speculation unless a request asks for it.
+  engine::spec::SpecConfig spec_defaults;
+  /// Draft workers (--draft_workers, --draft_workers_dns; `deadline` = --draft_timeout_ms).
+  /// None configured: requests asking for speculation run without it.
+  draft::DraftClientOptions drafts;
+  /// Makes the drafters instead of draft-worker sessions (tests); unset = DraftClient.
   DrafterFactory drafter_factory;
 };
 
@@ -106,7 +140,9 @@ class Gateway {
     int32_t logprobs = 0;
     bool ignore_eos = false;
     v1::SamplingParams sampling;
-    v1::SpeculativeConfig speculative;
+    /// The speculative configuration: the gateway's defaults with the request's fields
+    /// laid over them (validated).
+    engine::spec::SpecConfig spec;
 
     // Run state.
     int completion = 0;
@@ -115,6 +151,8 @@ class Gateway {
     double queue_ms = 0, prompt_ms = 0, generation_ms = 0;
     std::string worker;
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+    bool speculative = false;      // a drafter ran (spec_stats is meaningful)
+    v1::SpeculativeStats spec_stats;  // of the last attempt
   };
 
   /// `metrics` (not owned) receives the herd_gateway_* families; it must outlive this.
@@ -170,6 +208,8 @@ class Gateway {
 
   WorkerPool& pool() { return *pool_; }
   VocabCache& vocabs() { return *vocabs_; }
+  /// The draft-worker pool (nullptr when no draft workers are configured).
+  draft::DraftClient* draft_client() { return draft_client_.get(); }
   const GatewayOptions& options() const { return opts_; }
 
  private:
@@ -178,7 +218,9 @@ class Gateway {
   enum CancelReason : int { kNotCancelled = 0, kClientGone = 1, kDeadline = 2, kShutdown = 3 };
 
   void Watchdog();
-  Attempt RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active);
+  Attempt RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active, int attempt);
+  std::unique_ptr<Drafter> MakeDrafter(const Generation& g, int attempt);
+  void RecordSpecStats(const v1::SpeculativeStats& s);
   bool Emit(Generation& g, GenerateSink* sink, v1::GenerateResponse* msg);
   /// Whether a request cancelled for `reason` was cut by the gateway (request timeout,
   /// shutdown) rather than by its client, and so still gets a last message.
@@ -187,6 +229,7 @@ class Gateway {
   GatewayOptions opts_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<VocabCache> vocabs_;
+  std::unique_ptr<draft::DraftClient> draft_client_;
 
   serving::MetricFamily* requests_total_;
   serving::MetricFamily* tokens_total_;
@@ -194,6 +237,12 @@ class Gateway {
   serving::MetricFamily* ttft_seconds_;
   serving::MetricFamily* live_workers_;
   serving::MetricFamily* inflight_gauge_;
+  serving::MetricFamily* spec_calls_;
+  serving::MetricFamily* spec_gen_drafts_;
+  serving::MetricFamily* spec_acc_drafts_;
+  serving::MetricFamily* spec_gen_tokens_;
+  serving::MetricFamily* spec_acc_tokens_;
+  serving::MetricFamily* spec_failures_;
 
   std::atomic<bool> draining_{false};
   std::atomic<bool> cancel_all_{false};

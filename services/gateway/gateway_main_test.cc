@@ -162,5 +162,19 @@ TEST(GatewayMain, RefusesToStartWithoutWorkers) {
   if (c.out != nullptr) std::fclose(c.out);
 }
 
+// Bad speculative flags are refused at start-up (exit status 1).
+TEST(GatewayMain, RefusesBadSpeculativeFlags) {
+  const std::string bin = BinaryPath();
+  ASSERT_FALSE(bin.empty());
+  for (const std::string& flag : {"--spec_type=magic", "--spec_ngram_size_n=0", "--draft_min=20",
+                                  "--draft_p_min=2", "--draft_workers=nohostport", "--draft_timeout_ms=0",
+                                  "--draft_workers_dns=noport"}) {
+    Child c = Launch({bin, "--workers=127.0.0.1:1", "--port=0", "--http_port=-1", "--metrics_port=-1", flag});
+    ASSERT_GT(c.pid, 0);
+    EXPECT_EQ(WaitExit(c.pid, 5000), 1) << flag;
+    if (c.out != nullptr) std::fclose(c.out);
+  }
+}
+
 }  // namespace
 }  // namespace herd::gateway

@@ -73,6 +73,23 @@ json TimingsJson(const v1::Usage& u) {
                u.generation_ms() > 0 ? u.completion_tokens() * 1000.0 / u.generation_ms() : 0.0}};
 }
 
+// llama.cpp-style speculative statistics of the last message (empty array: none).
+json SpeculativeJson(const google::protobuf::RepeatedPtrField<v1::SpeculativeStats>& stats) {
+  json out = json::array();
+  for (const v1::SpeculativeStats& s : stats) {
+    out.push_back(json{{"type", s.type()},
+                       {"calls", s.calls()},
+                       {"gen_drafts", s.gen_drafts()},
+                       {"acc_drafts", s.acc_drafts()},
+                       {"gen_tokens", s.gen_tokens()},
+                       {"acc_tokens", s.acc_tokens()},
+                       {"acceptance_rate", s.gen_tokens() > 0 ? static_cast<double>(s.acc_tokens()) /
+                                                                    static_cast<double>(s.gen_tokens())
+                                                              : 0.0}});
+  }
+  return out;
+}
+
 // OpenAI completions logprobs object for the tokens of one or more messages.
 struct LogprobsAcc {
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
@@ -133,6 +150,7 @@ class SseSink : public GenerateSink {
       chunk["usage"] = UsageJson(msg.usage());
       chunk["timings"] = TimingsJson(msg.usage());
     }
+    if (msg.speculative_size() > 0) chunk["speculative"] = SpeculativeJson(msg.speculative());
     if (finish != nullptr) finished_ = true;
     return Send(Dump(chunk));
   }
@@ -165,6 +183,7 @@ class CollectSink : public GenerateSink {
     text_ += msg.text();
     if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) finish_ = msg.finish_reason();
     if (msg.has_usage()) usage_ = msg.usage();
+    if (msg.speculative_size() > 0) speculative_ = SpeculativeJson(msg.speculative());
     return true;
   }
   json ToJson() const {
@@ -172,9 +191,11 @@ class CollectSink : public GenerateSink {
                    {"text", text_},
                    {"logprobs", meta_->want_logprobs ? acc_.ToJson() : json(nullptr)},
                    {"finish_reason", FinishString(finish_) != nullptr ? json(FinishString(finish_)) : json(nullptr)}};
-    return json{{"id", meta_->id},     {"object", "text_completion"},  {"created", meta_->created},
+    json out = {{"id", meta_->id},     {"object", "text_completion"},  {"created", meta_->created},
                 {"model", meta_->model}, {"choices", json::array({choice})}, {"usage", UsageJson(usage_)},
                 {"timings", TimingsJson(usage_)}};
+    if (!speculative_.is_null()) out["speculative"] = speculative_;
+    return out;
   }
 
  private:
@@ -183,6 +204,7 @@ class CollectSink : public GenerateSink {
   LogprobsAcc acc_;
   v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
   v1::Usage usage_;
+  json speculative_;  // null unless the last message carried statistics
 };
 
 void SendError(httplib::Response& res, const absl::Status& s) {
@@ -320,6 +342,44 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body) {
   for (const char* key : {"n", "best_of"}) {
     if (!(s = GetInt(body, key, &iv, &has)).ok()) return s;
     if (has && iv != 1) return Bad(absl::StrCat(key, ": only 1 is supported (got ", iv, ")"));
+  }
+  auto spec = body.find("speculative");
+  if (spec != body.end() && !spec->is_null()) {
+    if (!spec->is_object()) return Bad("speculative: must be an object");
+    v1::SpeculativeConfig* c = r.mutable_speculative();
+    struct IntField {
+      const char* key;
+      void (v1::SpeculativeConfig::*set)(int32_t);
+    };
+    static const IntField kInts[] = {{"draft_max", &v1::SpeculativeConfig::set_draft_max},
+                                     {"draft_min", &v1::SpeculativeConfig::set_draft_min},
+                                     {"ngram_size_n", &v1::SpeculativeConfig::set_ngram_size_n},
+                                     {"ngram_size_m", &v1::SpeculativeConfig::set_ngram_size_m},
+                                     {"ngram_check_rate", &v1::SpeculativeConfig::set_ngram_check_rate},
+                                     {"ngram_min_hits", &v1::SpeculativeConfig::set_ngram_min_hits}};
+    for (auto it = spec->begin(); it != spec->end(); ++it) {
+      const std::string& key = it.key();
+      if (key == "type") {
+        if (it->is_null()) continue;
+        if (!it->is_string()) return Bad("speculative.type: must be a string");
+        c->set_type(it->get<std::string>());
+      } else if (key == "draft_p_min") {
+        if (!(s = GetNumber(*spec, "draft_p_min", &dv, &has)).ok()) return Bad(absl::StrCat("speculative.", s.message()));
+        if (has) c->set_draft_p_min(static_cast<float>(dv));
+      } else {
+        const IntField* f = nullptr;
+        for (const IntField& i : kInts) {
+          if (key == i.key) f = &i;
+        }
+        if (f == nullptr) {
+          return Bad(absl::StrCat("speculative.", key,
+                                  ": unknown field (type, draft_max, draft_min, draft_p_min, ngram_size_n, "
+                                  "ngram_size_m, ngram_check_rate, ngram_min_hits)"));
+        }
+        if (!(s = GetInt(*spec, f->key, &iv, &has)).ok()) return Bad(absl::StrCat("speculative.", s.message()));
+        if (has) (c->*(f->set))(ClampI32(iv));
+      }
+    }
   }
   auto echo = body.find("echo");
   if (echo != body.end() && !echo->is_null() && !(echo->is_boolean() && !echo->get<bool>())) {

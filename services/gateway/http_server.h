@@ -1,5 +1,8 @@
 // OpenAI-compatible HTTP front end of the gateway (cpp-httplib):
-//   POST /v1/completions   text completion, streaming (server-sent events) or not
+//   POST /v1/completions   text completion, streaming (server-sent events) or not; with
+//                          speculation the response (the last event when streaming)
+//                          carries "speculative": [{type, calls, gen_drafts, acc_drafts,
+//                          gen_tokens, acc_tokens, acceptance_rate}]
 //   GET  /v1/models        models served by at least one live worker
 //   GET  /healthz          "ok"
 // Requests run through the same Gateway::Prepare/Run path as gRPC Generate.
@@ -29,7 +32,9 @@ struct CompletionRequest {
 /// model, prompt (string, array of token ids, or an array holding one string),
 /// max_tokens (-> n_predict; also accepted as n_predict), temperature, top_p, top_k,
 /// min_p, seed (-1 = random), stop (string or array), stream, logprobs,
-/// presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, ignore_eos;
+/// presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, ignore_eos,
+/// speculative (an object with GenerateRequest.speculative's fields: type, draft_max,
+/// draft_min, draft_p_min, ngram_size_n, ngram_size_m, ngram_check_rate, ngram_min_hits);
 /// n / best_of must be 1 and echo false when present. Range checks are left to the
 /// gateway. Errors: INVALID_ARGUMENT naming the JSON field (wrong type, unsupported
 /// option, missing model/prompt).

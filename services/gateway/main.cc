@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
+#include "libs/engine/spec/spec_config.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "services/gateway/gateway.h"
@@ -38,12 +39,48 @@ ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
 ABSL_FLAG(int, http_threads, 32, "HTTP connections served at once");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC message size limit");
+// Speculative decoding. Flag names use '_' (Abseil); llama.cpp spells them with '-'.
+ABSL_FLAG(std::string, draft_workers, "",
+          "comma-separated draft worker addresses \"h1:p1,h2:p2\" (herd.v1.Draft); the gateway picks one per "
+          "sequence");
+ABSL_FLAG(std::string, draft_workers_dns, "",
+          "NAME:PORT; every address NAME resolves to is a draft worker (e.g. a Kubernetes headless service); "
+          "re-resolved every --dns_refresh_ms");
+ABSL_FLAG(int, draft_timeout_ms, 50,
+          "deadline of each draft request; a late, failing or absent draft worker means an empty draft, never an "
+          "error");
+ABSL_FLAG(std::string, spec_type, "none",
+          "default drafter of requests that name none (llama.cpp --spec-type): none, ngram-simple, ngram-map-k, "
+          "ngram-map-k4v, ngram-cache, draft-model");
+ABSL_FLAG(int, spec_ngram_size_n, 12, "default n-gram key size n, 1..1024 (llama.cpp --spec-ngram-size-n)");
+ABSL_FLAG(int, spec_ngram_size_m, 48, "default n-gram draft size m, 1..1024 (llama.cpp --spec-ngram-size-m)");
+ABSL_FLAG(int, spec_ngram_check_rate, 1,
+          "default: search the history every this many new tokens, >= 1 (llama.cpp --spec-ngram-check-rate)");
+ABSL_FLAG(int, spec_ngram_min_hits, 1,
+          "default hits a key needs before it drafts (ngram-map-*), >= 1 (llama.cpp --spec-ngram-min-hits)");
+ABSL_FLAG(int, draft_max, 16, "default most tokens per draft n_max, 0..1024 (llama.cpp --draft-max)");
+ABSL_FLAG(int, draft_min, 0, "default: drafts shorter than this are dropped, n_min (llama.cpp --draft-min)");
+ABSL_FLAG(double, draft_p_min, 0.75,
+          "default: the draft model stops at a token less likely than this, p_min in [0, 1] (llama.cpp "
+          "--draft-p-min)");
 
 namespace {
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "gateway: error: %s\n", msg.c_str());
   return 1;
+}
+
+// ValidateSpecConfig names wire fields; name the flags instead.
+std::string FlagName(const std::string& msg) {
+  static const std::pair<const char*, const char*> kMap[] = {
+      {"ngram_size_n:", "--spec_ngram_size_n:"}, {"ngram_size_m:", "--spec_ngram_size_m:"},
+      {"ngram_check_rate:", "--spec_ngram_check_rate:"}, {"ngram_min_hits:", "--spec_ngram_min_hits:"},
+      {"draft_max:", "--draft_max:"}, {"draft_min:", "--draft_min:"}, {"draft_p_min:", "--draft_p_min:"}};
+  for (const auto& [from, to] : kMap) {
+    if (msg.rfind(from, 0) == 0) return std::string(to) + msg.substr(std::string(from).size());
+  }
+  return msg;
 }
 
 }  // namespace
@@ -59,7 +96,11 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "herd gateway: the public gRPC API (herd.v1.Gateway: Generate, Tokenize, Detokenize, ListModels) and an\n"
       "OpenAI-compatible HTTP endpoint (POST /v1/completions, GET /v1/models) over compute workers.\n\n"
-      "usage: gateway --loader HOST:PORT (--workers h1:p1,h2:p2 | --workers_dns NAME:PORT) [flags]\n\n"
+      "usage: gateway --loader HOST:PORT (--workers h1:p1,h2:p2 | --workers_dns NAME:PORT) [flags]\n"
+      "       speculative decoding: --draft_workers h:p,... | --draft_workers_dns NAME:PORT, --spec_type TYPE,\n"
+      "       --spec_ngram_size_n N, --spec_ngram_size_m M, --spec_ngram_check_rate R, --spec_ngram_min_hits H,\n"
+      "       --draft_max N, --draft_min N, --draft_p_min P (llama.cpp's --spec-type, --draft-max, ... spelled\n"
+      "       with '_'); requests override them with GenerateRequest.speculative.\n\n"
       "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.");
   absl::ParseCommandLine(argc, argv);
   using herd::gateway::Gateway;
@@ -85,6 +126,40 @@ int main(int argc, char** argv) {
   opts.request_timeout = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_request_timeout_ms)));
   opts.default_n_predict = absl::GetFlag(FLAGS_default_n_predict);
   if (opts.default_n_predict < -1 || opts.default_n_predict == 0) return Fail("--default_n_predict must be -1 or >= 1");
+
+  // Speculative decoding: the draft workers and the defaults of requests.
+  namespace spec = herd::engine::spec;
+  if (!absl::GetFlag(FLAGS_draft_workers).empty()) {
+    auto list = herd::draft::ParseDraftWorkerList(absl::GetFlag(FLAGS_draft_workers));
+    if (!list.ok()) return Fail(absl::StrCat("--", list.status().message()));
+    opts.drafts.addresses = *list;
+  }
+  opts.drafts.dns = absl::GetFlag(FLAGS_draft_workers_dns);
+  if (!opts.drafts.dns.empty()) {
+    auto r = herd::draft::ResolveDraftWorkers(opts.drafts.dns);
+    if (absl::IsInvalidArgument(r.status())) return Fail(absl::StrCat("--", r.status().message()));
+  }
+  opts.drafts.dns_interval = std::chrono::milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
+  if (absl::GetFlag(FLAGS_draft_timeout_ms) < 1) return Fail("--draft_timeout_ms must be >= 1");
+  opts.drafts.deadline = std::chrono::milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
+  auto type = spec::ParseSpecType(absl::GetFlag(FLAGS_spec_type), "--spec_type");
+  if (!type.ok()) return Fail(std::string(type.status().message()));
+  opts.spec_defaults.type = *type;
+  opts.spec_defaults.ngram_size_n = absl::GetFlag(FLAGS_spec_ngram_size_n);
+  opts.spec_defaults.ngram_size_m = absl::GetFlag(FLAGS_spec_ngram_size_m);
+  opts.spec_defaults.ngram_check_rate = absl::GetFlag(FLAGS_spec_ngram_check_rate);
+  opts.spec_defaults.ngram_min_hits = absl::GetFlag(FLAGS_spec_ngram_min_hits);
+  opts.spec_defaults.draft_max = absl::GetFlag(FLAGS_draft_max);
+  opts.spec_defaults.draft_min = absl::GetFlag(FLAGS_draft_min);
+  opts.spec_defaults.draft_p_min = static_cast<float>(absl::GetFlag(FLAGS_draft_p_min));
+  if (absl::Status vs = spec::ValidateSpecConfig(opts.spec_defaults); !vs.ok()) {
+    return Fail(FlagName(std::string(vs.message())));
+  }
+  const bool have_drafts = !opts.drafts.addresses.empty() || !opts.drafts.dns.empty();
+  if (!have_drafts && opts.spec_defaults.type != spec::SpecType::kNone) {
+    HERD_LOG(Warning) << "--spec_type=" << spec::SpecTypeName(opts.spec_defaults.type)
+                      << " without --draft_workers / --draft_workers_dns: requests run without speculation";
+  }
 
   herd::serving::Registry registry;
   Gateway gw(opts, &registry);
@@ -122,7 +197,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   HERD_LOG(Info) << "gateway: " << gw.pool().live_count() << " live worker(s); loader "
-                 << (opts.loader_address.empty() ? "none" : opts.loader_address);
+                 << (opts.loader_address.empty() ? "none" : opts.loader_address) << "; draft workers "
+                 << (gw.draft_client() == nullptr ? std::string("none")
+                                                  : absl::StrCat(gw.draft_client()->n_workers()))
+                 << ", default speculative type " << spec::SpecTypeName(opts.spec_defaults.type);
 
   // SIGTERM/SIGINT: stop accepting (health NOT_SERVING, HTTP listener closed), let
   // in-flight streams finish for --grace_ms, then cancel them (their last message says

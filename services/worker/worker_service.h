@@ -8,7 +8,7 @@
 //   KV cells are freed at once (the scheduler's next iteration at the latest); Cancel
 //   and half-close end the call with OK, cancellation with CANCELLED.
 // Any invalid request ends the call with INVALID_ARGUMENT naming the field
-// ("start.prompt[3]", "start.sampling.top_p", "step.draft[0]", ...); Step before Start
+// ("start.prompt[3]", "start.sampling.top_p", "step.draft[0]", "step.draft_probs[1]", ...); Step before Start
 // and Step after context_full get FAILED_PRECONDITION, a refused admission
 // RESOURCE_EXHAUSTED, a draining worker UNAVAILABLE. Other sessions are unaffected.
 //

@@ -238,6 +238,62 @@ TEST_F(WorkerServiceTest, SessionRoundTripEqualsSoloGreedy) {
   EXPECT_NE(metrics.find("herd_worker_step_seconds_count"), std::string::npos) << metrics;
 }
 
+// Drafts with their distributions (SessionStep.draft_probs): a sampling sequence
+// verifies them by rejection sampling (the result is an accepted prefix of the draft
+// plus one token); a greedy one accepts exactly the greedy prefix.
+TEST_F(WorkerServiceTest, DraftsWithProbabilities) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 4;
+  StartServer(cfg);
+  const std::vector<int32_t> solo = Solo(prompt_, 12);
+  auto step_with_probs = [](const std::vector<int32_t>& draft) {
+    v1::SessionRequest r = StepReq(1, draft);
+    for (int32_t t : draft) {
+      v1::DraftTokenProbs* q = r.mutable_step()->add_draft_probs();
+      q->add_ids(t);
+      q->add_p(0.7f);
+      q->add_ids((t + 1) % 512);
+      q->add_p(0.3f);
+    }
+    return r;
+  };
+  for (float temp : {0.0f, 0.8f}) {
+    SCOPED_TRACE(testing::Message() << "temperature " << temp);
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> st = stub_->Session(&ctx);
+    v1::SessionRequest start = StartReq(prompt_);
+    start.mutable_start()->mutable_sampling()->set_temperature(temp);
+    start.mutable_start()->mutable_sampling()->set_seed(5);
+    ASSERT_TRUE(st->Write(start));
+    const std::vector<int32_t> draft(solo.begin(), solo.begin() + 6);
+    ASSERT_TRUE(st->Write(step_with_probs(draft)));
+    v1::SessionResponse resp;
+    ASSERT_TRUE(st->Read(&resp));
+    ASSERT_TRUE(resp.has_started());
+    ASSERT_TRUE(st->Read(&resp));
+    ASSERT_TRUE(resp.has_step());
+    const v1::StepResult& r = resp.step();
+    ASSERT_EQ(r.tokens_size(), r.n_accepted() + 1);
+    for (int i = 0; i < r.n_accepted(); ++i) EXPECT_EQ(r.tokens(i), draft[static_cast<size_t>(i)]);
+    if (temp == 0.0f) {
+      EXPECT_EQ(r.n_accepted(), 6);
+      EXPECT_EQ(std::vector<int32_t>(r.tokens().begin(), r.tokens().end()),
+                std::vector<int32_t>(solo.begin(), solo.begin() + 7));
+    }
+    // Plain steps go on from there.
+    ASSERT_TRUE(st->Write(StepReq(2)));
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_TRUE(st->Read(&resp));
+      EXPECT_TRUE(resp.has_step());
+    }
+    ASSERT_TRUE(st->Write(CancelReq()));
+    st->WritesDone();
+    while (st->Read(&resp)) {
+    }
+    EXPECT_TRUE(st->Finish().ok());
+  }
+}
+
 TEST_F(WorkerServiceTest, ConcurrentSessionsEqualSolo) {
   engine::SchedulerConfig cfg;
   cfg.max_sequences = 8;
@@ -327,6 +383,27 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
                    "step.draft[1]"});
   cases.push_back({"draft too long", {StartReq(prompt_), StepReq(1, std::vector<int32_t>(17, 5))},
                    grpc::StatusCode::INVALID_ARGUMENT, "step.draft"});
+  auto with_probs = [](std::vector<int32_t> draft, std::vector<std::vector<std::pair<int32_t, float>>> probs) {
+    v1::SessionRequest r = StepReq(1, draft);
+    for (const auto& d : probs) {
+      v1::DraftTokenProbs* q = r.mutable_step()->add_draft_probs();
+      for (auto [id, p] : d) {
+        q->add_ids(id);
+        q->add_p(p);
+      }
+    }
+    return r;
+  };
+  cases.push_back({"draft_probs count", {StartReq(prompt_), with_probs({5, 6}, {{{5, 1.0f}}})},
+                   grpc::StatusCode::INVALID_ARGUMENT, "step.draft_probs"});
+  {
+    v1::SessionRequest r = with_probs({5}, {{{5, 1.0f}}});
+    r.mutable_step()->mutable_draft_probs(0)->add_ids(7);
+    cases.push_back({"draft_probs ids vs p", {StartReq(prompt_), r}, grpc::StatusCode::INVALID_ARGUMENT,
+                     "step.draft_probs[0]"});
+  }
+  cases.push_back({"draft token improbable", {StartReq(prompt_), with_probs({5, 6}, {{{5, 1.0f}}, {{7, 1.0f}}})},
+                   grpc::StatusCode::INVALID_ARGUMENT, "step.draft_probs[1]"});
   cases.push_back({"negative n_steps", {StartReq(prompt_), StepReq(-1)}, grpc::StatusCode::INVALID_ARGUMENT,
                    "step.n_steps"});
   cases.push_back({"n_steps with draft", {StartReq(prompt_), StepReq(3, {5})}, grpc::StatusCode::INVALID_ARGUMENT,
@@ -359,7 +436,7 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
   }
   EXPECT_EQ(service_->open_sessions(), 0);
   const std::string metrics = registry_.Render();
-  EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"INVALID_ARGUMENT\"} 17"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"INVALID_ARGUMENT\"} 20"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"FAILED_PRECONDITION\"} 2"), std::string::npos) << metrics;
 }
 

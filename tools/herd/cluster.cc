@@ -172,6 +172,13 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   if (!worker_bin.ok()) return worker_bin.status();
   auto gateway_bin = FindBinary("services/gateway/gateway");
   if (!gateway_bin.ok()) return gateway_bin.status();
+  absl::StatusOr<std::string> draft_bin = std::string();
+  if (opts.draft_workers > 0) {
+    draft_bin = FindBinary("services/draft/draft");
+    if (!draft_bin.ok()) return draft_bin.status();
+  }
+  n_workers_ = 0;
+  n_drafts_ = 0;
 
   auto loader = std::make_unique<Process>();
   loader->name = "loader";
@@ -196,13 +203,40 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
       s = Launch(w.get(), timeout);
       worker_addrs.push_back(w->grpc_addr);
       procs_.push_back(std::move(w));
+      ++n_workers_;
       if (!s.ok()) return s;
     }
+  }
+  std::vector<std::string> draft_addrs;
+  for (int i = 0; i < opts.draft_workers; ++i) {
+    auto d = std::make_unique<Process>();
+    d->name = absl::StrCat("draft-", i);
+    d->argv = {*draft_bin, "--host=" + opts.host, absl::StrCat("--port=", FreePort()), "--metrics_port=0",
+               absl::StrCat("--threads=", opts.threads_per_worker)};
+    // The gateway sends every request's whole configuration; the draft worker's default
+    // type only matters to other callers (and draft-model needs a model there).
+    const bool draft_type = opts.spec_type == "draft-model" || opts.spec_type == "draft";
+    if (!opts.spec_type.empty() && (!draft_type || !opts.model_draft.empty())) {
+      d->argv.push_back("--spec_type=" + opts.spec_type);
+    }
+    if (!opts.model_draft.empty()) {
+      d->argv.push_back("--model_draft=" + opts.model_draft);
+      d->argv.push_back("--loader=" + loader_addr);
+      d->argv.push_back("--target_model=" + (opts.draft_target_model.empty() ? models[0] : opts.draft_target_model));
+    }
+    for (const std::string& f : opts.extra_draft_flags) d->argv.push_back(f);
+    s = Launch(d.get(), timeout);
+    draft_addrs.push_back(d->grpc_addr);
+    procs_.push_back(std::move(d));
+    ++n_drafts_;
+    if (!s.ok()) return s;
   }
   auto gw = std::make_unique<Process>();
   gw->name = "gateway";
   gw->argv = {*gateway_bin, "--loader=" + loader_addr, "--workers=" + absl::StrJoin(worker_addrs, ","),
               "--host=" + opts.host, "--port=0", "--http_port=0", "--metrics_port=0"};
+  if (!draft_addrs.empty()) gw->argv.push_back("--draft_workers=" + absl::StrJoin(draft_addrs, ","));
+  if (!opts.spec_type.empty()) gw->argv.push_back("--spec_type=" + opts.spec_type);
   for (const std::string& f : opts.extra_gateway_flags) gw->argv.push_back(f);
   s = Launch(gw.get(), timeout);
   procs_.push_back(std::move(gw));
@@ -291,14 +325,24 @@ std::string LocalCluster::loader_addr() const { return procs_.empty() ? "" : pro
 
 std::vector<Process*> LocalCluster::workers() {
   std::vector<Process*> out;
-  for (size_t i = 1; i + 1 < procs_.size(); ++i) out.push_back(procs_[i].get());
+  for (size_t i = 0; i < n_workers_ && 1 + i < procs_.size(); ++i) out.push_back(procs_[1 + i].get());
   return out;
 }
 
-absl::Status LocalCluster::KillWorker(size_t i) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (i + 2 > procs_.size()) return absl::OutOfRangeError(absl::StrCat("no worker ", i));
-  Process* p = procs_[i + 1].get();
+std::vector<Process*> LocalCluster::draft_workers() {
+  std::vector<Process*> out;
+  for (size_t i = 0; i < n_drafts_ && 1 + n_workers_ + i < procs_.size(); ++i) {
+    out.push_back(procs_[1 + n_workers_ + i].get());
+  }
+  return out;
+}
+
+absl::StatusOr<Process*> LocalCluster::ProcAt(size_t first, size_t count, size_t i, const char* what) {
+  if (i >= count || first + i >= procs_.size()) return absl::OutOfRangeError(absl::StrCat("no ", what, " ", i));
+  return procs_[first + i].get();
+}
+
+absl::Status LocalCluster::Kill(Process* p) {
   if (p->pid <= 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is not running"));
   ::kill(p->pid, SIGKILL);
   if (!opts_.restart_workers) {  // else the supervisor reaps and restarts it
@@ -309,12 +353,34 @@ absl::Status LocalCluster::KillWorker(size_t i) {
   return absl::OkStatus();
 }
 
+absl::Status LocalCluster::KillWorker(size_t i) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto p = ProcAt(1, n_workers_, i, "worker");
+  if (!p.ok()) return p.status();
+  return Kill(*p);
+}
+
 absl::Status LocalCluster::RestartWorker(size_t i, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> l(mu_);
-  if (i + 2 > procs_.size()) return absl::OutOfRangeError(absl::StrCat("no worker ", i));
-  Process* p = procs_[i + 1].get();
-  if (p->pid > 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is running"));
-  return Launch(p, timeout);
+  auto p = ProcAt(1, n_workers_, i, "worker");
+  if (!p.ok()) return p.status();
+  if ((*p)->pid > 0) return absl::FailedPreconditionError(absl::StrCat((*p)->name, " is running"));
+  return Launch(*p, timeout);
+}
+
+absl::Status LocalCluster::KillDraftWorker(size_t i) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto p = ProcAt(1 + n_workers_, n_drafts_, i, "draft worker");
+  if (!p.ok()) return p.status();
+  return Kill(*p);
+}
+
+absl::Status LocalCluster::RestartDraftWorker(size_t i, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto p = ProcAt(1 + n_workers_, n_drafts_, i, "draft worker");
+  if (!p.ok()) return p.status();
+  if ((*p)->pid > 0) return absl::FailedPreconditionError(absl::StrCat((*p)->name, " is running"));
+  return Launch(*p, timeout);
 }
 
 void LocalCluster::WaitForSignal() {

@@ -1,6 +1,7 @@
 // A local herd cluster of processes on loopback: one loader, N workers per model,
-// one gateway (the layout of docs/ARCHITECTURE.md, on one machine). Used by
-// `herd up`, the main job and the end-to-end tests.
+// optionally M speculative-draft workers, one gateway (the layout of
+// docs/ARCHITECTURE.md, on one machine). Used by `herd up`, the main job and the
+// end-to-end tests.
 #pragma once
 #include <sys/types.h>
 
@@ -30,6 +31,22 @@ struct ClusterOptions {
   std::vector<std::string> extra_worker_flags;
   std::vector<std::string> extra_gateway_flags;
   bool quiet = false;                    // do not forward the services' logs to stderr
+
+  // Speculative decoding.
+  /// Draft workers (services/draft/draft) to start; the gateway gets them as
+  /// --draft_workers. 0 = none.
+  int draft_workers = 0;
+  /// Default drafter type: the gateway's --spec_type (requests override it), also the
+  /// draft workers' --spec_type (not draft-model without `model_draft`). "" = none at
+  /// the gateway (requests must ask), the draft workers' own default.
+  std::string spec_type;
+  /// GGUF path of a draft model for the draft workers (--model_draft); its
+  /// compatibility is checked against `draft_target_model`'s vocabulary, fetched from
+  /// the loader. "" = n-gram drafters only.
+  std::string model_draft;
+  /// The target model of the draft model ("" = the first model served).
+  std::string draft_target_model;
+  std::vector<std::string> extra_draft_flags;
 };
 
 /// One child process and the addresses it printed.
@@ -58,11 +75,19 @@ class LocalCluster {
   std::string loader_addr() const;
   /// Workers in start order.
   std::vector<Process*> workers();
+  /// Draft workers in start order.
+  std::vector<Process*> draft_workers();
   /// Kills worker i with SIGKILL, as a crash would. With restart_workers the supervisor
   /// starts it again on the same port (the gateway's worker list stays valid).
   absl::Status KillWorker(size_t i);
   /// Starts worker i again on its previous port (after KillWorker with restarts off).
   absl::Status RestartWorker(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// Kills draft worker i with SIGKILL (restarted on the same port with
+  /// restart_workers, like a worker).
+  absl::Status KillDraftWorker(size_t i);
+  /// Starts draft worker i again on its previous port (after KillDraftWorker with
+  /// restarts off).
+  absl::Status RestartDraftWorker(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(30));
   /// Blocks until SIGINT/SIGTERM; supervises workers meanwhile.
   void WaitForSignal();
 
@@ -70,9 +95,13 @@ class LocalCluster {
   absl::StatusOr<std::string> FindBinary(const std::string& rel) const;
   absl::Status Launch(Process* p, std::chrono::milliseconds timeout);
   void Supervise();
+  absl::Status Kill(Process* p);
+  absl::StatusOr<Process*> ProcAt(size_t first, size_t count, size_t i, const char* what);
 
   ClusterOptions opts_;
-  std::vector<std::unique_ptr<Process>> procs_;  // loader, workers..., gateway
+  std::vector<std::unique_ptr<Process>> procs_;  // loader, workers..., draft workers..., gateway
+  size_t n_workers_ = 0;
+  size_t n_drafts_ = 0;
   std::vector<int> worker_ports_;
   std::thread supervisor_;
   std::atomic<bool> stopping_{false};

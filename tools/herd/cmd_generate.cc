@@ -1,8 +1,9 @@
 // herd generate: a streaming client of the gateway's Generate.
 //   herd generate --gateway ADDR -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K]
 //                 [--top-p P] [--min-p P] [--seed S] [--stop STR]... [--timeout-ms MS]
-// The generated text goes to stdout as it arrives; the finish reason, usage and
-// tokens/s go to stderr. Errors: one line on stderr, exit status 1 (2 for usage).
+//                 [--spec-type T] [--draft-max N] [--draft-min N] ... (speculative overrides)
+// The generated text goes to stdout as it arrives; the finish reason, usage, tokens/s
+// and (with speculation) llama.cpp-style speculative statistics go to stderr. Errors: one line on stderr, exit status 1 (2 for usage).
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
@@ -38,6 +39,16 @@ const std::vector<FlagSpec>& GenerateFlags() {
       {{"--stop"}, true, "stop string (repeatable, up to 16)", ""},
       {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens", ""},
       {{"--timeout-ms"}, true, "deadline of the request in milliseconds (0 = none)", "0"},
+      // Per-request speculative overrides (GenerateRequest.speculative; unset: the gateway's defaults).
+      {{"--spec-type"}, true,
+       "speculative type: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, draft-model", ""},
+      {{"--spec-ngram-size-n"}, true, "n-gram key size n", ""},
+      {{"--spec-ngram-size-m"}, true, "n-gram draft size m", ""},
+      {{"--spec-ngram-check-rate"}, true, "n-gram check rate", ""},
+      {{"--spec-ngram-min-hits"}, true, "n-gram min hits (ngram-map-*)", ""},
+      {{"--draft-max"}, true, "most tokens per draft (n_max)", ""},
+      {{"--draft-min"}, true, "fewest tokens per draft (n_min)", ""},
+      {{"--draft-p-min"}, true, "draft model p_min", ""},
       {{"-h", "--help"}, false, "show this help", ""},
   };
   return specs;
@@ -155,6 +166,29 @@ int CmdGenerate(int argc, char** argv) {
     if (!v.ok()) return Fail(std::string(v.status().message()));
     (sp->*f.set)(static_cast<float>(*v));
   }
+  herd::v1::SpeculativeConfig* spec = req.mutable_speculative();
+  if (args->Has("--spec-type")) spec->set_type(args->Get("--spec-type"));
+  struct SpecIntFlag {
+    const char* name;
+    void (herd::v1::SpeculativeConfig::*set)(int32_t);
+  };
+  for (const SpecIntFlag& f : {SpecIntFlag{"--spec-ngram-size-n", &herd::v1::SpeculativeConfig::set_ngram_size_n},
+                               SpecIntFlag{"--spec-ngram-size-m", &herd::v1::SpeculativeConfig::set_ngram_size_m},
+                               SpecIntFlag{"--spec-ngram-check-rate", &herd::v1::SpeculativeConfig::set_ngram_check_rate},
+                               SpecIntFlag{"--spec-ngram-min-hits", &herd::v1::SpeculativeConfig::set_ngram_min_hits},
+                               SpecIntFlag{"--draft-max", &herd::v1::SpeculativeConfig::set_draft_max},
+                               SpecIntFlag{"--draft-min", &herd::v1::SpeculativeConfig::set_draft_min}}) {
+    if (!args->Has(f.name)) continue;
+    auto v = args->GetInt(f.name);
+    if (!v.ok()) return Fail(std::string(v.status().message()));
+    if (*v < INT32_MIN || *v > INT32_MAX) return Fail(absl::StrFormat("%s: %d is out of range", f.name, *v));
+    (spec->*f.set)(static_cast<int32_t>(*v));
+  }
+  if (args->Has("--draft-p-min")) {
+    auto v = args->GetDouble("--draft-p-min");
+    if (!v.ok()) return Fail(std::string(v.status().message()));
+    spec->set_draft_p_min(static_cast<float>(*v));
+  }
   auto timeout_ms = args->GetInt("--timeout-ms");
   if (!timeout_ms.ok()) return Fail(std::string(timeout_ms.status().message()));
   if (*timeout_ms < 0) return Fail("--timeout-ms: must be >= 0");
@@ -170,6 +204,7 @@ int CmdGenerate(int argc, char** argv) {
   herd::v1::GenerateResponse msg;
   herd::v1::FinishReason finish = herd::v1::FINISH_REASON_UNSPECIFIED;
   herd::v1::Usage usage;
+  std::vector<herd::v1::SpeculativeStats> spec_stats;
   int64_t n_tokens = 0;
   double ttft_ms = -1;
   while (reader->Read(&msg)) {
@@ -184,6 +219,7 @@ int CmdGenerate(int argc, char** argv) {
     if (msg.finish_reason() != herd::v1::FINISH_REASON_UNSPECIFIED) {
       finish = msg.finish_reason();
       usage = msg.usage();
+      spec_stats.assign(msg.speculative().begin(), msg.speculative().end());
     }
   }
   grpc::Status st = reader->Finish();
@@ -200,6 +236,16 @@ int CmdGenerate(int argc, char** argv) {
                FinishName(finish), usage.prompt_tokens(), usage.completion_tokens(), usage.prompt_ms(),
                usage.generation_ms(), tg_s > 0 ? usage.completion_tokens() / tg_s : 0.0, usage.queue_ms(), ttft_ms,
                usage.total_ms(), wall_ms, wall_ms > 0 ? usage.completion_tokens() * 1000.0 / wall_ms : 0.0);
+  for (const herd::v1::SpeculativeStats& s : spec_stats) {
+    // llama.cpp's common_speculative_print_stats line.
+    std::fprintf(stderr,
+                 "statistics %s: #calls = %lld, #gen drafts = %lld, #acc drafts = %lld, #gen tokens = %lld, "
+                 "#acc tokens = %lld, acceptance rate = %.3f\n",
+                 s.type().c_str(), static_cast<long long>(s.calls()), static_cast<long long>(s.gen_drafts()),
+                 static_cast<long long>(s.acc_drafts()), static_cast<long long>(s.gen_tokens()),
+                 static_cast<long long>(s.acc_tokens()),
+                 s.gen_tokens() > 0 ? static_cast<double>(s.acc_tokens()) / static_cast<double>(s.gen_tokens()) : 0.0);
+  }
   return 0;
 }
 

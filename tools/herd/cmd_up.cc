@@ -1,4 +1,5 @@
-// herd up: a local cluster (loader, N workers per model, gateway) on loopback.
+// herd up: a local cluster (loader, N workers per model, optional draft workers,
+// gateway) on loopback.
 #include <cstdio>
 
 #include "absl/strings/str_split.h"
@@ -19,9 +20,26 @@ int CmdUp(int argc, char** argv) {
       {{"--bin-dir"}, true, "folder holding services/{loader,worker,gateway} (default: next to herd)", ""},
       {{"--host"}, true, "address to bind", "127.0.0.1"},
       {{"--no-restart"}, false, "do not restart workers that exit", ""},
+      {{"--draft-workers"}, true, "speculative-draft workers to start (0 = none)", "0"},
+      {{"--spec-type"}, true,
+       "default speculative type of requests: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, "
+       "draft-model (requests override it)",
+       ""},
+      {{"--model-draft", "-md"}, true, "GGUF draft model for the draft workers (draft-model type)", ""},
+      {{"--draft-target"}, true, "model the draft model drafts for (default: the first model)", ""},
+      {{"--spec-ngram-size-n"}, true, "gateway default n-gram key size n", ""},
+      {{"--spec-ngram-size-m"}, true, "gateway default n-gram draft size m", ""},
+      {{"--spec-ngram-check-rate"}, true, "gateway default n-gram check rate", ""},
+      {{"--spec-ngram-min-hits"}, true, "gateway default n-gram min hits", ""},
+      {{"--draft-max"}, true, "gateway default most tokens per draft", ""},
+      {{"--draft-min"}, true, "gateway default fewest tokens per draft", ""},
+      {{"--draft-p-min"}, true, "gateway default draft-model p_min", ""},
+      {{"--draft-timeout-ms"}, true, "gateway deadline of each draft request", ""},
       {{"-h", "--help"}, false, "show this help", ""},
   };
-  const std::string usage = "usage: herd up --models DIR [--workers N] [flags]\n" + Args::Usage(specs);
+  const std::string usage =
+      "usage: herd up --models DIR [--workers N] [--draft-workers N [--spec-type T] [--model-draft GGUF]] [flags]\n" +
+      Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) {
     std::fprintf(stderr, "herd: %s\n%s", std::string(args.status().message()).c_str(), usage.c_str());
@@ -39,7 +57,8 @@ int CmdUp(int argc, char** argv) {
   auto threads = args->GetInt("-t");
   auto n_ctx = args->GetInt("-c");
   auto max_seqs = args->GetInt("--max-seqs");
-  for (const absl::Status& s : {workers.status(), threads.status(), n_ctx.status(), max_seqs.status()}) {
+  auto drafts = args->GetInt("--draft-workers");
+  for (const absl::Status& s : {workers.status(), threads.status(), n_ctx.status(), max_seqs.status(), drafts.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "herd: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -49,7 +68,28 @@ int CmdUp(int argc, char** argv) {
     std::fprintf(stderr, "herd: --workers must be in [1, 64]\n");
     return 2;
   }
+  if (*drafts < 0 || *drafts > 64) {
+    std::fprintf(stderr, "herd: --draft-workers must be in [0, 64]\n");
+    return 2;
+  }
   ClusterOptions opts;
+  opts.draft_workers = static_cast<int>(*drafts);
+  opts.spec_type = args->Get("--spec-type");
+  opts.model_draft = args->Get("--model-draft");
+  opts.draft_target_model = args->Get("--draft-target");
+  if (!opts.model_draft.empty() && opts.draft_workers == 0) opts.draft_workers = 1;
+  // Gateway defaults of requests (llama.cpp's spelling here, Abseil's there).
+  for (const auto& [flag, gw_flag] : std::vector<std::pair<std::string, std::string>>{
+           {"--spec-ngram-size-n", "--spec_ngram_size_n"},
+           {"--spec-ngram-size-m", "--spec_ngram_size_m"},
+           {"--spec-ngram-check-rate", "--spec_ngram_check_rate"},
+           {"--spec-ngram-min-hits", "--spec_ngram_min_hits"},
+           {"--draft-max", "--draft_max"},
+           {"--draft-min", "--draft_min"},
+           {"--draft-p-min", "--draft_p_min"},
+           {"--draft-timeout-ms", "--draft_timeout_ms"}}) {
+    if (args->Has(flag) && !args->Get(flag).empty()) opts.extra_gateway_flags.push_back(gw_flag + "=" + args->Get(flag));
+  }
   opts.models_dir = args->Get("--models");
   if (!args->Get("--model").empty()) opts.models = absl::StrSplit(args->Get("--model"), ',');
   opts.workers_per_model = static_cast<int>(*workers);
@@ -68,6 +108,7 @@ int CmdUp(int argc, char** argv) {
   }
   std::printf("loader   %s\n", cluster.loader_addr().c_str());
   for (Process* w : cluster.workers()) std::printf("worker   %s (%s)\n", w->grpc_addr.c_str(), w->name.c_str());
+  for (Process* d : cluster.draft_workers()) std::printf("draft    %s (%s)\n", d->grpc_addr.c_str(), d->name.c_str());
   std::printf("gateway  %s (gRPC)\ngateway  %s (HTTP, OpenAI-compatible)\nmetrics  %s\n", cluster.gateway_addr().c_str(),
               cluster.gateway_http_addr().c_str(), cluster.gateway_metrics_addr().c_str());
   std::printf("ready; Ctrl-C stops all\n");

@@ -1,5 +1,6 @@
 // herd: the command-line front end.
 //   herd run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t N]
+//            [--spec-type TYPE] [--draft-max N] [--draft-min N] [--model-draft GGUF] ... (speculative)
 //   herd tokenize -m MODEL -p TEXT
 //   herd inspect MODEL
 //   herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf
@@ -16,6 +17,7 @@
 #include "libs/base/cpu_features.h"
 #include "libs/base/mmap.h"
 #include "libs/engine/generate.h"
+#include "libs/engine/spec/spec_generate.h"
 #include "libs/gguf/gguf.h"
 #include "libs/model/llama2c.h"
 #include "libs/model/model.h"
@@ -57,9 +59,74 @@ const std::vector<FlagSpec>& RunFlags() {
       {{"-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}, true, "KV cache type: f16 or f32", "f16"},
       {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens", ""},
       {{"--display-prompt"}, false, "print the prompt before the generated text", ""},
+      // Speculative decoding (llama.cpp common_params_speculative).
+      {{"--spec-type"}, true,
+       "speculative decoding: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, draft-model "
+       "(default: draft-model with --model-draft, else none)",
+       ""},
+      {{"--spec-ngram-size-n"}, true, "n-gram key size n (1..1024)", "12"},
+      {{"--spec-ngram-size-m"}, true, "n-gram draft size m (1..1024)", "48"},
+      {{"--spec-ngram-check-rate"}, true, "search the history every this many new tokens", "1"},
+      {{"--spec-ngram-min-hits"}, true, "hits a key needs before it drafts (ngram-map-*)", "1"},
+      {{"--draft-max", "--draft", "--draft-n"}, true, "most tokens per draft (n_max)", "16"},
+      {{"--draft-min", "--draft-n-min"}, true, "drafts shorter than this are dropped (n_min)", "0"},
+      {{"--draft-p-min"}, true, "draft model: stop drafting at a token less likely than this", "0.75"},
+      {{"-md", "--model-draft"}, true, "GGUF draft model (draft-model type)", ""},
+      {{"-lcs", "--lookup-cache-static"}, true, "ngram-cache: static n-gram cache file (read)", ""},
+      {{"-lcd", "--lookup-cache-dynamic"}, true,
+       "ngram-cache: dynamic n-gram cache file (read if present, updated with this generation and written back)",
+       ""},
       {{"-h", "--help"}, false, "show this help", ""},
   };
   return specs;
+}
+
+// The speculative configuration of `herd run` (type none: no speculation).
+absl::StatusOr<engine::spec::SpecConfig> SpecConfigFromArgs(const Args& args) {
+  namespace spec = engine::spec;
+  spec::SpecConfig c;
+  if (!args.Get("--spec-type").empty()) {
+    auto t = spec::ParseSpecType(args.Get("--spec-type"), "--spec-type");
+    if (!t.ok()) return t.status();
+    c.type = *t;
+  } else if (!args.Get("-md").empty()) {
+    c.type = spec::SpecType::kDraftModel;
+  }
+  struct IntOpt {
+    const char* flag;
+    int32_t* out;
+  };
+  for (const IntOpt& o : {IntOpt{"--spec-ngram-size-n", &c.ngram_size_n}, IntOpt{"--spec-ngram-size-m", &c.ngram_size_m},
+                          IntOpt{"--spec-ngram-check-rate", &c.ngram_check_rate},
+                          IntOpt{"--spec-ngram-min-hits", &c.ngram_min_hits}, IntOpt{"--draft-max", &c.draft_max},
+                          IntOpt{"--draft-min", &c.draft_min}}) {
+    auto v = args.GetInt(o.flag);
+    if (!v.ok()) return v.status();
+    if (*v < INT32_MIN || *v > INT32_MAX) return absl::InvalidArgumentError(absl::StrCat(o.flag, ": out of range"));
+    *o.out = static_cast<int32_t>(*v);
+  }
+  auto p_min = args.GetDouble("--draft-p-min");
+  if (!p_min.ok()) return p_min.status();
+  c.draft_p_min = static_cast<float>(*p_min);
+  if (absl::Status s = spec::ValidateSpecConfig(c); !s.ok()) {
+    // Name the option, llama.cpp's way.
+    static const std::pair<const char*, const char*> kMap[] = {
+        {"ngram_size_n:", "--spec-ngram-size-n:"}, {"ngram_size_m:", "--spec-ngram-size-m:"},
+        {"ngram_check_rate:", "--spec-ngram-check-rate:"}, {"ngram_min_hits:", "--spec-ngram-min-hits:"},
+        {"draft_max:", "--draft-max:"}, {"draft_min:", "--draft-min:"}, {"draft_p_min:", "--draft-p-min:"}};
+    std::string msg(s.message());
+    for (const auto& [from, to] : kMap) {
+      if (msg.rfind(from, 0) == 0) {
+        msg = std::string(to) + msg.substr(std::string(from).size());
+        break;
+      }
+    }
+    return absl::InvalidArgumentError(msg);
+  }
+  if (c.type == spec::SpecType::kDraftModel && args.Get("-md").empty()) {
+    return absl::InvalidArgumentError("--spec-type draft-model needs --model-draft GGUF");
+  }
+  return c;
 }
 
 int CmdRun(int argc, char** argv) {
@@ -112,6 +179,8 @@ int CmdRun(int argc, char** argv) {
   gp.sampling.seed = *seed < 0 ? engine::kRandomSeed : static_cast<uint32_t>(*seed);
   absl::Status vs = engine::ValidateSamplingParams(gp.sampling);
   if (!vs.ok()) return Fail(vs);
+  auto spec_config = SpecConfigFromArgs(*args);
+  if (!spec_config.ok()) return UsageError(std::string(spec_config.status().message()), usage);
 
   engine::EngineParams ep;
   ep.n_ctx = *n_ctx;
@@ -142,18 +211,91 @@ int CmdRun(int argc, char** argv) {
   if (args->Has("--display-prompt")) {
     std::fwrite(gp.prompt.data(), 1, gp.prompt.size(), stdout);
   }
-  auto res = engine::Generate(**eng, **vocab, gp, [](const std::string& piece) {
+  auto print_piece = [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-  });
+  };
+  auto rate = [](int64_t n, double ms) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; };
+  if (spec_config->type == engine::spec::SpecType::kNone) {
+    auto res = engine::Generate(**eng, **vocab, gp, print_piece);
+    if (!res.ok()) return Fail(res.status());
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(res->stop));
+    std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n",
+                 static_cast<long long>(res->pp_tokens), res->pp_ms, rate(res->pp_tokens, res->pp_ms));
+    std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s)\n",
+                 static_cast<long long>(res->tg_tokens), res->tg_ms, rate(res->tg_tokens, res->tg_ms));
+    return 0;
+  }
+
+  // Speculative decoding in this process (llama.cpp speculative-simple / lookup).
+  namespace spec = engine::spec;
+  spec::SpecResources resources;
+  std::unique_ptr<spec::DraftModel> draft_model;
+  if (!args->Get("-md").empty()) {
+    spec::DraftModelParams dp;
+    dp.n_ctx = (*eng)->n_ctx();
+    dp.n_threads = static_cast<int>(*threads);
+    auto dm = spec::DraftModel::Load(args->Get("-md"), dp);
+    if (!dm.ok()) return Fail(dm.status());
+    if (absl::Status s = (*dm)->AttachTarget(**vocab); !s.ok()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--model-draft ", args->Get("-md"), ": ", s.message())));
+    }
+    draft_model = *std::move(dm);
+    resources.draft_model = draft_model.get();
+    std::fprintf(stderr, "herd: draft model %s: arch %s, n_vocab %lld\n", args->Get("-md").c_str(),
+                 draft_model->model().hparams().arch.c_str(),
+                 static_cast<long long>(draft_model->vocab().n_tokens()));
+  }
+  const std::string lcs = args->Get("-lcs"), lcd = args->Get("-lcd");
+  if (!lcs.empty()) {
+    auto c = spec::NgramCacheLoad(lcs);
+    if (!c.ok()) return Fail(c.status());
+    resources.ngram_cache.static_cache = std::make_shared<const spec::NgramCache>(*std::move(c));
+  }
+  spec::NgramCache dynamic;
+  if (!lcd.empty()) {
+    auto c = spec::NgramCacheLoad(lcd);
+    if (c.ok()) {
+      dynamic = *std::move(c);
+    } else if (!absl::IsNotFound(c.status())) {
+      return Fail(c.status());
+    }
+    resources.ngram_cache.dynamic_cache = std::make_shared<const spec::NgramCache>(dynamic);
+  }
+  auto session = spec::SpecSession::Create(*spec_config, resources, gp.sampling.seed);
+  if (!session.ok()) return Fail(session.status());
+  std::fprintf(stderr, "herd: speculative: type %s, draft_max %d, draft_min %d, draft_p_min %.2f, n %d, m %d\n",
+               spec::SpecTypeName(spec_config->type), spec_config->draft_max, spec_config->draft_min,
+               spec_config->draft_p_min, spec_config->ngram_size_n, spec_config->ngram_size_m);
+  auto res = spec::GenerateSpeculative(**eng, **vocab, gp, session->get(), print_piece);
   if (!res.ok()) return Fail(res.status());
   std::fflush(stdout);
-  auto rate = [](int64_t n, double ms) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; };
-  std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(res->stop));
-  std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n",
-               static_cast<long long>(res->pp_tokens), res->pp_ms, rate(res->pp_tokens, res->pp_ms));
-  std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s)\n",
-               static_cast<long long>(res->tg_tokens), res->tg_ms, rate(res->tg_tokens, res->tg_ms));
+  const engine::GenerateResult& g = res->gen;
+  std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(g.stop));
+  std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(g.pp_tokens),
+               g.pp_ms, rate(g.pp_tokens, g.pp_ms));
+  const int64_t n_out = static_cast<int64_t>(g.output_ids.size());
+  std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s), %lld target passes (%.2f tokens/pass), "
+               "drafting %.2f ms\n",
+               static_cast<long long>(n_out), g.tg_ms, rate(n_out, g.tg_ms),
+               static_cast<long long>(res->target_passes), res->tokens_per_pass(), res->draft_ms);
+  // llama.cpp's speculative summary and common_speculative_print_stats line.
+  const spec::SpecStats& st = res->stats;
+  std::fprintf(stderr, "herd: n_draft   = %d\nherd: n_predict = %lld\nherd: n_drafted = %lld\n"
+               "herd: n_accept  = %lld\nherd: accept    = %.3f%%\n",
+               spec_config->draft_max, static_cast<long long>(n_out), static_cast<long long>(st.gen_tokens),
+               static_cast<long long>(st.acc_tokens), 100.0 * st.acceptance_rate());
+  std::fprintf(stderr, "herd: %s\n", st.ToString().c_str());
+  if (!lcd.empty()) {
+    // llama-lookup: the dynamic cache learns this generation and is written back.
+    std::vector<int32_t> all = g.prompt_ids;
+    all.insert(all.end(), g.output_ids.begin(), g.output_ids.end());
+    spec::NgramCacheUpdate(&dynamic, spec::kNgramCacheMin, spec::kNgramCacheMax, all,
+                           static_cast<int64_t>(all.size()));
+    if (absl::Status s = spec::NgramCacheSave(dynamic, lcd); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "herd: dynamic n-gram cache %s: %zu n-grams\n", lcd.c_str(), dynamic.size());
+  }
   return 0;
 }
 
