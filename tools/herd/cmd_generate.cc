@@ -108,7 +108,7 @@ int CmdGenerate(int argc, char** argv) {
   }
   auto args = Args::Parse(specs, static_cast<int>(rest.size()), rest.data(), 2);
   if (!args.ok()) {
-    std::fprintf(stderr, "herd: %s\n%s", std::string(args.status().message()).c_str(), usage_text.c_str());
+    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(), usage_text.substr(0, usage_text.find('\n')).c_str());
     return 2;
   }
   if (args->Has("-h")) {

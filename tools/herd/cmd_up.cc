@@ -15,8 +15,8 @@ int CmdUp(int argc, char** argv) {
       {{"--model"}, true, "comma-separated model names to serve (default: every *.gguf)", ""},
       {{"--workers"}, true, "workers per model", "1"},
       {{"-t", "--threads"}, true, "compute threads per worker", "1"},
-      {{"-c", "--ctx-size"}, true, "KV cells per worker (0 = worker default)", "0"},
-      {{"--max-seqs"}, true, "concurrent sequences per worker (0 = worker default)", "0"},
+      {{"-c", "--ctx-size"}, true, "KV cells per worker, split evenly: each sequence may use ctx-size / max-seqs", "8192"},
+      {{"--max-seqs"}, true, "concurrent sequences per worker", "4"},
       {{"--bin-dir"}, true, "folder holding services/{loader,worker,gateway} (default: next to herd)", ""},
       {{"--host"}, true, "address to bind", "127.0.0.1"},
       {{"--no-restart"}, false, "do not restart workers that exit", ""},
@@ -42,7 +42,7 @@ int CmdUp(int argc, char** argv) {
       Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) {
-    std::fprintf(stderr, "herd: %s\n%s", std::string(args.status().message()).c_str(), usage.c_str());
+    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(), usage.substr(0, usage.find('\n')).c_str());
     return 2;
   }
   if (args->Has("-h")) {
@@ -60,7 +60,7 @@ int CmdUp(int argc, char** argv) {
   auto drafts = args->GetInt("--draft-workers");
   for (const absl::Status& s : {workers.status(), threads.status(), n_ctx.status(), max_seqs.status(), drafts.status()}) {
     if (!s.ok()) {
-      std::fprintf(stderr, "herd: %s\n", std::string(s.message()).c_str());
+      std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
       return 2;
     }
   }

@@ -33,8 +33,10 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// One line on stderr, like every other error; the first usage line names the command.
 int UsageError(const std::string& msg, const std::string& usage) {
-  std::fprintf(stderr, "herd: %s\n%s", msg.c_str(), usage.c_str());
+  const std::string first = usage.substr(0, usage.find('\n'));
+  std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(), first.c_str());
   return 2;
 }
 
@@ -311,6 +313,7 @@ int CmdTokenize(int argc, char** argv) {
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
   if (args->Get("-m").empty()) return UsageError("tokenize: -m MODEL is required", usage);
+  if (!args->Has("-p") && !args->Has("-f")) return UsageError("tokenize: -p TEXT or -f FILE is required", usage);
   std::string text = args->Get("-p");
   if (args->Has("-f")) {
     auto t = ReadFileToString(args->Get("-f"));
