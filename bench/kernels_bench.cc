@@ -6,8 +6,12 @@
 // Decode cycles through enough weight copies (>= 256 MiB) that weights come
 // from DRAM, as in a real model (DecodeHot: 256 x 4096, L2-resident: pure kernel speed).
 // "/threads:2" splits the weight rows over 2 threads.
+// DecodeModel: the mat-vecs of one decode step of llama-110m / tinyllama-1.1b (every
+// weight matrix its own buffer, output tensor Q6_K for Q4_0 as llama-quantize writes it),
+// split over a ThreadPool like the CPU backend does -> GB/s and mat-vec-only tokens/s.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "libs/base/cpu_features.h"
+#include "libs/base/thread_pool.h"
 #include "libs/kernels/cpu/kernels.h"
 #include "libs/tensor/quants.h"
 
@@ -169,7 +174,112 @@ void BM_MemRead(benchmark::State& state, int threads) {
       benchmark::Counter(static_cast<double>(state.iterations()) * n * 8 / 1e9, benchmark::Counter::kIsRate);
 }
 
+struct ModelMat {
+  GgmlType type;
+  int64_t k, m;
+};
+
+std::vector<ModelMat> ModelMats(GgmlType t, bool tiny) {
+  const int64_t d = tiny ? 2048 : 768, ff = tiny ? 5632 : 2048, kv = tiny ? 256 : 768, layers = tiny ? 22 : 12;
+  std::vector<ModelMat> v;
+  for (int64_t l = 0; l < layers; ++l) {
+    v.push_back({t, d, d});
+    v.push_back({t, d, kv});
+    v.push_back({t, d, kv});
+    v.push_back({t, d, d});
+    v.push_back({t, d, ff});
+    v.push_back({t, d, ff});
+    v.push_back({t, ff, d});
+  }
+  v.push_back({t == GgmlType::Q4_0 ? GgmlType::Q6_K : t, d, 32000});
+  return v;
+}
+
+void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads) {
+  const std::vector<ModelMat> mats = ModelMats(t, tiny);
+  std::vector<Buffer> ws;
+  std::vector<Buffer> as;
+  size_t total = 0;
+  int64_t max_m = 0;
+  for (const ModelMat& mm : mats) {
+    Weights w = MakeWeights(mm.type, mm.m, mm.k, 0);
+    total += w.row_bytes * mm.m;
+    ws.push_back(std::move(w.copies[0]));
+    as.push_back(MakeActivations(mm.type, 1, mm.k));
+    max_m = std::max(max_m, mm.m);
+  }
+  std::vector<float> dst(static_cast<size_t>(max_m));
+  ThreadPool pool(threads);
+  const Isa isa = BestIsa();
+  for (auto _ : state) {
+    for (size_t i = 0; i < mats.size(); ++i) {
+      const ModelMat& mm = mats[i];
+      const size_t wrow = GgmlRowSize(mm.type, mm.k), arow = GgmlRowSize(VecDotType(mm.type), mm.k);
+      pool.Run([&](int ith, int nth) {
+        const int64_t per = ((mm.m + nth - 1) / nth + 15) / 16 * 16;
+        const int64_t r0 = std::min<int64_t>(mm.m, per * ith), r1 = std::min<int64_t>(mm.m, r0 + per);
+        if (r0 < r1) MulMatTile(mm.type, isa, mm.k, ws[i].data(), wrow, as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, 1);
+      });
+    }
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(iters * total / 1e9, benchmark::Counter::kIsRate);
+  state.counters["tok/s"] = benchmark::Counter(iters, benchmark::Counter::kIsRate);
+}
+
+// One mat-vec of k-element rows, ~32 MiB of weights per call (cycling through >= 256 MiB).
+void BM_DecodeK(benchmark::State& state, GgmlType t, int64_t k, int threads) {
+  const size_t row = GgmlRowSize(t, k);
+  const int64_t m = static_cast<int64_t>((32u << 20) / row) / 16 * 16;
+  Weights w = MakeWeights(t, m, k, 256u << 20);
+  Buffer a = MakeActivations(t, 1, k);
+  const size_t as = GgmlRowSize(VecDotType(t), k);
+  std::vector<float> dst(static_cast<size_t>(m));
+  ThreadPool pool(threads);
+  const Isa isa = BestIsa();
+  size_t c = 0;
+  for (auto _ : state) {
+    pool.Run([&](int ith, int nth) {
+      const int64_t per = ((m + nth - 1) / nth + 15) / 16 * 16;
+      const int64_t r0 = std::min<int64_t>(m, per * ith), r1 = std::min<int64_t>(m, r0 + per);
+      if (r0 < r1) MulMatTile(t, isa, k, w.copies[c].data(), row, a.data(), as, dst.data(), m, r0, r1, 0, 1);
+    });
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+    if (++c == w.copies.size()) c = 0;
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * row * m / 1e9, benchmark::Counter::kIsRate);
+}
+
 int Register() {
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q6_K}) {
+    for (int64_t k : {768, 2048, 5632}) {
+      for (int threads : {1, 2}) {
+        if (t == GgmlType::Q6_K && k % 256 != 0) continue;
+        benchmark::RegisterBenchmark(("DecodeK/" + GgmlTypeName(t) + "/" + std::to_string(k) +
+                                      "/threads:" + std::to_string(threads))
+                                         .c_str(),
+                                     BM_DecodeK, t, k, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  for (bool tiny : {false, true}) {
+    for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+      for (int threads : {1, 2}) {
+        benchmark::RegisterBenchmark(("DecodeModel/" + std::string(tiny ? "tinyllama-1.1b/" : "llama-110m/") +
+                                      GgmlTypeName(t) + "/threads:" + std::to_string(threads))
+                                         .c_str(),
+                                     BM_DecodeModel, t, tiny, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
   const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,  GgmlType::Q4_0,
                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K,
                             GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,  GgmlType::IQ4_XS};

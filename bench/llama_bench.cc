@@ -3,7 +3,8 @@
 // llama.cpp was measured on (../shared/reference/perf), printed next to the peer's
 // figures and their ratio.
 //   bazel run --config=bench //bench:llama_bench -- [--model llama-110m|tinyllama-1.1b]
-//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3]
+//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg]
+// Like llama-quantize, a Q4_0 model keeps its output tensor (token_embd when tied) in Q6_K.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,9 +68,13 @@ absl::Status WriteModel(const Shape& s, GgmlType wtype, const std::string& path)
     return st;
   };
   const int64_t hd = s.n_embd / s.n_head;
-  absl::Status st = add("token_embd.weight", s.n_embd, s.n_vocab, wtype);
+  // llama-quantize's rule for the output tensor (token_embd when tied): Q6_K unless the
+  // type is Q8_0 (F16/F32 models are converted, not quantized).
+  const bool quantized = wtype != GgmlType::F16 && wtype != GgmlType::F32 && wtype != GgmlType::BF16;
+  const GgmlType out_type = quantized && wtype != GgmlType::Q8_0 ? GgmlType::Q6_K : wtype;
+  absl::Status st = add("token_embd.weight", s.n_embd, s.n_vocab, s.tied ? out_type : wtype);
   if (st.ok()) st = add("output_norm.weight", s.n_embd, 1, GgmlType::F32);
-  if (st.ok() && !s.tied) st = add("output.weight", s.n_embd, s.n_vocab, wtype);
+  if (st.ok() && !s.tied) st = add("output.weight", s.n_embd, s.n_vocab, out_type);
   for (int64_t il = 0; il < s.n_layer && st.ok(); ++il) {
     const std::string p = absl::StrCat("blk.", il, ".");
     st = add(p + "attn_norm.weight", s.n_embd, 1, GgmlType::F32);
@@ -118,6 +123,7 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace herd;
   std::string model = "llama-110m", types = "f16,q8_0,q4_0", threads = "1,2";
+  std::string tests = "pp,tg";
   int reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -125,6 +131,7 @@ int main(int argc, char** argv) {
     if (a == "--types") types = argv[i + 1];
     if (a == "--threads") threads = argv[i + 1];
     if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    if (a == "--tests") tests = argv[i + 1];
   }
   const Shape* shape = nullptr;
   for (const Shape& s : kShapes) if (s.name == model) shape = &s;
@@ -132,6 +139,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown --model %s\n", model.c_str());
     return 2;
   }
+  const bool run_pp = tests.find("pp") != std::string::npos;
+  const bool run_tg = tests.find("tg") != std::string::npos;
   auto peer = PeerFigures();
   std::printf("| model | type | threads | test | herd t/s | llama.cpp t/s | ratio |\n|---|---|---|---|---|---|---|\n");
   for (absl::string_view tname : absl::StrSplit(types, ',')) {
@@ -166,10 +175,14 @@ int main(int argc, char** argv) {
         engine::Batch b;
         for (int i = 0; i < 128; ++i) b.Add(static_cast<int32_t>(rng() % 32000), i, 0, i == 127);
         auto t0 = std::chrono::steady_clock::now();
-        if (!(*e)->Decode(b).ok()) return 1;
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r > 0) pp.push_back(128 / s);
-        (*e)->kv().Clear();
+        double s = 0;
+        if (run_pp) {
+          if (!(*e)->Decode(b).ok()) return 1;
+          s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (r > 0) pp.push_back(128 / s);
+          (*e)->kv().Clear();
+        }
+        if (!run_tg) continue;
         t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < 64; ++i) {
           b.Clear();
@@ -181,6 +194,7 @@ int main(int argc, char** argv) {
       }
       auto it = peer.find(model + " " + upper);
       for (int test = 0; test < 2; ++test) {
+        if ((test == 0 ? pp : tg).empty()) continue;
         const double ours = Median(test == 0 ? pp : tg);
         double theirs = 0;
         if (it != peer.end()) theirs = it->second[static_cast<size_t>((nt == 2 ? 2 : 0) + test)];

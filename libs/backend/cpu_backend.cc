@@ -177,6 +177,14 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
   // Runs fn(row index i1, i2, i3) over all rows of n split across threads.
   // Small element-wise work runs on the calling thread: waking the pool costs more.
   const bool small = n->nelements() < 16384;
+  // fn(ith, nth) on the pool, or as fn(0, 1) on this thread when `inline_` (tiny work).
+  auto run = [&](bool inline_, const auto& fn) {
+    if (inline_) {
+      fn(0, 1);
+    } else {
+      pool_.Run(fn);
+    }
+  };
   auto for_rows = [&](auto fn) {
     if (small) {
       for (int64_t r = 0; r < nrows; ++r) {
@@ -208,7 +216,7 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
                                                          a->ne[1], ") of '", a->name, "'"));
         }
       }
-      pool_.Run([&](int ith, int nth) {
+      run(small, [&](int ith, int nth) {
         int64_t r0, r1;
         SplitRange(n_ids, ith, nth, &r0, &r1);
         for (int64_t i = r0; i < r1; ++i) DequantizeRow(a->type, a->row(ids[i]), F32Row(n, i), ne0);
@@ -298,7 +306,7 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
       const int32_t* pos = static_cast<const int32_t*>(b->data);
       const float* ff = n->src[2] ? static_cast<const float*>(n->src[2]->data) : nullptr;
       const int64_t n_tokens = n->ne[2];
-      pool_.Run([&](int ith, int nth) {
+      run(small, [&](int ith, int nth) {
         std::vector<float> cs(static_cast<size_t>(p.n_dims) + 2);
         int64_t t0, t1;
         SplitRange(n_tokens, ith, nth, &t0, &t1);
@@ -323,7 +331,7 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
                                                          dst->ne[1], ") of '", dst->name, "'"));
         }
       }
-      pool_.Run([&](int ith, int nth) {
+      run(b->nelements() < 16384, [&](int ith, int nth) {
         int64_t r0, r1;
         SplitRange(n_rows, ith, nth, &r0, &r1);
         for (int64_t i = r0; i < r1; ++i) {
@@ -351,14 +359,20 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
     act = static_cast<uint8_t*>(x->data);
   } else {
     act = Work(a_stride * static_cast<size_t>(cols));
-    pool_.Run([&](int ith, int nth) {
+    const auto convert = [&](int ith, int nth) {
       int64_t c0, c1;
       SplitRange(cols, ith, nth, &c0, &c1);
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
         cpu::FromFloat(vt, F32Row(x, i1, i2, i3), act + a_stride * static_cast<size_t>(c), k, isa_);
       }
-    });
+    };
+    // A decode step converts one short row: cheaper here than a pool round trip.
+    if (cols * k < 16384) {
+      convert(0, 1);
+    } else {
+      pool_.Run(convert);
+    }
   }
   float* dst = static_cast<float*>(n->data);
   const size_t dst_stride = static_cast<size_t>(m);
@@ -414,7 +428,15 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
       cpu::FromFloat(kt, qv, qconv.data(), hd, isa_);
       const float* mrow = mask ? F32Row(mask, t) : nullptr;
       float mx = -std::numeric_limits<float>::infinity();
+      // K rows are nb[2] apart and in decode mostly not cached: request them ahead.
+      const size_t k_row_bytes = GgmlRowSize(kt, hd);
+      const auto prefetch_k = [&](int64_t c) {
+        const uint8_t* p = k->row(hk, c);
+        for (size_t b = 0; b < k_row_bytes; b += 64) __builtin_prefetch(p + b);
+      };
+      for (int64_t c = 0; c < 8 && c < n_kv; ++c) prefetch_k(c);
       for (int64_t c = 0; c < n_kv; ++c) {
+        if (c + 8 < n_kv) prefetch_k(c + 8);
         const float mv = mrow ? slope * mrow[c] : 0.0f;
         if (mv == -std::numeric_limits<float>::infinity()) {
           scores[c] = mv;

@@ -11,8 +11,10 @@
 namespace herd {
 
 /// Runs `fn(ith, nth)` on `nth` threads (the caller is thread 0) and waits for all.
-/// Workers spin briefly before sleeping, so back-to-back calls (one per graph node)
-/// stay cheap. Not reentrant: one Run at a time per pool.
+/// Workers spin (with pause) for a while before sleeping, so back-to-back calls (one per
+/// graph node) cost a couple of cache-line transfers rather than a futex wake-up; the
+/// mutex and condition variable are touched only when a worker actually sleeps.
+/// Not reentrant: one Run at a time per pool.
 class ThreadPool {
  public:
   /// n_threads >= 1; values < 1 are treated as 1.
@@ -33,10 +35,14 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  const std::function<void(int, int)>* task_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<const std::function<void(int, int)>*> task_{nullptr};
   std::atomic<bool> stop_{false};
+  std::atomic<int> sleepers_{0};
+  // Written by the caller once per Run, polled by spinning workers: own cache line.
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  // Decremented by each worker when done, polled by the caller: own cache line.
+  alignas(64) std::atomic<int> pending_{0};
+  char pad_[64 - sizeof(std::atomic<int>)];
 };
 
 /// Splits [0, n) into nth near-equal contiguous parts; returns part ith as [begin, end).

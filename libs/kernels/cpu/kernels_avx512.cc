@@ -58,6 +58,61 @@ struct NextRowsPrefetcher {
   }
 };
 
+// ---------------------------------------------------------------- decode (one activation row)
+//
+// A mat-vec is bound by DRAM bandwidth, and rows of k = 768 .. 5632 elements are too
+// short for the hardware prefetcher (which also stops at every 4 KiB page). Gemv splits
+// the caller's rows into K::kGR contiguous stripes and walks them in lockstep, one row of
+// each stripe at a time (one accumulator per row, so each row sees exactly Micro's
+// operations in Micro's order): that reads kGR long sequential streams, and each stream
+// is prefetched into L2 kGemvPrefetchBytes ahead of where it is read.
+// GemvGroup(k, w, ss, pfd, a, d, ds): rows w + r*ss for r < kGR -> d[r*ds], prefetching
+// each row's bytes at +pfd.
+static size_t GemvPf() { static size_t v = getenv("HERD_PF") ? atol(getenv("HERD_PF")) : 4096; return v; }
+#define kGemvPrefetchBytes GemvPf()
+
+template <class K>
+void GemvRows(int64_t k, const char* w, size_t ws, const char* a, float* d, int64_t i0, int64_t i1) {
+  constexpr int G = K::kGR;
+  const int64_t per = (i1 - i0) / G;
+  const size_t ss = static_cast<size_t>(per) * ws;
+  for (int64_t j = 0; j < per; ++j) {
+    K::GemvGroup(k, w + (i0 + j) * ws, ss, kGemvPrefetchBytes, a, d + i0 + j, static_cast<size_t>(per));
+  }
+  static const MicroTable<K> table;
+  for (int64_t i = i0 + G * per; i < i1;) {
+    const int n = static_cast<int>(i1 - i < K::kNR ? i1 - i : K::kNR);
+    table.fn[n - 1][0](k, w + i * ws, ws, a, 0, d + i, 0);
+    i += n;
+  }
+}
+
+// d[r] = _mm512_reduce_add_ps(v[r]) for r < 8, bit for bit: the same pairwise sums
+// (upper + lower 256 bits, then 128-bit halves, then 64-bit halves, then the two
+// floats; float addition commutes exactly), done for 8 rows at once.
+inline void Reduce8(const __m512 (&v)[8], float* d, size_t ds) {
+  __m512 c[4];
+  HERD_UNROLL for (int p = 0; p < 4; ++p) {
+    c[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+  }
+  // e[q], 128-bit lane j: the four level-2 sums of row 4q + j.
+  const __m512 e0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+  const __m512 e1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+  // f, 128-bit lane j: [row j: 2 sums, row 4 + j: 2 sums].
+  const __m512d e0d = _mm512_castps_pd(e0), e1d = _mm512_castps_pd(e1);
+  const __m512 f = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(e0d, e1d)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(e0d, e1d)));
+  // g: row j in lane 4j, row 4 + j in lane 4j + 2.
+  const __m512 g = _mm512_add_ps(f, _mm512_shuffle_ps(f, f, _MM_SHUFFLE(2, 3, 0, 1)));
+  alignas(64) float out[16];
+  _mm512_store_ps(out, g);
+  HERD_UNROLL for (int j = 0; j < 4; ++j) {
+    d[j * ds] = out[4 * j];
+    d[(4 + j) * ds] = out[4 * j + 2];
+  }
+}
+
 // ---------------------------------------------------------------- F32 / F16 / BF16
 
 struct LoadF32 {
@@ -108,6 +163,38 @@ struct KFloat {
   }
   static __m512 LoadATail(const char* p, int64_t kk, int64_t rem) {
     return kWidenA ? _mm512_load_ps(reinterpret_cast<const float*>(p) + kk) : L::LoadTail(p, kk, rem);
+  }
+
+  static constexpr int kGR = 8;
+  static void GemvGroup(int64_t k, const char* w, size_t ws, size_t pfd, const char* a, float* d, size_t ds) {
+    const char* pf = w + pfd;
+    constexpr int64_t kS = L::kStep;
+    const size_t es = L::RowBytes(1);
+    __m512 acc[kGR];
+    HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 2 * kS <= k; kk += 2 * kS) {
+      HERD_UNROLL for (int r = 0; r < kGR; ++r) {
+        for (size_t b = 0; b < 2 * kS * es; b += 64) _mm_prefetch(pf + r * ws + kk * es + b, _MM_HINT_T1);
+      }
+      const __m512 a0 = LoadA(a, kk), a1 = LoadA(a, kk + kS);
+      HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_fmadd_ps(L::Load(w + r * ws, kk), a0, acc[r]);
+      HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_fmadd_ps(L::Load(w + r * ws, kk + kS), a1, acc[r]);
+    }
+    if (kk + kS <= k) {
+      const __m512 a0 = LoadA(a, kk);
+      HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_fmadd_ps(L::Load(w + r * ws, kk), a0, acc[r]);
+      kk += kS;
+    }
+    if (kk < k) {
+      const int64_t rem = k - kk;
+      const __m512 a0 = LoadATail(a, kk, rem);
+      HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_fmadd_ps(L::LoadTail(w + r * ws, kk, rem), a0, acc[r]);
+    }
+    Reduce8(acc, d, ds);
+  }
+  static void Gemv(int64_t k, const char* w, size_t ws, const char* a, float* d, int64_t i0, int64_t i1) {
+    GemvRows<KFloat>(k, w, ws, a, d, i0, i1);
   }
 
   template <int NR, int NC>
@@ -291,6 +378,55 @@ struct KQ8_0 {
     }
   }
 
+  // Decode: one pair of blocks (68 bytes) per row and step, gathered with two
+  // overlapping loads and word permutes (quants: words 1-16 and 18-33; scales: words
+  // 0 and 17), the same int32 lanes and float operations as Step.
+  static constexpr int kGR = 8;
+  static void GemvGroup(int64_t k, const char* w, size_t ws, size_t pfd, const char* a, float* d, size_t ds) {
+    const char* pf = w + pfd;
+    __m512 acc[kGR];
+    HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_setzero_ps();
+    const int64_t nb = k / 32;
+    const int64_t full = nb / 2;
+    // z0 = bytes 0-63 (words 0-31), z1 = bytes 4-67 (word 32 + m = pair word m + 2).
+    const __m512i qidx = _mm512_set_epi16(32 + 31, 32 + 30, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+                                          16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int64_t p = 0; p < full; ++p) {
+      const char* pa = a + p * kPairBytes;
+      const __m512i aq = _mm512_load_si512(pa);
+      const __m512i nc = _mm512_load_si512(pa + 64);
+      const __m512 ad = _mm512_load_ps(pa + 128);
+      HERD_UNROLL for (int r = 0; r < kGR; ++r) {
+        const char* b = w + r * ws + p * 2 * kQ8BlockBytes;
+        const char* pr = pf + r * ws + p * 2 * kQ8BlockBytes;
+        _mm_prefetch(pr, _MM_HINT_T1);
+        _mm_prefetch(pr + 64, _MM_HINT_T1);
+        const __m512i z0 = _mm512_loadu_si512(b);
+        const __m512i z1 = _mm512_loadu_si512(b + 4);
+        const __m512i q = _mm512_permutex2var_epi16(z0, qidx, z1);
+        const __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(sidx, z0)));
+        __m512i dot;
+        if (kVnni) {
+          dot = _mm512_dpbusd_epi32(nc, _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80))), aq);
+        } else {
+          const __m512i sy = _mm512_mask_sub_epi8(aq, _mm512_movepi8_mask(q), _mm512_setzero_si512(), aq);
+          dot = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), sy), _mm512_set1_epi16(1));
+        }
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd, ad), acc[r]);
+      }
+    }
+    if (nb & 1) {
+      __m512 (&acc2)[kGR][1] = reinterpret_cast<__m512 (&)[kGR][1]>(acc);
+      Step<kGR, 1, true>(w + full * 2 * kQ8BlockBytes, ws, a + full * kPairBytes, 0, acc2);
+    }
+    Reduce8(acc, d, ds);
+  }
+  static void Gemv(int64_t k, const char* w, size_t ws, const char* a, float* d, int64_t i0, int64_t i1) {
+    GemvRows<KQ8_0>(k, w, ws, a, d, i0, i1);
+  }
+
   template <int NR, int NC>
   static void Micro(int64_t k, const char* w, size_t ws, const char* a, size_t as, float* d, size_t ds) {
     __m512 acc[NR][NC];
@@ -412,6 +548,66 @@ struct KQ4_0 {
         acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
       }
     }
+  }
+
+  // Decode: one quad of blocks (72 bytes) per row and step, gathered with two
+  // overlapping loads and word permutes (quants: words 1-8, 10-17, 19-26, 28-35;
+  // scales: words 0, 9, 18, 27), the same int32 lanes and float operations as Step.
+  static constexpr int kGR = 8;
+  static void GemvGroup(int64_t k, const char* w, size_t ws, size_t pfd, const char* a, float* d, size_t ds) {
+    const char* pf = w + pfd;
+    __m512 acc[kGR];
+    HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_setzero_ps();
+    const int64_t nb = k / 32;
+    const int64_t full = nb / 4;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    // z0 = bytes 0-63 (words 0-31), z1 = bytes 8-71 (word 32 + m = quad word m + 4).
+    const __m512i qidx = _mm512_set_epi16(32 + 31, 32 + 30, 32 + 29, 32 + 28, 31, 30, 29, 28, 26, 25, 24, 23, 22, 21,
+                                          20, 19, 17, 16, 15, 14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    for (int64_t q = 0; q < full; ++q) {
+      const char* pa = a + q * kQuadBytes;
+      const __m512i alo = _mm512_load_si512(pa);
+      const __m512i ahi = _mm512_load_si512(pa + 64);
+      const __m512i nc = _mm512_load_si512(pa + 128);
+      const __m512 ad = _mm512_load_ps(pa + 192);
+      HERD_UNROLL for (int r = 0; r < kGR; ++r) {
+        const char* b = w + r * ws + q * 4 * kQ4BlockBytes;
+        const char* pr = pf + r * ws + q * 4 * kQ4BlockBytes;
+        _mm_prefetch(pr, _MM_HINT_T1);
+        _mm_prefetch(pr + 64, _MM_HINT_T1);
+        const __m512i z0 = _mm512_loadu_si512(b);
+        const __m512i z1 = _mm512_loadu_si512(b + 8);
+        const __m512i z = _mm512_permutex2var_epi16(z0, qidx, z1);
+        const __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(sidx, z0)));
+        const __m512i wlo = _mm512_and_si512(z, low4);
+        const __m512i whi = _mm512_and_si512(_mm512_srli_epi16(z, 4), low4);
+        __m512i dot;
+        if (kVnni) {
+          dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(nc, wlo, alo), whi, ahi);
+        } else {
+          const __m512i ones = _mm512_set1_epi16(1);
+          dot = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(wlo, alo), ones),
+                                                  _mm512_madd_epi16(_mm512_maddubs_epi16(whi, ahi), ones)),
+                                 nc);
+        }
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd, ad), acc[r]);
+      }
+    }
+    __m512 (&acc2)[kGR][1] = reinterpret_cast<__m512 (&)[kGR][1]>(acc);
+    const char* wt = w + full * 4 * kQ4BlockBytes;
+    const char* at = a + full * kQuadBytes;
+    switch (nb & 3) {
+      case 1: Step<kGR, 1, 1>(wt, ws, at, 0, acc2); break;
+      case 2: Step<kGR, 1, 2>(wt, ws, at, 0, acc2); break;
+      case 3: Step<kGR, 1, 3>(wt, ws, at, 0, acc2); break;
+      default: break;
+    }
+    Reduce8(acc, d, ds);
+  }
+  static void Gemv(int64_t k, const char* w, size_t ws, const char* a, float* d, int64_t i0, int64_t i1) {
+    GemvRows<KQ4_0>(k, w, ws, a, d, i0, i1);
   }
 
   template <int NR, int NC>
@@ -611,7 +807,6 @@ using KQ2_K = KSuper512<DecQ2_K>;
 using KQ3_K = KSuper512<DecQ3_K>;
 using KQ4_K = KSuper512<DecQ45_K<false>>;
 using KQ5_K = KSuper512<DecQ45_K<true>>;
-using KQ6_K = KSuper512<DecQ6_K>;
 using KIQ4_XS = KSuper512<DecIQ4_XS>;
 
 template <bool kVnni>

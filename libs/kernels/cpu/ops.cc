@@ -214,7 +214,17 @@ void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_
   for (int64_t d = 0; d < hd; ++d) vkq16[d] = 0;
   float S = 0.0f;
   float M = -std::numeric_limits<float>::infinity();
+  // V rows are v_stride apart and (in decode) rarely still cached: request them a few
+  // rows ahead so their misses overlap instead of serialising the F16 accumulator chain.
+  constexpr int64_t kAhead = 8;
+  const size_t row_bytes = static_cast<size_t>(hd) * 2;
+  const auto prefetch_row = [&](int64_t c) {
+    const uint8_t* p = v + static_cast<size_t>(c) * v_stride;
+    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b);
+  };
+  for (int64_t c = 0; c < kAhead && c < n_kv; ++c) prefetch_row(c);
   for (int64_t c = 0; c < n_kv; ++c) {
+    if (c + kAhead < n_kv) prefetch_row(c + kAhead);
     const float s = scores[c];
     if (s == -std::numeric_limits<float>::infinity()) continue;
     const float Mold = M;
