@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Renders k8s/overlays/* with `kubectl kustomize` (offline) and checks what every
-# deployment of herd needs: the four components, probes, the headless worker Service,
-# separate HPAs, and GPU requests + node selectors in the GPU overlays.
+# Renders every overlay in k8s/overlays and k8s/monitoring with `kubectl kustomize`
+# (offline) and checks what every deployment of herd needs: the four components,
+# Services (headless for the worker and draft pools), probes, separate HPAs, PDBs,
+# NetworkPolicies, the model volume. manifests_test.py checks the rendered args against
+# the binaries and images; rules_test.sh runs promtool over k8s/monitoring.
 set -euo pipefail
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "SKIP: kubectl not found; k8s manifests not rendered"
@@ -27,7 +29,9 @@ count() {  # count OVERLAY KIND NAME -> number of objects
     meta && $0 == n && kind {c++}
     END {print c+0}' "$work/$1.yaml"
 }
-for o in cpu cuda hip; do
+overlays=()
+for d in "$work"/overlays/*/; do overlays+=("$(basename "$d")"); done
+for o in "${overlays[@]}"; do
   if ! kubectl kustomize "$work/overlays/$o" > "$work/$o.yaml" 2> "$work/$o.err"; then
     echo "FAIL [$o] kubectl kustomize: $(cat "$work/$o.err")"
     fail=1
@@ -41,23 +45,32 @@ for o in cpu cuda hip; do
   done
   [[ $(count $o PersistentVolumeClaim herd-models) == 1 ]] || { echo "FAIL [$o] PVC herd-models missing"; fail=1; }
   [[ $(count $o HorizontalPodAutoscaler herd-draft) == 1 ]] || { echo "FAIL [$o] draft HPA missing"; fail=1; }
-  check $o "headless worker Service" "clusterIP: None"
-  check $o "grpc liveness probes" "grpc:"
-  # (YAML output may fold the long command line: check its parts)
-  check $o "readiness = one-token generation" "exec herd generate --gateway 127.0.0.1:50051 -m"
-  check $o "readiness generates one token" "^ +-n 1 >/dev/null|-n 1 >/dev/null"
+  [[ $(count $o ConfigMap herd-config) == 1 ]] || { echo "FAIL [$o] ConfigMap herd-config missing"; fail=1; }
+  [[ $(count $o NetworkPolicy herd-default-deny-ingress) == 1 ]] || { echo "FAIL [$o] default-deny NetworkPolicy missing"; fail=1; }
+  for p in herd-gateway herd-worker herd-draft; do
+    [[ $(count $o PodDisruptionBudget $p) == 1 ]] || { echo "FAIL [$o] PodDisruptionBudget $p missing"; fail=1; }
+  done
+  [[ $(grep -c "clusterIP: None" "$work/$o.yaml") == 2 ]] || { echo "FAIL [$o] herd-worker and herd-draft must be headless"; fail=1; }
+  check $o "exec probes with the image's herd health" "- /usr/local/bin/herd$"
+  check $o "readiness = one-token generation" "^ +- generate$"
+  check $o "gateway reaches the draft workers" "- --draft_workers_dns=herd-draft:50055$"
+  check $o "gateway reaches the target workers" "- --workers_dns=herd-worker:50053$"
+  check $o "workers' context from the ConfigMap" "- --n_ctx=\\\$\(HERD_N_CTX\)$"
+  check $o "workers' sequences from the ConfigMap" "- --max_sequences=\\\$\(HERD_MAX_SEQUENCES\)$"
+  check $o "workers mount the model volume read-only" "readOnly: true"
   check $o "loader mounts the model volume" "claimName: herd-models"
   check $o "namespace" "namespace: herd"
+  if grep -qE "^ +- (/bin/sh|sh|bash)$" "$work/$o.yaml"; then echo "FAIL [$o] a probe needs a shell"; fail=1; fi
+  if grep -qE "grpc:" "$work/$o.yaml"; then echo "FAIL [$o] native grpc probes: the manifests use herd health"; fail=1; fi
 done
+[[ " ${overlays[*]} " == *" cpu "* ]] || { echo "FAIL overlay cpu missing"; fail=1; }
 [[ $(count cpu Deployment herd-worker-cpu) == 1 ]] || { echo "FAIL [cpu] worker-cpu missing"; fail=1; }
 [[ $(count cpu HorizontalPodAutoscaler herd-worker-cpu) == 1 ]] || { echo "FAIL [cpu] worker HPA missing"; fail=1; }
-for o in cuda hip; do
-  [[ $(count $o Deployment herd-worker-$o) == 1 ]] || { echo "FAIL [$o] worker-$o missing"; fail=1; }
-  [[ $(count $o Deployment herd-worker-cpu) == 0 ]] || { echo "FAIL [$o] still has CPU workers"; fail=1; }
-  [[ $(count $o HorizontalPodAutoscaler herd-worker-$o) == 1 ]] || { echo "FAIL [$o] worker HPA missing"; fail=1; }
-  check $o "node selector" "nodeSelector:"
-done
-check cuda "GPU request" "nvidia.com/gpu: 1"
-check hip "GPU request" "amd.com/gpu: 1"
+if kubectl kustomize "$work/monitoring" > "$work/monitoring.yaml" 2> "$work/monitoring.err"; then
+  [[ $(count monitoring PrometheusRule herd) == 1 ]] || { echo "FAIL [monitoring] PrometheusRule herd missing"; fail=1; }
+else
+  echo "FAIL [monitoring] kubectl kustomize: $(cat "$work/monitoring.err")"
+  fail=1
+fi
 if (( fail )); then exit 1; fi
-echo "k8s overlays cpu, cuda, hip render and have the expected shape"
+echo "k8s overlays ${overlays[*]} and k8s/monitoring render and have the expected shape"

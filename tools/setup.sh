@@ -6,7 +6,9 @@ set -euo pipefail
 PKGS=(
   bazel-bootstrap protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config libicu-dev
-  libcpp-httplib-dev nlohmann-json3-dev python3 python3-grpcio
+  libcpp-httplib-dev nlohmann-json3-dev python3 python3-grpcio python3-yaml
+  # promtool (//k8s:rules_test checks the alerting rules with it)
+  prometheus
 )
 
 missing=()
@@ -27,4 +29,10 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The prometheus package is here for promtool only: do not leave its server running on
+# :9090 where this script just installed it (systemd machines start it on install).
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1 \
+    && [[ -d /run/systemd/system ]]; then
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
 echo "setup: done"
