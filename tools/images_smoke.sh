@@ -45,31 +45,28 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# container IMAGE -> a working container of ghcr.io/herd/herd-IMAGE:TAG (its USER, no pull)
+# container IMAGE: CTR = a working container of ghcr.io/herd/herd-IMAGE:TAG (its USER, no pull)
 container() {
-  local c
-  c="$("${BUILDAH[@]}" from --pull-never --quiet --name "smoke-$1-$$" "$REGISTRY/herd-$1:$tag")"
-  ctrs+=("$c")
-  echo "$c"
+  CTR="$("${BUILDAH[@]}" from --pull-never --quiet --name "smoke-$1-$$" "$REGISTRY/herd-$1:$tag")"
+  ctrs+=("$CTR")
 }
 
 # start NAME CONTAINER BINARY ARGS... : run the service in its own process group; its
-# "listening on HOST:PORT" line gives the address (printed on stdout).
+# "listening on HOST:PORT" line gives ADDR.
 start() {
   local name="$1" ctr="$2" bin="$3"
   shift 3
   setsid "${BUILDAH[@]}" run --isolation chroot --network host -v "$MODELS:/models:ro" "$ctr" -- \
     "/usr/local/bin/$bin" "$@" >"$tmp/$name.log" 2>&1 &
   pgids+=($!)
-  local addr=""
+  ADDR=""
   for _ in $(seq 1 600); do
-    addr="$(sed -n 's/^.* listening on \([^ ]*\)$/\1/p' "$tmp/$name.log" | head -1)"
-    [[ -n "$addr" ]] && break
+    ADDR="$(sed -n 's/^.* listening on \([^ ]*\)$/\1/p' "$tmp/$name.log" | head -1)"
+    [[ -n "$ADDR" ]] && break
     kill -0 "$!" 2>/dev/null || { echo "smoke: $name exited before it was ready" >&2; return 1; }
     sleep 0.1
   done
-  [[ -n "$addr" ]] || { echo "smoke: $name did not listen within 60 s" >&2; return 1; }
-  echo "$addr"
+  [[ -n "$ADDR" ]] || { echo "smoke: $name did not listen within 60 s" >&2; return 1; }
 }
 
 # health NAME CONTAINER ADDR SERVICE: the image's probe, as the manifests run it.
@@ -90,18 +87,22 @@ rss() {
   awk -v n="$1" '/^Uid:/ {u=$2} /^VmHWM:/ {h=$2} END {printf "%s uid %s, peak RSS %.1f MiB", n, u, h/1024}' "/proc/$pid/status"
 }
 
-c_loader="$(container loader)"
-c_worker="$(container worker-cpu)"
-c_draft="$(container draft)"
-c_gateway="$(container gateway)"
+container loader && c_loader="$CTR"
+container worker-cpu && c_worker="$CTR"
+container draft && c_draft="$CTR"
+container gateway && c_gateway="$CTR"
 echo "smoke: images $REGISTRY/herd-{loader,worker-cpu,draft,gateway}:$tag; models $MODELS -> /models (read-only)"
 
-loader="$(start loader "$c_loader" loader --models_dir=/models --host=127.0.0.1 --port=0 --metrics_port=0)"
-worker="$(start worker "$c_worker" worker --loader="$loader" --model=stories260K --host=127.0.0.1 --port=0 \
-  --metrics_port=0 --threads=2 --n_ctx="$n_ctx" --max_sequences="$max_seqs")"
-draft="$(start draft "$c_draft" draft --spec_type="$spec_type" --host=127.0.0.1 --port=0 --metrics_port=0)"
-gateway="$(start gateway "$c_gateway" gateway --loader="$loader" --workers="$worker" --draft_workers="$draft" \
-  --spec_type="$spec_type" --host=127.0.0.1 --port=0 --http_port=-1 --metrics_port=0)"
+start loader "$c_loader" loader --models_dir=/models --host=127.0.0.1 --port=0 --metrics_port=0
+loader="$ADDR"
+start worker "$c_worker" worker --loader="$loader" --model=stories260K --host=127.0.0.1 --port=0 \
+  --metrics_port=0 --threads=2 --n_ctx="$n_ctx" --max_sequences="$max_seqs"
+worker="$ADDR"
+start draft "$c_draft" draft --spec_type="$spec_type" --host=127.0.0.1 --port=0 --metrics_port=0
+draft="$ADDR"
+start gateway "$c_gateway" gateway --loader="$loader" --workers="$worker" --draft_workers="$draft" \
+  --spec_type="$spec_type" --host=127.0.0.1 --port=0 --http_port=-1 --metrics_port=0
+gateway="$ADDR"
 
 health loader "$c_loader" "$loader" herd.v1.Loader
 health worker "$c_worker" "$worker" herd.v1.Worker

@@ -18,8 +18,12 @@ for (const doc of docs) {
   if (obj == null) continue;
   const { apiVersion, kind } = obj;
   const name = obj.metadata?.name ?? "?";
-  // "apps/v1" -> kubernetes-models/apps/v1/Kind; "v1" -> kubernetes-models/v1/Kind.
-  const module = `kubernetes-models/${apiVersion}/${kind}`;
+  // "apps/v1" -> kubernetes-models/apps/v1/Kind; "v1" -> kubernetes-models/v1/Kind;
+  // prometheus-operator's CRDs (PrometheusRule) from @kubernetes-models/prometheus-operator.
+  const pkg = apiVersion.startsWith("monitoring.coreos.com/")
+    ? "@kubernetes-models/prometheus-operator"
+    : "kubernetes-models";
+  const module = `${pkg}/${apiVersion}/${kind}`;
   let cls;
   try {
     cls = (await import(module))[kind];
