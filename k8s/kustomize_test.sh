@@ -45,7 +45,7 @@ for o in "${overlays[@]}"; do
   done
   [[ $(count $o PersistentVolumeClaim herd-models) == 1 ]] || { echo "FAIL [$o] PVC herd-models missing"; fail=1; }
   [[ $(count $o HorizontalPodAutoscaler herd-draft) == 1 ]] || { echo "FAIL [$o] draft HPA missing"; fail=1; }
-  [[ $(count $o ConfigMap herd-config) == 1 ]] || { echo "FAIL [$o] ConfigMap herd-config missing"; fail=1; }
+  check $o "ConfigMap herd-config (generated, hash suffix)" "^  name: herd-config-[a-z0-9]+$"
   [[ $(count $o NetworkPolicy herd-default-deny-ingress) == 1 ]] || { echo "FAIL [$o] default-deny NetworkPolicy missing"; fail=1; }
   for p in herd-gateway herd-worker herd-draft; do
     [[ $(count $o PodDisruptionBudget $p) == 1 ]] || { echo "FAIL [$o] PodDisruptionBudget $p missing"; fail=1; }

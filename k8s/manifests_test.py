@@ -248,6 +248,16 @@ def check_overlay(overlay, docs, table, bin_dir):
                 fail(f"[{overlay}] {src} --{flag}={value}: Service port {port} -> targetPort {target} is not the "
                      f"--port ({flag_value(args, 'port')}) of {b}")
 
+    # The model of the workers and of the gateway's readiness probe is the ConfigMap's.
+    models = {cm["HERD_MODEL"] for cm in configmaps.values() if "HERD_MODEL" in cm}
+    for d, (name, args, _, _, c) in pods.items():
+        if name.startswith("worker-") and {flag_value(args, "model")} != models:
+            fail(f"[{overlay}] {d}: --model={flag_value(args, 'model')}, the ConfigMap says {models}")
+        cmd = c.get("readinessProbe", {}).get("exec", {}).get("command", [])
+        if "generate" in cmd and (not models or cmd[cmd.index("-m") + 1] not in models):
+            fail(f"[{overlay}] {d}: readiness probe generates from {cmd[cmd.index('-m') + 1]}, the ConfigMap "
+                 f"says {models} (replacements missing in the overlay?)")
+
     gateways = [d for d, p in pods.items() if p[0] == "gateway"]
     if not gateways:
         fail(f"[{overlay}] no gateway Deployment")

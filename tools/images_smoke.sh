@@ -21,8 +21,8 @@ storage="${HERD_IMAGES_STORAGE:-$out/storage}"
 BUILDAH=(buildah --root "$storage" --runroot "$out/run" --storage-driver vfs)
 REGISTRY="${HERD_IMAGES_REGISTRY:-ghcr.io/herd}"
 tag="${HERD_IMAGES_TAG:-latest}"
-# The workers' context settings of the manifests (k8s/base/config.yaml).
-cfg() { sed -n "s/^  $1: \"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" k8s/base/config.yaml; }
+# The workers' context settings of the manifests (the ConfigMap's k8s/base/config.env).
+cfg() { sed -n "s/^$1=//p" k8s/base/config.env; }
 n_ctx="$(cfg HERD_N_CTX)" max_seqs="$(cfg HERD_MAX_SEQUENCES)" spec_type="$(cfg HERD_SPEC_TYPE)"
 
 tmp="$(mktemp -d)"
