@@ -64,7 +64,7 @@ if [[ "$rev" != unknown && -n "$(git status --porcelain --untracked-files=no 2>/
 
 if ((build)); then
   tools/setup.sh >&2
-  bazel build -c opt //services/... //tools/herd >&2
+  bazel build -c opt $(printf "%s\n" "${IMAGES[@]}" | awk '{sub(/\/[^/]*$/, "", $2); print "//" $2}') //tools/herd >&2
 fi
 bin_dir="$(bazel info -c opt bazel-bin 2>/dev/null)"
 [[ -x "$bin_dir/tools/herd/herd" ]] || { echo "images: $bin_dir/tools/herd/herd missing (bazel build -c opt //tools/herd)" >&2; exit 1; }
