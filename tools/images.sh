@@ -87,4 +87,5 @@ for row in "${selected[@]}"; do
   rm -rf "$ctx"
   printf 'images: %-40s %s (archive %s)\n' "$ref:$rev" "$(du -h "$out/herd-$name.tar" | cut -f1)" "out/images/herd-$name.tar"
 done
+"${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true   # earlier builds' untagged images
 echo "images: built ${#selected[@]} image(s) tagged $rev and latest; list them with: ${BUILDAH[*]} images"
