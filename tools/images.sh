@@ -33,7 +33,7 @@ for a in "$@"; do
   case "$a" in
     --list) printf '%s\n' "${IMAGES[@]}" | awk '{print $1, $2}'; exit 0 ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     -*) echo "images: unknown option $a" >&2; exit 2 ;;
     *) wanted+=("$a") ;;
   esac
