@@ -1,0 +1,106 @@
+// Conformance of libs/chat against Python Jinja2 3.1 (transformers' chat-template
+// environment): $HERD_SHARED/reference/chat-templates holds 56 real models' templates
+// (NAME.jinja) and NAME.json with 8 conversations each and what Jinja2 rendered
+// (`rendered`) or that it raised (`error`). Every render must be equal byte for byte,
+// and every error case must fail. Skips when the shared data is absent.
+#include <dirent.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "libs/chat/chat_template.h"
+#include "nlohmann/json.hpp"
+#include "tests/shared_data.h"
+
+namespace herd::chat {
+namespace {
+
+// 2026-01-15 10:30:00 UTC, the time the oracle fixed strftime_now to.
+constexpr int64_t kOracleNow = 1768473000;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> TemplateNames(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 6 && n.substr(n.size() - 6) == ".jinja") names.push_back(n.substr(0, n.size() - 6));
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A short description of where two strings first differ, with context.
+std::string Diff(const std::string& want, const std::string& got) {
+  size_t k = 0;
+  while (k < want.size() && k < got.size() && want[k] == got[k]) ++k;
+  const size_t from = k > 60 ? k - 60 : 0;
+  auto show = [&](const std::string& s) {
+    nlohmann::json j = s.substr(from, std::min<size_t>(s.size() - std::min(from, s.size()), 160));
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  std::ostringstream os;
+  os << "first difference at byte " << k << " (want " << want.size() << " bytes, got "
+     << got.size() << ")\n  want: " << show(want) << "\n  got:  " << show(got);
+  return os.str();
+}
+
+TEST(ChatTemplateConformance, AllReferenceTemplates) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  const std::string dir = shared + "/reference/chat-templates";
+  const std::vector<std::string> names = TemplateNames(dir);
+  if (names.empty()) GTEST_SKIP() << "no templates in " << dir;
+  int total = 0, matched = 0;
+  for (const auto& name : names) {
+    const std::string source = ReadFile(dir + "/" + name + ".jinja");
+    const auto ref = nlohmann::ordered_json::parse(ReadFile(dir + "/" + name + ".json"));
+    auto tmpl = ChatTemplate::Parse(source);
+    for (const auto& c : ref["cases"]) {
+      ++total;
+      const std::string id = name + "/" + c["id"].get<std::string>();
+      if (!tmpl.ok()) {
+        ADD_FAILURE() << id << ": parse failed: " << tmpl.status();
+        continue;
+      }
+      ChatTemplateInputs in;
+      in.messages = c["messages"];
+      if (c.contains("tools")) in.tools = c["tools"];
+      in.add_generation_prompt = c.value("add_generation_prompt", false);
+      in.bos_token = c.value("bos_token", "<s>");
+      in.eos_token = c.value("eos_token", "</s>");
+      in.now_unix_seconds = kOracleNow;
+      auto out = tmpl->Apply(in);
+      if (c.contains("error")) {
+        if (out.ok()) ADD_FAILURE() << id << ": Jinja2 raised " << c["error"] << " but we rendered";
+        else ++matched;
+        continue;
+      }
+      const std::string want = c["rendered"].get<std::string>();
+      if (!out.ok()) {
+        ADD_FAILURE() << id << ": render failed: " << out.status();
+      } else if (*out != want) {
+        ADD_FAILURE() << id << ": " << Diff(want, *out);
+      } else {
+        ++matched;
+      }
+    }
+  }
+  std::printf("chat templates: %d/%d cases match (%zu templates)\n", matched, total, names.size());
+  EXPECT_EQ(matched, total);
+}
+
+}  // namespace
+}  // namespace herd::chat
