@@ -43,6 +43,11 @@ absl::Status Err(std::string msg) { return absl::InvalidArgumentError(std::move(
 
 absl::StatusOr<std::string> Str(const Value& v) { return ToStr(v); }
 
+// Functions of markupsafe.Markup (str methods) return Markup again.
+Value Keep(const Value& src, std::string s) {
+  return src.markup ? Value::Markup(std::move(s)) : Value::String(std::move(s));
+}
+
 std::optional<std::string> OptStr(const Value* v) {
   if (!v || v->is_none()) return std::nullopt;
   auto s = ToStr(*v);
@@ -101,7 +106,7 @@ absl::StatusOr<Value> FTrim(Interpreter&, const Value& v, CallArgs& args) {
   BIND("trim", "chars");
   auto s = Str(v);
   if (!s.ok()) return s.status();
-  return Value::String(PyStrip(*s, OptStr(b.Get(0)), true, true));
+  return Keep(v, PyStrip(*s, OptStr(b.Get(0)), true, true));
 }
 
 template <std::string (*F)(std::string_view)>
@@ -109,7 +114,7 @@ absl::StatusOr<Value> FCase(Interpreter&, const Value& v, CallArgs& args) {
   BIND("case");
   auto s = Str(v);
   if (!s.ok()) return s.status();
-  return Value::String(F(*s));
+  return Keep(v, F(*s));
 }
 
 // Jinja2's title filter: words start after '-', whitespace, or an opening bracket.
@@ -197,6 +202,7 @@ absl::StatusOr<Value> FList(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FString(Interpreter&, const Value& v, CallArgs& args) {
   BIND("string");
+  if (v.is_string()) return v;
   auto s = Str(v);
   if (!s.ok()) return s.status();
   return Value::String(*std::move(s));
@@ -378,28 +384,18 @@ absl::StatusOr<Value> FReverse(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FSafe(Interpreter&, const Value& v, CallArgs& args) {
   BIND("safe");
-  if (v.is_string()) return v;
   auto s = Str(v);
   if (!s.ok()) return s.status();
-  return Value::String(*std::move(s));
+  return Value::Markup(*std::move(s));
 }
+
 
 absl::StatusOr<Value> FEscape(Interpreter&, const Value& v, CallArgs& args) {
   BIND("escape");
+  if (v.markup) return v;
   auto s = Str(v);
   if (!s.ok()) return s.status();
-  std::string out;
-  for (char c : *s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return Value::String(std::move(out));
+  return Value::Markup(HtmlEscape(*s));
 }
 
 absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
@@ -422,7 +418,7 @@ absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
     for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : ind) + lines[k];
   }
   if (first) rv = ind + rv;
-  return Value::String(std::move(rv));
+  return Keep(v, std::move(rv));
 }
 
 absl::StatusOr<Value> FWordcount(Interpreter&, const Value& v, CallArgs& args) {
@@ -550,6 +546,7 @@ absl::StatusOr<Value> FFormat(Interpreter&, const Value& v, CallArgs& args) {
 
 // select/reject/selectattr/rejectattr: keep items whose test (or truthiness) == keep.
 absl::StatusOr<Value> SelectReject(Interpreter& in, const Value& v, CallArgs& args, bool keep, bool attr) {
+  if (!Truthy(v)) return Value::List({}, ListObj::Kind::kGenerator);  // Jinja2: `if value:`
   auto items = Iterate(v);
   if (!items.ok()) return items.status();
   size_t off = 0;
@@ -596,6 +593,7 @@ absl::StatusOr<Value> FSelectattr(Interpreter& in, const Value& v, CallArgs& a) 
 absl::StatusOr<Value> FRejectattr(Interpreter& in, const Value& v, CallArgs& a) { return SelectReject(in, v, a, false, true); }
 
 absl::StatusOr<Value> FMap(Interpreter& in, const Value& v, CallArgs& args) {
+  if (!Truthy(v)) return Value::List({}, ListObj::Kind::kGenerator);  // Jinja2: `if value:`
   auto items = Iterate(v);
   if (!items.ok()) return items.status();
   std::vector<Value> out;

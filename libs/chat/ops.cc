@@ -135,7 +135,12 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
   if (b.is_undefined()) return UndefinedError(b);
   if (a.is_number() && b.is_number()) return Arith(op, a, b);
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::String(a.s + b.s);
+    if (a.is_string() && b.is_string()) {
+      if (a.markup || b.markup) {  // Markup.__add__ / __radd__ escape the plain side
+        return Value::Markup((a.markup ? a.s : HtmlEscape(a.s)) + (b.markup ? b.s : HtmlEscape(b.s)));
+      }
+      return Value::String(a.s + b.s);
+    }
     if (a.is_list() && b.is_list() && !a.is_generator() && a.list->kind == b.list->kind) {
       std::vector<Value> items = a.list->items;
       items.insert(items.end(), b.list->items.begin(), b.list->items.end());

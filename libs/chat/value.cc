@@ -76,6 +76,27 @@ Value Value::String(std::string x) {
   v.s = std::move(x);
   return v;
 }
+Value Value::Markup(std::string x) {
+  Value v = String(std::move(x));
+  v.markup = true;
+  return v;
+}
+
+std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 Value Value::List(std::vector<Value> items, ListObj::Kind kind) {
   Value v;
   v.type = Type::kList;

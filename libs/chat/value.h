@@ -58,6 +58,7 @@ struct Value {
   int64_t i = 0;
   double f = 0;
   std::string s;  // the string; for Undefined, why it is undefined ("'x' is undefined")
+  bool markup = false;  // a markupsafe.Markup string (|safe, |escape): `+` escapes plain str
   std::shared_ptr<ListObj> list;
   std::shared_ptr<DictObj> dict;
   std::shared_ptr<CallableObj> fn;
@@ -68,6 +69,7 @@ struct Value {
   static Value Int(int64_t v);
   static Value Float(double v);
   static Value String(std::string v);
+  static Value Markup(std::string v);
   static Value List(std::vector<Value> items = {}, ListObj::Kind kind = ListObj::Kind::kList);
   static Value Tuple(std::vector<Value> items);
   static Value Dict();
@@ -86,6 +88,9 @@ struct Value {
   double as_double() const { return type == Type::kFloat ? f : static_cast<double>(as_int()); }
   int64_t as_int() const { return type == Type::kBool ? (b ? 1 : 0) : i; }
 };
+
+/// markupsafe.escape of a plain string: & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string HtmlEscape(std::string_view s);
 
 /// Python truthiness (Undefined is false).
 bool Truthy(const Value& v);
