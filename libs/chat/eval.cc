@@ -187,13 +187,15 @@ absl::StatusOr<bool> Interpreter::ApplyTest(const std::string& name, const Value
 
 namespace {
 
-absl::Status Unsafe(const Value& obj, const std::string& name) {
-  return absl::InvalidArgumentError(absl::StrCat("access to attribute '", name, "' of '",
-                                                 TypeName(obj), "' object is unsafe."));
+// Jinja2's sandbox answers an unsafe attribute with an Undefined that fails when used.
+Value Unsafe(const Value& obj, const std::string& name) {
+  return Value::Undefined(absl::StrCat("access to attribute '", name, "' of '", TypeName(obj),
+                                       "' object is unsafe."));
 }
 
 Value NoAttribute(const Value& obj, const std::string& name) {
-  return Value::Undefined(absl::StrCat("'", TypeName(obj), " object' has no attribute '", name, "'"));
+  const std::string what = obj.is_none() ? "'None'" : absl::StrCat("'", TypeName(obj), " object'");
+  return Value::Undefined(absl::StrCat(what, " has no attribute '", name, "'"));
 }
 
 }  // namespace

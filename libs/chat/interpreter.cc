@@ -125,7 +125,9 @@ absl::Status Interpreter::BindTargets(const std::vector<std::string>& targets, c
   }
   if (item.is_undefined()) return UndefinedError(item);
   auto parts = Iterate(item);
-  if (!parts.ok()) return parts.status();
+  if (!parts.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot unpack non-iterable ", TypeName(item), " object"));
+  }
   if (parts->size() != targets.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         parts->size() > targets.size() ? "too many values to unpack (expected "

@@ -331,8 +331,9 @@ absl::StatusOr<std::optional<Value>> GetMethod(const Value& obj, const std::stri
   static const std::unordered_set<std::string> kList = {"index", "count", "copy"};
   static const std::unordered_set<std::string> kListUnsafe = {"append", "extend", "insert", "pop",
                                                               "remove", "reverse", "sort", "clear"};
-  auto unsafe = [&] {
-    return Err(absl::StrCat("access to attribute '", name, "' of '", TypeName(obj), "' object is unsafe."));
+  auto unsafe = [&]() -> absl::StatusOr<std::optional<Value>> {
+    return std::optional<Value>(Value::Undefined(
+        absl::StrCat("access to attribute '", name, "' of '", TypeName(obj), "' object is unsafe.")));
   };
   if (obj.is_string() && kStr.count(name)) {
     return std::optional<Value>(Bound(obj, name, [](const Value& o, const std::string& n, CallArgs& a) {

@@ -240,9 +240,10 @@ absl::StatusOr<Value> ItemOf(const Value& obj, const Value& key) {
              (key.type == Value::Type::kInt || key.type == Value::Type::kBool)) {
     return Index(obj, key.as_int());
   }
+  const std::string what = obj.is_none() ? "'None'" : absl::StrCat("'", TypeName(obj), " object'");
+  if (key.is_string()) return Value::Undefined(absl::StrCat(what, " has no attribute '", key.s, "'"));
   auto k = Repr(key);
-  return Value::Undefined(absl::StrCat("'", TypeName(obj), " object' has no attribute ",
-                                       k.ok() ? *k : std::string("?")));
+  return Value::Undefined(absl::StrCat(what, " has no element ", k.ok() ? *k : std::string("?")));
 }
 
 absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value& stop,
