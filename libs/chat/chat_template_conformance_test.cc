@@ -116,5 +116,56 @@ TEST(ChatTemplateConformance, AllReferenceTemplates) {
   EXPECT_EQ(matched, total);
 }
 
+
+// Every reference template with conversations it was not written for (missing and
+// null fields, content parts, wrong types, odd tool calls): each render must succeed or
+// fail with a Status — never crash (this test also runs under ASan + UBSan).
+TEST(ChatTemplateConformance, OddInputsNeverCrash) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  const std::string dir = shared + "/reference/chat-templates";
+  const char* kMessages[] = {
+      R"([])",
+      R"([{"role": "user"}])",
+      R"([{"role": "user", "content": null}])",
+      R"([{"role": "user", "content": 42}, {"role": "assistant", "content": 1.5}])",
+      R"([{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image"}]}])",
+      R"([{"content": "no role"}])",
+      R"([{"role": "system", "content": "s"}, {"role": "system", "content": "s2"}])",
+      R"([{"role": "assistant", "content": "first"}])",
+      R"([{"role": "tool", "content": "orphan tool result"}])",
+      R"([{"role": "user", "content": "q"}, {"role": "assistant", "content": null,
+          "tool_calls": [{"id": "1", "type": "function",
+                          "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+          {"role": "tool", "tool_call_id": "1", "content": "r"}])",
+      R"([{"role": "user", "content": "q"}, {"role": "assistant",
+          "tool_calls": [{"function": {"name": "f", "arguments": {"a": [1, {"b": null}]}}}]}])",
+      R"({"role": "user", "content": "not a list"})",
+      R"("a string")",
+      R"([1, null, "x", [], {}])",
+  };
+  const char* kTools[] = {nullptr, R"([])", R"([{"type": "function", "function": {"name": "f"}}])",
+                          R"([{"name": "bare", "parameters": {}}])", R"({"not": "a list"})"};
+  int renders = 0, errors = 0;
+  for (const auto& name : TemplateNames(dir)) {
+    auto tmpl = ChatTemplate::Parse(ReadFile(dir + "/" + name + ".jinja"));
+    ASSERT_TRUE(tmpl.ok()) << name << ": " << tmpl.status();
+    for (const char* m : kMessages) {
+      for (const char* t : kTools) {
+        for (bool gen : {false, true}) {
+          ChatTemplateInputs in;
+          in.messages = nlohmann::ordered_json::parse(m);
+          if (t) in.tools = nlohmann::ordered_json::parse(t);
+          in.add_generation_prompt = gen;
+          in.now_unix_seconds = kOracleNow;
+          auto out = tmpl->Apply(in);
+          out.ok() ? ++renders : ++errors;
+        }
+      }
+    }
+  }
+  std::printf("odd inputs: %d renders, %d clean errors\n", renders, errors);
+}
+
 }  // namespace
 }  // namespace herd::chat
