@@ -9,5 +9,6 @@ int CmdPerplexity(int argc, char** argv);  // herd perplexity -m MODEL -f TEXT -
 int CmdUp(int argc, char** argv);          // herd up --models DIR --workers N
 int CmdGenerate(int argc, char** argv);    // herd generate --gateway ADDR -m MODEL -p PROMPT
 int CmdHealth(int argc, char** argv);      // herd health ADDR [--service NAME] [--timeout S]
+int CmdChatTemplate(int argc, char** argv);  // herd chat-template (-m MODEL | --chat-template F) --messages F
 
 }  // namespace herd::cli

@@ -409,6 +409,7 @@ int main(int argc, char** argv) {
   if (cmd == "up") return CmdUp(argc, argv);
   if (cmd == "generate") return CmdGenerate(argc, argv);
   if (cmd == "health") return CmdHealth(argc, argv);
+  if (cmd == "chat-template") return CmdChatTemplate(argc, argv);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;

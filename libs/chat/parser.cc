@@ -1,0 +1,860 @@
+#include "libs/chat/parser.h"
+
+#include <initializer_list>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "libs/chat/lexer.h"
+
+namespace herd::chat::internal {
+namespace {
+
+constexpr int kMaxDepth = 128;  // nesting of expressions and blocks
+
+using T = Token::Type;
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> toks) : toks_(std::move(toks)) {}
+
+  absl::StatusOr<Body> Template() {
+    Body body;
+    std::string end;
+    if (auto st = SubParse({}, &body, &end); !st.ok()) return st;
+    if (!end.empty()) return Fail(Cur(), absl::StrCat("unexpected '", end, "'"));
+    return body;
+  }
+
+ private:
+  const Token& Cur() const { return toks_[idx_]; }
+  const Token& Peek(size_t n = 1) const { return toks_[std::min(idx_ + n, toks_.size() - 1)]; }
+  void Next() {
+    if (idx_ + 1 < toks_.size()) ++idx_;
+  }
+  bool IsOp(const char* op) const { return Cur().type == T::kOp && Cur().text == op; }
+  bool IsName(const char* n) const { return Cur().type == T::kName && Cur().text == n; }
+  bool SkipOp(const char* op) {
+    if (!IsOp(op)) return false;
+    Next();
+    return true;
+  }
+  bool SkipName(const char* n) {
+    if (!IsName(n)) return false;
+    Next();
+    return true;
+  }
+
+  static std::string Describe(const Token& t) {
+    switch (t.type) {
+      case T::kEof: return "end of template";
+      case T::kVarEnd: return "'}}'";
+      case T::kBlockEnd: return "'%}'";
+      case T::kString: return "string";
+      case T::kInt:
+      case T::kFloat: return "number";
+      default: return "'" + t.text + "'";
+    }
+  }
+
+  absl::Status Fail(const Token& t, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(t.line, ":", t.col, ": ", what));
+  }
+  absl::Status Expect(const char* op) {
+    if (SkipOp(op)) return absl::OkStatus();
+    return Fail(Cur(), absl::StrCat("expected '", op, "', got ", Describe(Cur())));
+  }
+  absl::Status ExpectType(T type, const char* what) {
+    if (Cur().type == type) {
+      Next();
+      return absl::OkStatus();
+    }
+    return Fail(Cur(), absl::StrCat("expected ", what, ", got ", Describe(Cur())));
+  }
+  absl::Status ExpectBlockEnd() { return ExpectType(T::kBlockEnd, "'%}'"); }
+
+  ExprPtr Node(Expr::Kind kind, const Token& at) {
+    auto e = std::make_unique<Expr>();
+    e->kind = kind;
+    e->line = at.line;
+    e->col = at.col;
+    return e;
+  }
+
+  // ---- statements ----
+  absl::Status SubParse(const std::set<std::string>& ends, Body* body, std::string* end);
+  absl::StatusOr<StmtPtr> Statement();
+  absl::StatusOr<StmtPtr> If(const Token& at);
+  absl::StatusOr<StmtPtr> For(const Token& at);
+  absl::StatusOr<StmtPtr> Set(const Token& at);
+  absl::StatusOr<StmtPtr> Macro(const Token& at);
+  absl::StatusOr<StmtPtr> CallBlock(const Token& at);
+  absl::StatusOr<StmtPtr> FilterBlock(const Token& at);
+  absl::Status Params(std::vector<MacroParam>* params);
+  absl::Status BodyUntil(const char* end_name, Body* body);
+
+  // ---- expressions ----
+  absl::StatusOr<ExprPtr> Tuple(bool with_cond, bool explicit_parens,
+                                std::initializer_list<const char*> extra_ends = {});
+  absl::StatusOr<ExprPtr> Expression(bool with_cond = true) {
+    return with_cond ? CondExpr() : Or();
+  }
+  absl::StatusOr<ExprPtr> CondExpr();
+  absl::StatusOr<ExprPtr> Or();
+  absl::StatusOr<ExprPtr> And();
+  absl::StatusOr<ExprPtr> Not();
+  absl::StatusOr<ExprPtr> Compare();
+  absl::StatusOr<ExprPtr> Binary(int level);
+  absl::StatusOr<ExprPtr> Unary(bool with_filter);
+  absl::StatusOr<ExprPtr> Primary();
+  absl::StatusOr<ExprPtr> Postfix(ExprPtr node);
+  absl::StatusOr<ExprPtr> FilterExpr(ExprPtr node);
+  absl::StatusOr<ExprPtr> Subscript(ExprPtr node);
+  absl::StatusOr<ExprPtr> Subscribed();
+  absl::StatusOr<ExprPtr> Filter(ExprPtr node, bool start_inline);
+  absl::StatusOr<ExprPtr> Test(ExprPtr node);
+  absl::Status CallArgs(Expr* call);
+  absl::StatusOr<ExprPtr> ListOrDict(bool dict);
+
+  std::vector<Token> toks_;
+  size_t idx_ = 0;
+  int depth_ = 0;
+};
+
+// Guards recursion depth for the parser's recursive functions.
+class DepthGuard {
+ public:
+  explicit DepthGuard(int* d) : d_(d) { ++*d_; }
+  ~DepthGuard() { --*d_; }
+  bool too_deep() const { return *d_ > kMaxDepth; }
+
+ private:
+  int* d_;
+};
+
+absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std::string* end) {
+  end->clear();
+  DepthGuard guard(&depth_);
+  if (guard.too_deep()) return Fail(Cur(), "blocks nested too deeply");
+  while (true) {
+    const Token& t = Cur();
+    if (t.type == T::kEof) {
+      if (!ends.empty()) {
+        return Fail(t, absl::StrCat("unexpected end of template, expected '", *ends.begin(), "'"));
+      }
+      return absl::OkStatus();
+    }
+    if (t.type == T::kText) {
+      auto s = std::make_unique<Stmt>();
+      s->kind = Stmt::Kind::kText;
+      s->line = t.line;
+      s->col = t.col;
+      s->text = t.text;
+      body->push_back(std::move(s));
+      Next();
+    } else if (t.type == T::kVarBegin) {
+      auto s = std::make_unique<Stmt>();
+      s->kind = Stmt::Kind::kOutput;
+      s->line = t.line;
+      s->col = t.col;
+      Next();
+      auto e = Tuple(true, false);
+      if (!e.ok()) return e.status();
+      s->expr = *std::move(e);
+      if (auto st = ExpectType(T::kVarEnd, "'}}'"); !st.ok()) return st;
+      body->push_back(std::move(s));
+    } else if (t.type == T::kBlockBegin) {
+      const Token& name = Peek();
+      if (name.type == T::kName && ends.count(name.text)) {
+        Next();
+        *end = name.text;
+        return absl::OkStatus();
+      }
+      auto s = Statement();
+      if (!s.ok()) return s.status();
+      body->push_back(*std::move(s));
+    } else {
+      return Fail(t, absl::StrCat("unexpected ", Describe(t)));
+    }
+  }
+}
+
+absl::Status Parser::BodyUntil(const char* end_name, Body* body) {
+  std::string end;
+  if (auto st = SubParse({end_name}, body, &end); !st.ok()) return st;
+  Next();  // the end tag's name
+  return ExpectBlockEnd();
+}
+
+absl::StatusOr<StmtPtr> Parser::Statement() {
+  Next();  // {%
+  const Token at = Cur();
+  if (at.type != T::kName) return Fail(at, "expected a tag name");
+  const std::string& n = at.text;
+  Next();
+  if (n == "if") return If(at);
+  if (n == "for") return For(at);
+  if (n == "set") return Set(at);
+  if (n == "macro") return Macro(at);
+  if (n == "call") return CallBlock(at);
+  if (n == "filter") return FilterBlock(at);
+  auto s = std::make_unique<Stmt>();
+  s->line = at.line;
+  s->col = at.col;
+  if (n == "break" || n == "continue") {
+    s->kind = n == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
+    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    return s;
+  }
+  if (n == "generation") {
+    s->kind = Stmt::Kind::kScope;
+    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    if (auto st = BodyUntil("endgeneration", &s->body); !st.ok()) return st;
+    return s;
+  }
+  return Fail(at, absl::StrCat("unknown tag '", n, "'"));
+}
+
+absl::StatusOr<StmtPtr> Parser::If(const Token& at) {
+  auto s = std::make_unique<Stmt>();
+  s->kind = Stmt::Kind::kIf;
+  s->line = at.line;
+  s->col = at.col;
+  while (true) {
+    auto cond = Tuple(false, false);
+    if (!cond.ok()) return cond.status();
+    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    s->conds.push_back(*std::move(cond));
+    s->bodies.emplace_back();
+    std::string end;
+    if (auto st = SubParse({"elif", "else", "endif"}, &s->bodies.back(), &end); !st.ok()) return st;
+    Next();
+    if (end == "elif") continue;
+    if (end == "else") {
+      if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+      if (auto st = BodyUntil("endif", &s->else_body); !st.ok()) return st;
+      return s;
+    }
+    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    return s;
+  }
+}
+
+absl::StatusOr<StmtPtr> Parser::For(const Token& at) {
+  auto s = std::make_unique<Stmt>();
+  s->kind = Stmt::Kind::kFor;
+  s->line = at.line;
+  s->col = at.col;
+  const bool paren = SkipOp("(");
+  while (true) {
+    if (Cur().type != T::kName) return Fail(Cur(), "expected a loop variable name");
+    s->targets.push_back(Cur().text);
+    Next();
+    if (!SkipOp(",")) break;
+    if (IsName("in") || IsOp(")")) break;
+  }
+  if (paren) {
+    if (auto st = Expect(")"); !st.ok()) return st;
+  }
+  if (!SkipName("in")) return Fail(Cur(), absl::StrCat("expected 'in', got ", Describe(Cur())));
+  auto iter = Tuple(false, false, {"recursive"});
+  if (!iter.ok()) return iter.status();
+  s->expr = *std::move(iter);
+  if (SkipName("if")) {
+    auto cond = Expression();
+    if (!cond.ok()) return cond.status();
+    s->cond = *std::move(cond);
+  }
+  if (IsName("recursive")) return Fail(Cur(), "recursive loops are not supported");
+  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  std::string end;
+  if (auto st = SubParse({"endfor", "else"}, &s->body, &end); !st.ok()) return st;
+  Next();
+  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  if (end == "else") {
+    if (auto st = BodyUntil("endfor", &s->else_body); !st.ok()) return st;
+  }
+  return s;
+}
+
+absl::StatusOr<StmtPtr> Parser::Set(const Token& at) {
+  auto s = std::make_unique<Stmt>();
+  s->line = at.line;
+  s->col = at.col;
+  if (Cur().type != T::kName) return Fail(Cur(), "expected a variable name after 'set'");
+  const Token first = Cur();
+  if (Peek().type == T::kOp && Peek().text == ".") {
+    auto ns = Node(Expr::Kind::kName, first);
+    ns->name = first.text;
+    Next();
+    Next();
+    if (Cur().type != T::kName) return Fail(Cur(), "expected an attribute name");
+    auto target = Node(Expr::Kind::kGetAttr, first);
+    target->name = Cur().text;
+    target->args.push_back(std::move(ns));
+    s->target = std::move(target);
+    Next();
+  } else {
+    auto target = Node(Expr::Kind::kTuple, first);
+    bool is_tuple = false;
+    while (Cur().type == T::kName) {
+      auto n = Node(Expr::Kind::kName, Cur());
+      n->name = Cur().text;
+      target->args.push_back(std::move(n));
+      Next();
+      if (!SkipOp(",")) break;
+      is_tuple = true;
+    }
+    if (target->args.empty()) return Fail(Cur(), "expected a variable name after 'set'");
+    s->target = is_tuple ? std::move(target) : std::move(target->args[0]);
+  }
+  if (SkipOp("=")) {
+    s->kind = Stmt::Kind::kSet;
+    auto e = Tuple(true, false);
+    if (!e.ok()) return e.status();
+    s->expr = *std::move(e);
+    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    return s;
+  }
+  s->kind = Stmt::Kind::kSetBlock;
+  if (IsOp("|")) {
+    auto f = Filter(Node(Expr::Kind::kBlockValue, Cur()), false);
+    if (!f.ok()) return f.status();
+    s->expr = *std::move(f);
+  }
+  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  if (auto st = BodyUntil("endset", &s->body); !st.ok()) return st;
+  return s;
+}
+
+absl::Status Parser::Params(std::vector<MacroParam>* params) {
+  if (auto st = Expect("("); !st.ok()) return st;
+  while (!IsOp(")")) {
+    if (!params->empty()) {
+      if (auto st = Expect(","); !st.ok()) return st;
+      if (IsOp(")")) break;
+    }
+    if (Cur().type != T::kName) return Fail(Cur(), "expected a parameter name");
+    MacroParam p;
+    p.name = Cur().text;
+    Next();
+    if (SkipOp("=")) {
+      auto e = Expression();
+      if (!e.ok()) return e.status();
+      p.default_value = *std::move(e);
+    }
+    params->push_back(std::move(p));
+  }
+  Next();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StmtPtr> Parser::Macro(const Token& at) {
+  auto s = std::make_unique<Stmt>();
+  s->kind = Stmt::Kind::kMacro;
+  s->line = at.line;
+  s->col = at.col;
+  if (Cur().type != T::kName) return Fail(Cur(), "expected a macro name");
+  s->name = Cur().text;
+  Next();
+  if (auto st = Params(&s->params); !st.ok()) return st;
+  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  if (auto st = BodyUntil("endmacro", &s->body); !st.ok()) return st;
+  return s;
+}
+
+absl::StatusOr<StmtPtr> Parser::CallBlock(const Token& at) {
+  auto s = std::make_unique<Stmt>();
+  s->kind = Stmt::Kind::kCallBlock;
+  s->line = at.line;
+  s->col = at.col;
+  if (IsOp("(")) {
+    if (auto st = Params(&s->params); !st.ok()) return st;
+  }
+  auto e = Expression();
+  if (!e.ok()) return e.status();
+  if ((*e)->kind != Expr::Kind::kCall) return Fail(at, "expected a call after 'call'");
+  s->expr = *std::move(e);
+  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  if (auto st = BodyUntil("endcall", &s->body); !st.ok()) return st;
+  return s;
+}
+
+absl::StatusOr<StmtPtr> Parser::FilterBlock(const Token& at) {
+  auto s = std::make_unique<Stmt>();
+  s->kind = Stmt::Kind::kFilterBlock;
+  s->line = at.line;
+  s->col = at.col;
+  auto f = Filter(Node(Expr::Kind::kBlockValue, at), true);
+  if (!f.ok()) return f.status();
+  s->expr = *std::move(f);
+  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  if (auto st = BodyUntil("endfilter", &s->body); !st.ok()) return st;
+  return s;
+}
+
+// ---------------------------------------------------------------- expressions
+
+absl::StatusOr<ExprPtr> Parser::Tuple(bool with_cond, bool explicit_parens,
+                                      std::initializer_list<const char*> extra_ends) {
+  const Token at = Cur();
+  auto tuple = Node(Expr::Kind::kTuple, at);
+  bool is_tuple = false;
+  auto at_end = [&] {
+    if (Cur().type == T::kVarEnd || Cur().type == T::kBlockEnd || IsOp(")")) return true;
+    for (const char* n : extra_ends) {
+      if (IsName(n)) return true;
+    }
+    return false;
+  };
+  while (true) {
+    if (!tuple->args.empty()) {
+      if (auto st = Expect(","); !st.ok()) return st;
+    }
+    if (at_end()) break;
+    auto e = Expression(with_cond);
+    if (!e.ok()) return e.status();
+    tuple->args.push_back(*std::move(e));
+    if (IsOp(",")) is_tuple = true;
+    else break;
+  }
+  if (!is_tuple) {
+    if (!tuple->args.empty()) return std::move(tuple->args[0]);
+    if (!explicit_parens) return Fail(Cur(), absl::StrCat("expected an expression, got ", Describe(Cur())));
+  }
+  return tuple;
+}
+
+absl::StatusOr<ExprPtr> Parser::CondExpr() {
+  auto e1 = Or();
+  if (!e1.ok()) return e1;
+  ExprPtr node = *std::move(e1);
+  while (IsName("if")) {
+    const Token at = Cur();
+    Next();
+    auto cond = Or();
+    if (!cond.ok()) return cond;
+    auto c = Node(Expr::Kind::kCond, at);
+    c->args.push_back(*std::move(cond));
+    c->args.push_back(std::move(node));
+    if (SkipName("else")) {
+      auto other = CondExpr();
+      if (!other.ok()) return other;
+      c->args.push_back(*std::move(other));
+    } else {
+      c->args.push_back(nullptr);
+    }
+    node = std::move(c);
+  }
+  return node;
+}
+
+absl::StatusOr<ExprPtr> Parser::Or() {
+  auto left = And();
+  if (!left.ok()) return left;
+  ExprPtr node = *std::move(left);
+  while (IsName("or")) {
+    auto n = Node(Expr::Kind::kOr, Cur());
+    Next();
+    auto right = And();
+    if (!right.ok()) return right;
+    n->args.push_back(std::move(node));
+    n->args.push_back(*std::move(right));
+    node = std::move(n);
+  }
+  return node;
+}
+
+absl::StatusOr<ExprPtr> Parser::And() {
+  auto left = Not();
+  if (!left.ok()) return left;
+  ExprPtr node = *std::move(left);
+  while (IsName("and")) {
+    auto n = Node(Expr::Kind::kAnd, Cur());
+    Next();
+    auto right = Not();
+    if (!right.ok()) return right;
+    n->args.push_back(std::move(node));
+    n->args.push_back(*std::move(right));
+    node = std::move(n);
+  }
+  return node;
+}
+
+absl::StatusOr<ExprPtr> Parser::Not() {
+  if (IsName("not")) {
+    DepthGuard guard(&depth_);
+    if (guard.too_deep()) return Fail(Cur(), "expression nested too deeply");
+    auto n = Node(Expr::Kind::kNot, Cur());
+    Next();
+    auto operand = Not();
+    if (!operand.ok()) return operand;
+    n->args.push_back(*std::move(operand));
+    return n;
+  }
+  return Compare();
+}
+
+absl::StatusOr<ExprPtr> Parser::Compare() {
+  const Token at = Cur();
+  auto first = Binary(0);
+  if (!first.ok()) return first;
+  ExprPtr node = *std::move(first);
+  auto cmp = Node(Expr::Kind::kCompare, at);
+  while (true) {
+    std::string op;
+    if (Cur().type == T::kOp &&
+        (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == ">" ||
+         Cur().text == "<=" || Cur().text == ">=")) {
+      op = Cur().text;
+      Next();
+    } else if (IsName("in")) {
+      op = "in";
+      Next();
+    } else if (IsName("not") && Peek().type == T::kName && Peek().text == "in") {
+      op = "notin";
+      Next();
+      Next();
+    } else {
+      break;
+    }
+    auto right = Binary(0);
+    if (!right.ok()) return right;
+    if (cmp->args.empty()) cmp->args.push_back(std::move(node));
+    cmp->ops.push_back(op);
+    cmp->args.push_back(*std::move(right));
+  }
+  if (cmp->args.empty()) return node;
+  return cmp;
+}
+
+// Levels: 0 (+ -), 1 (~), 2 (* / // %), 3 (**); all left-associative as in Jinja2.
+absl::StatusOr<ExprPtr> Parser::Binary(int level) {
+  static const std::vector<std::vector<std::string>> kOps = {
+      {"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
+  auto sub = [&]() -> absl::StatusOr<ExprPtr> {
+    return level == 3 ? Unary(true) : Binary(level + 1);
+  };
+  auto left = sub();
+  if (!left.ok()) return left;
+  ExprPtr node = *std::move(left);
+  while (Cur().type == T::kOp) {
+    bool match = false;
+    for (const auto& op : kOps[level]) match = match || Cur().text == op;
+    if (!match) break;
+    auto n = Node(Expr::Kind::kBinary, Cur());
+    n->name = Cur().text;
+    Next();
+    auto right = sub();
+    if (!right.ok()) return right;
+    n->args.push_back(std::move(node));
+    n->args.push_back(*std::move(right));
+    node = std::move(n);
+  }
+  return node;
+}
+
+absl::StatusOr<ExprPtr> Parser::Unary(bool with_filter) {
+  DepthGuard guard(&depth_);
+  if (guard.too_deep()) return Fail(Cur(), "expression nested too deeply");
+  ExprPtr node;
+  if (IsOp("-") || IsOp("+")) {
+    node = Node(IsOp("-") ? Expr::Kind::kNeg : Expr::Kind::kPos, Cur());
+    Next();
+    auto operand = Unary(false);
+    if (!operand.ok()) return operand;
+    node->args.push_back(*std::move(operand));
+  } else {
+    auto p = Primary();
+    if (!p.ok()) return p;
+    node = *std::move(p);
+  }
+  auto post = Postfix(std::move(node));
+  if (!post.ok() || !with_filter) return post;
+  return FilterExpr(*std::move(post));
+}
+
+absl::StatusOr<ExprPtr> Parser::Primary() {
+  const Token t = Cur();
+  if (t.type == T::kName) {
+    auto n = Node(Expr::Kind::kLiteral, t);
+    if (t.text == "true" || t.text == "True") n->value = Value::Bool(true);
+    else if (t.text == "false" || t.text == "False") n->value = Value::Bool(false);
+    else if (t.text == "none" || t.text == "None") n->value = Value::None();
+    else {
+      n->kind = Expr::Kind::kName;
+      n->name = t.text;
+    }
+    Next();
+    return n;
+  }
+  if (t.type == T::kString) {
+    std::string s;
+    while (Cur().type == T::kString) {
+      s += Cur().text;
+      Next();
+    }
+    auto n = Node(Expr::Kind::kLiteral, t);
+    n->value = Value::String(std::move(s));
+    return n;
+  }
+  if (t.type == T::kInt || t.type == T::kFloat) {
+    auto n = Node(Expr::Kind::kLiteral, t);
+    n->value = t.type == T::kInt ? Value::Int(t.ival) : Value::Float(t.fval);
+    Next();
+    return n;
+  }
+  if (IsOp("(")) {
+    Next();
+    auto e = Tuple(true, true);
+    if (!e.ok()) return e;
+    if (auto st = Expect(")"); !st.ok()) return st;
+    return e;
+  }
+  if (IsOp("[")) return ListOrDict(false);
+  if (IsOp("{")) return ListOrDict(true);
+  return Fail(t, absl::StrCat("unexpected ", Describe(t)));
+}
+
+absl::StatusOr<ExprPtr> Parser::ListOrDict(bool dict) {
+  auto n = Node(dict ? Expr::Kind::kDict : Expr::Kind::kList, Cur());
+  Next();
+  const char* close = dict ? "}" : "]";
+  while (!IsOp(close)) {
+    if (!n->args.empty()) {
+      if (auto st = Expect(","); !st.ok()) return st;
+      if (IsOp(close)) break;
+    }
+    auto e = Expression();
+    if (!e.ok()) return e;
+    n->args.push_back(*std::move(e));
+    if (dict) {
+      if (auto st = Expect(":"); !st.ok()) return st;
+      auto v = Expression();
+      if (!v.ok()) return v;
+      n->args.push_back(*std::move(v));
+    }
+  }
+  Next();
+  return n;
+}
+
+absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
+  while (true) {
+    if (IsOp(".") || IsOp("[")) {
+      auto s = Subscript(std::move(node));
+      if (!s.ok()) return s;
+      node = *std::move(s);
+    } else if (IsOp("(")) {
+      auto call = Node(Expr::Kind::kCall, Cur());
+      call->args.push_back(std::move(node));
+      if (auto st = CallArgs(call.get()); !st.ok()) return st;
+      node = std::move(call);
+    } else {
+      return node;
+    }
+  }
+}
+
+absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
+  while (true) {
+    if (IsOp("|")) {
+      auto f = Filter(std::move(node), false);
+      if (!f.ok()) return f;
+      node = *std::move(f);
+    } else if (IsName("is")) {
+      auto t = Test(std::move(node));
+      if (!t.ok()) return t;
+      node = *std::move(t);
+    } else if (IsOp("(")) {
+      auto call = Node(Expr::Kind::kCall, Cur());
+      call->args.push_back(std::move(node));
+      if (auto st = CallArgs(call.get()); !st.ok()) return st;
+      node = std::move(call);
+    } else {
+      return node;
+    }
+  }
+}
+
+absl::StatusOr<ExprPtr> Parser::Subscript(ExprPtr node) {
+  const Token at = Cur();
+  if (SkipOp(".")) {
+    const Token a = Cur();
+    Next();
+    if (a.type == T::kName) {
+      auto n = Node(Expr::Kind::kGetAttr, a);
+      n->name = a.text;
+      n->args.push_back(std::move(node));
+      return n;
+    }
+    if (a.type != T::kInt) return Fail(a, "expected a name or number after '.'");
+    auto n = Node(Expr::Kind::kGetItem, a);
+    auto idx = Node(Expr::Kind::kLiteral, a);
+    idx->value = Value::Int(a.ival);
+    n->args.push_back(std::move(node));
+    n->args.push_back(std::move(idx));
+    return n;
+  }
+  Next();  // [
+  std::vector<ExprPtr> items;
+  while (!IsOp("]")) {
+    if (!items.empty()) {
+      if (auto st = Expect(","); !st.ok()) return st;
+    }
+    auto e = Subscribed();
+    if (!e.ok()) return e;
+    items.push_back(*std::move(e));
+  }
+  Next();
+  if (items.empty()) return Fail(at, "empty subscript");
+  if (items.size() == 1 && items[0]->kind == Expr::Kind::kSlice) {
+    items[0]->args[0] = std::move(node);
+    return std::move(items[0]);
+  }
+  auto n = Node(Expr::Kind::kGetItem, at);
+  n->args.push_back(std::move(node));
+  if (items.size() == 1) {
+    n->args.push_back(std::move(items[0]));
+  } else {
+    auto tuple = Node(Expr::Kind::kTuple, at);
+    tuple->args = std::move(items);
+    n->args.push_back(std::move(tuple));
+  }
+  return n;
+}
+
+absl::StatusOr<ExprPtr> Parser::Subscribed() {
+  const Token at = Cur();
+  auto slice = Node(Expr::Kind::kSlice, at);
+  slice->args.push_back(nullptr);  // the sliced object, filled in by Subscript
+  if (IsOp(":")) {
+    Next();
+    slice->args.push_back(nullptr);
+  } else {
+    auto e = Expression();
+    if (!e.ok()) return e;
+    if (!IsOp(":")) return e;
+    Next();
+    slice->args.push_back(*std::move(e));
+  }
+  auto part = [&]() -> absl::Status {
+    if (IsOp(":") || IsOp("]") || IsOp(",")) {
+      slice->args.push_back(nullptr);
+      return absl::OkStatus();
+    }
+    auto e = Expression();
+    if (!e.ok()) return e.status();
+    slice->args.push_back(*std::move(e));
+    return absl::OkStatus();
+  };
+  if (auto st = part(); !st.ok()) return st;
+  if (SkipOp(":")) {
+    if (auto st = part(); !st.ok()) return st;
+  } else {
+    slice->args.push_back(nullptr);
+  }
+  return slice;
+}
+
+absl::Status Parser::CallArgs(Expr* call) {
+  const Token at = Cur();
+  if (auto st = Expect("("); !st.ok()) return st;
+  bool need_comma = false;
+  auto bad = [&] { return Fail(at, "invalid syntax for function call expression"); };
+  while (!IsOp(")")) {
+    if (need_comma) {
+      if (auto st = Expect(","); !st.ok()) return st;
+      if (IsOp(")")) break;
+    }
+    if (IsOp("*") || IsOp("**")) {
+      const bool kw = IsOp("**");
+      if (call->dyn_kwargs || (!kw && call->dyn_args)) return bad();
+      Next();
+      auto e = Expression();
+      if (!e.ok()) return e.status();
+      (kw ? call->dyn_kwargs : call->dyn_args) = *std::move(e);
+    } else if (Cur().type == T::kName && Peek().type == T::kOp && Peek().text == "=") {
+      if (call->dyn_kwargs) return bad();
+      std::string key = Cur().text;
+      Next();
+      Next();
+      auto e = Expression();
+      if (!e.ok()) return e.status();
+      call->kwargs.emplace_back(std::move(key), *std::move(e));
+    } else {
+      if (call->dyn_args || call->dyn_kwargs || !call->kwargs.empty()) return bad();
+      auto e = Expression();
+      if (!e.ok()) return e.status();
+      call->args.push_back(*std::move(e));
+    }
+    need_comma = true;
+  }
+  Next();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExprPtr> Parser::Filter(ExprPtr node, bool start_inline) {
+  while (IsOp("|") || start_inline) {
+    if (!start_inline) Next();
+    start_inline = false;
+    if (Cur().type != T::kName) return Fail(Cur(), "expected a filter name");
+    auto f = Node(Expr::Kind::kFilter, Cur());
+    f->name = Cur().text;
+    Next();
+    while (IsOp(".") && Peek().type == T::kName) {
+      Next();
+      f->name += "." + Cur().text;
+      Next();
+    }
+    f->args.push_back(std::move(node));
+    if (IsOp("(")) {
+      if (auto st = CallArgs(f.get()); !st.ok()) return st;
+    }
+    node = std::move(f);
+  }
+  return node;
+}
+
+absl::StatusOr<ExprPtr> Parser::Test(ExprPtr node) {
+  const Token at = Cur();
+  Next();  // is
+  const bool negated = SkipName("not");
+  if (Cur().type != T::kName) return Fail(Cur(), "expected a test name");
+  auto t = Node(Expr::Kind::kTest, Cur());
+  t->name = Cur().text;
+  Next();
+  while (IsOp(".") && Peek().type == T::kName) {
+    Next();
+    t->name += "." + Cur().text;
+    Next();
+  }
+  t->args.push_back(std::move(node));
+  if (IsOp("(")) {
+    if (auto st = CallArgs(t.get()); !st.ok()) return st;
+  } else if ((Cur().type == T::kName || Cur().type == T::kString || Cur().type == T::kInt ||
+              Cur().type == T::kFloat || IsOp("(") || IsOp("[") || IsOp("{")) &&
+             !IsName("else") && !IsName("or") && !IsName("and")) {
+    if (IsName("is")) return Fail(Cur(), "you cannot chain multiple tests with 'is'");
+    auto arg = Primary();
+    if (!arg.ok()) return arg;
+    auto post = Postfix(*std::move(arg));
+    if (!post.ok()) return post;
+    t->args.push_back(*std::move(post));
+  }
+  if (!negated) return t;
+  auto n = Node(Expr::Kind::kNot, at);
+  n->args.push_back(std::move(t));
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<Body> ParseTemplate(std::string_view source) {
+  auto toks = Lex(source);
+  if (!toks.ok()) return toks.status();
+  Parser p(*std::move(toks));
+  return p.Template();
+}
+
+}  // namespace herd::chat::internal
