@@ -536,7 +536,6 @@ TEST_F(GatewayTest, MalformedRequestsGetInvalidArgumentNamingTheField) {
   add("top_p > 1", "sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); });
   add("NaN top_p", "sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(std::nanf("")); });
   add("min_p < 0", "sampling.min_p", [](auto& r) { r.mutable_sampling()->set_min_p(-0.1f); });
-  add("top_k < 0", "sampling.top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-1); });
   add("repeat_penalty 0", "sampling.repeat_penalty", [](auto& r) { r.mutable_sampling()->set_repeat_penalty(0); });
   add("repeat_last_n -2", "sampling.repeat_last_n", [](auto& r) { r.mutable_sampling()->set_repeat_last_n(-2); });
   add("NaN presence_penalty", "sampling.presence_penalty",
