@@ -139,13 +139,15 @@ void RegisterInfoRoutes(httplib::Server* server, Gateway* gw) {
   server->Get("/v1/models", [gw](const httplib::Request&, httplib::Response& res) {
     const absl::Time t0 = absl::Now();
     json data = json::array();
-    for (const v1::ModelCard& c : gw->ListModels().models()) data.push_back(ModelJson(c));
+    const v1::ListModelsResponse models = gw->ListModels();
+    for (const v1::ModelCard& c : models.models()) data.push_back(ModelJson(c));
     SendJson(res, json{{"object", "list"}, {"data", data}});
     gw->RecordRequest("http_models", absl::OkStatus(), absl::Now() - t0);
   });
   server->Get(R"(/v1/models/(.+))", [gw](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];
-    for (const v1::ModelCard& c : gw->ListModels().models()) {
+    const v1::ListModelsResponse models = gw->ListModels();
+    for (const v1::ModelCard& c : models.models()) {
       if (c.name() == id) {
         SendJson(res, ModelJson(c));
         return;
