@@ -17,6 +17,7 @@
 #include "libs/base/log.h"
 #include "libs/base/mmap.h"
 #include "libs/engine/spec/spec_config.h"
+#include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "services/gateway/gateway.h"
@@ -91,14 +92,7 @@ std::string FlagName(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists the flags of this file (Abseil's default matches the binary's name).
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "services/gateway/");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(
+  herd::serving::ParseServiceFlags(argc, argv, "herd-gateway",
       "herd gateway: the public gRPC API (herd.v1.Gateway: Generate, Tokenize, Detokenize, ListModels) and an\n"
       "OpenAI-compatible HTTP endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health,\n"
       "POST /tokenize, /detokenize) over compute workers.\n\n"
@@ -107,8 +101,8 @@ int main(int argc, char** argv) {
       "       --spec_ngram_size_n N, --spec_ngram_size_m M, --spec_ngram_check_rate R, --spec_ngram_min_hits H,\n"
       "       --draft_max N, --draft_min N, --draft_p_min P (llama.cpp's --spec-type, --draft-max, ... spelled\n"
       "       with '_'); requests override them with GenerateRequest.speculative.\n\n"
-      "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.");
-  absl::ParseCommandLine(argc, argv);
+      "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.",
+      "services/gateway/");
   using herd::gateway::Gateway;
 
   herd::gateway::GatewayOptions opts;
