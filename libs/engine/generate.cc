@@ -28,8 +28,11 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& 
     return absl::InvalidArgumentError("prompt: empty after tokenization and the vocabulary adds no BOS");
   }
   const int64_t n_prompt = static_cast<int64_t>(res.prompt_ids.size());
-  if (n_prompt > engine.n_ctx()) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt: ", n_prompt, " tokens exceed n_ctx ", engine.n_ctx()));
+  // llama.cpp's server: the context holds prompt and completion, so a prompt must
+  // leave room for at least one generated token.
+  if (n_prompt >= engine.n_ctx()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", n_prompt, " tokens do not fit in n_ctx ", engine.n_ctx(),
+                                                   " (prompt + completion must fit; at most n_ctx - 1 prompt tokens)"));
   }
   engine.kv().Clear();
   Sampler sampler(params.sampling, static_cast<int32_t>(engine.n_vocab()));
@@ -70,7 +73,7 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& 
     res.text += piece;
     if (on_text && !piece.empty()) on_text(piece);
     if (i + 1 == n_predict) break;  // the last token is never evaluated
-    if (pos >= engine.n_ctx()) {
+    if (pos + 1 >= engine.n_ctx()) {  // prompt + completion == n_ctx: the context is full
       res.stop = StopReason::kContextFull;
       break;
     }

@@ -46,7 +46,6 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!std::isfinite(p.temp) || p.temp < 0.0f) {
     return FieldError("temp", "a finite number >= 0 (0 = greedy)", p.temp);
   }
-  if (p.top_k < 0) return FieldError("top_k", ">= 0 (0 = disabled)", p.top_k);
   if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) {
     return FieldError("top_p", "in [0, 1] (1 = disabled)", p.top_p);
   }

@@ -32,7 +32,7 @@ namespace herd::engine {
 struct SamplingParams {
   /// Temperature; logits are divided by it. <= 0 selects greedy decoding.
   float temp = 0.8f;
-  /// Keep the top_k most likely tokens; 0 = disabled (whole vocabulary).
+  /// Keep the top_k most likely tokens; <= 0 = disabled (whole vocabulary), as llama.cpp.
   int32_t top_k = 40;
   /// Nucleus sampling: keep the smallest prefix whose probability mass >= top_p;
   /// 1.0 = disabled.
@@ -60,7 +60,7 @@ struct SamplingParams {
 inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
 
 /// Checks ranges. Returns INVALID_ARGUMENT naming the field and the value for:
-/// temp NaN/inf or < 0; top_k < 0; top_p or min_p NaN or outside [0, 1];
+/// temp NaN/inf or < 0; top_p or min_p NaN or outside [0, 1];
 /// repeat_penalty not finite or <= 0; frequency_penalty / presence_penalty not
 /// finite; penalty_last_n < -1; n_probs < 0.
 absl::Status ValidateSamplingParams(const SamplingParams& params);

@@ -401,7 +401,6 @@ TEST(SamplingTest, ValidationNamesTheField) {
       {"temp", [](SamplingParams& p) { p.temp = NAN; }},
       {"temp", [](SamplingParams& p) { p.temp = -0.5f; }},
       {"temp", [](SamplingParams& p) { p.temp = INFINITY; }},
-      {"top_k", [](SamplingParams& p) { p.top_k = -1; }},
       {"top_p", [](SamplingParams& p) { p.top_p = 1.5f; }},
       {"top_p", [](SamplingParams& p) { p.top_p = -0.1f; }},
       {"top_p", [](SamplingParams& p) { p.top_p = NAN; }},
@@ -425,7 +424,7 @@ TEST(SamplingTest, ValidationNamesTheField) {
   // Boundaries that are valid.
   SamplingParams ok;
   ok.temp = 0.0f;
-  ok.top_k = 0;
+  ok.top_k = -1;  // <= 0 = disabled, as llama.cpp
   ok.top_p = 0.0f;
   ok.min_p = 1.0f;
   ok.penalty_last_n = -1;

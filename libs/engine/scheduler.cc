@@ -232,8 +232,10 @@ std::vector<Work> Core::PlanLocked() {
     const std::shared_ptr<SeqState>& s = active[(rr + k) % n];
     if (!s->PrefillDone() || s->requests.empty() || s->context_full) continue;
     Request& r = s->requests.front();
-    // Room left in the sequence: the pending token plus drafts must fit in n_ctx_seq.
-    const int64_t room = n_ctx_seq - s->n_past - 1;
+    // Room left in the sequence: after the pass, the cells kept (pending + accepted
+    // drafts) plus the new pending token must fit in n_ctx_seq (prompt + completion <=
+    // n_ctx_seq, as llama.cpp's server counts the context).
+    const int64_t room = n_ctx_seq - s->n_past - 2;
     const size_t n_draft = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(
         static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
     const int64_t cost = 1 + static_cast<int64_t>(n_draft);
@@ -367,7 +369,8 @@ void Core::VerifyDraft(Work* w) {
   s.n_past = keep_end;
   s.pending = r.tokens.back();
   s.pending_is_prompt = false;
-  r.context_full = s.n_past >= n_ctx_seq;
+  // The sequence now holds n_past tokens plus the pending one: full at n_ctx_seq.
+  r.context_full = s.n_past + 1 >= n_ctx_seq;
 }
 
 absl::Status Core::Execute(std::vector<Work>* plan, double* seconds) {
@@ -691,9 +694,9 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
   if (n == 0) {
     return absl::InvalidArgumentError(absl::StrCat("prompt: empty (1 to n_ctx_seq = ", c.n_ctx_seq, " tokens)"));
   }
-  if (n > c.n_ctx_seq) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt: ", n, " tokens exceed n_ctx_seq = ", c.n_ctx_seq, " (cells per sequence)"));
+  if (n >= c.n_ctx_seq) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", n, " tokens do not fit in n_ctx_seq = ", c.n_ctx_seq,
+                                                   " (prompt + completion; at most n_ctx_seq - 1 prompt tokens)"));
   }
   for (size_t i = 0; i < params.prompt.size(); ++i) {
     if (params.prompt[i] < 0 || params.prompt[i] >= c.n_vocab) {

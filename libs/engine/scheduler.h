@@ -30,7 +30,7 @@
 // A sequence advances only when its consumer asked for steps: Step(n_steps=K) yields up
 // to K results without further requests, Step(draft) one verification. A result with
 // eos (an end-of-generation token, unless ignore_eos) or context_full (the pending
-// token can never be evaluated because the sequence holds n_ctx_seq cells) drops the
+// token makes prompt + completion = n_ctx_seq, llama.cpp's full context) drops the
 // steps still requested; Step() after context_full is FAILED_PRECONDITION, after eos it
 // continues generating (the consumer decides).
 //
@@ -157,7 +157,7 @@ struct SequenceEvent {
 
 /// Parameters of a new sequence.
 struct SequenceParams {
-  std::vector<int32_t> prompt;  // 1..n_ctx_seq token ids in [0, n_vocab)
+  std::vector<int32_t> prompt;  // 1..n_ctx_seq-1 token ids in [0, n_vocab)
   SamplingParams sampling;      // n_probs is ignored (set from logprobs)
   int32_t logprobs = 0;         // top-n per token, 0..max_logprobs
   bool ignore_eos = false;      // never flag eos

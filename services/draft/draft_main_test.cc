@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "gtest/gtest.h"
+#include "tests/promtool.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
 #include "proto/herd/v1/draft.grpc.pb.h"
@@ -101,6 +102,10 @@ TEST(DraftMain, ServesAndStopsOnSigterm) {
   httplib::Client http("127.0.0.1", metrics_port);
   auto res = http.Get("/metrics");
   ASSERT_TRUE(res);
+  {
+    absl::Status prom = herd::testing::PromtoolCheckMetrics(res->body);
+    EXPECT_TRUE(prom.ok()) << prom;
+  }
   EXPECT_NE(res->body.find("herd_draft_calls_total{type=\"ngram-simple\"} 1"), std::string::npos) << res->body;
   EXPECT_NE(res->body.find("herd_draft_gen_tokens_total{type=\"ngram-simple\"} 16"), std::string::npos);
 

@@ -25,6 +25,7 @@
 #include "libs/base/log.h"
 #include "libs/engine/spec/session.h"
 #include "libs/gguf/gguf.h"
+#include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -89,10 +90,9 @@ std::string FlagName(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  herd::serving::ParseServiceFlags(argc, argv, "herd-draft",
       "herd-draft [--port=N] [--metrics_port=N] [--spec_type=TYPE] [--model_draft=GGUF "
-      "(--target_vocab=GGUF | --loader=ADDR --target_model=NAME)]: the herd speculative-draft worker");
-  absl::ParseCommandLine(argc, argv);
+      "(--target_vocab=GGUF | --loader=ADDR --target_model=NAME)]: the herd speculative-draft worker", "services/draft/");
   namespace spec = herd::engine::spec;
 
   const std::string host = absl::GetFlag(FLAGS_host);

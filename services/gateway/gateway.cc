@@ -13,6 +13,7 @@
 #include "libs/base/log.h"
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/spec_proto.h"
+#include "services/gateway/chat_prompt.h"
 #include "services/gateway/text_stream.h"
 
 namespace herd::gateway {
@@ -44,9 +45,6 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
   if (s.has_temperature() && (!std::isfinite(s.temperature()) || s.temperature() < 0)) {
     return Invalid(absl::StrCat("sampling.temperature: must be a finite number >= 0 (got ", FloatStr(s.temperature()), ")"));
   }
-  if (s.has_top_k() && s.top_k() < 0) {
-    return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (got ", s.top_k(), ")"));
-  }
   if (s.has_top_p() && !(s.top_p() >= 0 && s.top_p() <= 1)) {
     return Invalid(absl::StrCat("sampling.top_p: must be in [0, 1] (got ", FloatStr(s.top_p()), ")"));
   }
@@ -68,7 +66,7 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
   // The engine's own checks, as a backstop (same ranges).
   engine::SamplingParams p;
   if (s.has_temperature()) p.temp = s.temperature();
-  if (s.has_top_k()) p.top_k = s.top_k();
+  if (s.has_top_k()) p.top_k = std::max(0, s.top_k());  // <= 0 = disabled (llama.cpp)
   if (s.has_top_p()) p.top_p = s.top_p();
   if (s.has_min_p()) p.min_p = s.min_p();
   if (s.has_repeat_penalty()) p.repeat_penalty = s.repeat_penalty();
@@ -227,6 +225,7 @@ Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::m
   opts_.pool.live_gauge = live_workers_;
   pool_ = std::make_unique<WorkerPool>(opts_.pool);
   vocabs_ = std::make_unique<VocabCache>(opts_.loader_address);
+  vocabs_->SetChatTemplateOverride(opts_.chat_template);
   if (!opts_.drafts.addresses.empty() || !opts_.drafts.dns.empty()) {
     draft_client_ = std::make_unique<draft::DraftClient>(opts_.drafts);
   }
@@ -329,8 +328,13 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
         }
         break;
       }
+      case v1::GenerateRequest::kChat: {
+        absl::Status cs = ValidateChatPrompt(req.chat(), opts_.max_prompt_bytes);
+        if (!cs.ok()) return cs;
+        break;
+      }
       default:
-        return Invalid("prompt: required (text or tokens)");
+        return Invalid("prompt: required (text, tokens or chat)");
     }
     absl::Status s = ValidateSampling(req.sampling());
     if (!s.ok()) return s;
@@ -377,6 +381,13 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
     if (req.prompt_case() == v1::GenerateRequest::kText) {
       g->prompt = g->vocab->Tokenize(req.text(), /*add_special=*/true, /*parse_special=*/true);
       if (g->prompt.empty()) return Invalid("prompt.text: tokenizes to no tokens");
+    } else if (req.prompt_case() == v1::GenerateRequest::kChat) {
+      auto tmpl = vocabs_->GetChatTemplate(req.model(), g->deadline);
+      if (!tmpl.ok()) return tmpl.status();
+      auto text = RenderChatPrompt(req.chat(), **tmpl, *g->vocab);
+      if (!text.ok()) return text.status();
+      g->prompt = g->vocab->Tokenize(*text, /*add_special=*/true, /*parse_special=*/true);
+      if (g->prompt.empty()) return Invalid("chat: the rendered prompt tokenizes to no tokens");
     } else {
       g->prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
       for (size_t i = 0; i < g->prompt.size(); ++i) {
@@ -396,9 +407,11 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
                           << req.model() << " has " << g->vocab->n_tokens() << " tokens";
       }
     }
-    if (max_ctx > 0 && static_cast<int64_t>(g->prompt.size()) > max_ctx) {
-      return Invalid(absl::StrCat("prompt: ", g->prompt.size(), " tokens exceed the context of the model's workers (n_ctx_seq ",
-                                  max_ctx, ")"));
+    // The context holds prompt and completion (llama.cpp's server): a prompt of n_ctx
+    // tokens or more leaves no room for a token.
+    if (max_ctx > 0 && static_cast<int64_t>(g->prompt.size()) >= max_ctx) {
+      return Invalid(absl::StrCat("prompt: ", g->prompt.size(), " tokens do not fit in the context of the model's workers (n_ctx ",
+                                  max_ctx, "; prompt + completion must fit)"));
     }
     // n_predict is bounded by n_ctx (the proto's 1..n_ctx); a sequence whose context
     // (n_ctx_seq) fills up first ends with FINISH_REASON_LENGTH.
@@ -408,7 +421,7 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
       if (req.has_n_predict()) {
         return Invalid(absl::StrCat("n_predict: ", g->n_predict, " exceeds the context (n_ctx ", max_n_ctx, ")"));
       }
-      g->n_predict = static_cast<int32_t>(max_n_ctx);  // the default is only a default
+      g->n_predict = -1;  // the default is only a default: until the context is full
     }
     g->stops.assign(req.stop().begin(), req.stop().end());
     g->logprobs = req.has_logprobs() ? req.logprobs() : 0;
@@ -570,7 +583,7 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
     if (g.logprobs > 0) start->set_logprobs(g.logprobs);
     start->set_ignore_eos(g.ignore_eos);
     const int64_t budget =
-        g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()) + 1);
+        g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()));
     // Without a drafter the whole generation is one Step: send it with the Start (the
     // worker accepts Steps before Started) to save a round trip before the first token.
     const bool pipelined = drafter == nullptr;
@@ -865,6 +878,7 @@ v1::ListModelsResponse Gateway::ListModels() const {
     c.set_workers(c.workers() + 1);
     if (!w.info.backend().empty()) backends[w.info.model()].insert(w.info.backend());
   }
+  for (auto& [name, c] : cards) c.set_chat_template(vocabs_->ChatTemplateOrigin(name));
   v1::ListModelsResponse resp;
   for (auto& [name, card] : cards) {
     for (const std::string& b : backends[name]) card.add_backends(b);
@@ -922,6 +936,16 @@ absl::Status CheckUtf8(const std::string& field, const std::string& s) {
 absl::StatusOr<v1::GenerateRequest> FromLenient(const lenient::GenerateRequest& req) {
   absl::Status s = CheckUtf8("model", req.model());
   if (s.ok() && req.has_text()) s = CheckUtf8("prompt.text", req.text());
+  for (int i = 0; s.ok() && i < req.chat().messages_size(); ++i) {
+    const lenient::ChatMessage& m = req.chat().messages(i);
+    const std::string f = absl::StrCat("chat.messages[", i, "].");
+    s = CheckUtf8(f + "role", m.role());
+    if (s.ok()) s = CheckUtf8(f + "content", m.content());
+    if (s.ok()) s = CheckUtf8(f + "name", m.name());
+    if (s.ok()) s = CheckUtf8(f + "tool_call_id", m.tool_call_id());
+    if (s.ok()) s = CheckUtf8(f + "tool_calls_json", m.tool_calls_json());
+  }
+  if (s.ok()) s = CheckUtf8("chat.tools_json", req.chat().tools_json());
   for (int i = 0; s.ok() && i < req.stop_size(); ++i) s = CheckUtf8(absl::StrCat("stop[", i, "]"), req.stop(i));
   if (s.ok()) s = CheckUtf8("speculative.type", req.speculative().type());
   if (!s.ok()) return s;

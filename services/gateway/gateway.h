@@ -86,8 +86,9 @@ struct GatewayOptions {
   /// Upper bound of every request's lifetime (the client's deadline may be shorter);
   /// zero = none.
   absl::Duration request_timeout = absl::Minutes(10);
-  /// n_predict of requests that leave it unset.
-  int32_t default_n_predict = 128;
+  /// n_predict of requests that leave it unset; -1 (llama.cpp's default) = until EOS or
+  /// the context (prompt + completion = n_ctx) is full.
+  int32_t default_n_predict = -1;
   /// Workers tried for one request while no token has been produced (a worker that
   /// fails or refuses admission before the first token is skipped).
   int max_attempts = 3;
@@ -101,6 +102,9 @@ struct GatewayOptions {
   /// Draft workers (--draft_workers, --draft_workers_dns; `deadline` = --draft_timeout_ms).
   /// None configured: requests asking for speculation run without it.
   draft::DraftClientOptions drafts;
+  /// A Jinja chat template (the text of --chat_template) used for every model instead of
+  /// its GGUF tokenizer.chat_template; "" = the models' own (ChatML where none).
+  std::string chat_template;
   /// Makes the drafters instead of draft-worker sessions (tests); unset = DraftClient.
   DrafterFactory drafter_factory;
 };
@@ -135,7 +139,7 @@ class Gateway {
     absl::Time client_deadline;  // the client's (InfiniteFuture when none)
     std::shared_ptr<const tokenizer::Vocab> vocab;
     std::vector<int32_t> prompt;
-    int32_t n_predict = 128;  // -1: until EOS or the context is full
+    int32_t n_predict = -1;  // -1: until EOS or the context is full
     std::vector<std::string> stops;
     int32_t logprobs = 0;
     bool ignore_eos = false;

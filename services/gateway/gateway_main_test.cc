@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/promtool.h"
 #include "httplib.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "services/gateway/fakes.h"
@@ -119,6 +120,10 @@ TEST(GatewayMain, ServesAndShutsDownGracefully) {
     httplib::Client cli(m.substr(0, m.rfind(':')), std::stoi(m.substr(m.rfind(':') + 1)));
     auto res = cli.Get("/metrics");
     ASSERT_TRUE(res);
+    {
+      absl::Status prom = herd::testing::PromtoolCheckMetrics(res->body);
+      EXPECT_TRUE(prom.ok()) << prom;
+    }
     EXPECT_TRUE(absl::StrContains(res->body, "herd_gateway_live_workers 1")) << res->body;
   }
 

@@ -240,12 +240,14 @@ TEST_F(GatewayTest, LengthFinishAndTokenPrompt) {
   ASSERT_TRUE(e.status.ok()) << e.status.error_message();
   const v1::SessionStart es = w->last_start();
   EXPECT_EQ(std::vector<int32_t>(es.prompt().begin(), es.prompt().end()), std::vector<int32_t>{1});
-  // Default n_predict when unset.
+  // n_predict unset: until the context is full (llama.cpp's -1), prompt + completion =
+  // n_ctx_seq = 256.
   v1::GenerateRequest d = Req();
   d.clear_n_predict();
   Collected dc = Run(t.get(), d);
   ASSERT_TRUE(dc.status.ok());
-  EXPECT_EQ(dc.ids.size(), 128u);
+  EXPECT_EQ(dc.ids.size() + static_cast<size_t>(dc.usage.prompt_tokens()), 256u);
+  EXPECT_EQ(dc.finish, v1::FINISH_REASON_LENGTH);
 }
 
 TEST_F(GatewayTest, NPredictBeyondTheSequenceContextEndsWithLength) {
@@ -536,7 +538,6 @@ TEST_F(GatewayTest, MalformedRequestsGetInvalidArgumentNamingTheField) {
   add("top_p > 1", "sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); });
   add("NaN top_p", "sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(std::nanf("")); });
   add("min_p < 0", "sampling.min_p", [](auto& r) { r.mutable_sampling()->set_min_p(-0.1f); });
-  add("top_k < 0", "sampling.top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-1); });
   add("repeat_penalty 0", "sampling.repeat_penalty", [](auto& r) { r.mutable_sampling()->set_repeat_penalty(0); });
   add("repeat_last_n -2", "sampling.repeat_last_n", [](auto& r) { r.mutable_sampling()->set_repeat_last_n(-2); });
   add("NaN presence_penalty", "sampling.presence_penalty",
@@ -814,7 +815,9 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
       {R"({"model":"stories260K","prompt":"x","max_tokens":0})", 400, "invalid_request_error", "n_predict"},
       {R"({"model":"stories260K","prompt":"x","top_p":2})", 400, "invalid_request_error", "sampling.top_p"},
       {R"({"model":"stories260K","prompt":[1,99999]})", 400, "invalid_request_error", "prompt.tokens"},
-      {R"({"model":"stories260K","prompt":"x","n":2})", 400, "invalid_request_error", "n"},
+      {R"({"model":"stories260K","prompt":"x","n":17})", 400, "invalid_request_error", "n"},
+      {R"({"model":"stories260K","prompt":"x","mirostat":2})", 400, "invalid_request_error", "mirostat"},
+      {R"({"model":"stories260K","prompt":"x","grammar":"root ::= \"a\""})", 400, "invalid_request_error", "grammar"},
       {R"({"model":"nope","prompt":"x"})", 404, "not_found_error", "model"},
       {R"({"model":"other","prompt":"x"})", 503, "unavailable_error", "model"},
   };
@@ -849,6 +852,240 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
   auto res = cli.Post("/v1/completions", std::string("{\"model\":\"stories260K\",\"prompt\":\"\xff\"}"), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
+}
+
+
+// The ChatML text the fallback template renders (stories260K has no chat template).
+std::string ChatMl(const std::vector<std::pair<std::string, std::string>>& msgs) {
+  std::string out;
+  for (const auto& [role, content] : msgs) out += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
+  return out + "<|im_start|>assistant\n";
+}
+
+TEST_F(GatewayTest, HttpChatCompletions) {
+  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = story;
+    c.eos_after_script = false;
+  });
+  auto t = StartGateway({w});
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+  json body = {{"model", "stories260K"},
+               {"messages", json::array({json{{"role", "system"}, {"content", "Be brief."}},
+                                         json{{"role", "user"}, {"content", "Tell a story"}}})},
+               {"max_tokens", 3},
+               {"temperature", 0}};
+  auto res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "chatcmpl-"));
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  const std::string text = vocab_->TokenToPiece(story[0], false) + vocab_->TokenToPiece(story[1], false) +
+                           vocab_->TokenToPiece(story[2], false);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], text);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  // The worker got the ChatML render, tokenized with BOS and special tokens parsed.
+  const std::vector<int32_t> want =
+      vocab_->Tokenize(ChatMl({{"system", "Be brief."}, {"user", "Tell a story"}}), true, true);
+  const v1::SessionStart start = w->last_start();
+  const auto& got = start.prompt();
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(want.size()));
+
+  // Streaming: role first, deltas joining to the text, a finish chunk, usage, [DONE].
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  body["messages"][1]["content"] = json::array({json{{"type", "text"}, {"text", "Tell"}},
+                                                 json{{"type", "text"}, {"text", "a story"}}});
+  auto sse = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(sse);
+  ASSERT_EQ(sse->status, 200) << sse->body;
+  EXPECT_TRUE(absl::EndsWith(sse->body, "data: [DONE]\n\n")) << sse->body;
+  std::string joined, finish;
+  bool role_first = false, usage_seen = false;
+  int n = 0;
+  for (absl::string_view ev : absl::StrSplit(sse->body, "\n\n", absl::SkipEmpty())) {
+    if (ev == "data: [DONE]") continue;
+    json c = json::parse(ev.substr(6));
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c["choices"].empty()) {
+      usage_seen = true;
+      EXPECT_EQ(c["usage"]["completion_tokens"], 3);
+      continue;
+    }
+    const json& ch = c["choices"][0];
+    if (n++ == 0) role_first = ch["delta"].value("role", "") == "assistant";
+    if (ch["delta"].contains("content")) joined += ch["delta"]["content"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  EXPECT_TRUE(role_first);
+  EXPECT_TRUE(usage_seen);
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(finish, "length");
+  const v1::SessionStart start2 = w->last_start();
+  const auto& got2 = start2.prompt();
+  EXPECT_EQ(std::vector<int32_t>(got2.begin(), got2.end()),
+            vocab_->Tokenize(ChatMl({{"system", "Be brief."}, {"user", "Tell\na story"}}), true, true));
+
+  // n = 3 independent choices; logprobs in the chat shape.
+  json nb = {{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "hi"}}})},
+             {"max_tokens", 2}, {"n", 3}, {"logprobs", true}, {"top_logprobs", 2}};
+  res = cli.Post("/v1/chat/completions", nb.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    const json& lp = j["choices"][i]["logprobs"]["content"];
+    ASSERT_EQ(lp.size(), 2u) << j.dump();
+    EXPECT_TRUE(lp[0].contains("bytes"));
+    EXPECT_LE(lp[0]["top_logprobs"].size(), 2u);
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+
+  // Refused, never ignored: unknown fields, unsupported tool_choice, image parts, bad roles.
+  for (const auto& [bad, field] : std::vector<std::pair<json, std::string>>{
+           {{{"model", "stories260K"}}, "messages"},
+           {{{"model", "stories260K"}, {"messages", json::array()}}, "messages"},
+           {{{"model", "stories260K"}, {"messages", json::array({json{{"content", "x"}}})}}, "messages[0].role"},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"},
+                                            {"content", json::array({json{{"type", "image_url"}}})}}})}},
+            "messages[0].content[0].type"},
+           {{{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+             {"tool_choice", "required"}},
+            "tool_choice"},
+           {{{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+             {"frobnicate", 1}},
+            "frobnicate"},
+           {{{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+             {"top_logprobs", 3}},
+            "top_logprobs"}}) {
+    auto r = cli.Post("/v1/chat/completions", bad.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad.dump() << " -> " << r->body;
+    EXPECT_TRUE(absl::StartsWith(json::parse(r->body)["error"]["message"].get<std::string>(), field)) << r->body;
+  }
+  // The model card says which template chat requests use.
+  auto m = cli.Get("/v1/models/stories260K");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200) << m->body;
+  EXPECT_EQ(json::parse(m->body)["id"], "stories260K");
+  v1::ListModelsRequest lr;
+  v1::ListModelsResponse lm;
+  grpc::ClientContext lctx;
+  ASSERT_TRUE(t->stub->ListModels(&lctx, lr, &lm).ok());
+  ASSERT_EQ(lm.models_size(), 1);
+  EXPECT_EQ(lm.models(0).chat_template(), "chatml");
+  auto missing = cli.Get("/v1/models/nope");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+}
+
+TEST_F(GatewayTest, GrpcChatPromptUsesTheTemplate) {
+  FakeWorker* w = AddWorker();
+  auto t = StartGateway({w});
+  v1::GenerateRequest req;
+  req.set_model("stories260K");
+  v1::ChatMessage* m = req.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Hello");
+  req.set_n_predict(2);
+  Collected c = Run(t.get(), req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  const v1::SessionStart start = w->last_start();
+  const auto& got = start.prompt();
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), vocab_->Tokenize(ChatMl({{"user", "Hello"}}), true, true));
+  req.mutable_chat()->set_tools_json("{not json");
+  c = Run(t.get(), req);
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(c.status.error_message(), "chat.tools_json")) << c.status.error_message();
+  req.mutable_chat()->clear_messages();
+  c = Run(t.get(), req);
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(GatewayTest, ContextSemanticsAsLlamaCpp) {
+  // n_ctx_seq 16: prompt + completion fill exactly 16 tokens when max_tokens is absent.
+  FakeWorker* w = AddWorker("stories260K", [](FakeWorkerConfig& c) {
+    c.n_ctx = 64;
+    c.n_ctx_seq = 16;
+    c.eos_after_script = false;
+  });
+  auto t = StartGateway({w});
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+  json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"temperature", 0}};  // 5 tokens
+  for (const json& max_tokens : {json(nullptr), json(-1)}) {
+    if (!max_tokens.is_null()) body["max_tokens"] = max_tokens;
+    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    json j = json::parse(res->body);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 11) << "prompt + completion must be n_ctx = 16";
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  }
+  // A prompt of n_ctx tokens or more is refused; n_ctx - 1 gives one token.
+  std::vector<int32_t> ids(16, 300);
+  ids[0] = 1;
+  auto res = cli.Post("/v1/completions", json{{"model", "stories260K"}, {"prompt", ids}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_TRUE(absl::StartsWith(json::parse(res->body)["error"]["message"].get<std::string>(), "prompt")) << res->body;
+  ids.pop_back();
+  res = cli.Post("/v1/completions", json{{"model", "stories260K"}, {"prompt", ids}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["usage"]["completion_tokens"], 1);
+  // top_k -1 means disabled, as in llama.cpp.
+  res = cli.Post("/v1/completions",
+                 json{{"model", "stories260K"}, {"prompt", "x"}, {"max_tokens", 1}, {"top_k", -1}}.dump(),
+                 "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+TEST_F(GatewayTest, HttpTokenizeDetokenizeHealth) {
+  FakeWorker* w = AddWorker();
+  auto t = StartGateway({w});
+  httplib::Client cli("127.0.0.1", t->http_port);
+  auto h = cli.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(json::parse(h->body)["status"], "ok");
+  // llama-server's /tokenize: no BOS by default, model optional with one model served.
+  auto r = cli.Post("/tokenize", json{{"content", "Once upon a time"}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["tokens"], json::array({403, 407, 261, 378}));
+  r = cli.Post("/tokenize", json{{"content", "Once"}, {"add_special", true}, {"with_pieces", true}}.dump(),
+               "application/json");
+  ASSERT_TRUE(r);
+  json tp = json::parse(r->body)["tokens"];
+  ASSERT_EQ(tp.size(), 2u) << r->body;
+  EXPECT_EQ(tp[1]["id"], 403);
+  EXPECT_EQ(tp[1]["piece"], vocab_->TokenToPiece(403, true));
+  // /detokenize keeps the SPM piece's leading space, as llama-server does.
+  r = cli.Post("/detokenize", json{{"tokens", json::array({403, 407})}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["content"], vocab_->TokenToPiece(403, true) + vocab_->TokenToPiece(407, true));
+  EXPECT_EQ(json::parse(r->body)["content"].get<std::string>()[0], ' ');
+  r = cli.Post("/detokenize", json{{"tokens", json::array({1, 99999})}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  // No live worker: /health is 503.
+  w->Kill();
+  ASSERT_TRUE(WaitFor([&] { return t->gw->pool().live_count() == 0; }, 10000));
+  h = cli.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 503);
 }
 
 // ---- herd generate ----

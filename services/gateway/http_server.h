@@ -1,11 +1,13 @@
-// OpenAI-compatible HTTP front end of the gateway (cpp-httplib):
-//   POST /v1/completions   text completion, streaming (server-sent events) or not; with
-//                          speculation the response (the last event when streaming)
-//                          carries "speculative": [{type, calls, gen_drafts, acc_drafts,
-//                          gen_tokens, acc_tokens, acceptance_rate}]
-//   GET  /v1/models        models served by at least one live worker
-//   GET  /healthz          "ok"
-// Requests run through the same Gateway::Prepare/Run path as gRPC Generate.
+// OpenAI- and llama.cpp-server-compatible HTTP front end of the gateway (cpp-httplib):
+//   POST /v1/completions        text completion, streaming (server-sent events) or not;
+//                               with speculation the response (the last event when
+//                               streaming) carries "speculative": [{type, calls, ...}]
+//   POST /v1/chat/completions   chat completion: messages rendered with the model's chat
+//                               template (http_chat.cc)
+//   GET  /v1/models, /v1/models/{id}   models served by at least one live worker
+//   POST /tokenize, /detokenize  llama.cpp server's shapes (http_info.cc)
+//   GET  /health (llama.cpp: {"status":"ok"} or 503), /healthz ("ok")
+// Generation requests run through the same Gateway::Prepare/Run path as gRPC Generate.
 #pragma once
 #include <memory>
 #include <string>
@@ -15,6 +17,8 @@
 #include "nlohmann/json.hpp"
 #include "proto/herd/v1/gateway.pb.h"
 #include "services/gateway/gateway.h"
+#include "services/gateway/http_generation.h"
+#include "services/gateway/http_util.h"
 
 namespace httplib {
 class Server;
@@ -23,29 +27,15 @@ class Server;
 namespace herd::gateway {
 
 /// A parsed POST /v1/completions body.
-struct CompletionRequest {
-  v1::GenerateRequest req;
-  bool stream = false;
-};
+using CompletionRequest = http::HttpGeneration;
 
-/// Maps an OpenAI /v1/completions JSON body to a GenerateRequest:
-/// model, prompt (string, array of token ids, or an array holding one string),
-/// max_tokens (-> n_predict; also accepted as n_predict), temperature, top_p, top_k,
-/// min_p, seed (-1 = random), stop (string or array), stream, logprobs,
-/// presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, ignore_eos,
-/// speculative (an object with GenerateRequest.speculative's fields: type, draft_max,
-/// draft_min, draft_p_min, ngram_size_n, ngram_size_m, ngram_check_rate, ngram_min_hits);
-/// n / best_of must be 1 and echo false when present. Range checks are left to the
-/// gateway. Errors: INVALID_ARGUMENT naming the JSON field (wrong type, unsupported
-/// option, missing model/prompt).
+/// Maps an OpenAI /v1/completions JSON body to a GenerateRequest: model, prompt (string,
+/// array of token ids, or an array holding one string), logprobs (also n_probs), echo
+/// false, suffix absent, best_of = n, plus the fields of http::ParseCommonFields
+/// (max_tokens, sampling, stop, stream, n, speculative, ...). Any other field is refused
+/// (never silently ignored). Range checks are left to the gateway. Errors:
+/// INVALID_ARGUMENT naming the JSON field.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body);
-
-/// HTTP status for an error code: 400 (INVALID_ARGUMENT, FAILED_PRECONDITION,
-/// OUT_OF_RANGE), 404, 429 (RESOURCE_EXHAUSTED), 503 (UNAVAILABLE), 504
-/// (DEADLINE_EXCEEDED), 499 (CANCELLED), else 500.
-int HttpStatusFor(absl::StatusCode code);
-/// {"error": {"message", "type", "code"}} as OpenAI and llama.cpp's server send it.
-nlohmann::json ErrorJson(const absl::Status& s);
 
 struct HttpOptions {
   /// Connections served at once (each streaming completion holds one thread).

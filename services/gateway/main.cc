@@ -15,7 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
+#include "libs/base/mmap.h"
 #include "libs/engine/spec/spec_config.h"
+#include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "services/gateway/gateway.h"
@@ -33,7 +35,11 @@ ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0 = pick a free po
 ABSL_FLAG(int, grace_ms, 5000, "on SIGTERM, in-flight streams get this long to finish before they are cancelled");
 ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "largest prompt text in bytes");
 ABSL_FLAG(int, request_timeout_ms, 600000, "upper bound of a request's lifetime (0 = none)");
-ABSL_FLAG(int, default_n_predict, 128, "n_predict of requests that leave it unset");
+ABSL_FLAG(int, default_n_predict, -1,
+          "n_predict of requests that leave it unset (-1 = until EOS or the context is full, as llama.cpp)");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template FILE used for every model's chat prompts instead of the GGUF's "
+          "tokenizer.chat_template (llama.cpp --chat-template-file); models without either use ChatML");
 ABSL_FLAG(int, poll_ms, 500, "interval of the workers' Info polls");
 ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
@@ -86,23 +92,17 @@ std::string FlagName(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists the flags of this file (Abseil's default matches the binary's name).
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "services/gateway/");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(
+  herd::serving::ParseServiceFlags(argc, argv, "herd-gateway",
       "herd gateway: the public gRPC API (herd.v1.Gateway: Generate, Tokenize, Detokenize, ListModels) and an\n"
-      "OpenAI-compatible HTTP endpoint (POST /v1/completions, GET /v1/models) over compute workers.\n\n"
+      "OpenAI-compatible HTTP endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health,\n"
+      "POST /tokenize, /detokenize) over compute workers.\n\n"
       "usage: gateway --loader HOST:PORT (--workers h1:p1,h2:p2 | --workers_dns NAME:PORT) [flags]\n"
       "       speculative decoding: --draft_workers h:p,... | --draft_workers_dns NAME:PORT, --spec_type TYPE,\n"
       "       --spec_ngram_size_n N, --spec_ngram_size_m M, --spec_ngram_check_rate R, --spec_ngram_min_hits H,\n"
       "       --draft_max N, --draft_min N, --draft_p_min P (llama.cpp's --spec-type, --draft-max, ... spelled\n"
       "       with '_'); requests override them with GenerateRequest.speculative.\n\n"
-      "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.");
-  absl::ParseCommandLine(argc, argv);
+      "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.",
+      "services/gateway/");
   using herd::gateway::Gateway;
 
   herd::gateway::GatewayOptions opts;
@@ -159,6 +159,14 @@ int main(int argc, char** argv) {
   if (!have_drafts && opts.spec_defaults.type != spec::SpecType::kNone) {
     HERD_LOG(Warning) << "--spec_type=" << spec::SpecTypeName(opts.spec_defaults.type)
                       << " without --draft_workers / --draft_workers_dns: requests run without speculation";
+  }
+
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
+    auto text = herd::ReadFileToString(path);
+    if (!text.ok()) return Fail(absl::StrCat("--chat_template: ", text.status().message()));
+    auto info = herd::gateway::MakeChatTemplateInfo("", *text);
+    if (!info.ok()) return Fail(absl::StrCat("--chat_template ", path, ": ", info.status().message()));
+    opts.chat_template = *std::move(text);
   }
 
   herd::serving::Registry registry;

@@ -6,9 +6,13 @@ namespace herd::gateway {
 namespace {
 
 // Length of the well-formed UTF-8 character at s[i], or 0 when ill-formed/truncated.
-size_t CharLen(absl::string_view s, size_t i) {
+// *subpart (if given) is the length of the maximal subpart at s[i] when ill-formed: the
+// lead byte plus the continuation bytes that could still have completed it (Unicode
+// ch. 3, "U+FFFD substitution of maximal subparts"; at least 1).
+size_t CharLen(absl::string_view s, size_t i, size_t* subpart = nullptr) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = b(i);
+  if (subpart != nullptr) *subpart = 1;
   if (c < 0x80) return 1;
   size_t n;
   unsigned char lo = 0x80, hi = 0xBF;
@@ -25,12 +29,14 @@ size_t CharLen(absl::string_view s, size_t i) {
   } else {
     return 0;
   }
-  if (i + n > s.size()) return 0;
-  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  size_t k = 1;
+  for (; k < n && i + k < s.size(); ++k) {
+    const unsigned char lo_k = k == 1 ? lo : 0x80, hi_k = k == 1 ? hi : 0xBF;
+    if (b(i + k) < lo_k || b(i + k) > hi_k) break;
   }
-  return n;
+  if (k == n) return n;
+  if (subpart != nullptr) *subpart = k;
+  return 0;
 }
 
 }  // namespace
@@ -54,10 +60,11 @@ std::string SanitizeUtf8(absl::string_view s) {
   out.reserve(s.size() + 8);
   size_t i = 0;
   while (i < s.size()) {
-    const size_t n = CharLen(s, i);
+    size_t subpart = 1;
+    const size_t n = CharLen(s, i, &subpart);
     if (n == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
+      out += "\xEF\xBF\xBD";  // one per maximal subpart: an incomplete character is one
+      i += subpart;
     } else {
       out.append(s.data() + i, n);
       i += n;

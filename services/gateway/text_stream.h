@@ -15,7 +15,10 @@ namespace herd::gateway {
 bool IsValidUtf8(absl::string_view s, size_t* bad_offset = nullptr);
 
 /// `s` with every ill-formed byte sequence replaced by U+FFFD (valid input is returned
-/// unchanged). Used for text that must go into a proto3 string or JSON.
+/// unchanged): one U+FFFD per maximal subpart (Unicode ch. 3; what Python's
+/// decode(errors="replace") and llama-server do), so an incomplete character such as
+/// "\xE2\x82" is one U+FFFD and a stray byte is one. Used for text that must go into a
+/// proto3 string or JSON.
 std::string SanitizeUtf8(absl::string_view s);
 
 /// Finds stop strings in streamed text. Text pushed in pieces (one per token, say) is

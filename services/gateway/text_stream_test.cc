@@ -23,6 +23,12 @@ TEST(Utf8, ValidAndInvalid) {
   EXPECT_FALSE(IsValidUtf8("\x80"));                  // stray continuation
   EXPECT_EQ(SanitizeUtf8("a\xffz"), "a\xEF\xBF\xBDz");
   EXPECT_EQ(SanitizeUtf8("\xC3\xA9"), "\xC3\xA9");
+  // Maximal subparts (Python's errors="replace"): an incomplete character is one U+FFFD.
+  EXPECT_EQ(SanitizeUtf8("x\xE2\x82"), "x\xEF\xBF\xBD");
+  EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98y"), "\xEF\xBF\xBDy");
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82\xE2\x82\xAC"), "\xEF\xBF\xBD\xE2\x82\xAC");
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: 3
+  EXPECT_EQ(SanitizeUtf8("\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 // Pushes pieces; returns the concatenated output.

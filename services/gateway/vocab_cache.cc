@@ -18,33 +18,69 @@ VocabCache::VocabCache(const std::string& loader_address) : loader_address_(load
   }
 }
 
-void VocabCache::Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto& e = entries_[model];
-  if (e == nullptr) e = std::make_shared<Entry>();
+void VocabCache::Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab,
+                     std::string chat_template) {
+  std::shared_ptr<Entry> e = EntryFor(model);
   std::lock_guard<std::mutex> fl(e->fetch_mu);
   e->vocab = std::move(vocab);
+  e->chat_template = std::move(chat_template);
+  e->compiled = nullptr;
+}
+
+void VocabCache::SetChatTemplateOverride(std::string source) { override_template_ = std::move(source); }
+
+std::shared_ptr<VocabCache::Entry> VocabCache::EntryFor(const std::string& model) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& slot = entries_[model];
+  if (slot == nullptr) slot = std::make_shared<Entry>();
+  return slot;
 }
 
 absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Get(const std::string& model,
                                                                          absl::Time deadline) {
   if (model.empty()) return absl::InvalidArgumentError("model: empty");
+  std::shared_ptr<Entry> e = EntryFor(model);
+  std::lock_guard<std::mutex> fl(e->fetch_mu);
+  if (e->vocab == nullptr) {
+    absl::Status s = Fetch(model, deadline, e.get());
+    if (!s.ok()) return s;
+  }
+  return e->vocab;
+}
+
+absl::StatusOr<std::shared_ptr<const ChatTemplateInfo>> VocabCache::GetChatTemplate(const std::string& model,
+                                                                                    absl::Time deadline) {
+  if (model.empty()) return absl::InvalidArgumentError("model: empty");
+  std::shared_ptr<Entry> e = EntryFor(model);
+  std::lock_guard<std::mutex> fl(e->fetch_mu);
+  if (e->vocab == nullptr) {
+    absl::Status s = Fetch(model, deadline, e.get());
+    if (!s.ok()) return s;
+  }
+  if (e->compiled == nullptr) {
+    auto info = MakeChatTemplateInfo(e->chat_template, override_template_);
+    if (!info.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model ", model, ": chat template: ", info.status().message()));
+    }
+    e->compiled = std::make_shared<const ChatTemplateInfo>(*std::move(info));
+  }
+  return e->compiled;
+}
+
+std::string VocabCache::ChatTemplateOrigin(const std::string& model) {
   std::shared_ptr<Entry> e;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto& slot = entries_[model];
-    if (slot == nullptr) slot = std::make_shared<Entry>();
-    e = slot;
+    auto it = entries_.find(model);
+    if (it == entries_.end()) return "";
+    e = it->second;
   }
   std::lock_guard<std::mutex> fl(e->fetch_mu);
-  if (e->vocab != nullptr) return e->vocab;
-  auto v = Fetch(model, deadline);
-  if (v.ok()) e->vocab = *v;
-  return v;
+  if (e->vocab == nullptr) return "";
+  return ChatTemplateOriginOf(e->chat_template, override_template_);
 }
 
-absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Fetch(const std::string& model,
-                                                                           absl::Time deadline) {
+absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, Entry* e) {
   if (stub_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("model ", model, ": no vocabulary (the gateway runs without --loader)"));
@@ -84,10 +120,19 @@ absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Fetch(const 
   if (!vocab.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("model ", model, ": vocabulary: ", vocab.status().message()));
   }
+  std::string chat_template;
+  if (const gguf::Value* v = (*file)->Find("tokenizer.chat_template");
+      v != nullptr && v->type() == gguf::ValueType::STRING) {
+    chat_template = v->AsString();
+  }
   HERD_LOG(Info) << "vocabulary of " << model << ": " << (*vocab)->n_tokens() << " tokens ("
                  << tokenizer::VocabTypeName((*vocab)->type()) << ") from loader in "
-                 << absl::ToDoubleMilliseconds(absl::Now() - t0) << " ms";
-  return std::shared_ptr<const tokenizer::Vocab>(std::move(*vocab));
+                 << absl::ToDoubleMilliseconds(absl::Now() - t0) << " ms; chat template: "
+                 << ChatTemplateOriginOf(chat_template, override_template_);
+  e->vocab = std::shared_ptr<const tokenizer::Vocab>(std::move(*vocab));
+  e->chat_template = std::move(chat_template);
+  e->compiled = nullptr;
+  return absl::OkStatus();
 }
 
 }  // namespace herd::gateway

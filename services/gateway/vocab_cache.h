@@ -1,6 +1,6 @@
-// Per-model vocabularies for the gateway, fetched from the loader
-// (GetModelInfo with include_vocab_gguf -> GgufFile::FromBytes -> Vocab::FromGguf) and
-// cached for the life of the process.
+// Per-model vocabularies and chat templates for the gateway, fetched from the loader
+// (GetModelInfo with include_vocab_gguf -> GgufFile::FromBytes -> Vocab::FromGguf, and
+// the tokenizer.chat_template string) and cached for the life of the process.
 #pragma once
 #include <map>
 #include <memory>
@@ -12,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
+#include "services/gateway/chat_prompt.h"
 
 namespace herd::gateway {
 
@@ -30,16 +31,35 @@ class VocabCache {
   /// vocabulary it sent cannot be parsed.
   absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> Get(const std::string& model, absl::Time deadline);
 
-  /// Installs a vocabulary directly (tests, or models whose vocabulary is known locally).
-  void Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab);
+  /// Installs a vocabulary directly (tests, or models whose vocabulary is known locally),
+  /// with the model's chat template source ("" = none: ChatML is used).
+  void Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab,
+           std::string chat_template = "");
+
+  /// A template that replaces every model's own (the gateway's --chat_template file);
+  /// "" = use the models' templates. Call before serving.
+  void SetChatTemplateOverride(std::string source);
+
+  /// The model's chat template, compiled once: the override, else the GGUF's
+  /// tokenizer.chat_template, else ChatML. Errors: those of Get(); INVALID_ARGUMENT when
+  /// the template does not parse (naming the model and the position).
+  absl::StatusOr<std::shared_ptr<const ChatTemplateInfo>> GetChatTemplate(const std::string& model,
+                                                                          absl::Time deadline);
+  /// Where the model's chat template comes from ("gguf", "file", "chatml"), without
+  /// fetching: "" while the model's vocabulary has not been fetched.
+  std::string ChatTemplateOrigin(const std::string& model);
 
  private:
   struct Entry {
     std::mutex fetch_mu;  // held while one thread asks the loader
     std::shared_ptr<const tokenizer::Vocab> vocab;
+    std::string chat_template;                        // tokenizer.chat_template ("" = none)
+    std::shared_ptr<const ChatTemplateInfo> compiled;  // made on first use
   };
-  absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> Fetch(const std::string& model, absl::Time deadline);
+  std::shared_ptr<Entry> EntryFor(const std::string& model);
+  absl::Status Fetch(const std::string& model, absl::Time deadline, Entry* e);
 
+  std::string override_template_;
   std::string loader_address_;
   std::unique_ptr<v1::Loader::Stub> stub_;
   std::mutex mu_;

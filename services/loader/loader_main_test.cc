@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/promtool.h"
 #include "httplib.h"
 #include "services/loader/loader_client.h"
 #include "tests/shared_data.h"
@@ -105,6 +106,10 @@ TEST(LoaderMain, ServesAndStopsOnSigterm) {
   httplib::Client http("127.0.0.1", metrics_port);
   auto res = http.Get("/metrics");
   ASSERT_TRUE(res);
+  {
+    absl::Status prom = herd::testing::PromtoolCheckMetrics(res->body);
+    EXPECT_TRUE(prom.ok()) << prom;
+  }
   EXPECT_EQ(res->status, 200);
   EXPECT_NE(res->body.find("herd_loader_requests_total{method=\"ListModels\",code=\"OK\"} 2"), std::string::npos)
       << res->body;

@@ -15,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
+#include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "services/loader/loader_service.h"
@@ -41,8 +42,8 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("herd-loader --models_dir=DIR [--port=N] [--metrics_port=N]: the herd model store");
-  absl::ParseCommandLine(argc, argv);
+  herd::serving::ParseServiceFlags(argc, argv, "herd-loader",
+      "herd-loader --models_dir=DIR [--port=N] [--metrics_port=N]: the herd model store", "services/loader/");
 
   const std::string host = absl::GetFlag(FLAGS_host);
   const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);

@@ -24,6 +24,7 @@
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
 #include "libs/model/model.h"
+#include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -80,11 +81,10 @@ std::string BaseName(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  herd::serving::ParseServiceFlags(argc, argv, "herd-worker",
       "herd-worker (--loader=HOST:PORT --model=NAME | --model_path=FILE.gguf) [--port=N] [--metrics_port=N]\n"
       "  [--threads=N] [--n_ctx=N] [--n_ctx_seq=N] [--n_batch=N] [--max_sequences=N] [--max_queue=N]\n"
-      "  [--queue_policy=wait|reject] [--kv_type=f16|f32] [--grace_ms=N]: a herd compute worker");
-  absl::ParseCommandLine(argc, argv);
+      "  [--queue_policy=wait|reject] [--kv_type=f16|f32] [--grace_ms=N]: a herd compute worker", "services/worker/");
   InstallEarlySignalHandlers();
 
   const std::string host = absl::GetFlag(FLAGS_host);

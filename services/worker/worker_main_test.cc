@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/promtool.h"
 #include "httplib.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
 #include "tests/shared_data.h"
@@ -182,8 +183,12 @@ TEST_F(WorkerMainTest, ServesALocalModelAndDrainsOnSigterm) {
   httplib::Client http("127.0.0.1", mport);
   auto res = http.Get("/metrics");
   ASSERT_TRUE(res);
+  {
+    absl::Status prom = herd::testing::PromtoolCheckMetrics(res->body);
+    EXPECT_TRUE(prom.ok()) << prom;
+  }
   EXPECT_NE(res->body.find("herd_worker_tokens_generated_total 5"), std::string::npos) << res->body;
-  EXPECT_NE(res->body.find("herd_worker_kv_cells_total 256"), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find("herd_worker_kv_cells_capacity 256"), std::string::npos) << res->body;
 
   // SIGTERM: the open session continues, new sessions are refused.
   ASSERT_EQ(::kill(w->pid, SIGTERM), 0);

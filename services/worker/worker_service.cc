@@ -294,7 +294,7 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
     active_ = registry->Gauge("herd_worker_active_sequences", "Sequences admitted (prefilling or generating).");
     queued_ = registry->Gauge("herd_worker_queued_sequences", "Sequences waiting for admission.");
     kv_used_ = registry->Gauge("herd_worker_kv_cells_used", "KV cache cells holding tokens.");
-    kv_total_ = registry->Gauge("herd_worker_kv_cells_total", "KV cache cells in total (n_ctx).");
+    kv_total_ = registry->Gauge("herd_worker_kv_cells_capacity", "KV cache cells in total (n_ctx).");
     std::vector<double> pow2;
     for (double b = 1; b <= 8192; b *= 2) pow2.push_back(b);
     batch_tokens_ = registry->Histogram("herd_worker_batch_tokens", "Tokens per forward pass.", {}, pow2);

@@ -55,5 +55,20 @@ head -c 100 "$M/stories260K.gguf" >"$tmp/trunc.gguf"
 "$HERD" run -m "$M/stories260K.gguf" -p hi --temp nan 2>"$tmp/e3" >/dev/null; rc=$?
 [[ $rc -ne 0 ]] && echo "PASS bad temperature rejected: $(cat "$tmp/e3" | head -1)" || { echo "FAIL nan temp accepted"; fails=$((fails+1)); }
 
+# 6. llama.cpp's context semantics: prompt + completion = n_ctx at most. "Once upon a
+#    time" is 5 tokens, so -c 32 gives 27 tokens (26 evaluated after the prompt), and
+#    -n left out (-1) means "until the context is full".
+"$HERD" run -m "$M/stories260K.gguf" -p "Once upon a time" -c 32 --temp 0 --ignore-eos >/dev/null 2>"$tmp/ctx.err"; rc=$?
+[[ $rc -eq 0 ]] && grep -q "stop: context_full" "$tmp/ctx.err" && grep -q "tg: 26 tokens" "$tmp/ctx.err" \
+  && echo "PASS generation stops at exactly n_ctx" || { echo "FAIL n_ctx stop (rc $rc)"; cat "$tmp/ctx.err"; fails=$((fails+1)); }
+"$HERD" run -m "$M/stories260K.gguf" -p "Once upon a time" -c 5 --temp 0 >/dev/null 2>"$tmp/ctx5.err"; rc=$?
+[[ $rc -ne 0 ]] && grep -q "do not fit in n_ctx 5" "$tmp/ctx5.err" && echo "PASS prompt of n_ctx tokens refused" \
+  || { echo "FAIL prompt of n_ctx tokens (rc $rc)"; cat "$tmp/ctx5.err"; fails=$((fails+1)); }
+"$HERD" run -m "$M/stories260K.gguf" -p "Once upon a time" -c 6 --temp 0 --ignore-eos >"$tmp/ctx6.txt" 2>"$tmp/ctx6.err"; rc=$?
+[[ $rc -eq 0 ]] && grep -q "tg: 0 tokens" "$tmp/ctx6.err" && [[ -s "$tmp/ctx6.txt" ]] \
+  && echo "PASS n_ctx - 1 prompt tokens give one token" || { echo "FAIL n_ctx - 1 prompt (rc $rc)"; cat "$tmp/ctx6.err"; fails=$((fails+1)); }
+"$HERD" run -m "$M/stories260K.gguf" -p "Once upon a time" -n 8 --top-k -1 --temp 0 >/dev/null 2>"$tmp/topk.err"; rc=$?
+[[ $rc -eq 0 ]] && echo "PASS --top-k -1 means disabled" || { echo "FAIL --top-k -1 (rc $rc)"; cat "$tmp/topk.err"; fails=$((fails+1)); }
+
 echo "$fails failure(s)"
 exit $(( fails > 0 ))

@@ -88,7 +88,7 @@ absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& rel) con
   }
   return absl::NotFoundError(absl::StrCat("cannot find the ", rel, " binary (looked in: ",
                                           absl::StrJoin(candidates, ", "),
-                                          "); build it with `bazel build //services/...` or pass --bin-dir"));
+                                          "); `bazel build //tools/herd` builds them with herd, or pass --bin-dir"));
 }
 
 absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout) {
@@ -234,7 +234,8 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   auto gw = std::make_unique<Process>();
   gw->name = "gateway";
   gw->argv = {*gateway_bin, "--loader=" + loader_addr, "--workers=" + absl::StrJoin(worker_addrs, ","),
-              "--host=" + opts.host, "--port=0", "--http_port=0", "--metrics_port=0"};
+              "--host=" + opts.host, absl::StrCat("--port=", opts.gateway_port),
+              absl::StrCat("--http_port=", opts.http_port), "--metrics_port=0"};
   if (!draft_addrs.empty()) gw->argv.push_back("--draft_workers=" + absl::StrJoin(draft_addrs, ","));
   if (!opts.spec_type.empty()) gw->argv.push_back("--spec_type=" + opts.spec_type);
   for (const std::string& f : opts.extra_gateway_flags) gw->argv.push_back(f);

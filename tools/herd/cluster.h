@@ -27,6 +27,8 @@ struct ClusterOptions {
   int max_sequences = 0;                 // 0 = worker default
   std::string bin_dir;                   // folder with services/{loader,worker,gateway}/..; "" = find
   std::string host = "127.0.0.1";
+  int gateway_port = 0;                  // gateway gRPC port (0 = a free port)
+  int http_port = 0;                     // gateway HTTP port (0 = a free port)
   bool restart_workers = true;           // restart a worker that exits unexpectedly
   std::vector<std::string> extra_worker_flags;
   std::vector<std::string> extra_gateway_flags;

@@ -16,7 +16,13 @@ int CmdUp(int argc, char** argv) {
       {{"--workers"}, true, "workers per model", "1"},
       {{"-t", "--threads"}, true, "compute threads per worker", "1"},
       {{"-c", "--ctx-size"}, true, "KV cells per worker, split evenly: each sequence may use ctx-size / max-seqs", "8192"},
-      {{"--max-seqs"}, true, "concurrent sequences per worker", "4"},
+      {{"-np", "--parallel", "--max-seqs"}, true, "concurrent sequences per worker (llama-server -np)", "4"},
+      {{"--port"}, true, "gateway gRPC port (0 = a free port)", "0"},
+      {{"--http-port"}, true, "gateway OpenAI-compatible HTTP port (0 = a free port)", "0"},
+      {{"-ctk", "--cache-type-k"}, true, "KV cache type of the workers: f16 or f32", "f16"},
+      {{"--chat-template"}, true, "Jinja chat template FILE for chat requests (default: each model's own)", ""},
+      {{"-ngl", "--n-gpu-layers"}, true,
+       "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here)", ""},
       {{"--bin-dir"}, true, "folder holding services/{loader,worker,gateway} (default: next to herd)", ""},
       {{"--host"}, true, "address to bind", "127.0.0.1"},
       {{"--no-restart"}, false, "do not restart workers that exit", ""},
@@ -56,9 +62,12 @@ int CmdUp(int argc, char** argv) {
   auto workers = args->GetInt("--workers");
   auto threads = args->GetInt("-t");
   auto n_ctx = args->GetInt("-c");
-  auto max_seqs = args->GetInt("--max-seqs");
+  auto max_seqs = args->GetInt("-np");
   auto drafts = args->GetInt("--draft-workers");
-  for (const absl::Status& s : {workers.status(), threads.status(), n_ctx.status(), max_seqs.status(), drafts.status()}) {
+  auto port = args->GetInt("--port");
+  auto http_port = args->GetInt("--http-port");
+  for (const absl::Status& s : {workers.status(), threads.status(), n_ctx.status(), max_seqs.status(), drafts.status(),
+                                port.status(), http_port.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -72,7 +81,26 @@ int CmdUp(int argc, char** argv) {
     std::fprintf(stderr, "herd: --draft-workers must be in [0, 64]\n");
     return 2;
   }
+  for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"--port", *port}, {"--http-port", *http_port}}) {
+    if (v < 0 || v > 65535) {
+      std::fprintf(stderr, "herd: error: %s must be in [0, 65535]\n", flag);
+      return 2;
+    }
+  }
+  const std::string kv = args->Get("-ctk");
+  if (kv != "f16" && kv != "f32") {
+    std::fprintf(stderr, "herd: error: -ctk: '%s' is not f16 or f32\n", kv.c_str());
+    return 2;
+  }
+  if (args->Has("-ngl")) {
+    std::fprintf(stderr, "herd: note: -ngl is accepted for llama.cpp compatibility; herd workers run the whole model "
+                         "on their backend (CPU workers here), so there are no layers to offload\n");
+  }
   ClusterOptions opts;
+  opts.gateway_port = static_cast<int>(*port);
+  opts.http_port = static_cast<int>(*http_port);
+  opts.extra_worker_flags.push_back("--kv_type=" + kv);
+  if (!args->Get("--chat-template").empty()) opts.extra_gateway_flags.push_back("--chat_template=" + args->Get("--chat-template"));
   opts.draft_workers = static_cast<int>(*drafts);
   opts.spec_type = args->Get("--spec-type");
   opts.model_draft = args->Get("--model-draft");

@@ -16,6 +16,7 @@
 #include "libs/backend/cpu_backend.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/mmap.h"
+#include "libs/base/version.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/spec_generate.h"
 #include "libs/gguf/gguf.h"
@@ -45,12 +46,13 @@ const std::vector<FlagSpec>& RunFlags() {
       {{"-m", "--model"}, true, "GGUF model file", ""},
       {{"-p", "--prompt"}, true, "prompt text", ""},
       {{"-f", "--file"}, true, "read the prompt from a file", ""},
-      {{"-n", "--n-predict"}, true, "tokens to generate (-1 = until end of generation)", "128"},
+      {{"-n", "--n-predict"}, true, "tokens to generate (-1 = until end of generation or a full context)", "-1"},
       {{"-c", "--ctx-size"}, true, "context size in tokens (0 = from the model, at most 4096)", "0"},
+      {{"-ngl", "--n-gpu-layers"}, true, "accepted for llama.cpp compatibility: herd run computes on the CPU", ""},
       {{"-b", "--batch-size"}, true, "prompt processing batch size", "512"},
       {{"-t", "--threads"}, true, "compute threads", "2"},
       {{"--temp"}, true, "temperature (0 = greedy)", "0.8"},
-      {{"--top-k"}, true, "top-k sampling (0 = off)", "40"},
+      {{"--top-k"}, true, "top-k sampling (<= 0 = off)", "40"},
       {{"--top-p"}, true, "top-p sampling (1 = off)", "0.95"},
       {{"--min-p"}, true, "min-p sampling (0 = off)", "0.05"},
       {{"--repeat-penalty"}, true, "repetition penalty (1 = off)", "1.0"},
@@ -141,6 +143,10 @@ int CmdRun(int argc, char** argv) {
     return 0;
   }
   if (args->Get("-m").empty()) return UsageError("run: -m MODEL is required", usage);
+  if (args->Has("-ngl")) {
+    std::fprintf(stderr, "herd: note: -ngl is accepted for llama.cpp compatibility; herd run computes on the CPU "
+                         "(GPU layers come with a GPU worker)\n");
+  }
   engine::GenerateParams gp;
   gp.prompt = args->Get("-p");
   if (args->Has("-f")) {
@@ -308,10 +314,15 @@ int CmdTokenize(int argc, char** argv) {
       {{"-f", "--file"}, true, "read the text from a file", ""},
       {{"--no-bos"}, false, "do not add BOS/EOS", ""},
       {{"--no-parse-special"}, false, "treat special-token text as plain text", ""},
+      {{"-h", "--help"}, false, "show this help", ""},
   };
   const std::string usage = "usage: herd tokenize -m MODEL -p TEXT\n" + Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
+  if (args->Has("-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
   if (args->Get("-m").empty()) return UsageError("tokenize: -m MODEL is required", usage);
   if (!args->Has("-p") && !args->Has("-f")) return UsageError("tokenize: -p TEXT or -f FILE is required", usage);
   std::string text = args->Get("-p");
@@ -332,7 +343,12 @@ int CmdTokenize(int argc, char** argv) {
 }
 
 int CmdInspect(int argc, char** argv) {
-  if (argc < 3) return UsageError("inspect: missing MODEL", "usage: herd inspect MODEL\n");
+  const char* usage = "usage: herd inspect MODEL.gguf\n  prints the GGUF header, every metadata key and the tensor table\n";
+  if (argc < 3) return UsageError("inspect: missing MODEL", usage);
+  if (std::strcmp(argv[2], "-h") == 0 || std::strcmp(argv[2], "--help") == 0) {
+    std::fputs(usage, stdout);
+    return 0;
+  }
   auto file = gguf::GgufFile::Open(argv[2]);
   if (!file.ok()) return Fail(file.status());
   const gguf::GgufFile& f = **file;
@@ -364,11 +380,16 @@ int CmdConvert(int argc, char** argv) {
       {{"--llama2c"}, true, "llama2.c checkpoint (model.bin)", ""},
       {{"--tokenizer"}, true, "llama2.c tokenizer (tokenizer.bin)", ""},
       {{"-o", "--output"}, true, "output GGUF path", ""},
+      {{"-h", "--help"}, false, "show this help", ""},
   };
   const std::string usage = "usage: herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf\n" +
                             Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
+  if (args->Has("-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
   if (args->Get("--llama2c").empty() || args->Get("--tokenizer").empty() || args->Get("-o").empty()) {
     return UsageError("convert: --llama2c, --tokenizer and -o are required", usage);
   }
@@ -388,7 +409,10 @@ const char kUsage[] =
     "  quantize  quantize a GGUF model (herd quantize IN OUT TYPE)\n"
     "  perplexity  perplexity of a model over a text file\n"
     "  up        start a local cluster: loader, workers, gateway\n"
-    "  generate  stream a generation from a gateway\n";
+    "  generate  stream a generation from a gateway\n"
+    "  chat-template  render a conversation with a model's chat template\n"
+    "  health    grpc.health.v1 check of a herd service (exit 0 when SERVING)\n"
+    "every command answers -h; herd --version prints the version\n";
 
 }  // namespace
 }  // namespace herd::cli
@@ -410,6 +434,10 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return CmdGenerate(argc, argv);
   if (cmd == "health") return CmdHealth(argc, argv);
   if (cmd == "chat-template") return CmdChatTemplate(argc, argv);
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("%s\n", herd::VersionLine("herd").c_str());
+    return 0;
+  }
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;

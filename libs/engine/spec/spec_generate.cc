@@ -22,8 +22,9 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
     return absl::InvalidArgumentError("prompt: empty after tokenization and the vocabulary adds no BOS");
   }
   const int64_t n_prompt = static_cast<int64_t>(res.prompt_ids.size());
-  if (n_prompt > engine.n_ctx()) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt: ", n_prompt, " tokens exceed n_ctx ", engine.n_ctx()));
+  if (n_prompt >= engine.n_ctx()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", n_prompt, " tokens do not fit in n_ctx ", engine.n_ctx(),
+                                                   " (prompt + completion must fit; at most n_ctx - 1 prompt tokens)"));
   }
   engine.kv().Clear();
   Sampler sampler(params.sampling, static_cast<int32_t>(engine.n_vocab()));
@@ -67,14 +68,15 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
     done = !emit(id);
     int64_t n_past = n_prompt;  // KV positions filled; `id` goes to position n_past
     while (!done) {
-      if (n_past >= engine.n_ctx()) {
+      if (n_past + 1 >= engine.n_ctx()) {  // prompt + completion == n_ctx
         res.stop = StopReason::kContextFull;
         break;
       }
       session->Append({id});
-      // Room for the draft: output left (the pass yields accepted + 1 tokens) and context.
+      // Room for the draft: output left (the pass yields accepted + 1 tokens) and context
+      // (after the pass, n_past + 1 + accepted cells plus the new pending token <= n_ctx).
       const int64_t room = std::min<int64_t>(n_predict - static_cast<int64_t>(res.output_ids.size()) - 1,
-                                             engine.n_ctx() - n_past - 1);
+                                             engine.n_ctx() - n_past - 2);
       DraftResult d;
       if (room > 0) {
         auto td = Clock::now();

@@ -1,0 +1,99 @@
+#include "services/gateway/chat_prompt.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace herd::gateway {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxMessages = 1024;
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+absl::StatusOr<json> ParseJsonArray(const std::string& text, const std::string& field) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid(absl::StrCat(field, ": invalid JSON"));
+  if (!j.is_array()) return Invalid(absl::StrCat(field, ": must be a JSON array"));
+  return j;
+}
+
+// The token's text for the template's bos_token / eos_token variables ("" when none).
+std::string SpecialText(const tokenizer::Vocab& vocab, int32_t id) {
+  return vocab.IsValid(id) ? vocab.TokenToPiece(id, /*special=*/true) : "";
+}
+
+}  // namespace
+
+std::string ChatTemplateOriginOf(std::string_view gguf_template, std::string_view override_template) {
+  if (!override_template.empty()) return "file";
+  return gguf_template.empty() ? "chatml" : "gguf";
+}
+
+absl::StatusOr<ChatTemplateInfo> MakeChatTemplateInfo(std::string_view gguf_template,
+                                                      std::string_view override_template) {
+  ChatTemplateInfo info;
+  info.origin = ChatTemplateOriginOf(gguf_template, override_template);
+  std::string_view source = !override_template.empty() ? override_template
+                             : !gguf_template.empty()   ? gguf_template
+                                                        : chat::ChatMlTemplate();
+  auto t = chat::ChatTemplate::Parse(source);
+  if (!t.ok()) return t.status();
+  info.tmpl = std::make_shared<const chat::ChatTemplate>(*std::move(t));
+  return info;
+}
+
+absl::Status ValidateChatPrompt(const v1::ChatPrompt& chat, int64_t max_bytes) {
+  if (chat.messages_size() == 0) return Invalid("chat.messages: at least one message is required");
+  if (chat.messages_size() > kMaxMessages) {
+    return Invalid(absl::StrCat("chat.messages: at most ", kMaxMessages, " messages (got ", chat.messages_size(), ")"));
+  }
+  int64_t bytes = 0;
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    const v1::ChatMessage& m = chat.messages(i);
+    const std::string f = absl::StrCat("chat.messages[", i, "].");
+    if (m.role().empty()) return Invalid(f + "role: required");
+    if (!m.tool_calls_json().empty()) {
+      auto j = ParseJsonArray(m.tool_calls_json(), f + "tool_calls_json");
+      if (!j.ok()) return j.status();
+    }
+    bytes += static_cast<int64_t>(m.content().size() + m.tool_calls_json().size());
+  }
+  if (!chat.tools_json().empty()) {
+    auto j = ParseJsonArray(chat.tools_json(), "chat.tools_json");
+    if (!j.ok()) return j.status();
+    bytes += static_cast<int64_t>(chat.tools_json().size());
+  }
+  if (bytes > max_bytes) {
+    return Invalid(absl::StrCat("chat.messages: ", bytes, " bytes of content exceed the limit of ", max_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const ChatTemplateInfo& info,
+                                             const tokenizer::Vocab& vocab) {
+  chat::ChatTemplateInputs in;
+  for (const v1::ChatMessage& m : chat.messages()) {
+    json msg = {{"role", m.role()}, {"content", m.content()}};
+    if (!m.name().empty()) msg["name"] = m.name();
+    if (!m.tool_call_id().empty()) msg["tool_call_id"] = m.tool_call_id();
+    if (!m.tool_calls_json().empty()) msg["tool_calls"] = json::parse(m.tool_calls_json(), nullptr, false);
+    in.messages.push_back(std::move(msg));
+  }
+  if (!chat.tools_json().empty()) in.tools = json::parse(chat.tools_json(), nullptr, false);
+  in.add_generation_prompt = chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
+  in.bos_token = SpecialText(vocab, vocab.bos());
+  in.eos_token = SpecialText(vocab, vocab.eos());
+  auto text = info.tmpl->Apply(in);
+  if (!text.ok()) {
+    return Invalid(absl::StrCat("chat template (", info.origin, "): ", text.status().message()));
+  }
+  std::string out = *std::move(text);
+  if (vocab.add_bos() && !in.bos_token.empty() && absl::StartsWith(out, in.bos_token)) {
+    out.erase(0, in.bos_token.size());
+  }
+  return out;
+}
+
+}  // namespace herd::gateway

@@ -1,0 +1,154 @@
+// POST /v1/chat/completions: OpenAI's chat API over Gateway::Prepare/Run. Messages
+// become a herd.v1.ChatPrompt, which the gateway renders with the model's chat template
+// (chat_prompt.h), exactly as the gRPC Generate path does for GenerateRequest.chat.
+// Reasoning and tool-call parsing of the output are not done: the assistant message's
+// content is the generated text.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+#include "services/gateway/gateway.h"
+#include "services/gateway/http_generation.h"
+#include "services/gateway/http_routes.h"
+#include "services/gateway/http_util.h"
+
+namespace herd::gateway::http {
+namespace {
+
+// OpenAI content: a string, null, or an array of parts of which only {"type": "text"}
+// is supported (joined with "\n", as llama.cpp does for templates without typed parts).
+absl::StatusOr<std::string> ContentText(const json& content, const std::string& field) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return Bad(absl::StrCat(field, ": must be a string or an array of content parts"));
+  std::string out;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string pf = absl::StrCat(field, "[", i, "]");
+    if (!part.is_object()) return Bad(absl::StrCat(pf, ": must be an object"));
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) return Bad(absl::StrCat(pf, ".type: required"));
+    if (*type != "text") return Bad(absl::StrCat(pf, ".type: '", type->get<std::string>(), "' is not supported (text only)"));
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) return Bad(absl::StrCat(pf, ".text: must be a string"));
+    if (!out.empty()) out += "\n";
+    out += text->get<std::string>();
+  }
+  return out;
+}
+
+absl::Status ParseMessage(const json& m, size_t i, v1::ChatMessage* out) {
+  const std::string f = absl::StrCat("messages[", i, "]");
+  if (!m.is_object()) return Bad(absl::StrCat(f, ": must be an object"));
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "role" && k != "content" && k != "name" && k != "tool_call_id" && k != "tool_calls") {
+      return Bad(absl::StrCat(f, ".", k, ": unknown or unsupported field"));
+    }
+  }
+  std::string s;
+  bool has = false;
+  absl::Status st = GetString(m, "role", &s, &has);
+  if (!st.ok()) return Bad(absl::StrCat(f, ".", st.message()));
+  if (!has || s.empty()) return Bad(absl::StrCat(f, ".role: required"));
+  if (s == "developer") s = "system";  // OpenAI's newer name for the system role
+  out->set_role(s);
+  auto content = m.find("content");
+  if (content != m.end()) {
+    auto text = ContentText(*content, f + ".content");
+    if (!text.ok()) return text.status();
+    out->set_content(*text);
+  }
+  for (const auto& [key, set] : {std::pair<const char*, void (v1::ChatMessage::*)(const std::string&)>{
+                                     "name", &v1::ChatMessage::set_name},
+                                 {"tool_call_id", &v1::ChatMessage::set_tool_call_id}}) {
+    if (!(st = GetString(m, key, &s, &has)).ok()) return Bad(absl::StrCat(f, ".", st.message()));
+    if (has) (out->*set)(s);
+  }
+  auto calls = m.find("tool_calls");
+  if (calls != m.end() && !calls->is_null()) {
+    if (!calls->is_array()) return Bad(absl::StrCat(f, ".tool_calls: must be an array"));
+    out->set_tool_calls_json(Dump(*calls));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTools(const json& body, v1::ChatPrompt* chat) {
+  std::string choice = "auto";
+  auto tc = body.find("tool_choice");
+  if (tc != body.end() && !tc->is_null()) {
+    if (!tc->is_string() || (*tc != "auto" && *tc != "none")) {
+      return Bad("tool_choice: only \"auto\" and \"none\" are supported (the output is not constrained to a tool call)");
+    }
+    choice = tc->get<std::string>();
+  }
+  auto tools = body.find("tools");
+  if (tools == body.end() || tools->is_null()) return absl::OkStatus();
+  if (!tools->is_array()) return Bad("tools: must be an array");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    if (!(*tools)[i].is_object()) return Bad(absl::StrCat("tools[", i, "]: must be an object"));
+  }
+  if (choice != "none" && !tools->empty()) chat->set_tools_json(Dump(*tools));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+/// Maps an OpenAI chat completions body to an HttpGeneration with a ChatPrompt.
+absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body) {
+  std::vector<const char*> known = CommonFields();
+  known.insert(known.end(), {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice",
+                             "parallel_tool_calls", "response_format", "logit_bias"});
+  absl::Status s = CheckKnownFields(body, known);
+  if (!s.ok()) return s;
+  HttpGeneration gen;
+  if (!(s = ParseCommonFields(body, ApiKind::kChat, &gen)).ok()) return s;
+  auto messages = body.find("messages");
+  if (messages == body.end() || messages->is_null()) return Bad("messages: required");
+  if (!messages->is_array() || messages->empty()) return Bad("messages: must be a non-empty array");
+  v1::ChatPrompt* chat = gen.req.mutable_chat();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    if (!(s = ParseMessage((*messages)[i], i, chat->add_messages())).ok()) return s;
+  }
+  if (!(s = ParseTools(body, chat)).ok()) return s;
+  bool logprobs = false, has = false;
+  if (!(s = GetBool(body, "logprobs", &logprobs, &has)).ok()) return s;
+  int64_t top = 0;
+  bool has_top = false;
+  if (!(s = GetInt(body, "top_logprobs", &top, &has_top)).ok()) return s;
+  if (has_top && (top < 0 || top > 20)) return Bad(absl::StrCat("top_logprobs: must be in 0..20 (got ", top, ")"));
+  if (has_top && !logprobs) return Bad("top_logprobs: requires logprobs: true");
+  if (logprobs) {
+    gen.top_logprobs = static_cast<int>(top);
+    gen.req.set_logprobs(std::max<int32_t>(1, static_cast<int32_t>(top)));
+  }
+  auto rf = body.find("response_format");
+  if (rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object() || rf->value("type", "") != "text") {
+      return Bad("response_format: only {\"type\": \"text\"} is supported");
+    }
+  }
+  auto bias = body.find("logit_bias");
+  if (bias != body.end() && !bias->is_null() && !(bias->is_object() && bias->empty())) {
+    return Bad("logit_bias: not supported");
+  }
+  return gen;
+}
+
+void RegisterChatRoutes(httplib::Server* server, Gateway* gw) {
+  auto handler = [gw](const httplib::Request& hreq, httplib::Response& res) {
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<json> body = ParseJsonObject(hreq.body);
+    absl::StatusOr<HttpGeneration> gen = body.ok() ? ParseChatRequest(*body) : body.status();
+    if (!gen.ok()) {
+      gw->RecordRequest("http_chat_completions", gen.status(), absl::Now() - t0);
+      SendError(res, gen.status());
+      return;
+    }
+    ServeGeneration(gw, *std::move(gen), ApiKind::kChat, "http_chat_completions", res);
+  };
+  server->Post("/v1/chat/completions", handler);
+  server->Post("/chat/completions", handler);
+}
+
+}  // namespace herd::gateway::http

@@ -1,0 +1,457 @@
+#include "services/gateway/http_generation.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+#include "services/gateway/http_util.h"
+#include "services/gateway/text_stream.h"
+
+namespace herd::gateway::http {
+namespace {
+
+constexpr int kMaxChoices = 16;
+
+absl::Status ParseSpeculative(const json& spec, v1::SpeculativeConfig* c) {
+  if (!spec.is_object()) return Bad("speculative: must be an object");
+  struct IntField {
+    const char* key;
+    void (v1::SpeculativeConfig::*set)(int32_t);
+  };
+  static const IntField kInts[] = {{"draft_max", &v1::SpeculativeConfig::set_draft_max},
+                                   {"draft_min", &v1::SpeculativeConfig::set_draft_min},
+                                   {"ngram_size_n", &v1::SpeculativeConfig::set_ngram_size_n},
+                                   {"ngram_size_m", &v1::SpeculativeConfig::set_ngram_size_m},
+                                   {"ngram_check_rate", &v1::SpeculativeConfig::set_ngram_check_rate},
+                                   {"ngram_min_hits", &v1::SpeculativeConfig::set_ngram_min_hits}};
+  bool has = false;
+  int64_t iv = 0;
+  double dv = 0;
+  absl::Status s;
+  for (auto it = spec.begin(); it != spec.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "type") {
+      if (it->is_null()) continue;
+      if (!it->is_string()) return Bad("speculative.type: must be a string");
+      c->set_type(it->get<std::string>());
+    } else if (key == "draft_p_min") {
+      if (!(s = GetNumber(spec, "draft_p_min", &dv, &has)).ok()) return Bad(absl::StrCat("speculative.", s.message()));
+      if (has) c->set_draft_p_min(static_cast<float>(dv));
+    } else {
+      const IntField* f = nullptr;
+      for (const IntField& i : kInts) {
+        if (key == i.key) f = &i;
+      }
+      if (f == nullptr) {
+        return Bad(absl::StrCat("speculative.", key,
+                                ": unknown field (type, draft_max, draft_min, draft_p_min, ngram_size_n, "
+                                "ngram_size_m, ngram_check_rate, ngram_min_hits)"));
+      }
+      if (!(s = GetInt(spec, f->key, &iv, &has)).ok()) return Bad(absl::StrCat("speculative.", s.message()));
+      if (has) (c->*(f->set))(ClampI32(iv));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const json& body, v1::SamplingParams* sp) {
+  bool has = false;
+  int64_t iv = 0;
+  double dv = 0;
+  absl::Status s;
+  struct FloatField {
+    const char* key;
+    void (v1::SamplingParams::*set)(float);
+  };
+  for (const FloatField& f : {FloatField{"temperature", &v1::SamplingParams::set_temperature},
+                              FloatField{"top_p", &v1::SamplingParams::set_top_p},
+                              FloatField{"min_p", &v1::SamplingParams::set_min_p},
+                              FloatField{"repeat_penalty", &v1::SamplingParams::set_repeat_penalty},
+                              FloatField{"presence_penalty", &v1::SamplingParams::set_presence_penalty},
+                              FloatField{"frequency_penalty", &v1::SamplingParams::set_frequency_penalty}}) {
+    if (!(s = GetNumber(body, f.key, &dv, &has)).ok()) return s;
+    if (has) (sp->*f.set)(static_cast<float>(dv));
+  }
+  if (!(s = GetInt(body, "top_k", &iv, &has)).ok()) return s;
+  if (has) sp->set_top_k(ClampI32(iv));
+  if (!(s = GetInt(body, "repeat_last_n", &iv, &has)).ok()) return s;
+  if (has) sp->set_repeat_last_n(ClampI32(iv));
+  if (!(s = GetInt(body, "seed", &iv, &has)).ok()) return s;
+  if (has && iv != -1) {
+    if (iv < 0 || iv > 0xFFFFFFFFll) return Bad(absl::StrCat("seed: must be -1 or in 0..4294967295 (got ", iv, ")"));
+    sp->set_seed(static_cast<uint32_t>(iv));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const json& body, v1::GenerateRequest* r) {
+  auto stop = body.find("stop");
+  if (stop == body.end() || stop->is_null()) return absl::OkStatus();
+  if (stop->is_string()) {
+    r->add_stop(stop->get<std::string>());
+  } else if (stop->is_array()) {
+    for (size_t i = 0; i < stop->size(); ++i) {
+      if (!(*stop)[i].is_string()) return Bad(absl::StrCat("stop[", i, "]: must be a string"));
+      r->add_stop((*stop)[i].get<std::string>());
+    }
+  } else {
+    return Bad("stop: must be a string or an array of strings");
+  }
+  return absl::OkStatus();
+}
+
+// Text of a token as the logprobs objects show it (valid UTF-8) and its raw bytes.
+struct TokenText {
+  std::string text;
+  json bytes = json::array();
+};
+TokenText PieceOf(const tokenizer::Vocab* vocab, int32_t id) {
+  TokenText t;
+  const std::string raw = vocab != nullptr ? vocab->TokenToPiece(id, false) : "";
+  t.text = SanitizeUtf8(raw);
+  for (unsigned char c : raw) t.bytes.push_back(static_cast<int>(c));
+  return t;
+}
+
+// Logprobs of one choice: OpenAI completions' {tokens, token_logprobs, top_logprobs,
+// text_offset} or chat's {content: [{token, logprob, bytes, top_logprobs}]}.
+class LogprobsAcc {
+ public:
+  LogprobsAcc(ApiKind kind, const tokenizer::Vocab* vocab, int top_n) : kind_(kind), vocab_(vocab), top_n_(top_n) {
+    Reset();
+  }
+  void Reset() {
+    if (kind_ == ApiKind::kChat) {
+      content_ = json::array();
+    } else {
+      tokens_ = json::array(), token_logprobs_ = json::array(), top_logprobs_ = json::array(),
+      text_offset_ = json::array();
+    }
+  }
+  bool empty() const { return kind_ == ApiKind::kChat ? content_.empty() : tokens_.empty(); }
+  void Add(const v1::GenerateResponse& msg) {
+    for (const v1::TokenLogprobs& lp : msg.logprobs()) {
+      const TokenText t = PieceOf(vocab_, lp.token_id());
+      if (kind_ == ApiKind::kChat) {
+        json top = json::array();
+        for (const v1::TokenLogprob& a : lp.top()) {
+          if (static_cast<int>(top.size()) >= top_n_) break;
+          const TokenText at = PieceOf(vocab_, a.token_id());
+          top.push_back(json{{"token", at.text}, {"logprob", a.logprob()}, {"bytes", at.bytes}});
+        }
+        content_.push_back(json{{"token", t.text}, {"logprob", lp.logprob()}, {"bytes", t.bytes}, {"top_logprobs", top}});
+      } else {
+        tokens_.push_back(t.text);
+        token_logprobs_.push_back(lp.logprob());
+        json top = json::object();
+        for (const v1::TokenLogprob& a : lp.top()) {
+          if (static_cast<int>(top.size()) >= top_n_) break;
+          top[a.text()] = a.logprob();
+        }
+        top_logprobs_.push_back(std::move(top));
+        text_offset_.push_back(offset_);
+        offset_ += t.text.size();
+      }
+    }
+  }
+  json ToJson() const {
+    if (kind_ == ApiKind::kChat) return json{{"content", content_}};
+    return json{{"tokens", tokens_}, {"token_logprobs", token_logprobs_}, {"top_logprobs", top_logprobs_},
+                {"text_offset", text_offset_}};
+  }
+
+ private:
+  ApiKind kind_;
+  const tokenizer::Vocab* vocab_;
+  int top_n_;
+  json content_, tokens_, token_logprobs_, top_logprobs_, text_offset_;
+  size_t offset_ = 0;
+};
+
+// What every chunk and response of one request shares.
+struct ResponseMeta {
+  ApiKind kind;
+  std::string id;
+  std::string model;
+  int64_t created = 0;
+  bool want_logprobs = false;
+  int top_logprobs = 0;
+  std::shared_ptr<const tokenizer::Vocab> vocab;
+
+  json Envelope(bool chunk) const {
+    const char* object = kind == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                : "text_completion";
+    return json{{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+  }
+};
+
+json FinishJson(v1::FinishReason r) {
+  const char* f = FinishString(r);
+  return f != nullptr ? json(f) : json(nullptr);
+}
+
+// One streamed choice: writes "data: {...}" events through the request's shared writer.
+class StreamWriter {
+ public:
+  explicit StreamWriter(httplib::DataSink* ds) : ds_(ds) {}
+  bool Send(const std::string& payload) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (gone_) return false;
+    const std::string ev = absl::StrCat("data: ", payload, "\n\n");
+    if (!ds_->write(ev.data(), ev.size())) gone_ = true;
+    return !gone_;
+  }
+  bool gone() const { return gone_.load(); }
+
+ private:
+  httplib::DataSink* ds_;
+  std::mutex mu_;
+  std::atomic<bool> gone_{false};
+};
+
+class SseChoiceSink : public GenerateSink {
+ public:
+  SseChoiceSink(StreamWriter* w, const ResponseMeta* meta, int index)
+      : w_(w), meta_(meta), index_(index), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {}
+  bool Write(const v1::GenerateResponse& msg) override {
+    const bool finish = msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+    if (msg.has_usage()) usage_ = msg.usage();
+    lp_.Reset();
+    if (meta_->want_logprobs) lp_.Add(msg);
+    const bool first_chat = meta_->kind == ApiKind::kChat && !sent_role_;
+    if (msg.text().empty() && !finish && lp_.empty() && !first_chat) return !w_->gone();
+    json choice = {{"index", index_},
+                   {"logprobs", meta_->want_logprobs && !lp_.empty() ? lp_.ToJson() : json(nullptr)},
+                   {"finish_reason", FinishJson(msg.finish_reason())}};
+    if (meta_->kind == ApiKind::kChat) {
+      json delta = json::object();
+      if (first_chat) delta["role"] = "assistant";
+      if (!msg.text().empty() || first_chat) delta["content"] = msg.text();
+      choice["delta"] = std::move(delta);
+      sent_role_ = true;
+    } else {
+      choice["text"] = msg.text();
+    }
+    json chunk = meta_->Envelope(/*chunk=*/true);
+    chunk["choices"] = json::array({choice});
+    if (finish && msg.has_usage()) {
+      if (meta_->kind == ApiKind::kCompletions) chunk["usage"] = UsageJson(msg.usage());
+      chunk["timings"] = TimingsJson(msg.usage());
+    }
+    if (msg.speculative_size() > 0) chunk["speculative"] = SpeculativeJson(msg.speculative());
+    return w_->Send(Dump(chunk));
+  }
+  bool Cancelled() override { return w_->gone(); }
+  const v1::Usage& usage() const { return usage_; }
+
+ private:
+  StreamWriter* w_;
+  const ResponseMeta* meta_;
+  int index_;
+  LogprobsAcc lp_;
+  bool sent_role_ = false;
+  v1::Usage usage_;
+};
+
+// Collects one whole choice for the non-streaming response.
+class CollectSink : public GenerateSink {
+ public:
+  CollectSink(const ResponseMeta* meta, int index) : meta_(meta), index_(index), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {}
+  bool Write(const v1::GenerateResponse& msg) override {
+    if (meta_->want_logprobs) lp_.Add(msg);
+    text_ += msg.text();
+    if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) finish_ = msg.finish_reason();
+    if (msg.has_usage()) usage_ = msg.usage();
+    if (msg.speculative_size() > 0) speculative_ = SpeculativeJson(msg.speculative());
+    return true;
+  }
+  json Choice() const {
+    json choice = {{"index", index_},
+                   {"logprobs", meta_->want_logprobs ? lp_.ToJson() : json(nullptr)},
+                   {"finish_reason", FinishJson(finish_)}};
+    if (meta_->kind == ApiKind::kChat) {
+      choice["message"] = json{{"role", "assistant"}, {"content", text_}};
+    } else {
+      choice["text"] = text_;
+    }
+    return choice;
+  }
+  const v1::Usage& usage() const { return usage_; }
+  const json& speculative() const { return speculative_; }
+
+ private:
+  const ResponseMeta* meta_;
+  int index_;
+  LogprobsAcc lp_;
+  std::string text_;
+  v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage_;
+  json speculative_;  // null unless the last message carried statistics
+};
+
+// Usage of all choices: the prompt once, completions summed (OpenAI's convention);
+// timings add up the work.
+v1::Usage SumUsage(const std::vector<const v1::Usage*>& us) {
+  v1::Usage sum;
+  for (const v1::Usage* u : us) {
+    sum.set_prompt_tokens(std::max(sum.prompt_tokens(), u->prompt_tokens()));
+    sum.set_completion_tokens(sum.completion_tokens() + u->completion_tokens());
+    sum.set_prompt_ms(sum.prompt_ms() + u->prompt_ms());
+    sum.set_generation_ms(sum.generation_ms() + u->generation_ms());
+    sum.set_queue_ms(std::max(sum.queue_ms(), u->queue_ms()));
+    sum.set_total_ms(std::max(sum.total_ms(), u->total_ms()));
+  }
+  return sum;
+}
+
+// Runs fn(i) for i in [0, n), i > 0 on their own threads; returns the first error.
+template <typename Fn>
+absl::Status RunChoices(int n, Fn fn) {
+  std::vector<absl::Status> st(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { st[static_cast<size_t>(i)] = fn(i); });
+  st[0] = fn(0);
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : st) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<const char*>& CommonFields() {
+  static const std::vector<const char*> kFields = {
+      "model",        "max_tokens",     "n_predict",      "temperature", "top_p", "top_k", "min_p", "repeat_penalty",
+      "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop",  "stream", "stream_options",
+      "ignore_eos",   "n",              "speculative"};
+  return kFields;
+}
+
+absl::Status ParseCommonFields(const json& body, ApiKind kind, HttpGeneration* out) {
+  v1::GenerateRequest& r = out->req;
+  std::string model;
+  bool has = false;
+  absl::Status s = GetString(body, "model", &model, &has);
+  if (!s.ok()) return s;
+  if (!has) return Bad("model: required");
+  r.set_model(model);
+
+  int64_t iv = 0;
+  // -1 (or absent) = until the context is full, as llama.cpp's n_predict.
+  std::vector<const char*> max_keys = {"max_tokens", "n_predict"};
+  if (kind == ApiKind::kChat) max_keys.push_back("max_completion_tokens");
+  for (const char* key : max_keys) {
+    if (!(s = GetInt(body, key, &iv, &has)).ok()) return s;
+    if (has && iv != -1) r.set_n_predict(ClampI32(iv));
+  }
+  if (!(s = ParseSampling(body, r.mutable_sampling())).ok()) return s;
+  if (!(s = ParseStop(body, &r)).ok()) return s;
+  bool bv = false;
+  if (!(s = GetBool(body, "stream", &bv, &has)).ok()) return s;
+  if (has) out->stream = bv;
+  auto so = body.find("stream_options");
+  if (so != body.end() && !so->is_null()) {
+    if (!so->is_object()) return Bad("stream_options: must be an object");
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      if (it.key() != "include_usage") return Bad(absl::StrCat("stream_options.", it.key(), ": unknown field"));
+    }
+    if (!(s = GetBool(*so, "include_usage", &bv, &has)).ok()) return Bad(absl::StrCat("stream_options.", s.message()));
+    if (has) out->include_usage = bv;
+  }
+  if (!(s = GetBool(body, "ignore_eos", &bv, &has)).ok()) return s;
+  if (has) r.set_ignore_eos(bv);
+  if (!(s = GetInt(body, "n", &iv, &has)).ok()) return s;
+  if (has) {
+    if (iv < 1 || iv > kMaxChoices) return Bad(absl::StrCat("n: must be in 1..", kMaxChoices, " (got ", iv, ")"));
+    out->n = static_cast<int>(iv);
+  }
+  auto spec = body.find("speculative");
+  if (spec != body.end() && !spec->is_null()) {
+    if (!(s = ParseSpeculative(*spec, r.mutable_speculative())).ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
+                     httplib::Response& res) {
+  // Prepare every choice first: validation errors are answered before any output.
+  std::vector<std::shared_ptr<Gateway::Generation>> choices;
+  for (int i = 0; i < gen.n; ++i) {
+    v1::GenerateRequest req = gen.req;
+    if (i > 0 && req.sampling().has_seed()) req.mutable_sampling()->set_seed(req.sampling().seed() + static_cast<uint32_t>(i));
+    auto g = gw->Prepare(req, absl::InfiniteFuture(), method);
+    if (!g.ok()) {
+      SendError(res, g.status());
+      return;
+    }
+    choices.emplace_back(std::move(*g));
+  }
+  auto meta = std::make_shared<ResponseMeta>();
+  static std::atomic<uint64_t> next{1};
+  meta->kind = kind;
+  meta->id = absl::StrCat(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-", absl::ToUnixMicros(absl::Now()), "-",
+                          next.fetch_add(1));
+  meta->model = gen.req.model();
+  meta->created = absl::ToUnixSeconds(absl::Now());
+  meta->want_logprobs = gen.req.has_logprobs() && gen.req.logprobs() > 0;
+  meta->top_logprobs = gen.top_logprobs;
+  meta->vocab = choices[0]->vocab;
+
+  if (!gen.stream) {
+    std::vector<std::unique_ptr<CollectSink>> sinks;
+    for (int i = 0; i < gen.n; ++i) sinks.push_back(std::make_unique<CollectSink>(meta.get(), i));
+    absl::Status st = RunChoices(gen.n, [&](int i) { return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get()); });
+    if (!st.ok()) {
+      SendError(res, st);
+      return;
+    }
+    json out = meta->Envelope(/*chunk=*/false);
+    out["choices"] = json::array();
+    std::vector<const v1::Usage*> usages;
+    for (const auto& s : sinks) {
+      out["choices"].push_back(s->Choice());
+      usages.push_back(&s->usage());
+    }
+    const v1::Usage sum = SumUsage(usages);
+    out["usage"] = UsageJson(sum);
+    out["timings"] = TimingsJson(sum);
+    if (!sinks[0]->speculative().is_null()) out["speculative"] = sinks[0]->speculative();
+    SendJson(res, out);
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  const bool include_usage = gen.include_usage;
+  res.set_chunked_content_provider(
+      "text/event-stream", [gw, choices, meta, include_usage](size_t, httplib::DataSink& ds) {
+        StreamWriter w(&ds);
+        std::vector<std::unique_ptr<SseChoiceSink>> sinks;
+        for (size_t i = 0; i < choices.size(); ++i) {
+          sinks.push_back(std::make_unique<SseChoiceSink>(&w, meta.get(), static_cast<int>(i)));
+        }
+        absl::Status st = RunChoices(static_cast<int>(choices.size()), [&](int i) {
+          return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get());
+        });
+        if (!st.ok()) {
+          w.Send(Dump(ErrorJson(st)));
+        } else {
+          if (include_usage) {
+            std::vector<const v1::Usage*> usages;
+            for (const auto& s : sinks) usages.push_back(&s->usage());
+            json chunk = meta->Envelope(/*chunk=*/true);
+            chunk["choices"] = json::array();
+            chunk["usage"] = UsageJson(SumUsage(usages));
+            w.Send(Dump(chunk));
+          }
+          w.Send("[DONE]");
+        }
+        ds.done();
+        return true;
+      });
+}
+
+}  // namespace herd::gateway::http

@@ -1,0 +1,62 @@
+// The generation endpoints of the HTTP front end (POST /v1/completions and
+// /v1/chat/completions): the request fields they share, and one runner that prepares
+// the request's `n` choices through Gateway::Prepare, runs them (concurrently when
+// n > 1) and writes OpenAI's response shapes, streamed as server-sent events or whole.
+// Internal to services/gateway.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "proto/herd/v1/gateway.pb.h"
+#include "services/gateway/gateway.h"
+
+namespace httplib {
+struct Response;
+}
+
+namespace herd::gateway::http {
+
+/// Which OpenAI API a response is shaped for.
+enum class ApiKind { kCompletions, kChat };
+
+/// A parsed completions or chat request.
+struct HttpGeneration {
+  v1::GenerateRequest req;
+  bool stream = false;
+  /// stream_options.include_usage: a last chunk with usage (and no choices).
+  bool include_usage = false;
+  /// Independent choices (1..16); each is its own sequence, seeded seed + index when a
+  /// seed is given.
+  int n = 1;
+  /// Alternatives shown per token when logprobs are requested (GenerateRequest.logprobs
+  /// asks the worker for at least one).
+  int top_logprobs = 0;
+};
+
+/// Parses what both APIs share: max_tokens (-1 or absent = until the context is full,
+/// as llama.cpp; also n_predict, and max_completion_tokens for chat), temperature, top_p,
+/// top_k (<= 0 = off), min_p, repeat_penalty, repeat_last_n, presence_penalty,
+/// frequency_penalty, seed (-1 = random), stop, stream, stream_options, ignore_eos, n,
+/// speculative. INVALID_ARGUMENT naming the field.
+absl::Status ParseCommonFields(const nlohmann::json& body, ApiKind kind, HttpGeneration* out);
+
+/// The keys ParseCommonFields reads, for CheckKnownFields.
+const std::vector<const char*>& CommonFields();
+
+/// Maps an OpenAI /v1/chat/completions body to an HttpGeneration whose request carries
+/// a ChatPrompt: messages (role, content as a string or text parts, name, tool_call_id,
+/// tool_calls), tools (tool_choice "auto" or "none"), logprobs / top_logprobs,
+/// max_completion_tokens, response_format {"type": "text"}, plus ParseCommonFields'
+/// fields. Any other field is refused. INVALID_ARGUMENT naming the field. (http_chat.cc)
+absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body);
+
+/// Runs `gen` and writes the response. `method` labels metrics ("http_completions").
+/// Validation errors (Prepare) are sent as 4xx before any output; a stream that fails
+/// later ends with an error event.
+void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
+                     httplib::Response& res);
+
+}  // namespace herd::gateway::http

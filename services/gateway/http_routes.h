@@ -1,0 +1,22 @@
+// Route groups of the HTTP front end (HttpFrontEnd registers them). Internal to
+// services/gateway.
+#pragma once
+
+namespace httplib {
+class Server;
+}
+
+namespace herd::gateway {
+class Gateway;
+
+namespace http {
+
+/// GET /health, /healthz, /v1/models, /v1/models/{id}; POST /tokenize, /detokenize
+/// (llama.cpp server's shapes). http_info.cc.
+void RegisterInfoRoutes(httplib::Server* server, Gateway* gw);
+
+/// POST /v1/chat/completions (also /chat/completions). http_chat.cc.
+void RegisterChatRoutes(httplib::Server* server, Gateway* gw);
+
+}  // namespace http
+}  // namespace herd::gateway
