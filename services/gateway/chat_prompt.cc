@@ -6,7 +6,7 @@
 namespace herd::gateway {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // key order reaches the template (tojson), as in Python
 
 constexpr int kMaxMessages = 1024;
 

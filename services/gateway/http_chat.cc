@@ -37,7 +37,13 @@ absl::StatusOr<std::string> ContentText(const json& content, const std::string& 
   return out;
 }
 
-absl::Status ParseMessage(const json& m, size_t i, v1::ChatMessage* out) {
+// Compact JSON keeping the request's key order (templates print tools with tojson).
+std::string DumpOrdered(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// `ordered`: the same message parsed with key order kept (nullptr: not available).
+absl::Status ParseMessage(const json& m, const nlohmann::ordered_json* ordered, size_t i, v1::ChatMessage* out) {
   const std::string f = absl::StrCat("messages[", i, "]");
   if (!m.is_object()) return Bad(absl::StrCat(f, ": must be an object"));
   for (auto it = m.begin(); it != m.end(); ++it) {
@@ -68,12 +74,12 @@ absl::Status ParseMessage(const json& m, size_t i, v1::ChatMessage* out) {
   auto calls = m.find("tool_calls");
   if (calls != m.end() && !calls->is_null()) {
     if (!calls->is_array()) return Bad(absl::StrCat(f, ".tool_calls: must be an array"));
-    out->set_tool_calls_json(Dump(*calls));
+    out->set_tool_calls_json(ordered != nullptr ? DumpOrdered((*ordered)["tool_calls"]) : Dump(*calls));
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseTools(const json& body, v1::ChatPrompt* chat) {
+absl::Status ParseTools(const json& body, const nlohmann::ordered_json* ordered, v1::ChatPrompt* chat) {
   std::string choice = "auto";
   auto tc = body.find("tool_choice");
   if (tc != body.end() && !tc->is_null()) {
@@ -88,14 +94,16 @@ absl::Status ParseTools(const json& body, v1::ChatPrompt* chat) {
   for (size_t i = 0; i < tools->size(); ++i) {
     if (!(*tools)[i].is_object()) return Bad(absl::StrCat("tools[", i, "]: must be an object"));
   }
-  if (choice != "none" && !tools->empty()) chat->set_tools_json(Dump(*tools));
+  if (choice != "none" && !tools->empty()) {
+    chat->set_tools_json(ordered != nullptr ? DumpOrdered((*ordered)["tools"]) : Dump(*tools));
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
 /// Maps an OpenAI chat completions body to an HttpGeneration with a ChatPrompt.
-absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body) {
+absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body, const nlohmann::ordered_json* ordered) {
   std::vector<const char*> known = CommonFields();
   known.insert(known.end(), {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice",
                              "parallel_tool_calls", "response_format", "logit_bias"});
@@ -108,9 +116,10 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body) {
   if (!messages->is_array() || messages->empty()) return Bad("messages: must be a non-empty array");
   v1::ChatPrompt* chat = gen.req.mutable_chat();
   for (size_t i = 0; i < messages->size(); ++i) {
-    if (!(s = ParseMessage((*messages)[i], i, chat->add_messages())).ok()) return s;
+    const nlohmann::ordered_json* om = ordered != nullptr ? &(*ordered)["messages"][i] : nullptr;
+    if (!(s = ParseMessage((*messages)[i], om, i, chat->add_messages())).ok()) return s;
   }
-  if (!(s = ParseTools(body, chat)).ok()) return s;
+  if (!(s = ParseTools(body, ordered, chat)).ok()) return s;
   bool logprobs = false, has = false;
   if (!(s = GetBool(body, "logprobs", &logprobs, &has)).ok()) return s;
   int64_t top = 0;
@@ -139,7 +148,9 @@ void RegisterChatRoutes(httplib::Server* server, Gateway* gw) {
   auto handler = [gw](const httplib::Request& hreq, httplib::Response& res) {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<json> body = ParseJsonObject(hreq.body);
-    absl::StatusOr<HttpGeneration> gen = body.ok() ? ParseChatRequest(*body) : body.status();
+    // The body again with its key order kept, for what the template prints (tools).
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(hreq.body, nullptr, false);
+    absl::StatusOr<HttpGeneration> gen = body.ok() ? ParseChatRequest(*body, &ordered) : body.status();
     if (!gen.ok()) {
       gw->RecordRequest("http_chat_completions", gen.status(), absl::Now() - t0);
       SendError(res, gen.status());

@@ -51,7 +51,10 @@ const std::vector<const char*>& CommonFields();
 /// tool_calls), tools (tool_choice "auto" or "none"), logprobs / top_logprobs,
 /// max_completion_tokens, response_format {"type": "text"}, plus ParseCommonFields'
 /// fields. Any other field is refused. INVALID_ARGUMENT naming the field. (http_chat.cc)
-absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body);
+/// `ordered` (optional): the same body parsed with key order kept, so that tools and
+/// tool_calls reach the template in the client's order.
+absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body,
+                                                const nlohmann::ordered_json* ordered = nullptr);
 
 /// Runs `gen` and writes the response. `method` labels metrics ("http_completions").
 /// Validation errors (Prepare) are sent as 4xx before any output; a stream that fails
