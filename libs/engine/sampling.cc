@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace herd::engine {
 namespace {
@@ -20,6 +21,12 @@ inline bool Before(const TokenData& a, const TokenData& b) {
 absl::Status FieldError(const char* field, const std::string& want, double got) {
   return absl::InvalidArgumentError(
       absl::StrCat("invalid sampling parameter ", field, ": must be ", want, ", got ", got));
+}
+
+// "invalid sampling parameter grammar: <parser message without its "grammar: ">".
+absl::Status GrammarError(const absl::Status& parse) {
+  return absl::InvalidArgumentError(absl::StrCat("invalid sampling parameter grammar: ",
+                                                 absl::StripPrefix(parse.message(), "grammar: ")));
 }
 
 // get_rng_seed() in llama-sampling.cpp.
@@ -81,7 +88,7 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t n_vocab) {
   }
   if (!p.grammar.empty()) {
     auto g = grammar::Grammar::Parse(p.grammar);
-    if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("invalid sampling parameter grammar: ", g.status().message()));
+    if (!g.ok()) return GrammarError(g.status());
   }
   return absl::OkStatus();
 }
@@ -216,7 +223,7 @@ absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& p
         pieces == nullptr ? std::string(" (none given)") : absl::StrCat(" (got ", pieces->n_tokens(), " tokens)")));
   }
   auto g = grammar::Grammar::Parse(params.grammar);
-  if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("invalid sampling parameter grammar: ", g.status().message()));
+  if (!g.ok()) return GrammarError(g.status());
   auto m = grammar::Matcher::Create(*g);
   if (!m.ok()) return m.status();
   s->matcher_.emplace(*m);

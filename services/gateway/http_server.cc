@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 #include "libs/base/log.h"
+#include "services/gateway/constraints.h"
 #include "services/gateway/text_stream.h"
 
 namespace herd::gateway {
@@ -387,10 +388,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body) {
   }
   auto suffix = body.find("suffix");
   if (suffix != body.end() && !suffix->is_null()) return Bad("suffix: not supported");
-  auto bias = body.find("logit_bias");
-  if (bias != body.end() && !bias->is_null() && !(bias->is_object() && bias->empty())) {
-    return Bad("logit_bias: not supported");
-  }
+  // grammar, json_schema, response_format and logit_bias: ParseConstraints (needs the
+  // model's vocabulary; called by the handler).
   return out;
 }
 
@@ -447,6 +446,11 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts)
     absl::StatusOr<CompletionRequest> cr =
         body.is_discarded() ? absl::StatusOr<CompletionRequest>(Bad("request body: invalid JSON"))
                             : ParseCompletionRequest(body);
+    if (cr.ok() && HasConstraints(body)) {  // grammar / json_schema / response_format / logit_bias
+      auto vocab = gw_->vocabs().Get(cr->req.model(), absl::Now() + absl::Seconds(10));
+      absl::Status cs = vocab.ok() ? ParseConstraints(body, **vocab, cr->req.mutable_sampling()) : vocab.status();
+      if (!cs.ok()) cr = cs;
+    }
     if (!cr.ok()) {
       gw_->RecordRequest("http_completions", cr.status(), absl::Now() - t0);
       SendError(res, cr.status());

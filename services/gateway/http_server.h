@@ -35,7 +35,9 @@ struct CompletionRequest {
 /// presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, ignore_eos,
 /// speculative (an object with GenerateRequest.speculative's fields: type, draft_max,
 /// draft_min, draft_p_min, ngram_size_n, ngram_size_m, ngram_check_rate, ngram_min_hits);
-/// n / best_of must be 1 and echo false when present. Range checks are left to the
+/// n / best_of must be 1 and echo false when present. grammar, json_schema,
+/// response_format and logit_bias need the model's vocabulary: the handler applies
+/// them with ParseConstraints (constraints.h) after this. Range checks are left to the
 /// gateway. Errors: INVALID_ARGUMENT naming the JSON field (wrong type, unsupported
 /// option, missing model/prompt).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body);
