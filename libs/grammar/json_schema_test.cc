@@ -76,7 +76,7 @@ TEST(JsonSchema, RandomWalksValidate) {
     std::ofstream f(path);
     f << cases.dump(1, ' ', false, json::error_handler_t::replace);
   }
-  const std::string cmd = "python3 libs/grammar/validate_json.py " + path + " 2>&1";
+  const std::string cmd = "/usr/bin/python3 libs/grammar/validate_json.py " + path + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

@@ -229,7 +229,7 @@ std::string ValidateWithJsonSchema(const nlohmann::json& cases) {
     std::ofstream f(path);
     f << cases.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  FILE* p = popen(("python3 libs/grammar/validate_json.py " + path + " 2>&1").c_str(), "r");
+  FILE* p = popen(("/usr/bin/python3 libs/grammar/validate_json.py " + path + " 2>&1").c_str(), "r");
   if (p == nullptr) return "cannot run python3";
   std::string out;
   char buf[4096];
