@@ -27,7 +27,8 @@ bool Present(const json& body, const char* key) {
 absl::Status FromSchema(const json& schema, const std::string& field, std::string* grammar) {
   auto g = grammar::JsonSchemaToGrammar(schema);
   if (!g.ok()) {
-    return Bad(absl::StrCat(field, ": ", absl::StripPrefix(g.status().message(), "json_schema")));
+    // The converter names the keyword as "json_schema/<pointer>: ..."; keep the pointer.
+    return Bad(absl::StrCat(field, absl::StripPrefix(g.status().message(), "json_schema")));
   }
   *grammar = *std::move(g);
   return absl::OkStatus();

@@ -319,7 +319,7 @@ TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
       {{{"json_schema", {{"type", "string"}, {"pattern", "^a$"}}}}, "json_schema/pattern: not supported"},
       {{{"grammar", "root ::= \"a\""}, {"json_schema", {{"type", "string"}}}}, "give only one"},
       {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
-      {{{"logit_bias", {{"abc", 1}}}}, "logit_bias[\"abc\"]: key must be a token id"},
+      {{{"logit_bias", {{"abc", 1}}}}, "key must be a token id"},
       {{{"logit_bias", {{"99999", 1}}}}, "outside the vocabulary"},
       {{{"logit_bias", nlohmann::json::array({nlohmann::json::array({1, true})})}}, "logit_bias[0]: must be a number or false"},
   };
