@@ -213,17 +213,19 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
 
 absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& params, int32_t n_vocab,
                                                          std::shared_ptr<const grammar::TokenPieces> pieces) {
-  absl::Status st = ValidateSamplingParams(params, n_vocab);
+  SamplingParams ranges = params;  // the grammar is parsed once, below
+  ranges.grammar.clear();
+  absl::Status st = ValidateSamplingParams(ranges, n_vocab);
   if (!st.ok()) return st;
   auto s = std::make_unique<Sampler>(params, n_vocab);
   if (params.grammar.empty()) return s;
+  auto g = grammar::Grammar::Parse(params.grammar);
+  if (!g.ok()) return GrammarError(g.status());
   if (pieces == nullptr || pieces->n_tokens() != n_vocab) {
     return absl::FailedPreconditionError(absl::StrCat(
         "sampler: a grammar needs the token pieces of the ", n_vocab, "-token vocabulary",
         pieces == nullptr ? std::string(" (none given)") : absl::StrCat(" (got ", pieces->n_tokens(), " tokens)")));
   }
-  auto g = grammar::Grammar::Parse(params.grammar);
-  if (!g.ok()) return GrammarError(g.status());
   auto m = grammar::Matcher::Create(*g);
   if (!m.ok()) return m.status();
   s->matcher_.emplace(*m);
