@@ -343,6 +343,23 @@ int32_t Sampler::Sample(const float* logits) {
   if (first >= 0 && matcher_->TokenAllowed(*pieces_, first)) return first;
   top_logprobs_.clear();
   Prepare(logits, &cur);
+  if (Greedy() && params_.n_probs == 0) {
+    // The argmax over the allowed tokens is the first allowed one in (logit desc, id
+    // asc) order: check the best few before applying the grammar to everything (same
+    // result, much cheaper on large vocabularies).
+    const size_t k = std::min<size_t>(64, cur.data.size());
+    std::partial_sort(cur.data.begin(), cur.data.begin() + static_cast<long>(k), cur.data.end(), Before);
+    std::vector<int32_t> ids(k);
+    std::vector<uint8_t> ok(k);
+    for (size_t i = 0; i < k; ++i) ids[i] = cur.data[i].id;
+    matcher_->CheckTokens(*pieces_, ids.data(), k, ok.data());
+    for (size_t i = 0; i < k; ++i) {
+      if (!ok[i]) continue;
+      if (cur.data[i].logit != -INFINITY) return cur.data[i].id;
+      break;  // only -inf tokens left: the full path decides
+    }
+    Prepare(logits, &cur);
+  }
   grammar::ApplyGrammar(*matcher_, *pieces_, &cur.data);
   bool any = false;
   for (const TokenData& t : cur.data) {

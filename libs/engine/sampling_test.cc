@@ -559,6 +559,34 @@ TEST(SamplingGrammar, CandidatesAndErrors) {
   EXPECT_EQ(plain.Sample(logits.data()), -1);
 }
 
+// Greedy sampling with a grammar (fast path over the best candidates) equals the argmax
+// of the grammar-filtered logits (Candidates(), which applies the grammar to everything).
+TEST(SamplingGrammar, GreedyEqualsFullGrammarArgmax) {
+  std::vector<std::string> texts = {"<eos>"};
+  std::vector<bool> eog = {true};
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back(std::string(1, static_cast<char>('a' + i % 26)) + (i >= 26 ? std::to_string(i) : ""));
+    eog.push_back(false);
+  }
+  auto pieces = grammar::TokenPieces::Create(texts, eog);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    SamplingParams p = Plain(0.0f);
+    p.grammar = "root ::= [x-z] [0-9]* | \"q1\" [0-9]+";
+    auto s = Sampler::Create(p, static_cast<int32_t>(texts.size()), pieces);
+    ASSERT_TRUE(s.ok()) << s.status();
+    std::vector<float> logits(texts.size());
+    for (float& l : logits) l = nd(rng);
+    if (trial % 3 == 0) logits[static_cast<size_t>(trial % 200)] = 50;  // a likely, mostly rejected token
+    const TokenDataArray c = (*s)->Candidates(logits.data());
+    const int32_t t = (*s)->Sample(logits.data());
+    ASSERT_EQ(c.data.size(), 1u);
+    EXPECT_EQ(t, c.data[0].id) << "trial " << trial;
+    EXPECT_TRUE((*s)->matcher()->TokenAllowed(*pieces, t));
+  }
+}
+
 TEST(SamplingGrammar, DeadEndReturnsMinusOne) {
   // No EOG token in this vocabulary: after "a" nothing can follow.
   auto pieces = grammar::TokenPieces::Create({"a", "b"}, {false, false});

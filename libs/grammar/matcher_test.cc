@@ -1,5 +1,7 @@
 #include "libs/grammar/matcher.h"
 
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -145,6 +147,40 @@ TEST(Matcher, RealVocabulary) {
   }
   EXPECT_FALSE(m.TokenAllowed(*p, (*v)->bos()));
   EXPECT_FALSE(m.TokenAllowed(*p, (*v)->eos()));
+}
+
+// Cost of applying a grammar to a whole 32000-token vocabulary (the sampler's fallback
+// path), printed for reference; the bound is loose (shared, loaded test machines).
+TEST(Matcher, WholeVocabularyCheckIsFast) {
+  const std::string dir = SharedDir();
+  if (dir.empty()) GTEST_SKIP() << kSharedDirMissing;
+  auto f = gguf::GgufFile::Open(dir + "/models/llama-2-tiny-random.gguf");
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto v = tokenizer::Vocab::FromGguf(**f);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = TokenPieces::FromVocab(**v);
+  const auto t1 = std::chrono::steady_clock::now();
+  Matcher m = Make(
+      "root ::= \"{\" ws (pair (\",\" ws pair)*)? \"}\"\n"
+      "pair ::= str ws \":\" ws val ws\nval ::= str | [0-9]+ | root\n"
+      "str ::= \"\\\"\" [^\"\\\\]* \"\\\"\"\nws ::= [ \\n]{0,2}");
+  ASSERT_TRUE(m.AcceptBytes("{\"a\": ").ok());
+  std::vector<int32_t> ids(static_cast<size_t>(p->n_tokens()));
+  for (int32_t i = 0; i < p->n_tokens(); ++i) ids[static_cast<size_t>(i)] = i;
+  std::vector<uint8_t> ok(ids.size());
+  const int kReps = 10;
+  for (int r = 0; r < kReps; ++r) m.CheckTokens(*p, ids.data(), ids.size(), ok.data());
+  const auto t2 = std::chrono::steady_clock::now();
+  int n_ok = 0;
+  for (uint8_t b : ok) n_ok += b;
+  const double decode_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  const double check_ms = std::chrono::duration<double, std::milli>(t2 - t1).count() / kReps;
+  std::printf("TokenPieces::FromVocab(%d tokens): %.1f ms; CheckTokens(all): %.2f ms, %d allowed\n", p->n_tokens(),
+              decode_ms, check_ms, n_ok);
+  EXPECT_GT(n_ok, 10);
+  EXPECT_LT(n_ok, p->n_tokens() / 2);
+  EXPECT_LT(check_ms, 500.0);
 }
 
 }  // namespace
