@@ -19,6 +19,13 @@
 // unresolvable $ref, unknown formats, a `false` schema, and malformed keyword values.
 // Annotations (title, description, default, examples, $schema, $id, $comment,
 // deprecated, readOnly, writeOnly, strict) are ignored.
+//
+// Known gaps, as in llama.cpp: oneOf is matched like anyOf (a text may satisfy several
+// alternatives); the date rule allows days 29-31 in every month; object keys spelled
+// with JSON escapes are not recognized as declared keys by additionalProperties; string
+// lengths count a \uXXXX escape as one character (a surrogate pair as two).
+// nlohmann::json sorts object keys, so properties come out in alphabetical order when
+// the schema went through nlohmann::json (llama.cpp keeps the declaration order).
 #pragma once
 #include <string>
 
