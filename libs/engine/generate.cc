@@ -35,8 +35,12 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& 
                                                    " (prompt + completion must fit; at most n_ctx - 1 prompt tokens)"));
   }
   engine.kv().Clear();
-  Sampler sampler(params.sampling, static_cast<int32_t>(engine.n_vocab()));
-  for (int32_t id : res.prompt_ids) sampler.Accept(id);
+  auto sampler_or = Sampler::Create(
+      params.sampling, static_cast<int32_t>(engine.n_vocab()),
+      params.sampling.grammar.empty() ? nullptr : grammar::TokenPieces::FromVocab(vocab));
+  if (!sampler_or.ok()) return sampler_or.status();
+  Sampler& sampler = **sampler_or;
+  for (int32_t id : res.prompt_ids) (void)sampler.Accept(id, /*accept_grammar=*/false);
 
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
@@ -63,7 +67,9 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& 
   res.stop = StopReason::kLength;
   for (int32_t i = 0; i < n_predict; ++i) {
     const int32_t id = sampler.Sample(last.data());
-    sampler.Accept(id);
+    if (id < 0) return absl::FailedPreconditionError("grammar: no token of the vocabulary can continue the grammar");
+    absl::Status as = sampler.Accept(id);
+    if (!as.ok()) return as;
     if (!params.ignore_eos && vocab.IsEog(id)) {
       res.stop = StopReason::kEog;
       break;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace herd::engine {
 namespace {
@@ -20,6 +21,12 @@ inline bool Before(const TokenData& a, const TokenData& b) {
 absl::Status FieldError(const char* field, const std::string& want, double got) {
   return absl::InvalidArgumentError(
       absl::StrCat("invalid sampling parameter ", field, ": must be ", want, ", got ", got));
+}
+
+// "invalid sampling parameter grammar: <parser message without its "grammar: ">".
+absl::Status GrammarError(const absl::Status& parse) {
+  return absl::InvalidArgumentError(absl::StrCat("invalid sampling parameter grammar: ",
+                                                 absl::StripPrefix(parse.message(), "grammar: ")));
 }
 
 // get_rng_seed() in llama-sampling.cpp.
@@ -42,7 +49,7 @@ inline float Sanitize(float x) {
 
 }  // namespace
 
-absl::Status ValidateSamplingParams(const SamplingParams& p) {
+absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t n_vocab) {
   if (!std::isfinite(p.temp) || p.temp < 0.0f) {
     return FieldError("temp", "a finite number >= 0 (0 = greedy)", p.temp);
   }
@@ -66,6 +73,22 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
                       p.penalty_last_n);
   }
   if (p.n_probs < 0) return FieldError("n_probs", ">= 0", p.n_probs);
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const auto& [id, bias] = p.logit_bias[i];
+    if (id < 0 || (n_vocab >= 0 && id >= n_vocab)) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid sampling parameter logit_bias[", i, "]: token id ", id,
+                                                     n_vocab >= 0 ? absl::StrCat(" is outside the vocabulary [0, ", n_vocab, ")")
+                                                                  : std::string(" is negative")));
+    }
+    if (std::isnan(bias) || bias == INFINITY) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid sampling parameter logit_bias[", i,
+                                                     "]: bias must be a finite number or -inf (got ", bias, ")"));
+    }
+  }
+  if (!p.grammar.empty()) {
+    auto g = grammar::Grammar::Parse(p.grammar);
+    if (!g.ok()) return GrammarError(g.status());
+  }
   return absl::OkStatus();
 }
 
@@ -182,6 +205,33 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
   if (params_.n_probs < 0) params_.n_probs = 0;
   seed_cur_ = RngSeed(params_.seed);
   rng_.seed(seed_cur_);
+  if (!params_.grammar.empty()) {
+    status_ = absl::FailedPreconditionError("sampler: a grammar needs the vocabulary (use Sampler::Create)");
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& params, int32_t n_vocab,
+                                                         std::shared_ptr<const grammar::TokenPieces> pieces) {
+  SamplingParams ranges = params;  // the grammar is parsed once, below
+  ranges.grammar.clear();
+  absl::Status st = ValidateSamplingParams(ranges, n_vocab);
+  if (!st.ok()) return st;
+  auto s = std::make_unique<Sampler>(params, n_vocab);
+  if (params.grammar.empty()) return s;
+  auto g = grammar::Grammar::Parse(params.grammar);
+  if (!g.ok()) return GrammarError(g.status());
+  if (pieces == nullptr || pieces->n_tokens() != n_vocab) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sampler: a grammar needs the token pieces of the ", n_vocab, "-token vocabulary",
+        pieces == nullptr ? std::string(" (none given)") : absl::StrCat(" (got ", pieces->n_tokens(), " tokens)")));
+  }
+  auto m = grammar::Matcher::Create(*g);
+  if (!m.ok()) return m.status();
+  s->matcher_.emplace(*m);
+  s->matcher_start_.emplace(std::move(*m));
+  s->pieces_ = std::move(pieces);
+  s->status_ = absl::OkStatus();
+  return s;
 }
 
 bool Sampler::PenaltiesActive() const {
@@ -196,6 +246,31 @@ void Sampler::FillCandidates(const float* logits, TokenDataArray* cur) const {
     cur->data[i] = TokenData{i, Sanitize(logits[i]), 0.0f};
   }
   cur->sorted = false;
+}
+
+// llama_sampler_logit_bias_apply: index directly when the candidates are the whole
+// vocabulary in id order, else search.
+void Sampler::ApplyLogitBias(TokenDataArray* cur) const {
+  if (params_.logit_bias.empty()) return;
+  auto& d = cur->data;
+  const bool full = !cur->sorted && d.size() == static_cast<size_t>(n_vocab_);
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < 0 || id >= n_vocab_) continue;
+    if (full) {
+      d[static_cast<size_t>(id)].logit += bias;
+    } else {
+      for (auto& t : d) {
+        if (t.id == id) t.logit += bias;
+      }
+    }
+  }
+  cur->sorted = false;
+}
+
+void Sampler::Prepare(const float* logits, TokenDataArray* cur) const {
+  FillCandidates(logits, cur);
+  ApplyLogitBias(cur);
+  ApplyPenalties(cur);
 }
 
 // llama_sampler_penalties_apply.
@@ -237,8 +312,8 @@ void Sampler::ApplyFilters(TokenDataArray* cur) const {
 TokenDataArray Sampler::Candidates(const float* logits) const {
   TokenDataArray cur;
   if (n_vocab_ <= 0) return cur;
-  FillCandidates(logits, &cur);
-  ApplyPenalties(&cur);
+  Prepare(logits, &cur);
+  if (matcher_) grammar::ApplyGrammar(*matcher_, *pieces_, &cur.data);
   if (Greedy()) {
     size_t best = 0;
     for (size_t i = 1; i < cur.data.size(); ++i) {
@@ -257,11 +332,47 @@ TokenDataArray Sampler::Candidates(const float* logits) const {
 
 int32_t Sampler::Sample(const float* logits) {
   top_logprobs_.clear();
-  if (n_vocab_ <= 0) return -1;
+  if (n_vocab_ <= 0 || !status_.ok()) return -1;
   TokenDataArray& cur = scratch_;
-  FillCandidates(logits, &cur);
-  ApplyPenalties(&cur);
+  Prepare(logits, &cur);
+  if (!matcher_) return SampleFrom(&cur);
+  // common_sampler_sample (grammar_first = false): sample, check that one token, and
+  // only when the grammar rejects it apply the grammar to everything and sample again.
+  const int32_t first = SampleFrom(&cur);
+  if (first >= 0 && matcher_->TokenAllowed(*pieces_, first)) return first;
+  top_logprobs_.clear();
+  Prepare(logits, &cur);
+  if (Greedy() && params_.n_probs == 0) {
+    // The argmax over the allowed tokens is the first allowed one in (logit desc, id
+    // asc) order: check the best few before applying the grammar to everything (same
+    // result, much cheaper on large vocabularies).
+    const size_t k = std::min<size_t>(64, cur.data.size());
+    std::partial_sort(cur.data.begin(), cur.data.begin() + static_cast<long>(k), cur.data.end(), Before);
+    std::vector<int32_t> ids(k);
+    std::vector<uint8_t> ok(k);
+    for (size_t i = 0; i < k; ++i) ids[i] = cur.data[i].id;
+    matcher_->CheckTokens(*pieces_, ids.data(), k, ok.data());
+    for (size_t i = 0; i < k; ++i) {
+      if (!ok[i]) continue;
+      if (cur.data[i].logit != -INFINITY) return cur.data[i].id;
+      break;  // only -inf tokens left: the full path decides
+    }
+    Prepare(logits, &cur);
+  }
+  grammar::ApplyGrammar(*matcher_, *pieces_, &cur.data);
+  bool any = false;
+  for (const TokenData& t : cur.data) {
+    if (t.logit != -INFINITY) {
+      any = true;
+      break;
+    }
+  }
+  if (!any) return -1;
+  return SampleFrom(&cur);
+}
 
+int32_t Sampler::SampleFrom(TokenDataArray* cur_p) {
+  TokenDataArray& cur = *cur_p;
   if (Greedy()) {
     // Argmax; strict '>' keeps the lowest id on ties.
     size_t best = 0;
@@ -307,9 +418,11 @@ int32_t Sampler::Sample(const float* logits) {
   return token;
 }
 
-// llama_sampler_penalties_accept.
-void Sampler::Accept(int32_t token) {
-  if (params_.penalty_last_n == 0) return;
+// llama_sampler_penalties_accept (+ llama_sampler_grammar_accept_impl).
+absl::Status Sampler::Accept(int32_t token, bool accept_grammar) {
+  absl::Status st;
+  if (accept_grammar && matcher_) st = matcher_->AcceptToken(*pieces_, token);
+  if (params_.penalty_last_n == 0) return st;
   token_count_[token]++;
   if (params_.penalty_last_n > 0) {
     if (prev_.size() >= static_cast<size_t>(params_.penalty_last_n)) {
@@ -320,6 +433,7 @@ void Sampler::Accept(int32_t token) {
     }
     prev_.push_back(token);
   }
+  return st;
 }
 
 void Sampler::Reset() {
@@ -328,6 +442,7 @@ void Sampler::Reset() {
   top_logprobs_.clear();
   seed_cur_ = RngSeed(params_.seed);
   rng_.seed(seed_cur_);
+  if (matcher_) matcher_ = matcher_start_;
 }
 
 }  // namespace herd::engine

@@ -4,7 +4,15 @@
 // common_sampler_init() (common/sampling.cpp) from the samplers in
 // src/llama-sampling.cpp, in the default order
 //
-//   penalties -> top_k -> top_p -> min_p -> temperature -> dist
+//   logit_bias -> penalties -> top_k -> top_p -> min_p -> temperature -> dist
+//
+// plus, when SamplingParams::grammar is set, llama.cpp's grammar sampler applied the
+// way common_sampler_sample() does (grammar_first = false): the chain samples
+// unconstrained, the one sampled token is checked against the grammar, and only if it
+// is rejected are the logits reset, the grammar applied to the whole vocabulary (every
+// token that cannot continue the grammar gets -inf; end-of-generation only when the
+// grammar can be complete), and the chain run again. Requests without a grammar never
+// touch the grammar code.
 //
 // with temp <= 0 meaning greedy (argmax of the penalized logits). The RNG is
 // std::mt19937 seeded with the request seed (0xFFFFFFFF = LLAMA_DEFAULT_SEED = a
@@ -20,11 +28,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "libs/grammar/matcher.h"
 
 namespace herd::engine {
 
@@ -54,6 +68,12 @@ struct SamplingParams {
   uint32_t seed = 0xFFFFFFFF;
   /// Number of (token, logprob) pairs to report per sampled token; 0 = none.
   int32_t n_probs = 0;
+  /// GBNF grammar (llama.cpp syntax, libs/grammar) the generated text must follow;
+  /// empty = unconstrained. Needs the model's token pieces: see Sampler::Create.
+  std::string grammar;
+  /// (token id, bias) pairs added to the logits before every other sampler
+  /// (llama_sampler_logit_bias); a bias of -inf bans the token. Repeated ids add up.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 /// LLAMA_DEFAULT_SEED: SamplingParams::seed value meaning "choose randomly".
@@ -62,8 +82,11 @@ inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
 /// Checks ranges. Returns INVALID_ARGUMENT naming the field and the value for:
 /// temp NaN/inf or < 0; top_p or min_p NaN or outside [0, 1];
 /// repeat_penalty not finite or <= 0; frequency_penalty / presence_penalty not
-/// finite; penalty_last_n < -1; n_probs < 0.
-absl::Status ValidateSamplingParams(const SamplingParams& params);
+/// finite; penalty_last_n < -1; n_probs < 0; logit_bias[i] with a token id < 0 (or
+/// >= n_vocab when n_vocab >= 0) or a bias that is NaN or +inf; a grammar that does not
+/// parse ("invalid sampling parameter grammar: grammar: undefined rule 'x' at line 1,
+/// column 10 ...").
+absl::Status ValidateSamplingParams(const SamplingParams& params, int32_t n_vocab = -1);
 
 /// One candidate token (llama_token_data): id, (possibly modified) logit, and
 /// probability (valid only after a softmax).
@@ -110,28 +133,52 @@ class Sampler {
   /// `params` should have passed ValidateSamplingParams (values outside the
   /// ranges are clamped the way llama.cpp's samplers treat them). `n_vocab` > 0
   /// is the number of logits per Sample call.
+  /// A sampler with a grammar must be made with Create(); here a non-empty
+  /// params.grammar puts the sampler in a failed state (status() not OK, Sample()
+  /// returns -1).
   Sampler(const SamplingParams& params, int32_t n_vocab);
+
+  /// Checked construction: ValidateSamplingParams(params, n_vocab) (INVALID_ARGUMENT),
+  /// then, with a grammar, the matcher over `pieces` (the model's decoded vocabulary,
+  /// grammar::TokenPieces::FromVocab, shared per model). FAILED_PRECONDITION when the
+  /// grammar is set and `pieces` is null or has a different token count than n_vocab;
+  /// RESOURCE_EXHAUSTED when the grammar is too ambiguous (parse stack limit).
+  static absl::StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params, int32_t n_vocab,
+                                                         std::shared_ptr<const grammar::TokenPieces> pieces = nullptr);
 
   /// Samples a token from `logits` (n_vocab floats, token id order, not
   /// modified). Greedy (temp <= 0): argmax of the penalized logits, lowest id on
   /// ties; no random numbers are drawn. Otherwise: the chain above, then one
   /// draw from the RNG. Does NOT record the token: call Accept() with the token
-  /// you keep. NaN logits count as -inf, +inf as FLT_MAX. Returns -1 only
-  /// when n_vocab <= 0.
+  /// you keep. NaN logits count as -inf, +inf as FLT_MAX. With a grammar: the token
+  /// is one the grammar allows (see the file comment; a rejected first draw consumes
+  /// one random number, as in llama.cpp). Returns -1 when n_vocab <= 0, when
+  /// status() is not OK, or when the grammar allows no token of the vocabulary (a dead
+  /// end: the grammar is complete and the vocabulary has no end-of-generation token).
   int32_t Sample(const float* logits);
 
-  /// Runs penalties -> top_k -> top_p -> min_p -> temperature on `logits`
-  /// without drawing, and returns the surviving candidates sorted by probability
-  /// (descending; ties lower id first) with p = final sampling probability. In
-  /// greedy mode the result is the single argmax token with p = 1.
+  /// Runs logit_bias -> penalties -> (grammar) -> top_k -> top_p -> min_p ->
+  /// temperature on `logits` without drawing, and returns the surviving candidates
+  /// sorted by probability (descending; ties lower id first) with p = final sampling
+  /// probability. The grammar, if any, is applied to the whole vocabulary first (tokens
+  /// it rejects have p = 0). In greedy mode the result is the single argmax token with
+  /// p = 1.
   TokenDataArray Candidates(const float* logits) const;
 
-  /// Records `token` in the penalty history (llama_sampler_penalties_accept).
-  /// Call it for prompt tokens too if they should be penalized (llama-cli and
-  /// llama-server do).
-  void Accept(int32_t token);
+  /// Records `token` in the penalty history (llama_sampler_penalties_accept) and, when
+  /// accept_grammar and a grammar is set, advances the grammar by the token's text
+  /// (common_sampler_accept). Call it for prompt tokens too (with accept_grammar =
+  /// false) if they should be penalized (llama-cli and llama-server do). Errors:
+  /// INVALID_ARGUMENT when the grammar does not allow `token` (the grammar state is then
+  /// unchanged; the penalty history has the token).
+  absl::Status Accept(int32_t token, bool accept_grammar = true);
 
-  /// Clears the penalty history and re-seeds the RNG (a fixed seed restarts the
+  /// OK unless the sampler was constructed with a grammar it cannot use.
+  const absl::Status& status() const { return status_; }
+  /// The grammar's matching state; nullptr without a grammar.
+  const grammar::Matcher* matcher() const { return matcher_ ? &*matcher_ : nullptr; }
+
+  /// Clears the penalty history, restarts the grammar and re-seeds the RNG (a fixed seed restarts the
   /// same random sequence; kRandomSeed draws a new random seed).
   void Reset();
 
@@ -151,7 +198,12 @@ class Sampler {
   bool Greedy() const { return params_.temp <= 0.0f; }
   bool PenaltiesActive() const;
   void FillCandidates(const float* logits, TokenDataArray* cur) const;
+  void ApplyLogitBias(TokenDataArray* cur) const;
   void ApplyPenalties(TokenDataArray* cur) const;
+  // Fill, logit bias, penalties.
+  void Prepare(const float* logits, TokenDataArray* cur) const;
+  // Greedy argmax or filters + draw over prepared candidates (sets top_logprobs_).
+  int32_t SampleFrom(TokenDataArray* cur);
   void ApplyFilters(TokenDataArray* cur) const;  // top_k, top_p, min_p, temp
 
   SamplingParams params_;
@@ -163,6 +215,11 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> token_count_;
   std::vector<TokenLogprob> top_logprobs_;
   TokenDataArray scratch_;
+  // Grammar (SamplingParams::grammar); both set or both empty.
+  std::shared_ptr<const grammar::TokenPieces> pieces_;
+  std::optional<grammar::Matcher> matcher_;
+  std::optional<grammar::Matcher> matcher_start_;  // for Reset()
+  absl::Status status_;
 };
 
 }  // namespace herd::engine

@@ -434,3 +434,170 @@ TEST(SamplingTest, ValidationNamesTheField) {
 
 }  // namespace
 }  // namespace herd::engine
+
+// ---------------------------------------------------------------------------
+// logit_bias and grammar
+
+namespace herd::engine {
+namespace {
+
+TEST(SamplingBias, BanAndBoost) {
+  std::vector<float> logits = {0.1f, -3.0f, 2.5f, 2.4f, 0.0f};
+  SamplingParams p = Plain(0.0f);
+  p.logit_bias = {{2, -INFINITY}};
+  Sampler s(p, 5);
+  EXPECT_EQ(s.Sample(logits.data()), 3);
+  p.logit_bias = {{1, 10.0f}};
+  Sampler s2(p, 5);
+  EXPECT_EQ(s2.Sample(logits.data()), 1);
+  p.logit_bias = {{1, 3.0f}, {1, 3.0f}};  // repeated ids add up
+  Sampler s3(p, 5);
+  EXPECT_EQ(s3.Sample(logits.data()), 1);
+  // Sampling mode: a banned token is never drawn.
+  SamplingParams q = Plain(1.0f);
+  q.logit_bias = {{2, -INFINITY}, {3, -INFINITY}};
+  std::set<int32_t> seen = SampledSet(q, logits, 200);
+  EXPECT_EQ(seen.count(2), 0u);
+  EXPECT_EQ(seen.count(3), 0u);
+  EXPECT_GE(seen.size(), 2u);
+}
+
+TEST(SamplingBias, Validation) {
+  SamplingParams p = Plain();
+  p.logit_bias = {{5, 1.0f}};
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  EXPECT_EQ(ValidateSamplingParams(p, 5).code(), absl::StatusCode::kInvalidArgument);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_EQ(ValidateSamplingParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.logit_bias = {{0, NAN}};
+  EXPECT_EQ(ValidateSamplingParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.logit_bias = {{0, INFINITY}};
+  EXPECT_EQ(ValidateSamplingParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.logit_bias = {{0, -INFINITY}};
+  EXPECT_TRUE(ValidateSamplingParams(p, 5).ok());
+}
+
+// Vocabulary: 0 "<eos>" (EOG), 1 "a", 2 "b", 3 "ab", 4 "{", 5 "}", 6 "" (control), 7 "x"
+std::shared_ptr<const grammar::TokenPieces> TinyPieces() {
+  return grammar::TokenPieces::Create({"<eos>", "a", "b", "ab", "{", "}", "", "x"},
+                                      {true, false, false, false, false, false, false, false});
+}
+
+TEST(SamplingGrammar, GreedyFollowsGrammar) {
+  SamplingParams p = Plain(0.0f);
+  p.grammar = "root ::= \"{\" (\"a\" | \"b\")+ \"}\"";
+  auto s = Sampler::Create(p, 8, TinyPieces());
+  ASSERT_TRUE(s.ok()) << s.status();
+  // "x" is by far the most likely token, then the control token, then eos.
+  std::vector<float> logits = {5, 1, 2, 0.5f, 0, 0, 8, 9};
+  std::string text;
+  auto pieces = TinyPieces();
+  for (int i = 0; i < 6; ++i) {
+    const int32_t t = (*s)->Sample(logits.data());
+    ASSERT_GE(t, 0);
+    ASSERT_TRUE((*s)->Accept(t).ok());
+    if (t == 0) break;
+    text += pieces->Piece(t);
+    logits[5] = i >= 2 ? 20 : 0;  // "}" becomes likely after a few tokens
+  }
+  EXPECT_EQ(text, "{bb}");
+}
+
+TEST(SamplingGrammar, SampledOutputsAlwaysMatch) {
+  auto pieces = TinyPieces();
+  for (uint32_t seed = 0; seed < 50; ++seed) {
+    SamplingParams p = Plain(1.0f);
+    p.seed = seed;
+    p.grammar = "root ::= \"{\" \"a\"{1,3} \"}\"";
+    auto s = Sampler::Create(p, 8, pieces);
+    ASSERT_TRUE(s.ok()) << s.status();
+    std::vector<float> logits(8, 0.0f);
+    std::string text;
+    for (int i = 0; i < 20; ++i) {
+      const int32_t t = (*s)->Sample(logits.data());
+      ASSERT_GE(t, 0);
+      ASSERT_TRUE((*s)->Accept(t).ok());
+      if (t == 0) break;
+      text += pieces->Piece(t);
+    }
+    EXPECT_TRUE(text == "{a}" || text == "{aa}" || text == "{aaa}") << text;
+  }
+}
+
+std::set<int32_t> Possible(const TokenDataArray& a) {
+  std::set<int32_t> ids;
+  for (const auto& t : a.data) {
+    if (t.p > 0) ids.insert(t.id);
+  }
+  return ids;
+}
+
+TEST(SamplingGrammar, CandidatesAndErrors) {
+  auto pieces = TinyPieces();
+  SamplingParams p = Plain(1.0f);
+  p.grammar = "root ::= \"ab\" | \"b\"";
+  auto s = Sampler::Create(p, 8, pieces);
+  ASSERT_TRUE(s.ok());
+  std::vector<float> logits(8, 0.0f);
+  EXPECT_EQ(Possible((*s)->Candidates(logits.data())), (std::set<int32_t>{1, 2, 3}));
+  EXPECT_FALSE((*s)->Accept(7).ok());  // "x" is not allowed; state unchanged
+  ASSERT_TRUE((*s)->Accept(3).ok());
+  EXPECT_EQ(Possible((*s)->Candidates(logits.data())), (std::set<int32_t>{0}));
+  (*s)->Reset();
+  EXPECT_EQ(Possible((*s)->Candidates(logits.data())), (std::set<int32_t>{1, 2, 3}));
+
+  p.grammar = "root ::= \"a\" undefined";
+  auto bad = Sampler::Create(p, 8, pieces);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find("undefined rule 'undefined'"), std::string::npos);
+  p.grammar = "root ::= \"a\"";
+  EXPECT_EQ(Sampler::Create(p, 8, nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
+  Sampler plain(p, 8);  // a grammar without pieces: failed state
+  EXPECT_FALSE(plain.status().ok());
+  EXPECT_EQ(plain.Sample(logits.data()), -1);
+}
+
+// Greedy sampling with a grammar (fast path over the best candidates) equals the argmax
+// of the grammar-filtered logits (Candidates(), which applies the grammar to everything).
+TEST(SamplingGrammar, GreedyEqualsFullGrammarArgmax) {
+  std::vector<std::string> texts = {"<eos>"};
+  std::vector<bool> eog = {true};
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back(std::string(1, static_cast<char>('a' + i % 26)) + (i >= 26 ? std::to_string(i) : ""));
+    eog.push_back(false);
+  }
+  auto pieces = grammar::TokenPieces::Create(texts, eog);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    SamplingParams p = Plain(0.0f);
+    p.grammar = "root ::= [x-z] [0-9]* | \"q1\" [0-9]+";
+    auto s = Sampler::Create(p, static_cast<int32_t>(texts.size()), pieces);
+    ASSERT_TRUE(s.ok()) << s.status();
+    std::vector<float> logits(texts.size());
+    for (float& l : logits) l = nd(rng);
+    if (trial % 3 == 0) logits[static_cast<size_t>(trial % 200)] = 50;  // a likely, mostly rejected token
+    const TokenDataArray c = (*s)->Candidates(logits.data());
+    const int32_t t = (*s)->Sample(logits.data());
+    ASSERT_EQ(c.data.size(), 1u);
+    EXPECT_EQ(t, c.data[0].id) << "trial " << trial;
+    EXPECT_TRUE((*s)->matcher()->TokenAllowed(*pieces, t));
+  }
+}
+
+TEST(SamplingGrammar, DeadEndReturnsMinusOne) {
+  // No EOG token in this vocabulary: after "a" nothing can follow.
+  auto pieces = grammar::TokenPieces::Create({"a", "b"}, {false, false});
+  SamplingParams p = Plain(0.0f);
+  p.grammar = "root ::= \"a\"";
+  auto s = Sampler::Create(p, 2, pieces);
+  ASSERT_TRUE(s.ok());
+  std::vector<float> logits = {0, 1};
+  EXPECT_EQ((*s)->Sample(logits.data()), 0);
+  ASSERT_TRUE((*s)->Accept(0).ok());
+  EXPECT_EQ((*s)->Sample(logits.data()), -1);
+}
+
+}  // namespace
+}  // namespace herd::engine

@@ -112,6 +112,7 @@ struct Work {
   int64_t out_begin = 0;       // verify: index of the pending token's logits
   bool was_prompt = false;     // verify: the pending token was the last prompt token
   StepResult result;
+  absl::Status error;          // verify: the sequence cannot continue (grammar dead end)
 };
 
 struct Core {
@@ -135,6 +136,15 @@ struct Core {
 
   std::mutex obs_mu;
   std::function<void(const IterationStats&)> observer;
+
+  // The vocabulary decoded for grammars, built on first use (grammar::TokenPieces).
+  std::mutex pieces_mu;
+  std::shared_ptr<const grammar::TokenPieces> pieces;
+  std::shared_ptr<const grammar::TokenPieces> Pieces() {
+    std::lock_guard<std::mutex> l(pieces_mu);
+    if (pieces == nullptr) pieces = grammar::TokenPieces::FromVocab(*vocab);
+    return pieces;
+  }
 
   void Run();
   bool HasWorkLocked() const;
@@ -197,10 +207,8 @@ bool Core::AdmitLocked(Outbox* out) {
     s->kv_seq = free_ids.back();
     free_ids.pop_back();
     s->phase = SeqState::Phase::kActive;
-    SamplingParams sp = s->sampling;
-    sp.n_probs = s->logprobs;
-    s->sampler = std::make_unique<Sampler>(sp, static_cast<int32_t>(n_vocab));
-    for (int32_t t : s->prompt) s->sampler->Accept(t);  // penalties see the prompt
+    // The sampler was built by Start(); penalties see the prompt, the grammar does not.
+    for (int32_t t : s->prompt) (void)s->sampler->Accept(t, /*accept_grammar=*/false);
     s->spec_rng.seed(s->sampler->seed() ^ 0x5bd1e995u);
     s->n_past = 0;
     s->pending = s->prompt.back();
@@ -330,6 +338,12 @@ void Core::VerifyDraft(Work* w) {
       t = s.sampler->Sample(logits);
       accepted = i < n_draft && t == w->draft[i];
     }
+    if (t < 0) {
+      w->error = absl::FailedPreconditionError(
+          s.sampler->status().ok() ? "grammar: no token of the vocabulary can continue the grammar"
+                                   : std::string(s.sampler->status().message()));
+      break;
+    }
     if (s.logprobs > 0) {
       TokenLogprobs lp;
       lp.id = t;
@@ -353,7 +367,10 @@ void Core::VerifyDraft(Work* w) {
       }
       r.logprobs.push_back(std::move(lp));
     }
-    s.sampler->Accept(t);
+    if (absl::Status as = s.sampler->Accept(t); !as.ok()) {
+      w->error = absl::FailedPreconditionError(as.message());
+      break;
+    }
     r.tokens.push_back(t);
     if (!s.ignore_eos && vocab->IsEog(t)) {
       r.eos = true;
@@ -362,6 +379,7 @@ void Core::VerifyDraft(Work* w) {
     if (accepted) continue;
     break;
   }
+  if (!w->error.ok()) return;  // the sequence ends (Run releases it)
   r.n_accepted = static_cast<int32_t>(r.tokens.size()) - 1;
   // Kept in the cache: the pending token and the accepted draft tokens.
   const int32_t keep_end = s.n_past + 1 + r.n_accepted;
@@ -477,6 +495,12 @@ void Core::Run() {
       for (Work& w : plan) {
         SeqState& s = *w.s;
         if (w.prefill || s.cancel || s.phase != SeqState::Phase::kActive) continue;
+        if (!w.error.ok()) {
+          HERD_LOG(Warning) << "scheduler: sequence " << s.id << " ends: " << w.error;
+          ReleaseLocked(w.s, w.error, &out);
+          changed = true;
+          continue;
+        }
         if (w.result.context_full) s.context_full = true;
         if (w.result.eos || w.result.context_full) s.requests.clear();
         SequenceEvent ev;
@@ -708,10 +732,17 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
     return absl::InvalidArgumentError(
         absl::StrCat("logprobs: ", params.logprobs, " is outside [0, ", c.cfg.max_logprobs, "]"));
   }
-  absl::Status vs = ValidateSamplingParams(params.sampling);
-  if (!vs.ok()) return vs;
+  SamplingParams sp = params.sampling;
+  sp.n_probs = params.logprobs;
+  std::shared_ptr<const grammar::TokenPieces> pieces;
+  if (!sp.grammar.empty()) pieces = c.Pieces();
+  // Validates the parameters (grammar included) and builds the sampler here, on the
+  // caller's thread, so that the scheduler thread never parses grammars.
+  auto sampler = Sampler::Create(sp, static_cast<int32_t>(c.n_vocab), std::move(pieces));
+  if (!sampler.ok()) return sampler.status();
 
   auto st = std::make_shared<SeqState>();
+  st->sampler = std::move(*sampler);
   st->prompt = std::move(params.prompt);
   st->sampling = params.sampling;
   st->logprobs = params.logprobs;

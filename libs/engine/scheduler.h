@@ -158,7 +158,10 @@ struct SequenceEvent {
 /// Parameters of a new sequence.
 struct SequenceParams {
   std::vector<int32_t> prompt;  // 1..n_ctx_seq-1 token ids in [0, n_vocab)
-  SamplingParams sampling;      // n_probs is ignored (set from logprobs)
+  /// n_probs is ignored (set from logprobs). With a grammar every sampled token
+  /// continues it (prompt tokens are not matched against it); when no token can (a
+  /// dead end), the sequence ends with kEnded(FAILED_PRECONDITION).
+  SamplingParams sampling;
   int32_t logprobs = 0;         // top-n per token, 0..max_logprobs
   bool ignore_eos = false;      // never flag eos
   /// Optional: called after each event is queued (see Sequence::SetNotify).
@@ -234,9 +237,13 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   /// Validates and enqueues a sequence; the handle's first event is kStarted once it is
-  /// admitted. Errors: INVALID_ARGUMENT naming the field (prompt empty or longer than
+  /// admitted. The sampler (with its grammar, if sampling.grammar is set: the
+  /// vocabulary's pieces are decoded once per scheduler, on the first such request) is
+  /// built here. Errors: INVALID_ARGUMENT naming the field (prompt empty or longer than
   /// n_ctx_seq, prompt[i] outside the vocabulary, sampling ranges per
-  /// ValidateSamplingParams, logprobs outside 0..max_logprobs); RESOURCE_EXHAUSTED when
+  /// ValidateSamplingParams(sampling, n_vocab) including logit_bias ids and grammar parse
+  /// errors, logprobs outside 0..max_logprobs); RESOURCE_EXHAUSTED for a grammar too
+  /// ambiguous to match; RESOURCE_EXHAUSTED when
   /// every slot is taken and the policy is kReject or the queue holds max_queue;
   /// UNAVAILABLE after StopAdmitting()/Shutdown().
   absl::StatusOr<std::unique_ptr<Sequence>> Start(SequenceParams params);

@@ -8,10 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/method_handler.h"
 #include "libs/base/log.h"
 #include "libs/engine/sampling.h"
+#include "libs/grammar/gbnf.h"
 #include "libs/engine/spec/spec_proto.h"
 #include "services/gateway/chat_prompt.h"
 #include "services/gateway/text_stream.h"
@@ -75,6 +77,27 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
   if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
   absl::Status st = engine::ValidateSamplingParams(p);
   if (!st.ok()) return Invalid(absl::StrCat("sampling: ", st.message()));
+  for (int i = 0; i < s.logit_bias_size(); ++i) {
+    const float b = s.logit_bias(i).bias();
+    if (std::isnan(b) || b == std::numeric_limits<float>::infinity()) {
+      return Invalid(absl::StrCat("sampling.logit_bias[", i, "].bias: must be a finite number or -inf (got ", FloatStr(b), ")"));
+    }
+  }
+  if (!s.grammar().empty()) {
+    auto g = grammar::Grammar::Parse(s.grammar());
+    if (!g.ok()) return Invalid(absl::StrCat("sampling.grammar: ", absl::StripPrefix(g.status().message(), "grammar: ")));
+  }
+  return absl::OkStatus();
+}
+
+// logit_bias token ids against the model's vocabulary.
+absl::Status ValidateLogitBiasIds(const v1::SamplingParams& s, int32_t n_vocab) {
+  for (int i = 0; i < s.logit_bias_size(); ++i) {
+    const int32_t id = s.logit_bias(i).token_id();
+    if (id < 0 || id >= n_vocab) {
+      return Invalid(absl::StrCat("sampling.logit_bias[", i, "].token_id: ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -426,6 +449,7 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
     g->stops.assign(req.stop().begin(), req.stop().end());
     g->logprobs = req.has_logprobs() ? req.logprobs() : 0;
     g->ignore_eos = req.ignore_eos();
+    if (absl::Status b = ValidateLogitBiasIds(req.sampling(), g->vocab->n_tokens()); !b.ok()) return b;
     g->sampling = req.sampling();
     return absl::OkStatus();
   }();
@@ -948,6 +972,7 @@ absl::StatusOr<v1::GenerateRequest> FromLenient(const lenient::GenerateRequest& 
   if (s.ok()) s = CheckUtf8("chat.tools_json", req.chat().tools_json());
   for (int i = 0; s.ok() && i < req.stop_size(); ++i) s = CheckUtf8(absl::StrCat("stop[", i, "]"), req.stop(i));
   if (s.ok()) s = CheckUtf8("speculative.type", req.speculative().type());
+  if (s.ok()) s = CheckUtf8("sampling.grammar", req.sampling().grammar());
   if (!s.ok()) return s;
   return Reparse<lenient::GenerateRequest, v1::GenerateRequest>(req);
 }

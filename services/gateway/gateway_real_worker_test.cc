@@ -1,6 +1,8 @@
 // The gateway over a real in-process worker (WorkerServiceImpl on the CPU backend) and
 // a real loader (LoaderServiceImpl over ../shared/models): greedy output equals
-// llama.cpp's reference, stop strings and cancellation on real text.
+// llama.cpp's reference, stop strings and cancellation on real text; constrained output
+// (JSON schema over HTTP, validated with python3-jsonschema), invalid grammars and
+// logit_bias bans.
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -10,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
@@ -19,6 +22,7 @@
 #include "libs/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/gateway.h"
+#include "services/gateway/http_server.h"
 #include "services/loader/loader_service.h"
 #include "services/worker/worker_service.h"
 #include "tests/shared_data.h"
@@ -212,6 +216,177 @@ TEST_F(RealWorkerTest, StopStringAndCancellationFreeTheSequence) {
   while (r->Read(&m)) {
   }
   EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// --------------------------------------------------------------------------
+// Constrained output
+
+// Runs libs/grammar/validate_json.py on [{schema, samples}]; returns its output, "" on success.
+std::string ValidateWithJsonSchema(const nlohmann::json& cases) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/constrained_samples.json";
+  {
+    std::ofstream f(path);
+    f << cases.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  FILE* p = popen(("/usr/bin/python3 libs/grammar/validate_json.py " + path + " 2>&1").c_str(), "r");
+  if (p == nullptr) return "cannot run python3";
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  return pclose(p) == 0 ? "" : out;
+}
+
+TEST_F(RealWorkerTest, JsonSchemaOverHttpGivesValidJsonFor20Seeds) {
+  HttpFrontEnd http(gw_.get());
+  auto port = http.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client cli("127.0.0.1", *port);
+  cli.set_read_timeout(120, 0);
+  const nlohmann::json schema = nlohmann::json::parse(R"({
+      "type": "object",
+      "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 12},
+        "age": {"type": "integer"},
+        "happy": {"type": "boolean"},
+        "pets": {"type": "array", "items": {"enum": ["cat", "dog", "bird"]}, "maxItems": 3}
+      },
+      "required": ["name", "age", "happy"],
+      "additionalProperties": false})");
+  nlohmann::json samples = nlohmann::json::array();
+  for (int seed = 0; seed < 20; ++seed) {
+    nlohmann::json body = {{"model", "stories260K"},
+                           {"prompt", "Once upon a time"},
+                           {"max_tokens", 300},
+                           {"temperature", seed % 2 ? 1.0 : 0.8},
+                           {"seed", seed},
+                           {"response_format",
+                            {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}, {"strict", true}}}}}};
+    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res) << "seed " << seed;
+    ASSERT_EQ(res->status, 200) << res->body;
+    const nlohmann::json out = nlohmann::json::parse(res->body);
+    const std::string text = out["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(out["choices"][0]["finish_reason"], "stop") << "seed " << seed << ": " << text;
+    samples.push_back(text);
+  }
+  const std::string err = ValidateWithJsonSchema(nlohmann::json::array({{{"schema", schema}, {"samples", samples}}}));
+  EXPECT_EQ(err, "") << samples.dump(1);
+  http.Stop();
+}
+
+TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
+  v1::GenerateRequest req;
+  req.set_model("stories260K");
+  req.set_text("Once upon a time");
+  req.set_n_predict(8);
+  req.mutable_sampling()->set_grammar("root ::= \"a\" missing");
+  Out o = Generate(req);
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(o.status.error_message().find("sampling.grammar: undefined rule 'missing'"), std::string::npos)
+      << o.status.error_message();
+  req.mutable_sampling()->set_grammar("");
+  req.mutable_sampling()->add_logit_bias()->set_token_id(100000);
+  o = Generate(req);
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(o.status.error_message().find("sampling.logit_bias[0].token_id"), std::string::npos)
+      << o.status.error_message();
+
+  // The worker checks too (a client talking to it directly).
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto stream = worker_stub_->Session(&ctx);
+    v1::SessionRequest r;
+    r.mutable_start()->add_prompt(1);
+    r.mutable_start()->mutable_sampling()->set_grammar("root ::= (\"a\"");
+    ASSERT_TRUE(stream->Write(r));
+    stream->WritesDone();
+    v1::SessionResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    const grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("start.sampling.grammar: expecting ')'"), std::string::npos) << st.error_message();
+  }
+
+  HttpFrontEnd http(gw_.get());
+  auto port = http.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client cli("127.0.0.1", *port);
+  const std::pair<nlohmann::json, std::string> kBad[] = {
+      {{{"grammar", "root ::= [a-"}}, "grammar: "},
+      {{{"json_schema", {{"type", "string"}, {"pattern", "^a$"}}}}, "json_schema/pattern: not supported"},
+      {{{"grammar", "root ::= \"a\""}, {"json_schema", {{"type", "string"}}}}, "give only one"},
+      {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
+      {{{"logit_bias", {{"abc", 1}}}}, "key must be a token id"},
+      {{{"logit_bias", {{"99999", 1}}}}, "outside the vocabulary"},
+      {{{"logit_bias", nlohmann::json::array({nlohmann::json::array({1, true})})}}, "logit_bias[0]: must be a number or false"},
+  };
+  for (const auto& [extra, want] : kBad) {
+    nlohmann::json body = {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 4}};
+    body.update(extra);
+    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << body.dump() << " -> " << res->body;
+    EXPECT_NE(res->body.find(want), std::string::npos) << body.dump() << " -> " << res->body;
+  }
+  http.Stop();
+}
+
+TEST_F(RealWorkerTest, LogitBiasBanChangesGreedyOutput) {
+  v1::GenerateRequest req;
+  req.set_model("stories260K");
+  req.set_text("Once upon a time");
+  req.set_n_predict(16);
+  req.mutable_sampling()->set_temperature(0);
+  Out base = Generate(req);
+  ASSERT_TRUE(base.status.ok()) << base.status.error_message();
+  ASSERT_FALSE(base.ids.empty());
+  const int32_t banned = base.ids[0];
+  v1::LogitBias* b = req.mutable_sampling()->add_logit_bias();
+  b->set_token_id(banned);
+  b->set_bias(-std::numeric_limits<float>::infinity());
+  Out o = Generate(req);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  ASSERT_FALSE(o.ids.empty());
+  EXPECT_NE(o.ids[0], banned);
+  for (int32_t id : o.ids) EXPECT_NE(id, banned);
+
+  // The same ban through HTTP, llama.cpp's array form with the token's text and false.
+  HttpFrontEnd http(gw_.get());
+  auto port = http.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client cli("127.0.0.1", *port);
+  const std::string piece = vocab_->TokenToPiece(banned, false);
+  nlohmann::json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 16},
+                         {"temperature", 0}, {"logit_bias", nlohmann::json::array({nlohmann::json::array({banned, false})})}};
+  auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(nlohmann::json::parse(res->body)["choices"][0]["text"].get<std::string>(), o.text);
+  // OpenAI's object form.
+  body["logit_bias"] = {{std::to_string(banned), -100}};
+  res = cli.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_NE(nlohmann::json::parse(res->body)["choices"][0]["text"].get<std::string>(), base.text);
+  http.Stop();
+}
+
+TEST_F(RealWorkerTest, GbnfGrammarConstrainsAStory) {
+  v1::GenerateRequest req;
+  req.set_model("stories260K");
+  req.set_text("Once upon a time");
+  req.set_n_predict(64);
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_sampling()->set_grammar("root ::= (\"yes\" | \"no\") \", \" [a-z ]{1,20} \".\"");
+  Out o = Generate(req);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.finish, v1::FINISH_REASON_EOS) << o.text;
+  ASSERT_GE(o.text.size(), 5u) << o.text;
+  EXPECT_TRUE(o.text.rfind("yes, ", 0) == 0 || o.text.rfind("no, ", 0) == 0) << o.text;
+  EXPECT_EQ(o.text.back(), '.') << o.text;
 }
 
 }  // namespace

@@ -817,7 +817,7 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
       {R"({"model":"stories260K","prompt":[1,99999]})", 400, "invalid_request_error", "prompt.tokens"},
       {R"({"model":"stories260K","prompt":"x","n":17})", 400, "invalid_request_error", "n"},
       {R"({"model":"stories260K","prompt":"x","mirostat":2})", 400, "invalid_request_error", "mirostat"},
-      {R"({"model":"stories260K","prompt":"x","grammar":"root ::= \"a\""})", 400, "invalid_request_error", "grammar"},
+      {R"({"model":"stories260K","prompt":"x","grammar":"root ::= nowhere"})", 400, "invalid_request_error", "grammar"},
       {R"({"model":"nope","prompt":"x"})", 404, "not_found_error", "model"},
       {R"({"model":"other","prompt":"x"})", 503, "unavailable_error", "model"},
   };

@@ -106,7 +106,7 @@ absl::Status ParseTools(const json& body, const nlohmann::ordered_json* ordered,
 absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body, const nlohmann::ordered_json* ordered) {
   std::vector<const char*> known = CommonFields();
   known.insert(known.end(), {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice",
-                             "parallel_tool_calls", "response_format", "logit_bias"});
+                             "parallel_tool_calls"});
   absl::Status s = CheckKnownFields(body, known);
   if (!s.ok()) return s;
   HttpGeneration gen;
@@ -131,16 +131,6 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body, const nlohmann
     gen.top_logprobs = static_cast<int>(top);
     gen.req.set_logprobs(std::max<int32_t>(1, static_cast<int32_t>(top)));
   }
-  auto rf = body.find("response_format");
-  if (rf != body.end() && !rf->is_null()) {
-    if (!rf->is_object() || rf->value("type", "") != "text") {
-      return Bad("response_format: only {\"type\": \"text\"} is supported");
-    }
-  }
-  auto bias = body.find("logit_bias");
-  if (bias != body.end() && !bias->is_null() && !(bias->is_object() && bias->empty())) {
-    return Bad("logit_bias: not supported");
-  }
   return gen;
 }
 
@@ -151,6 +141,9 @@ void RegisterChatRoutes(httplib::Server* server, Gateway* gw) {
     // The body again with its key order kept, for what the template prints (tools).
     const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(hreq.body, nullptr, false);
     absl::StatusOr<HttpGeneration> gen = body.ok() ? ParseChatRequest(*body, &ordered) : body.status();
+    if (gen.ok()) {
+      if (absl::Status cs = ApplyConstraints(gw, *body, &*gen); !cs.ok()) gen = cs;
+    }
     if (!gen.ok()) {
       gw->RecordRequest("http_chat_completions", gen.status(), absl::Now() - t0);
       SendError(res, gen.status());

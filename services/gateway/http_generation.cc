@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "services/gateway/constraints.h"
 #include "services/gateway/http_util.h"
 #include "services/gateway/text_stream.h"
 
@@ -328,7 +329,7 @@ const std::vector<const char*>& CommonFields() {
   static const std::vector<const char*> kFields = {
       "model",        "max_tokens",     "n_predict",      "temperature", "top_p", "top_k", "min_p", "repeat_penalty",
       "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop",  "stream", "stream_options",
-      "ignore_eos",   "n",              "speculative"};
+      "ignore_eos",   "n",              "speculative", "grammar", "json_schema", "response_format", "logit_bias"};
   return kFields;
 }
 
@@ -375,6 +376,13 @@ absl::Status ParseCommonFields(const json& body, ApiKind kind, HttpGeneration* o
     if (!(s = ParseSpeculative(*spec, r.mutable_speculative())).ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status ApplyConstraints(Gateway* gw, const json& body, HttpGeneration* gen) {
+  if (!HasConstraints(body)) return absl::OkStatus();  // no vocabulary fetch for plain requests
+  auto vocab = gw->vocabs().Get(gen->req.model(), absl::Now() + absl::Seconds(10));
+  if (!vocab.ok()) return vocab.status();
+  return ParseConstraints(body, **vocab, gen->req.mutable_sampling());
 }
 
 void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,

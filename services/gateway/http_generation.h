@@ -46,11 +46,17 @@ absl::Status ParseCommonFields(const nlohmann::json& body, ApiKind kind, HttpGen
 /// The keys ParseCommonFields reads, for CheckKnownFields.
 const std::vector<const char*>& CommonFields();
 
+/// Output constraints of either API: grammar, json_schema, response_format and
+/// logit_bias (constraints.h) into gen->req.sampling, fetching the model's vocabulary
+/// only when one is present. INVALID_ARGUMENT naming the field.
+absl::Status ApplyConstraints(Gateway* gw, const nlohmann::json& body, HttpGeneration* gen);
+
 /// Maps an OpenAI /v1/chat/completions body to an HttpGeneration whose request carries
 /// a ChatPrompt: messages (role, content as a string or text parts, name, tool_call_id,
 /// tool_calls), tools (tool_choice "auto" or "none"), logprobs / top_logprobs,
-/// max_completion_tokens, response_format {"type": "text"}, plus ParseCommonFields'
-/// fields. Any other field is refused. INVALID_ARGUMENT naming the field. (http_chat.cc)
+/// max_completion_tokens, plus ParseCommonFields' fields (grammar, json_schema,
+/// response_format and logit_bias are applied by ApplyConstraints). Any other field is
+/// refused. INVALID_ARGUMENT naming the field. (http_chat.cc)
 /// `ordered` (optional): the same body parsed with key order kept, so that tools and
 /// tool_calls reach the template in the client's order.
 absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body,

@@ -20,7 +20,7 @@ using http::SendError;
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body) {
   if (!body.is_object()) return Bad("request body: must be a JSON object");
   std::vector<const char*> known = http::CommonFields();
-  known.insert(known.end(), {"prompt", "logprobs", "n_probs", "echo", "suffix", "best_of", "logit_bias"});
+  known.insert(known.end(), {"prompt", "logprobs", "n_probs", "echo", "suffix", "best_of"});
   absl::Status s = http::CheckKnownFields(body, known);
   if (!s.ok()) return s;
   CompletionRequest out;
@@ -68,10 +68,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body) {
   }
   auto suffix = body.find("suffix");
   if (suffix != body.end() && !suffix->is_null()) return Bad("suffix: not supported");
-  auto bias = body.find("logit_bias");
-  if (bias != body.end() && !bias->is_null() && !(bias->is_object() && bias->empty())) {
-    return Bad("logit_bias: not supported");
-  }
+  // grammar, json_schema, response_format and logit_bias: ParseConstraints (needs the
+  // model's vocabulary; called by the handler).
   return out;
 }
 
@@ -105,6 +103,9 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts)
     const absl::Time t0 = absl::Now();
     absl::StatusOr<json> body = http::ParseJsonObject(hreq.body);
     absl::StatusOr<CompletionRequest> cr = body.ok() ? ParseCompletionRequest(*body) : body.status();
+    if (cr.ok()) {
+      if (absl::Status cs = http::ApplyConstraints(gw_, *body, &*cr); !cs.ok()) cr = cs;
+    }
     if (!cr.ok()) {
       gw_->RecordRequest("http_completions", cr.status(), absl::Now() - t0);
       SendError(res, cr.status());

@@ -32,7 +32,8 @@ using CompletionRequest = http::HttpGeneration;
 /// Maps an OpenAI /v1/completions JSON body to a GenerateRequest: model, prompt (string,
 /// array of token ids, or an array holding one string), logprobs (also n_probs), echo
 /// false, suffix absent, best_of = n, plus the fields of http::ParseCommonFields
-/// (max_tokens, sampling, stop, stream, n, speculative, ...). Any other field is refused
+/// (max_tokens, sampling, stop, stream, n, speculative, grammar, json_schema,
+/// response_format, logit_bias, ...). Any other field is refused
 /// (never silently ignored). Range checks are left to the gateway. Errors:
 /// INVALID_ARGUMENT naming the JSON field.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
 
@@ -80,6 +81,8 @@ absl::StatusOr<engine::SequenceParams> ToSequenceParams(const v1::SessionStart& 
   if (s.has_presence_penalty()) sp.presence_penalty = s.presence_penalty();
   if (s.has_frequency_penalty()) sp.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) sp.seed = s.seed();
+  sp.grammar = s.grammar();
+  for (const v1::LogitBias& b : s.logit_bias()) sp.logit_bias.emplace_back(b.token_id(), b.bias());
   absl::Status vs = engine::ValidateSamplingParams(sp);
   if (!vs.ok()) return SamplingError(vs);
   if (start.has_logprobs()) {
@@ -225,7 +228,8 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
     params->on_event = [this] { Pump(); };
     auto seq = svc_->scheduler_->Start(*std::move(params));
     if (!seq.ok()) {
-      FinishLocked(ToGrpcStatus(Prefixed(seq.status(), "start")));
+      const bool sampling = absl::StrContains(seq.status().message(), "invalid sampling parameter ");
+      FinishLocked(ToGrpcStatus(sampling ? SamplingError(seq.status()) : Prefixed(seq.status(), "start")));
       return;
     }
     seq_ = *std::move(seq);

@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
+#include "libs/grammar/json_schema.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tools/herd/args.h"
 #include "tools/herd/commands.h"
@@ -38,6 +41,9 @@ const std::vector<FlagSpec>& GenerateFlags() {
       {{"-s", "--seed"}, true, "RNG seed (-1 = random)", ""},
       {{"--stop"}, true, "stop string (repeatable, up to 16)", ""},
       {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens", ""},
+      {{"--grammar"}, true, "GBNF grammar the output must follow (llama.cpp syntax)", ""},
+      {{"--grammar-file"}, true, "read the GBNF grammar from a file", ""},
+      {{"-j", "--json-schema"}, true, "JSON schema the output must follow (converted to GBNF)", ""},
       {{"--timeout-ms"}, true, "deadline of the request in milliseconds (0 = none)", "0"},
       // Per-request speculative overrides (GenerateRequest.speculative; unset: the gateway's defaults).
       {{"--spec-type"}, true,
@@ -57,6 +63,31 @@ const std::vector<FlagSpec>& GenerateFlags() {
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "herd: error: %s\n", msg.c_str());
   return 1;
+}
+
+// --grammar / --grammar-file / --json-schema (llama.cpp's flags) -> sampling.grammar.
+// Errors: INVALID_ARGUMENT for more than one of them, an unreadable file, invalid JSON
+// or a schema the converter refuses.
+absl::Status SetGrammar(const Args& args, herd::v1::SamplingParams* sp) {
+  if (args.Has("--grammar") + args.Has("--grammar-file") + args.Has("-j") > 1) {
+    return absl::InvalidArgumentError("--grammar, --grammar-file, --json-schema: give only one");
+  }
+  if (args.Has("--grammar")) sp->set_grammar(args.Get("--grammar"));
+  if (args.Has("--grammar-file")) {
+    std::ifstream in(args.Get("--grammar-file"), std::ios::binary);
+    if (!in) return absl::InvalidArgumentError(absl::StrFormat("--grammar-file: cannot read %s", args.Get("--grammar-file")));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    sp->set_grammar(ss.str());
+  }
+  if (args.Has("-j")) {
+    const nlohmann::json schema = nlohmann::json::parse(args.Get("-j"), nullptr, /*allow_exceptions=*/false);
+    if (schema.is_discarded()) return absl::InvalidArgumentError("--json-schema: invalid JSON");
+    auto g = grammar::JsonSchemaToGrammar(schema);
+    if (!g.ok()) return g.status();
+    sp->set_grammar(*g);
+  }
+  return absl::OkStatus();
 }
 
 const char* CodeName(grpc::StatusCode c) {
@@ -166,6 +197,7 @@ int CmdGenerate(int argc, char** argv) {
     if (!v.ok()) return Fail(std::string(v.status().message()));
     (sp->*f.set)(static_cast<float>(*v));
   }
+  if (absl::Status gs = SetGrammar(*args, sp); !gs.ok()) return Fail(std::string(gs.message()));
   herd::v1::SpeculativeConfig* spec = req.mutable_speculative();
   if (args->Has("--spec-type")) spec->set_type(args->Get("--spec-type"));
   struct SpecIntFlag {

@@ -20,6 +20,7 @@
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/spec_generate.h"
 #include "libs/gguf/gguf.h"
+#include "libs/grammar/json_schema.h"
 #include "libs/model/llama2c.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -63,6 +64,9 @@ const std::vector<FlagSpec>& RunFlags() {
       {{"-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}, true, "KV cache type: f16 or f32", "f16"},
       {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens", ""},
       {{"--display-prompt"}, false, "print the prompt before the generated text", ""},
+      {{"--grammar"}, true, "GBNF grammar the output must follow (llama.cpp syntax)", ""},
+      {{"--grammar-file"}, true, "read the GBNF grammar from a file", ""},
+      {{"-j", "--json-schema"}, true, "JSON schema the output must follow (converted to GBNF)", ""},
       // Speculative decoding (llama.cpp common_params_speculative).
       {{"--spec-type"}, true,
        "speculative decoding: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, draft-model "
@@ -185,6 +189,22 @@ int CmdRun(int argc, char** argv) {
   gp.sampling.presence_penalty = static_cast<float>(*pp);
   gp.sampling.frequency_penalty = static_cast<float>(*fp);
   gp.sampling.seed = *seed < 0 ? engine::kRandomSeed : static_cast<uint32_t>(*seed);
+  // Constrained output (llama.cpp --grammar / --grammar-file / --json-schema).
+  const int n_constraints = args->Has("--grammar") + args->Has("--grammar-file") + args->Has("-j");
+  if (n_constraints > 1) return UsageError("--grammar, --grammar-file, --json-schema: give only one", usage);
+  if (args->Has("--grammar")) gp.sampling.grammar = args->Get("--grammar");
+  if (args->Has("--grammar-file")) {
+    auto text = ReadFileToString(args->Get("--grammar-file"));
+    if (!text.ok()) return Fail(text.status());
+    gp.sampling.grammar = *text;
+  }
+  if (args->Has("-j")) {
+    const nlohmann::json schema = nlohmann::json::parse(args->Get("-j"), nullptr, /*allow_exceptions=*/false);
+    if (schema.is_discarded()) return UsageError("--json-schema: invalid JSON", usage);
+    auto g = grammar::JsonSchemaToGrammar(schema);
+    if (!g.ok()) return Fail(g.status());
+    gp.sampling.grammar = *g;
+  }
   absl::Status vs = engine::ValidateSamplingParams(gp.sampling);
   if (!vs.ok()) return Fail(vs);
   auto spec_config = SpecConfigFromArgs(*args);

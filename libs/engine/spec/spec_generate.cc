@@ -13,6 +13,9 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
                                                        const GenerateParams& params, SpecSession* session,
                                                        const std::function<void(const std::string&)>& on_text) {
   if (absl::Status vs = ValidateSamplingParams(params.sampling); !vs.ok()) return vs;
+  if (!params.sampling.grammar.empty()) {
+    return absl::UnimplementedError("grammar: not supported by the single-process speculative loop (use the services)");
+  }
   SpecGenerateResult out;
   GenerateResult& res = out.gen;
   res.prompt_ids = params.prompt_ids.empty()
@@ -28,7 +31,7 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
   }
   engine.kv().Clear();
   Sampler sampler(params.sampling, static_cast<int32_t>(engine.n_vocab()));
-  for (int32_t id : res.prompt_ids) sampler.Accept(id);
+  for (int32_t id : res.prompt_ids) (void)sampler.Accept(id, /*accept_grammar=*/false);
   std::mt19937 rng(sampler.seed() ^ 0x5bd1e995u);  // for rejection steps of sampled drafts
   const bool greedy = params.sampling.temp <= 0.0f;
 
@@ -51,7 +54,7 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
   bool done = false;
   // Emits a sampled token; false when generation ends (EOG or n_predict).
   auto emit = [&](int32_t id) {
-    sampler.Accept(id);
+    (void)sampler.Accept(id);
     if (!params.ignore_eos && vocab.IsEog(id)) {
       res.stop = StopReason::kEog;
       return false;
