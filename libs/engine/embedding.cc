@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/gguf/gguf.h"
-#include "libs/model/model.h"
 
 namespace herd::engine {
 
@@ -29,8 +28,8 @@ absl::StatusOr<Pooling> ParsePooling(absl::string_view name) {
       absl::StrCat("pooling: '", name, "' is not supported (use mean, cls or last)"));
 }
 
-Pooling DefaultPooling(const model::Model& m) {
-  const gguf::Value* v = m.file().Find(m.hparams().arch + ".pooling_type");
+Pooling DefaultPooling(const gguf::GgufFile& file, const std::string& arch) {
+  const gguf::Value* v = file.Find(arch + ".pooling_type");
   if (v != nullptr && v->is_integer()) {
     switch (v->AsInt()) {
       case 1:

@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace herd::model {
-class Model;
+namespace herd::gguf {
+class GgufFile;
 }
 
 namespace herd::engine {
@@ -34,8 +34,8 @@ absl::StatusOr<Pooling> ParsePooling(absl::string_view name);
 /// the file has it. llama.cpp's default for generative models (key absent or 0 = none)
 /// is per-token output, which /v1/embeddings refuses; herd uses kLast instead (the last
 /// token of a causal model is the only one that has seen the whole input; llama.cpp's
-/// server tests run generative models with --pooling last).
-Pooling DefaultPooling(const model::Model& m);
+/// server tests run generative models with --pooling last). `arch`: general.architecture.
+Pooling DefaultPooling(const gguf::GgufFile& file, const std::string& arch);
 
 /// Normalizes `v` in place like llama.cpp's common_embd_normalize(embd_norm):
 /// -1 none; 0 max absolute value scaled to the int16 range (32760); 1 taxicab (sum of

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 #include "libs/base/log.h"
+#include "services/gateway/embeddings.h"
 #include "services/gateway/text_stream.h"
 
 namespace herd::gateway {
@@ -440,6 +441,11 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts)
     res.set_content(Dump(json{{"object", "list"}, {"data", data}}), "application/json");
     gw_->RecordRequest("http_models", absl::OkStatus(), absl::Now() - t0);
   });
+
+  // Embeddings (services/gateway/embeddings.h): /v1/embeddings in OpenAI's shape,
+  // /embedding and /embeddings in llama.cpp's.
+  http_->Post(R"(/(v1/)?embeddings?)",
+              [this](const httplib::Request& q, httplib::Response& r) { HandleEmbeddingsHttp(gw_, q, r); });
 
   http_->Post("/v1/completions", [this](const httplib::Request& hreq, httplib::Response& res) {
     const absl::Time t0 = absl::Now();

@@ -3,6 +3,8 @@
 //                          speculation the response (the last event when streaming)
 //                          carries "speculative": [{type, calls, gen_drafts, acc_drafts,
 //                          gen_tokens, acc_tokens, acceptance_rate}]
+//   POST /v1/embeddings    embeddings (OpenAI shape; /embedding, /embeddings: llama.cpp's),
+//                          see embeddings.h
 //   GET  /v1/models        models served by at least one live worker
 //   GET  /healthz          "ok"
 // Requests run through the same Gateway::Prepare/Run path as gRPC Generate.
