@@ -8,5 +8,6 @@ int CmdQuantize(int argc, char** argv);    // herd quantize IN OUT TYPE [flags]
 int CmdPerplexity(int argc, char** argv);  // herd perplexity -m MODEL -f TEXT -c N
 int CmdUp(int argc, char** argv);          // herd up --models DIR --workers N
 int CmdGenerate(int argc, char** argv);    // herd generate --gateway ADDR -m MODEL -p PROMPT
+int CmdEmbed(int argc, char** argv);       // herd embed -m MODEL -p TEXT [--pooling mean|cls|last]
 
 }  // namespace herd::cli

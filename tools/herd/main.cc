@@ -388,7 +388,8 @@ const char kUsage[] =
     "  quantize  quantize a GGUF model (herd quantize IN OUT TYPE)\n"
     "  perplexity  perplexity of a model over a text file\n"
     "  up        start a local cluster: loader, workers, gateway\n"
-    "  generate  stream a generation from a gateway\n";
+    "  generate  stream a generation from a gateway\n"
+    "  embed     print the embedding of a text (llama-embedding)\n";
 
 }  // namespace
 }  // namespace herd::cli
@@ -408,6 +409,7 @@ int main(int argc, char** argv) {
   if (cmd == "perplexity") return CmdPerplexity(argc, argv);
   if (cmd == "up") return CmdUp(argc, argv);
   if (cmd == "generate") return CmdGenerate(argc, argv);
+  if (cmd == "embed") return CmdEmbed(argc, argv);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;
