@@ -289,7 +289,7 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
                                      serving::Registry* registry)
     : scheduler_(scheduler), opts_(std::move(opts)) {
   if (registry != nullptr) {
-    requests_ = registry->Counter("herd_worker_requests_total", "Worker RPCs (Info, Session) by final status code.",
+    requests_ = registry->Counter("herd_worker_requests_total", "Worker RPCs (Info, Session, Embed) by final status code.",
                                   {"code"});
     active_ = registry->Gauge("herd_worker_active_sequences", "Sequences admitted (prefilling or generating).");
     queued_ = registry->Gauge("herd_worker_queued_sequences", "Sequences waiting for admission.");
