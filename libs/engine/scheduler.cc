@@ -518,8 +518,9 @@ void Core::Run() {
     }
     FillGaugesLocked(&it);
     l.unlock();
-    out.Deliver();
+    // Observe first: a consumer that has seen a step then finds it in the metrics.
     if (changed || !plan.empty()) Observe(it);
+    out.Deliver();
     l.lock();
   }
   // Shutdown: end everything, free the cache.
