@@ -1,7 +1,10 @@
 #include "services/gateway/embeddings.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -18,6 +21,9 @@ namespace herd::gateway {
 namespace {
 
 using json = nlohmann::json;
+
+// Inputs of one request in flight at once.
+constexpr size_t kEmbedConcurrency = 8;
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
@@ -126,12 +132,28 @@ absl::StatusOr<v1::EmbedResponse> EmbedImpl(Gateway& gw, const v1::EmbedRequest&
     if (!t.ok()) return t.status();
     inputs.push_back(*std::move(t));
   }
+  // Inputs run concurrently (each one is a separate Worker.Embed, so several workers,
+  // or one worker's queue, can work on them), answers kept in input order.
+  std::vector<absl::StatusOr<v1::WorkerEmbedResponse>> answers(inputs.size(), absl::UnknownError("not run"));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < inputs.size(); i = next.fetch_add(1)) {
+      answers[i] = absl::Now() >= deadline ? absl::StatusOr<v1::WorkerEmbedResponse>(
+                                                 absl::DeadlineExceededError("deadline exceeded"))
+                                           : EmbedOnWorker(gw, req.model(), inputs[i], req.pooling(), deadline,
+                                                           static_cast<int>(i));
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n_threads = std::min<size_t>(inputs.size(), kEmbedConcurrency);
+  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
   v1::EmbedResponse resp;
   resp.set_model(req.model());
   int64_t n_tokens = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (absl::Now() >= deadline) return absl::DeadlineExceededError("deadline exceeded");
-    auto w = EmbedOnWorker(gw, req.model(), inputs[i], req.pooling(), deadline, static_cast<int>(i));
+    const absl::StatusOr<v1::WorkerEmbedResponse>& w = answers[i];
     if (!w.ok()) return w.status();
     std::vector<float> v(w->embedding().begin(), w->embedding().end());
     s = engine::NormalizeEmbedding(&v, norm);
@@ -226,6 +248,11 @@ absl::Status ParseOptions(const json& body, EmbeddingsHttpRequest* out) {
                          : *p == engine::Pooling::kCls ? v1::POOLING_CLS
                                                        : v1::POOLING_LAST);
   }
+  if (body.contains("dimensions")) {
+    const json& d = body["dimensions"];
+    if (!d.is_number_integer() || d.get<int64_t>() < 1) return Invalid("dimensions: must be a positive integer");
+    out->dimensions = d.get<int64_t>();
+  }
   if (body.contains("embd_normalize")) {
     const json& n = body["embd_normalize"];
     if (!n.is_number_integer() || n.get<int64_t>() < -1 || n.get<int64_t>() > 1000) {
@@ -302,6 +329,10 @@ void HandleEmbeddingsHttp(Gateway* gw, const httplib::Request& hreq, httplib::Re
     return;
   }
   auto r = Embed(*gw, er->req, absl::InfiniteFuture(), "http_embeddings");
+  if (r.ok() && er->dimensions > 0 && r->data_size() > 0 && r->data(0).values_size() != er->dimensions) {
+    r = Invalid(absl::StrCat("dimensions: ", er->dimensions, " is not supported: the model's embeddings have ",
+                             r->data(0).values_size(), " values"));
+  }
   if (!r.ok()) {
     send_error(r.status());
     return;

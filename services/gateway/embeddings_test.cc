@@ -201,7 +201,7 @@ TEST_F(EmbeddingsTest, NormalizeAndDefaultPooling) {
   req.set_normalize(0);  // max-abs to int16 range
   ASSERT_TRUE(GrpcEmbed(req, &resp).ok());
   EXPECT_FLOAT_EQ(resp.data(0).values(1), 32760.0f);
-  auto r = Post("/v1/embeddings", R"({"model":"stories260K","input":[5],"embd_normalize":-1})");
+  auto r = Post("/v1/embeddings", R"({"model":"stories260K","input":[5],"embd_normalize":-1,"dimensions":4})");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["data"][0]["embedding"][1].get<float>(), 5.0f);
@@ -220,6 +220,30 @@ TEST_F(EmbeddingsTest, RefusingWorkerIsSkipped) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(good->embed_calls(), 1);
   EXPECT_EQ(resp.data_size(), 1);
+}
+
+TEST_F(EmbeddingsTest, ManyInputsRunConcurrentlyAndKeepTheirOrder) {
+  FakeWorker* a = AddWorker();
+  FakeWorker* b = AddWorker();
+  StartGateway();
+  v1::EmbedRequest req;
+  req.set_model("stories260K");
+  req.set_pooling(v1::POOLING_CLS);
+  constexpr int kN = 40;
+  for (int i = 0; i < kN; ++i) {
+    auto* t = req.add_inputs()->mutable_tokens();
+    for (int j = 0; j <= i % 5; ++j) t->add_ids(10 + i + j);
+  }
+  v1::EmbedResponse resp;
+  grpc::Status s = GrpcEmbed(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.data_size(), kN);
+  for (int i = 0; i < kN; ++i) {
+    const auto& ids = req.inputs(i).tokens().ids();
+    const std::vector<float> want = Expected(std::vector<int32_t>(ids.begin(), ids.end()), v1::POOLING_CLS);
+    for (int k = 0; k < 4; ++k) EXPECT_FLOAT_EQ(resp.data(i).values(k), want[k]) << "input " << i;
+  }
+  EXPECT_EQ(a->embed_calls() + b->embed_calls(), kN);
 }
 
 TEST_F(EmbeddingsTest, BadInputNamesTheField) {
@@ -266,6 +290,8 @@ TEST_F(EmbeddingsTest, BadInputNamesTheField) {
            {R"({"model":"stories260K","input":"hi","pooling":"none"})", "pooling"},
            {R"({"model":"stories260K","input":"hi","embd_normalize":-3})", "embd_normalize"},
            {R"({"model":"stories260K","input":[""]})", "inputs[0].text"},
+           {R"({"model":"stories260K","input":"hi","dimensions":3})", "dimensions"},
+           {R"({"model":"stories260K","input":"hi","dimensions":"x"})", "dimensions"},
            {R"(not json)", "invalid JSON"}}) {
     auto r = Post("/v1/embeddings", body);
     ASSERT_TRUE(r);
