@@ -154,6 +154,7 @@ struct Core {
   void VerifyDraft(Work* w);
   void FillGaugesLocked(IterationStats* it) const;
   void Observe(const IterationStats& it);
+  std::deque<EmbedJob> TakeEmbedJobsLocked();
   void RunEmbedJobs(std::deque<EmbedJob> jobs, int32_t temp_seq);
   void ShutdownAndJoin();
 };
@@ -437,6 +438,21 @@ void Core::Observe(const IterationStats& it) {
   if (observer) observer(it);
 }
 
+// The embedding jobs of one iteration: queued ones up to n_batch tokens in total (at
+// least one), so that embeddings and running sequences take turns.
+std::deque<EmbedJob> Core::TakeEmbedJobsLocked() {
+  std::deque<EmbedJob> jobs;
+  int64_t tokens = 0;
+  while (!embed_jobs.empty()) {
+    const int64_t n = static_cast<int64_t>(embed_jobs.front().tokens.size());
+    if (!jobs.empty() && tokens + n > n_batch) break;
+    tokens += n;
+    jobs.push_back(std::move(embed_jobs.front()));
+    embed_jobs.pop_front();
+  }
+  return jobs;
+}
+
 // Runs on the scheduler thread between iterations: nothing else touches the engine.
 // temp_seq: a free slot's id (its region of cells is empty) or `capacity` (no slot
 // uses it; no range, so any free cells). Every job frees its cells (Engine::Embed).
@@ -465,8 +481,7 @@ void Core::Run() {
     Outbox out;
     bool changed = ReleaseCancelledLocked(&out);
     changed |= AdmitLocked(&out);
-    std::deque<EmbedJob> jobs;
-    jobs.swap(embed_jobs);
+    std::deque<EmbedJob> jobs = TakeEmbedJobsLocked();
     const int32_t temp_seq = free_ids.empty() ? capacity : free_ids.back();
     std::vector<Work> plan = PlanLocked();
     l.unlock();

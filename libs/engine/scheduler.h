@@ -57,9 +57,9 @@
 // cells of a free slot when one is free (its region is empty, so an input of up to
 // n_ctx_seq tokens always fits), else any free cells under an id no slot uses. The
 // cells are freed before the next forward pass, so running sequences see neither the
-// job's cells nor a change in their own cell order: their outputs are unchanged. An
-// embedding holds back the batch of that iteration for its own forward pass (as
-// llama-server's slot loop does).
+// job's cells nor a change in their own cell order: their outputs are unchanged. Each
+// iteration runs queued jobs of up to n_batch tokens in total (at least one job) before
+// its batch, so embeddings and generation take turns.
 //
 // Thread-safety. Scheduler and Sequence methods may be called from any thread. The
 // Engine (and its KV cache) belongs to the scheduler thread from Create() until the
