@@ -25,7 +25,16 @@ const float* Engine::Logits(int64_t j) const {
   return logits_.data() + static_cast<size_t>(j) * static_cast<size_t>(n_vocab());
 }
 
-absl::Status Engine::Decode(const Batch& batch) {
+const float* Engine::Embedding(int64_t j) const {
+  if (j < 0 || j >= n_embd_outputs_) return nullptr;
+  return embd_.data() + static_cast<size_t>(j) * static_cast<size_t>(n_embd());
+}
+
+absl::Status Engine::Decode(const Batch& batch) { return DecodeImpl(batch, /*embd=*/false); }
+
+absl::Status Engine::DecodeEmbeddings(const Batch& batch) { return DecodeImpl(batch, /*embd=*/true); }
+
+absl::Status Engine::DecodeImpl(const Batch& batch, bool embd) {
   const size_t n = batch.tokens.size();
   if (batch.pos.size() != n || batch.seq.size() != n || batch.logits.size() != n) {
     return absl::InvalidArgumentError("batch: tokens, pos, seq and logits must have the same length");
@@ -49,22 +58,50 @@ absl::Status Engine::Decode(const Batch& batch) {
   }
   int64_t n_out = 0;
   for (size_t i = 0; i < n; ++i) n_out += batch.logits[i] ? 1 : 0;
-  logits_.assign(static_cast<size_t>(n_out) * static_cast<size_t>(n_vocab()), 0.0f);
-  n_outputs_ = 0;
+  std::vector<float>& out = embd ? embd_ : logits_;
+  int64_t& n_outputs = embd ? n_embd_outputs_ : n_outputs_;
+  out.assign(static_cast<size_t>(n_out) * static_cast<size_t>(embd ? n_embd() : n_vocab()), 0.0f);
+  n_outputs = 0;
   std::vector<int32_t> cells;
   for (size_t b = 0; b < n; b += static_cast<size_t>(params_.n_batch)) {
     const size_t e = std::min(n, b + static_cast<size_t>(params_.n_batch));
-    absl::Status s = DecodeChunk(batch, b, e, &cells);
+    absl::Status s = DecodeChunk(batch, b, e, embd, &cells);
     if (!s.ok()) {
       kv_->FreeCells(cells);
-      n_outputs_ = 0;
+      n_outputs = 0;
       return s;
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, std::vector<int32_t>* cells) {
+absl::StatusOr<std::vector<float>> Engine::Embed(const std::vector<int32_t>& tokens, Pooling pooling, int32_t seq) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return absl::InvalidArgumentError("input: no tokens");
+  if (n > n_ctx()) {
+    return absl::InvalidArgumentError(absl::StrCat("input: ", n, " tokens exceed the context of ", n_ctx()));
+  }
+  if (seq < 0) return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, " is negative"));
+  if (kv_->SeqPosMax(seq) >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " already holds KV cells"));
+  }
+  Batch b;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool want = pooling == Pooling::kMean || (pooling == Pooling::kCls && i == 0) ||
+                      (pooling == Pooling::kLast && i == n - 1);
+    b.Add(tokens[static_cast<size_t>(i)], static_cast<int32_t>(i), seq, want);
+  }
+  absl::Status s = DecodeEmbeddings(b);
+  kv_->SeqRemove(seq, 0, -1);  // a failed Decode has freed its cells already
+  if (!s.ok()) return s;
+  auto pooled = PoolHiddenStates(embd_.data(), n_embd(), n_embd_outputs_, pooling);
+  embd_.clear();
+  n_embd_outputs_ = 0;
+  return pooled;
+}
+
+absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, bool embd,
+                                 std::vector<int32_t>* cells) {
   const int64_t n_tokens = static_cast<int64_t>(end - begin);
   std::vector<int32_t> seq(batch.seq.begin() + static_cast<long>(begin), batch.seq.begin() + static_cast<long>(end));
   std::vector<int32_t> pos(batch.pos.begin() + static_cast<long>(begin), batch.pos.begin() + static_cast<long>(end));
@@ -93,6 +130,7 @@ absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, s
   in.k_cache = kv_->k_layers();
   in.v_cache = kv_->v_layers();
   in.n_kv = n_kv;
+  in.embeddings = embd;
   if (!out_ids.empty()) {
     in.out_ids = g.NewTensor(GgmlType::I32, {static_cast<int64_t>(out_ids.size())}, "inp_out_ids");
     in.out_ids->data = out_ids.data();
@@ -103,17 +141,19 @@ absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, s
     in.out_ids->data = out_ids.data();
   }
   for (Tensor* t : g.leaves()) t->is_input = true;
-  Tensor* logits = model_.BuildForward(g, in);
+  Tensor* result = model_.BuildForward(g, in);  // logits, or hidden states with embd
   absl::Status s = backend_->GraphCompute(g);
   if (!s.ok()) return s;
   bool any = false;
   for (size_t i = begin; i < end; ++i) any |= batch.logits[i];
   if (any) {
-    const size_t bytes = static_cast<size_t>(logits->ne[1]) * static_cast<size_t>(n_vocab()) * sizeof(float);
-    s = backend_->GetTensor(logits, logits_.data() + static_cast<size_t>(n_outputs_) * static_cast<size_t>(n_vocab()),
-                            0, bytes);
+    std::vector<float>& out = embd ? embd_ : logits_;
+    int64_t& n_outputs = embd ? n_embd_outputs_ : n_outputs_;
+    const size_t row = static_cast<size_t>(result->ne[0]);
+    const size_t bytes = static_cast<size_t>(result->ne[1]) * row * sizeof(float);
+    s = backend_->GetTensor(result, out.data() + static_cast<size_t>(n_outputs) * row, 0, bytes);
     if (!s.ok()) return s;
-    n_outputs_ += logits->ne[1];
+    n_outputs += result->ne[1];
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "libs/backend/backend.h"
+#include "libs/engine/embedding.h"
 #include "libs/engine/kv_cache.h"
 #include "libs/model/model.h"
 
@@ -54,7 +55,30 @@ class Engine {
   /// n_vocab logits of output j of the last Decode (nullptr if j is out of range).
   const float* Logits(int64_t j) const;
   int64_t n_outputs() const { return n_outputs_; }
+
+  /// Decode() that outputs final hidden states instead of logits (llama.cpp's
+  /// llama_decode with cparams.embeddings: res->t_embd, after the output norm, before the
+  /// LM head). Same errors and KV cache effects as Decode(); Logits() are left as they
+  /// were. After success, Embedding(j) is the hidden state of the j-th token that asked
+  /// for output (batch.logits[i]).
+  absl::Status DecodeEmbeddings(const Batch& batch);
+  /// n_embd floats of output j of the last DecodeEmbeddings (nullptr if out of range).
+  const float* Embedding(int64_t j) const;
+  int64_t n_embd_outputs() const { return n_embd_outputs_; }
+
+  /// The pooled (not normalized) embedding of `tokens`, one sequence from position 0,
+  /// evaluated as the temporary sequence `seq` in chunks of n_batch tokens; the cells it
+  /// took are freed before returning, whatever happens, so the KV cache is left as it
+  /// was. Only the rows the pooling needs are computed (all for kMean). Result: n_embd
+  /// floats. Errors: INVALID_ARGUMENT for empty `tokens`, more tokens than n_ctx cells
+  /// ("input: N tokens exceed the context of M"), or a token outside the vocabulary;
+  /// FAILED_PRECONDITION when `seq` already holds cells; RESOURCE_EXHAUSTED when the KV
+  /// cache (or seq's range) has fewer free cells than tokens. Source: llama.cpp
+  /// examples/embedding batch_decode + the pooling of llama_context::decode.
+  absl::StatusOr<std::vector<float>> Embed(const std::vector<int32_t>& tokens, Pooling pooling, int32_t seq);
+
   int64_t n_vocab() const { return model_.hparams().n_vocab; }
+  int64_t n_embd() const { return model_.hparams().n_embd; }
   int64_t n_ctx() const { return kv_->n_cells(); }
   int64_t n_batch() const { return params_.n_batch; }
 
@@ -63,7 +87,8 @@ class Engine {
 
  private:
   Engine(const model::Model& m, const EngineParams& p, Backend* b) : model_(m), params_(p), backend_(b) {}
-  absl::Status DecodeChunk(const Batch& batch, size_t begin, size_t end, std::vector<int32_t>* cells);
+  absl::Status DecodeImpl(const Batch& batch, bool embd);
+  absl::Status DecodeChunk(const Batch& batch, size_t begin, size_t end, bool embd, std::vector<int32_t>* cells);
 
   const model::Model& model_;
   EngineParams params_;
@@ -71,6 +96,8 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_;
   int64_t n_outputs_ = 0;
+  std::vector<float> embd_;  // [n_embd, n_embd_outputs_]
+  int64_t n_embd_outputs_ = 0;
 };
 
 }  // namespace herd::engine

@@ -154,5 +154,102 @@ TEST_F(EngineTest, SequenceCellRanges) {
   EXPECT_EQ(*g, std::vector<int32_t>{8});
 }
 
+// Embeddings: pooled vectors equal the pooling of DecodeEmbeddings rows, any n_batch
+// (one pass, chunks, one token at a time) gives the same vector, and the temporary
+// sequence leaves the KV cache -- and a sequence running beside it -- untouched.
+TEST_F(EngineTest, EmbedPoolsHiddenStatesAnyBatchSize) {
+  auto whole = Make(64, 512);
+  Batch b;
+  for (size_t i = 0; i < prompt_.size(); ++i) b.Add(prompt_[i], static_cast<int32_t>(i), 0, true);
+  ASSERT_TRUE(whole->DecodeEmbeddings(b).ok());
+  const int64_t ne = whole->n_embd(), n = static_cast<int64_t>(prompt_.size());
+  ASSERT_EQ(whole->n_embd_outputs(), n);
+  EXPECT_EQ(whole->n_outputs(), 0);  // logits untouched
+  std::vector<float> rows;
+  for (int64_t t = 0; t < n; ++t) rows.insert(rows.end(), whole->Embedding(t), whole->Embedding(t) + ne);
+  whole->kv().Clear();
+  for (Pooling p : {Pooling::kMean, Pooling::kCls, Pooling::kLast}) {
+    auto want = PoolHiddenStates(rows.data(), ne, n, p);
+    ASSERT_TRUE(want.ok());
+    for (int64_t n_batch : {512, 3, 1}) {
+      auto e = Make(64, n_batch);
+      auto got = e->Embed(prompt_, p, 0);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(static_cast<int64_t>(got->size()), ne);
+      EXPECT_LT(MaxDiff(got->data(), want->data(), ne), 1e-4) << PoolingName(p) << " n_batch " << n_batch;
+      EXPECT_EQ(e->kv().used(), 0);
+    }
+  }
+  // cls = row 0, last = row n-1 exactly.
+  auto cls = whole->Embed(prompt_, Pooling::kCls, 0);
+  ASSERT_TRUE(cls.ok());
+  EXPECT_LT(MaxDiff(cls->data(), rows.data(), ne), 1e-5);
+}
+
+TEST_F(EngineTest, EmbedBesideARunningSequenceChangesNothing) {
+  auto e = Make(64, 512);
+  auto solo = Make(64, 512);
+  Batch b;
+  for (size_t i = 0; i < prompt_.size(); ++i) b.Add(prompt_[i], static_cast<int32_t>(i), 0, i + 1 == prompt_.size());
+  ASSERT_TRUE(e->Decode(b).ok());
+  ASSERT_TRUE(solo->Decode(b).ok());
+  const int64_t used = e->kv().used();
+  auto emb = e->Embed({1, 500, 42, 7, 9}, Pooling::kMean, 5);
+  ASSERT_TRUE(emb.ok()) << emb.status();
+  EXPECT_EQ(e->kv().used(), used);
+  EXPECT_EQ(e->kv().SeqPosMax(5), -1);
+  EXPECT_EQ(e->kv().SeqPosMax(0), static_cast<int32_t>(prompt_.size()) - 1);
+  Batch next;
+  next.Add(300, static_cast<int32_t>(prompt_.size()), 0, true);
+  ASSERT_TRUE(e->Decode(next).ok());
+  ASSERT_TRUE(solo->Decode(next).ok());
+  EXPECT_LT(MaxDiff(e->Logits(0), solo->Logits(0), e->n_vocab()), 1e-5);
+  // Embedding as seq 0 while seq 0 holds cells is refused, nothing changed.
+  EXPECT_EQ(e->Embed({1, 2}, Pooling::kLast, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e->kv().used(), used + 1);
+}
+
+TEST_F(EngineTest, EmbedErrors) {
+  auto e = Make(8, 4);
+  EXPECT_EQ(e->Embed({}, Pooling::kMean, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  auto too_long = e->Embed(std::vector<int32_t>(9, 1), Pooling::kMean, 0);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find("exceed the context of 8"), std::string::npos) << too_long.status();
+  EXPECT_EQ(e->Embed({1, 512}, Pooling::kMean, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // Room: 6 of 8 cells taken by seq 0 -> a 3-token embedding does not fit; cache untouched.
+  Batch b;
+  for (int i = 0; i < 6; ++i) b.Add(1, i, 0, false);
+  ASSERT_TRUE(e->Decode(b).ok());
+  EXPECT_EQ(e->Embed({1, 2, 3}, Pooling::kMean, 1).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->kv().used(), 6);
+  EXPECT_TRUE(e->Embed({1, 2}, Pooling::kMean, 1).ok());
+  EXPECT_EQ(e->kv().used(), 6);
+}
+
+TEST(Embedding, NormalizeLikeCommonEmbdNormalize) {
+  std::vector<float> v = {3, -4};
+  ASSERT_TRUE(NormalizeEmbedding(&v, 2).ok());
+  EXPECT_FLOAT_EQ(v[0], 0.6f);
+  EXPECT_FLOAT_EQ(v[1], -0.8f);
+  v = {3, -4};
+  ASSERT_TRUE(NormalizeEmbedding(&v, -1).ok());
+  EXPECT_EQ(v, (std::vector<float>{3, -4}));
+  ASSERT_TRUE(NormalizeEmbedding(&v, 1).ok());
+  EXPECT_FLOAT_EQ(v[0], 3.0f / 7);
+  v = {3, -4};
+  ASSERT_TRUE(NormalizeEmbedding(&v, 0).ok());
+  EXPECT_FLOAT_EQ(v[1], -32760.0f);
+  EXPECT_FLOAT_EQ(v[0], 3 * 32760.0f / 4);
+  v = {3, -4};
+  ASSERT_TRUE(NormalizeEmbedding(&v, 3).ok());
+  EXPECT_NEAR(std::fabs(v[0] * v[0] * v[0]) + std::fabs(v[1] * v[1] * v[1]), 1.0, 1e-6);
+  v = {0, 0};
+  ASSERT_TRUE(NormalizeEmbedding(&v, 2).ok());
+  EXPECT_EQ(v, (std::vector<float>{0, 0}));
+  EXPECT_EQ(NormalizeEmbedding(&v, -2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ParsePooling("cls").ok());
+  EXPECT_EQ(ParsePooling("none").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace herd::engine

@@ -115,6 +115,13 @@ struct Work {
   absl::Status error;          // verify: the sequence cannot continue (grammar dead end)
 };
 
+// One queued Scheduler::Embed() call.
+struct EmbedJob {
+  std::vector<int32_t> tokens;
+  Pooling pooling = Pooling::kLast;
+  Scheduler::EmbedCallback done;
+};
+
 struct Core {
   Engine* engine = nullptr;
   const tokenizer::Vocab* vocab = nullptr;
@@ -130,6 +137,7 @@ struct Core {
   std::deque<std::shared_ptr<SeqState>> queue;    // admission order
   std::vector<std::shared_ptr<SeqState>> active;  // admission order
   std::vector<int32_t> free_ids;
+  std::deque<EmbedJob> embed_jobs;
   size_t rr = 0;  // round-robin start of the decode scan
   SchedulerStats stats;
   std::thread thread;
@@ -156,10 +164,13 @@ struct Core {
   void VerifyDraft(Work* w);
   void FillGaugesLocked(IterationStats* it) const;
   void Observe(const IterationStats& it);
+  std::deque<EmbedJob> TakeEmbedJobsLocked();
+  void RunEmbedJobs(std::deque<EmbedJob> jobs, int32_t temp_seq);
   void ShutdownAndJoin();
 };
 
 bool Core::HasWorkLocked() const {
+  if (!embed_jobs.empty()) return true;
   for (const auto& s : queue) {
     if (s->cancel) return true;
   }
@@ -448,6 +459,41 @@ void Core::Observe(const IterationStats& it) {
   if (observer) observer(it);
 }
 
+// The embedding jobs of one iteration: queued ones up to n_batch tokens in total (at
+// least one), so that embeddings and running sequences take turns.
+std::deque<EmbedJob> Core::TakeEmbedJobsLocked() {
+  std::deque<EmbedJob> jobs;
+  int64_t tokens = 0;
+  while (!embed_jobs.empty()) {
+    const int64_t n = static_cast<int64_t>(embed_jobs.front().tokens.size());
+    if (!jobs.empty() && tokens + n > n_batch) break;
+    tokens += n;
+    jobs.push_back(std::move(embed_jobs.front()));
+    embed_jobs.pop_front();
+  }
+  return jobs;
+}
+
+// Runs on the scheduler thread between iterations: nothing else touches the engine.
+// temp_seq: a free slot's id (its region of cells is empty) or `capacity` (no slot
+// uses it; no range, so any free cells). Every job frees its cells (Engine::Embed).
+void Core::RunEmbedJobs(std::deque<EmbedJob> jobs, int32_t temp_seq) {
+  uint64_t tokens = 0;
+  for (EmbedJob& j : jobs) {
+    auto r = engine->Embed(j.tokens, j.pooling, temp_seq);
+    if (absl::IsResourceExhausted(r.status())) {
+      r = absl::ResourceExhaustedError(absl::StrCat("embedding: every sequence slot is busy and the KV cache has "
+                                                    "too few free cells for ", j.tokens.size(),
+                                                    " tokens; retry later (", r.status().message(), ")"));
+    }
+    tokens += j.tokens.size();
+    j.done(std::move(r));
+  }
+  std::lock_guard<std::mutex> l(mu);
+  stats.embeddings += jobs.size();
+  stats.embedding_tokens += tokens;
+}
+
 void Core::Run() {
   std::unique_lock<std::mutex> l(mu);
   for (;;) {
@@ -456,9 +502,12 @@ void Core::Run() {
     Outbox out;
     bool changed = ReleaseCancelledLocked(&out);
     changed |= AdmitLocked(&out);
+    std::deque<EmbedJob> jobs = TakeEmbedJobsLocked();
+    const int32_t temp_seq = free_ids.empty() ? capacity : free_ids.back();
     std::vector<Work> plan = PlanLocked();
     l.unlock();
     out.Deliver();
+    if (!jobs.empty()) RunEmbedJobs(std::move(jobs), temp_seq);
 
     IterationStats it;
     absl::Status st;
@@ -511,8 +560,9 @@ void Core::Run() {
     }
     FillGaugesLocked(&it);
     l.unlock();
-    out.Deliver();
+    // Observe first: a consumer that has seen a step then finds it in the metrics.
     if (changed || !plan.empty()) Observe(it);
+    out.Deliver();
     l.lock();
   }
   // Shutdown: end everything, free the cache.
@@ -522,8 +572,11 @@ void Core::Run() {
   for (const auto& s : all) ReleaseLocked(s, absl::UnavailableError("scheduler shut down"), &out);
   engine->kv().Clear();
   stats.kv_cells_used = 0;
+  std::deque<EmbedJob> jobs;
+  jobs.swap(embed_jobs);
   l.unlock();
   out.Deliver();
+  for (EmbedJob& j : jobs) j.done(absl::UnavailableError("scheduler shut down"));
 }
 
 void Core::ShutdownAndJoin() {
@@ -769,6 +822,40 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
   }
   c.cv.notify_all();
   return std::unique_ptr<Sequence>(new Sequence(core_, std::move(st)));
+}
+
+absl::Status Scheduler::Embed(std::vector<int32_t> tokens, Pooling pooling, EmbedCallback done) {
+  Core& c = *core_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tokens: empty (1 to n_ctx_seq = ", c.n_ctx_seq, " tokens)"));
+  }
+  if (n > c.n_ctx_seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens: ", n, " tokens exceed the context of n_ctx_seq = ", c.n_ctx_seq, " cells"));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("tokens[", i, "]: token id ", tokens[i],
+                                                     " is outside the vocabulary [0, ", c.n_vocab, ")"));
+    }
+  }
+  if (!done) return absl::InvalidArgumentError("done: null callback");
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    if (c.stop || !c.admitting) return absl::UnavailableError("worker is shutting down: not admitting requests");
+    if (static_cast<int64_t>(c.embed_jobs.size()) >= std::max<int64_t>(1, c.cfg.max_queue)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("embedding queue is full (max_queue ", c.cfg.max_queue, ")"));
+    }
+    internal::EmbedJob j;
+    j.tokens = std::move(tokens);
+    j.pooling = pooling;
+    j.done = std::move(done);
+    c.embed_jobs.push_back(std::move(j));
+  }
+  c.cv.notify_all();
+  return absl::OkStatus();
 }
 
 void Scheduler::SetIterationObserver(std::function<void(const IterationStats&)> fn) {

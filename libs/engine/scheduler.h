@@ -52,6 +52,15 @@
 // draw from a second per-sequence RNG seeded with Sampler::seed() ^ 0x5bd1e995 (as
 // spec::GenerateSpeculative does), so a fixed seed gives the same output again.
 //
+// Embeddings. Embed() queues a job that the scheduler thread runs between two
+// iterations (never inside one), with Engine::Embed on a temporary sequence: the KV
+// cells of a free slot when one is free (its region is empty, so an input of up to
+// n_ctx_seq tokens always fits), else any free cells under an id no slot uses. The
+// cells are freed before the next forward pass, so running sequences see neither the
+// job's cells nor a change in their own cell order: their outputs are unchanged. Each
+// iteration runs queued jobs of up to n_batch tokens in total (at least one job) before
+// its batch, so embeddings and generation take turns.
+//
 // Thread-safety. Scheduler and Sequence methods may be called from any thread. The
 // Engine (and its KV cache) belongs to the scheduler thread from Create() until the
 // Scheduler is destroyed: do not touch it meanwhile. Events are delivered through a
@@ -105,6 +114,8 @@ struct SchedulerStats {
   uint64_t tokens_generated = 0;           // tokens delivered in StepResults
   uint64_t prompt_tokens = 0;              // prompt tokens evaluated
   uint64_t sequences_started = 0;          // admitted so far
+  uint64_t embeddings = 0;                 // Embed() jobs run (successful or not)
+  uint64_t embedding_tokens = 0;           // tokens evaluated by Embed() jobs
 };
 
 struct SchedulerConfig {
@@ -247,6 +258,17 @@ class Scheduler {
   /// every slot is taken and the policy is kReject or the queue holds max_queue;
   /// UNAVAILABLE after StopAdmitting()/Shutdown().
   absl::StatusOr<std::unique_ptr<Sequence>> Start(SequenceParams params);
+
+  /// Called once with the pooled, not normalized, embedding (n_embd floats) or the error.
+  using EmbedCallback = std::function<void(absl::StatusOr<std::vector<float>>)>;
+  /// Queues the embedding of `tokens` (one sequence from position 0) with `pooling`;
+  /// `done` runs on the scheduler thread once the job ran (see the file comment), or
+  /// with UNAVAILABLE if the scheduler shuts down first; it must not block. Returns
+  /// without calling `done` on errors: INVALID_ARGUMENT naming "tokens" (empty, longer
+  /// than n_ctx_seq, an id outside the vocabulary); RESOURCE_EXHAUSTED when max_queue
+  /// jobs wait already; UNAVAILABLE after StopAdmitting()/Shutdown(). A job that finds
+  /// no free slot and not enough free cells ends with RESOURCE_EXHAUSTED (retry).
+  absl::Status Embed(std::vector<int32_t> tokens, Pooling pooling, EmbedCallback done);
 
   /// New Start() calls fail with UNAVAILABLE; active and queued sequences continue.
   void StopAdmitting();

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <future>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -863,6 +865,95 @@ TEST_F(SchedulerTest, EosEndsPendingStepsUnlessIgnored) {
   ASSERT_TRUE(s3.ok());
   ExpectStarted(s3->get());
   EXPECT_EQ(Collect(s3->get(), 30), cont);
+}
+
+// Embed() runs between iterations on a temporary sequence: the vector equals
+// Engine::Embed on a fresh engine, and sequences generating at the same time keep their
+// solo output (their cells are untouched); validation and shutdown errors.
+TEST_F(SchedulerTest, EmbeddingsBesideRunningSequences) {
+  const std::vector<int32_t> p1 = {1, 403, 407, 261, 378};
+  const std::vector<int32_t> p2 = {1, 346, 306, 414};
+  const std::vector<int32_t> text = {1, 500, 42, 7, 9, 300, 301};
+  const std::vector<int32_t> want1 = Solo(p1, 24, Greedy()), want2 = Solo(p2, 24, Greedy());
+  auto fresh = MakeEngine(64, 512);
+  auto want_emb = fresh->Embed(text, Pooling::kMean, 0);
+  ASSERT_TRUE(want_emb.ok()) << want_emb.status();
+
+  auto e = MakeEngine(256, 512);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;  // both slots busy: embeddings use free cells under a spare id
+  auto sched = MakeScheduler(e.get(), cfg);
+  SequenceParams sp1, sp2;
+  sp1.prompt = p1;
+  sp1.sampling = Greedy();
+  sp1.ignore_eos = true;
+  sp2 = sp1;
+  sp2.prompt = p2;
+  auto s1 = sched->Start(sp1);
+  auto s2 = sched->Start(sp2);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  ExpectStarted(s1->get());
+  ExpectStarted(s2->get());
+  std::mutex mu;
+  std::vector<absl::StatusOr<std::vector<float>>> got;
+  std::atomic<bool> stop_embedding{false};
+  std::thread embedder([&] {  // one job at a time, each waited for, until generation ends
+    while (!stop_embedding.load()) {
+      std::promise<void> ran;
+      absl::Status st = sched->Embed(text, Pooling::kMean, [&](absl::StatusOr<std::vector<float>> r) {
+        {
+          std::lock_guard<std::mutex> l(mu);
+          got.push_back(std::move(r));
+        }
+        ran.set_value();
+      });
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) break;
+      ran.get_future().wait();
+    }
+  });
+  std::vector<int32_t> out1, out2;
+  std::thread t2([&] { out2 = Collect(s2->get(), 24, /*one_by_one=*/true); });
+  out1 = Collect(s1->get(), 24, /*one_by_one=*/true);
+  t2.join();
+  stop_embedding = true;
+  embedder.join();
+  EXPECT_EQ(out1, want1);
+  EXPECT_EQ(out2, want2);
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_FALSE(got.empty());
+  for (const auto& r : got) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    double d = 0;
+    for (size_t i = 0; i < r->size(); ++i) d = std::max(d, std::fabs(static_cast<double>((*r)[i]) - (*want_emb)[i]));
+    EXPECT_LT(d, 1e-3);  // F16 KV here and in `fresh`, same cells order
+  }
+  EXPECT_EQ(sched->Stats().kv_cells_used, static_cast<int64_t>(p1.size() + p2.size() + 2 * 24 - 2));
+}
+
+TEST_F(SchedulerTest, EmbedValidationAndShutdown) {
+  auto e = MakeEngine(64, 512);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;  // n_ctx_seq 32
+  auto sched = MakeScheduler(e.get(), cfg);
+  auto noop = [](absl::StatusOr<std::vector<float>>) {};
+  EXPECT_EQ(sched->Embed({}, Pooling::kMean, noop).code(), absl::StatusCode::kInvalidArgument);
+  absl::Status too_long = sched->Embed(std::vector<int32_t>(33, 1), Pooling::kMean, noop);
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("n_ctx_seq = 32"), std::string::npos) << too_long;
+  absl::Status bad = sched->Embed({1, 99999}, Pooling::kMean, noop);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("tokens[1]"), std::string::npos) << bad;
+  // A full-length input fits (a free slot's region).
+  std::promise<absl::StatusOr<std::vector<float>>> done;
+  ASSERT_TRUE(sched->Embed(std::vector<int32_t>(32, 1), Pooling::kLast,
+                           [&](absl::StatusOr<std::vector<float>> r) { done.set_value(std::move(r)); })
+                  .ok());
+  auto r = done.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(static_cast<int64_t>(r->size()), e->n_embd());
+  sched->StopAdmitting();
+  EXPECT_EQ(sched->Embed({1}, Pooling::kMean, noop).code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -125,6 +125,11 @@ Tensor* GraphBuilder::Outputs(Tensor* x) { return SelectsOutputs() ? g.GetRows(x
 
 Tensor* GraphBuilder::Logits(Tensor* x, NormType type) {
   Tensor* cur = Norm(x, w.output_norm, w.output_norm_b, type);
+  if (in.embeddings) {
+    cur->name = "result_embd";
+    g.SetOutput(cur);
+    return cur;
+  }
   Tensor* logits = g.MulMat(w.output, cur);
   if (w.output_b != nullptr) logits = g.Add(logits, w.output_b);
   logits->name = "result_output";

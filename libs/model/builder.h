@@ -57,7 +57,9 @@ class GraphBuilder {
   /// llama.cpp does with inp_out_ids).
   Tensor* Outputs(Tensor* x);
   /// Final norm (output_norm + output_norm_b), output matrix, output_b; marks the result
-  /// as the graph output "result_output". F32 [n_vocab, n_outputs].
+  /// as the graph output "result_output". F32 [n_vocab, n_outputs]. With in.embeddings
+  /// stops after the norm: the graph output "result_embd", F32 [n_embd, n_outputs]
+  /// (llama.cpp res->t_embd).
   Tensor* Logits(Tensor* x, NormType type);
 
  private:

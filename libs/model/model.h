@@ -114,6 +114,10 @@ struct ForwardInputs {
   std::vector<Tensor*> k_cache;  // per layer: [n_embd_k_gqa, n_cells] (F16 or F32)
   std::vector<Tensor*> v_cache;  // per layer: [n_embd_v_gqa, n_cells]
   int64_t n_kv = 0;           // cells [0, n_kv) take part in attention
+  /// Output the final hidden states instead of logits: the rows of out_ids after the
+  /// output norm (output_norm + output_norm_b), before the output matrix -- llama.cpp's
+  /// res->t_embd, what its embeddings pool. F32 [n_embd, n_outputs], named "result_embd".
+  bool embeddings = false;
 };
 
 /// A model loaded from a GGUF file; weights stay in the file mapping (zero copy).
@@ -135,7 +139,8 @@ class Model {
   /// Architectures this build can run (general.architecture values), sorted.
   static std::vector<std::string> SupportedArchitectures();
 
-  /// Appends the forward pass to `g`; returns the logits, F32 [n_vocab, n_outputs].
+  /// Appends the forward pass to `g`; returns the logits, F32 [n_vocab, n_outputs], or
+  /// with in.embeddings the output-normed hidden states, F32 [n_embd, n_outputs].
   /// The K/V of every token are written into in.k_cache / in.v_cache rows in.kv_idx.
   Tensor* BuildForward(Graph& g, const ForwardInputs& in) const;
 

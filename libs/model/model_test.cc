@@ -144,7 +144,9 @@ std::string L(int64_t il, const std::string& n) { return "blk." + std::to_string
 
 // --- per-architecture reference forward passes ---
 
-std::vector<Vec> RefFalcon(const Synth& s, const std::vector<int32_t>& toks, int64_t n_kv, double eps) {
+// hidden: return the output-normed hidden states (llama.cpp t_embd) instead of logits.
+std::vector<Vec> RefFalcon(const Synth& s, const std::vector<int32_t>& toks, int64_t n_kv, double eps,
+                           bool hidden = false) {
   const size_t T = toks.size();
   const int64_t n_q = kEmbd, n_k = n_kv * kHd;
   std::vector<Vec> x(T);
@@ -178,12 +180,17 @@ std::vector<Vec> RefFalcon(const Synth& s, const std::vector<int32_t>& toks, int
   std::vector<Vec> logits(T);
   for (size_t t = 0; t < T; ++t) {
     const Vec h = LayerNorm(x[t], s.T("output_norm.weight"), &s.T("output_norm.bias"), eps);
+    if (hidden) {
+      logits[t] = h;
+      continue;
+    }
     logits[t] = MatVec(s.Has("output.weight") ? s.T("output.weight") : s.T("token_embd.weight"), h, kVocab);
   }
   return logits;
 }
 
-std::vector<Vec> RefQwen(const Synth& s, const std::vector<int32_t>& toks, int64_t n_kv, double eps, bool qk_norm) {
+std::vector<Vec> RefQwen(const Synth& s, const std::vector<int32_t>& toks, int64_t n_kv, double eps, bool qk_norm,
+                         bool hidden = false) {
   const size_t T = toks.size();
   const int64_t n_q = kHead * kHd, n_k = n_kv * kHd;
   std::vector<Vec> x(T);
@@ -232,6 +239,10 @@ std::vector<Vec> RefQwen(const Synth& s, const std::vector<int32_t>& toks, int64
   std::vector<Vec> logits(T);
   for (size_t t = 0; t < T; ++t) {
     const Vec h = RmsNorm(x[t], s.T("output_norm.weight").data(), eps);
+    if (hidden) {
+      logits[t] = h;
+      continue;
+    }
     logits[t] = MatVec(s.Has("output.weight") ? s.T("output.weight") : s.T("token_embd.weight"), h, kVocab);
   }
   return logits;
@@ -352,6 +363,40 @@ TEST(ModelArch, Qwen3QkNormMatchesReference) {
   auto m = s.Load();
   ASSERT_TRUE(m.ok()) << m.status();
   ExpectMatches(**m, RefQwen(s, kToks, 1, 1e-6, true), kToks, 1e-4);
+}
+
+// ForwardInputs::embeddings: the graph's output is the output-normed hidden state of
+// every token (llama.cpp's t_embd, what embeddings pool), equal to the reference's.
+TEST(ModelArch, EmbeddingsOutputIsTheNormedHiddenState) {
+  struct Case {
+    Synth s;
+    std::vector<Vec> ref;
+  };
+  Synth q = MakeQwen(/*qwen3=*/false, /*n_kv=*/2);
+  Synth f = MakeFalcon(/*n_kv=*/1, /*norm_2=*/false);
+  const std::vector<Vec> ref_q = RefQwen(q, kToks, 2, 1e-6, false, /*hidden=*/true);
+  const std::vector<Vec> ref_f = RefFalcon(f, kToks, 1, 1e-5, /*hidden=*/true);
+  for (auto [synth, ref] : {std::pair<Synth*, const std::vector<Vec>*>{&q, &ref_q}, {&f, &ref_f}}) {
+    auto m = synth->Load();
+    ASSERT_TRUE(m.ok()) << m.status();
+    CpuBackend backend(2);
+    SequenceRunner run(**m, &backend, kCtx);
+    auto h = run.Eval(kToks, 0, /*all_logits=*/true, /*embeddings=*/true);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_EQ(h->size(), kToks.size());
+    double d = 0;
+    for (size_t t = 0; t < kToks.size(); ++t) {
+      ASSERT_EQ(static_cast<int64_t>((*h)[t].size()), kEmbd);
+      for (int64_t i = 0; i < kEmbd; ++i) d = std::max(d, std::fabs((*h)[t][i] - (*ref)[t][i]));
+    }
+    EXPECT_LE(d, 1e-4) << (*m)->hparams().arch;
+    // Only the last row when out_ids selects it.
+    SequenceRunner last(**m, &backend, kCtx);
+    auto hl = last.Eval(kToks, 0, /*all_logits=*/false, /*embeddings=*/true);
+    ASSERT_TRUE(hl.ok());
+    ASSERT_EQ(hl->size(), 1u);
+    for (int64_t i = 0; i < kEmbd; ++i) EXPECT_NEAR((*hl)[0][i], ref->back()[i], 1e-4);
+  }
 }
 
 TEST(ModelArch, FalconRopeMustCoverTheHead) {

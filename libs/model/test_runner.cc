@@ -24,7 +24,7 @@ SequenceRunner::SequenceRunner(const Model& m, Backend* backend, int64_t n_ctx, 
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> SequenceRunner::Eval(const std::vector<int32_t>& tokens, int32_t p0,
-                                                                     bool all_logits) {
+                                                                     bool all_logits, bool embeddings) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t n_kv = p0 + n;
   if (n == 0 || p0 < 0 || n_kv > n_ctx_) {
@@ -57,6 +57,7 @@ absl::StatusOr<std::vector<std::vector<float>>> SequenceRunner::Eval(const std::
   in.k_cache = k_;
   in.v_cache = v_;
   in.n_kv = n_kv;
+  in.embeddings = embeddings;
   for (Tensor* t : g.leaves()) t->is_input = true;
   Tensor* logits = m_.BuildForward(g, in);
   absl::Status s = backend_->GraphCompute(g);

@@ -20,9 +20,10 @@ class SequenceRunner {
   /// Evaluates `tokens` at positions p0, p0+1, ... (cells [0, p0) must already hold the
   /// earlier tokens of the sequence); returns n_vocab logits for every token, or only for
   /// the last one when !all_logits (then ForwardInputs::out_ids selects that row).
-  /// Errors: OUT_OF_RANGE past n_ctx; the backend's.
+  /// With `embeddings`, n_embd output-normed hidden states instead of logits
+  /// (ForwardInputs::embeddings). Errors: OUT_OF_RANGE past n_ctx; the backend's.
   absl::StatusOr<std::vector<std::vector<float>>> Eval(const std::vector<int32_t>& tokens, int32_t p0,
-                                                       bool all_logits = true);
+                                                       bool all_logits = true, bool embeddings = false);
 
   /// Greedy generation (argmax, lowest id on ties): evaluates `prompt` from position 0
   /// (logits of its last token only), then each chosen token; returns n_predict ids (the

@@ -63,6 +63,31 @@ std::vector<int> FakeWorker::draft_probs_counts() const {
   return draft_probs_;
 }
 
+grpc::Status FakeWorker::Embed(grpc::ServerContext*, const v1::WorkerEmbedRequest* req,
+                               v1::WorkerEmbedResponse* resp) {
+  embed_calls_.fetch_add(1);
+  const FakeWorkerConfig c = config();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    last_embed_ = *req;
+  }
+  if (c.embed_refuse != grpc::StatusCode::OK) return grpc::Status(c.embed_refuse, "fake worker: embed refused");
+  if (req->tokens_size() == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "tokens: empty");
+  const v1::Pooling p = req->pooling() == v1::POOLING_UNSPECIFIED ? v1::POOLING_LAST : req->pooling();
+  for (float v : {static_cast<float>(req->tokens_size()), static_cast<float>(req->tokens(0)),
+                  static_cast<float>(req->tokens(req->tokens_size() - 1)), static_cast<float>(p)}) {
+    resp->add_embedding(v);
+  }
+  resp->set_n_prompt_tokens(req->tokens_size());
+  resp->set_pooling(p);
+  return grpc::Status::OK;
+}
+
+v1::WorkerEmbedRequest FakeWorker::last_embed() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return last_embed_;
+}
+
 grpc::Status FakeWorker::Info(grpc::ServerContext*, const v1::WorkerInfoRequest*, v1::WorkerInfo* resp) {
   const FakeWorkerConfig c = config();
   if (c.info_fails) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake worker: unhealthy");

@@ -39,6 +39,9 @@ struct FakeWorkerConfig {
   grpc::StatusCode refuse = grpc::StatusCode::OK;
   // Info fails (as if the worker were unhealthy) when true.
   bool info_fails = false;
+  // Embed: answers this error (OK = serve). Served vectors are {n_tokens, first token,
+  // last token, pooling} as floats (pooling UNSPECIFIED reported as LAST).
+  grpc::StatusCode embed_refuse = grpc::StatusCode::OK;
 };
 
 class FakeWorker final : public v1::Worker::Service {
@@ -76,6 +79,11 @@ class FakeWorker final : public v1::Worker::Service {
   grpc::Status Info(grpc::ServerContext* ctx, const v1::WorkerInfoRequest* req, v1::WorkerInfo* resp) override;
   grpc::Status Session(grpc::ServerContext* ctx,
                        grpc::ServerReaderWriter<v1::SessionResponse, v1::SessionRequest>* stream) override;
+  grpc::Status Embed(grpc::ServerContext* ctx, const v1::WorkerEmbedRequest* req,
+                     v1::WorkerEmbedResponse* resp) override;
+  /// Embed calls received (answered or refused).
+  int embed_calls() const { return embed_calls_.load(); }
+  v1::WorkerEmbedRequest last_embed() const;
 
  private:
   mutable std::mutex mu_;
@@ -87,6 +95,8 @@ class FakeWorker final : public v1::Worker::Service {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::atomic<int> started_{0}, active_{0}, cancelled_{0}, steps_{0};
+  std::atomic<int> embed_calls_{0};
+  v1::WorkerEmbedRequest last_embed_;
 };
 
 /// A loader that serves vocabulary-only GGUF files (GetModelInfo with vocab_gguf).

@@ -1020,6 +1020,13 @@ GatewayServiceImpl::GatewayServiceImpl(Gateway* gateway) : gw_(gateway) {
           [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
              v1::ListModelsResponse* resp) { return s->ListModels(ctx, req, resp); },
           this)));
+  AddMethod(new RpcServiceMethod(
+      "/herd.v1.Gateway/Embed", RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, v1::EmbedRequest, v1::EmbedResponse,
+                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
+          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const v1::EmbedRequest* req,
+             v1::EmbedResponse* resp) { return s->Embed(ctx, req, resp); },
+          this)));
 }
 
 grpc::Status GatewayServiceImpl::Generate(grpc::ServerContext* ctx, const lenient::GenerateRequest* lreq,

@@ -202,6 +202,7 @@ class Gateway {
 
   /// New requests fail with UNAVAILABLE from now on (graceful shutdown).
   void BeginDrain();
+  bool draining() const { return draining_.load(); }
   /// Ends every in-flight generation now: their streams get a last message with
   /// FINISH_REASON_CANCELLED and their worker sequences are cancelled.
   void CancelAll();
@@ -275,6 +276,8 @@ class GatewayServiceImpl final : public grpc::Service {
   grpc::Status Detokenize(grpc::ServerContext* ctx, const lenient::DetokenizeRequest* req,
                           v1::DetokenizeResponse* resp);
   grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp);
+  /// Defined in embeddings.cc (gateway::Embed).
+  grpc::Status Embed(grpc::ServerContext* ctx, const v1::EmbedRequest* req, v1::EmbedResponse* resp);
 
  private:
   Gateway* gw_;

@@ -4,13 +4,17 @@
 // (JSON schema over HTTP, validated with python3-jsonschema), invalid grammars and
 // logit_bias bans.
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "httplib.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "libs/backend/cpu_backend.h"
@@ -26,6 +30,7 @@
 #include "services/loader/loader_service.h"
 #include "services/worker/worker_service.h"
 #include "tests/shared_data.h"
+#include "tools/herd/commands.h"
 
 namespace herd::gateway {
 namespace {
@@ -387,6 +392,75 @@ TEST_F(RealWorkerTest, GbnfGrammarConstrainsAStory) {
   ASSERT_GE(o.text.size(), 5u) << o.text;
   EXPECT_TRUE(o.text.rfind("yes, ", 0) == 0 || o.text.rfind("no, ", 0) == 0) << o.text;
   EXPECT_EQ(o.text.back(), '.') << o.text;
+}
+
+// Embeddings end to end: Gateway.Embed, POST /v1/embeddings and `herd embed` on the CLI
+// give the same vectors for the same text (mean and the default, last), with unit norm,
+// and the worker's KV cache is left empty.
+TEST_F(RealWorkerTest, EmbeddingsEqualTheCliAndHttp) {
+  HttpFrontEnd http(gw_.get());
+  auto hp = http.Start("127.0.0.1", 0);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  const std::string text = "Once upon a time, there was a little girl";
+  for (const std::string pooling : {"mean", "last"}) {
+    SCOPED_TRACE(pooling);
+    // CLI (in process; the vector goes to stdout).
+    std::vector<std::string> argv_s = {"herd", "embed", "-m", shared_ + "/models/stories260K.gguf", "-p", text};
+    if (pooling == "mean") argv_s.insert(argv_s.end(), {"--pooling", "mean"});
+    std::vector<char*> argv;
+    for (std::string& a : argv_s) argv.push_back(a.data());
+    ::testing::internal::CaptureStdout();
+    const int rc = cli::CmdEmbed(static_cast<int>(argv.size()), argv.data());
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    ASSERT_EQ(rc, 0) << out;
+    ASSERT_EQ(out.rfind("embedding 0: ", 0), 0u) << out;
+    std::vector<float> cli_vec;
+    for (absl::string_view tok : absl::StrSplit(out.substr(13), ' ', absl::SkipWhitespace())) {
+      float f = 0;
+      ASSERT_TRUE(absl::SimpleAtof(tok, &f)) << tok;
+      cli_vec.push_back(f);
+    }
+    ASSERT_EQ(static_cast<int64_t>(cli_vec.size()), model_->hparams().n_embd);
+
+    // gRPC.
+    v1::EmbedRequest req;
+    req.set_model("stories260K");
+    req.add_inputs()->set_text(text);
+    if (pooling == "mean") req.set_pooling(v1::POOLING_MEAN);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::EmbedResponse resp;
+    grpc::Status s = stub_->Embed(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(resp.data_size(), 1);
+    EXPECT_EQ(resp.pooling(), pooling == "mean" ? v1::POOLING_MEAN : v1::POOLING_LAST);
+    EXPECT_EQ(resp.usage().prompt_tokens(), static_cast<int>(vocab_->Tokenize(text, true, true).size()));
+
+    // HTTP.
+    httplib::Client c("127.0.0.1", *hp);
+    c.set_read_timeout(30, 0);
+    nlohmann::json body = {{"model", "stories260K"}, {"input", text}};
+    if (pooling == "mean") body["pooling"] = "mean";
+    auto r = c.Post("/v1/embeddings", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const nlohmann::json j = nlohmann::json::parse(r->body);
+    const nlohmann::json& hv = j["data"][0]["embedding"];
+    ASSERT_EQ(static_cast<int64_t>(hv.size()), model_->hparams().n_embd);
+
+    double norm = 0, d_cli = 0, d_http = 0;
+    for (int i = 0; i < resp.data(0).values_size(); ++i) {
+      const double g = resp.data(0).values(i);
+      norm += g * g;
+      d_cli = std::max(d_cli, std::fabs(g - cli_vec[static_cast<size_t>(i)]));
+      d_http = std::max(d_http, std::fabs(g - hv[static_cast<size_t>(i)].get<double>()));
+    }
+    EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-5);
+    EXPECT_LE(d_cli, 2e-6);  // the CLI prints 6 decimals
+    EXPECT_EQ(d_http, 0.0);
+  }
+  EXPECT_EQ(KvCellsUsed(), 0);
+  http.Stop();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_routes.h"
 #include "services/gateway/http_util.h"
+#include "services/gateway/embeddings.h"
 
 namespace herd::gateway {
 
@@ -98,6 +99,11 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts)
   });
 
   http::RegisterInfoRoutes(http_.get(), gw_);
+
+  // Embeddings (services/gateway/embeddings.h): /v1/embeddings in OpenAI's shape,
+  // /embedding and /embeddings in llama.cpp's.
+  http_->Post(R"(/(v1/)?embeddings?)",
+              [this](const httplib::Request& q, httplib::Response& r) { HandleEmbeddingsHttp(gw_, q, r); });
 
   http_->Post("/v1/completions", [this](const httplib::Request& hreq, httplib::Response& res) {
     const absl::Time t0 = absl::Now();

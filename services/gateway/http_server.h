@@ -4,6 +4,8 @@
 //                               streaming) carries "speculative": [{type, calls, ...}]
 //   POST /v1/chat/completions   chat completion: messages rendered with the model's chat
 //                               template (http_chat.cc)
+//   POST /v1/embeddings        embeddings (OpenAI shape; /embedding, /embeddings:
+//                               llama.cpp's), see embeddings.h
 //   GET  /v1/models, /v1/models/{id}   models served by at least one live worker
 //   POST /tokenize, /detokenize  llama.cpp server's shapes (http_info.cc)
 //   GET  /health (llama.cpp: {"status":"ok"} or 503), /healthz ("ok")

@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
   wopts.model_name = model_name;
   wopts.architecture = model->hparams().arch;
   wopts.backend = herd::worker::BackendKind();
+  wopts.default_pooling = herd::engine::DefaultPooling(model->file(), model->hparams().arch);
   auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
 
   herd::serving::MetricsHttpServer metrics(&registry);

@@ -293,7 +293,7 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
                                      serving::Registry* registry)
     : scheduler_(scheduler), opts_(std::move(opts)) {
   if (registry != nullptr) {
-    requests_ = registry->Counter("herd_worker_requests_total", "Worker RPCs (Info, Session) by final status code.",
+    requests_ = registry->Counter("herd_worker_requests_total", "Worker RPCs (Info, Session, Embed) by final status code.",
                                   {"code"});
     active_ = registry->Gauge("herd_worker_active_sequences", "Sequences admitted (prefilling or generating).");
     queued_ = registry->Gauge("herd_worker_queued_sequences", "Sequences waiting for admission.");
@@ -326,7 +326,7 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
 WorkerServiceImpl::~WorkerServiceImpl() {
   if (requests_ != nullptr) scheduler_->SetIterationObserver(nullptr);
   // After the server's shutdown no reactor is left; wait out any OnDone still running.
-  for (int i = 0; i < 5000 && open_sessions_.load() != 0; ++i) {
+  for (int i = 0; i < 5000 && (open_sessions_.load() != 0 || pending_embeds_.load() != 0); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (open_sessions_.load() != 0) {
@@ -371,6 +371,74 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Info(grpc::CallbackServerContext* c
   CountRequest(grpc::StatusCode::OK);
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);
+  return r;
+}
+
+absl::StatusOr<engine::Pooling> FromProtoPooling(int pooling, engine::Pooling dflt) {
+  switch (pooling) {
+    case v1::POOLING_UNSPECIFIED:
+      return dflt;
+    case v1::POOLING_MEAN:
+      return engine::Pooling::kMean;
+    case v1::POOLING_CLS:
+      return engine::Pooling::kCls;
+    case v1::POOLING_LAST:
+      return engine::Pooling::kLast;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("pooling: ", pooling, " is not a Pooling value (MEAN, CLS, LAST or UNSPECIFIED)"));
+  }
+}
+
+v1::Pooling ToProtoPooling(engine::Pooling p) {
+  switch (p) {
+    case engine::Pooling::kMean:
+      return v1::POOLING_MEAN;
+    case engine::Pooling::kCls:
+      return v1::POOLING_CLS;
+    case engine::Pooling::kLast:
+      return v1::POOLING_LAST;
+  }
+  return v1::POOLING_UNSPECIFIED;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Embed(grpc::CallbackServerContext* ctx, const v1::WorkerEmbedRequest* req,
+                                                   v1::WorkerEmbedResponse* resp) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  auto fail = [&](const absl::Status& s) {
+    CountRequest(static_cast<grpc::StatusCode>(s.code()));
+    r->Finish(ToGrpcStatus(s));
+    return r;
+  };
+  auto pooling = FromProtoPooling(req->pooling(), opts_.default_pooling);
+  if (!pooling.ok()) return fail(pooling.status());
+  const int32_t n = req->tokens_size();
+  // The Engine and its KV cache belong to the scheduler thread: running Engine::Embed
+  // from this gRPC thread would race with the forward passes of the running sessions
+  // (shared KV cache, backend buffers, the engine's output arrays). So the job is queued
+  // into the scheduler, which runs it between two batches on a temporary sequence and
+  // frees its cells before the next batch; sessions never see it. The callback runs on
+  // the scheduler thread and only copies the vector and finishes the call.
+  pending_embeds_.fetch_add(1);
+  absl::Status s = scheduler_->Embed(
+      std::vector<int32_t>(req->tokens().begin(), req->tokens().end()), *pooling,
+      [this, r, resp, n, p = *pooling](absl::StatusOr<std::vector<float>> v) {
+        if (v.ok()) {
+          resp->mutable_embedding()->Assign(v->begin(), v->end());
+          resp->set_n_prompt_tokens(n);
+          resp->set_pooling(ToProtoPooling(p));
+          CountRequest(grpc::StatusCode::OK);
+          r->Finish(grpc::Status::OK);
+        } else {
+          CountRequest(static_cast<grpc::StatusCode>(v.status().code()));
+          r->Finish(ToGrpcStatus(v.status()));
+        }
+        pending_embeds_.fetch_sub(1);
+      });
+  if (!s.ok()) {
+    pending_embeds_.fetch_sub(1);
+    return fail(s);
+  }
   return r;
 }
 

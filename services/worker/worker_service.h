@@ -1,5 +1,5 @@
-// herd.v1.Worker over an engine::Scheduler (continuous batching): Info, and one
-// bidirectional Session stream per sequence.
+// herd.v1.Worker over an engine::Scheduler (continuous batching): Info, one
+// bidirectional Session stream per sequence, and unary Embed.
 //
 // Session protocol (proto/herd/v1/worker.proto):
 //   client Start -> worker Started{n_prompt, queue_ms} once the sequence is admitted
@@ -31,7 +31,15 @@ struct WorkerServiceOptions {
   std::string model_name;     // WorkerInfo.model
   std::string architecture;   // WorkerInfo.architecture (general.architecture)
   std::string backend = "cpu";  // WorkerInfo.backend
+  /// Pooling of an Embed with POOLING_UNSPECIFIED (main: engine::DefaultPooling(model)).
+  engine::Pooling default_pooling = engine::Pooling::kLast;
 };
+
+/// herd.v1.Pooling -> engine::Pooling; UNSPECIFIED gives `dflt`. INVALID_ARGUMENT naming
+/// "pooling" for a value outside the enum.
+absl::StatusOr<engine::Pooling> FromProtoPooling(int pooling, engine::Pooling dflt);
+/// engine::Pooling -> herd.v1.Pooling.
+herd::v1::Pooling ToProtoPooling(engine::Pooling p);
 
 /// absl::Status -> grpc::Status with the same code and message.
 grpc::Status ToGrpcStatus(const absl::Status& s);
@@ -54,6 +62,10 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
                                  herd::v1::WorkerInfo* resp) override;
   grpc::ServerBidiReactor<herd::v1::SessionRequest, herd::v1::SessionResponse>* Session(
       grpc::CallbackServerContext* ctx) override;
+  /// Embed: validated here, run by the scheduler thread (Scheduler::Embed; see the
+  /// comment in the implementation); answers when the job has run.
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* ctx, const herd::v1::WorkerEmbedRequest* req,
+                                  herd::v1::WorkerEmbedResponse* resp) override;
 
   /// Graceful shutdown, step 1: new Starts get UNAVAILABLE; running sessions continue.
   void StopAdmitting();
@@ -71,6 +83,7 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   engine::Scheduler* scheduler_;
   WorkerServiceOptions opts_;
   std::atomic<int> open_sessions_{0};
+  std::atomic<int> pending_embeds_{0};  // Embed calls whose scheduler job has not answered
   // Metrics (null when there is no registry).
   serving::MetricFamily* requests_ = nullptr;
   serving::MetricFamily* active_ = nullptr;

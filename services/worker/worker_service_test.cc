@@ -5,6 +5,7 @@
 // control, and the metrics.
 #include "services/worker/worker_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -606,6 +607,96 @@ TEST(WorkerServiceConversion, SamplingDefaultsAndNames) {
   p = ToSequenceParams(start);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("start.sampling.frequency_penalty"), std::string::npos) << p.status();
+}
+
+// Embed: the vector equals Engine::Embed on a fresh engine (the default pooling is
+// LAST for stories260K: its GGUF has no pooling_type), concurrent sessions keep their
+// solo output, the KV cache ends empty, and bad requests name their field.
+TEST_F(WorkerServiceTest, EmbedEqualsEngineAndLeavesSessionsAlone) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  StartServer(cfg, 512, 64);
+  const std::vector<int32_t> text = {1, 403, 407, 261, 378, 432};
+  auto embed = [&](const std::vector<int32_t>& toks, v1::Pooling p, v1::WorkerEmbedResponse* out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::WorkerEmbedRequest req;
+    req.mutable_tokens()->Add(toks.begin(), toks.end());
+    req.set_pooling(p);
+    return stub_->Embed(&ctx, req, out);
+  };
+  engine::EngineParams ep;
+  ep.n_ctx = 64;
+  auto fresh = engine::Engine::Create(*model_, ep, &backend_);
+  ASSERT_TRUE(fresh.ok());
+  for (auto [pp, ep_pool] : {std::pair{v1::POOLING_UNSPECIFIED, engine::Pooling::kLast},
+                             std::pair{v1::POOLING_MEAN, engine::Pooling::kMean},
+                             std::pair{v1::POOLING_CLS, engine::Pooling::kCls}}) {
+    v1::WorkerEmbedResponse resp;
+    grpc::Status s = embed(text, pp, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    auto want = (*fresh)->Embed(text, ep_pool, 0);
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(resp.embedding_size(), static_cast<int>(want->size()));
+    EXPECT_EQ(resp.n_prompt_tokens(), static_cast<int>(text.size()));
+    EXPECT_EQ(resp.pooling(), ToProtoPooling(ep_pool));
+    for (size_t i = 0; i < want->size(); ++i) EXPECT_NEAR(resp.embedding(static_cast<int>(i)), (*want)[i], 1e-5);
+  }
+  // While two sessions generate.
+  const std::vector<int32_t> p1 = {1, 403, 407}, p2 = {1, 346, 306, 414};
+  const std::vector<int32_t> solo1 = Solo(p1, 20), solo2 = Solo(p2, 20);
+  std::vector<int32_t> got1, got2;
+  auto session = [&](const std::vector<int32_t>& p, std::vector<int32_t>* got) {
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> st = stub_->Session(&ctx);
+    st->Write(StartReq(p));
+    v1::SessionResponse resp;
+    while (got->size() < 20) {
+      st->Write(StepReq(1));
+      bool step = false;
+      while (!step && st->Read(&resp)) step = resp.has_step();
+      if (!step) break;
+      got->insert(got->end(), resp.step().tokens().begin(), resp.step().tokens().end());
+    }
+    st->WritesDone();
+    while (st->Read(&resp)) {
+    }
+    EXPECT_TRUE(st->Finish().ok());
+  };
+  std::atomic<bool> done{false};
+  int n_embedded = 0;
+  std::thread t1([&] { session(p1, &got1); });
+  std::thread t2([&] { session(p2, &got2); });
+  std::thread te([&] {
+    while (!done.load()) {
+      v1::WorkerEmbedResponse resp;
+      grpc::Status s = embed(text, v1::POOLING_MEAN, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      ++n_embedded;
+    }
+  });
+  t1.join();
+  t2.join();
+  done = true;
+  te.join();
+  EXPECT_EQ(got1, solo1);
+  EXPECT_EQ(got2, solo2);
+  EXPECT_GT(n_embedded, 0);
+  WaitKvFree();
+
+  v1::WorkerEmbedResponse resp;
+  grpc::Status s = embed({}, v1::POOLING_MEAN, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("tokens"), std::string::npos) << s.error_message();
+  s = embed(std::vector<int32_t>(257, 1), v1::POOLING_MEAN, &resp);  // n_ctx_seq = 256
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("n_ctx_seq = 256"), std::string::npos) << s.error_message();
+  s = embed({1, 100000}, v1::POOLING_MEAN, &resp);
+  EXPECT_NE(s.error_message().find("tokens[1]"), std::string::npos) << s.error_message();
+  s = embed({1}, static_cast<v1::Pooling>(9), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("pooling"), std::string::npos) << s.error_message();
 }
 
 }  // namespace

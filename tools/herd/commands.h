@@ -10,5 +10,6 @@ int CmdUp(int argc, char** argv);          // herd up --models DIR --workers N
 int CmdGenerate(int argc, char** argv);    // herd generate --gateway ADDR -m MODEL -p PROMPT
 int CmdHealth(int argc, char** argv);      // herd health ADDR [--service NAME] [--timeout S]
 int CmdChatTemplate(int argc, char** argv);  // herd chat-template (-m MODEL | --chat-template F) --messages F
+int CmdEmbed(int argc, char** argv);       // herd embed -m MODEL -p TEXT [--pooling mean|cls|last]
 
 }  // namespace herd::cli

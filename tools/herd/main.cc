@@ -430,6 +430,7 @@ const char kUsage[] =
     "  perplexity  perplexity of a model over a text file\n"
     "  up        start a local cluster: loader, workers, gateway\n"
     "  generate  stream a generation from a gateway\n"
+    "  embed     print the embedding of a text (llama-embedding)\n"
     "  chat-template  render a conversation with a model's chat template\n"
     "  health    grpc.health.v1 check of a herd service (exit 0 when SERVING)\n"
     "every command answers -h; herd --version prints the version\n";
@@ -452,6 +453,7 @@ int main(int argc, char** argv) {
   if (cmd == "perplexity") return CmdPerplexity(argc, argv);
   if (cmd == "up") return CmdUp(argc, argv);
   if (cmd == "generate") return CmdGenerate(argc, argv);
+  if (cmd == "embed") return CmdEmbed(argc, argv);
   if (cmd == "health") return CmdHealth(argc, argv);
   if (cmd == "chat-template") return CmdChatTemplate(argc, argv);
   if (cmd == "--version" || cmd == "version") {
