@@ -18,8 +18,25 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
+# Node.js + npm for the OpenAI Node client test (images with their own Node keep it).
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+
+# The official OpenAI Node client for tests/e2e:openai_node_test, from the npm registry
+# into a cache outside the repo (tools/test.sh passes it as HERD_NODE_MODULES).
+install_openai_node() {
+  local dir="${HERD_NODE_CACHE:-$HOME/.cache/herd-openai-node}"
+  local want; want=$(sed -n 's/.*"openai": "\(.*\)".*/\1/p' "$(dirname "$0")/../tests/e2e/openai_node/package.json")
+  if [[ -f "$dir/node_modules/openai/package.json" ]] && grep -q "\"version\": \"$want\"" "$dir/node_modules/openai/package.json"; then
+    return 0
+  fi
+  mkdir -p "$dir"
+  cp "$(dirname "$0")/../tests/e2e/openai_node/package.json" "$dir/package.json"
+  (cd "$dir" && npm install --no-audit --no-fund --silent) || echo "setup: warning: npm install of the openai client failed" >&2
+}
+
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PKGS[@]} packages present"
+  install_openai_node
   exit 0
 fi
 
@@ -35,4 +52,5 @@ if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/nul
     && [[ -d /run/systemd/system ]]; then
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
+install_openai_node
 echo "setup: done"

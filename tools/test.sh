@@ -12,6 +12,8 @@ if [[ -z "${HERD_SHARED:-}" && -d ../shared/models ]]; then
   HERD_SHARED="$(cd ../shared && pwd)"
 fi
 export HERD_SHARED="${HERD_SHARED:-}"
+# The OpenAI Node client tools/setup.sh installed (tests/e2e:openai_node_test).
+export HERD_NODE_MODULES="${HERD_NODE_CACHE:-$HOME/.cache/herd-openai-node}/node_modules"
 if [[ -z "$HERD_SHARED" ]]; then
   echo "note: ../shared not found; tests that need its models and reference data will skip" >&2
 fi
@@ -19,7 +21,8 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
-bazel test --config=ci --test_env=HERD_SHARED="$HERD_SHARED" --test_tag_filters=-asan_only //... 2>&1 | tee -a "$log"
+bazel test --config=ci --test_env=HERD_SHARED="$HERD_SHARED" --test_env=HERD_NODE_MODULES="$HERD_NODE_MODULES" \
+  --test_tag_filters=-asan_only //... 2>&1 | tee -a "$log"
 rc1=${PIPESTATUS[0]}
 bazel test --config=ci --config=asan --test_env=HERD_SHARED="$HERD_SHARED" \
   --build_tests_only --test_tag_filters=asan //... 2>&1 | sed -E 's#^(//[^ ]+)( +)#\1[asan]\2#' | tee -a "$log"

@@ -280,6 +280,47 @@ TEST_F(RealWorkerTest, JsonSchemaOverHttpGivesValidJsonFor20Seeds) {
   http.Stop();
 }
 
+// The issue's bar for chat: a JSON-schema-constrained chat completion on stories260K
+// (rendered with the ChatML fallback) returns JSON valid against the schema, 20 seeds.
+TEST_F(RealWorkerTest, JsonSchemaChatCompletionGivesValidJsonFor20Seeds) {
+  HttpFrontEnd http(gw_.get());
+  auto port = http.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client cli("127.0.0.1", *port);
+  cli.set_read_timeout(120, 0);
+  const nlohmann::json schema = nlohmann::json::parse(R"({
+      "type": "object",
+      "properties": {
+        "title": {"type": "string", "minLength": 1, "maxLength": 16},
+        "characters": {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1, "maxItems": 3},
+        "happy_end": {"type": "boolean"}
+      },
+      "required": ["title", "characters", "happy_end"],
+      "additionalProperties": false})");
+  nlohmann::json samples = nlohmann::json::array();
+  for (int seed = 0; seed < 20; ++seed) {
+    nlohmann::json body = {
+        {"model", "stories260K"},
+        {"messages", nlohmann::json::array({nlohmann::json{{"role", "system"}, {"content", "Answer in JSON."}},
+                                            nlohmann::json{{"role", "user"}, {"content", "Describe a story."}}})},
+        {"max_tokens", 300},
+        {"temperature", seed % 2 ? 1.0 : 0.8},
+        {"seed", seed},
+        {"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "story"}, {"schema", schema}, {"strict", true}}}}}};
+    auto res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res) << "seed " << seed;
+    ASSERT_EQ(res->status, 200) << res->body;
+    const nlohmann::json out = nlohmann::json::parse(res->body);
+    const std::string text = out["choices"][0]["message"]["content"].get<std::string>();
+    EXPECT_EQ(out["choices"][0]["finish_reason"], "stop") << "seed " << seed << ": " << text;
+    samples.push_back(text);
+  }
+  const std::string err = ValidateWithJsonSchema(nlohmann::json::array({{{"schema", schema}, {"samples", samples}}}));
+  EXPECT_EQ(err, "") << samples.dump(1);
+  http.Stop();
+}
+
 TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
   v1::GenerateRequest req;
   req.set_model("stories260K");
