@@ -26,6 +26,7 @@
 #include "libs/tokenizer/tokenizer.h"
 #include "tools/herd/args.h"
 #include "tools/herd/commands.h"
+#include "tools/herd/load_progress.h"
 
 namespace herd::cli {
 namespace {
@@ -220,6 +221,7 @@ int CmdRun(int argc, char** argv) {
 
   auto model = model::Model::Load(args->Get("-m"));
   if (!model.ok()) return Fail(model.status());
+  PageInWithProgressBar((*model)->file(), args->Get("-m"));
   auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
   if (!vocab.ok()) return Fail(vocab.status());
   CpuBackend backend(static_cast<int>(*threads));
