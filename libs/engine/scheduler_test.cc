@@ -687,7 +687,11 @@ TEST_F(SchedulerTest, ValidationErrorsNameTheField) {
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_NE(s.message().find("top_p"), std::string::npos) << s;
   p.sampling = Greedy();
-  p.prompt.assign(64, 5);  // exactly n_ctx_seq is allowed
+  p.prompt.assign(64, 5);  // n_ctx_seq tokens leave no room for a completion (llama.cpp)
+  s = start(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("prompt"), std::string::npos) << s;
+  p.prompt.assign(63, 5);  // n_ctx_seq - 1 is allowed
   auto seq = sched->Start(p);
   ASSERT_TRUE(seq.ok()) << seq.status();
   Sequence* q = seq->get();
@@ -731,8 +735,8 @@ TEST_F(SchedulerTest, ContextFullAfterNCtxSeqTokens) {
   ASSERT_TRUE(seq.ok());
   ExpectStarted(seq->get());
   const std::vector<int32_t> out = Collect(seq->get(), 100);
-  // Tokens at positions 10..16; the one at 16 can never be evaluated.
-  EXPECT_EQ(out.size(), 7u);
+  // prompt + completion = n_ctx_seq = 16, as llama.cpp counts the context: 6 tokens.
+  EXPECT_EQ(out.size(), 6u);
   EXPECT_TRUE(absl::IsFailedPrecondition((*seq)->Step(1)));
   auto e2 = MakeEngine(16, 64);
   GenerateParams gp;

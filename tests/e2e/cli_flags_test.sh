@@ -13,9 +13,11 @@ expect_ok() {  # name, command...
 for svc in loader worker gateway draft; do
   bin="$R/services/$svc/$svc"
   for flag in -h --help --version; do expect_ok "$svc $flag" "$bin" "$flag"; done
-  "$bin" --version | grep -q "herd 0\.[0-9]*\.[0-9]*, optimized build" && echo "PASS $svc --version is an optimized build" \
-    || { echo "FAIL $svc --version: $("$bin" --version)"; fails=$((fails+1)); }
-  "$bin" --help | grep -q -- "--port" && echo "PASS $svc --help lists its flags" \
+  version=$("$bin" --version)
+  grep -q "herd 0\.[0-9]*\.[0-9]*, optimized build" <<<"$version" && echo "PASS $svc --version is an optimized build" \
+    || { echo "FAIL $svc --version: $version"; fails=$((fails+1)); }
+  help=$("$bin" --help)
+  grep -q -- "--port" <<<"$help" && echo "PASS $svc --help lists its flags" \
     || { echo "FAIL $svc --help lists no --port"; fails=$((fails+1)); }
   "$bin" --no_such_flag >/dev/null 2>&1 && { echo "FAIL $svc accepts an unknown flag"; fails=$((fails+1)); } \
     || echo "PASS $svc refuses an unknown flag"
