@@ -182,6 +182,9 @@ absl::StatusOr<bool> Contains(const Value& c, const Value& item) {
       return false;
     case Value::Type::kDict:
       if (c.dict->is_namespace) break;
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict()) {
+        return TypeError(absl::StrCat("unhashable type: '", TypeName(item), "'"));
+      }
       return c.dict->Find(item) != nullptr;
     default: break;
   }
@@ -260,8 +263,12 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   if (st == 0) return TypeError("slice step cannot be zero");
   std::u32string u;
   const bool is_str = obj.is_string();
+  // Jinja2 compiles a slice to a plain Python subscript: failures are TypeErrors.
   if (is_str) u = DecodeUtf8(obj.s);
-  else if (!obj.is_list() || obj.is_generator()) return TypeError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
+  else if (obj.is_dict() && !obj.dict->is_namespace) return TypeError("unhashable type: 'slice'");
+  else if (!obj.is_list() || obj.is_generator()) {
+    return TypeError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
+  }
   const int64_t n = is_str ? static_cast<int64_t>(u.size()) : static_cast<int64_t>(obj.list->items.size());
   int64_t lo = st > 0 ? 0 : n - 1, hi = st > 0 ? n : -1;
   auto adjust = [&](const Value& v, int64_t* out) -> absl::Status {
@@ -325,7 +332,7 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
       return TypeError(absl::StrCat("unsupported format '%", std::string(1, conv), "' for ", TypeName(v)));
     }
   }
-  if (next < list.size() && args.is_tuple()) return TypeError("not all arguments converted during string formatting");
+  if (next < list.size() && !args.is_dict()) return TypeError("not all arguments converted during string formatting");
   return out;
 }
 

@@ -250,7 +250,9 @@ absl::Status AppendDict(const Value& v, int depth, std::string* out) {
 absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out) {
   if (depth > kMaxNesting) return TooDeep();
   switch (v.type) {
-    case Value::Type::kUndefined: break;
+    case Value::Type::kUndefined:
+      if (repr) *out += "Undefined";
+      break;
     case Value::Type::kNone: *out += "None"; break;
     case Value::Type::kBool: *out += v.b ? "True" : "False"; break;
     case Value::Type::kInt: *out += std::to_string(v.i); break;
