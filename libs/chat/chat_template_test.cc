@@ -164,6 +164,23 @@ TEST(ChatTemplateJinja, Errors) {
   EXPECT_EQ(R("{{ none.foo }}|"), "|");
   ExpectError("{{ none.foo.bar }}", "'None' has no attribute 'foo'");
 }
+// Cases found by differential fuzzing against Jinja2.
+TEST(ChatTemplateJinja, Fuzzed) {
+  EXPECT_EQ(R("{{ 'héllo wörld ß'.upper() }}|{{ 'ÀÉÎ ΑΒΓ абв ąČ'.lower() }}|{{ 'straße'.title() }}|{{ 'ébc' | capitalize }}|{{ 'éa-b' | title }}"), "HÉLLO WÖRLD SS|àéî αβγ абв ąč|Straße|Ébc|Éa-B");
+  EXPECT_EQ(R("{{ {'k': 1} is lower }} {{ 1 is upper }} {{ 2.0 is even }} {{ 3.0 is odd }}"), "True False True True");
+  ExpectError("{{ nope | int }}", "'nope' is undefined");
+  ExpectError("{{ [{'a': 1}, {'a': 1}] | unique | list }}", "unhashable type: 'dict'");
+  ExpectError("{{ x[1:] }}", R"json({"x": 5})json", "'int' object is not subscriptable");
+  ExpectError("{{ d[1:] }}", R"json({"d": {"a": 1}})json", "unhashable type: 'slice'");
+  ExpectError("{{ [1] in {'a': 1} }}", "unhashable type: 'list'");
+  ExpectError("{{ 'abc' % 2 }}", "not all arguments converted during string formatting");
+  ExpectError("{{ 1 | indent }}", "unsupported operand type(s) for +=: 'int' and 'str'");
+  EXPECT_EQ(R("{{ [nope, 1] }}"), "[Undefined, 1]");
+  EXPECT_EQ(R("{{ [1, 2] | map(attribute='x') | list }}"), "[Undefined, Undefined]");
+  EXPECT_EQ(R("{{ 'a' ~ [1, 'b'] ~ {'c': (1,)} }}"), "a[1, 'b']{'c': (1,)}");
+  EXPECT_EQ(R("{{ 'x' * -1 }}|{{ [1] * 0 }}|{{ 7 // -2 }} {{ 7 % -2 }} {{ -7.5 // 2 }} {{ 2 ** -1 }}"), "|[]|-4 -1 -4.0 0.5");
+}
+
 // ---------------------------------------------------------------- hand-written
 
 TEST(ChatTemplate, ParseErrorsHaveLineAndColumn) {
