@@ -181,6 +181,31 @@ TEST(ChatTemplateJinja, Fuzzed) {
   EXPECT_EQ(R("{{ 'x' * -1 }}|{{ [1] * 0 }}|{{ 7 // -2 }} {{ 7 % -2 }} {{ -7.5 // 2 }} {{ 2 ** -1 }}"), "|[]|-4 -1 -4.0 0.5");
 }
 
+// Scoping: what a loop iteration, an if, a macro sets; macros, caller, namespaces.
+TEST(ChatTemplateJinja, Scoping) {
+  const std::string ctx = R"json({"msgs": [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"}]})json";
+  EXPECT_EQ(R("{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = x + 10 %}{{ x }},{% endfor %}{{ x }}", ctx), "111,111,1");
+  EXPECT_EQ(R("{% set x = 1 %}{% for i in [1, 2] %}{% if i == 2 %}{{ x }}{% endif %}{% set x = 5 %}{% endfor %}", ctx), "1");
+  EXPECT_EQ(R("{% macro m() %}{{ g }}{% endmacro %}{% set g = 'late' %}{{ m() }}", ctx), "late");
+  EXPECT_EQ(R("{% set g = 'early' %}{% macro m() %}{{ g }}{% endmacro %}{% set g = 'late' %}{{ m() }}", ctx), "late");
+  EXPECT_EQ(R("{% macro m() %}{% set g = 'inner' %}{{ g }}{% endmacro %}{% set g = 'outer' %}{{ m() }}{{ g }}", ctx), "innerouter");
+  EXPECT_EQ(R("{% set ns = namespace(v=0) %}{% macro inc() %}{% set ns.v = ns.v + 1 %}{% endmacro %}{{ inc() }}{{ inc() }}{{ ns.v }}", ctx), "2");
+  EXPECT_EQ(R("{% for a in [1, 2] %}{% set outer = loop %}{% for b in [3] %}{{ outer.index }}{{ loop.index }}{% endfor %}{% endfor %}", ctx), "1121");
+  EXPECT_EQ(R("{% set i = 'keep' %}{% for i in [1, 2] %}{% endfor %}{{ i }}", ctx), "keep");
+  EXPECT_EQ(R("{% for i in [1, 2] %}{% if true %}{% set y = i %}{% endif %}{{ y }}{% endfor %}[{{ y }}]", ctx), "12[]");
+  EXPECT_EQ(R("{% if true %}{% set z = 3 %}{% endif %}{{ z }}", ctx), "3");
+  EXPECT_EQ(R("{% macro m(x) %}{% for i in range(x) %}{{ caller(i) }}{% endfor %}{% endmacro %}{% call(n) m(3) %}<{{ n }}>{% endcall %}", ctx), "<0><1><2>");
+  EXPECT_EQ(R("{% macro t(n) %}{% if n > 0 %}{{ n }}{{ t(n - 1) }}{% endif %}{% endmacro %}{{ t(4) }}", ctx), "4321");
+  EXPECT_EQ(R("{% for m in msgs %}{% set content = m.content %}{% if loop.first %}{% set sys = content %}{% endif %}{{ sys }}|{% endfor %}", ctx), "S||||");
+  EXPECT_EQ(R("{% set loop_messages = msgs[1:] %}{% for m in loop_messages %}{{ loop.index0 }}{{ m.content }}{% endfor %}", ctx), "0U11A12U2");
+  EXPECT_EQ(R("{% for x in [1, 2, 3] %}{% for y in [1, 2] %}{% if y == 2 %}{% break %}{% endif %}{{ x }}{{ y }}{% endfor %}{% if x == 2 %}{% continue %}{% endif %}!{% endfor %}", ctx), "11!2131!");
+  EXPECT_EQ(R("{% set a = [1, 2] %}{% set b = a %}{{ a is sameas b }}{{ a == [1, 2] }}", ctx), "TrueTrue");
+  EXPECT_EQ(R("{%- for message in msgs %}\n  {%- if message.role == 'user' %}\n    {{- '[U]' + message.content }}\n  {%- else %}\n    {{- '[A]' + message.content }}\n  {%- endif %}\n{%- endfor %}\n", ctx), "[A]S[U]U1[A]A1[U]U2");
+  EXPECT_EQ(R("{% macro m(a, b) %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }}|{{ m(*[1, 2]) }}|{{ m(**{'a': 3, 'b': 4}) }}", ctx), "1-|1-2|3-4");
+  EXPECT_EQ(R("{{ msgs | selectattr('role', 'eq', 'user') | map(attribute='content') | join(' / ') }}", ctx), "U1 / U2");
+  EXPECT_EQ(R("{% for k, v in {'x': {'y': 1}}.items() %}{{ k }}{{ v.y }}{{ v['y'] }}{% endfor %}", ctx), "x11");
+}
+
 // ---------------------------------------------------------------- hand-written
 
 TEST(ChatTemplate, ParseErrorsHaveLineAndColumn) {

@@ -181,6 +181,7 @@ absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out)
   if (items.empty()) return Exec(s.else_body, scope, out);
   for (size_t k = 0; k < items.size(); ++k) {
     if (auto st = CountIteration(); !st.ok()) return st;
+    ls->vars.clear();  // Jinja2: what one iteration sets is gone in the next
     if (auto st = BindTargets(s.targets, items[k], ls); !st.ok()) return st;
     ls->vars["loop"] = MakeLoop(items, k);
     if (auto st = Exec(s.body, ls, out); !st.ok()) return st;
