@@ -12,7 +12,12 @@
 //
 // Not supported (a clear INVALID_ARGUMENT, never a crash): {% include/import/extends/
 // block %}, recursive for loops, {% with %}, {% do %} (not enabled in transformers'
-// environment either), str.format specs beyond "{}"/"{0}"/"{name}".
+// environment either), str.format specs beyond "{}"/"{0}"/"{name}", "%" formatting
+// beyond %s %r %d %i %f %x %e %g. Known differences from Python that real templates do
+// not meet: integers are 64-bit (overflow is an error, not a bigint), str.upper/lower
+// map ASCII, Latin-1/Extended-A, Greek and Cyrillic only, dict.items()/keys()/values()
+// and the |items filter give lists (Python prints dict_items([...]) / a generator), and
+// Jinja2's compile-time folding of constant expressions is not imitated.
 #pragma once
 
 #include <cstdint>

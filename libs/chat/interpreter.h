@@ -91,6 +91,8 @@ class Interpreter {
 /// Applies filter `name` (Jinja2's builtin filters + transformers' tojson).
 absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const Value& v,
                                  CallArgs& args);
+/// Whether a filter of that name exists (the `filter` test).
+bool HasFilter(const std::string& name);
 /// Applies test `name` (Jinja2's builtin tests).
 absl::StatusOr<bool> CallTest(Interpreter& in, const std::string& name, const Value& v,
                               CallArgs& args);

@@ -8,8 +8,6 @@
 
 namespace herd::chat::internal {
 
-bool HasFilter(const std::string& name);
-
 namespace {
 
 using TestFn = absl::StatusOr<bool> (*)(const Value&, const Value*);
