@@ -332,7 +332,10 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
       return TypeError(absl::StrCat("unsupported format '%", std::string(1, conv), "' for ", TypeName(v)));
     }
   }
-  if (next < list.size() && !args.is_dict()) return TypeError("not all arguments converted during string formatting");
+  // Python: an unused argument is an error unless the argument is a mapping-like
+  // object (anything with __getitem__ but str: dicts and lists).
+  const bool mapping_like = args.is_dict() || (args.is_list() && !args.is_tuple() && !args.is_generator());
+  if (next < list.size() && !mapping_like) return TypeError("not all arguments converted during string formatting");
   return out;
 }
 
