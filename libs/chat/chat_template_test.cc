@@ -206,6 +206,16 @@ TEST(ChatTemplateJinja, Scoping) {
   EXPECT_EQ(R("{% for k, v in {'x': {'y': 1}}.items() %}{{ k }}{{ v.y }}{{ v['y'] }}{% endfor %}", ctx), "x11");
 }
 
+// Block scopes and for-else (found by differential fuzzing of statements).
+TEST(ChatTemplateJinja, BlockScopesAndForElse) {
+  EXPECT_EQ(R("{% set x = 1 %}{% filter upper %}{% set x = 2 %}{{ x }}{% endfilter %}{{ x }}"), "21");
+  EXPECT_EQ(R("{% set x = 1 %}{% set y %}{% set x = 2 %}{{ x }}{% endset %}{{ x }}{{ y }}"), "12");
+  EXPECT_EQ(R("{% for i in [1, 2, 3] %}{% continue %}{% else %}E{% endfor %}"), "E");
+  EXPECT_EQ(R("{% for i in [1, 2, 3] %}{% if i == 2 %}{% break %}{% endif %}{% else %}E{% endfor %}"), "");
+  EXPECT_EQ(R("{% for i in [1, 2, 3] %}{% if i < 3 %}{% continue %}{% endif %}{{ i }}{% else %}E{% endfor %}"), "3");
+  EXPECT_EQ(R("{% for i in [1] %}{% break %}{% else %}E{% endfor %}"), "E");
+}
+
 // ---------------------------------------------------------------- hand-written
 
 TEST(ChatTemplate, ParseErrorsHaveLineAndColumn) {

@@ -92,8 +92,8 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
       return absl::OkStatus();
     case Stmt::Kind::kCallBlock: return ExecCallBlock(s, scope, out);
     case Stmt::Kind::kFilterBlock: {
-      std::string buf;
-      if (auto st = Exec(s.body, scope, &buf); !st.ok()) return st;
+      std::string buf;  // the body has its own scope, as in Jinja2
+      if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
       block_value_ = Value::String(std::move(buf));
       auto v = Eval(*s.expr, scope);
       if (!v.ok()) return v.status();
@@ -178,7 +178,9 @@ absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out)
   } else {
     items = *std::move(all);
   }
-  if (items.empty()) return Exec(s.else_body, scope, out);
+  // Jinja2 runs the else block unless some iteration reached the end of the body (an
+  // iteration left by break or continue does not count).
+  bool completed = false;
   for (size_t k = 0; k < items.size(); ++k) {
     if (auto st = CountIteration(); !st.ok()) return st;
     ls->vars.clear();  // Jinja2: what one iteration sets is gone in the next
@@ -187,8 +189,10 @@ absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out)
     if (auto st = Exec(s.body, ls, out); !st.ok()) return st;
     const Flow f = flow_;
     flow_ = Flow::kNone;
+    if (f == Flow::kNone) completed = true;
     if (f == Flow::kBreak) break;
   }
+  if (!completed) return Exec(s.else_body, scope, out);
   return absl::OkStatus();
 }
 
@@ -218,8 +222,8 @@ absl::Status Interpreter::ExecSet(const Stmt& s, Scope* scope, std::string*) {
     if (!v.ok()) return v.status();
     return Assign(*s.target, *v, scope);
   }
-  std::string buf;
-  if (auto st = Exec(s.body, scope, &buf); !st.ok()) return st;
+  std::string buf;  // the body has its own scope, as in Jinja2
+  if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
   Value v = Value::String(std::move(buf));
   if (s.expr) {
     block_value_ = v;
