@@ -37,6 +37,7 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const ChatTemplateInputs& in) co
   limits.max_output_bytes = in.limits.max_output_bytes;
   limits.max_call_depth = in.limits.max_call_depth;
   limits.max_iterations = in.limits.max_iterations;
+  limits.max_stack_bytes = in.limits.max_stack_bytes;
   internal::Interpreter interp(limits, in.now_unix_seconds);
   return interp.Render(tree_->body, vars);
 }

@@ -40,6 +40,8 @@ struct ChatTemplateLimits {
   size_t max_output_bytes = size_t{16} << 20;  // the rendered prompt (and any one buffer)
   int max_call_depth = 64;                     // nested macro calls
   int64_t max_iterations = 1000000;            // loop iterations + macro calls in total
+  size_t max_stack_bytes = size_t{1} << 20;    // machine stack a render may use (the
+                                               // calling thread needs this much free)
 };
 
 /// The variables a chat template sees. JSON values are nlohmann::ordered_json so that

@@ -282,6 +282,28 @@ TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
   EXPECT_FALSE(ChatTemplate::Parse(nots + "1 }}").ok());
 }
 
+TEST(ChatTemplate, DeepRecursionThroughNestedBlocksIsAnError) {
+  // A recursive macro whose body nests 50 blocks and a 50-deep expression: bounded
+  // by the stack budget (and the call depth), never a stack overflow.
+  std::string body, close;
+  for (int i = 0; i < 50; ++i) {
+    body += "{% if true %}";
+    close += "{% endif %}";
+  }
+  std::string expr = "f(n + 1)";
+  for (int i = 0; i < 50; ++i) expr = "(" + expr + " ~ '')";
+  const std::string src = "{% macro f(n) %}" + body + "{{ " + expr + " }}" + close +
+                          "{% endmacro %}{{ f(0) }}";
+  auto r = Apply(src);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  ChatTemplateLimits tight;
+  tight.max_stack_bytes = 64 << 10;
+  auto t = Apply(src, "{}", tight);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find("nesting too deep"), std::string::npos) << t.status();
+}
+
 TEST(ChatTemplate, SelfReferencingNamespaceDoesNotCrashOrLeak) {
   auto r = Apply("{% set ns = namespace() %}{% set ns.me = ns %}{% set ns.l = [ns] %}{{ ns.l | length }}{{ ns }}");
   EXPECT_FALSE(r.ok());  // printing a self-containing value hits the nesting limit

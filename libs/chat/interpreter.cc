@@ -46,7 +46,19 @@ absl::Status Interpreter::Append(std::string* out, std::string_view text) {
   return absl::OkStatus();
 }
 
+absl::Status Interpreter::CheckStack() const {
+  char here = 0;
+  const uintptr_t now = reinterpret_cast<uintptr_t>(&here);
+  const uintptr_t used = now > stack_base_ ? now - stack_base_ : stack_base_ - now;
+  if (used > limits_.max_stack_bytes) {
+    return absl::InvalidArgumentError("template nesting too deep (blocks, expressions and macro calls)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> Interpreter::Render(const Body& body, const DictObj& vars) {
+  char base = 0;
+  stack_base_ = reinterpret_cast<uintptr_t>(&base);
   Scope* globals = NewScope(nullptr);
   AddGlobals(*this, globals);
   Scope* top = NewScope(globals);
@@ -59,6 +71,7 @@ absl::StatusOr<std::string> Interpreter::Render(const Body& body, const DictObj&
 }
 
 absl::Status Interpreter::Exec(const Body& body, Scope* scope, std::string* out) {
+  if (auto st = CheckStack(); !st.ok()) return st;
   for (const auto& s : body) {
     if (auto st = ExecStmt(*s, scope, out); !st.ok()) {
       if (!located_ && st.code() == absl::StatusCode::kInvalidArgument) {
