@@ -15,9 +15,10 @@
 // environment either), str.format specs beyond "{}"/"{0}"/"{name}", "%" formatting
 // beyond %s %r %d %i %f %x %e %g. Known differences from Python that real templates do
 // not meet: integers are 64-bit (overflow is an error, not a bigint), str.upper/lower
-// map ASCII, Latin-1/Extended-A, Greek and Cyrillic only, dict.items()/keys()/values()
-// and the |items filter give lists (Python prints dict_items([...]) / a generator), and
-// Jinja2's compile-time folding of constant expressions is not imitated.
+// map ASCII, Latin-1/Extended-A, Greek and Cyrillic only, |items on a non-mapping fails
+// at once (Jinja2 fails when the generator is iterated), and Jinja2's compile-time
+// folding of constant expressions (which can hide errors in literal-only expressions
+// such as {{ 1.5[:2] }}) is not imitated.
 #pragma once
 
 #include <cstdint>

@@ -282,11 +282,12 @@ absl::StatusOr<Value> FRound(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FItems(Interpreter&, const Value& v, CallArgs& args) {
   BIND("items");
-  if (v.is_undefined()) return Value::List();
+  // Jinja2 3.1's items filter is a generator (printing or serializing it fails).
+  if (v.is_undefined()) return Value::List({}, ListObj::Kind::kGenerator);
   if (!v.is_dict() || v.dict->is_namespace) return Err("Can only get item pairs from a mapping.");
   std::vector<Value> out;
   for (const auto& e : v.dict->entries) out.push_back(Value::Tuple({e.first, e.second}));
-  return Value::List(std::move(out));
+  return Value::List(std::move(out), ListObj::Kind::kGenerator);
 }
 
 // Sort key of Jinja2's sort/dictsort/unique/min/max: strings lowercased unless case_sensitive.

@@ -292,7 +292,9 @@ absl::StatusOr<Value> DictMethod(const Value& d, const std::string& name, CallAr
     c.dict->entries = d.dict->entries;
     return c;
   }
-  return Value::List(std::move(out));
+  return Value::List(std::move(out), name == "items"  ? ListObj::Kind::kDictItems
+                                     : name == "keys" ? ListObj::Kind::kDictKeys
+                                                      : ListObj::Kind::kDictValues);
 }
 
 absl::StatusOr<Value> ListMethod(const Value& l, const std::string& name, CallArgs& args) {
@@ -344,7 +346,7 @@ absl::StatusOr<std::optional<Value>> GetMethod(const Value& obj, const std::stri
     if (kDictUnsafe.count(name)) return unsafe();
     if (kDict.count(name)) return std::optional<Value>(Bound(obj, name, DictMethod));
   }
-  if (obj.is_list() && !obj.is_generator()) {
+  if (obj.is_seq()) {
     if (kListUnsafe.count(name)) return unsafe();
     if (kList.count(name)) return std::optional<Value>(Bound(obj, name, ListMethod));
   }

@@ -141,7 +141,7 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       }
       return Value::String(a.s + b.s);
     }
-    if (a.is_list() && b.is_list() && !a.is_generator() && a.list->kind == b.list->kind) {
+    if (a.is_seq() && b.is_seq() && a.list->kind == b.list->kind) {
       std::vector<Value> items = a.list->items;
       items.insert(items.end(), b.list->items.begin(), b.list->items.end());
       return Value::List(std::move(items), a.list->kind);
@@ -149,14 +149,14 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (a.is_string()) {
       return TypeError(absl::StrCat("can only concatenate str (not \"", TypeName(b), "\") to str"));
     }
-    if (a.is_list() && !a.is_generator()) {
+    if (a.is_seq()) {
       return TypeError(absl::StrCat("can only concatenate ", TypeName(a), " (not \"", TypeName(b),
                                     "\") to ", TypeName(a)));
     }
   }
   if (op == "*") {
-    if ((a.is_string() || (a.is_list() && !a.is_generator())) && IsIntLike(b)) return Repeat(a, b.as_int());
-    if ((b.is_string() || (b.is_list() && !b.is_generator())) && IsIntLike(a)) return Repeat(b, a.as_int());
+    if ((a.is_string() || a.is_seq()) && IsIntLike(b)) return Repeat(a, b.as_int());
+    if ((b.is_string() || b.is_seq()) && IsIntLike(a)) return Repeat(b, a.as_int());
   }
   if (op == "%" && a.is_string()) {
     auto s = PercentFormat(a.s, b);
@@ -239,7 +239,7 @@ absl::StatusOr<Value> ItemOf(const Value& obj, const Value& key) {
   if (obj.is_undefined()) return UndefinedError(obj);
   if (obj.is_dict() && !obj.dict->is_namespace) {
     if (const Value* v = obj.dict->Find(key)) return *v;
-  } else if ((obj.is_string() || (obj.is_list() && !obj.is_generator())) &&
+  } else if ((obj.is_string() || obj.is_seq()) &&
              (key.type == Value::Type::kInt || key.type == Value::Type::kBool)) {
     return Index(obj, key.as_int());
   }
@@ -266,7 +266,7 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   // Jinja2 compiles a slice to a plain Python subscript: failures are TypeErrors.
   if (is_str) u = DecodeUtf8(obj.s);
   else if (obj.is_dict() && !obj.dict->is_namespace) return TypeError("unhashable type: 'slice'");
-  else if (!obj.is_list() || obj.is_generator()) {
+  else if (!obj.is_seq()) {
     return TypeError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
   }
   const int64_t n = is_str ? static_cast<int64_t>(u.size()) : static_cast<int64_t>(obj.list->items.size());
@@ -334,7 +334,7 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
   }
   // Python: an unused argument is an error unless the argument is a mapping-like
   // object (anything with __getitem__ but str: dicts and lists).
-  const bool mapping_like = args.is_dict() || (args.is_list() && !args.is_tuple() && !args.is_generator());
+  const bool mapping_like = args.is_dict() || (args.is_seq() && !args.is_tuple());
   if (next < list.size() && !mapping_like) return TypeError("not all arguments converted during string formatting");
   return out;
 }

@@ -41,7 +41,7 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"false", [](V v, A) -> absl::StatusOr<bool> { return v.type == Value::Type::kBool && !v.b; }},
       {"mapping", [](V v, A) -> absl::StatusOr<bool> { return v.is_dict() && !v.dict->is_namespace; }},
       {"sequence", [](V v, A) -> absl::StatusOr<bool> {
-         return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_generator()) ||
+         return v.is_undefined() || v.is_string() || v.is_seq() ||
                 (v.is_dict() && !v.dict->is_namespace);
        }},
       {"iterable", [](V v, A) -> absl::StatusOr<bool> {

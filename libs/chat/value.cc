@@ -145,9 +145,15 @@ std::string TypeName(const Value& v) {
     case Value::Type::kFloat: return "float";
     case Value::Type::kString: return "str";
     case Value::Type::kList:
-      return v.list->kind == ListObj::Kind::kList    ? "list"
-             : v.list->kind == ListObj::Kind::kTuple ? "tuple"
-                                                     : "generator";
+      switch (v.list->kind) {
+        case ListObj::Kind::kList: return "list";
+        case ListObj::Kind::kTuple: return "tuple";
+        case ListObj::Kind::kGenerator: return "generator";
+        case ListObj::Kind::kDictItems: return "dict_items";
+        case ListObj::Kind::kDictKeys: return "dict_keys";
+        case ListObj::Kind::kDictValues: return "dict_values";
+      }
+      return "list";
     case Value::Type::kDict: return v.dict->is_namespace ? "Namespace" : "dict";
     case Value::Type::kCallable: return "function";
   }
@@ -221,6 +227,8 @@ absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out);
 
 absl::Status AppendSeq(const Value& v, int depth, std::string* out) {
   const bool tuple = v.list->kind == ListObj::Kind::kTuple;
+  const bool view = !tuple && v.list->kind != ListObj::Kind::kList;
+  if (view) *out += TypeName(v) + "(";
   *out += tuple ? '(' : '[';
   for (size_t k = 0; k < v.list->items.size(); ++k) {
     if (k) *out += ", ";
@@ -228,6 +236,7 @@ absl::Status AppendSeq(const Value& v, int depth, std::string* out) {
   }
   if (tuple && v.list->items.size() == 1) *out += ',';
   *out += tuple ? ')' : ']';
+  if (view) *out += ')';
   return absl::OkStatus();
 }
 
@@ -339,7 +348,7 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.s < b.s;  // UTF-8 order = code point order
-  if (a.is_list() && b.is_list() && !a.is_generator() && !b.is_generator() &&
+  if (a.is_seq() && b.is_seq() &&
       a.list->kind == b.list->kind) {
     const auto& x = a.list->items;
     const auto& y = b.list->items;

@@ -20,10 +20,11 @@ namespace herd::chat::internal {
 class Interpreter;
 struct Value;
 
-/// list, tuple, or a one-shot iterator (what Jinja2's select/map/... filters return;
-/// Python cannot print it usefully, take len() of it or serialize it).
+/// list, tuple, a one-shot iterator (what Jinja2's select/map/... filters return;
+/// Python cannot print it usefully, take len() of it or serialize it), or a dict view
+/// (dict.items()/keys()/values(): iterable and sized, not subscriptable or serializable).
 struct ListObj {
-  enum class Kind { kList, kTuple, kGenerator };
+  enum class Kind { kList, kTuple, kGenerator, kDictItems, kDictKeys, kDictValues };
   Kind kind = Kind::kList;
   std::vector<Value> items;
 };
@@ -84,6 +85,10 @@ struct Value {
   bool is_list() const { return type == Type::kList; }  // list, tuple or generator
   bool is_dict() const { return type == Type::kDict; }
   bool is_generator() const { return is_list() && list->kind == ListObj::Kind::kGenerator; }
+  /// A real sequence: list or tuple (not a generator or dict view).
+  bool is_seq() const {
+    return is_list() && (list->kind == ListObj::Kind::kList || list->kind == ListObj::Kind::kTuple);
+  }
   bool is_tuple() const { return is_list() && list->kind == ListObj::Kind::kTuple; }
   double as_double() const { return type == Type::kFloat ? f : static_cast<double>(as_int()); }
   int64_t as_int() const { return type == Type::kBool ? (b ? 1 : 0) : i; }
