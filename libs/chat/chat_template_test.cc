@@ -166,6 +166,12 @@ TEST(ChatTemplateJinja, Errors) {
 }
 // Cases found by differential fuzzing against Jinja2.
 TEST(ChatTemplateJinja, Fuzzed) {
+  const std::string d = R"json({"d": {"a": 1, "b": [2]}})json";
+  EXPECT_EQ(R("{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items() | list }} {{ d.keys() | length }} {{ 'a' in d.keys() }}", d),
+            "dict_items([('a', 1), ('b', [2])]) dict_keys(['a', 'b']) dict_values([1, [2]]) [('a', 1), ('b', [2])] 2 True");
+  ExpectError("{{ d.items() | tojson }}", d, "Object of type dict_items is not JSON serializable");
+  EXPECT_EQ(R("{{ d.keys()[0] }}", d), "");
+  ExpectError("{{ d | items | tojson }}", d, "Object of type generator is not JSON serializable");
   EXPECT_EQ(R("{{ 'héllo wörld ß'.upper() }}|{{ 'ÀÉÎ ΑΒΓ абв ąČ'.lower() }}|{{ 'straße'.title() }}|{{ 'ébc' | capitalize }}|{{ 'éa-b' | title }}"), "HÉLLO WÖRLD SS|àéî αβγ абв ąč|Straße|Ébc|Éa-B");
   EXPECT_EQ(R("{{ {'k': 1} is lower }} {{ 1 is upper }} {{ 2.0 is even }} {{ 3.0 is odd }}"), "True False True True");
   ExpectError("{{ nope | int }}", "'nope' is undefined");
