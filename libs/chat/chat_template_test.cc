@@ -310,6 +310,38 @@ TEST(ChatTemplate, DeepRecursionThroughNestedBlocksIsAnError) {
   EXPECT_NE(std::string(t.status().message()).find("nesting too deep"), std::string::npos) << t.status();
 }
 
+TEST(ChatTemplate, HostileTemplatesAndInputsAreBounded) {
+  // A list nested 100000 deep: built, compared, printed (refused), and destroyed
+  // without recursion.
+  EXPECT_EQ(R("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+              "{{ ns.l | length }}"),
+            "1");
+  ExpectError("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+              "{{ ns.l }}",
+              "nesting too deep");
+  ExpectError("{% set ns = namespace(l=[], m=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}"
+              "{% set ns.m = [ns.m] %}{% endfor %}{{ ns.l < ns.m }}",
+              "nesting too deep");
+  // Doubling a string: refused once it is too large, not an allocation failure.
+  ExpectError("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+              "too large");
+  ExpectError("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+              "too large");
+  ExpectError("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s.replace('x', 'xx') %}{% endfor %}",
+              "too large");
+  ExpectError("{{ 'a'.center(100, 'long fill') }}", "exactly one character");
+  EXPECT_EQ(R("{{ 'abc'[1::9223372036854775807] }}|{{ range(9223372036854775800, 9223372036854775807, 4) | list }}"),
+            "b|[9223372036854775800, 9223372036854775804]");
+  // Input nested deeper than 512 levels.
+  std::string deep = "{\"x\": ";
+  for (int i = 0; i < 600; ++i) deep += "[";
+  for (int i = 0; i < 600; ++i) deep += "]";
+  deep += "}";
+  auto r = Apply("{{ x }}", deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("nested deeper than 512"), std::string::npos) << r.status();
+}
+
 TEST(ChatTemplate, SelfReferencingNamespaceDoesNotCrashOrLeak) {
   auto r = Apply("{% set ns = namespace() %}{% set ns.me = ns %}{% set ns.l = [ns] %}{{ ns.l | length }}{{ ns }}");
   EXPECT_FALSE(r.ok());  // printing a self-containing value hits the nesting limit

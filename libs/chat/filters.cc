@@ -145,7 +145,9 @@ absl::StatusOr<Value> FReplace(Interpreter&, const Value& v, CallArgs& args) {
   auto n = Str(*b.Get(1));
   if (!s.ok() || !o.ok() || !n.ok()) return Err("replace: bad arguments");
   const Value* c = b.Get(2);
-  return Value::String(PyReplace(*s, *o, *n, c && !c->is_none() ? c->as_int() : -1));
+  std::string r = PyReplace(*s, *o, *n, c && !c->is_none() ? c->as_int() : -1);
+  if (r.size() > kMaxReplaceBytes) return Err("replace: result too large");
+  return Value::String(std::move(r));
 }
 
 absl::StatusOr<Value> FJoin(Interpreter& in, const Value& v, CallArgs& args) {
@@ -157,7 +159,7 @@ absl::StatusOr<Value> FJoin(Interpreter& in, const Value& v, CallArgs& args) {
   for (size_t k = 0; k < items->size(); ++k) {
     Value item = (*items)[k];
     if (const Value* attr = b.Get(1); attr && !attr->is_none()) {
-      auto a = AttrPath(in, item, *OptStr(attr));
+      auto a = AttrPath(in, item, OptStr(attr).value_or(""));
       if (!a.ok()) return a.status();
       item = *std::move(a);
     }
@@ -165,6 +167,7 @@ absl::StatusOr<Value> FJoin(Interpreter& in, const Value& v, CallArgs& args) {
     if (!s.ok()) return s.status();
     if (k) out += sep;
     out += *s;
+    if (out.size() > kMaxBuiltSize) return Err("join: result too large");
   }
   return Value::String(std::move(out));
 }

@@ -156,18 +156,20 @@ Value Interpreter::MakeLoop(const std::vector<Value>& items, size_t k) {
   const int64_t i = static_cast<int64_t>(k);
   Value loop = Value::Dict();
   auto& d = *loop.dict;
-  d.Set(Value::String("index"), Value::Int(i + 1));
-  d.Set(Value::String("index0"), Value::Int(i));
-  d.Set(Value::String("revindex"), Value::Int(n - i));
-  d.Set(Value::String("revindex0"), Value::Int(n - i - 1));
-  d.Set(Value::String("first"), Value::Bool(i == 0));
-  d.Set(Value::String("last"), Value::Bool(i == n - 1));
-  d.Set(Value::String("length"), Value::Int(n));
-  d.Set(Value::String("depth"), Value::Int(1));
-  d.Set(Value::String("depth0"), Value::Int(0));
-  d.Set(Value::String("previtem"), i > 0 ? items[k - 1] : Value::Undefined("there is no previous item"));
-  d.Set(Value::String("nextitem"), i + 1 < n ? items[k + 1] : Value::Undefined("there is no next item"));
-  d.Set(Value::String("cycle"), Value::Callable("cycle", [i](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
+  d.entries.reserve(12);
+  auto add = [&d](Value k, Value v) { d.entries.emplace_back(std::move(k), std::move(v)); };
+  add(Value::String("index"), Value::Int(i + 1));
+  add(Value::String("index0"), Value::Int(i));
+  add(Value::String("revindex"), Value::Int(n - i));
+  add(Value::String("revindex0"), Value::Int(n - i - 1));
+  add(Value::String("first"), Value::Bool(i == 0));
+  add(Value::String("last"), Value::Bool(i == n - 1));
+  add(Value::String("length"), Value::Int(n));
+  add(Value::String("depth"), Value::Int(1));
+  add(Value::String("depth0"), Value::Int(0));
+  add(Value::String("previtem"), i > 0 ? items[k - 1] : Value::Undefined("there is no previous item"));
+  add(Value::String("nextitem"), i + 1 < n ? items[k + 1] : Value::Undefined("there is no next item"));
+  add(Value::String("cycle"), Value::Callable("cycle", [i](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
           if (a.pos.empty()) return absl::InvalidArgumentError("no items for cycling given");
           return a.pos[static_cast<size_t>(i) % a.pos.size()];
         }));

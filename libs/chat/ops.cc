@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace herd::chat::internal {
@@ -129,12 +130,17 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (!x.ok()) return x.status();
     auto y = ToStr(b);
     if (!y.ok()) return y.status();
+    if (x->size() + y->size() > kMaxBuiltSize) return TypeError("string too large");
     return Value::String(*x + *y);
   }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
   if (a.is_number() && b.is_number()) return Arith(op, a, b);
   if (op == "+") {
+    if ((a.is_string() && b.is_string() && a.s.size() + b.s.size() > kMaxBuiltSize) ||
+        (a.is_seq() && b.is_seq() && a.list->items.size() + b.list->items.size() > kMaxBuiltSize / 64)) {
+      return TypeError("result too large");
+    }
     if (a.is_string() && b.is_string()) {
       if (a.markup || b.markup) {  // Markup.__add__ / __radd__ escape the plain side
         return Value::Markup((a.markup ? a.s : HtmlEscape(a.s)) + (b.markup ? b.s : HtmlEscape(b.s)));
@@ -204,6 +210,7 @@ absl::StatusOr<bool> CompareOp(std::string_view op, const Value& a, const Value&
   if (b.is_undefined()) return UndefinedError(b);
   absl::StatusOr<bool> r = (op == "<" || op == ">=") ? Less(a, b) : Less(b, a);
   if (!r.ok()) {
+    if (absl::StrContains(r.status().message(), "nesting too deep")) return r.status();
     return TypeError(absl::StrCat("'", std::string(op), "' not supported between instances of '", TypeName(a),
                                   "' and '", TypeName(b), "'"));
   }
@@ -285,9 +292,10 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   if (auto s = adjust(stop, &hi); !s.ok()) return s;
   std::u32string su;
   std::vector<Value> items;
-  for (int64_t k = lo; st > 0 ? k < hi : k > hi; k += st) {
+  for (int64_t k = lo; st > 0 ? k < hi : k > hi;) {
     if (is_str) su += u[k];
     else items.push_back(obj.list->items[k]);
+    if (__builtin_add_overflow(k, st, &k)) break;
   }
   if (is_str) return Value::String(EncodeUtf8(su));
   return Value::List(std::move(items), obj.list->kind);
@@ -320,6 +328,9 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
       auto s = conv == 's' ? ToStr(v) : Repr(v);
       if (!s.ok()) return s.status();
       out += *s;
+    } else if ((conv == 'd' || conv == 'i') && v.type == Value::Type::kFloat &&
+               !(std::fabs(v.f) < 9.2e18)) {
+      return TypeError("%d format: float out of range");
     } else if ((conv == 'd' || conv == 'i') && v.is_number()) {
       std::snprintf(buf, sizeof buf, (spec + "lld").c_str(),
                     static_cast<long long>(v.type == Value::Type::kFloat ? static_cast<int64_t>(v.f) : v.as_int()));

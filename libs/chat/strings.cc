@@ -88,7 +88,7 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
   if (old.empty()) {
     const std::u32string u = DecodeUtf8(s);
     int64_t done = 0;
-    for (size_t k = 0; k <= u.size(); ++k) {
+    for (size_t k = 0; k <= u.size() && out.size() <= kMaxReplaceBytes; ++k) {
       if (count < 0 || done < count) {
         out += rep;
         ++done;
@@ -102,6 +102,7 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
   while (count < 0 || done < count) {
     const size_t k = s.find(old, pos);
     if (k == std::string_view::npos) break;
+    if (out.size() > kMaxReplaceBytes) break;  // bounded; the caller reports it
     out.append(s.substr(pos, k - pos));
     out.append(rep);
     pos = k + old.size();

@@ -18,6 +18,46 @@ absl::Status TooDeep() {
 
 }  // namespace
 
+namespace {
+
+// Moves the children of containers that are about to die onto a worklist, so that
+// destroying a deeply nested value never recurses.
+void Drain(std::vector<Value>* work) {
+  while (!work->empty()) {
+    Value v = std::move(work->back());
+    work->pop_back();
+    if (v.list && v.list.use_count() == 1) {
+      for (auto& item : v.list->items) work->push_back(std::move(item));
+      v.list->items.clear();
+    }
+    if (v.dict && v.dict.use_count() == 1) {
+      for (auto& e : v.dict->entries) {
+        work->push_back(std::move(e.first));
+        work->push_back(std::move(e.second));
+      }
+      v.dict->entries.clear();
+    }
+  }
+}
+
+}  // namespace
+
+ListObj::~ListObj() {
+  std::vector<Value> work(std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+  items.clear();
+  Drain(&work);
+}
+
+DictObj::~DictObj() {
+  std::vector<Value> work;
+  for (auto& e : entries) {
+    work.push_back(std::move(e.first));
+    work.push_back(std::move(e.second));
+  }
+  entries.clear();
+  Drain(&work);
+}
+
 const Value* DictObj::Find(const Value& key) const {
   for (const auto& e : entries) {
     if (Equal(e.first, key)) return &e.second;
@@ -340,7 +380,16 @@ bool EqualAt(const Value& a, const Value& b, int depth) {
 
 bool Equal(const Value& a, const Value& b) { return EqualAt(a, b, 0); }
 
-absl::StatusOr<bool> Less(const Value& a, const Value& b) {
+namespace {
+absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth);
+}  // namespace
+
+absl::StatusOr<bool> Less(const Value& a, const Value& b) { return LessAt(a, b, 0); }
+
+namespace {
+
+absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxNesting) return TooDeep();
   if (a.is_number() && b.is_number()) {
     if (a.type == Value::Type::kFloat || b.type == Value::Type::kFloat) {
       return a.as_double() < b.as_double();
@@ -354,7 +403,7 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
     const auto& y = b.list->items;
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
       if (Equal(x[k], y[k])) continue;
-      return Less(x[k], y[k]);
+      return LessAt(x[k], y[k], depth + 1);
     }
     return x.size() < y.size();
   }
@@ -362,8 +411,13 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
                                                  TypeName(a), "' and '", TypeName(b), "'"));
 }
 
-Value FromJson(const nlohmann::ordered_json& j) {
+}  // namespace
+
+namespace {
+
+absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (depth > 512) return absl::InvalidArgumentError("input JSON nested deeper than 512 levels");
   switch (j.type()) {
     case T::null: return Value::None();
     case T::boolean: return Value::Bool(j.get<bool>());
@@ -378,19 +432,29 @@ Value FromJson(const nlohmann::ordered_json& j) {
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
+      for (const auto& e : j) {
+        auto v = FromJsonAt(e, depth + 1);
+        if (!v.ok()) return v;
+        items.push_back(*std::move(v));
+      }
       return Value::List(std::move(items));
     }
     case T::object: {
       Value d = Value::Dict();
       for (auto it = j.begin(); it != j.end(); ++it) {
-        d.dict->entries.emplace_back(Value::String(it.key()), FromJson(it.value()));
+        auto v = FromJsonAt(it.value(), depth + 1);
+        if (!v.ok()) return v;
+        d.dict->entries.emplace_back(Value::String(it.key()), *std::move(v));
       }
       return d;
     }
     default: return Value::None();  // binary / discarded: not produced by the JSON parser
   }
 }
+
+}  // namespace
+
+absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& j) { return FromJsonAt(j, 0); }
 
 std::u32string DecodeUtf8(std::string_view s) {
   std::u32string out;

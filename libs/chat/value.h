@@ -27,12 +27,14 @@ struct ListObj {
   enum class Kind { kList, kTuple, kGenerator, kDictItems, kDictKeys, kDictValues };
   Kind kind = Kind::kList;
   std::vector<Value> items;
+  ~ListObj();  // iterative: a template can build lists nested arbitrarily deep
 };
 
 /// An insertion-ordered dict (Python 3.7+ dict order); also Jinja2's namespace() object.
 struct DictObj {
   bool is_namespace = false;
   std::vector<std::pair<Value, Value>> entries;
+  ~DictObj();  // iterative, like ~ListObj
   const Value* Find(const Value& key) const;
   const Value* Find(std::string_view key) const;
   void Set(Value key, Value value);
@@ -112,8 +114,9 @@ bool Equal(const Value& a, const Value& b);
 /// Python <: INVALID_ARGUMENT when the types cannot be ordered.
 absl::StatusOr<bool> Less(const Value& a, const Value& b);
 
-/// Converts parsed JSON (insertion order kept) to a Value.
-Value FromJson(const nlohmann::ordered_json& j);
+/// Converts parsed JSON (insertion order kept) to a Value. INVALID_ARGUMENT when it is
+/// nested deeper than 512 levels.
+absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& j);
 
 /// Python json.dumps(v, ensure_ascii, indent, separators, sort_keys); indent is null
 /// (None), an int or a string; separators null or a 2-item list/tuple.
