@@ -46,8 +46,10 @@ struct ChatTemplateLimits {
 };
 
 /// The variables a chat template sees. JSON values are nlohmann::ordered_json so that
-/// object key order (which tojson and dict iteration expose, as Python does) is kept;
-/// plain nlohmann::json values convert implicitly (their keys are already sorted).
+/// object key order (which tojson and dict iteration expose, as Python does) is kept:
+/// renders are byte-exact only when the caller parses requests with ordered_json too.
+/// Plain nlohmann::json values convert (`in.tools = j;`, or
+/// `push_back(nlohmann::ordered_json(j))`), with their keys in sorted order.
 struct ChatTemplateInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, tool_calls?, ...}]
   nlohmann::ordered_json tools;    // null = no `tools` variable defined; else OpenAI tool list

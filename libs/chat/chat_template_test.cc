@@ -361,6 +361,13 @@ TEST(ChatTemplate, InputsBecomeVariables) {
   in.add_generation_prompt = false;
   in.bos_token = "B";
   EXPECT_EQ(*t->Apply(in), "Buser:hi;TrueFalse</s>7");
+  // Plain nlohmann::json values convert (assignment implicitly; push_back needs the
+  // explicit conversion); their keys are already sorted.
+  nlohmann::json extra_msg = {{"role", "assistant"}, {"content", "yo"}};
+  in.messages.push_back(nlohmann::ordered_json(extra_msg));
+  in.messages.push_back({{"role", "user"}, {"content", "x"}});
+  EXPECT_EQ(*t->Apply(in), "Buser:hi;assistant:yo;user:x;TrueFalse</s>7");
+  in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
   ChatTemplate copy = *t;  // copyable; shares the tree
   EXPECT_EQ(copy.source(), t->source());
   EXPECT_EQ(*copy.Apply(in), "Buser:hi;TrueFalse</s>7");
