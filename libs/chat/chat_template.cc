@@ -1,5 +1,6 @@
 #include "libs/chat/chat_template.h"
 
+#include "absl/strings/str_cat.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/parser.h"
 
@@ -23,13 +24,21 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const ChatTemplateInputs& in) co
   if (!in.extra_context.is_null() && !in.extra_context.is_object()) {
     return absl::InvalidArgumentError("extra_context must be a JSON object");
   }
+  auto set_json = [&vars](const std::string& name, const nlohmann::ordered_json& j) {
+    auto v = internal::FromJson(j);
+    if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", v.status().message()));
+    vars.Set(Value::String(name), *std::move(v));
+    return absl::OkStatus();
+  };
   if (in.extra_context.is_object()) {
     for (auto it = in.extra_context.begin(); it != in.extra_context.end(); ++it) {
-      vars.Set(Value::String(it.key()), internal::FromJson(it.value()));
+      if (auto st = set_json(it.key(), it.value()); !st.ok()) return st;
     }
   }
-  vars.Set(Value::String("messages"), internal::FromJson(in.messages));
-  if (!in.tools.is_null()) vars.Set(Value::String("tools"), internal::FromJson(in.tools));
+  if (auto st = set_json("messages", in.messages); !st.ok()) return st;
+  if (!in.tools.is_null()) {
+    if (auto st = set_json("tools", in.tools); !st.ok()) return st;
+  }
   vars.Set(Value::String("add_generation_prompt"), Value::Bool(in.add_generation_prompt));
   vars.Set(Value::String("bos_token"), Value::String(in.bos_token));
   vars.Set(Value::String("eos_token"), Value::String(in.eos_token));
@@ -37,6 +46,7 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const ChatTemplateInputs& in) co
   limits.max_output_bytes = in.limits.max_output_bytes;
   limits.max_call_depth = in.limits.max_call_depth;
   limits.max_iterations = in.limits.max_iterations;
+  limits.max_stack_bytes = in.limits.max_stack_bytes;
   internal::Interpreter interp(limits, in.now_unix_seconds);
   return interp.Render(tree_->body, vars);
 }

@@ -12,7 +12,13 @@
 //
 // Not supported (a clear INVALID_ARGUMENT, never a crash): {% include/import/extends/
 // block %}, recursive for loops, {% with %}, {% do %} (not enabled in transformers'
-// environment either), str.format specs beyond "{}"/"{0}"/"{name}".
+// environment either), str.format specs beyond "{}"/"{0}"/"{name}", "%" formatting
+// beyond %s %r %d %i %f %x %e %g. Known differences from Python that real templates do
+// not meet: integers are 64-bit (overflow is an error, not a bigint), str.upper/lower
+// map ASCII, Latin-1/Extended-A, Greek and Cyrillic only, |items on a non-mapping fails
+// at once (Jinja2 fails when the generator is iterated), and Jinja2's compile-time
+// folding of constant expressions (which can hide errors in literal-only expressions
+// such as {{ 1.5[:2] }}) is not imitated.
 #pragma once
 
 #include <cstdint>
@@ -35,11 +41,15 @@ struct ChatTemplateLimits {
   size_t max_output_bytes = size_t{16} << 20;  // the rendered prompt (and any one buffer)
   int max_call_depth = 64;                     // nested macro calls
   int64_t max_iterations = 1000000;            // loop iterations + macro calls in total
+  size_t max_stack_bytes = size_t{1} << 20;    // machine stack a render may use (the
+                                               // calling thread needs this much free)
 };
 
 /// The variables a chat template sees. JSON values are nlohmann::ordered_json so that
-/// object key order (which tojson and dict iteration expose, as Python does) is kept;
-/// plain nlohmann::json values convert implicitly (their keys are already sorted).
+/// object key order (which tojson and dict iteration expose, as Python does) is kept:
+/// renders are byte-exact only when the caller parses requests with ordered_json too.
+/// Plain nlohmann::json values convert (`in.tools = j;`, or
+/// `push_back(nlohmann::ordered_json(j))`), with their keys in sorted order.
 struct ChatTemplateInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, tool_calls?, ...}]
   nlohmann::ordered_json tools;    // null = no `tools` variable defined; else OpenAI tool list

@@ -146,8 +146,10 @@ TEST(ChatTemplateConformance, OddInputsNeverCrash) {
   };
   const char* kTools[] = {nullptr, R"([])", R"([{"type": "function", "function": {"name": "f"}}])",
                           R"([{"name": "bare", "parameters": {}}])", R"({"not": "a list"})"};
+  const std::vector<std::string> names = TemplateNames(dir);
+  if (names.empty()) GTEST_SKIP() << "no templates in " << dir;
   int renders = 0, errors = 0;
-  for (const auto& name : TemplateNames(dir)) {
+  for (const auto& name : names) {
     auto tmpl = ChatTemplate::Parse(ReadFile(dir + "/" + name + ".jinja"));
     ASSERT_TRUE(tmpl.ok()) << name << ": " << tmpl.status();
     for (const char* m : kMessages) {

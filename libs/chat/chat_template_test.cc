@@ -164,6 +164,64 @@ TEST(ChatTemplateJinja, Errors) {
   EXPECT_EQ(R("{{ none.foo }}|"), "|");
   ExpectError("{{ none.foo.bar }}", "'None' has no attribute 'foo'");
 }
+// Cases found by differential fuzzing against Jinja2.
+TEST(ChatTemplateJinja, Fuzzed) {
+  const std::string d = R"json({"d": {"a": 1, "b": [2]}})json";
+  EXPECT_EQ(R("{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items() | list }} {{ d.keys() | length }} {{ 'a' in d.keys() }}", d),
+            "dict_items([('a', 1), ('b', [2])]) dict_keys(['a', 'b']) dict_values([1, [2]]) [('a', 1), ('b', [2])] 2 True");
+  ExpectError("{{ d.items() | tojson }}", d, "Object of type dict_items is not JSON serializable");
+  EXPECT_EQ(R("{{ d.keys()[0] }}", d), "");
+  ExpectError("{{ d | items | tojson }}", d, "Object of type generator is not JSON serializable");
+  EXPECT_EQ(R("{{ 'héllo wörld ß'.upper() }}|{{ 'ÀÉÎ ΑΒΓ абв ąČ'.lower() }}|{{ 'straße'.title() }}|{{ 'ébc' | capitalize }}|{{ 'éa-b' | title }}"), "HÉLLO WÖRLD SS|àéî αβγ абв ąč|Straße|Ébc|Éa-B");
+  EXPECT_EQ(R("{{ {'k': 1} is lower }} {{ 1 is upper }} {{ 2.0 is even }} {{ 3.0 is odd }}"), "True False True True");
+  ExpectError("{{ nope | int }}", "'nope' is undefined");
+  ExpectError("{{ [{'a': 1}, {'a': 1}] | unique | list }}", "unhashable type: 'dict'");
+  ExpectError("{{ x[1:] }}", R"json({"x": 5})json", "'int' object is not subscriptable");
+  ExpectError("{{ d[1:] }}", R"json({"d": {"a": 1}})json", "unhashable type: 'slice'");
+  ExpectError("{{ [1] in {'a': 1} }}", "unhashable type: 'list'");
+  ExpectError("{{ 'abc' % 2 }}", "not all arguments converted during string formatting");
+  ExpectError("{{ 1 | indent }}", "unsupported operand type(s) for +=: 'int' and 'str'");
+  EXPECT_EQ(R("{{ [nope, 1] }}"), "[Undefined, 1]");
+  EXPECT_EQ(R("{{ [1, 2] | map(attribute='x') | list }}"), "[Undefined, Undefined]");
+  EXPECT_EQ(R("{{ 'a' ~ [1, 'b'] ~ {'c': (1,)} }}"), "a[1, 'b']{'c': (1,)}");
+  EXPECT_EQ(R("{{ 'x' * -1 }}|{{ [1] * 0 }}|{{ 7 // -2 }} {{ 7 % -2 }} {{ -7.5 // 2 }} {{ 2 ** -1 }}"), "|[]|-4 -1 -4.0 0.5");
+}
+
+// Scoping: what a loop iteration, an if, a macro sets; macros, caller, namespaces.
+TEST(ChatTemplateJinja, Scoping) {
+  const std::string ctx = R"json({"msgs": [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"}]})json";
+  EXPECT_EQ(R("{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = x + 10 %}{{ x }},{% endfor %}{{ x }}", ctx), "111,111,1");
+  EXPECT_EQ(R("{% set x = 1 %}{% for i in [1, 2] %}{% if i == 2 %}{{ x }}{% endif %}{% set x = 5 %}{% endfor %}", ctx), "1");
+  EXPECT_EQ(R("{% macro m() %}{{ g }}{% endmacro %}{% set g = 'late' %}{{ m() }}", ctx), "late");
+  EXPECT_EQ(R("{% set g = 'early' %}{% macro m() %}{{ g }}{% endmacro %}{% set g = 'late' %}{{ m() }}", ctx), "late");
+  EXPECT_EQ(R("{% macro m() %}{% set g = 'inner' %}{{ g }}{% endmacro %}{% set g = 'outer' %}{{ m() }}{{ g }}", ctx), "innerouter");
+  EXPECT_EQ(R("{% set ns = namespace(v=0) %}{% macro inc() %}{% set ns.v = ns.v + 1 %}{% endmacro %}{{ inc() }}{{ inc() }}{{ ns.v }}", ctx), "2");
+  EXPECT_EQ(R("{% for a in [1, 2] %}{% set outer = loop %}{% for b in [3] %}{{ outer.index }}{{ loop.index }}{% endfor %}{% endfor %}", ctx), "1121");
+  EXPECT_EQ(R("{% set i = 'keep' %}{% for i in [1, 2] %}{% endfor %}{{ i }}", ctx), "keep");
+  EXPECT_EQ(R("{% for i in [1, 2] %}{% if true %}{% set y = i %}{% endif %}{{ y }}{% endfor %}[{{ y }}]", ctx), "12[]");
+  EXPECT_EQ(R("{% if true %}{% set z = 3 %}{% endif %}{{ z }}", ctx), "3");
+  EXPECT_EQ(R("{% macro m(x) %}{% for i in range(x) %}{{ caller(i) }}{% endfor %}{% endmacro %}{% call(n) m(3) %}<{{ n }}>{% endcall %}", ctx), "<0><1><2>");
+  EXPECT_EQ(R("{% macro t(n) %}{% if n > 0 %}{{ n }}{{ t(n - 1) }}{% endif %}{% endmacro %}{{ t(4) }}", ctx), "4321");
+  EXPECT_EQ(R("{% for m in msgs %}{% set content = m.content %}{% if loop.first %}{% set sys = content %}{% endif %}{{ sys }}|{% endfor %}", ctx), "S||||");
+  EXPECT_EQ(R("{% set loop_messages = msgs[1:] %}{% for m in loop_messages %}{{ loop.index0 }}{{ m.content }}{% endfor %}", ctx), "0U11A12U2");
+  EXPECT_EQ(R("{% for x in [1, 2, 3] %}{% for y in [1, 2] %}{% if y == 2 %}{% break %}{% endif %}{{ x }}{{ y }}{% endfor %}{% if x == 2 %}{% continue %}{% endif %}!{% endfor %}", ctx), "11!2131!");
+  EXPECT_EQ(R("{% set a = [1, 2] %}{% set b = a %}{{ a is sameas b }}{{ a == [1, 2] }}", ctx), "TrueTrue");
+  EXPECT_EQ(R("{%- for message in msgs %}\n  {%- if message.role == 'user' %}\n    {{- '[U]' + message.content }}\n  {%- else %}\n    {{- '[A]' + message.content }}\n  {%- endif %}\n{%- endfor %}\n", ctx), "[A]S[U]U1[A]A1[U]U2");
+  EXPECT_EQ(R("{% macro m(a, b) %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }}|{{ m(*[1, 2]) }}|{{ m(**{'a': 3, 'b': 4}) }}", ctx), "1-|1-2|3-4");
+  EXPECT_EQ(R("{{ msgs | selectattr('role', 'eq', 'user') | map(attribute='content') | join(' / ') }}", ctx), "U1 / U2");
+  EXPECT_EQ(R("{% for k, v in {'x': {'y': 1}}.items() %}{{ k }}{{ v.y }}{{ v['y'] }}{% endfor %}", ctx), "x11");
+}
+
+// Block scopes and for-else (found by differential fuzzing of statements).
+TEST(ChatTemplateJinja, BlockScopesAndForElse) {
+  EXPECT_EQ(R("{% set x = 1 %}{% filter upper %}{% set x = 2 %}{{ x }}{% endfilter %}{{ x }}"), "21");
+  EXPECT_EQ(R("{% set x = 1 %}{% set y %}{% set x = 2 %}{{ x }}{% endset %}{{ x }}{{ y }}"), "12");
+  EXPECT_EQ(R("{% for i in [1, 2, 3] %}{% continue %}{% else %}E{% endfor %}"), "E");
+  EXPECT_EQ(R("{% for i in [1, 2, 3] %}{% if i == 2 %}{% break %}{% endif %}{% else %}E{% endfor %}"), "");
+  EXPECT_EQ(R("{% for i in [1, 2, 3] %}{% if i < 3 %}{% continue %}{% endif %}{{ i }}{% else %}E{% endfor %}"), "3");
+  EXPECT_EQ(R("{% for i in [1] %}{% break %}{% else %}E{% endfor %}"), "E");
+}
+
 // ---------------------------------------------------------------- hand-written
 
 TEST(ChatTemplate, ParseErrorsHaveLineAndColumn) {
@@ -230,6 +288,60 @@ TEST(ChatTemplate, DeepNestingIsAnErrorNotACrash) {
   EXPECT_FALSE(ChatTemplate::Parse(nots + "1 }}").ok());
 }
 
+TEST(ChatTemplate, DeepRecursionThroughNestedBlocksIsAnError) {
+  // A recursive macro whose body nests 50 blocks and a 50-deep expression: bounded
+  // by the stack budget (and the call depth), never a stack overflow.
+  std::string body, close;
+  for (int i = 0; i < 50; ++i) {
+    body += "{% if true %}";
+    close += "{% endif %}";
+  }
+  std::string expr = "f(n + 1)";
+  for (int i = 0; i < 50; ++i) expr = "(" + expr + " ~ '')";
+  const std::string src = "{% macro f(n) %}" + body + "{{ " + expr + " }}" + close +
+                          "{% endmacro %}{{ f(0) }}";
+  auto r = Apply(src);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  ChatTemplateLimits tight;
+  tight.max_stack_bytes = 64 << 10;
+  auto t = Apply(src, "{}", tight);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find("nesting too deep"), std::string::npos) << t.status();
+}
+
+TEST(ChatTemplate, HostileTemplatesAndInputsAreBounded) {
+  // A list nested 100000 deep: built, compared, printed (refused), and destroyed
+  // without recursion.
+  EXPECT_EQ(R("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+              "{{ ns.l | length }}"),
+            "1");
+  ExpectError("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+              "{{ ns.l }}",
+              "nesting too deep");
+  ExpectError("{% set ns = namespace(l=[], m=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}"
+              "{% set ns.m = [ns.m] %}{% endfor %}{{ ns.l < ns.m }}",
+              "nesting too deep");
+  // Doubling a string: refused once it is too large, not an allocation failure.
+  ExpectError("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+              "too large");
+  ExpectError("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+              "too large");
+  ExpectError("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s.replace('x', 'xx') %}{% endfor %}",
+              "too large");
+  ExpectError("{{ 'a'.center(100, 'long fill') }}", "exactly one character");
+  EXPECT_EQ(R("{{ 'abc'[1::9223372036854775807] }}|{{ range(9223372036854775800, 9223372036854775807, 4) | list }}"),
+            "b|[9223372036854775800, 9223372036854775804]");
+  // Input nested deeper than 512 levels.
+  std::string deep = "{\"x\": ";
+  for (int i = 0; i < 600; ++i) deep += "[";
+  for (int i = 0; i < 600; ++i) deep += "]";
+  deep += "}";
+  auto r = Apply("{{ x }}", deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("nested deeper than 512"), std::string::npos) << r.status();
+}
+
 TEST(ChatTemplate, SelfReferencingNamespaceDoesNotCrashOrLeak) {
   auto r = Apply("{% set ns = namespace() %}{% set ns.me = ns %}{% set ns.l = [ns] %}{{ ns.l | length }}{{ ns }}");
   EXPECT_FALSE(r.ok());  // printing a self-containing value hits the nesting limit
@@ -249,6 +361,13 @@ TEST(ChatTemplate, InputsBecomeVariables) {
   in.add_generation_prompt = false;
   in.bos_token = "B";
   EXPECT_EQ(*t->Apply(in), "Buser:hi;TrueFalse</s>7");
+  // Plain nlohmann::json values convert (assignment implicitly; push_back needs the
+  // explicit conversion); their keys are already sorted.
+  nlohmann::json extra_msg = {{"role", "assistant"}, {"content", "yo"}};
+  in.messages.push_back(nlohmann::ordered_json(extra_msg));
+  in.messages.push_back({{"role", "user"}, {"content", "x"}});
+  EXPECT_EQ(*t->Apply(in), "Buser:hi;assistant:yo;user:x;TrueFalse</s>7");
+  in.messages = nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])");
   ChatTemplate copy = *t;  // copyable; shares the tree
   EXPECT_EQ(copy.source(), t->source());
   EXPECT_EQ(*copy.Apply(in), "Buser:hi;TrueFalse</s>7");

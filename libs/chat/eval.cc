@@ -6,7 +6,10 @@
 
 namespace herd::chat::internal {
 
-absl::StatusOr<Value> Interpreter::Eval(const Expr& e, Scope* scope) { return EvalNode(e, scope); }
+absl::StatusOr<Value> Interpreter::Eval(const Expr& e, Scope* scope) {
+  if (auto st = CheckStack(); !st.ok()) return st;
+  return EvalNode(e, scope);
+}
 
 absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
   switch (e.kind) {

@@ -117,18 +117,20 @@ absl::StatusOr<Value> FCase(Interpreter&, const Value& v, CallArgs& args) {
   return Keep(v, F(*s));
 }
 
-// Jinja2's title filter: words start after '-', whitespace, or an opening bracket.
+// Jinja2's title filter: words start after '-', whitespace, or an opening bracket;
+// each word is item[0].upper() + item[1:].lower().
 std::string JinjaTitle(std::string_view s) {
   std::string out;
   bool start = true;
-  for (char c : s) {
-    const bool sep = c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '(' ||
-                     c == '{' || c == '[' || c == '<' || c == '\v' || c == '\f';
+  for (char32_t c : DecodeUtf8(s)) {
+    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || PyIsSpace(c);
+    std::string one;
+    AppendUtf8(c, &one);
     if (sep) {
-      out += c;
+      out += one;
       start = true;
     } else {
-      out += start ? PyUpper(std::string(1, c)) : PyLower(std::string(1, c));
+      out += start ? PyUpper(one) : PyLower(one);
       start = false;
     }
   }
@@ -143,7 +145,9 @@ absl::StatusOr<Value> FReplace(Interpreter&, const Value& v, CallArgs& args) {
   auto n = Str(*b.Get(1));
   if (!s.ok() || !o.ok() || !n.ok()) return Err("replace: bad arguments");
   const Value* c = b.Get(2);
-  return Value::String(PyReplace(*s, *o, *n, c && !c->is_none() ? c->as_int() : -1));
+  std::string r = PyReplace(*s, *o, *n, c && !c->is_none() ? c->as_int() : -1);
+  if (r.size() > kMaxReplaceBytes) return Err("replace: result too large");
+  return Value::String(std::move(r));
 }
 
 absl::StatusOr<Value> FJoin(Interpreter& in, const Value& v, CallArgs& args) {
@@ -155,7 +159,7 @@ absl::StatusOr<Value> FJoin(Interpreter& in, const Value& v, CallArgs& args) {
   for (size_t k = 0; k < items->size(); ++k) {
     Value item = (*items)[k];
     if (const Value* attr = b.Get(1); attr && !attr->is_none()) {
-      auto a = AttrPath(in, item, *OptStr(attr));
+      auto a = AttrPath(in, item, OptStr(attr).value_or(""));
       if (!a.ok()) return a.status();
       item = *std::move(a);
     }
@@ -163,6 +167,7 @@ absl::StatusOr<Value> FJoin(Interpreter& in, const Value& v, CallArgs& args) {
     if (!s.ok()) return s.status();
     if (k) out += sep;
     out += *s;
+    if (out.size() > kMaxBuiltSize) return Err("join: result too large");
   }
   return Value::String(std::move(out));
 }
@@ -225,6 +230,7 @@ absl::StatusOr<Value> FInt(Interpreter&, const Value& v, CallArgs& args) {
   BIND("int", "default", "base");
   const Value dflt = b.Get(0) ? *b.Get(0) : Value::Int(0);
   const int base = b.Get(1) ? static_cast<int>(b.Get(1)->as_int()) : 10;
+  if (v.is_undefined()) return absl::InvalidArgumentError(v.s);  // int(Undefined) raises
   if (v.type == Value::Type::kInt || v.type == Value::Type::kBool) return Value::Int(v.as_int());
   if (v.type == Value::Type::kFloat) {
     if (!std::isfinite(v.f) || std::fabs(v.f) > 9.2e18) return dflt;
@@ -247,6 +253,7 @@ absl::StatusOr<Value> FInt(Interpreter&, const Value& v, CallArgs& args) {
 absl::StatusOr<Value> FFloat(Interpreter&, const Value& v, CallArgs& args) {
   BIND("float", "default");
   const Value dflt = b.Get(0) ? *b.Get(0) : Value::Float(0.0);
+  if (v.is_undefined()) return absl::InvalidArgumentError(v.s);  // float(Undefined) raises
   if (v.is_number()) return Value::Float(v.as_double());
   if (v.is_string()) {
     if (auto d = ParseFloat(v.s)) return Value::Float(*d);
@@ -278,11 +285,12 @@ absl::StatusOr<Value> FRound(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FItems(Interpreter&, const Value& v, CallArgs& args) {
   BIND("items");
-  if (v.is_undefined()) return Value::List();
+  // Jinja2 3.1's items filter is a generator (printing or serializing it fails).
+  if (v.is_undefined()) return Value::List({}, ListObj::Kind::kGenerator);
   if (!v.is_dict() || v.dict->is_namespace) return Err("Can only get item pairs from a mapping.");
   std::vector<Value> out;
   for (const auto& e : v.dict->entries) out.push_back(Value::Tuple({e.first, e.second}));
-  return Value::List(std::move(out));
+  return Value::List(std::move(out), ListObj::Kind::kGenerator);
 }
 
 // Sort key of Jinja2's sort/dictsort/unique/min/max: strings lowercased unless case_sensitive.
@@ -361,6 +369,9 @@ absl::StatusOr<Value> FUnique(Interpreter& in, const Value& v, CallArgs& args) {
       key = *k;
     }
     key = SortKey(key, cs);
+    if ((key.is_list() && !key.is_tuple()) || key.is_dict()) {
+      return Err(absl::StrCat("unhashable type: '", TypeName(key), "'"));
+    }
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return Equal(s, key); })) {
       seen.push_back(key);
       out.push_back(item);
@@ -400,6 +411,10 @@ absl::StatusOr<Value> FEscape(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
   BIND("indent", "width", "first", "blank");
+  if (!v.is_string()) {  // Jinja2 does `s += "\n"`
+    if (v.is_undefined()) return absl::InvalidArgumentError(v.s);
+    return Err(absl::StrCat("unsupported operand type(s) for +=: '", TypeName(v), "' and 'str'"));
+  }
   auto str = Str(v);
   if (!str.ok()) return str.status();
   std::string ind = "    ";

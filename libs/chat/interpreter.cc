@@ -46,7 +46,19 @@ absl::Status Interpreter::Append(std::string* out, std::string_view text) {
   return absl::OkStatus();
 }
 
+absl::Status Interpreter::CheckStack() const {
+  char here = 0;
+  const uintptr_t now = reinterpret_cast<uintptr_t>(&here);
+  const uintptr_t used = now > stack_base_ ? now - stack_base_ : stack_base_ - now;
+  if (used > limits_.max_stack_bytes) {
+    return absl::InvalidArgumentError("template nesting too deep (blocks, expressions and macro calls)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> Interpreter::Render(const Body& body, const DictObj& vars) {
+  char base = 0;
+  stack_base_ = reinterpret_cast<uintptr_t>(&base);
   Scope* globals = NewScope(nullptr);
   AddGlobals(*this, globals);
   Scope* top = NewScope(globals);
@@ -59,6 +71,7 @@ absl::StatusOr<std::string> Interpreter::Render(const Body& body, const DictObj&
 }
 
 absl::Status Interpreter::Exec(const Body& body, Scope* scope, std::string* out) {
+  if (auto st = CheckStack(); !st.ok()) return st;
   for (const auto& s : body) {
     if (auto st = ExecStmt(*s, scope, out); !st.ok()) {
       if (!located_ && st.code() == absl::StatusCode::kInvalidArgument) {
@@ -92,8 +105,8 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
       return absl::OkStatus();
     case Stmt::Kind::kCallBlock: return ExecCallBlock(s, scope, out);
     case Stmt::Kind::kFilterBlock: {
-      std::string buf;
-      if (auto st = Exec(s.body, scope, &buf); !st.ok()) return st;
+      std::string buf;  // the body has its own scope, as in Jinja2
+      if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
       block_value_ = Value::String(std::move(buf));
       auto v = Eval(*s.expr, scope);
       if (!v.ok()) return v.status();
@@ -143,18 +156,20 @@ Value Interpreter::MakeLoop(const std::vector<Value>& items, size_t k) {
   const int64_t i = static_cast<int64_t>(k);
   Value loop = Value::Dict();
   auto& d = *loop.dict;
-  d.Set(Value::String("index"), Value::Int(i + 1));
-  d.Set(Value::String("index0"), Value::Int(i));
-  d.Set(Value::String("revindex"), Value::Int(n - i));
-  d.Set(Value::String("revindex0"), Value::Int(n - i - 1));
-  d.Set(Value::String("first"), Value::Bool(i == 0));
-  d.Set(Value::String("last"), Value::Bool(i == n - 1));
-  d.Set(Value::String("length"), Value::Int(n));
-  d.Set(Value::String("depth"), Value::Int(1));
-  d.Set(Value::String("depth0"), Value::Int(0));
-  d.Set(Value::String("previtem"), i > 0 ? items[k - 1] : Value::Undefined("there is no previous item"));
-  d.Set(Value::String("nextitem"), i + 1 < n ? items[k + 1] : Value::Undefined("there is no next item"));
-  d.Set(Value::String("cycle"), Value::Callable("cycle", [i](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
+  d.entries.reserve(12);
+  auto add = [&d](Value k, Value v) { d.entries.emplace_back(std::move(k), std::move(v)); };
+  add(Value::String("index"), Value::Int(i + 1));
+  add(Value::String("index0"), Value::Int(i));
+  add(Value::String("revindex"), Value::Int(n - i));
+  add(Value::String("revindex0"), Value::Int(n - i - 1));
+  add(Value::String("first"), Value::Bool(i == 0));
+  add(Value::String("last"), Value::Bool(i == n - 1));
+  add(Value::String("length"), Value::Int(n));
+  add(Value::String("depth"), Value::Int(1));
+  add(Value::String("depth0"), Value::Int(0));
+  add(Value::String("previtem"), i > 0 ? items[k - 1] : Value::Undefined("there is no previous item"));
+  add(Value::String("nextitem"), i + 1 < n ? items[k + 1] : Value::Undefined("there is no next item"));
+  add(Value::String("cycle"), Value::Callable("cycle", [i](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
           if (a.pos.empty()) return absl::InvalidArgumentError("no items for cycling given");
           return a.pos[static_cast<size_t>(i) % a.pos.size()];
         }));
@@ -178,16 +193,21 @@ absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out)
   } else {
     items = *std::move(all);
   }
-  if (items.empty()) return Exec(s.else_body, scope, out);
+  // Jinja2 runs the else block unless some iteration reached the end of the body (an
+  // iteration left by break or continue does not count).
+  bool completed = false;
   for (size_t k = 0; k < items.size(); ++k) {
     if (auto st = CountIteration(); !st.ok()) return st;
+    ls->vars.clear();  // Jinja2: what one iteration sets is gone in the next
     if (auto st = BindTargets(s.targets, items[k], ls); !st.ok()) return st;
     ls->vars["loop"] = MakeLoop(items, k);
     if (auto st = Exec(s.body, ls, out); !st.ok()) return st;
     const Flow f = flow_;
     flow_ = Flow::kNone;
+    if (f == Flow::kNone) completed = true;
     if (f == Flow::kBreak) break;
   }
+  if (!completed) return Exec(s.else_body, scope, out);
   return absl::OkStatus();
 }
 
@@ -217,8 +237,8 @@ absl::Status Interpreter::ExecSet(const Stmt& s, Scope* scope, std::string*) {
     if (!v.ok()) return v.status();
     return Assign(*s.target, *v, scope);
   }
-  std::string buf;
-  if (auto st = Exec(s.body, scope, &buf); !st.ok()) return st;
+  std::string buf;  // the body has its own scope, as in Jinja2
+  if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
   Value v = Value::String(std::move(buf));
   if (s.expr) {
     block_value_ = v;

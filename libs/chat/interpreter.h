@@ -19,6 +19,7 @@ struct RenderLimits {
   size_t max_output_bytes = size_t{16} << 20;   // any one output buffer
   int max_call_depth = 64;                      // macro calls and nested blocks
   int64_t max_iterations = 1000000;             // loop iterations + macro calls, in total
+  size_t max_stack_bytes = size_t{1} << 20;     // machine stack the render may use
 };
 
 struct Scope {
@@ -67,6 +68,9 @@ class Interpreter {
   Value MakeMacro(const Stmt& s, Scope* scope, std::string name);
   absl::StatusOr<Value> CallMacro(const Stmt& s, Scope* scope, CallArgs& args);
   absl::Status Append(std::string* out, std::string_view text);
+  /// INVALID_ARGUMENT once the render has used more than max_stack_bytes of stack
+  /// (deeply nested blocks and expressions inside recursive macros).
+  absl::Status CheckStack() const;
 
   absl::StatusOr<Value> Eval(const Expr& e, Scope* scope);
   absl::StatusOr<Value> EvalNode(const Expr& e, Scope* scope);
@@ -83,6 +87,7 @@ class Interpreter {
   int depth_ = 0;
   int64_t iterations_ = 0;
   bool located_ = false;
+  uintptr_t stack_base_ = 0;
   Value block_value_;
 };
 
@@ -91,6 +96,8 @@ class Interpreter {
 /// Applies filter `name` (Jinja2's builtin filters + transformers' tojson).
 absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const Value& v,
                                  CallArgs& args);
+/// Whether a filter of that name exists (the `filter` test).
+bool HasFilter(const std::string& name);
 /// Applies test `name` (Jinja2's builtin tests).
 absl::StatusOr<bool> CallTest(Interpreter& in, const std::string& name, const Value& v,
                               CallArgs& args);

@@ -65,7 +65,7 @@ class Dumper {
       case Value::Type::kFloat: *out_ += DumpFloat(v.f); return absl::OkStatus();
       case Value::Type::kString: DumpString(v.s, opt_.ensure_ascii, out_); return absl::OkStatus();
       case Value::Type::kList:
-        if (!v.is_generator()) return DumpList(v, depth);
+        if (v.is_seq()) return DumpList(v, depth);
         break;
       case Value::Type::kDict:
         if (!v.dict->is_namespace) return DumpDict(v, depth);

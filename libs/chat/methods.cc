@@ -148,6 +148,7 @@ absl::StatusOr<Value> StrPad(const std::string& s, CallArgs& args, const std::st
   BIND(name.c_str(), "width", "fillchar");
   const int64_t width = std::min<int64_t>(b.Get(0) ? b.Get(0)->as_int() : 0, 1 << 20);
   const std::string fill = b.Get(1) && b.Get(1)->is_string() ? b.Get(1)->s : " ";
+  if (DecodeUtf8(fill).size() != 1) return Err("The fill character must be exactly one character long");
   const int64_t len = static_cast<int64_t>(DecodeUtf8(s).size());
   if (width <= len) return Value::String(s);
   const int64_t marg = width - len;
@@ -206,7 +207,9 @@ absl::StatusOr<Value> StrMethod(const std::string& s, const std::string& name, C
     auto n = NeedStr(b.Get(1), "replace() argument 2");
     if (!o.ok()) return o.status();
     if (!n.ok()) return n.status();
-    return Value::String(PyReplace(s, *o, *n, b.Get(2) ? b.Get(2)->as_int() : -1));
+    std::string r = PyReplace(s, *o, *n, b.Get(2) ? b.Get(2)->as_int() : -1);
+    if (r.size() > kMaxReplaceBytes) return Err("replace: result too large");
+    return Value::String(std::move(r));
   }
   if (name == "format") {
     auto r = StrFormat(s, args);
@@ -227,7 +230,9 @@ absl::StatusOr<Value> StrMethod2(const std::string& s, const std::string& name, 
       if (!item.is_string()) return Err(absl::StrCat("sequence item: expected str instance, ", TypeName(item), " found"));
       parts.push_back(item.s);
     }
-    return Value::String(absl::StrJoin(parts, s));
+    std::string joined = absl::StrJoin(parts, s);
+    if (joined.size() > kMaxBuiltSize) return Err("join: result too large");
+    return Value::String(std::move(joined));
   }
   if (name == "count") {
     BIND("count", "sub");
@@ -292,7 +297,9 @@ absl::StatusOr<Value> DictMethod(const Value& d, const std::string& name, CallAr
     c.dict->entries = d.dict->entries;
     return c;
   }
-  return Value::List(std::move(out));
+  return Value::List(std::move(out), name == "items"  ? ListObj::Kind::kDictItems
+                                     : name == "keys" ? ListObj::Kind::kDictKeys
+                                                      : ListObj::Kind::kDictValues);
 }
 
 absl::StatusOr<Value> ListMethod(const Value& l, const std::string& name, CallArgs& args) {
@@ -344,7 +351,7 @@ absl::StatusOr<std::optional<Value>> GetMethod(const Value& obj, const std::stri
     if (kDictUnsafe.count(name)) return unsafe();
     if (kDict.count(name)) return std::optional<Value>(Bound(obj, name, DictMethod));
   }
-  if (obj.is_list() && !obj.is_generator()) {
+  if (obj.is_seq()) {
     if (kListUnsafe.count(name)) return unsafe();
     if (kList.count(name)) return std::optional<Value>(Bound(obj, name, ListMethod));
   }
@@ -368,11 +375,17 @@ absl::StatusOr<Value> Range(Interpreter& in, CallArgs& args) {
     if (args.pos.size() == 3) step = args.pos[2].as_int();
   }
   if (step == 0) return Err("range() arg 3 must not be zero");
-  const double count = step > 0 ? std::ceil((static_cast<double>(stop) - start) / step)
-                                : std::ceil((static_cast<double>(start) - stop) / -static_cast<double>(step));
+  const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+  const __int128 st = step > 0 ? static_cast<__int128>(step) : -static_cast<__int128>(step);
+  const __int128 count = span <= 0 ? 0 : (span + st - 1) / st;
   if (count > 100000) return Err("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   std::vector<Value> out;
-  for (int64_t k = 0; k < count; ++k) out.push_back(Value::Int(start + k * step));
+  int64_t cur = start;
+  for (int64_t k = 0; k < count; ++k) {
+    if (step > 0 ? cur >= stop : cur <= stop) break;
+    out.push_back(Value::Int(cur));
+    if (__builtin_add_overflow(cur, step, &cur)) break;
+  }
   (void)in;
   return Value::List(std::move(out));
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace herd::chat::internal {
@@ -129,19 +130,24 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (!x.ok()) return x.status();
     auto y = ToStr(b);
     if (!y.ok()) return y.status();
+    if (x->size() + y->size() > kMaxBuiltSize) return TypeError("string too large");
     return Value::String(*x + *y);
   }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
   if (a.is_number() && b.is_number()) return Arith(op, a, b);
   if (op == "+") {
+    if ((a.is_string() && b.is_string() && a.s.size() + b.s.size() > kMaxBuiltSize) ||
+        (a.is_seq() && b.is_seq() && a.list->items.size() + b.list->items.size() > kMaxBuiltSize / 64)) {
+      return TypeError("result too large");
+    }
     if (a.is_string() && b.is_string()) {
       if (a.markup || b.markup) {  // Markup.__add__ / __radd__ escape the plain side
         return Value::Markup((a.markup ? a.s : HtmlEscape(a.s)) + (b.markup ? b.s : HtmlEscape(b.s)));
       }
       return Value::String(a.s + b.s);
     }
-    if (a.is_list() && b.is_list() && !a.is_generator() && a.list->kind == b.list->kind) {
+    if (a.is_seq() && b.is_seq() && a.list->kind == b.list->kind) {
       std::vector<Value> items = a.list->items;
       items.insert(items.end(), b.list->items.begin(), b.list->items.end());
       return Value::List(std::move(items), a.list->kind);
@@ -149,14 +155,14 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if (a.is_string()) {
       return TypeError(absl::StrCat("can only concatenate str (not \"", TypeName(b), "\") to str"));
     }
-    if (a.is_list() && !a.is_generator()) {
+    if (a.is_seq()) {
       return TypeError(absl::StrCat("can only concatenate ", TypeName(a), " (not \"", TypeName(b),
                                     "\") to ", TypeName(a)));
     }
   }
   if (op == "*") {
-    if ((a.is_string() || (a.is_list() && !a.is_generator())) && IsIntLike(b)) return Repeat(a, b.as_int());
-    if ((b.is_string() || (b.is_list() && !b.is_generator())) && IsIntLike(a)) return Repeat(b, a.as_int());
+    if ((a.is_string() || a.is_seq()) && IsIntLike(b)) return Repeat(a, b.as_int());
+    if ((b.is_string() || b.is_seq()) && IsIntLike(a)) return Repeat(b, a.as_int());
   }
   if (op == "%" && a.is_string()) {
     auto s = PercentFormat(a.s, b);
@@ -182,6 +188,9 @@ absl::StatusOr<bool> Contains(const Value& c, const Value& item) {
       return false;
     case Value::Type::kDict:
       if (c.dict->is_namespace) break;
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict()) {
+        return TypeError(absl::StrCat("unhashable type: '", TypeName(item), "'"));
+      }
       return c.dict->Find(item) != nullptr;
     default: break;
   }
@@ -201,6 +210,7 @@ absl::StatusOr<bool> CompareOp(std::string_view op, const Value& a, const Value&
   if (b.is_undefined()) return UndefinedError(b);
   absl::StatusOr<bool> r = (op == "<" || op == ">=") ? Less(a, b) : Less(b, a);
   if (!r.ok()) {
+    if (absl::StrContains(r.status().message(), "nesting too deep")) return r.status();
     return TypeError(absl::StrCat("'", std::string(op), "' not supported between instances of '", TypeName(a),
                                   "' and '", TypeName(b), "'"));
   }
@@ -236,7 +246,7 @@ absl::StatusOr<Value> ItemOf(const Value& obj, const Value& key) {
   if (obj.is_undefined()) return UndefinedError(obj);
   if (obj.is_dict() && !obj.dict->is_namespace) {
     if (const Value* v = obj.dict->Find(key)) return *v;
-  } else if ((obj.is_string() || (obj.is_list() && !obj.is_generator())) &&
+  } else if ((obj.is_string() || obj.is_seq()) &&
              (key.type == Value::Type::kInt || key.type == Value::Type::kBool)) {
     return Index(obj, key.as_int());
   }
@@ -260,8 +270,12 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   if (st == 0) return TypeError("slice step cannot be zero");
   std::u32string u;
   const bool is_str = obj.is_string();
+  // Jinja2 compiles a slice to a plain Python subscript: failures are TypeErrors.
   if (is_str) u = DecodeUtf8(obj.s);
-  else if (!obj.is_list() || obj.is_generator()) return TypeError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
+  else if (obj.is_dict() && !obj.dict->is_namespace) return TypeError("unhashable type: 'slice'");
+  else if (!obj.is_seq()) {
+    return TypeError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
+  }
   const int64_t n = is_str ? static_cast<int64_t>(u.size()) : static_cast<int64_t>(obj.list->items.size());
   int64_t lo = st > 0 ? 0 : n - 1, hi = st > 0 ? n : -1;
   auto adjust = [&](const Value& v, int64_t* out) -> absl::Status {
@@ -278,9 +292,10 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   if (auto s = adjust(stop, &hi); !s.ok()) return s;
   std::u32string su;
   std::vector<Value> items;
-  for (int64_t k = lo; st > 0 ? k < hi : k > hi; k += st) {
+  for (int64_t k = lo; st > 0 ? k < hi : k > hi;) {
     if (is_str) su += u[k];
     else items.push_back(obj.list->items[k]);
+    if (__builtin_add_overflow(k, st, &k)) break;
   }
   if (is_str) return Value::String(EncodeUtf8(su));
   return Value::List(std::move(items), obj.list->kind);
@@ -313,6 +328,9 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
       auto s = conv == 's' ? ToStr(v) : Repr(v);
       if (!s.ok()) return s.status();
       out += *s;
+    } else if ((conv == 'd' || conv == 'i') && v.type == Value::Type::kFloat &&
+               !(std::fabs(v.f) < 9.2e18)) {
+      return TypeError("%d format: float out of range");
     } else if ((conv == 'd' || conv == 'i') && v.is_number()) {
       std::snprintf(buf, sizeof buf, (spec + "lld").c_str(),
                     static_cast<long long>(v.type == Value::Type::kFloat ? static_cast<int64_t>(v.f) : v.as_int()));
@@ -325,7 +343,10 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
       return TypeError(absl::StrCat("unsupported format '%", std::string(1, conv), "' for ", TypeName(v)));
     }
   }
-  if (next < list.size() && args.is_tuple()) return TypeError("not all arguments converted during string formatting");
+  // Python: an unused argument is an error unless the argument is a mapping-like
+  // object (anything with __getitem__ but str: dicts and lists).
+  const bool mapping_like = args.is_dict() || (args.is_seq() && !args.is_tuple());
+  if (next < list.size() && !mapping_like) return TypeError("not all arguments converted during string formatting");
   return out;
 }
 

@@ -88,7 +88,7 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
   if (old.empty()) {
     const std::u32string u = DecodeUtf8(s);
     int64_t done = 0;
-    for (size_t k = 0; k <= u.size(); ++k) {
+    for (size_t k = 0; k <= u.size() && out.size() <= kMaxReplaceBytes; ++k) {
       if (count < 0 || done < count) {
         out += rep;
         ++done;
@@ -102,6 +102,7 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
   while (count < 0 || done < count) {
     const size_t k = s.find(old, pos);
     if (k == std::string_view::npos) break;
+    if (out.size() > kMaxReplaceBytes) break;  // bounded; the caller reports it
     out.append(s.substr(pos, k - pos));
     out.append(rep);
     pos = k + old.size();
@@ -131,43 +132,96 @@ std::vector<std::string> PySplitLines(std::string_view s) {
   return out;
 }
 
-std::string PyUpper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
+namespace {
+
+// Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (what
+// Python's str.upper/lower do for those letters; other scripts are left as they are).
+char32_t UpperCp(char32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xe0 && c <= 0xfe && c != 0xf7)) return c - 0x20;
+  if (c == 0xff) return 0x178;
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+    const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (odd_lower ? (c % 2 == 0) : (c % 2 == 1)) return c - 1;
+    return c;
   }
+  if (c >= 0x3b1 && c <= 0x3c9 && c != 0x3c2) return c - 0x20;
+  if (c == 0x3c2) return 0x3a3;
+  if (c >= 0x430 && c <= 0x44f) return c - 0x20;
+  if (c >= 0x450 && c <= 0x45f) return c - 0x50;
+  return c;
+}
+
+char32_t LowerCp(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xc0 && c <= 0xde && c != 0xd7)) return c + 0x20;
+  if (c == 0x178) return 0xff;
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+    const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (odd_lower ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 0x20;
+  if (c >= 0x410 && c <= 0x42f) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40f) return c + 0x50;
+  return c;
+}
+
+bool IsCased(char32_t c) { return UpperCp(c) != c || LowerCp(c) != c || c == 0xdf; }
+
+void AppendUpper(char32_t c, std::string* out) {
+  if (c == 0xdf) {  // ß -> SS
+    *out += "SS";
+    return;
+  }
+  AppendUtf8(UpperCp(c), out);
+}
+
+// Titlecase (str.title / str.capitalize): like upper, but ß -> "Ss".
+void AppendTitle(char32_t c, std::string* out) {
+  if (c == 0xdf) {
+    *out += "Ss";
+    return;
+  }
+  AppendUtf8(UpperCp(c), out);
+}
+
+}  // namespace
+
+std::string PyUpper(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : DecodeUtf8(s)) AppendUpper(c, &out);
   return out;
 }
 
 std::string PyLower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-  }
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : DecodeUtf8(s)) AppendUtf8(LowerCp(c), &out);
   return out;
 }
 
-namespace {
-bool IsAsciiAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-}  // namespace
-
 std::string PyTitle(std::string_view s) {
-  std::string out(s);
+  std::string out;
   bool prev_cased = false;
-  for (char& c : out) {
-    if (IsAsciiAlpha(c)) {
-      c = prev_cased ? PyLower(std::string(1, c))[0] : PyUpper(std::string(1, c))[0];
-      prev_cased = true;
-    } else {
-      prev_cased = static_cast<unsigned char>(c) >= 0x80 && prev_cased;
-    }
+  for (char32_t c : DecodeUtf8(s)) {
+    if (prev_cased) AppendUtf8(LowerCp(c), &out);
+    else AppendTitle(c, &out);
+    prev_cased = IsCased(c);
   }
   return out;
 }
 
 std::string PyCapitalize(std::string_view s) {
-  std::string out = PyLower(s);
-  if (!out.empty()) out[0] = PyUpper(out.substr(0, 1))[0];
+  const std::u32string u = DecodeUtf8(s);
+  std::string out;
+  for (size_t k = 0; k < u.size(); ++k) {
+    if (k == 0) AppendTitle(u[k], &out);
+    else AppendUtf8(LowerCp(u[k]), &out);
+  }
   return out;
 }
 

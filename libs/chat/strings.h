@@ -2,6 +2,8 @@
 // chat-template interpreter. Internal.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +16,8 @@ std::string PyStrip(std::string_view s, const std::optional<std::string>& chars,
 /// str.split / str.rsplit: sep nullopt = runs of whitespace; maxsplit < 0 = no limit.
 std::vector<std::string> PySplit(std::string_view s, const std::optional<std::string>& sep,
                                  int64_t maxsplit, bool from_right);
+/// Results of PyReplace stop growing past this many bytes (callers check the size).
+inline constexpr size_t kMaxReplaceBytes = size_t{1} << 26;
 /// str.replace(old, new, count); count < 0 = all.
 std::string PyReplace(std::string_view s, std::string_view old, std::string_view rep, int64_t count);
 /// str.splitlines() (without keepends).

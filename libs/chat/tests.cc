@@ -4,34 +4,20 @@
 #include "absl/strings/str_cat.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
+#include "libs/chat/strings.h"
 
 namespace herd::chat::internal {
-
-bool HasFilter(const std::string& name);
 
 namespace {
 
 using TestFn = absl::StatusOr<bool> (*)(const Value&, const Value*);
 
-absl::StatusOr<bool> NeedInt(const Value& v) {
-  if (v.type == Value::Type::kInt || v.type == Value::Type::kBool) return true;
-  if (v.is_undefined()) return UndefinedError(v);
-  return absl::InvalidArgumentError(absl::StrCat("test needs an integer, got ", TypeName(v)));
-}
-
+// str(value).islower() / .isupper(): has cased characters, all of one case.
 bool IsLowerStr(const Value& v, bool upper) {
-  if (!v.is_string()) return false;
-  bool cased = false;
-  for (char c : v.s) {
-    if (c >= 'a' && c <= 'z') {
-      if (upper) return false;
-      cased = true;
-    } else if (c >= 'A' && c <= 'Z') {
-      if (!upper) return false;
-      cased = true;
-    }
-  }
-  return cased;
+  auto s = ToStr(v);
+  if (!s.ok()) return false;
+  const std::string lo = PyLower(*s), up = PyUpper(*s);
+  return upper ? (up == *s && lo != *s) : (lo == *s && up != *s);
 }
 
 absl::StatusOr<bool> Cmp(const char* op, const Value& v, const Value* arg) {
@@ -55,7 +41,7 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"false", [](V v, A) -> absl::StatusOr<bool> { return v.type == Value::Type::kBool && !v.b; }},
       {"mapping", [](V v, A) -> absl::StatusOr<bool> { return v.is_dict() && !v.dict->is_namespace; }},
       {"sequence", [](V v, A) -> absl::StatusOr<bool> {
-         return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_generator()) ||
+         return v.is_undefined() || v.is_string() || v.is_seq() ||
                 (v.is_dict() && !v.dict->is_namespace);
        }},
       {"iterable", [](V v, A) -> absl::StatusOr<bool> {
@@ -66,14 +52,14 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"lower", [](V v, A) -> absl::StatusOr<bool> { return IsLowerStr(v, false); }},
       {"upper", [](V v, A) -> absl::StatusOr<bool> { return IsLowerStr(v, true); }},
       {"odd", [](V v, A) -> absl::StatusOr<bool> {
-         auto ok = NeedInt(v);
-         if (!ok.ok()) return ok;
-         return v.as_int() % 2 != 0;
+         auto r = BinaryOp("%", v, Value::Int(2));
+         if (!r.ok()) return r.status();
+         return Equal(*r, Value::Int(1));
        }},
       {"even", [](V v, A) -> absl::StatusOr<bool> {
-         auto ok = NeedInt(v);
-         if (!ok.ok()) return ok;
-         return v.as_int() % 2 == 0;
+         auto r = BinaryOp("%", v, Value::Int(2));
+         if (!r.ok()) return r.status();
+         return Equal(*r, Value::Int(0));
        }},
       {"divisibleby", [](V v, A a) -> absl::StatusOr<bool> {
          if (!a) return absl::InvalidArgumentError("divisibleby needs an argument");

@@ -18,6 +18,46 @@ absl::Status TooDeep() {
 
 }  // namespace
 
+namespace {
+
+// Moves the children of containers that are about to die onto a worklist, so that
+// destroying a deeply nested value never recurses.
+void Drain(std::vector<Value>* work) {
+  while (!work->empty()) {
+    Value v = std::move(work->back());
+    work->pop_back();
+    if (v.list && v.list.use_count() == 1) {
+      for (auto& item : v.list->items) work->push_back(std::move(item));
+      v.list->items.clear();
+    }
+    if (v.dict && v.dict.use_count() == 1) {
+      for (auto& e : v.dict->entries) {
+        work->push_back(std::move(e.first));
+        work->push_back(std::move(e.second));
+      }
+      v.dict->entries.clear();
+    }
+  }
+}
+
+}  // namespace
+
+ListObj::~ListObj() {
+  std::vector<Value> work(std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+  items.clear();
+  Drain(&work);
+}
+
+DictObj::~DictObj() {
+  std::vector<Value> work;
+  for (auto& e : entries) {
+    work.push_back(std::move(e.first));
+    work.push_back(std::move(e.second));
+  }
+  entries.clear();
+  Drain(&work);
+}
+
 const Value* DictObj::Find(const Value& key) const {
   for (const auto& e : entries) {
     if (Equal(e.first, key)) return &e.second;
@@ -145,9 +185,15 @@ std::string TypeName(const Value& v) {
     case Value::Type::kFloat: return "float";
     case Value::Type::kString: return "str";
     case Value::Type::kList:
-      return v.list->kind == ListObj::Kind::kList    ? "list"
-             : v.list->kind == ListObj::Kind::kTuple ? "tuple"
-                                                     : "generator";
+      switch (v.list->kind) {
+        case ListObj::Kind::kList: return "list";
+        case ListObj::Kind::kTuple: return "tuple";
+        case ListObj::Kind::kGenerator: return "generator";
+        case ListObj::Kind::kDictItems: return "dict_items";
+        case ListObj::Kind::kDictKeys: return "dict_keys";
+        case ListObj::Kind::kDictValues: return "dict_values";
+      }
+      return "list";
     case Value::Type::kDict: return v.dict->is_namespace ? "Namespace" : "dict";
     case Value::Type::kCallable: return "function";
   }
@@ -221,6 +267,8 @@ absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out);
 
 absl::Status AppendSeq(const Value& v, int depth, std::string* out) {
   const bool tuple = v.list->kind == ListObj::Kind::kTuple;
+  const bool view = !tuple && v.list->kind != ListObj::Kind::kList;
+  if (view) *out += TypeName(v) + "(";
   *out += tuple ? '(' : '[';
   for (size_t k = 0; k < v.list->items.size(); ++k) {
     if (k) *out += ", ";
@@ -228,6 +276,7 @@ absl::Status AppendSeq(const Value& v, int depth, std::string* out) {
   }
   if (tuple && v.list->items.size() == 1) *out += ',';
   *out += tuple ? ')' : ']';
+  if (view) *out += ')';
   return absl::OkStatus();
 }
 
@@ -250,7 +299,9 @@ absl::Status AppendDict(const Value& v, int depth, std::string* out) {
 absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out) {
   if (depth > kMaxNesting) return TooDeep();
   switch (v.type) {
-    case Value::Type::kUndefined: break;
+    case Value::Type::kUndefined:
+      if (repr) *out += "Undefined";
+      break;
     case Value::Type::kNone: *out += "None"; break;
     case Value::Type::kBool: *out += v.b ? "True" : "False"; break;
     case Value::Type::kInt: *out += std::to_string(v.i); break;
@@ -329,7 +380,16 @@ bool EqualAt(const Value& a, const Value& b, int depth) {
 
 bool Equal(const Value& a, const Value& b) { return EqualAt(a, b, 0); }
 
-absl::StatusOr<bool> Less(const Value& a, const Value& b) {
+namespace {
+absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth);
+}  // namespace
+
+absl::StatusOr<bool> Less(const Value& a, const Value& b) { return LessAt(a, b, 0); }
+
+namespace {
+
+absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxNesting) return TooDeep();
   if (a.is_number() && b.is_number()) {
     if (a.type == Value::Type::kFloat || b.type == Value::Type::kFloat) {
       return a.as_double() < b.as_double();
@@ -337,13 +397,13 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.s < b.s;  // UTF-8 order = code point order
-  if (a.is_list() && b.is_list() && !a.is_generator() && !b.is_generator() &&
+  if (a.is_seq() && b.is_seq() &&
       a.list->kind == b.list->kind) {
     const auto& x = a.list->items;
     const auto& y = b.list->items;
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
       if (Equal(x[k], y[k])) continue;
-      return Less(x[k], y[k]);
+      return LessAt(x[k], y[k], depth + 1);
     }
     return x.size() < y.size();
   }
@@ -351,8 +411,13 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
                                                  TypeName(a), "' and '", TypeName(b), "'"));
 }
 
-Value FromJson(const nlohmann::ordered_json& j) {
+}  // namespace
+
+namespace {
+
+absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (depth > 512) return absl::InvalidArgumentError("input JSON nested deeper than 512 levels");
   switch (j.type()) {
     case T::null: return Value::None();
     case T::boolean: return Value::Bool(j.get<bool>());
@@ -367,19 +432,29 @@ Value FromJson(const nlohmann::ordered_json& j) {
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
+      for (const auto& e : j) {
+        auto v = FromJsonAt(e, depth + 1);
+        if (!v.ok()) return v;
+        items.push_back(*std::move(v));
+      }
       return Value::List(std::move(items));
     }
     case T::object: {
       Value d = Value::Dict();
       for (auto it = j.begin(); it != j.end(); ++it) {
-        d.dict->entries.emplace_back(Value::String(it.key()), FromJson(it.value()));
+        auto v = FromJsonAt(it.value(), depth + 1);
+        if (!v.ok()) return v;
+        d.dict->entries.emplace_back(Value::String(it.key()), *std::move(v));
       }
       return d;
     }
     default: return Value::None();  // binary / discarded: not produced by the JSON parser
   }
 }
+
+}  // namespace
+
+absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& j) { return FromJsonAt(j, 0); }
 
 std::u32string DecodeUtf8(std::string_view s) {
   std::u32string out;

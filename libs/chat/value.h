@@ -20,18 +20,21 @@ namespace herd::chat::internal {
 class Interpreter;
 struct Value;
 
-/// list, tuple, or a one-shot iterator (what Jinja2's select/map/... filters return;
-/// Python cannot print it usefully, take len() of it or serialize it).
+/// list, tuple, a one-shot iterator (what Jinja2's select/map/... filters return;
+/// Python cannot print it usefully, take len() of it or serialize it), or a dict view
+/// (dict.items()/keys()/values(): iterable and sized, not subscriptable or serializable).
 struct ListObj {
-  enum class Kind { kList, kTuple, kGenerator };
+  enum class Kind { kList, kTuple, kGenerator, kDictItems, kDictKeys, kDictValues };
   Kind kind = Kind::kList;
   std::vector<Value> items;
+  ~ListObj();  // iterative: a template can build lists nested arbitrarily deep
 };
 
 /// An insertion-ordered dict (Python 3.7+ dict order); also Jinja2's namespace() object.
 struct DictObj {
   bool is_namespace = false;
   std::vector<std::pair<Value, Value>> entries;
+  ~DictObj();  // iterative, like ~ListObj
   const Value* Find(const Value& key) const;
   const Value* Find(std::string_view key) const;
   void Set(Value key, Value value);
@@ -84,6 +87,10 @@ struct Value {
   bool is_list() const { return type == Type::kList; }  // list, tuple or generator
   bool is_dict() const { return type == Type::kDict; }
   bool is_generator() const { return is_list() && list->kind == ListObj::Kind::kGenerator; }
+  /// A real sequence: list or tuple (not a generator or dict view).
+  bool is_seq() const {
+    return is_list() && (list->kind == ListObj::Kind::kList || list->kind == ListObj::Kind::kTuple);
+  }
   bool is_tuple() const { return is_list() && list->kind == ListObj::Kind::kTuple; }
   double as_double() const { return type == Type::kFloat ? f : static_cast<double>(as_int()); }
   int64_t as_int() const { return type == Type::kBool ? (b ? 1 : 0) : i; }
@@ -107,8 +114,9 @@ bool Equal(const Value& a, const Value& b);
 /// Python <: INVALID_ARGUMENT when the types cannot be ordered.
 absl::StatusOr<bool> Less(const Value& a, const Value& b);
 
-/// Converts parsed JSON (insertion order kept) to a Value.
-Value FromJson(const nlohmann::ordered_json& j);
+/// Converts parsed JSON (insertion order kept) to a Value. INVALID_ARGUMENT when it is
+/// nested deeper than 512 levels.
+absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& j);
 
 /// Python json.dumps(v, ensure_ascii, indent, separators, sort_keys); indent is null
 /// (None), an int or a string; separators null or a 2-item list/tuple.
