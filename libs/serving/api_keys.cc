@@ -72,17 +72,19 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& file, const char* env_n
   return ApiKeys();
 }
 
-bool ApiKeys::Accepts(absl::string_view presented) const {
+int ApiKeys::Find(absl::string_view presented) const {
   Sha256 h;
   h.Update(presented);
   const std::array<uint8_t, 32> d = h.Digest();
-  unsigned found = 0;
-  for (const auto& k : digests_) {
+  int found = -1;
+  for (size_t j = 0; j < digests_.size(); ++j) {
     unsigned diff = 0;
-    for (size_t i = 0; i < d.size(); ++i) diff |= static_cast<unsigned>(k[i] ^ d[i]);
-    found |= static_cast<unsigned>(diff == 0);
+    for (size_t i = 0; i < d.size(); ++i) diff |= static_cast<unsigned>(digests_[j][i] ^ d[i]);
+    // Branch-free select: every key is compared in full whatever matched.
+    const int mask = -static_cast<int>(diff == 0);
+    found = (found & ~mask) | (static_cast<int>(j) & mask);
   }
-  return found != 0 && !presented.empty();
+  return presented.empty() ? -1 : found;
 }
 
 absl::string_view ApiKeys::BearerToken(absl::string_view authorization) {

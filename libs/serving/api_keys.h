@@ -43,7 +43,11 @@ class ApiKeys {
   /// True when `presented` equals one of the keys. Time does not depend on where the
   /// bytes differ or on which key matched: SHA-256 digests are compared in full against
   /// every key (no early exit).
-  bool Accepts(absl::string_view presented) const;
+  bool Accepts(absl::string_view presented) const { return Find(presented) >= 0; }
+
+  /// Index of the key `presented` equals (0-based, in the order loaded; for per-key
+  /// limits), -1 when none does or `presented` is empty. Constant time as Accepts.
+  int Find(absl::string_view presented) const;
 
   /// The token of an `Authorization` header value "Bearer TOKEN" (scheme case-insensitive,
   /// RFC 6750); empty when the value is not a bearer credential.

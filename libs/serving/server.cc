@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "httplib.h"
 #include "libs/base/log.h"
 
 namespace herd::serving {
@@ -27,37 +26,25 @@ void OnSignal(int) {
 
 }  // namespace
 
-MetricsHttpServer::MetricsHttpServer(Registry* registry)
-    : registry_(registry), http_(std::make_unique<httplib::Server>()) {
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(registry_->Render(), "text/plain; version=0.0.4");
-  });
-  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+MetricsHttpServer::MetricsHttpServer(Registry* registry, http::ServerOptions opts) : registry_(registry) {
+  if (opts.max_concurrent_requests > 4) opts.max_concurrent_requests = 4;  // every route runs inline
+  http_ = std::make_unique<http::Server>(std::move(opts));
+  http_->Get(
+      "/metrics",
+      [this](const http::Request&, http::Response& res) {
+        res.SetContent(registry_->Render(), "text/plain; version=0.0.4");
+      },
+      /*run_inline=*/true);
+  http_->Get(
+      "/healthz", [](const http::Request&, http::Response& res) { res.SetContent("ok\n", "text/plain"); },
+      /*run_inline=*/true);
 }
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
-absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host, int port) {
-  int bound = port;
-  if (port == 0) {
-    bound = http_->bind_to_any_port(host);
-    if (bound < 0) return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", host, ":0"));
-  } else if (!http_->bind_to_port(host, port)) {
-    return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", host, ":", port));
-  }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
-  // httplib's stop() is a no-op until the listen loop runs: wait for it so that a Stop()
-  // right after Start() cannot hang in join().
-  while (!http_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return bound;
-}
+absl::StatusOr<int> MetricsHttpServer::Start(const std::string& host, int port) { return http_->Start(host, port); }
 
-void MetricsHttpServer::Stop() {
-  if (thread_.joinable()) {
-    http_->stop();
-    thread_.join();
-  }
-}
+void MetricsHttpServer::Stop() { http_->Stop(absl::ZeroDuration()); }
 
 void InstallShutdownSignalHandlers() {
   struct sigaction sa = {};

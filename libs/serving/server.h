@@ -13,29 +13,24 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "libs/serving/http_server.h"
 #include "libs/serving/metrics.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace herd::serving {
 
-/// Serves GET /metrics (Prometheus text) and GET /healthz on 0.0.0.0:port in a
-/// background thread. Extra handlers can be added before Start.
+/// Serves GET /metrics (Prometheus text) and GET /healthz on host:port (http::Server:
+/// its limits, TLS and API keys come with `opts`).
 class MetricsHttpServer {
  public:
-  explicit MetricsHttpServer(Registry* registry);
+  explicit MetricsHttpServer(Registry* registry, http::ServerOptions opts = {});
   ~MetricsHttpServer();
   /// Binds `host:port` (port 0 = any free port). Errors: UNAVAILABLE naming the address.
   absl::StatusOr<int> Start(const std::string& host, int port);
   void Stop();
-  httplib::Server& http() { return *http_; }
 
  private:
   Registry* registry_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  std::unique_ptr<http::Server> http_;
 };
 
 struct GrpcServerOptions {

@@ -10,7 +10,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
 #include "libs/base/log.h"
 #include "libs/engine/embedding.h"
 #include "services/gateway/gateway.h"
@@ -312,12 +311,12 @@ json EmbeddingsJson(const v1::EmbedResponse& resp, EmbeddingsApi api, bool base6
               {"usage", {{"prompt_tokens", n}, {"total_tokens", n}}}};
 }
 
-void HandleEmbeddingsHttp(Gateway* gw, const httplib::Request& hreq, httplib::Response& res) {
+void HandleEmbeddingsHttp(Gateway* gw, const HttpRequest& hreq, HttpResponse& res) {
   const absl::Time t0 = absl::Now();
   const EmbeddingsApi api = absl::StartsWith(hreq.path, "/v1/") ? EmbeddingsApi::kOpenAi : EmbeddingsApi::kLlamaCpp;
   auto send_error = [&](const absl::Status& s) {
     res.status = HttpStatusFor(s.code());
-    res.set_content(ErrorJson(s).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    res.SetContent(ErrorJson(s).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   };
   const json body = json::parse(hreq.body, nullptr, /*allow_exceptions=*/false);
   absl::StatusOr<EmbeddingsHttpRequest> er =
@@ -337,7 +336,7 @@ void HandleEmbeddingsHttp(Gateway* gw, const httplib::Request& hreq, httplib::Re
     send_error(r.status());
     return;
   }
-  res.set_content(EmbeddingsJson(*r, api, er->base64).dump(-1, ' ', false, json::error_handler_t::replace),
+  res.SetContent(EmbeddingsJson(*r, api, er->base64).dump(-1, ' ', false, json::error_handler_t::replace),
                   "application/json");
 }
 

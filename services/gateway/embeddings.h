@@ -11,11 +11,7 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "proto/herd/v1/gateway.pb.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "services/gateway/http_util.h"
 
 namespace herd::gateway {
 
@@ -70,6 +66,6 @@ nlohmann::json EmbeddingsJson(const v1::EmbedResponse& resp, EmbeddingsApi api, 
 /// The HTTP handler of POST /v1/embeddings (kOpenAi) and /embedding, /embeddings
 /// (kLlamaCpp): parse, Embed(), answer 200 with EmbeddingsJson or an error status with
 /// ErrorJson (400 naming the field for bad input).
-void HandleEmbeddingsHttp(Gateway* gw, const httplib::Request& hreq, httplib::Response& res);
+void HandleEmbeddingsHttp(Gateway* gw, const HttpRequest& hreq, HttpResponse& res);
 
 }  // namespace herd::gateway

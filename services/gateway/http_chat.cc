@@ -6,7 +6,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_routes.h"
@@ -134,8 +133,8 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body, const nlohmann
   return gen;
 }
 
-void RegisterChatRoutes(httplib::Server* server, Gateway* gw) {
-  auto handler = [gw](const httplib::Request& hreq, httplib::Response& res) {
+void RegisterChatRoutes(serving::http::Server* server, Gateway* gw) {
+  auto handler = [gw](const HttpRequest& hreq, HttpResponse& res) {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<json> body = ParseJsonObject(hreq.body);
     // The body again with its key order kept, for what the template prints (tools).
@@ -149,7 +148,7 @@ void RegisterChatRoutes(httplib::Server* server, Gateway* gw) {
       SendError(res, gen.status());
       return;
     }
-    ServeGeneration(gw, *std::move(gen), ApiKind::kChat, "http_chat_completions", res);
+    ServeGeneration(gw, *std::move(gen), ApiKind::kChat, "http_chat_completions", hreq, res);
   };
   server->Post("/v1/chat/completions", handler);
   server->Post("/chat/completions", handler);

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
 #include "services/gateway/constraints.h"
 #include "services/gateway/http_util.h"
 #include "services/gateway/text_stream.h"
@@ -198,18 +197,18 @@ json FinishJson(v1::FinishReason r) {
 // One streamed choice: writes "data: {...}" events through the request's shared writer.
 class StreamWriter {
  public:
-  explicit StreamWriter(httplib::DataSink* ds) : ds_(ds) {}
+  explicit StreamWriter(serving::http::ResponseWriter* ds) : ds_(ds) {}
   bool Send(const std::string& payload) {
     std::lock_guard<std::mutex> l(mu_);
     if (gone_) return false;
     const std::string ev = absl::StrCat("data: ", payload, "\n\n");
-    if (!ds_->write(ev.data(), ev.size())) gone_ = true;
+    if (!ds_->Write(ev)) gone_ = true;
     return !gone_;
   }
   bool gone() const { return gone_.load(); }
 
  private:
-  httplib::DataSink* ds_;
+  serving::http::ResponseWriter* ds_;
   std::mutex mu_;
   std::atomic<bool> gone_{false};
 };
@@ -261,7 +260,10 @@ class SseChoiceSink : public GenerateSink {
 // Collects one whole choice for the non-streaming response.
 class CollectSink : public GenerateSink {
  public:
-  CollectSink(const ResponseMeta* meta, int index) : meta_(meta), index_(index), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {}
+  CollectSink(const ResponseMeta* meta, int index, const HttpRequest* hreq)
+      : meta_(meta), index_(index), hreq_(hreq), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {}
+  // The client hung up before its (non-streamed) response: cancel the generation.
+  bool Cancelled() override { return hreq_ != nullptr && hreq_->ClientGone(); }
   bool Write(const v1::GenerateResponse& msg) override {
     if (meta_->want_logprobs) lp_.Add(msg);
     text_ += msg.text();
@@ -287,6 +289,7 @@ class CollectSink : public GenerateSink {
  private:
   const ResponseMeta* meta_;
   int index_;
+  const HttpRequest* hreq_;
   LogprobsAcc lp_;
   std::string text_;
   v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
@@ -386,7 +389,7 @@ absl::Status ApplyConstraints(Gateway* gw, const json& body, HttpGeneration* gen
 }
 
 void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
-                     httplib::Response& res) {
+                     const HttpRequest& hreq, HttpResponse& res) {
   // Prepare every choice first: validation errors are answered before any output.
   std::vector<std::shared_ptr<Gateway::Generation>> choices;
   for (int i = 0; i < gen.n; ++i) {
@@ -412,7 +415,7 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
 
   if (!gen.stream) {
     std::vector<std::unique_ptr<CollectSink>> sinks;
-    for (int i = 0; i < gen.n; ++i) sinks.push_back(std::make_unique<CollectSink>(meta.get(), i));
+    for (int i = 0; i < gen.n; ++i) sinks.push_back(std::make_unique<CollectSink>(meta.get(), i, &hreq));
     absl::Status st = RunChoices(gen.n, [&](int i) { return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get()); });
     if (!st.ok()) {
       SendError(res, st);
@@ -432,10 +435,10 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
     SendJson(res, out);
     return;
   }
-  res.set_header("Cache-Control", "no-cache");
+  res.SetHeader("Cache-Control", "no-cache");
   const bool include_usage = gen.include_usage;
-  res.set_chunked_content_provider(
-      "text/event-stream", [gw, choices, meta, include_usage](size_t, httplib::DataSink& ds) {
+  res.content_type = "text/event-stream";
+  res.stream = [gw, choices, meta, include_usage](serving::http::ResponseWriter& ds) {
         StreamWriter w(&ds);
         std::vector<std::unique_ptr<SseChoiceSink>> sinks;
         for (size_t i = 0; i < choices.size(); ++i) {
@@ -457,9 +460,7 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
           }
           w.Send("[DONE]");
         }
-        ds.done();
-        return true;
-      });
+      };
 }
 
 }  // namespace herd::gateway::http

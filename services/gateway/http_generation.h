@@ -4,6 +4,7 @@
 // n > 1) and writes OpenAI's response shapes, streamed as server-sent events or whole.
 // Internal to services/gateway.
 #pragma once
+#include "services/gateway/http_util.h"
 #include <string>
 #include <vector>
 
@@ -12,10 +13,6 @@
 #include "nlohmann/json.hpp"
 #include "proto/herd/v1/gateway.pb.h"
 #include "services/gateway/gateway.h"
-
-namespace httplib {
-struct Response;
-}
 
 namespace herd::gateway::http {
 
@@ -64,8 +61,9 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body,
 
 /// Runs `gen` and writes the response. `method` labels metrics ("http_completions").
 /// Validation errors (Prepare) are sent as 4xx before any output; a stream that fails
-/// later ends with an error event.
+/// later ends with an error event. A non-streamed generation is cancelled when the
+/// client of `hreq` hangs up (HttpRequest::ClientGone).
 void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
-                     httplib::Response& res);
+                     const HttpRequest& hreq, HttpResponse& res);
 
 }  // namespace herd::gateway::http

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "httplib.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_routes.h"
 #include "services/gateway/http_util.h"
@@ -110,8 +109,8 @@ absl::StatusOr<json> Detokenize(Gateway* gw, const json& body) {
 
 // A POST route whose handler maps a JSON object to a JSON answer.
 template <typename Fn>
-void PostJson(httplib::Server* server, Gateway* gw, const std::string& path, const std::string& method, Fn fn) {
-  server->Post(path, [gw, method, fn](const httplib::Request& hreq, httplib::Response& res) {
+void PostJson(serving::http::Server* server, Gateway* gw, const std::string& path, const std::string& method, Fn fn) {
+  server->Post(path, [gw, method, fn](const HttpRequest& hreq, HttpResponse& res) {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<json> body = ParseJsonObject(hreq.body);
     absl::StatusOr<json> out = body.ok() ? fn(gw, *body) : body.status();
@@ -126,25 +125,29 @@ void PostJson(httplib::Server* server, Gateway* gw, const std::string& path, con
 
 }  // namespace
 
-void RegisterInfoRoutes(httplib::Server* server, Gateway* gw) {
-  server->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+void RegisterInfoRoutes(serving::http::Server* server, Gateway* gw) {
+  // These read in-memory state only: they run on the I/O thread (no handler slot), so
+  // they answer even when every slot is busy.
+  constexpr bool kInline = true;
+  server->Get(
+      "/healthz", [](const HttpRequest&, HttpResponse& res) { res.SetContent("ok\n", "text/plain"); }, kInline);
   // llama.cpp's /health: 200 {"status":"ok"} when it can serve, else 503 with an error.
-  server->Get("/health", [gw](const httplib::Request&, httplib::Response& res) {
+  server->Get("/health", [gw](const HttpRequest&, HttpResponse& res) {
     if (gw->ListModels().models_size() == 0) {
       SendError(res, absl::UnavailableError("no live worker serves a model"));
       return;
     }
     SendJson(res, json{{"status", "ok"}});
-  });
-  server->Get("/v1/models", [gw](const httplib::Request&, httplib::Response& res) {
+  }, kInline);
+  server->Get("/v1/models", [gw](const HttpRequest&, HttpResponse& res) {
     const absl::Time t0 = absl::Now();
     json data = json::array();
     const v1::ListModelsResponse models = gw->ListModels();
     for (const v1::ModelCard& c : models.models()) data.push_back(ModelJson(c));
     SendJson(res, json{{"object", "list"}, {"data", data}});
     gw->RecordRequest("http_models", absl::OkStatus(), absl::Now() - t0);
-  });
-  server->Get(R"(/v1/models/(.+))", [gw](const httplib::Request& req, httplib::Response& res) {
+  }, kInline);
+  server->Get(R"(/v1/models/(.+))", [gw](const HttpRequest& req, HttpResponse& res) {
     const std::string id = req.matches[1];
     const v1::ListModelsResponse models = gw->ListModels();
     for (const v1::ModelCard& c : models.models()) {
@@ -154,7 +157,7 @@ void RegisterInfoRoutes(httplib::Server* server, Gateway* gw) {
       }
     }
     SendError(res, absl::NotFoundError(absl::StrCat("model '", id, "' not found")));
-  });
+  }, kInline);
   PostJson(server, gw, "/tokenize", "http_tokenize", Tokenize);
   PostJson(server, gw, "/detokenize", "http_detokenize", Detokenize);
 }

@@ -1,10 +1,7 @@
 // Route groups of the HTTP front end (HttpFrontEnd registers them). Internal to
 // services/gateway.
 #pragma once
-
-namespace httplib {
-class Server;
-}
+#include "libs/serving/http_server.h"
 
 namespace herd::gateway {
 class Gateway;
@@ -13,10 +10,10 @@ namespace http {
 
 /// GET /health, /healthz, /v1/models, /v1/models/{id}; POST /tokenize, /detokenize
 /// (llama.cpp server's shapes). http_info.cc.
-void RegisterInfoRoutes(httplib::Server* server, Gateway* gw);
+void RegisterInfoRoutes(serving::http::Server* server, Gateway* gw);
 
 /// POST /v1/chat/completions (also /chat/completions). http_chat.cc.
-void RegisterChatRoutes(httplib::Server* server, Gateway* gw);
+void RegisterChatRoutes(serving::http::Server* server, Gateway* gw);
 
 }  // namespace http
 }  // namespace herd::gateway

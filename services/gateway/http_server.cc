@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
 #include "libs/base/log.h"
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_routes.h"
@@ -74,38 +73,32 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body) {
   return out;
 }
 
-HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts)
-    : gw_(gateway), opts_(opts), http_(std::make_unique<httplib::Server>()) {
-  const size_t threads = static_cast<size_t>(std::max(1, opts_.threads));
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(opts_.max_body_bytes);
-  http_->set_read_timeout(60, 0);
-  http_->set_write_timeout(60, 0);
-
-  // Errors httplib produces itself (404 for unknown paths, 413 for oversized bodies,
-  // 400 for malformed HTTP) get an OpenAI-style JSON body too.
-  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = absl::StrCat("HTTP ", res.status);
-    const char* type = res.status >= 500 ? "server_error" : "invalid_request_error";
-    if (res.status == 404) {
-      msg = absl::StrCat("no such endpoint: ", req.method, " ", req.path);
-      type = "not_found_error";
-    } else if (res.status == 413) {
-      msg = absl::StrCat("request body: larger than ", opts_.max_body_bytes, " bytes");
-    }
-    res.set_content(http::Dump(json{{"error", {{"message", msg}, {"type", type}, {"code", res.status}}}}),
-                    "application/json");
-  });
+HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts) : gw_(gateway), opts_(std::move(opts)) {
+  serving::http::ServerOptions so = opts_.server;
+  // The server's own errors (404, 405, 413, 429, 401, malformed HTTP) get an
+  // OpenAI-style JSON body too.
+  so.error_body = [](int status, const std::string& message) {
+    const char* type = status >= 500 ? "server_error"
+                       : status == 404 ? "not_found_error"
+                       : status == 401 ? "authentication_error"
+                       : status == 429 ? "rate_limit_error"
+                                       : "invalid_request_error";
+    return std::make_pair(
+        std::string("application/json"),
+        http::Dump(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}));
+  };
+  so.open_paths.push_back("/health");
+  so.open_paths.push_back("/healthz");
+  http_ = std::make_unique<serving::http::Server>(std::move(so));
 
   http::RegisterInfoRoutes(http_.get(), gw_);
 
   // Embeddings (services/gateway/embeddings.h): /v1/embeddings in OpenAI's shape,
   // /embedding and /embeddings in llama.cpp's.
   http_->Post(R"(/(v1/)?embeddings?)",
-              [this](const httplib::Request& q, httplib::Response& r) { HandleEmbeddingsHttp(gw_, q, r); });
+              [this](const HttpRequest& q, HttpResponse& r) { HandleEmbeddingsHttp(gw_, q, r); });
 
-  http_->Post("/v1/completions", [this](const httplib::Request& hreq, httplib::Response& res) {
+  http_->Post("/v1/completions", [this](const HttpRequest& hreq, HttpResponse& res) {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<json> body = http::ParseJsonObject(hreq.body);
     absl::StatusOr<CompletionRequest> cr = body.ok() ? ParseCompletionRequest(*body) : body.status();
@@ -117,37 +110,15 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts)
       SendError(res, cr.status());
       return;
     }
-    http::ServeGeneration(gw_, *std::move(cr), http::ApiKind::kCompletions, "http_completions", res);
+    http::ServeGeneration(gw_, *std::move(cr), http::ApiKind::kCompletions, "http_completions", hreq, res);
   });
   http::RegisterChatRoutes(http_.get(), gw_);
 }
 
-HttpFrontEnd::~HttpFrontEnd() { Stop(); }
+HttpFrontEnd::~HttpFrontEnd() { Stop(absl::ZeroDuration()); }
 
-absl::StatusOr<int> HttpFrontEnd::Start(const std::string& host, int port) {
-  int bound = port;
-  if (port == 0) {
-    bound = http_->bind_to_any_port(host);
-    if (bound < 0) return absl::UnavailableError(absl::StrCat("http: cannot bind ", host, ":0"));
-  } else if (!http_->bind_to_port(host, port)) {
-    return absl::UnavailableError(absl::StrCat("http: cannot bind ", host, ":", port));
-  }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
-  // httplib's stop() is a no-op until the listener runs: wait for it, so that a Stop()
-  // right after Start() cannot leave the thread listening forever.
-  const absl::Time end = absl::Now() + absl::Seconds(10);
-  while (!http_->is_running() && absl::Now() < end) absl::SleepFor(absl::Milliseconds(1));
-  return bound;
-}
+absl::StatusOr<int> HttpFrontEnd::Start(const std::string& host, int port) { return http_->Start(host, port); }
 
-void HttpFrontEnd::Stop() {
-  if (thread_.joinable()) {
-    const absl::Time end = absl::Now() + absl::Seconds(10);  // see Start()
-    while (!http_->is_running() && absl::Now() < end) absl::SleepFor(absl::Milliseconds(1));
-    http_->stop();
-    thread_.join();
-  }
-}
+void HttpFrontEnd::Stop(absl::Duration grace) { http_->Stop(grace); }
 
 }  // namespace herd::gateway
-

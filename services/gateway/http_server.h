@@ -1,4 +1,5 @@
-// OpenAI- and llama.cpp-server-compatible HTTP front end of the gateway (cpp-httplib):
+// OpenAI- and llama.cpp-server-compatible HTTP front end of the gateway, on the hardened
+// server of libs/serving/http_server.h (limits, 429, TLS, API keys):
 //   POST /v1/completions        text completion, streaming (server-sent events) or not;
 //                               with speculation the response (the last event when
 //                               streaming) carries "speculative": [{type, calls, ...}]
@@ -13,7 +14,6 @@
 #pragma once
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -21,10 +21,6 @@
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_util.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace herd::gateway {
 
@@ -41,10 +37,9 @@ using CompletionRequest = http::HttpGeneration;
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body);
 
 struct HttpOptions {
-  /// Connections served at once (each streaming completion holds one thread).
-  int threads = 32;
-  /// Largest request body (bytes); larger bodies get 413.
-  size_t max_body_bytes = 16 << 20;
+  /// Limits, TLS and API keys (libs/serving/http_server.h). The front end adds its own
+  /// error bodies (OpenAI-style JSON) and serves /health and /healthz without a key.
+  serving::http::ServerOptions server;
 };
 
 class HttpFrontEnd {
@@ -57,14 +52,14 @@ class HttpFrontEnd {
   /// Binds host:port (0 = any free port) and serves in a background thread. Returns the
   /// bound port. Errors: UNAVAILABLE naming the address.
   absl::StatusOr<int> Start(const std::string& host, int port);
-  /// Stops accepting connections and waits for requests in flight to end (idempotent).
-  void Stop();
+  /// Stops accepting connections and waits up to `grace` for requests in flight to end
+  /// (idempotent).
+  void Stop(absl::Duration grace = absl::Seconds(5));
 
  private:
   Gateway* gw_;
   HttpOptions opts_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  std::unique_ptr<serving::http::Server> http_;
 };
 
 }  // namespace herd::gateway

@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
 #include "services/gateway/http_server.h"
 
 namespace herd::gateway {
@@ -157,12 +156,12 @@ absl::StatusOr<json> ParseJsonObject(const std::string& body) {
   return j;
 }
 
-void SendError(httplib::Response& res, const absl::Status& s) {
+void SendError(HttpResponse& res, const absl::Status& s) {
   res.status = HttpStatusFor(s.code());
-  res.set_content(Dump(ErrorJson(s)), "application/json");
+  res.SetContent(Dump(ErrorJson(s)), "application/json");
 }
 
-void SendJson(httplib::Response& res, const json& body) { res.set_content(Dump(body), "application/json"); }
+void SendJson(HttpResponse& res, const json& body) { res.SetContent(Dump(body), "application/json"); }
 
 }  // namespace http
 }  // namespace herd::gateway

@@ -10,14 +10,13 @@
 #include "absl/status/statusor.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "nlohmann/json.hpp"
+#include "libs/serving/http_server.h"
 #include "proto/herd/v1/common.pb.h"
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace herd::gateway {
+
+using HttpRequest = serving::http::Request;
+using HttpResponse = serving::http::Response;
 
 /// HTTP status for an error code: 400 (INVALID_ARGUMENT, FAILED_PRECONDITION,
 /// OUT_OF_RANGE), 404, 429 (RESOURCE_EXHAUSTED), 503 (UNAVAILABLE), 504
@@ -66,9 +65,9 @@ json TimingsJson(const v1::Usage& u);
 json SpeculativeJson(const google::protobuf::RepeatedPtrField<v1::SpeculativeStats>& stats);
 
 /// Sets the status from HttpStatusFor(s.code()) and an ErrorJson(s) body.
-void SendError(httplib::Response& res, const absl::Status& s);
+void SendError(HttpResponse& res, const absl::Status& s);
 /// Sets a 200 application/json body.
-void SendJson(httplib::Response& res, const json& body);
+void SendJson(HttpResponse& res, const json& body);
 
 }  // namespace http
 }  // namespace herd::gateway

@@ -17,6 +17,7 @@
 #include "libs/base/log.h"
 #include "libs/base/mmap.h"
 #include "libs/engine/spec/spec_config.h"
+#include "libs/serving/api_keys.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
@@ -43,7 +44,23 @@ ABSL_FLAG(std::string, chat_template, "",
 ABSL_FLAG(int, poll_ms, 500, "interval of the workers' Info polls");
 ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
-ABSL_FLAG(int, http_threads, 32, "HTTP connections served at once");
+ABSL_FLAG(int, http_threads, 64,
+          "HTTP requests handled at once (TGI's --max-concurrent-requests); more get 429 with Retry-After");
+ABSL_FLAG(int, http_max_connections, 4096, "open HTTP connections at most; more wait in the listen backlog");
+ABSL_FLAG(int, http_header_timeout_ms, 10000, "a request's head must arrive within this (slow clients are closed)");
+ABSL_FLAG(int, http_body_timeout_ms, 60000, "a request's body must arrive within this");
+ABSL_FLAG(int, http_idle_timeout_ms, 30000, "a keep-alive connection may idle this long between requests");
+ABSL_FLAG(int, http_max_header_bytes, 16384, "largest HTTP request head (431 beyond)");
+ABSL_FLAG(int, http_max_headers, 100, "most HTTP header fields (431 beyond)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "API keys for the public API, one per line (llama-server --api-key-file); also env HERD_API_KEYS "
+          "(comma-separated). HTTP: Authorization: Bearer KEY (or X-Api-Key); unset = no authentication");
+ABSL_FLAG(int, api_key_max_concurrent, 0, "per API key: requests handled at once (0 = no limit)");
+ABSL_FLAG(int, api_key_requests_per_minute, 0, "per API key: requests per minute (0 = no limit)");
+ABSL_FLAG(std::string, http_tls_cert_file, "",
+          "HTTPS: PEM certificate chain (with --http_tls_key_file); re-read when it changes");
+ABSL_FLAG(std::string, http_tls_key_file, "", "HTTPS: PEM private key");
+ABSL_FLAG(std::string, http_tls_client_ca_file, "", "HTTPS: require client certificates signed by this CA (mTLS)");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC message size limit");
 // Speculative decoding. Flag names use '_' (Abseil); llama.cpp spells them with '-'.
 ABSL_FLAG(std::string, draft_workers, "",
@@ -187,14 +204,32 @@ int main(int argc, char** argv) {
   std::printf("gateway listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
 
+  auto api_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_api_key_file), "HERD_API_KEYS");
+  if (!api_keys.ok()) return Fail(std::string(api_keys.status().message()));
   herd::gateway::HttpOptions hopts;
-  hopts.threads = absl::GetFlag(FLAGS_http_threads);
-  hopts.max_body_bytes = static_cast<size_t>(opts.max_prompt_bytes) * 8 + (1 << 20);
+  auto& hs = hopts.server;
+  hs.max_concurrent_requests = std::max(1, absl::GetFlag(FLAGS_http_threads));
+  hs.max_connections = std::max(1, absl::GetFlag(FLAGS_http_max_connections));
+  hs.max_body_bytes = static_cast<size_t>(opts.max_prompt_bytes) * 8 + (1 << 20);
+  hs.max_header_bytes = static_cast<size_t>(std::max(1024, absl::GetFlag(FLAGS_http_max_header_bytes)));
+  hs.max_header_count = std::max(8, absl::GetFlag(FLAGS_http_max_headers));
+  hs.header_timeout = absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_http_header_timeout_ms)));
+  hs.body_timeout = absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_http_body_timeout_ms)));
+  hs.idle_timeout = absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_http_idle_timeout_ms)));
+  hs.io_threads = 2;
+  hs.api_keys = &*api_keys;
+  hs.per_key_max_concurrent = absl::GetFlag(FLAGS_api_key_max_concurrent);
+  hs.per_key_requests_per_minute = absl::GetFlag(FLAGS_api_key_requests_per_minute);
+  hs.tls_cert_file = absl::GetFlag(FLAGS_http_tls_cert_file);
+  hs.tls_key_file = absl::GetFlag(FLAGS_http_tls_key_file);
+  hs.tls_client_ca_file = absl::GetFlag(FLAGS_http_tls_client_ca_file);
+  hs.metrics = &registry;
+  hs.metrics_prefix = "herd_gateway_http";
   herd::gateway::HttpFrontEnd http(&gw, hopts);
   if (absl::GetFlag(FLAGS_http_port) >= 0) {
     auto hp = http.Start(host, absl::GetFlag(FLAGS_http_port));
     if (!hp.ok()) return Fail(std::string(hp.status().message()));
-    std::printf("http on %s:%d\n", host.c_str(), *hp);
+    std::printf("%s on %s:%d\n", hs.tls_cert_file.empty() ? "http" : "https", host.c_str(), *hp);
     std::fflush(stdout);
   }
   herd::serving::MetricsHttpServer metrics(&registry);

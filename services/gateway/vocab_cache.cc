@@ -75,8 +75,9 @@ std::string VocabCache::ChatTemplateOrigin(const std::string& model) {
     if (it == entries_.end()) return "";
     e = it->second;
   }
-  std::lock_guard<std::mutex> fl(e->fetch_mu);
-  if (e->vocab == nullptr) return "";
+  // Never waits on a fetch in progress (the HTTP front calls this on its I/O thread).
+  std::unique_lock<std::mutex> fl(e->fetch_mu, std::try_to_lock);
+  if (!fl.owns_lock() || e->vocab == nullptr) return "";
   return ChatTemplateOriginOf(e->chat_template, override_template_);
 }
 
