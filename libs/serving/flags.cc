@@ -17,7 +17,9 @@ namespace herd::serving {
 void ParseServiceFlags(int argc, char** argv, const std::string& program, const std::string& usage,
                        const std::string& flags_path) {
   absl::FlagsUsageConfig config;
-  config.contains_help_flags = [flags_path](absl::string_view file) { return absl::StrContains(file, flags_path); };
+  config.contains_help_flags = [flags_path](absl::string_view file) {
+    return absl::StrContains(file, flags_path) || absl::StrContains(file, "libs/serving/security_flags");
+  };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.version_string = [program] { return VersionLine(program) + "\n"; };
   absl::SetFlagsUsageConfig(config);
