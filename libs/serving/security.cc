@@ -209,6 +209,18 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
   return creds;
 }
 
+std::string DescribeServerSecurity(const ServerSecurity& s) {
+  std::string d = s.tls() ? (s.tls_ca_file.empty() ? "TLS" : (s.require_client_cert ? "TLS (mTLS)" : "TLS (client certs verified when presented)"))
+                          : "plaintext";
+  absl::StrAppend(&d, s.keys.enabled() ? ", API key required" : ", no API key required");
+  for (const auto& [method, keys] : s.method_keys) absl::StrAppend(&d, ", ", method, " needs its own key");
+  if (s.auth()) {
+    absl::StrAppend(&d, s.health_open ? ", health open" : ", health needs a key");
+    absl::StrAppend(&d, s.reflection_open ? ", reflection open" : ", reflection needs a key");
+  }
+  return d;
+}
+
 absl::Status ValidateClientSecurity(const ClientSecurity& c) {
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return absl::InvalidArgumentError("a TLS client certificate needs both a certificate file and a key file");

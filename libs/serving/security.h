@@ -64,6 +64,9 @@ absl::Status ValidateServerSecurity(const ServerSecurity& s);
 /// when `s.auth()`. Errors: those of ValidateServerSecurity.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const ServerSecurity& s);
 
+/// One line for the logs: "TLS (mTLS), API key required, health open" and the like.
+std::string DescribeServerSecurity(const ServerSecurity& s);
+
 /// How a client reaches a herd gRPC server. Default: plaintext, no key.
 struct ClientSecurity {
   /// PEM CA bundle that verifies the server's certificate; set = TLS.

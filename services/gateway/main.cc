@@ -19,6 +19,7 @@
 #include "libs/engine/spec/spec_config.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
@@ -45,6 +46,9 @@ ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
 ABSL_FLAG(int, http_threads, 32, "HTTP connections served at once");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC message size limit");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file with the API keys of the public gRPC Gateway service, one per line (else env HERD_API_KEYS, "
+          "comma-separated); callers send `authorization: Bearer KEY`. None = open");
 // Speculative decoding. Flag names use '_' (Abseil); llama.cpp spells them with '-'.
 ABSL_FLAG(std::string, draft_workers, "",
           "comma-separated draft worker addresses \"h1:p1,h2:p2\" (herd.v1.Draft); the gateway picks one per "
@@ -105,8 +109,18 @@ int main(int argc, char** argv) {
       "services/gateway/");
   using herd::gateway::Gateway;
 
+  auto api_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_api_key_file), "HERD_API_KEYS");
+  if (!api_keys.ok()) return Fail(absl::StrCat("API keys: ", api_keys.status().message()));
+  auto security = herd::serving::ServerSecurityFromFlags(*api_keys);
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto client_security = herd::serving::ClientSecurityFromFlags();
+  if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
+
   herd::gateway::GatewayOptions opts;
   opts.loader_address = absl::GetFlag(FLAGS_loader);
+  opts.loader_security = *client_security;
+  opts.pool.security = *client_security;
+  opts.drafts.security = *client_security;
   if (!absl::GetFlag(FLAGS_workers).empty()) {
     auto list = herd::gateway::ParseWorkerList(absl::GetFlag(FLAGS_workers));
     if (!list.ok()) return Fail(std::string(list.status().message()));
@@ -181,6 +195,8 @@ int main(int argc, char** argv) {
   gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   const auto grace = std::chrono::milliseconds(std::max(0, absl::GetFlag(FLAGS_grace_ms)));
   gopts.shutdown_grace = grace;
+  gopts.security = *std::move(security);
+  HERD_LOG(Info) << "gateway: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   int port = 0;
   auto server = herd::serving::StartGrpcServer(gopts, {&service}, &port);
   if (!server.ok()) return Fail(std::string(server.status().message()));

@@ -18,7 +18,7 @@ absl::Status Run(const std::string& cmd) {
 }
 
 absl::Status MakeCa(const std::string& dir, const std::string& name) {
-  return Run(absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=herd-test-", name,
+  return Run(absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=herd-test-", name,
                           " -keyout ", dir, "/", name, ".key -out ", dir, "/", name, ".pem"));
 }
 
@@ -32,7 +32,7 @@ absl::Status MakeLeaf(const std::string& dir, const std::string& ca, const std::
          "extendedKeyUsage=serverAuth,clientAuth\n"
          "basicConstraints=CA:FALSE\n";
   }
-  absl::Status s = Run(absl::StrCat("openssl req -newkey rsa:2048 -nodes -subj /CN=", name, " -keyout ", dir, "/",
+  absl::Status s = Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=", name, " -keyout ", dir, "/",
                                     name, ".key -out ", dir, "/", name, ".csr"));
   if (!s.ok()) return s;
   return Run(absl::StrCat("openssl x509 -req -in ", dir, "/", name, ".csr -CA ", dir, "/", ca, ".pem -CAkey ", dir,
