@@ -110,7 +110,10 @@ int CmdHealth(int argc, char** argv) {
   // Health is open by default on herd services; a key is sent when one is configured
   // (services started with --open_health=false).
   auto security = ClientSecurityFromArgs(*args, {"HERD_API_KEY", "HERD_CLUSTER_KEY"});
-  if (!security.ok()) return usage_error(std::string(security.status().message()));
+  if (!security.ok()) {  // e.g. a CA file not mounted (yet): unhealthy, not a usage error
+    std::fprintf(stderr, "herd: health %s: error: %s\n", addr.c_str(), std::string(security.status().message()).c_str());
+    return 1;
+  }
   auto channel = serving::MakeChannel(addr, *security);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
