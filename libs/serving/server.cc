@@ -74,6 +74,10 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
   InstallShutdownSignalHandlers();
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(opts.security);
   if (!creds.ok()) return creds.status();
+  if (opts.security.auth() && !opts.security.tls()) {
+    HERD_LOG(Warning) << "gRPC on " << opts.address
+                      << ": API keys are checked but travel in plaintext; use --tls_cert_file/--tls_key_file off loopback";
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
