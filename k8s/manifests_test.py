@@ -168,6 +168,28 @@ def check_overlay(overlay, docs, table, bin_dir):
             out = run([binary] + args + ["--only_check_args"])
             if out.returncode != 0:
                 fail(f"{where}: {table[name]} rejects its args {args}: {(out.stderr or out.stdout).strip()}")
+            # Security (issue #14): every service serves TLS, verifies peers and requires or sends
+            # the cluster key; each file a flag or probe names lies on a mounted Secret volume.
+            for f in ("tls_cert_file", "tls_key_file", "tls_ca_file", "cluster_key_file"):
+                if not flag_value(args, f):
+                    fail(f"{where}: does not pass --{f} (k8s/README.md, security)")
+            volumes = {v["name"]: v for v in tmpl["spec"].get("volumes", [])}
+            secret_dirs = {}
+            for vm in c.get("volumeMounts", []):
+                sec = volumes.get(vm["name"], {}).get("secret")
+                if sec is not None:
+                    items = [i["path"] for i in sec.get("items", [])] or None
+                    secret_dirs[vm["mountPath"].rstrip("/")] = items
+            probe_files = []
+            for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+                pc = (c.get(kind) or {}).get("exec", {}).get("command", [])
+                probe_files += [pc[i + 1] for i, a in enumerate(pc[:-1]) if a.endswith("-file")]
+            for path in [a.split("=", 1)[1] for a in args if re.match(r"--\w+_file=", a)] + probe_files:
+                d, base = os.path.dirname(path), os.path.basename(path)
+                if d not in secret_dirs:
+                    fail(f"{where}: {path} is not on a mounted Secret volume ({sorted(secret_dirs)})")
+                elif secret_dirs[d] is not None and base not in secret_dirs[d]:
+                    fail(f"{where}: {path}: the Secret volume at {d} projects only {secret_dirs[d]}")
             if flag_value(args, "host") != "0.0.0.0":
                 fail(f"{where}: does not pass --host=0.0.0.0 (reachable in-cluster)")
             ports = {p["containerPort"]: p.get("name") for p in c.get("ports", [])}

@@ -7,6 +7,7 @@
 
 #include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -17,7 +18,9 @@ namespace herd::serving {
 void ParseServiceFlags(int argc, char** argv, const std::string& program, const std::string& usage,
                        const std::string& flags_path) {
   absl::FlagsUsageConfig config;
-  config.contains_help_flags = [flags_path](absl::string_view file) { return absl::StrContains(file, flags_path); };
+  config.contains_help_flags = [flags_path](absl::string_view file) {
+    return absl::StrContains(file, flags_path) || absl::StrContains(file, "libs/serving/security_flags");
+  };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.version_string = [program] { return VersionLine(program) + "\n"; };
   absl::SetFlagsUsageConfig(config);
@@ -28,6 +31,12 @@ void ParseServiceFlags(int argc, char** argv, const std::string& program, const 
     if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0 || std::strcmp(a, "-help") == 0 ||
         std::strcmp(a, "--helpfull") == 0 || std::strcmp(a, "--helpshort") == 0) {
       absl::flags_internal::FlagsHelp(std::cout, flags_path, absl::flags_internal::HelpFormat::kHumanReadable, usage);
+      // The shared security flags (libs/serving/security_flags.cc), when linked in.
+      if (absl::FindCommandLineFlag("tls_cert_file") != nullptr) {
+        absl::flags_internal::FlagsHelp(std::cout, "libs/serving/security_flags",
+                                        absl::flags_internal::HelpFormat::kHumanReadable,
+                                        "security flags (TLS, mTLS, cluster key):");
+      }
       std::cout.flush();
       std::exit(0);
     }

@@ -3,6 +3,7 @@
 // certificates made at test time by the openssl CLI.
 #include "libs/serving/http_server.h"
 #include "libs/serving/testing/raw_http.h"
+#include "libs/serving/testing/test_certs.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -321,29 +322,6 @@ TEST_F(HttpServerTest, StreamsChunksAndStopsWhenTheClientLeaves) {
 
 // ---- HTTPS ----
 
-std::string TmpDir() {
-  const char* d = std::getenv("TEST_TMPDIR");
-  return d != nullptr ? d : "/tmp";
-}
-
-bool Sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
-
-// A CA, and a server certificate (CN=`cn`, SAN 127.0.0.1) it signed, under dir/.
-bool MakeCerts(const std::string& dir, const std::string& cn) {
-  return Sh("mkdir -p " + dir) &&
-         Sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=herd-test-ca -keyout " + dir +
-             "/ca.key -out " + dir + "/ca.pem") &&
-         Sh("openssl req -newkey rsa:2048 -nodes -subj /CN=" + cn + " -keyout " + dir + "/server.key -out " + dir +
-             "/server.csr") &&
-         Sh("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > " + dir + "/san.ext") &&
-         Sh("openssl x509 -req -in " + dir + "/server.csr -CA " + dir + "/ca.pem -CAkey " + dir +
-             "/ca.key -CAcreateserial -days 2 -extfile " + dir + "/san.ext -out " + dir + "/server.pem") &&
-         Sh("openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout " + dir + "/client.key -out " + dir +
-             "/client.csr") &&
-         Sh("openssl x509 -req -in " + dir + "/client.csr -CA " + dir + "/ca.pem -CAkey " + dir +
-             "/ca.key -CAcreateserial -days 2 -out " + dir + "/client.pem");
-}
-
 struct TlsResult {
   bool handshake_ok = false;
   std::string peer_cn;
@@ -386,44 +364,46 @@ TlsResult TlsExchange(int port, const std::string& ca, const std::string& raw, c
 }
 
 TEST_F(HttpServerTest, HttpsWithReloadAndMutualTls) {
-  const std::string dir = TmpDir() + "/tls";
-  if (!MakeCerts(dir, "herd-one")) GTEST_SKIP() << "the openssl CLI could not make test certificates";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto certs = testing::MakeTestCerts(std::string(tmp != nullptr ? tmp : "/tmp") + "/tls");
+  if (!certs.ok()) GTEST_SKIP() << "no test certificates: " << certs.status();
+  // Served from copies, so that the test can replace them.
+  const std::string cert = certs->dir + "/https.pem", key = certs->dir + "/https.key";
+  ASSERT_TRUE(testing::ReplaceFile(certs->server_cert, cert).ok());
+  ASSERT_TRUE(testing::ReplaceFile(certs->server_key, key).ok());
   ServerOptions o;
-  o.tls_cert_file = dir + "/server.pem";
-  o.tls_key_file = dir + "/server.key";
+  o.tls_cert_file = cert;
+  o.tls_key_file = key;
   StartServer(o);
-  TlsResult r = TlsExchange(port_, dir + "/ca.pem", Get("/items/5"));
+  TlsResult r = TlsExchange(port_, certs->ca, Get("/items/5"));
   ASSERT_TRUE(r.handshake_ok);
-  EXPECT_EQ(r.peer_cn, "herd-one");
+  const std::string first_cn = r.peer_cn;
+  EXPECT_FALSE(first_cn.empty());
   EXPECT_EQ(Body(r.response), "item 5");
   // Plaintext to the TLS port fails cleanly and quickly.
   const absl::Time t0 = absl::Now();
   EXPECT_EQ(StatusOf(Exchange(port_, Get("/items/5"), absl::Seconds(5))), -1);
   EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
-  // A new certificate on disk is used for new connections.
-  const std::string dir2 = TmpDir() + "/tls2";
-  ASSERT_TRUE(MakeCerts(dir2, "herd-two"));
-  ASSERT_TRUE(Sh("cp " + dir2 + "/server.pem " + dir + "/server.pem.new && cp " + dir2 + "/server.key " + dir +
-                  "/server.key && mv " + dir + "/server.pem.new " + dir + "/server.pem"));
-  r = TlsExchange(port_, dir2 + "/ca.pem", Get("/items/6"));
+  // A new certificate on disk (another CA's) is used for new connections.
+  ASSERT_TRUE(testing::ReplaceFile(certs->server2_key, key).ok());
+  ASSERT_TRUE(testing::ReplaceFile(certs->server2_cert, cert).ok());
+  r = TlsExchange(port_, certs->ca2, Get("/items/6"));
   ASSERT_TRUE(r.handshake_ok);
-  EXPECT_EQ(r.peer_cn, "herd-two");
+  EXPECT_NE(r.peer_cn, first_cn);
   EXPECT_EQ(Body(r.response), "item 6");
   server_->Stop();
 
-  // mTLS: a client without a certificate from the CA is refused.
+  // mTLS: a client without a certificate, or with one from another CA, is refused.
   ServerOptions m;
-  m.tls_cert_file = dir2 + "/server.pem";
-  m.tls_key_file = dir2 + "/server.key";
-  m.tls_client_ca_file = dir2 + "/ca.pem";
+  m.tls_cert_file = certs->server_cert;
+  m.tls_key_file = certs->server_key;
+  m.tls_client_ca_file = certs->ca;
   StartServer(m);
-  EXPECT_FALSE(TlsExchange(port_, dir2 + "/ca.pem", Get("/items/7")).handshake_ok);
-  r = TlsExchange(port_, dir2 + "/ca.pem", Get("/items/7"), dir2 + "/client.pem", dir2 + "/client.key");
+  EXPECT_FALSE(TlsExchange(port_, certs->ca, Get("/items/7")).handshake_ok);
+  r = TlsExchange(port_, certs->ca, Get("/items/7"), certs->client_cert, certs->client_key);
   EXPECT_TRUE(r.handshake_ok);
   EXPECT_EQ(Body(r.response), "item 7");
-  // A client certificate from another CA is refused too.
-  EXPECT_FALSE(TlsExchange(port_, dir2 + "/ca.pem", Get("/items/7"), dir + "/client.pem", dir + "/client.key")
-                   .handshake_ok);
+  EXPECT_FALSE(TlsExchange(port_, certs->ca, Get("/items/7"), certs->client2_cert, certs->client2_key).handshake_ok);
 }
 
 TEST(HttpServer, BadTlsFilesAreNamed) {

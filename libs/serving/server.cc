@@ -59,10 +59,16 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
                                                               int* bound_port) {
   // From here on SIGTERM/SIGINT request a graceful shutdown instead of killing the process.
   InstallShutdownSignalHandlers();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(opts.security);
+  if (!creds.ok()) return creds.status();
+  if (opts.security.auth() && !opts.security.tls()) {
+    HERD_LOG(Warning) << "gRPC on " << opts.address
+                      << ": API keys are checked but travel in plaintext; use --tls_cert_file/--tls_key_file off loopback";
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
-  b.AddListeningPort(opts.address, grpc::InsecureServerCredentials(), bound_port);
+  b.AddListeningPort(opts.address, *creds, bound_port);
   b.SetMaxReceiveMessageSize(opts.max_message_bytes);
   b.SetMaxSendMessageSize(opts.max_message_bytes);
   for (grpc::Service* s : services) b.RegisterService(s);

@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "libs/serving/http_server.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/security.h"
 
 namespace herd::serving {
 
@@ -37,11 +38,13 @@ struct GrpcServerOptions {
   std::string address = "0.0.0.0:0";      // host:port; port 0 = any free port
   int max_message_bytes = 64 << 20;        // send and receive limit
   std::chrono::milliseconds shutdown_grace{5000};  // in-flight streams get this long
+  ServerSecurity security;                 // TLS / mTLS and API keys (security.h); default none
 };
 
 /// Builds and starts a gRPC server with `services`, health checking (every service
-/// SERVING) and reflection. Returns the server and sets *bound_port.
-/// Errors: UNAVAILABLE when the address cannot be bound.
+/// SERVING) and reflection, secured as `opts.security` says. Returns the server and sets
+/// *bound_port. Errors: UNAVAILABLE when the address cannot be bound; those of
+/// ValidateServerSecurity (INVALID_ARGUMENT, NOT_FOUND) for bad TLS settings.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOptions& opts,
                                                               const std::vector<grpc::Service*>& services,
                                                               int* bound_port);

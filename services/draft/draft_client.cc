@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<std::string>> ResolveDraftWorkers(const std::string& 
 std::shared_ptr<DraftClient::Worker> DraftClient::MakeWorker(const std::string& address) const {
   auto w = std::make_shared<Worker>();
   w->address = address;
-  w->stub = herd::v1::Draft::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  w->stub = herd::v1::Draft::NewStub(serving::MakeChannel(address, opts_.security));
   return w;
 }
 

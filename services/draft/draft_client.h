@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "libs/serving/security.h"
 #include "proto/herd/v1/draft.grpc.pb.h"
 
 namespace herd::draft {
@@ -40,6 +41,8 @@ struct DraftClientOptions {
   std::chrono::milliseconds deadline{100};
   /// A worker whose call failed is skipped this long.
   std::chrono::milliseconds down_for{2000};
+  /// TLS and the cluster key for the draft workers' channels (default plaintext).
+  serving::ClientSecurity security;
 };
 
 /// Parses "h1:p1,h2:p2" (spaces and empty entries ignored, duplicates dropped).

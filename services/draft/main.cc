@@ -27,6 +27,7 @@
 #include "libs/gguf/gguf.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "services/draft/draft_service.h"
@@ -150,7 +151,9 @@ int main(int argc, char** argv) {
     target_vocab = *std::move(v);
   } else if (!loader.empty()) {
     if (opts.target_model.empty()) return Fail("--loader needs --target_model");
-    auto channel = herd::loader::MakeLoaderChannel(loader);
+    auto client_security = herd::serving::ClientSecurityFromFlags();
+    if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
+    auto channel = herd::loader::MakeLoaderChannel(loader, 64 << 20, *client_security);
     auto stub = herd::v1::Loader::NewStub(channel);
     auto f = herd::loader::FetchVocabGguf(stub.get(), opts.target_model, std::chrono::seconds(30));
     if (!f.ok()) {
@@ -198,7 +201,9 @@ int main(int argc, char** argv) {
   opts.registry = &registry;
   herd::draft::DraftServiceImpl service(opts);
 
-  herd::serving::MetricsHttpServer metrics(&registry);
+  auto cluster_keys = herd::serving::ClusterKeysFromFlags();
+  if (!cluster_keys.ok()) return Fail(std::string(cluster_keys.status().message()));
+  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*cluster_keys));
   int bound_metrics = -1;
   if (metrics_port >= 0) {
     auto m = metrics.Start(host, metrics_port);
@@ -209,6 +214,12 @@ int main(int argc, char** argv) {
   gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
   gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  {
+    auto security = herd::serving::ServerSecurityFromFlags(*cluster_keys);
+    if (!security.ok()) return Fail(std::string(security.status().message()));
+    gopts.security = *std::move(security);
+  }
+  HERD_LOG(Info) << "draft: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   int bound = 0;
   auto server = herd::serving::StartGrpcServer(gopts, {&service}, &bound);
   if (!server.ok()) return Fail(std::string(server.status().message()));

@@ -247,7 +247,7 @@ Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::m
                                     {"type"});
   opts_.pool.live_gauge = live_workers_;
   pool_ = std::make_unique<WorkerPool>(opts_.pool);
-  vocabs_ = std::make_unique<VocabCache>(opts_.loader_address);
+  vocabs_ = std::make_unique<VocabCache>(opts_.loader_address, opts_.loader_security);
   vocabs_->SetChatTemplateOverride(opts_.chat_template);
   if (!opts_.drafts.addresses.empty() || !opts_.drafts.dns.empty()) {
     draft_client_ = std::make_unique<draft::DraftClient>(opts_.drafts);

@@ -80,6 +80,9 @@ struct GatewayOptions {
   /// Loader "host:port" serving vocabularies; "" = none (then only vocabularies added
   /// with Gateway::vocabs().Add() are known).
   std::string loader_address;
+  /// TLS and the cluster key for the loader channel (the pool's and the draft workers'
+  /// are pool.security and drafts.security).
+  serving::ClientSecurity loader_security;
   WorkerPoolOptions pool;
   /// Largest GenerateRequest.text / TokenizeRequest.text in bytes.
   int64_t max_prompt_bytes = 1 << 20;

@@ -20,6 +20,7 @@
 #include "libs/serving/api_keys.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
@@ -122,8 +123,18 @@ int main(int argc, char** argv) {
       "services/gateway/");
   using herd::gateway::Gateway;
 
+  auto api_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_api_key_file), "HERD_API_KEYS");
+  if (!api_keys.ok()) return Fail(absl::StrCat("API keys: ", api_keys.status().message()));
+  auto security = herd::serving::ServerSecurityFromFlags(*api_keys);
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto client_security = herd::serving::ClientSecurityFromFlags();
+  if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
+
   herd::gateway::GatewayOptions opts;
   opts.loader_address = absl::GetFlag(FLAGS_loader);
+  opts.loader_security = *client_security;
+  opts.pool.security = *client_security;
+  opts.drafts.security = *client_security;
   if (!absl::GetFlag(FLAGS_workers).empty()) {
     auto list = herd::gateway::ParseWorkerList(absl::GetFlag(FLAGS_workers));
     if (!list.ok()) return Fail(std::string(list.status().message()));
@@ -198,14 +209,14 @@ int main(int argc, char** argv) {
   gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   const auto grace = std::chrono::milliseconds(std::max(0, absl::GetFlag(FLAGS_grace_ms)));
   gopts.shutdown_grace = grace;
+  gopts.security = *std::move(security);
+  HERD_LOG(Info) << "gateway: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   int port = 0;
   auto server = herd::serving::StartGrpcServer(gopts, {&service}, &port);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   std::printf("gateway listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
 
-  auto api_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_api_key_file), "HERD_API_KEYS");
-  if (!api_keys.ok()) return Fail(std::string(api_keys.status().message()));
   herd::gateway::HttpOptions hopts;
   auto& hs = hopts.server;
   hs.max_concurrent_requests = std::max(1, absl::GetFlag(FLAGS_http_threads));
@@ -232,7 +243,7 @@ int main(int argc, char** argv) {
     std::printf("%s on %s:%d\n", hs.tls_cert_file.empty() ? "http" : "https", host.c_str(), *hp);
     std::fflush(stdout);
   }
-  herd::serving::MetricsHttpServer metrics(&registry);
+  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*api_keys));
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     auto mp = metrics.Start(host, absl::GetFlag(FLAGS_metrics_port));
     if (!mp.ok()) return Fail(std::string(mp.status().message()));

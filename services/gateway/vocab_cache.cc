@@ -6,15 +6,15 @@
 
 namespace herd::gateway {
 
-VocabCache::VocabCache(const std::string& loader_address) : loader_address_(loader_address) {
+VocabCache::VocabCache(const std::string& loader_address, const serving::ClientSecurity& security)
+    : loader_address_(loader_address) {
   if (!loader_address_.empty()) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(256 << 20);  // vocabularies of large BPE models are tens of MB
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    stub_ = v1::Loader::NewStub(
-        grpc::CreateCustomChannel(loader_address_, grpc::InsecureChannelCredentials(), args));
+    stub_ = v1::Loader::NewStub(serving::MakeChannel(loader_address_, security, args));
   }
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "libs/serving/security.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
 #include "services/gateway/chat_prompt.h"
@@ -22,8 +23,9 @@ namespace herd::gateway {
 class VocabCache {
  public:
   /// `loader_address` "host:port"; "" = no loader (every lookup fails with
-  /// FAILED_PRECONDITION unless a vocabulary was added with Add()).
-  explicit VocabCache(const std::string& loader_address);
+  /// FAILED_PRECONDITION unless a vocabulary was added with Add()). `security`: TLS and
+  /// the cluster key for the loader channel (default plaintext).
+  explicit VocabCache(const std::string& loader_address, const serving::ClientSecurity& security = {});
 
   /// The model's vocabulary. Errors: INVALID_ARGUMENT for an empty name; NOT_FOUND when
   /// the loader does not know the model; UNAVAILABLE (naming the loader) when it cannot

@@ -111,7 +111,7 @@ std::shared_ptr<WorkerPool::Entry> WorkerPool::MakeEntry(const std::string& addr
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // One channel per worker address (no sharing of subchannels between entries).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  e->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  e->channel = serving::MakeChannel(address, opts_.security, args);
   e->stub = v1::Worker::NewStub(e->channel);
   return e;
 }

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/security.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
 
 namespace herd::gateway {
@@ -31,6 +32,8 @@ struct WorkerPoolOptions {
   absl::Duration dns_interval = absl::Seconds(5);
   /// gRPC message size limit of the worker channels.
   int max_message_bytes = 64 << 20;
+  /// TLS and the cluster key for the worker channels (default plaintext).
+  serving::ClientSecurity security;
   /// Optional gauge set to the number of live workers after every poll.
   serving::MetricFamily* live_gauge = nullptr;
 };

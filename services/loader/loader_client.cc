@@ -56,11 +56,12 @@ absl::Status FromGrpcStatus(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int max_message_bytes) {
+std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int max_message_bytes,
+                                                 const serving::ClientSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return serving::MakeChannel(target, security, args);
 }
 
 absl::StatusOr<herd::v1::ModelInfo> GetModelInfo(herd::v1::Loader::StubInterface* stub, const std::string& name,

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "libs/gguf/gguf.h"
+#include "libs/serving/security.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
 
 namespace herd::loader {
@@ -20,10 +21,11 @@ namespace herd::loader {
 /// grpc::Status -> absl::Status with the same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& s);
 
-/// An insecure channel to a loader at `target` ("host:port") whose receive limit
-/// (`max_message_bytes`, default 64 MiB) admits 4 MiB chunks and large vocab GGUFs
-/// (gRPC's default is 4 MiB).
-std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int max_message_bytes = 64 << 20);
+/// A channel to a loader at `target` ("host:port"), secured as `security` says (TLS,
+/// cluster key; default plaintext), whose receive limit (`max_message_bytes`, default
+/// 64 MiB) admits 4 MiB chunks and large vocab GGUFs (gRPC's default is 4 MiB).
+std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int max_message_bytes = 64 << 20,
+                                                 const serving::ClientSecurity& security = {});
 
 struct FetchOptions {
   /// Open ModelInfo.local_path directly (mmap) when it is a readable regular file of

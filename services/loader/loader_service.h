@@ -21,6 +21,10 @@
 
 namespace herd::loader {
 
+/// Full gRPC method name of Quantize: the loader's --admin_key_file keys guard it
+/// (ServerSecurity::method_keys).
+inline constexpr char kQuantizeMethod[] = "/herd.v1.Loader/Quantize";
+
 /// Bounds of ReadTensorsRequest.chunk_size (0 selects kDefaultChunkBytes).
 inline constexpr uint32_t kMinChunkBytes = 4 << 10;
 inline constexpr uint32_t kMaxChunkBytes = 4 << 20;

@@ -17,6 +17,7 @@
 #include "libs/base/log.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
 #include "services/loader/loader_service.h"
 #include "services/loader/quantize_backend.h"
@@ -31,6 +32,9 @@ ABSL_FLAG(int, max_chunk_bytes, 4 << 20,
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
 ABSL_FLAG(int, quantize_threads, 0, "Threads per Quantize job (0 = all hardware threads).");
 ABSL_FLAG(int, max_concurrent_quantize, 1, "Quantize jobs allowed to run at once.");
+ABSL_FLAG(std::string, admin_key_file, "",
+          "File with the admin key(s) that Quantize (writes to the store) requires, one per line (else env "
+          "HERD_ADMIN_KEY, comma-separated). Without one, Quantize takes the cluster key like every other call.");
 
 namespace {
 
@@ -58,6 +62,14 @@ int main(int argc, char** argv) {
     return Fail("--max_message_bytes must admit a 4 MiB chunk (>= 4198400)");
   }
 
+  auto cluster_keys = herd::serving::ClusterKeysFromFlags();
+  if (!cluster_keys.ok()) return Fail(std::string(cluster_keys.status().message()));
+  auto security = herd::serving::ServerSecurityFromFlags(*cluster_keys);
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto admin_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_admin_key_file), "HERD_ADMIN_KEY");
+  if (!admin_keys.ok()) return Fail(absl::StrCat("admin key: ", admin_keys.status().message()));
+  if (admin_keys->enabled()) security->method_keys[herd::loader::kQuantizeMethod] = *admin_keys;
+
   herd::serving::Registry registry;
   herd::loader::LoaderOptions opts;
   opts.models_dir = absl::GetFlag(FLAGS_models_dir);
@@ -69,7 +81,7 @@ int main(int argc, char** argv) {
   auto service = herd::loader::LoaderServiceImpl::Create(opts);
   if (!service.ok()) return Fail(std::string(service.status().message()));
 
-  herd::serving::MetricsHttpServer metrics(&registry);
+  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*cluster_keys));
   int bound_metrics = -1;
   if (metrics_port >= 0) {
     auto m = metrics.Start(host, metrics_port);
@@ -81,6 +93,7 @@ int main(int argc, char** argv) {
   gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
   gopts.max_message_bytes = opts.max_message_bytes;
   gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  gopts.security = *std::move(security);
   int bound = 0;
   auto server = herd::serving::StartGrpcServer(gopts, {service->get()}, &bound);
   if (!server.ok()) return Fail(std::string(server.status().message()));
@@ -91,7 +104,8 @@ int main(int argc, char** argv) {
   auto models = (*service)->List();
   HERD_LOG(Info) << "loader: store " << (*service)->store().root() << ", "
                  << (models.ok() ? models->models_size() : 0) << " model(s); quantize "
-                 << (herd::loader::QuantizeAvailable() ? "available" : "not built in");
+                 << (herd::loader::QuantizeAvailable() ? "available" : "not built in") << "; gRPC "
+                 << herd::serving::DescribeServerSecurity(gopts.security);
   std::printf("loader listening on %s:%d\n", host.c_str(), bound);
   if (bound_metrics >= 0) std::printf("loader metrics on %s:%d\n", host.c_str(), bound_metrics);
   std::fflush(stdout);

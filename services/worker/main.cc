@@ -26,6 +26,7 @@
 #include "libs/model/model.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "services/loader/loader_client.h"
@@ -119,6 +120,13 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_load_timeout_ms) < 1) return Fail("--load_timeout_ms must be >= 1");
   if (absl::GetFlag(FLAGS_max_message_bytes) < (1 << 20)) return Fail("--max_message_bytes must be >= 1048576");
 
+  auto cluster_keys = herd::serving::ClusterKeysFromFlags();
+  if (!cluster_keys.ok()) return Fail(std::string(cluster_keys.status().message()));
+  auto security = herd::serving::ServerSecurityFromFlags(*cluster_keys);
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto client_security = herd::serving::ClientSecurityFromFlags();
+  if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
+
   // The model: a local file, or through the loader.
   std::unique_ptr<herd::model::Model> model;
   std::string model_name = model_name_flag;
@@ -128,7 +136,7 @@ int main(int argc, char** argv) {
     model = *std::move(m);
     if (model_name.empty()) model_name = BaseName(model_path);
   } else {
-    auto channel = herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes));
+    auto channel = herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes), *client_security);
     auto stub = herd::v1::Loader::NewStub(channel);
     herd::loader::FetchStats fs;
     auto f = herd::loader::FetchModel(stub.get(), model_name, std::chrono::milliseconds(absl::GetFlag(FLAGS_load_timeout_ms)),
@@ -177,7 +185,7 @@ int main(int argc, char** argv) {
   wopts.default_pooling = herd::engine::DefaultPooling(model->file(), model->hparams().arch);
   auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
 
-  herd::serving::MetricsHttpServer metrics(&registry);
+  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*cluster_keys));
   int bound_metrics = -1;
   if (metrics_port >= 0) {
     auto m = metrics.Start(host, metrics_port);
@@ -188,6 +196,8 @@ int main(int argc, char** argv) {
   gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
   gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  gopts.security = *std::move(security);
+  HERD_LOG(Info) << "worker: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   int bound = 0;
   auto server = herd::serving::StartGrpcServer(gopts, {service.get()}, &bound);
   if (!server.ok()) return Fail(std::string(server.status().message()));

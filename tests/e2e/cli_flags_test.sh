@@ -19,6 +19,10 @@ for svc in loader worker gateway draft; do
   help=$("$bin" --help)
   grep -q -- "--port" <<<"$help" && echo "PASS $svc --help lists its flags" \
     || { echo "FAIL $svc --help lists no --port"; fails=$((fails+1)); }
+  for f in --tls_cert_file --tls_ca_file --cluster_key_file; do
+    grep -q -- "$f" <<<"$help" && echo "PASS $svc --help lists $f" \
+      || { echo "FAIL $svc --help lists no $f"; fails=$((fails+1)); }
+  done
   "$bin" --no_such_flag >/dev/null 2>&1 && { echo "FAIL $svc accepts an unknown flag"; fails=$((fails+1)); } \
     || echo "PASS $svc refuses an unknown flag"
 done

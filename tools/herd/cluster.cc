@@ -184,6 +184,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   loader->name = "loader";
   loader->argv = {*loader_bin, "--models_dir=" + opts.models_dir, "--host=" + opts.host, "--port=0",
                   "--metrics_port=0"};
+  for (const std::string& f : opts.extra_flags) loader->argv.push_back(f);
   absl::Status s = Launch(loader.get(), timeout);
   procs_.push_back(std::move(loader));
   if (!s.ok()) return s;
@@ -200,6 +201,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
       if (opts.n_ctx > 0) w->argv.push_back(absl::StrCat("--n_ctx=", opts.n_ctx));
       if (opts.max_sequences > 0) w->argv.push_back(absl::StrCat("--max_sequences=", opts.max_sequences));
       for (const std::string& f : opts.extra_worker_flags) w->argv.push_back(f);
+      for (const std::string& f : opts.extra_flags) w->argv.push_back(f);
       s = Launch(w.get(), timeout);
       worker_addrs.push_back(w->grpc_addr);
       procs_.push_back(std::move(w));
@@ -225,6 +227,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
       d->argv.push_back("--target_model=" + (opts.draft_target_model.empty() ? models[0] : opts.draft_target_model));
     }
     for (const std::string& f : opts.extra_draft_flags) d->argv.push_back(f);
+    for (const std::string& f : opts.extra_flags) d->argv.push_back(f);
     s = Launch(d.get(), timeout);
     draft_addrs.push_back(d->grpc_addr);
     procs_.push_back(std::move(d));
@@ -239,12 +242,13 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   if (!draft_addrs.empty()) gw->argv.push_back("--draft_workers=" + absl::StrJoin(draft_addrs, ","));
   if (!opts.spec_type.empty()) gw->argv.push_back("--spec_type=" + opts.spec_type);
   for (const std::string& f : opts.extra_gateway_flags) gw->argv.push_back(f);
+  for (const std::string& f : opts.extra_flags) gw->argv.push_back(f);
   s = Launch(gw.get(), timeout);
   procs_.push_back(std::move(gw));
   if (!s.ok()) return s;
 
   // Ready when the gateway lists every model with all its workers.
-  auto channel = grpc::CreateChannel(gateway_addr(), grpc::InsecureChannelCredentials());
+  auto channel = serving::MakeChannel(gateway_addr(), opts.gateway_security);
   auto stub = herd::v1::Gateway::NewStub(channel);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

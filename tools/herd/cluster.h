@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "libs/serving/security.h"
 
 namespace herd::cli {
 
@@ -32,6 +33,13 @@ struct ClusterOptions {
   bool restart_workers = true;           // restart a worker that exits unexpectedly
   std::vector<std::string> extra_worker_flags;
   std::vector<std::string> extra_gateway_flags;
+  /// Appended to every service's command line (loader, workers, draft workers, gateway),
+  /// e.g. --tls_cert_file=... --tls_key_file=... --tls_ca_file=... Keys travel in the
+  /// environment, which the services inherit (HERD_CLUSTER_KEY, HERD_API_KEYS,
+  /// HERD_ADMIN_KEY).
+  std::vector<std::string> extra_flags;
+  /// How the readiness probe reaches the gateway (TLS CA, client certificate, API key).
+  serving::ClientSecurity gateway_security;
   bool quiet = false;                    // do not forward the services' logs to stderr
 
   // Speculative decoding.

@@ -19,13 +19,14 @@
 #include "libs/grammar/json_schema.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tools/herd/args.h"
+#include "tools/herd/client_security.h"
 #include "tools/herd/commands.h"
 
 namespace herd::cli {
 namespace {
 
 const std::vector<FlagSpec>& GenerateFlags() {
-  static const std::vector<FlagSpec> specs = {
+  static const std::vector<FlagSpec> specs = WithClientSecurityFlags({
       {{"--gateway"}, true, "gateway gRPC address HOST:PORT", "localhost:50051"},
       {{"-m", "--model"}, true, "model name (see ListModels)", ""},
       {{"-p", "--prompt"}, true, "prompt text", ""},
@@ -56,7 +57,7 @@ const std::vector<FlagSpec>& GenerateFlags() {
       {{"--draft-min"}, true, "fewest tokens per draft (n_min)", ""},
       {{"--draft-p-min"}, true, "draft model p_min", ""},
       {{"-h", "--help"}, false, "show this help", ""},
-  };
+  });
   return specs;
 }
 
@@ -227,7 +228,9 @@ int CmdGenerate(int argc, char** argv) {
 
   grpc::ChannelArguments cargs;
   cargs.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(args->Get("--gateway"), grpc::InsecureChannelCredentials(), cargs);
+  auto security = ClientSecurityFromArgs(*args, {"HERD_API_KEY"});
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto channel = serving::MakeChannel(args->Get("--gateway"), *security, cargs);
   auto stub = herd::v1::Gateway::NewStub(channel);
   grpc::ClientContext ctx;
   if (*timeout_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(*timeout_ms));

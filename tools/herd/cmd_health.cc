@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "tools/herd/args.h"
+#include "tools/herd/client_security.h"
 #include "tools/herd/commands.h"
 
 namespace herd::cli {
@@ -76,11 +77,11 @@ const char* StatusName(int s) {
 }  // namespace
 
 int CmdHealth(int argc, char** argv) {
-  static const std::vector<FlagSpec> specs = {
+  static const std::vector<FlagSpec> specs = WithClientSecurityFlags({
       {{"--service"}, true, "service name to ask about (\"\" = the server as a whole)", ""},
       {{"--timeout"}, true, "deadline of the check in seconds", "5"},
       {{"-h", "--help"}, false, "show this help", ""},
-  };
+  });
   const std::string usage = "usage: herd health ADDR [--service NAME] [--timeout S]\n" + Args::Usage(specs) +
                             "exit status 0 when ADDR answers SERVING, 1 otherwise\n";
   auto args = Args::Parse(specs, argc, argv, 2);
@@ -106,7 +107,14 @@ int CmdHealth(int argc, char** argv) {
     AppendVarint(&req, service.size());
     req += service;
   }
-  auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  // Health is open by default on herd services; a key is sent when one is configured
+  // (services started with --open_health=false).
+  auto security = ClientSecurityFromArgs(*args, {"HERD_API_KEY", "HERD_CLUSTER_KEY"});
+  if (!security.ok()) {  // e.g. a CA file not mounted (yet): unhealthy, not a usage error
+    std::fprintf(stderr, "herd: health %s: error: %s\n", addr.c_str(), std::string(security.status().message()).c_str());
+    return 1;
+  }
+  auto channel = serving::MakeChannel(addr, *security);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(static_cast<int64_t>(*timeout * 1e6)));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_split.h"
 #include "tools/herd/args.h"
+#include "tools/herd/client_security.h"
 #include "tools/herd/cluster.h"
 #include "tools/herd/commands.h"
 
@@ -41,6 +42,13 @@ int CmdUp(int argc, char** argv) {
       {{"--draft-min"}, true, "gateway default fewest tokens per draft", ""},
       {{"--draft-p-min"}, true, "gateway default draft-model p_min", ""},
       {{"--draft-timeout-ms"}, true, "gateway deadline of each draft request", ""},
+      {{"--tls-cert-file", "--tls_cert_file"}, true,
+       "PEM certificate (SANs: the --host address) every service serves TLS with and presents as client", ""},
+      {{"--tls-key-file", "--tls_key_file"}, true, "PEM key of --tls-cert-file", ""},
+      {{"--tls-ca-file", "--tls_ca_file"}, true,
+       "PEM CA that signed it: services verify each other with it (mTLS). Keys come from the environment: "
+       "HERD_CLUSTER_KEY (between services), HERD_API_KEYS (gateway gRPC), HERD_ADMIN_KEY (Quantize)",
+       ""},
       {{"-h", "--help"}, false, "show this help", ""},
   };
   const std::string usage =
@@ -127,6 +135,26 @@ int CmdUp(int argc, char** argv) {
   opts.bin_dir = args->Get("--bin-dir");
   opts.host = args->Get("--host");
   opts.restart_workers = !args->Has("--no-restart");
+  // Security: TLS files to every service; keys through the inherited environment.
+  for (const auto& [flag, svc_flag] : std::vector<std::pair<std::string, std::string>>{
+           {"--tls-cert-file", "--tls_cert_file"}, {"--tls-key-file", "--tls_key_file"}, {"--tls-ca-file", "--tls_ca_file"}}) {
+    if (!args->Get(flag).empty()) opts.extra_flags.push_back(svc_flag + "=" + args->Get(flag));
+  }
+  opts.gateway_security.tls_ca_file = args->Get("--tls-ca-file");
+  if (!opts.gateway_security.tls_ca_file.empty()) {
+    opts.gateway_security.tls_cert_file = args->Get("--tls-cert-file");
+    opts.gateway_security.tls_key_file = args->Get("--tls-key-file");
+  }
+  if (absl::Status v = serving::ValidateClientSecurity(opts.gateway_security); !v.ok()) {
+    std::fprintf(stderr, "herd: error: %s\n", std::string(v.message()).c_str());
+    return 2;
+  }
+  auto probe_key = serving::LoadClientKey("", "HERD_API_KEYS");
+  if (!probe_key.ok()) {
+    std::fprintf(stderr, "herd: error: %s\n", std::string(probe_key.status().message()).c_str());
+    return 2;
+  }
+  opts.gateway_security.key = *probe_key;
   LocalCluster cluster;
   absl::Status s = cluster.Start(opts);
   if (!s.ok()) {
