@@ -68,6 +68,14 @@ int main(int argc, char** argv) {
   opts.registry = &registry;
   auto service = herd::loader::LoaderServiceImpl::Create(opts);
   if (!service.ok()) return Fail(std::string(service.status().message()));
+  // A Quantize killed mid-write leaves "<name>.gguf.tmp.<pid>.<n>" behind: remove those.
+  auto stale = (*service)->store().RemoveStaleTempFiles();
+  if (!stale.ok()) {
+    HERD_LOG(Warning) << "loader: " << stale.status().message();
+  }
+  for (const std::string& f : stale.ok() ? *stale : std::vector<std::string>()) {
+    HERD_LOG(Info) << "loader: removed stale temp file " << (*service)->store().root() << "/" << f;
+  }
 
   herd::serving::MetricsHttpServer metrics(&registry);
   int bound_metrics = -1;
