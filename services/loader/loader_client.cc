@@ -60,6 +60,8 @@ std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
@@ -176,6 +178,18 @@ absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::Stu
   if (stats == nullptr) stats = &local;
   const Clock::time_point end = Clock::now() + deadline;
   auto info = GetModelInfo(stub, name, deadline);
+  // A loader that is down (or restarting): ask again with backoff until the deadline.
+  auto wait = std::chrono::milliseconds(100);
+  while (opts.wait_for_loader && absl::IsUnavailable(info.status())) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    if (left <= wait) break;
+    HERD_LOG(Warning) << "model '" << name << "': loader unavailable (" << info.status().message() << "); retrying in "
+                      << wait.count() << " ms";
+    std::this_thread::sleep_for(wait);
+    wait = std::min(wait * 2, std::chrono::milliseconds(5000));
+    info = GetModelInfo(stub, name,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()));
+  }
   if (!info.ok()) return info.status();
 
   if (opts.allow_local_mmap && !info->local_path().empty()) {

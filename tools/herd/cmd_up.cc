@@ -25,7 +25,7 @@ int CmdUp(int argc, char** argv) {
        "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here)", ""},
       {{"--bin-dir"}, true, "folder holding services/{loader,worker,gateway} (default: next to herd)", ""},
       {{"--host"}, true, "address to bind", "127.0.0.1"},
-      {{"--no-restart"}, false, "do not restart workers that exit", ""},
+      {{"--no-restart"}, false, "do not restart services (loader, workers, draft workers, gateway) that exit", ""},
       {{"--draft-workers"}, true, "speculative-draft workers to start (0 = none)", "0"},
       {{"--spec-type"}, true,
        "default speculative type of requests: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, "
@@ -126,7 +126,7 @@ int CmdUp(int argc, char** argv) {
   opts.max_sequences = static_cast<int>(*max_seqs);
   opts.bin_dir = args->Get("--bin-dir");
   opts.host = args->Get("--host");
-  opts.restart_workers = !args->Has("--no-restart");
+  opts.restart = !args->Has("--no-restart");
   LocalCluster cluster;
   absl::Status s = cluster.Start(opts);
   if (!s.ok()) {
