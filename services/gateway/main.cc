@@ -28,7 +28,9 @@ ABSL_FLAG(std::string, workers, "", "comma-separated worker addresses \"h1:p1,h2
 ABSL_FLAG(std::string, workers_dns, "",
           "NAME:PORT; every address NAME resolves to is a worker (e.g. a Kubernetes headless "
           "service); re-resolved every --dns_refresh_ms");
-ABSL_FLAG(std::string, host, "0.0.0.0", "address to bind the gRPC, HTTP and metrics ports on");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "address to bind the gRPC, HTTP and metrics ports on (loopback only by default; 0.0.0.0 = every "
+          "interface, e.g. in a container)");
 ABSL_FLAG(int, port, 50051, "gRPC port (0 = pick a free port)");
 ABSL_FLAG(int, http_port, 8080, "OpenAI-compatible HTTP port (0 = pick a free port, -1 = off)");
 ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0 = pick a free port, -1 = off)");

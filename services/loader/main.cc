@@ -22,7 +22,9 @@
 #include "services/loader/quantize_backend.h"
 
 ABSL_FLAG(std::string, models_dir, "", "Directory of *.gguf models served by this loader (required).");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to bind the gRPC and metrics ports on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
+          "e.g. in a container).");
 ABSL_FLAG(int, port, 50052, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9092, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight streams may run before they are cancelled (ms).");

@@ -38,7 +38,9 @@ ABSL_FLAG(std::string, model_path, "", "Open this local GGUF file instead of ask
 ABSL_FLAG(int, load_timeout_ms, 600000,
           "Deadline for fetching the model from the loader (ms); while the loader is unreachable (starting, "
           "restarting) the worker keeps asking until then.");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to bind the gRPC and metrics ports on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
+          "e.g. in a container).");
 ABSL_FLAG(int, port, 50053, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(int, threads, 0, "Compute threads (0 = all hardware threads).");
