@@ -312,6 +312,7 @@ bool Gateway::WaitIdle(absl::Duration timeout) {
 }
 
 void Gateway::RecordRequest(const std::string& method, const absl::Status& status, absl::Duration elapsed) {
+  finished_.fetch_add(1);
   requests_total_->Add(1, {method, absl::StatusCodeToString(status.code())});
   request_seconds_->Observe(absl::ToDoubleSeconds(elapsed), {method});
 }

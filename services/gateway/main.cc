@@ -1,6 +1,9 @@
 // herd gateway: the public gRPC API (herd.v1.Gateway) and an OpenAI-compatible HTTP
 // endpoint over a pool of compute workers. See services/gateway/README.md.
+#include <malloc.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -47,6 +50,9 @@ ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
 ABSL_FLAG(int, http_threads, 32, "HTTP connections served at once");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC message size limit");
+ABSL_FLAG(int, malloc_trim_ms, 5000,
+          "while no request is in flight, hand freed heap memory back to the OS (glibc malloc_trim) at most this "
+          "often, so that RSS falls after large requests (0 = never)");
 // Speculative decoding. Flag names use '_' (Abseil); llama.cpp spells them with '-'.
 ABSL_FLAG(std::string, draft_workers, "",
           "comma-separated draft worker addresses \"h1:p1,h2:p2\" (herd.v1.Draft); the gateway picks one per "
@@ -212,6 +218,27 @@ int main(int argc, char** argv) {
                                                   : absl::StrCat(gw.draft_client()->n_workers()))
                  << ", default speculative type " << spec::SpecTypeName(opts.spec_defaults.type);
 
+  // glibc keeps freed memory of large requests (prompt texts, JSON bodies, token
+  // vectors) in its arenas; give it back once the gateway is idle.
+  std::atomic<bool> trim_stop{false};
+  std::thread trimmer;
+  if (const int every = absl::GetFlag(FLAGS_malloc_trim_ms); every > 0) {
+    trimmer = std::thread([&gw, &trim_stop, every] {
+      uint64_t seen = 0;  // requests finished at the last trim
+      auto last = std::chrono::steady_clock::now();
+      while (!trim_stop.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(every, 100)));
+        if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(every)) continue;
+        last = std::chrono::steady_clock::now();
+        const uint64_t done = gw.finished();
+        if (gw.inflight() == 0 && done != seen) {
+          ::malloc_trim(0);
+          seen = done;
+        }
+      }
+    });
+  }
+
   // SIGTERM/SIGINT: stop accepting (health NOT_SERVING, HTTP listener closed), let
   // in-flight streams finish for --grace_ms, then cancel them (their last message says
   // FINISH_REASON_CANCELLED and their worker sequences are cancelled).
@@ -240,6 +267,8 @@ int main(int argc, char** argv) {
   if (!done) gw.CancelAll();
   if (canceller.joinable()) canceller.join();
   if (http_stopper.joinable()) http_stopper.join();
+  trim_stop = true;
+  if (trimmer.joinable()) trimmer.join();
   gw.Stop();
   metrics.Stop();
   HERD_LOG(Info) << "gateway stopped";
