@@ -22,7 +22,7 @@ absl::Status FromGrpcStatus(const grpc::Status& s);
 
 /// An insecure channel to a loader at `target` ("host:port") whose receive limit
 /// (`max_message_bytes`, default 64 MiB) admits 4 MiB chunks and large vocab GGUFs
-/// (gRPC's default is 4 MiB). Reconnects after 100 ms, backing off to at most 5 s
+/// (gRPC's default is 4 MiB). Reconnects after 100 ms, backing off to at most 1 s
 /// (gRPC's default grows to 120 s), so a restarted loader is found again quickly.
 std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int max_message_bytes = 64 << 20);
 
@@ -39,8 +39,8 @@ struct FetchOptions {
   /// Pause before a resume; doubles each time (capped by the deadline).
   std::chrono::milliseconds retry_backoff{50};
   /// While the loader is unreachable (GetModelInfo answers UNAVAILABLE: not started
-  /// yet, restarting), keep asking until the deadline, waiting 100 ms, doubling up to
-  /// 5 s; false = fail at once.
+  /// yet, restarting), keep asking until the deadline (calls that wait for the channel
+  /// to connect); false = fail at once.
   bool wait_for_loader = false;
 };
 
