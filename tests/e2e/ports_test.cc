@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -133,6 +135,27 @@ TEST(Ports, ClusterProcessesListenOnlyOnAnnouncedPorts) {
   EXPECT_EQ(procs[0]->name, "loader");
   EXPECT_EQ(procs.back()->name, "gateway");
   EXPECT_FALSE(procs.back()->http_addr.empty());
+
+  // A killed gateway is restarted on the ports it announced first (gRPC, HTTP and
+  // metrics were all picked with port 0), and again listens on those only.
+  cli::Process* gw = procs.back();
+  const pid_t old_pid = gw->pid;
+  std::set<int> announced = {PortOf(gw->grpc_addr), PortOf(gw->http_addr), PortOf(gw->metrics_addr)};
+  ASSERT_TRUE(cluster.KillGateway().ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::set<int> now;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    const pid_t pid = gw->pid;
+    if (pid > 0 && pid != old_pid) {
+      auto sockets = ListeningSockets(pid);
+      if (sockets.ok()) now = Ports(*sockets);
+      if (now == announced) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(now, announced) << "the restarted gateway does not listen on its first ports within 5 s";
+  EXPECT_EQ(cluster.Restarts("gateway"), 1);
+  EXPECT_EQ(cluster.Restarts("loader"), 0);
   cluster.Stop();
 }
 

@@ -177,13 +177,23 @@ absl::Status LocalCluster::Spawn(Process* p,
 }
 
 absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout) {
+  // Every address the process will print: gRPC always, HTTP and metrics unless off.
+  auto wants = [p](const std::string& flag) {
+    for (const std::string& a : p->argv) {
+      if (a.rfind(flag + "=", 0) == 0) return a != flag + "=-1";
+    }
+    return false;
+  };
+  const bool want_http = wants("--http_port"), want_metrics = wants("--metrics_port");
   p->grpc_addr.clear();
+  if (want_http) p->http_addr.clear();
+  if (want_metrics) p->metrics_addr.clear();
   std::shared_ptr<std::pair<std::mutex, std::condition_variable>> ready;
   if (absl::Status s = Spawn(p, &ready); !s.ok()) return s;
   const pid_t pid = p->pid;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock<std::mutex> lk(ready->first);
-  while (p->grpc_addr.empty()) {
+  while (p->grpc_addr.empty() || (want_http && p->http_addr.empty()) || (want_metrics && p->metrics_addr.empty())) {
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       p->pid = -1;
@@ -191,7 +201,7 @@ absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout)
                                                  absl::StrJoin(p->argv, " ")));
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return absl::UnavailableError(absl::StrCat(p->name, " did not print its address within ", timeout.count(), " ms"));
+      return absl::UnavailableError(absl::StrCat(p->name, " did not print its addresses within ", timeout.count(), " ms"));
     }
     ready->second.wait_for(lk, std::chrono::milliseconds(50));
   }
