@@ -68,6 +68,10 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
+  // No SO_REUSEPORT: with it gRPC clones the listener once per completion queue, and a
+  // clone of "host:0" binds a second ephemeral port that serves the whole API without
+  // being announced (and any process of the same user could bind our port too).
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   b.AddListeningPort(opts.address, *creds, bound_port);
   b.SetMaxReceiveMessageSize(opts.max_message_bytes);
   b.SetMaxSendMessageSize(opts.max_message_bytes);

@@ -618,10 +618,11 @@ absl::Status Vocab::Impl::Load(const gguf::GgufFile& f) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tokenizer: ", f.path(), ": tokenizer.ggml.scores must be an array of float32 or int32"));
     }
-    if (scores->array_size() < n_tokens) {
+    // One entry per token, exactly (llama.cpp indexes them by token id).
+    if (scores->array_size() != n_tokens) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tokenizer: ", f.path(), ": tokenizer.ggml.scores has ", scores->array_size(),
-          " entries for ", n_tokens, " tokens"));
+          " entries but tokenizer.ggml.tokens has ", n_tokens));
     }
   }
   const gguf::Value* toktypes = f.Find("tokenizer.ggml.token_type");
@@ -630,10 +631,10 @@ absl::Status Vocab::Impl::Load(const gguf::GgufFile& f) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tokenizer: ", f.path(), ": tokenizer.ggml.token_type must be an array of int32"));
     }
-    if (toktypes->array_size() < n_tokens) {
+    if (toktypes->array_size() != n_tokens) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tokenizer: ", f.path(), ": tokenizer.ggml.token_type has ", toktypes->array_size(),
-          " entries for ", n_tokens, " tokens"));
+          " entries but tokenizer.ggml.tokens has ", n_tokens));
     }
   }
 

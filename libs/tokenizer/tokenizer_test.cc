@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -538,6 +539,41 @@ TEST(InMemory, InvalidIdsDoNotCrash) {
   EXPECT_NE(s.message().find("position 2"), std::string::npos) << s;
   EXPECT_EQ(vocab.Detokenize(ids, true), "a");
   EXPECT_TRUE(vocab.ValidateTokens({0, 1, 266}).ok());
+}
+
+// tokenizer.ggml.scores / token_type must have exactly one entry per token: shorter and
+// longer arrays are INVALID_ARGUMENT naming both lengths (the file written to disk and
+// opened, as the loader and workers do).
+TEST(InMemory, ScoresAndTokenTypeLengthsMustMatchTokens) {
+  const std::vector<std::string> tokens = SmallSpmTokens();  // 267
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/toktype_len.gguf";
+  for (const char* key : {"tokenizer.ggml.token_type", "tokenizer.ggml.scores"}) {
+    for (size_t n : {tokens.size() - 1, tokens.size() + 1, size_t{1}}) {
+      SCOPED_TRACE(absl::StrCat(key, " with ", n, " entries"));
+      GgufWriter w;
+      w.SetValue("tokenizer.ggml.model", Value::String("llama"));
+      w.SetValue("tokenizer.ggml.tokens", Value::StringArray(tokens));
+      if (std::string(key) == "tokenizer.ggml.scores") {
+        w.SetValue(key, Value::F32Array(std::vector<float>(n, 0.0f)));
+      } else {
+        w.SetValue(key, Value::I32Array(std::vector<int32_t>(n, 1)));
+      }
+      ASSERT_TRUE(w.WriteFile(path).ok());
+      auto f = GgufFile::Open(path);
+      ASSERT_TRUE(f.ok()) << f.status();
+      auto v = Vocab::FromGguf(**f);
+      ASSERT_FALSE(v.ok());
+      EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << v.status();
+      const std::string msg(v.status().message());
+      EXPECT_NE(msg.find(key), std::string::npos) << msg;
+      EXPECT_NE(msg.find(absl::StrCat(" ", n, " entries")), std::string::npos) << msg;
+      EXPECT_NE(msg.find(absl::StrCat("tokenizer.ggml.tokens has ", tokens.size())), std::string::npos) << msg;
+    }
+  }
+  // Equal lengths load.
+  auto ok = VocabFromBytes(SmallSpmFile());
+  EXPECT_TRUE(ok.ok()) << ok.status();
 }
 
 TEST(InMemory, Errors) {

@@ -33,7 +33,9 @@
 #include "services/draft/draft_service.h"
 #include "services/loader/loader_client.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to bind the gRPC and metrics ports on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
+          "e.g. in a container).");
 ABSL_FLAG(int, port, 50055, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9095, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(std::string, spec_type, "",

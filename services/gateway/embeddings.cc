@@ -96,9 +96,9 @@ absl::StatusOr<v1::WorkerEmbedResponse> EmbedOnWorker(Gateway& gw, const std::st
 absl::Status CheckModel(Gateway& gw, const std::string& model) {
   switch (gw.pool().GetModelState(model)) {
     case WorkerPool::ModelState::kUnknown:
-      return absl::NotFoundError(absl::StrCat("model '", model, "' not found"));
+      return absl::NotFoundError(absl::StrCat("model '", ShortName(model), "' not found"));
     case WorkerPool::ModelState::kNoLiveWorker:
-      return absl::UnavailableError(absl::StrCat("model '", model, "': no live worker serves it"));
+      return absl::UnavailableError(absl::StrCat("model '", ShortName(model), "': no live worker serves it"));
     case WorkerPool::ModelState::kLive:
       break;
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/impl/rpc_service_method.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/method_handler.h"
 #include "libs/base/log.h"
 #include "libs/engine/sampling.h"
@@ -311,6 +312,7 @@ bool Gateway::WaitIdle(absl::Duration timeout) {
 }
 
 void Gateway::RecordRequest(const std::string& method, const absl::Status& status, absl::Duration elapsed) {
+  finished_.fetch_add(1);
   requests_total_->Add(1, {method, absl::StatusCodeToString(status.code())});
   request_seconds_->Observe(absl::ToDoubleSeconds(elapsed), {method});
 }
@@ -334,6 +336,8 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
     if (req.model().empty()) return Invalid("model: required (a name from ListModels)");
     switch (req.prompt_case()) {
       case v1::GenerateRequest::kText: {
+        // llama.cpp's server generates from BOS alone; herd asks for a prompt (protocol.md).
+        if (req.text().empty()) return Invalid("prompt.text: empty (a prompt is required)");
         if (static_cast<int64_t>(req.text().size()) > opts_.max_prompt_bytes) {
           return Invalid(absl::StrCat("prompt.text: ", req.text().size(), " bytes exceeds the limit of ",
                                       opts_.max_prompt_bytes, " bytes"));
@@ -388,11 +392,11 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
         for (const WorkerSnapshot& w : pool_->Snapshot()) {
           if (w.live) names.insert(w.info.model());
         }
-        return absl::NotFoundError(absl::StrCat("model '", req.model(), "' not found (served: ",
+        return absl::NotFoundError(absl::StrCat("model '", ShortName(req.model()), "' not found (served: ",
                                                 names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
       }
       case WorkerPool::ModelState::kNoLiveWorker:
-        return absl::UnavailableError(absl::StrCat("model '", req.model(), "': no live worker serves it"));
+        return absl::UnavailableError(absl::StrCat("model '", ShortName(req.model()), "': no live worker serves it"));
       case WorkerPool::ModelState::kLive:
         break;
     }
@@ -427,7 +431,7 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
       max_n_ctx = std::max(max_n_ctx, w.info.n_ctx());
       if (w.info.n_vocab() > 0 && w.info.n_vocab() != g->vocab->n_tokens()) {
         HERD_LOG(Warning) << "worker " << w.address << " reports n_vocab " << w.info.n_vocab() << " but the vocabulary of "
-                          << req.model() << " has " << g->vocab->n_tokens() << " tokens";
+                          << ShortName(req.model()) << " has " << g->vocab->n_tokens() << " tokens";
       }
     }
     // The context holds prompt and completion (llama.cpp's server): a prompt of n_ctx
@@ -455,7 +459,7 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
   }();
   if (!st.ok()) {
     RecordRequest(method, st, absl::Now() - g->start);
-    HERD_LOG(Info) << "request id=" << g->id << " method=" << method << " model=" << req.model()
+    HERD_LOG(Info) << "request id=" << g->id << " method=" << method << " model=" << ShortName(req.model())
                    << " code=" << absl::StatusCodeToString(st.code()) << " error=\"" << st.message() << "\"";
     return st;
   }
@@ -990,42 +994,100 @@ absl::StatusOr<v1::DetokenizeRequest> FromLenient(const lenient::DetokenizeReque
   return Reparse<lenient::DetokenizeRequest, v1::DetokenizeRequest>(req);
 }
 
+namespace {
+
+// Requests arrive as raw bytes and are parsed here: when gRPC parses them itself, a
+// malformed message ends the call with INTERNAL and an empty message (its
+// SerializationTraits cannot say more), which reads as a server bug.
+template <typename Msg>
+absl::Status ParseRequest(const grpc::ByteBuffer& raw, absl::string_view type, Msg* out) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (raw.Dump(&slices).ok()) {
+    bytes.reserve(raw.Length());
+    for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  if (!out->ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request: ", bytes.size(), " bytes are not a valid ", type, " protobuf message"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 GatewayServiceImpl::GatewayServiceImpl(Gateway* gateway) : gw_(gateway) {
   using grpc::internal::RpcMethod;
   using grpc::internal::RpcServiceMethod;
+  // Every handler takes the raw request (ParseRequest above) and records a malformed
+  // one like any other INVALID_ARGUMENT.
+  auto bad = [](GatewayServiceImpl* s, const char* method, const absl::Status& st) {
+    s->gw_->RecordRequest(method, st, absl::ZeroDuration());
+    return ToGrpcStatus(st);
+  };
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/Generate", RpcMethod::SERVER_STREAMING,
-      new grpc::internal::ServerStreamingHandler<GatewayServiceImpl, lenient::GenerateRequest, v1::GenerateResponse>(
-          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const lenient::GenerateRequest* req,
-             grpc::ServerWriter<v1::GenerateResponse>* w) { return s->Generate(ctx, req, w); },
+      new grpc::internal::ServerStreamingHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::GenerateResponse>(
+          [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw,
+                grpc::ServerWriter<v1::GenerateResponse>* w) {
+            lenient::GenerateRequest req;
+            if (absl::Status st = ParseRequest(*raw, "herd.v1.GenerateRequest", &req); !st.ok()) {
+              return bad(s, "Generate", st);
+            }
+            return s->Generate(ctx, &req, w);
+          },
           this)));
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/Tokenize", RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, lenient::TokenizeRequest, v1::TokenizeResponse,
-                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
-          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const lenient::TokenizeRequest* req,
-             v1::TokenizeResponse* resp) { return s->Tokenize(ctx, req, resp); },
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::TokenizeResponse,
+                                           grpc::ByteBuffer, grpc::protobuf::MessageLite>(
+          [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw,
+                v1::TokenizeResponse* resp) {
+            lenient::TokenizeRequest req;
+            if (absl::Status st = ParseRequest(*raw, "herd.v1.TokenizeRequest", &req); !st.ok()) {
+              return bad(s, "Tokenize", st);
+            }
+            return s->Tokenize(ctx, &req, resp);
+          },
           this)));
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/Detokenize", RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, lenient::DetokenizeRequest, v1::DetokenizeResponse,
-                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
-          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const lenient::DetokenizeRequest* req,
-             v1::DetokenizeResponse* resp) { return s->Detokenize(ctx, req, resp); },
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::DetokenizeResponse,
+                                           grpc::ByteBuffer, grpc::protobuf::MessageLite>(
+          [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw,
+                v1::DetokenizeResponse* resp) {
+            lenient::DetokenizeRequest req;
+            if (absl::Status st = ParseRequest(*raw, "herd.v1.DetokenizeRequest", &req); !st.ok()) {
+              return bad(s, "Detokenize", st);
+            }
+            return s->Detokenize(ctx, &req, resp);
+          },
           this)));
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/ListModels", RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, v1::ListModelsRequest, v1::ListModelsResponse,
-                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
-          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
-             v1::ListModelsResponse* resp) { return s->ListModels(ctx, req, resp); },
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::ListModelsResponse,
+                                           grpc::ByteBuffer, grpc::protobuf::MessageLite>(
+          [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw,
+                v1::ListModelsResponse* resp) {
+            v1::ListModelsRequest req;
+            if (absl::Status st = ParseRequest(*raw, "herd.v1.ListModelsRequest", &req); !st.ok()) {
+              return bad(s, "ListModels", st);
+            }
+            return s->ListModels(ctx, &req, resp);
+          },
           this)));
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/Embed", RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, v1::EmbedRequest, v1::EmbedResponse,
-                                           grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
-          [](GatewayServiceImpl* s, grpc::ServerContext* ctx, const v1::EmbedRequest* req,
-             v1::EmbedResponse* resp) { return s->Embed(ctx, req, resp); },
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::EmbedResponse,
+                                           grpc::ByteBuffer, grpc::protobuf::MessageLite>(
+          [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw,
+                v1::EmbedResponse* resp) {
+            v1::EmbedRequest req;
+            if (absl::Status st = ParseRequest(*raw, "herd.v1.EmbedRequest", &req); !st.ok()) {
+              return bad(s, "Embed", st);
+            }
+            return s->Embed(ctx, &req, resp);
+          },
           this)));
 }
 

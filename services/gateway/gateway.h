@@ -211,6 +211,8 @@ class Gateway {
   void CancelAll();
   /// Generations in flight.
   int inflight() const { return inflight_.load(); }
+  /// Requests finished so far (every method, any outcome: RecordRequest calls).
+  uint64_t finished() const { return finished_.load(); }
   /// Waits until no generation is in flight; false on timeout.
   bool WaitIdle(absl::Duration timeout);
 
@@ -255,6 +257,7 @@ class Gateway {
   std::atomic<bool> draining_{false};
   std::atomic<bool> cancel_all_{false};
   std::atomic<int> inflight_{0};
+  std::atomic<uint64_t> finished_{0};
   std::atomic<uint64_t> next_id_{1};
 
   mutable std::mutex active_mu_;

@@ -12,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "libs/base/log.h"
@@ -235,11 +238,13 @@ TEST_F(GatewayTest, LengthFinishAndTokenPrompt) {
   EXPECT_EQ(c.usage.prompt_tokens(), 2);
   EXPECT_EQ(c.usage.completion_tokens(), 5);
   EXPECT_EQ(w->last_start().prompt_size(), 2);
-  // An empty text prompt is a prompt (BOS alone for this vocabulary).
+  // An empty text prompt is refused (protocol.md; llama.cpp's server would generate from
+  // BOS alone): INVALID_ARGUMENT, and no session is started.
+  const int sessions = w->sessions_started();
   Collected e = Run(t.get(), Req("stories260K", "", 2));
-  ASSERT_TRUE(e.status.ok()) << e.status.error_message();
-  const v1::SessionStart es = w->last_start();
-  EXPECT_EQ(std::vector<int32_t>(es.prompt().begin(), es.prompt().end()), std::vector<int32_t>{1});
+  EXPECT_EQ(e.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << e.status.error_message();
+  EXPECT_TRUE(absl::StartsWith(e.status.error_message(), "prompt.text: empty")) << e.status.error_message();
+  EXPECT_EQ(w->sessions_started(), sessions);
   // n_predict unset: until the context is full (llama.cpp's -1), prompt + completion =
   // n_ctx_seq = 256.
   v1::GenerateRequest d = Req();
@@ -550,6 +555,7 @@ TEST_F(GatewayTest, MalformedRequestsGetInvalidArgumentNamingTheField) {
   add("negative token id", "prompt.tokens", [](auto& r) { r.mutable_tokens()->add_ids(-1); });
   add("empty token list", "prompt.tokens", [](auto& r) { r.mutable_tokens(); });
   add("no prompt", "prompt", [](auto& r) { r.clear_prompt(); });
+  add("empty text prompt", "prompt.text", [](auto& r) { r.set_text(""); });
   add("empty model", "model", [](auto& r) { r.set_model(""); });
   add("10 MB prompt", "prompt.text", [](auto& r) { r.set_text(std::string(10 << 20, 'a')); });
   add("invalid UTF-8", "prompt.text", [](auto& r) { r.set_text("bad \xff\xfe utf8"); });
@@ -598,6 +604,94 @@ TEST_F(GatewayTest, MalformedRequestsGetInvalidArgumentNamingTheField) {
   Collected ok = Run(t.get(), Req());
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
   EXPECT_EQ(ok.finish, v1::FINISH_REASON_EOS);
+}
+
+// Bytes that are not a protobuf message get INVALID_ARGUMENT saying so (gRPC's own
+// parsing would answer INTERNAL with an empty message), on every method.
+TEST_F(GatewayTest, GarbageRequestBytesGetInvalidArgument) {
+  FakeWorker* w = AddWorker("stories260K");
+  auto t = StartGateway({w});
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", t->port), grpc::InsecureChannelCredentials());
+  // Field 1 (model), length 100, but only 3 bytes follow.
+  const std::string garbage = "\x0a\x64" "abc";
+  auto bytes = [&] {
+    grpc::Slice slice(garbage);
+    return grpc::ByteBuffer(&slice, 1);
+  };
+  for (const char* method : {"Tokenize", "Detokenize", "ListModels", "Embed"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::ByteBuffer resp;
+    grpc::Status st = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel.get(),
+        grpc::internal::RpcMethod(absl::StrCat("/herd.v1.Gateway/", method).c_str(),
+                                  grpc::internal::RpcMethod::NORMAL_RPC),
+        &ctx, bytes(), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << st.error_message();
+    EXPECT_TRUE(absl::StartsWith(st.error_message(), "request: 5 bytes are not a valid herd.v1."))
+        << method << ": " << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto reader = std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel.get(),
+            grpc::internal::RpcMethod("/herd.v1.Gateway/Generate", grpc::internal::RpcMethod::SERVER_STREAMING), &ctx,
+            bytes()));
+    grpc::ByteBuffer msg;
+    EXPECT_FALSE(reader->Read(&msg));
+    grpc::Status st = reader->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("herd.v1.GenerateRequest"), std::string::npos) << st.error_message();
+  }
+  EXPECT_EQ(w->sessions_started(), 0);
+  // Still serving; the refusals are counted.
+  Collected ok = Run(t.get(), Req());
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_NE(t->registry.Render().find(
+                "herd_gateway_requests_total{method=\"Generate\",code=\"INVALID_ARGUMENT\"} 1"),
+            std::string::npos)
+      << t->registry.Render();
+}
+
+// A 10 KB model name is never echoed whole: errors (gRPC and HTTP) show its first 64
+// bytes and "…".
+TEST_F(GatewayTest, HugeModelNamesAreCutInErrors) {
+  FakeWorker* w = AddWorker("stories260K");
+  auto t = StartGateway({w});
+  const std::string huge(10 << 10, 'm');
+  const std::string shown = std::string(64, 'm') + "\xE2\x80\xA6";
+  {
+    Collected got = Run(t.get(), Req(huge));
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(got.status.error_message().find("'" + shown + "'"), std::string::npos) << got.status.error_message();
+    EXPECT_LT(got.status.error_message().size(), 300u) << got.status.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest req;
+    req.set_model(huge);
+    req.set_text("hi");
+    v1::TokenizeResponse resp;
+    grpc::Status st = t->stub->Tokenize(&ctx, req, &resp);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.error_message().find(shown), std::string::npos) << st.error_message();
+    EXPECT_EQ(st.error_message().find(std::string(65, 'm')), std::string::npos) << st.error_message().size();
+    EXPECT_LT(st.error_message().size(), 1000u);
+  }
+  {
+    httplib::Client cli("127.0.0.1", t->http_port);
+    json body = {{"model", huge}, {"prompt", "x"}};
+    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 404) << res->body.substr(0, 300);
+    EXPECT_EQ(res->body.find(std::string(65, 'm')), std::string::npos) << res->body.size();
+  }
+  // The cut never splits a UTF-8 character: 63 ASCII bytes, then 2-byte characters.
+  EXPECT_EQ(ShortName(std::string(63, 'a') + "\xC3\xA9\xC3\xA9"), std::string(63, 'a') + "\xE2\x80\xA6");
+  EXPECT_EQ(ShortName("short"), "short");
+  EXPECT_EQ(ShortName(std::string(64, 'x')), std::string(64, 'x'));
 }
 
 TEST_F(GatewayTest, TokenizeDetokenizeAndTheVocabularyCache) {
@@ -810,6 +904,7 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
       {"{not json", 400, "invalid_request_error", "request body"},
       {R"({"prompt":"x"})", 400, "invalid_request_error", "model"},
       {R"({"model":"stories260K"})", 400, "invalid_request_error", "prompt"},
+      {R"({"model":"stories260K","prompt":""})", 400, "invalid_request_error", "prompt"},
       {R"({"model":"stories260K","prompt":"x","temperature":-1})", 400, "invalid_request_error", "sampling.temperature"},
       {R"({"model":"stories260K","prompt":"x","temperature":"hot"})", 400, "invalid_request_error", "temperature"},
       {R"({"model":"stories260K","prompt":"x","max_tokens":0})", 400, "invalid_request_error", "n_predict"},

@@ -1,6 +1,9 @@
 // herd gateway: the public gRPC API (herd.v1.Gateway) and an OpenAI-compatible HTTP
 // endpoint over a pool of compute workers. See services/gateway/README.md.
+#include <malloc.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -30,7 +33,9 @@ ABSL_FLAG(std::string, workers, "", "comma-separated worker addresses \"h1:p1,h2
 ABSL_FLAG(std::string, workers_dns, "",
           "NAME:PORT; every address NAME resolves to is a worker (e.g. a Kubernetes headless "
           "service); re-resolved every --dns_refresh_ms");
-ABSL_FLAG(std::string, host, "0.0.0.0", "address to bind the gRPC, HTTP and metrics ports on");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "address to bind the gRPC, HTTP and metrics ports on (loopback only by default; 0.0.0.0 = every "
+          "interface, e.g. in a container)");
 ABSL_FLAG(int, port, 50051, "gRPC port (0 = pick a free port)");
 ABSL_FLAG(int, http_port, 8080, "OpenAI-compatible HTTP port (0 = pick a free port, -1 = off)");
 ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0 = pick a free port, -1 = off)");
@@ -63,6 +68,9 @@ ABSL_FLAG(std::string, http_tls_cert_file, "",
 ABSL_FLAG(std::string, http_tls_key_file, "", "HTTPS: PEM private key");
 ABSL_FLAG(std::string, http_tls_client_ca_file, "", "HTTPS: require client certificates signed by this CA (mTLS)");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC message size limit");
+ABSL_FLAG(int, malloc_trim_ms, 5000,
+          "while no request is in flight, hand freed heap memory back to the OS (glibc malloc_trim) at most this "
+          "often, so that RSS falls after large requests (0 = never)");
 // Speculative decoding. Flag names use '_' (Abseil); llama.cpp spells them with '-'.
 ABSL_FLAG(std::string, draft_workers, "",
           "comma-separated draft worker addresses \"h1:p1,h2:p2\" (herd.v1.Draft); the gateway picks one per "
@@ -256,6 +264,27 @@ int main(int argc, char** argv) {
                                                   : absl::StrCat(gw.draft_client()->n_workers()))
                  << ", default speculative type " << spec::SpecTypeName(opts.spec_defaults.type);
 
+  // glibc keeps freed memory of large requests (prompt texts, JSON bodies, token
+  // vectors) in its arenas; give it back once the gateway is idle.
+  std::atomic<bool> trim_stop{false};
+  std::thread trimmer;
+  if (const int every = absl::GetFlag(FLAGS_malloc_trim_ms); every > 0) {
+    trimmer = std::thread([&gw, &trim_stop, every] {
+      uint64_t seen = 0;  // requests finished at the last trim
+      auto last = std::chrono::steady_clock::now();
+      while (!trim_stop.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(every, 100)));
+        if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(every)) continue;
+        last = std::chrono::steady_clock::now();
+        const uint64_t done = gw.finished();
+        if (gw.inflight() == 0 && done != seen) {
+          ::malloc_trim(0);
+          seen = done;
+        }
+      }
+    });
+  }
+
   // SIGTERM/SIGINT: stop accepting (health NOT_SERVING, HTTP listener closed), let
   // in-flight streams finish for --grace_ms, then cancel them (their last message says
   // FINISH_REASON_CANCELLED and their worker sequences are cancelled).
@@ -284,6 +313,8 @@ int main(int argc, char** argv) {
   if (!done) gw.CancelAll();
   if (canceller.joinable()) canceller.join();
   if (http_stopper.joinable()) http_stopper.join();
+  trim_stop = true;
+  if (trimmer.joinable()) trimmer.join();
   gw.Stop();
   metrics.Stop();
   HERD_LOG(Info) << "gateway stopped";

@@ -6,6 +6,14 @@
 
 namespace herd::gateway {
 
+std::string ShortName(absl::string_view name, size_t max_bytes) {
+  if (name.size() <= max_bytes) return std::string(name);
+  size_t cut = max_bytes;
+  // Do not split a multi-byte character: back off over continuation bytes (10xxxxxx).
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(name.substr(0, cut), "\xE2\x80\xA6");
+}
+
 VocabCache::VocabCache(const std::string& loader_address, const serving::ClientSecurity& security)
     : loader_address_(loader_address) {
   if (!loader_address_.empty()) {
@@ -60,7 +68,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplateInfo>> VocabCache::GetChatTempl
   if (e->compiled == nullptr) {
     auto info = MakeChatTemplateInfo(e->chat_template, override_template_);
     if (!info.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("model ", model, ": chat template: ", info.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("model ", ShortName(model), ": chat template: ", info.status().message()));
     }
     e->compiled = std::make_shared<const ChatTemplateInfo>(*std::move(info));
   }
@@ -84,7 +92,7 @@ std::string VocabCache::ChatTemplateOrigin(const std::string& model) {
 absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, Entry* e) {
   if (stub_ == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("model ", model, ": no vocabulary (the gateway runs without --loader)"));
+        absl::StrCat("model ", ShortName(model), ": no vocabulary (the gateway runs without --loader)"));
   }
   grpc::ClientContext ctx;
   // At least a few seconds for a large vocabulary even when the request is nearly due.
@@ -96,11 +104,11 @@ absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, En
   const absl::Time t0 = absl::Now();
   grpc::Status st = stub_->GetModelInfo(&ctx, req, &info);
   if (!st.ok()) {
-    const std::string msg = absl::StrCat("loader ", loader_address_, ": GetModelInfo(", model, "): ",
-                                         st.error_message());
+    const std::string msg = absl::StrCat("loader ", loader_address_, ": GetModelInfo(", ShortName(model), "): ",
+                                         ShortName(st.error_message(), 512));
     switch (st.error_code()) {
       case grpc::StatusCode::NOT_FOUND:
-        return absl::NotFoundError(absl::StrCat("model '", model, "' not found (", msg, ")"));
+        return absl::NotFoundError(absl::StrCat("model '", ShortName(model), "' not found (", msg, ")"));
       case grpc::StatusCode::INVALID_ARGUMENT:
         return absl::InvalidArgumentError(msg);
       case grpc::StatusCode::FAILED_PRECONDITION:
@@ -111,15 +119,15 @@ absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, En
   }
   if (info.vocab_gguf().empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("loader ", loader_address_, " sent no vocab_gguf for model ", model));
+        absl::StrCat("loader ", loader_address_, " sent no vocab_gguf for model ", ShortName(model)));
   }
   auto file = gguf::GgufFile::FromBytes(std::move(*info.mutable_vocab_gguf()), model + ".vocab.gguf");
   if (!file.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("model ", model, ": vocabulary: ", file.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat("model ", ShortName(model), ": vocabulary: ", file.status().message()));
   }
   auto vocab = tokenizer::Vocab::FromGguf(**file);
   if (!vocab.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("model ", model, ": vocabulary: ", vocab.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat("model ", ShortName(model), ": vocabulary: ", vocab.status().message()));
   }
   std::string chat_template;
   if (const gguf::Value* v = (*file)->Find("tokenizer.chat_template");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "libs/serving/security.h"
@@ -16,6 +17,11 @@
 #include "services/gateway/chat_prompt.h"
 
 namespace herd::gateway {
+
+/// `name` (a model name from a request) as error messages and logs show it: whole when
+/// at most `max_bytes` bytes, else its first `max_bytes` bytes (cut back to a UTF-8
+/// character boundary) followed by "…", so that a huge name is never echoed whole.
+std::string ShortName(absl::string_view name, size_t max_bytes = 64);
 
 /// Thread-safe cache of tokenizers by model name. Concurrent first requests for the
 /// same model share one loader call; failures are not cached (the next request asks

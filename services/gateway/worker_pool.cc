@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "libs/base/log.h"
+#include "services/gateway/vocab_cache.h"
 
 namespace herd::gateway {
 
@@ -294,7 +295,7 @@ absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, 
     }
   }
   if (best == nullptr) {
-    return absl::UnavailableError(absl::StrCat("no live worker serves model '", model, "'",
+    return absl::UnavailableError(absl::StrCat("no live worker serves model '", ShortName(model), "'",
                                                exclude.empty() ? "" : " (the others failed)"));
   }
   return Lease(best, this);

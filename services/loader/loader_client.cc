@@ -61,14 +61,21 @@ std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return serving::MakeChannel(target, security, args);
 }
 
-absl::StatusOr<herd::v1::ModelInfo> GetModelInfo(herd::v1::Loader::StubInterface* stub, const std::string& name,
-                                                 std::chrono::milliseconds deadline, bool include_sha256,
-                                                 bool include_vocab_gguf) {
+namespace {
+
+// GetModelInfo; with `wait_for_ready` the call waits (until the deadline) for a channel
+// that is reconnecting instead of failing at once with UNAVAILABLE.
+absl::StatusOr<herd::v1::ModelInfo> ModelInfoCall(herd::v1::Loader::StubInterface* stub, const std::string& name,
+                                                  std::chrono::milliseconds deadline, bool include_sha256,
+                                                  bool include_vocab_gguf, bool wait_for_ready) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Clock::now() + deadline);
+  ctx.set_wait_for_ready(wait_for_ready);
   herd::v1::GetModelInfoRequest req;
   req.set_name(name);
   req.set_include_sha256(include_sha256);
@@ -77,6 +84,14 @@ absl::StatusOr<herd::v1::ModelInfo> GetModelInfo(herd::v1::Loader::StubInterface
   grpc::Status s = stub->GetModelInfo(&ctx, req, &info);
   if (!s.ok()) return FromGrpcStatus(s);
   return info;
+}
+
+}  // namespace
+
+absl::StatusOr<herd::v1::ModelInfo> GetModelInfo(herd::v1::Loader::StubInterface* stub, const std::string& name,
+                                                 std::chrono::milliseconds deadline, bool include_sha256,
+                                                 bool include_vocab_gguf) {
+  return ModelInfoCall(stub, name, deadline, include_sha256, include_vocab_gguf, /*wait_for_ready=*/false);
 }
 
 absl::StatusOr<std::vector<herd::v1::StoredModel>> ListModels(herd::v1::Loader::StubInterface* stub,
@@ -177,6 +192,26 @@ absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::Stu
   if (stats == nullptr) stats = &local;
   const Clock::time_point end = Clock::now() + deadline;
   auto info = GetModelInfo(stub, name, deadline);
+  // A loader that is down (or restarting): ask again until the deadline, each call
+  // waiting up to 5 s for the channel to (re)connect (the channel retries the
+  // connection itself, MakeLoaderChannel's backoff), so the loader is found as soon as
+  // it listens.
+  while (opts.wait_for_loader && absl::IsUnavailable(info.status())) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    if (left <= std::chrono::milliseconds(0)) break;
+    HERD_LOG(Warning) << "model '" << name << "': loader unavailable (" << info.status().message()
+                      << "); waiting for it";
+    const Clock::time_point t0 = Clock::now();
+    info = ModelInfoCall(stub, name, std::min(left, std::chrono::milliseconds(5000)), false, false,
+                         /*wait_for_ready=*/true);
+    if (absl::IsDeadlineExceeded(info.status()) && Clock::now() < end) {
+      info = absl::UnavailableError(absl::StrCat("loader not reachable (", info.status().message(), ")"));
+    }
+    // Never spin: a call that failed at once waits a little before the next.
+    if (!info.ok() && Clock::now() - t0 < std::chrono::milliseconds(100)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
   if (!info.ok()) return info.status();
 
   if (opts.allow_local_mmap && !info->local_path().empty()) {

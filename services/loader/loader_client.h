@@ -24,6 +24,8 @@ absl::Status FromGrpcStatus(const grpc::Status& s);
 /// A channel to a loader at `target` ("host:port"), secured as `security` says (TLS,
 /// cluster key; default plaintext), whose receive limit (`max_message_bytes`, default
 /// 64 MiB) admits 4 MiB chunks and large vocab GGUFs (gRPC's default is 4 MiB).
+/// Reconnects after 100 ms, backing off to at most 1 s (gRPC's default grows to 120 s),
+/// so a restarted loader is found again quickly.
 std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int max_message_bytes = 64 << 20,
                                                  const serving::ClientSecurity& security = {});
 
@@ -39,6 +41,10 @@ struct FetchOptions {
   int max_attempts = 5;
   /// Pause before a resume; doubles each time (capped by the deadline).
   std::chrono::milliseconds retry_backoff{50};
+  /// While the loader is unreachable (GetModelInfo answers UNAVAILABLE: not started
+  /// yet, restarting), keep asking until the deadline (calls that wait for the channel
+  /// to connect); false = fail at once.
+  bool wait_for_loader = false;
 };
 
 /// How a fetch went.

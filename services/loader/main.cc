@@ -23,7 +23,9 @@
 #include "services/loader/quantize_backend.h"
 
 ABSL_FLAG(std::string, models_dir, "", "Directory of *.gguf models served by this loader (required).");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to bind the gRPC and metrics ports on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
+          "e.g. in a container).");
 ABSL_FLAG(int, port, 50052, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9092, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight streams may run before they are cancelled (ms).");
@@ -80,6 +82,14 @@ int main(int argc, char** argv) {
   opts.registry = &registry;
   auto service = herd::loader::LoaderServiceImpl::Create(opts);
   if (!service.ok()) return Fail(std::string(service.status().message()));
+  // A Quantize killed mid-write leaves "<name>.gguf.tmp.<pid>.<n>" behind: remove those.
+  auto stale = (*service)->store().RemoveStaleTempFiles();
+  if (!stale.ok()) {
+    HERD_LOG(Warning) << "loader: " << stale.status().message();
+  }
+  for (const std::string& f : stale.ok() ? *stale : std::vector<std::string>()) {
+    HERD_LOG(Info) << "loader: removed stale temp file " << (*service)->store().root() << "/" << f;
+  }
 
   herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*cluster_keys));
   int bound_metrics = -1;

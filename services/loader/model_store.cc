@@ -3,7 +3,9 @@
 #include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,7 +13,9 @@
 #include <memory>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace herd::loader {
@@ -133,6 +137,66 @@ absl::StatusOr<std::vector<StoreEntry>> ModelStore::List() const {
   }
   std::sort(out.begin(), out.end(), [](const StoreEntry& a, const StoreEntry& b) { return a.name < b.name; });
   return out;
+}
+
+bool ModelStore::IsTempFileName(absl::string_view file, int64_t* pid) {
+  // GgufWriter::WriteFile: StrCat(path, ".tmp.", getpid(), ".", counter).
+  constexpr absl::string_view kTmp = ".gguf.tmp.";
+  const size_t at = file.rfind(kTmp);
+  if (at == absl::string_view::npos || at == 0) return false;
+  if (!ValidateModelName(file.substr(0, at)).ok()) return false;
+  const absl::string_view rest = file.substr(at + kTmp.size());
+  const size_t dot = rest.find('.');
+  if (dot == absl::string_view::npos) return false;
+  const absl::string_view pid_s = rest.substr(0, dot), n_s = rest.substr(dot + 1);
+  auto all_digits = [](absl::string_view d) {
+    if (d.empty() || d.size() > 19) return false;
+    for (char c : d) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+    }
+    return true;
+  };
+  if (!all_digits(pid_s) || !all_digits(n_s)) return false;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(pid_s, &v)) return false;
+  if (pid != nullptr) *pid = v;
+  return true;
+}
+
+absl::StatusOr<std::vector<std::string>> ModelStore::RemoveStaleTempFiles() const {
+  struct CloseDir {
+    void operator()(DIR* d) const { ::closedir(d); }
+  };
+  std::unique_ptr<DIR, CloseDir> d(::opendir(root_.c_str()));
+  if (d == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot read model directory ", root_, ": ", std::strerror(errno)));
+  }
+  std::vector<std::string> stale;
+  while (struct dirent* e = ::readdir(d.get())) {
+    int64_t pid = 0;
+    if (!IsTempFileName(e->d_name, &pid)) continue;
+    const std::string path = absl::StrCat(root_, "/", e->d_name);
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    // A live writer other than this process may still be writing it (another loader
+    // on the same store and host).
+    const bool self = pid == static_cast<int64_t>(::getpid());
+    const bool alive = pid > 0 && pid <= INT32_MAX && !self &&
+                       (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    if (!alive) stale.push_back(e->d_name);
+  }
+  std::sort(stale.begin(), stale.end());
+  std::vector<std::string> removed;
+  std::string failed;
+  for (const std::string& f : stale) {
+    if (::unlink(absl::StrCat(root_, "/", f).c_str()) == 0 || errno == ENOENT) {
+      removed.push_back(f);
+    } else if (failed.empty()) {
+      failed = absl::StrCat("cannot remove stale temp file ", root_, "/", f, ": ", std::strerror(errno));
+    }
+  }
+  if (!failed.empty()) return absl::InternalError(failed);
+  return removed;
 }
 
 }  // namespace herd::loader

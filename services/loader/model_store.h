@@ -52,6 +52,19 @@ class ModelStore {
   /// files) are skipped. Errors only when the directory itself cannot be read.
   absl::StatusOr<std::vector<StoreEntry>> List() const;
 
+  /// True when `file` (a bare file name) is a temp file of an atomic GGUF write into
+  /// this store (gguf::GgufWriter::WriteFile): "<name>.gguf.tmp.<pid>.<n>" with a valid
+  /// model name and decimal pid and n. Sets *pid to the writer's pid when given.
+  static bool IsTempFileName(absl::string_view file, int64_t* pid = nullptr);
+
+  /// Removes the temp files (IsTempFileName, regular files, symlinks never followed)
+  /// that a writer killed mid-write left behind: those whose writer pid is not a live
+  /// process, or is this process (a restarted container reuses its pid, and nothing
+  /// was written yet). Call at start, before serving. Returns the names removed.
+  /// Errors: INTERNAL when the directory cannot be read or a stale file cannot be
+  /// removed (naming it; the others are still removed).
+  absl::StatusOr<std::vector<std::string>> RemoveStaleTempFiles() const;
+
  private:
   explicit ModelStore(std::string root) : root_(std::move(root)) {}
   std::string root_;

@@ -1,11 +1,13 @@
 #include "services/loader/model_store.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -108,6 +110,59 @@ TEST(ModelStore, OpenErrors) {
   WriteFile(file, "x");
   EXPECT_EQ(ModelStore::Open(file).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ModelStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+TEST(ModelStore, TempFileNamesMatchGgufWriterOnly) {
+  int64_t pid = 0;
+  EXPECT_TRUE(ModelStore::IsTempFileName("m.gguf.tmp.123.0", &pid));
+  EXPECT_EQ(pid, 123);
+  EXPECT_TRUE(ModelStore::IsTempFileName("llama-2-7b.Q4_K_M.gguf.tmp.1.42"));
+  for (const char* n : {"m.gguf", "m.gguf.tmp", "m.gguf.tmp.1", "m.gguf.tmp.1.", "m.gguf.tmp..1", "m.gguf.tmp.x.1",
+                        "m.gguf.tmp.1.2.bak", "m.gguf.tmp.-1.2", ".hidden.gguf.tmp.1.1", ".gguf.tmp.1.1",
+                        "notes.tmp.1.2", "m.tmp.1.2"}) {
+    EXPECT_FALSE(ModelStore::IsTempFileName(n)) << n;
+  }
+}
+
+TEST(ModelStore, RemovesStaleTempFilesOnly) {
+  const std::string dir = TempDir("stale_temps");
+  // A pid that is certainly dead: a child that exited and was reaped.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string dead = std::to_string(child), self = std::to_string(::getpid()),
+                    parent = std::to_string(::getppid());
+  const std::vector<std::string> stale = {"a.gguf.tmp." + dead + ".0", "b.gguf.tmp." + self + ".3"};
+  const std::vector<std::string> kept = {"c.gguf.tmp." + parent + ".1",  // writer alive
+                                         "c.gguf", "notes.tmp.1.2", "d.gguf.tmp.x.1", "e.gguf.tmp." + dead + ".0.bak",
+                                         ".f.gguf.tmp." + dead + ".0"};
+  for (const auto& f : stale) WriteFile(dir + "/" + f, "partial");
+  for (const auto& f : kept) WriteFile(dir + "/" + f, "keep");
+  // Never followed nor removed: a directory and a symlink with a temp file's name.
+  ASSERT_EQ(::mkdir((dir + "/g.gguf.tmp." + dead + ".0").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink((dir + "/c.gguf").c_str(), (dir + "/h.gguf.tmp." + dead + ".0").c_str()), 0);
+
+  auto store = ModelStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto removed = store->RemoveStaleTempFiles();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, stale);
+  for (const auto& f : stale) EXPECT_FALSE(Exists(dir + "/" + f)) << f;
+  for (const auto& f : kept) EXPECT_TRUE(Exists(dir + "/" + f)) << f;
+  EXPECT_TRUE(Exists(dir + "/g.gguf.tmp." + dead + ".0"));
+  EXPECT_TRUE(Exists(dir + "/h.gguf.tmp." + dead + ".0"));
+  EXPECT_TRUE(Exists(dir + "/c.gguf"));  // the symlink's target
+  // Nothing left to remove the second time.
+  auto again = store->RemoveStaleTempFiles();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->empty());
 }
 
 }  // namespace

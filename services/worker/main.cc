@@ -36,8 +36,12 @@
 ABSL_FLAG(std::string, loader, "", "Loader address HOST:PORT to fetch --model from (mmap when its file is readable here, else streamed).");
 ABSL_FLAG(std::string, model, "", "Model name in the loader's store (with --loader); also the name reported by Info.");
 ABSL_FLAG(std::string, model_path, "", "Open this local GGUF file instead of asking a loader.");
-ABSL_FLAG(int, load_timeout_ms, 600000, "Deadline for fetching the model from the loader (ms).");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to bind the gRPC and metrics ports on.");
+ABSL_FLAG(int, load_timeout_ms, 600000,
+          "Deadline for fetching the model from the loader (ms); while the loader is unreachable (starting, "
+          "restarting) the worker keeps asking until then.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
+          "e.g. in a container).");
 ABSL_FLAG(int, port, 50053, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(int, threads, 0, "Compute threads (0 = all hardware threads).");
@@ -139,8 +143,10 @@ int main(int argc, char** argv) {
     auto channel = herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes), *client_security);
     auto stub = herd::v1::Loader::NewStub(channel);
     herd::loader::FetchStats fs;
+    herd::loader::FetchOptions fopts;
+    fopts.wait_for_loader = true;  // a loader that is (re)starting: retry until --load_timeout_ms
     auto f = herd::loader::FetchModel(stub.get(), model_name, std::chrono::milliseconds(absl::GetFlag(FLAGS_load_timeout_ms)),
-                                      herd::loader::FetchOptions(), &fs);
+                                      fopts, &fs);
     if (!f.ok()) return Fail(absl::StrCat("fetching model ", model_name, " from ", loader_addr, ": ", f.status().ToString()));
     HERD_LOG(Info) << "worker: model " << model_name << " from " << loader_addr
                    << (fs.mmapped ? " (mapped the loader's file)" : absl::StrCat(" (streamed ", fs.bytes_streamed, " bytes)"));

@@ -2,8 +2,11 @@
 // the printed ports, a session over gRPC, /metrics, flag errors, and graceful
 // shutdown on SIGTERM (in-flight sessions continue, new ones are refused, the rest
 // is cancelled at --grace_ms).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -287,6 +290,58 @@ TEST_F(WorkerMainTest, FetchesTheModelThroughTheLoader) {
   EXPECT_NE(bad->Stderr().find("nope"), std::string::npos) << bad->Stderr();
   ::kill(loader2->pid, SIGTERM);
   loader2->Wait(std::chrono::seconds(10));
+}
+
+// A worker started while its loader is down (not started yet, restarting) keeps asking
+// with backoff and serves once the loader is up; with no loader before
+// --load_timeout_ms it exits 1 naming the loader.
+TEST_F(WorkerMainTest, WaitsForALoaderThatStartsLater) {
+  const std::string dir = TmpDir() + "/late_store";
+  ::mkdir(dir.c_str(), 0755);
+  {
+    std::ifstream in(model_, std::ios::binary);
+    std::ofstream out(dir + "/stories260K.gguf", std::ios::binary);
+    out << in.rdbuf();
+  }
+  // A free loopback port (nothing listens there until the loader starts).
+  int lport = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    lport = ntohs(a.sin_port);
+    ::close(fd);
+  }
+  auto w = Spawn({"services/worker/worker", absl::StrCat("--loader=127.0.0.1:", lport), "--model=stories260K",
+                  "--port=0", "--metrics_port=-1", "--threads=1", "--n_ctx=256", "--load_timeout_ms=60000"});
+  ASSERT_NE(w, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  int status = 0;
+  ASSERT_EQ(::waitpid(w->pid, &status, WNOHANG), 0) << "the worker gave up on its loader: " << w->Stderr();
+  auto loader = Spawn({"services/loader/loader", "--models_dir=" + dir, absl::StrCat("--port=", lport),
+                       "--metrics_port=-1"});
+  ASSERT_NE(loader, nullptr);
+  ASSERT_EQ(ReadPort(loader->out, "loader listening on "), lport);
+  const auto t0 = Clock::now();
+  const int port = ReadPort(w->out, "worker listening on ");
+  ASSERT_GT(port, 0) << w->Stderr();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(w->Stderr().find("loader unavailable"), std::string::npos) << w->Stderr();
+  ::kill(w->pid, SIGTERM);
+  EXPECT_EQ(w->Wait(std::chrono::seconds(10)), 0) << w->Stderr();
+  ::kill(loader->pid, SIGTERM);
+  loader->Wait(std::chrono::seconds(10));
+
+  // Nobody ever answers: exit 1 once --load_timeout_ms is spent.
+  auto gone = Spawn({"services/worker/worker", absl::StrCat("--loader=127.0.0.1:", lport), "--model=stories260K",
+                     "--port=0", "--metrics_port=-1", "--load_timeout_ms=1500"});
+  ASSERT_NE(gone, nullptr);
+  EXPECT_EQ(gone->Wait(std::chrono::seconds(20)), 1) << gone->Stderr();
+  EXPECT_NE(gone->Stderr().find(absl::StrCat("127.0.0.1:", lport)), std::string::npos) << gone->Stderr();
 }
 
 TEST_F(WorkerMainTest, BadFlagsExitWithAMessageNamingTheFlag) {

@@ -66,9 +66,40 @@ std::string AfterToken(const std::string& line, const std::string& token) {
   return line.substr(p, e - p);
 }
 
+// "exited with status 1", "killed by signal 9 (Killed)".
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  }
+  return absl::StrCat("ended with wait status ", status);
+}
+
+// The port after the last ':' of "host:port", or "" when there is none.
+std::string PortOf(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  return colon == std::string::npos ? "" : addr.substr(colon + 1);
+}
+
 }  // namespace
 
 LocalCluster::~LocalCluster() { Stop(); }
+
+void LocalCluster::PinPorts(Process* p) {
+  for (std::string& a : p->argv) {
+    std::string port;
+    if (a == "--port=0") {
+      port = PortOf(p->grpc_addr);
+    } else if (a == "--http_port=0") {
+      port = PortOf(p->http_addr);
+    } else if (a == "--metrics_port=0") {
+      port = PortOf(p->metrics_addr);
+    } else {
+      continue;
+    }
+    if (!port.empty() && port != "0") a = a.substr(0, a.find('=') + 1) + port;
+  }
+}
 
 absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& rel) const {
   std::vector<std::string> candidates;
@@ -91,28 +122,35 @@ absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& rel) con
                                           "); `bazel build //tools/herd` builds them with herd, or pass --bin-dir"));
 }
 
-absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout) {
+absl::Status LocalCluster::Spawn(Process* p,
+                                 std::shared_ptr<std::pair<std::mutex, std::condition_variable>>* ready_out) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  p->grpc_addr.clear();
   p->expected_exit = false;
+  std::vector<char*> argv;  // built before fork: the child only execs
+  for (std::string& a : p->argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
+  }
   if (pid == 0) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
-    std::vector<char*> argv;
-    for (std::string& a : p->argv) argv.push_back(a.data());
-    argv.push_back(nullptr);
     ::execv(argv[0], argv.data());
     std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
   }
   ::close(fds[1]);
   p->pid = pid;
+  p->started = std::chrono::steady_clock::now();
   auto ready = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  *ready_out = ready;
   const bool quiet = opts_.quiet;
   // Reader: parse the address lines, forward the logs.
   std::thread([p, fd = fds[0], ready, quiet] {
@@ -135,17 +173,35 @@ absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout)
     std::fclose(f);
     ready->second.notify_all();
   }).detach();
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout) {
+  // Every address the process will print: gRPC always, HTTP and metrics unless off.
+  auto wants = [p](const std::string& flag) {
+    for (const std::string& a : p->argv) {
+      if (a.rfind(flag + "=", 0) == 0) return a != flag + "=-1";
+    }
+    return false;
+  };
+  const bool want_http = wants("--http_port"), want_metrics = wants("--metrics_port");
+  p->grpc_addr.clear();
+  if (want_http) p->http_addr.clear();
+  if (want_metrics) p->metrics_addr.clear();
+  std::shared_ptr<std::pair<std::mutex, std::condition_variable>> ready;
+  if (absl::Status s = Spawn(p, &ready); !s.ok()) return s;
+  const pid_t pid = p->pid;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock<std::mutex> lk(ready->first);
-  while (p->grpc_addr.empty()) {
+  while (p->grpc_addr.empty() || (want_http && p->http_addr.empty()) || (want_metrics && p->metrics_addr.empty())) {
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       p->pid = -1;
-      return absl::UnavailableError(absl::StrCat(p->name, " exited before it was ready (status ", status,
-                                                 "): ", absl::StrJoin(p->argv, " ")));
+      return absl::UnavailableError(absl::StrCat(p->name, " ", DescribeExit(status), " before it was ready: ",
+                                                 absl::StrJoin(p->argv, " ")));
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return absl::UnavailableError(absl::StrCat(p->name, " did not print its address within ", timeout.count(), " ms"));
+      return absl::UnavailableError(absl::StrCat(p->name, " did not print its addresses within ", timeout.count(), " ms"));
     }
     ready->second.wait_for(lk, std::chrono::milliseconds(50));
   }
@@ -186,6 +242,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
                   "--metrics_port=0"};
   for (const std::string& f : opts.extra_flags) loader->argv.push_back(f);
   absl::Status s = Launch(loader.get(), timeout);
+  PinPorts(loader.get());
   procs_.push_back(std::move(loader));
   if (!s.ok()) return s;
   const std::string loader_addr = procs_[0]->grpc_addr;
@@ -203,6 +260,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
       for (const std::string& f : opts.extra_worker_flags) w->argv.push_back(f);
       for (const std::string& f : opts.extra_flags) w->argv.push_back(f);
       s = Launch(w.get(), timeout);
+      PinPorts(w.get());
       worker_addrs.push_back(w->grpc_addr);
       procs_.push_back(std::move(w));
       ++n_workers_;
@@ -229,6 +287,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
     for (const std::string& f : opts.extra_draft_flags) d->argv.push_back(f);
     for (const std::string& f : opts.extra_flags) d->argv.push_back(f);
     s = Launch(d.get(), timeout);
+    PinPorts(d.get());
     draft_addrs.push_back(d->grpc_addr);
     procs_.push_back(std::move(d));
     ++n_drafts_;
@@ -244,6 +303,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   for (const std::string& f : opts.extra_gateway_flags) gw->argv.push_back(f);
   for (const std::string& f : opts.extra_flags) gw->argv.push_back(f);
   s = Launch(gw.get(), timeout);
+  PinPorts(gw.get());
   procs_.push_back(std::move(gw));
   if (!s.ok()) return s;
 
@@ -274,21 +334,49 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
 }
 
 void LocalCluster::Supervise() {
+  using Clock = std::chrono::steady_clock;
   while (!stopping_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::lock_guard<std::mutex> l(mu_);
-    for (size_t i = 1; i + 1 < procs_.size(); ++i) {
-      Process* p = procs_[i].get();
-      if (p->pid <= 0) continue;
-      int status;
-      if (::waitpid(p->pid, &status, WNOHANG) != p->pid) continue;
-      p->pid = -1;
-      if (stopping_) break;
-      std::fprintf(stderr, "herd up: %s exited (status %d)%s\n", p->name.c_str(), status,
-                   opts_.restart_workers ? "; restarting" : "");
-      if (opts_.restart_workers) {
-        absl::Status s = Launch(p, std::chrono::seconds(30));
-        if (!s.ok()) std::fprintf(stderr, "herd up: restart of %s failed: %s\n", p->name.c_str(), std::string(s.message()).c_str());
+    if (stopping_) break;
+    const Clock::time_point now = Clock::now();
+    for (const std::unique_ptr<Process>& owned : procs_) {
+      Process* p = owned.get();
+      if (p->pid > 0) {
+        int status = 0;
+        const pid_t old_pid = p->pid;
+        if (::waitpid(old_pid, &status, WNOHANG) != old_pid) continue;  // still running
+        p->pid = -1;
+        if (!opts_.restart) {
+          std::fprintf(stderr, "herd up: %s (pid %d) %s; not restarting (--no-restart)\n", p->name.c_str(),
+                       static_cast<int>(old_pid), DescribeExit(status).c_str());
+          continue;
+        }
+        // A process that stayed up long enough starts over with the shortest delay.
+        if (p->backoff.count() == 0 || now - p->started >= opts_.restart_backoff_reset) {
+          p->backoff = opts_.restart_backoff_initial;
+        }
+        p->restart_pending = true;
+        p->restart_at = now + p->backoff;
+        std::fprintf(stderr, "herd up: %s (pid %d) %s after %.1f s; restarting in %lld ms\n", p->name.c_str(),
+                     static_cast<int>(old_pid), DescribeExit(status).c_str(),
+                     std::chrono::duration<double>(now - p->started).count(),
+                     static_cast<long long>(p->backoff.count()));
+        p->backoff = std::min(p->backoff * 2, opts_.restart_backoff_max);
+      } else if (p->restart_pending && now >= p->restart_at) {
+        p->restart_pending = false;
+        std::shared_ptr<std::pair<std::mutex, std::condition_variable>> ready;
+        absl::Status s = Spawn(p, &ready);
+        if (!s.ok()) {  // fork failed: try again later
+          std::fprintf(stderr, "herd up: restart of %s failed: %s\n", p->name.c_str(), std::string(s.message()).c_str());
+          p->restart_pending = true;
+          p->restart_at = now + p->backoff;
+          p->backoff = std::min(p->backoff * 2, opts_.restart_backoff_max);
+          continue;
+        }
+        ++p->restarts;
+        std::fprintf(stderr, "herd up: restarted %s (pid %d, restart %d)\n", p->name.c_str(), static_cast<int>(p->pid),
+                     p->restarts);
       }
     }
   }
@@ -328,6 +416,12 @@ std::string LocalCluster::gateway_http_addr() const { return procs_.empty() ? ""
 std::string LocalCluster::gateway_metrics_addr() const { return procs_.empty() ? "" : procs_.back()->metrics_addr; }
 std::string LocalCluster::loader_addr() const { return procs_.empty() ? "" : procs_.front()->grpc_addr; }
 
+std::vector<Process*> LocalCluster::processes() {
+  std::vector<Process*> out;
+  for (const auto& p : procs_) out.push_back(p.get());
+  return out;
+}
+
 std::vector<Process*> LocalCluster::workers() {
   std::vector<Process*> out;
   for (size_t i = 0; i < n_workers_ && 1 + i < procs_.size(); ++i) out.push_back(procs_[1 + i].get());
@@ -350,12 +444,32 @@ absl::StatusOr<Process*> LocalCluster::ProcAt(size_t first, size_t count, size_t
 absl::Status LocalCluster::Kill(Process* p) {
   if (p->pid <= 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is not running"));
   ::kill(p->pid, SIGKILL);
-  if (!opts_.restart_workers) {  // else the supervisor reaps and restarts it
+  if (!opts_.restart) {  // else the supervisor reaps and restarts it
     int status;
     ::waitpid(p->pid, &status, 0);
     p->pid = -1;
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::KillLoader() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (procs_.empty()) return absl::FailedPreconditionError("the cluster is not started");
+  return Kill(procs_.front().get());
+}
+
+absl::Status LocalCluster::KillGateway() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (procs_.size() < 2) return absl::FailedPreconditionError("the cluster is not started");
+  return Kill(procs_.back().get());
+}
+
+int LocalCluster::Restarts(const std::string& name) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& p : procs_) {
+    if (p->name == name) return p->restarts;
+  }
+  return -1;
 }
 
 absl::Status LocalCluster::KillWorker(size_t i) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,7 +31,14 @@ struct ClusterOptions {
   std::string host = "127.0.0.1";
   int gateway_port = 0;                  // gateway gRPC port (0 = a free port)
   int http_port = 0;                     // gateway HTTP port (0 = a free port)
-  bool restart_workers = true;           // restart a worker that exits unexpectedly
+  /// Supervision: restart any process (loader, workers, draft workers, gateway) that
+  /// exits while the cluster runs, on the same ports, forever, after a delay that starts
+  /// at restart_backoff_initial, doubles per consecutive failure up to
+  /// restart_backoff_max, and starts over once a process stayed up restart_backoff_reset.
+  bool restart = true;
+  std::chrono::milliseconds restart_backoff_initial{100};
+  std::chrono::milliseconds restart_backoff_max{5000};
+  std::chrono::milliseconds restart_backoff_reset{10000};
   std::vector<std::string> extra_worker_flags;
   std::vector<std::string> extra_gateway_flags;
   /// Appended to every service's command line (loader, workers, draft workers, gateway),
@@ -66,6 +74,12 @@ struct Process {
   pid_t pid = -1;
   std::string grpc_addr, http_addr, metrics_addr;
   std::atomic<bool> expected_exit{false};
+  // Supervision state (LocalCluster::Supervise, under LocalCluster::mu_).
+  std::chrono::steady_clock::time_point started{};     // last start
+  std::chrono::steady_clock::time_point restart_at{};  // next start while restart_pending
+  std::chrono::milliseconds backoff{0};                // delay before the next restart
+  bool restart_pending = false;
+  int restarts = 0;                                    // restarts so far
 };
 
 class LocalCluster {
@@ -83,27 +97,44 @@ class LocalCluster {
   std::string gateway_http_addr() const;
   std::string gateway_metrics_addr() const;
   std::string loader_addr() const;
+  /// Every process: loader, workers, draft workers, gateway.
+  std::vector<Process*> processes();
   /// Workers in start order.
   std::vector<Process*> workers();
   /// Draft workers in start order.
   std::vector<Process*> draft_workers();
-  /// Kills worker i with SIGKILL, as a crash would. With restart_workers the supervisor
+  /// Kills the loader with SIGKILL, as a crash would. With `restart` the supervisor starts
+  /// it again on the same ports. Errors: FAILED_PRECONDITION when it is not running.
+  absl::Status KillLoader();
+  /// Kills the gateway with SIGKILL (restarted on the same ports with `restart`).
+  absl::Status KillGateway();
+  /// Restarts so far of the process named `name` ("loader", "gateway", ...); -1 if unknown.
+  int Restarts(const std::string& name) const;
+  /// Kills worker i with SIGKILL, as a crash would. With `restart` the supervisor
   /// starts it again on the same port (the gateway's worker list stays valid).
   absl::Status KillWorker(size_t i);
   /// Starts worker i again on its previous port (after KillWorker with restarts off).
   absl::Status RestartWorker(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(30));
   /// Kills draft worker i with SIGKILL (restarted on the same port with
-  /// restart_workers, like a worker).
+  /// `restart`, like a worker).
   absl::Status KillDraftWorker(size_t i);
   /// Starts draft worker i again on its previous port (after KillDraftWorker with
   /// restarts off).
   absl::Status RestartDraftWorker(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(30));
-  /// Blocks until SIGINT/SIGTERM; supervises workers meanwhile.
+  /// Blocks until SIGINT/SIGTERM; the supervisor thread restarts exited processes meanwhile.
   void WaitForSignal();
 
  private:
   absl::StatusOr<std::string> FindBinary(const std::string& rel) const;
+  /// Forks and execs p->argv; a reader thread parses the printed addresses into `p`
+  /// (those still empty) and forwards the output. Errors: INTERNAL (pipe, fork).
+  absl::Status Spawn(Process* p, std::shared_ptr<std::pair<std::mutex, std::condition_variable>>* ready);
+  /// Spawn, then waits until the process printed its gRPC address (UNAVAILABLE when it
+  /// exits first or `timeout` passes).
   absl::Status Launch(Process* p, std::chrono::milliseconds timeout);
+  /// Replaces "--port=0", "--http_port=0" and "--metrics_port=0" in p->argv by the
+  /// ports it printed, so that restarts keep its addresses.
+  static void PinPorts(Process* p);
   void Supervise();
   absl::Status Kill(Process* p);
   absl::StatusOr<Process*> ProcAt(size_t first, size_t count, size_t i, const char* what);

@@ -26,7 +26,7 @@ int CmdUp(int argc, char** argv) {
        "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here)", ""},
       {{"--bin-dir"}, true, "folder holding services/{loader,worker,gateway} (default: next to herd)", ""},
       {{"--host"}, true, "address to bind", "127.0.0.1"},
-      {{"--no-restart"}, false, "do not restart workers that exit", ""},
+      {{"--no-restart"}, false, "do not restart services (loader, workers, draft workers, gateway) that exit", ""},
       {{"--draft-workers"}, true, "speculative-draft workers to start (0 = none)", "0"},
       {{"--spec-type"}, true,
        "default speculative type of requests: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, "
@@ -134,7 +134,7 @@ int CmdUp(int argc, char** argv) {
   opts.max_sequences = static_cast<int>(*max_seqs);
   opts.bin_dir = args->Get("--bin-dir");
   opts.host = args->Get("--host");
-  opts.restart_workers = !args->Has("--no-restart");
+  opts.restart = !args->Has("--no-restart");
   // Security: TLS files to every service; keys through the inherited environment.
   for (const auto& [flag, svc_flag] : std::vector<std::pair<std::string, std::string>>{
            {"--tls-cert-file", "--tls_cert_file"}, {"--tls-key-file", "--tls_key_file"}, {"--tls-ca-file", "--tls_ca_file"}}) {
