@@ -971,30 +971,38 @@ void QkxScalesK(const float* x, int nmax, float rmin, float rdelta, int nstep, u
     if (min > *max_min) *max_min = min;
   }
 }
+
+// One super-block of quantize_row_q4_K_ref / q5_K_ref up to the bit packing: scales and
+// mins (make_qkx2_quants with nmax, rmin, nstep), packed into `packed_scales`, d and dmin,
+// then every value requantized against the packed scales into L[kQK_K] (0..nmax).
+void QuantizeLevelsK(const float* x, int nmax, float rmin, int nstep, uint8_t* packed_scales, uint16_t* d16,
+                     uint16_t* dmin16, uint8_t* L) {
+  float mins[kQK_K / 32];
+  float scales[kQK_K / 32];
+  float max_scale, max_min;
+  QkxScalesK(x, nmax, rmin, 0.1f, nstep, L, scales, mins, &max_scale, &max_min);
+  PackScalesMinsK(scales, mins, max_scale, max_min, packed_scales, d16, dmin16);
+  uint8_t sc, m;
+  for (int j = 0; j < kQK_K / 32; ++j) {
+    GetScaleMinK4(j, packed_scales, &sc, &m);
+    const float d = Fp16ToFp32(*d16) * static_cast<float>(sc);
+    if (d == 0.0f) continue;
+    const float dm = Fp16ToFp32(*dmin16) * static_cast<float>(m);
+    for (int ii = 0; ii < 32; ++ii) {
+      int l = NearestInt((x[32 * j + ii] + dm) / d);
+      l = Max(0, Min(nmax, l));
+      L[32 * j + ii] = static_cast<uint8_t>(l);
+    }
+  }
+}
 }  // namespace
 
 void QuantizeRowQ4_KRef(const float* x, BlockQ4_K* y, int64_t k) {
   assert(k % kQK_K == 0);
   const int64_t nb = k / kQK_K;
   uint8_t L[kQK_K];
-  float mins[kQK_K / 32];
-  float scales[kQK_K / 32];
   for (int64_t i = 0; i < nb; ++i) {
-    float max_scale, max_min;
-    QkxScalesK(x, 15, -1.f, 0.1f, 20, L, scales, mins, &max_scale, &max_min);
-    PackScalesMinsK(scales, mins, max_scale, max_min, y[i].scales, &y[i].d, &y[i].dmin);
-    uint8_t sc, m;
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      GetScaleMinK4(j, y[i].scales, &sc, &m);
-      const float d = Fp16ToFp32(y[i].d) * static_cast<float>(sc);
-      if (d == 0.0f) continue;
-      const float dm = Fp16ToFp32(y[i].dmin) * static_cast<float>(m);
-      for (int ii = 0; ii < 32; ++ii) {
-        int l = NearestInt((x[32 * j + ii] + dm) / d);
-        l = Max(0, Min(15, l));
-        L[32 * j + ii] = static_cast<uint8_t>(l);
-      }
-    }
+    QuantizeLevelsK(x, 15, -1.f, 20, y[i].scales, &y[i].d, &y[i].dmin, L);
     uint8_t* q = y[i].qs;
     for (int j = 0; j < kQK_K; j += 64) {
       for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
@@ -1032,24 +1040,8 @@ void QuantizeRowQ5_KRef(const float* x, BlockQ5_K* y, int64_t k) {
   assert(k % kQK_K == 0);
   const int64_t nb = k / kQK_K;
   uint8_t L[kQK_K];
-  float mins[kQK_K / 32];
-  float scales[kQK_K / 32];
   for (int64_t i = 0; i < nb; ++i) {
-    float max_scale, max_min;
-    QkxScalesK(x, 31, -0.5f, 0.1f, 15, L, scales, mins, &max_scale, &max_min);
-    PackScalesMinsK(scales, mins, max_scale, max_min, y[i].scales, &y[i].d, &y[i].dmin);
-    uint8_t sc, m;
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      GetScaleMinK4(j, y[i].scales, &sc, &m);
-      const float d = Fp16ToFp32(y[i].d) * static_cast<float>(sc);
-      if (d == 0.0f) continue;
-      const float dm = Fp16ToFp32(y[i].dmin) * static_cast<float>(m);
-      for (int ii = 0; ii < 32; ++ii) {
-        int l = NearestInt((x[32 * j + ii] + dm) / d);
-        l = Max(0, Min(31, l));
-        L[32 * j + ii] = static_cast<uint8_t>(l);
-      }
-    }
+    QuantizeLevelsK(x, 31, -0.5f, 15, y[i].scales, &y[i].d, &y[i].dmin, L);
     uint8_t* qh = y[i].qh;
     uint8_t* ql = y[i].qs;
     std::memset(qh, 0, kQK_K / 8);

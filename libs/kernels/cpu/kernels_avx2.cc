@@ -342,74 +342,13 @@ inline __m256 Sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 inline __m256 Mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 inline float HAdd(__m256 v) { return Hsum8(v); }
 
-// ---------------------------------------------------------------- row ops (ggml vec.cpp paths)
-
-void SiluRow(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + W <= n; i += W) Store(y + i, VSilu(Load(x + i)));
-  for (; i < n; ++i) y[i] = x[i] / (1.0f + expf(-x[i]));
+inline __m256 Fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+inline __m256 LoadHalf(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline void StoreHalf(uint16_t* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-void SwigluRow(const float* a, const float* b, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + W <= n; i += W) Store(y + i, Mul(VSilu(Load(a + i)), Load(b + i)));
-  for (; i < n; ++i) y[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
-}
-
-double SoftMaxExpRow(const float* x, float* y, int64_t n, float max) {
-  int64_t i = 0;
-  double sum = 0.0;
-  for (; i + W <= n; i += W) {
-    const auto v = VExpf(Sub(Load(x + i), Set1(max)));
-    Store(y + i, v);
-    sum += static_cast<double>(HAdd(v));
-  }
-  for (; i < n; ++i) {
-    const float v = expf(x[i] - max);
-    sum += static_cast<double>(v);
-    y[i] = v;
-  }
-  return sum;
-}
-
-double CvarRow(const float* x, float* y, int64_t n, float mean) {
-  int64_t i = 0;
-  double sum = 0.0;
-  for (; i + W <= n; i += W) {
-    const auto v = Sub(Load(x + i), Set1(mean));
-    Store(y + i, v);
-    sum += static_cast<double>(HAdd(Mul(v, v)));
-  }
-  for (; i < n; ++i) {
-    float v = x[i] - mean;
-    y[i] = v;
-    v *= v;
-    sum += static_cast<double>(v);
-  }
-  return sum / n;
-}
-
-
-// ggml_vec_mad_f16 / ggml_vec_scale_f16 (SIMD path; the tail rounds the same way).
-void MadF16Row(const uint16_t* x, float v, uint16_t* y, int64_t n) {
-  int64_t i = 0;
-  const auto vv = _mm256_set1_ps(v);
-  for (; i + 8 <= n; i += 8) {
-    const auto r = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), vv, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i))));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < n; ++i) y[i] = _cvtss_sh(fmaf(_cvtsh_ss(x[i]), v, _cvtsh_ss(y[i])), _MM_FROUND_TO_NEAREST_INT);
-}
-
-void ScaleF16Row(uint16_t* y, float v, int64_t n) {
-  int64_t i = 0;
-  const auto vv = _mm256_set1_ps(v);
-  for (; i + 8 <= n; i += 8) {
-    const auto r = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i))), vv);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < n; ++i) y[i] = _cvtss_sh(_cvtsh_ss(y[i]) * v, _MM_FROUND_TO_NEAREST_INT);
-}
+#include "libs/kernels/cpu/row_ops.inc"
 
 using KQ4_1 = KBlock32<DecQ4_1, true>;
 using KQ5_0 = KBlock32<DecQ5_0, false>;
