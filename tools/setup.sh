@@ -7,6 +7,8 @@ PKGS=(
   bazel-bootstrap protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config libicu-dev
   libcpp-httplib-dev libboost1.74-dev libssl-dev openssl nlohmann-json3-dev python3 python3-grpcio python3-yaml python3-jsonschema
+  # clang + its runtimes: tools/fuzz.sh (libFuzzer, ASan, UBSan)
+  clang-14 libclang-rt-14-dev
   # promtool: //k8s:rules_test checks the alerting rules, the *_main_tests every /metrics
   prometheus
 )

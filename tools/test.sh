@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test (the README's test command; .ci/run calls it):
 #   1. bazel test //...            (all unit, conformance and e2e tests)
-#   2. bazel test --config=asan    (the GGUF reader and tokenizer under ASan + UBSan)
-# and ends with one plain line "N passed, N failed" over both runs.
+#   2. bazel test --config=asan    (targets tagged asan: GGUF reader, tokenizer, ... under ASan + UBSan)
+#   3. tools/fuzz.sh               (each libFuzzer target of tests/fuzz for $HERD_FUZZ_SECONDS, default 20 s)
+# and ends with one plain line "N passed, N failed" over all of them.
 # Installs missing Debian packages first (tools/setup.sh is idempotent).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +28,11 @@ rc1=${PIPESTATUS[0]}
 bazel test --config=ci --config=asan --test_env=HERD_SHARED="$HERD_SHARED" \
   --build_tests_only --test_tag_filters=asan //... 2>&1 | sed -E 's#^(//[^ ]+)( +)#\1[asan]\2#' | tee -a "$log"
 rc2=${PIPESTATUS[0]}
+tools/fuzz.sh "${HERD_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
+rc3=${PIPESTATUS[0]}
 (( rc1 != 0 )) && rc=$rc1
 (( rc2 != 0 )) && rc=$rc2
+(( rc3 != 0 )) && rc=$rc3
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED in' "$log")
 failed=$(grep -cE '^//[^ ]+ +.*(FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log")
 echo "$passed passed, $failed failed"
