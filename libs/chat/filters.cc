@@ -39,7 +39,7 @@ namespace {
 
 using FilterFn = absl::StatusOr<Value> (*)(Interpreter&, const Value&, CallArgs&);
 
-absl::Status Err(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
+absl::Status Err(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 absl::StatusOr<std::string> Str(const Value& v) { return ToStr(v); }
 
@@ -497,7 +497,7 @@ absl::StatusOr<Value> MinMax(Interpreter& in, const Value& v, CallArgs& args, bo
   BIND(max ? "max" : "min", "case_sensitive", "attribute");
   auto items = Iterate(v);
   if (!items.ok()) return items.status();
-  if (items->empty()) return Value::Undefined(max ? "No aggregated item, sequence was empty." : "No aggregated item, sequence was empty.");
+  if (items->empty()) return Value::Undefined("No aggregated item, sequence was empty.");
   const bool cs = b.Get(0) && Truthy(*b.Get(0));
   size_t best = 0;
   Value best_key;

@@ -16,7 +16,7 @@ absl::Status RaisedError(const std::string& msg) { return absl::FailedPreconditi
 
 namespace {
 
-absl::Status Err(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
+absl::Status Err(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 #define BIND(fn, ...)                   \
   ArgBinder b(fn, args, {__VA_ARGS__}); \

@@ -10,7 +10,7 @@
 namespace herd::chat::internal {
 namespace {
 
-absl::Status TypeError(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
+absl::Status TypeError(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 absl::Status Unsupported(std::string_view op, const Value& a, const Value& b) {
   return TypeError(absl::StrCat("unsupported operand type(s) for ", std::string(op), ": '", TypeName(a),
