@@ -209,7 +209,7 @@ class Converter {
 // The schema a local reference ("#/definitions/x", "#/$defs/x", any "#/..." pointer)
 // points at; nullptr if it is not local or does not resolve.
 const json* ResolveLocal(const json& root, const std::string& ref) {
-  if (ref.rfind("#", 0) != 0) return nullptr;
+  if (ref.rfind('#', 0) != 0) return nullptr;
   try {
     const json::json_pointer jp(ref.substr(1));
     if (!root.contains(jp)) return nullptr;
