@@ -24,7 +24,7 @@ command -v "$CXX" >/dev/null || CXX=clang++
 out=${HERD_FUZZ_OUT:-$HOME/.cache/herd-fuzz/$(echo "$root" | sha1sum | cut -c1-12)}
 mkdir -p "$out/obj" "$out/artifacts"
 
-CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -I"$root" -Wall -Wextra -Werror
+CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -I"$root" -Wall
   -Wno-unused-parameter -Wno-unknown-warning-option
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all)
 LDFLAGS=(-fsanitize=fuzzer,address,undefined -pthread)
