@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/kernels/cpu/kernels.h"
 #include "libs/kernels/cpu/model_ops.h"
 #include "libs/tensor/graph_alloc.h"
@@ -59,8 +60,9 @@ float AlibiSlope(int h, int n_head, float max_bias) {
   const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(static_cast<float>(n_head))));
   const float m0 = std::pow(2.0f, -max_bias / n_head_log2);
   const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / n_head_log2);
-  return static_cast<uint32_t>(h) < n_head_log2 ? std::pow(m0, static_cast<float>(h + 1))
-                                                 : std::pow(m1, static_cast<float>(2 * (h - static_cast<int>(n_head_log2)) + 1));
+  return static_cast<uint32_t>(h) < n_head_log2
+             ? std::pow(m0, static_cast<float>(h + 1))
+             : std::pow(m1, static_cast<float>(2 * (h - static_cast<int>(n_head_log2)) + 1));
 }
 
 CpuBackend::CpuBackend(int n_threads, Isa isa) : pool_(n_threads), isa_(isa) {}
@@ -69,8 +71,8 @@ CpuBackend::~CpuBackend() = default;
 absl::Status CpuBackend::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
   if (t->data == nullptr) return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data"));
   if (offset + size > t->nbytes()) {
-    return absl::OutOfRangeError(absl::StrCat("write of ", size, " bytes at ", offset, " past tensor '",
-                                              t->name, "' (", t->nbytes(), " bytes)"));
+    return absl::OutOfRangeError(absl::StrCat("write of ", size, " bytes at ", offset, " past tensor '", t->name, "' (",
+                                              t->nbytes(), " bytes)"));
   }
   std::memcpy(static_cast<uint8_t*>(t->data) + offset, data, size);
   return absl::OkStatus();
@@ -79,8 +81,8 @@ absl::Status CpuBackend::SetTensor(Tensor* t, const void* data, size_t offset, s
 absl::Status CpuBackend::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
   if (t->data == nullptr) return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data"));
   if (offset + size > t->nbytes()) {
-    return absl::OutOfRangeError(absl::StrCat("read of ", size, " bytes at ", offset, " past tensor '",
-                                              t->name, "' (", t->nbytes(), " bytes)"));
+    return absl::OutOfRangeError(
+        absl::StrCat("read of ", size, " bytes at ", offset, " past tensor '", t->name, "' (", t->nbytes(), " bytes)"));
   }
   std::memcpy(data, static_cast<const uint8_t*>(t->data) + offset, size);
   return absl::OkStatus();
@@ -88,8 +90,8 @@ absl::Status CpuBackend::GetTensor(const Tensor* t, void* data, size_t offset, s
 
 absl::Status CpuBackend::CopyTensor(const Tensor* src, Tensor* dst) {
   if (src->nbytes() != dst->nbytes() || src->type != dst->type) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot copy '", src->name, "' into '", dst->name,
-                                                   "': type or size differ"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot copy '", src->name, "' into '", dst->name, "': type or size differ"));
   }
   std::memcpy(dst->data, src->data, src->nbytes());
   return absl::OkStatus();
@@ -103,12 +105,11 @@ bool CpuBackend::SupportsOp(const Tensor& n) const {
     case Op::kGetRows:
       return CanDequantize(n.src[0]->type) && n.src[1]->type == GgmlType::I32;
     case Op::kMulMat:
-      return cpu::SupportsMulMat(n.src[0]->type) && n.src[1]->type == GgmlType::F32 &&
-             n.src[0]->ne[2] == 1 && n.src[0]->ne[3] == 1 && n.src[0]->ne[0] == n.src[1]->ne[0];
+      return cpu::SupportsMulMat(n.src[0]->type) && n.src[1]->type == GgmlType::F32 && n.src[0]->ne[2] == 1 &&
+             n.src[0]->ne[3] == 1 && n.src[0]->ne[0] == n.src[1]->ne[0];
     case Op::kAdd:
     case Op::kMul:
-      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32 &&
-             n.src[0]->ne[0] == n.src[1]->ne[0];
+      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32 && n.src[0]->ne[0] == n.src[1]->ne[0];
     case Op::kScale:
     case Op::kRmsNorm:
     case Op::kNorm:
@@ -123,16 +124,14 @@ bool CpuBackend::SupportsOp(const Tensor& n) const {
     case Op::kSwiglu:
       return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32;
     case Op::kRope:
-      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::I32 &&
-             n.i_params[0] <= n.src[0]->ne[0] && n.i_params[0] % 2 == 0;
+      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::I32 && n.i_params[0] <= n.src[0]->ne[0] &&
+             n.i_params[0] % 2 == 0;
     case Op::kFlashAttnExt:
-      return n.src[0]->type == GgmlType::F32 &&
-             (n.src[1]->type == GgmlType::F32 || n.src[1]->type == GgmlType::F16) &&
+      return n.src[0]->type == GgmlType::F32 && (n.src[1]->type == GgmlType::F32 || n.src[1]->type == GgmlType::F16) &&
              n.src[2]->type == n.src[1]->type && n.src[1]->ne[0] == n.src[0]->ne[0] &&
              n.src[0]->ne[1] % n.src[1]->ne[1] == 0;
     case Op::kSetRows:
-      return CanQuantize(n.src[0]->type) && n.src[1]->type == GgmlType::F32 &&
-             n.src[2]->type == GgmlType::I32;
+      return CanQuantize(n.src[0]->type) && n.src[1]->type == GgmlType::F32 && n.src[2]->type == GgmlType::I32;
     default:
       return false;
   }
@@ -147,16 +146,16 @@ uint8_t* CpuBackend::Work(size_t bytes) {
 absl::Status CpuBackend::GraphCompute(Graph& ctx) {
   for (Tensor* n : ctx.nodes()) {
     if (!SupportsOp(*n)) {
-      return absl::UnimplementedError(absl::StrCat("CPU backend does not support ", OpName(n->op),
-                                                   " for node '", n->name, "'"));
+      return absl::UnimplementedError(
+          absl::StrCat("CPU backend does not support ", OpName(n->op), " for node '", n->name, "'"));
     }
   }
   GraphPlan plan = PlanGraph(ctx, 64);
   if (plan.arena_size > arena_size_) {
     void* p = AlignedAlloc(plan.arena_size);
     if (p == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", plan.arena_size,
-                                                       " bytes of compute scratch"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", plan.arena_size, " bytes of compute scratch"));
     }
     arena_ = std::unique_ptr<uint8_t[], void (*)(void*)>(static_cast<uint8_t*>(p), std::free);
     arena_size_ = plan.arena_size;
@@ -212,8 +211,8 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
       const int32_t* ids = static_cast<const int32_t*>(b->data);
       for (int64_t i = 0; i < n_ids; ++i) {
         if (ids[i] < 0 || ids[i] >= a->ne[1]) {
-          return absl::InvalidArgumentError(absl::StrCat("get_rows: id ", ids[i], " outside [0, ",
-                                                         a->ne[1], ") of '", a->name, "'"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("get_rows: id ", ids[i], " outside [0, ", a->ne[1], ") of '", a->name, "'"));
         }
       }
       run(small, [&](int ith, int nth) {
@@ -231,8 +230,10 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
       for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
         const float* x = F32Row(a, i1, i2, i3);
         const float* y = F32Row(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
-        if (add) cpu::Add(x, y, F32Row(n, i1, i2, i3), ne0);
-        else cpu::Mul(x, y, F32Row(n, i1, i2, i3), ne0);
+        if (add)
+          cpu::Add(x, y, F32Row(n, i1, i2, i3), ne0);
+        else
+          cpu::Mul(x, y, F32Row(n, i1, i2, i3), ne0);
       });
       return absl::OkStatus();
     }
@@ -252,9 +253,8 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
       });
       return absl::OkStatus();
     case Op::kSilu:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Silu(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
-      });
+      for_rows(
+          [&](int64_t i1, int64_t i2, int64_t i3) { cpu::Silu(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0); });
       return absl::OkStatus();
     case Op::kGelu:
       for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
@@ -262,9 +262,8 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
       });
       return absl::OkStatus();
     case Op::kGeluErf:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::GeluErf(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
-      });
+      for_rows(
+          [&](int64_t i1, int64_t i2, int64_t i3) { cpu::GeluErf(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0); });
       return absl::OkStatus();
     case Op::kClamp:
       for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
@@ -327,8 +326,8 @@ absl::Status CpuBackend::ComputeNode(Tensor* n) {
       const int64_t n_rows = b->ne[1];
       for (int64_t i = 0; i < n_rows; ++i) {
         if (idx[i] < 0 || idx[i] >= dst->ne[1]) {
-          return absl::InvalidArgumentError(absl::StrCat("set_rows: row ", idx[i], " outside [0, ",
-                                                         dst->ne[1], ") of '", dst->name, "'"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("set_rows: row ", idx[i], " outside [0, ", dst->ne[1], ") of '", dst->name, "'"));
         }
       }
       run(b->nelements() < 16384, [&](int ith, int nth) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/thread_pool.h"
 #include "libs/gguf/gguf.h"
 #include "libs/quant/type_rules.h"
@@ -173,9 +174,9 @@ absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_p
     bytes_total += p.src->nbytes;
     if (!p.quantize) continue;
     if (!IsFloatType(p.src->type)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          src_path, ": tensor '", p.src->name, "': requantizing from type ", GgmlTypeName(p.src->type),
-          " is disabled (quantize from an F32, F16 or BF16 model)"));
+      return absl::FailedPreconditionError(absl::StrCat(src_path, ": tensor '", p.src->name,
+                                                        "': requantizing from type ", GgmlTypeName(p.src->type),
+                                                        " is disabled (quantize from an F32, F16 or BF16 model)"));
     }
   }
 
@@ -211,8 +212,8 @@ absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_p
     pr.bytes_done = bytes_done;
     pr.bytes_total = bytes_total;
     pr.elapsed_s = now;
-    pr.eta_s = bytes_done > 0 ? now * static_cast<double>(bytes_total - bytes_done) / static_cast<double>(bytes_done)
-                              : -1.0;
+    pr.eta_s =
+        bytes_done > 0 ? now * static_cast<double>(bytes_total - bytes_done) / static_cast<double>(bytes_done) : -1.0;
     if (done == n_total) pr.eta_s = 0.0;
     pr.current_tensor = current;
     progress(pr);
@@ -272,10 +273,10 @@ absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_p
         }
       });
       if (!ValidateRowData(p.type, chunk.data(), chunk.size(), &bad)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            src_path, ": tensor '", t.name, "': quantized data validation failed (", GgmlTypeName(p.type),
-            " block ", static_cast<int64_t>(r0 * (ne0 / GetGgmlTypeTraits(p.type)->block_size)) + bad,
-            " has a non-finite scale: values out of F16 range)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(src_path, ": tensor '", t.name, "': quantized data validation failed (", GgmlTypeName(p.type),
+                         " block ", static_cast<int64_t>(r0 * (ne0 / GetGgmlTypeTraits(p.type)->block_size)) + bad,
+                         " has a non-finite scale: values out of F16 range)"));
       }
       auto off = scratch.Append(chunk.data(), chunk.size());
       if (!off.ok()) return off.status();

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_split.h"
+
 #include "tools/herd/args.h"
 #include "tools/herd/client_security.h"
 #include "tools/herd/cluster.h"
@@ -16,19 +17,25 @@ int CmdUp(int argc, char** argv) {
       {{"--model"}, true, "comma-separated model names to serve (default: every *.gguf)", ""},
       {{"--workers"}, true, "workers per model", "1"},
       {{"-t", "--threads"}, true, "compute threads per worker", "1"},
-      {{"-c", "--ctx-size"}, true, "KV cells per worker, split evenly: each sequence may use ctx-size / max-seqs", "8192"},
+      {{"-c", "--ctx-size"},
+       true,
+       "KV cells per worker, split evenly: each sequence may use ctx-size / max-seqs",
+       "8192"},
       {{"-np", "--parallel", "--max-seqs"}, true, "concurrent sequences per worker (llama-server -np)", "4"},
       {{"--port"}, true, "gateway gRPC port (0 = a free port)", "0"},
       {{"--http-port"}, true, "gateway OpenAI-compatible HTTP port (0 = a free port)", "0"},
       {{"-ctk", "--cache-type-k"}, true, "KV cache type of the workers: f16 or f32", "f16"},
       {{"--chat-template"}, true, "Jinja chat template FILE for chat requests (default: each model's own)", ""},
-      {{"-ngl", "--n-gpu-layers"}, true,
-       "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here)", ""},
+      {{"-ngl", "--n-gpu-layers"},
+       true,
+       "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here)",
+       ""},
       {{"--bin-dir"}, true, "folder holding services/{loader,worker,gateway} (default: next to herd)", ""},
       {{"--host"}, true, "address to bind", "127.0.0.1"},
       {{"--no-restart"}, false, "do not restart services (loader, workers, draft workers, gateway) that exit", ""},
       {{"--draft-workers"}, true, "speculative-draft workers to start (0 = none)", "0"},
-      {{"--spec-type"}, true,
+      {{"--spec-type"},
+       true,
        "default speculative type of requests: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, "
        "draft-model (requests override it)",
        ""},
@@ -42,10 +49,13 @@ int CmdUp(int argc, char** argv) {
       {{"--draft-min"}, true, "gateway default fewest tokens per draft", ""},
       {{"--draft-p-min"}, true, "gateway default draft-model p_min", ""},
       {{"--draft-timeout-ms"}, true, "gateway deadline of each draft request", ""},
-      {{"--tls-cert-file", "--tls_cert_file"}, true,
-       "PEM certificate (SANs: the --host address) every service serves TLS with and presents as client", ""},
+      {{"--tls-cert-file", "--tls_cert_file"},
+       true,
+       "PEM certificate (SANs: the --host address) every service serves TLS with and presents as client",
+       ""},
       {{"--tls-key-file", "--tls_key_file"}, true, "PEM key of --tls-cert-file", ""},
-      {{"--tls-ca-file", "--tls_ca_file"}, true,
+      {{"--tls-ca-file", "--tls_ca_file"},
+       true,
        "PEM CA that signed it: services verify each other with it (mTLS). Keys come from the environment: "
        "HERD_CLUSTER_KEY (between services), HERD_API_KEYS (gateway gRPC), HERD_ADMIN_KEY (Quantize)",
        ""},
@@ -56,7 +66,8 @@ int CmdUp(int argc, char** argv) {
       Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) {
-    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(), usage.substr(0, usage.find('\n')).c_str());
+    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(),
+                 usage.substr(0, usage.find('\n')).c_str());
     return 2;
   }
   if (args->Has("-h")) {
@@ -101,30 +112,33 @@ int CmdUp(int argc, char** argv) {
     return 2;
   }
   if (args->Has("-ngl")) {
-    std::fprintf(stderr, "herd: note: -ngl is accepted for llama.cpp compatibility; herd workers run the whole model "
-                         "on their backend (CPU workers here), so there are no layers to offload\n");
+    std::fprintf(stderr,
+                 "herd: note: -ngl is accepted for llama.cpp compatibility; herd workers run the whole model "
+                 "on their backend (CPU workers here), so there are no layers to offload\n");
   }
   ClusterOptions opts;
   opts.gateway_port = static_cast<int>(*port);
   opts.http_port = static_cast<int>(*http_port);
   opts.extra_worker_flags.push_back("--kv_type=" + kv);
-  if (!args->Get("--chat-template").empty()) opts.extra_gateway_flags.push_back("--chat_template=" + args->Get("--chat-template"));
+  if (!args->Get("--chat-template").empty())
+    opts.extra_gateway_flags.push_back("--chat_template=" + args->Get("--chat-template"));
   opts.draft_workers = static_cast<int>(*drafts);
   opts.spec_type = args->Get("--spec-type");
   opts.model_draft = args->Get("--model-draft");
   opts.draft_target_model = args->Get("--draft-target");
   if (!opts.model_draft.empty() && opts.draft_workers == 0) opts.draft_workers = 1;
   // Gateway defaults of requests (llama.cpp's spelling here, Abseil's there).
-  for (const auto& [flag, gw_flag] : std::vector<std::pair<std::string, std::string>>{
-           {"--spec-ngram-size-n", "--spec_ngram_size_n"},
-           {"--spec-ngram-size-m", "--spec_ngram_size_m"},
-           {"--spec-ngram-check-rate", "--spec_ngram_check_rate"},
-           {"--spec-ngram-min-hits", "--spec_ngram_min_hits"},
-           {"--draft-max", "--draft_max"},
-           {"--draft-min", "--draft_min"},
-           {"--draft-p-min", "--draft_p_min"},
-           {"--draft-timeout-ms", "--draft_timeout_ms"}}) {
-    if (args->Has(flag) && !args->Get(flag).empty()) opts.extra_gateway_flags.push_back(gw_flag + "=" + args->Get(flag));
+  for (const auto& [flag, gw_flag] :
+       std::vector<std::pair<std::string, std::string>>{{"--spec-ngram-size-n", "--spec_ngram_size_n"},
+                                                        {"--spec-ngram-size-m", "--spec_ngram_size_m"},
+                                                        {"--spec-ngram-check-rate", "--spec_ngram_check_rate"},
+                                                        {"--spec-ngram-min-hits", "--spec_ngram_min_hits"},
+                                                        {"--draft-max", "--draft_max"},
+                                                        {"--draft-min", "--draft_min"},
+                                                        {"--draft-p-min", "--draft_p_min"},
+                                                        {"--draft-timeout-ms", "--draft_timeout_ms"}}) {
+    if (args->Has(flag) && !args->Get(flag).empty())
+      opts.extra_gateway_flags.push_back(gw_flag + "=" + args->Get(flag));
   }
   opts.models_dir = args->Get("--models");
   if (!args->Get("--model").empty()) opts.models = absl::StrSplit(args->Get("--model"), ',');
@@ -136,8 +150,10 @@ int CmdUp(int argc, char** argv) {
   opts.host = args->Get("--host");
   opts.restart = !args->Has("--no-restart");
   // Security: TLS files to every service; keys through the inherited environment.
-  for (const auto& [flag, svc_flag] : std::vector<std::pair<std::string, std::string>>{
-           {"--tls-cert-file", "--tls_cert_file"}, {"--tls-key-file", "--tls_key_file"}, {"--tls-ca-file", "--tls_ca_file"}}) {
+  for (const auto& [flag, svc_flag] :
+       std::vector<std::pair<std::string, std::string>>{{"--tls-cert-file", "--tls_cert_file"},
+                                                        {"--tls-key-file", "--tls_key_file"},
+                                                        {"--tls-ca-file", "--tls_ca_file"}}) {
     if (!args->Get(flag).empty()) opts.extra_flags.push_back(svc_flag + "=" + args->Get(flag));
   }
   opts.gateway_security.tls_ca_file = args->Get("--tls-ca-file");
@@ -165,8 +181,9 @@ int CmdUp(int argc, char** argv) {
   std::printf("loader   %s\n", cluster.loader_addr().c_str());
   for (Process* w : cluster.workers()) std::printf("worker   %s (%s)\n", w->grpc_addr.c_str(), w->name.c_str());
   for (Process* d : cluster.draft_workers()) std::printf("draft    %s (%s)\n", d->grpc_addr.c_str(), d->name.c_str());
-  std::printf("gateway  %s (gRPC)\ngateway  %s (HTTP, OpenAI-compatible)\nmetrics  %s\n", cluster.gateway_addr().c_str(),
-              cluster.gateway_http_addr().c_str(), cluster.gateway_metrics_addr().c_str());
+  std::printf("gateway  %s (gRPC)\ngateway  %s (HTTP, OpenAI-compatible)\nmetrics  %s\n",
+              cluster.gateway_addr().c_str(), cluster.gateway_http_addr().c_str(),
+              cluster.gateway_metrics_addr().c_str());
   std::printf("ready; Ctrl-C stops all\n");
   std::fflush(stdout);
   cluster.WaitForSignal();

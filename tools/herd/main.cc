@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/mmap.h"
@@ -69,7 +70,8 @@ const std::vector<FlagSpec>& RunFlags() {
       {{"--grammar-file"}, true, "read the GBNF grammar from a file", ""},
       {{"-j", "--json-schema"}, true, "JSON schema the output must follow (converted to GBNF)", ""},
       // Speculative decoding (llama.cpp common_params_speculative).
-      {{"--spec-type"}, true,
+      {{"--spec-type"},
+       true,
        "speculative decoding: none, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache, draft-model "
        "(default: draft-model with --model-draft, else none)",
        ""},
@@ -82,7 +84,8 @@ const std::vector<FlagSpec>& RunFlags() {
       {{"--draft-p-min"}, true, "draft model: stop drafting at a token less likely than this", "0.75"},
       {{"-md", "--model-draft"}, true, "GGUF draft model (draft-model type)", ""},
       {{"-lcs", "--lookup-cache-static"}, true, "ngram-cache: static n-gram cache file (read)", ""},
-      {{"-lcd", "--lookup-cache-dynamic"}, true,
+      {{"-lcd", "--lookup-cache-dynamic"},
+       true,
        "ngram-cache: dynamic n-gram cache file (read if present, updated with this generation and written back)",
        ""},
       {{"-h", "--help"}, false, "show this help", ""},
@@ -105,10 +108,10 @@ absl::StatusOr<engine::spec::SpecConfig> SpecConfigFromArgs(const Args& args) {
     const char* flag;
     int32_t* out;
   };
-  for (const IntOpt& o : {IntOpt{"--spec-ngram-size-n", &c.ngram_size_n}, IntOpt{"--spec-ngram-size-m", &c.ngram_size_m},
-                          IntOpt{"--spec-ngram-check-rate", &c.ngram_check_rate},
-                          IntOpt{"--spec-ngram-min-hits", &c.ngram_min_hits}, IntOpt{"--draft-max", &c.draft_max},
-                          IntOpt{"--draft-min", &c.draft_min}}) {
+  for (const IntOpt& o :
+       {IntOpt{"--spec-ngram-size-n", &c.ngram_size_n}, IntOpt{"--spec-ngram-size-m", &c.ngram_size_m},
+        IntOpt{"--spec-ngram-check-rate", &c.ngram_check_rate}, IntOpt{"--spec-ngram-min-hits", &c.ngram_min_hits},
+        IntOpt{"--draft-max", &c.draft_max}, IntOpt{"--draft-min", &c.draft_min}}) {
     auto v = args.GetInt(o.flag);
     if (!v.ok()) return v.status();
     if (*v < INT32_MIN || *v > INT32_MAX) return absl::InvalidArgumentError(absl::StrCat(o.flag, ": out of range"));
@@ -119,10 +122,13 @@ absl::StatusOr<engine::spec::SpecConfig> SpecConfigFromArgs(const Args& args) {
   c.draft_p_min = static_cast<float>(*p_min);
   if (absl::Status s = spec::ValidateSpecConfig(c); !s.ok()) {
     // Name the option, llama.cpp's way.
-    static const std::pair<const char*, const char*> kMap[] = {
-        {"ngram_size_n:", "--spec-ngram-size-n:"}, {"ngram_size_m:", "--spec-ngram-size-m:"},
-        {"ngram_check_rate:", "--spec-ngram-check-rate:"}, {"ngram_min_hits:", "--spec-ngram-min-hits:"},
-        {"draft_max:", "--draft-max:"}, {"draft_min:", "--draft-min:"}, {"draft_p_min:", "--draft-p-min:"}};
+    static const std::pair<const char*, const char*> kMap[] = {{"ngram_size_n:", "--spec-ngram-size-n:"},
+                                                               {"ngram_size_m:", "--spec-ngram-size-m:"},
+                                                               {"ngram_check_rate:", "--spec-ngram-check-rate:"},
+                                                               {"ngram_min_hits:", "--spec-ngram-min-hits:"},
+                                                               {"draft_max:", "--draft-max:"},
+                                                               {"draft_min:", "--draft-min:"},
+                                                               {"draft_p_min:", "--draft-p-min:"}};
     std::string msg(s.message());
     for (const auto& [from, to] : kMap) {
       if (msg.rfind(from, 0) == 0) {
@@ -149,8 +155,9 @@ int CmdRun(int argc, char** argv) {
   }
   if (args->Get("-m").empty()) return UsageError("run: -m MODEL is required", usage);
   if (args->Has("-ngl")) {
-    std::fprintf(stderr, "herd: note: -ngl is accepted for llama.cpp compatibility; herd run computes on the CPU "
-                         "(GPU layers come with a GPU worker)\n");
+    std::fprintf(stderr,
+                 "herd: note: -ngl is accepted for llama.cpp compatibility; herd run computes on the CPU "
+                 "(GPU layers come with a GPU worker)\n");
   }
   engine::GenerateParams gp;
   gp.prompt = args->Get("-p");
@@ -172,9 +179,9 @@ int CmdRun(int argc, char** argv) {
   auto pp = args->GetDouble("--presence-penalty");
   auto fp = args->GetDouble("--frequency-penalty");
   auto seed = args->GetInt("-s");
-  for (const absl::Status& s : {n_predict.status(), n_ctx.status(), n_batch.status(), threads.status(),
-                                temp.status(), top_k.status(), top_p.status(), min_p.status(), rp.status(),
-                                rln.status(), pp.status(), fp.status(), seed.status()}) {
+  for (const absl::Status& s :
+       {n_predict.status(), n_ctx.status(), n_batch.status(), threads.status(), temp.status(), top_k.status(),
+        top_p.status(), min_p.status(), rp.status(), rln.status(), pp.status(), fp.status(), seed.status()}) {
     if (!s.ok()) return UsageError(std::string(s.message()), usage);
   }
   if (*threads < 1 || *threads > 256) return UsageError("-t: threads must be in [1, 256]", usage);
@@ -215,9 +222,12 @@ int CmdRun(int argc, char** argv) {
   ep.n_ctx = *n_ctx;
   ep.n_batch = *n_batch;
   const std::string kv = args->Get("-ctk");
-  if (kv == "f16") ep.kv_type = GgmlType::F16;
-  else if (kv == "f32") ep.kv_type = GgmlType::F32;
-  else return UsageError(absl::StrCat("--cache-type-k: '", kv, "' is not f16 or f32"), usage);
+  if (kv == "f16")
+    ep.kv_type = GgmlType::F16;
+  else if (kv == "f32")
+    ep.kv_type = GgmlType::F32;
+  else
+    return UsageError(absl::StrCat("--cache-type-k: '", kv, "' is not f16 or f32"), usage);
 
   auto model = model::Model::Load(args->Get("-m"));
   if (!model.ok()) return Fail(model.status());
@@ -232,9 +242,8 @@ int CmdRun(int argc, char** argv) {
                "herd: model %s: arch %s, n_vocab %lld, n_embd %lld, n_layer %lld, n_head %lld, n_head_kv %lld, "
                "%.2f MiB weights\n",
                args->Get("-m").c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_vocab),
-               static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_layer),
-               static_cast<long long>(hp.n_head), static_cast<long long>(hp.n_head_kv),
-               (*model)->weight_bytes() / 1048576.0);
+               static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_head),
+               static_cast<long long>(hp.n_head_kv), (*model)->weight_bytes() / 1048576.0);
   std::fprintf(stderr, "herd: backend CPU, %d threads, isa %s, n_ctx %lld, KV cache %s (%.2f MiB)\n",
                backend.n_threads(), IsaName(backend.isa()), static_cast<long long>((*eng)->n_ctx()),
                GgmlTypeName(ep.kv_type).c_str(), (*eng)->kv().bytes() / 1048576.0);
@@ -251,10 +260,10 @@ int CmdRun(int argc, char** argv) {
     if (!res.ok()) return Fail(res.status());
     std::fflush(stdout);
     std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(res->stop));
-    std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n",
-                 static_cast<long long>(res->pp_tokens), res->pp_ms, rate(res->pp_tokens, res->pp_ms));
-    std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s)\n",
-                 static_cast<long long>(res->tg_tokens), res->tg_ms, rate(res->tg_tokens, res->tg_ms));
+    std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(res->pp_tokens),
+                 res->pp_ms, rate(res->pp_tokens, res->pp_ms));
+    std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(res->tg_tokens),
+                 res->tg_ms, rate(res->tg_tokens, res->tg_ms));
     return 0;
   }
 
@@ -274,8 +283,7 @@ int CmdRun(int argc, char** argv) {
     draft_model = *std::move(dm);
     resources.draft_model = draft_model.get();
     std::fprintf(stderr, "herd: draft model %s: arch %s, n_vocab %lld\n", args->Get("-md").c_str(),
-                 draft_model->model().hparams().arch.c_str(),
-                 static_cast<long long>(draft_model->vocab().n_tokens()));
+                 draft_model->model().hparams().arch.c_str(), static_cast<long long>(draft_model->vocab().n_tokens()));
   }
   const std::string lcs = args->Get("-lcs"), lcd = args->Get("-lcd");
   if (!lcs.empty()) {
@@ -306,13 +314,15 @@ int CmdRun(int argc, char** argv) {
   std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(g.pp_tokens),
                g.pp_ms, rate(g.pp_tokens, g.pp_ms));
   const int64_t n_out = static_cast<int64_t>(g.output_ids.size());
-  std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s), %lld target passes (%.2f tokens/pass), "
+  std::fprintf(stderr,
+               "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s), %lld target passes (%.2f tokens/pass), "
                "drafting %.2f ms\n",
-               static_cast<long long>(n_out), g.tg_ms, rate(n_out, g.tg_ms),
-               static_cast<long long>(res->target_passes), res->tokens_per_pass(), res->draft_ms);
+               static_cast<long long>(n_out), g.tg_ms, rate(n_out, g.tg_ms), static_cast<long long>(res->target_passes),
+               res->tokens_per_pass(), res->draft_ms);
   // llama.cpp's speculative summary and common_speculative_print_stats line.
   const spec::SpecStats& st = res->stats;
-  std::fprintf(stderr, "herd: n_draft   = %d\nherd: n_predict = %lld\nherd: n_drafted = %lld\n"
+  std::fprintf(stderr,
+               "herd: n_draft   = %d\nherd: n_predict = %lld\nherd: n_drafted = %lld\n"
                "herd: n_accept  = %lld\nherd: accept    = %.3f%%\n",
                spec_config->draft_max, static_cast<long long>(n_out), static_cast<long long>(st.gen_tokens),
                static_cast<long long>(st.acc_tokens), 100.0 * st.acceptance_rate());
@@ -321,8 +331,7 @@ int CmdRun(int argc, char** argv) {
     // llama-lookup: the dynamic cache learns this generation and is written back.
     std::vector<int32_t> all = g.prompt_ids;
     all.insert(all.end(), g.output_ids.begin(), g.output_ids.end());
-    spec::NgramCacheUpdate(&dynamic, spec::kNgramCacheMin, spec::kNgramCacheMax, all,
-                           static_cast<int64_t>(all.size()));
+    spec::NgramCacheUpdate(&dynamic, spec::kNgramCacheMin, spec::kNgramCacheMax, all, static_cast<int64_t>(all.size()));
     if (absl::Status s = spec::NgramCacheSave(dynamic, lcd); !s.ok()) return Fail(s);
     std::fprintf(stderr, "herd: dynamic n-gram cache %s: %zu n-grams\n", lcd.c_str(), dynamic.size());
   }
@@ -365,7 +374,8 @@ int CmdTokenize(int argc, char** argv) {
 }
 
 int CmdInspect(int argc, char** argv) {
-  const char* usage = "usage: herd inspect MODEL.gguf\n  prints the GGUF header, every metadata key and the tensor table\n";
+  const char* usage =
+      "usage: herd inspect MODEL.gguf\n  prints the GGUF header, every metadata key and the tensor table\n";
   if (argc < 3) return UsageError("inspect: missing MODEL", usage);
   if (std::strcmp(argv[2], "-h") == 0 || std::strcmp(argv[2], "--help") == 0) {
     std::fputs(usage, stdout);
@@ -404,8 +414,8 @@ int CmdConvert(int argc, char** argv) {
       {{"-o", "--output"}, true, "output GGUF path", ""},
       {{"-h", "--help"}, false, "show this help", ""},
   };
-  const std::string usage = "usage: herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf\n" +
-                            Args::Usage(specs);
+  const std::string usage =
+      "usage: herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf\n" + Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
   if (args->Has("-h")) {
