@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -144,41 +147,39 @@ absl::StatusOr<engine::spec::SpecConfig> SpecConfigFromArgs(const Args& args) {
   return c;
 }
 
-int CmdRun(int argc, char** argv) {
-  const auto& specs = RunFlags();
-  const std::string usage = "usage: herd run -m MODEL -p PROMPT [flags]\n" + Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
-  if (args->Get("-m").empty()) return UsageError("run: -m MODEL is required", usage);
-  if (args->Has("-ngl")) {
-    std::fprintf(stderr,
-                 "herd: note: -ngl is accepted for llama.cpp compatibility; herd run computes on the CPU "
-                 "(GPU layers come with a GPU worker)\n");
-  }
+// An early end of a command: its exit status, the message already printed.
+// std::nullopt: carry on.
+using EarlyExit = std::optional<int>;
+
+// `herd run`'s settings, read from its flags and validated.
+struct RunOptions {
+  std::string model;           // -m
+  std::string model_draft;     // -md
+  std::string lookup_static;   // -lcs
+  std::string lookup_dynamic;  // -lcd
+  int threads = 0;             // -t
+  bool display_prompt = false;
   engine::GenerateParams gp;
-  gp.prompt = args->Get("-p");
-  if (args->Has("-f")) {
-    auto text = ReadFileToString(args->Get("-f"));
-    if (!text.ok()) return Fail(text.status());
-    gp.prompt = *text;
-  }
-  auto n_predict = args->GetInt("-n");
-  auto n_ctx = args->GetInt("-c");
-  auto n_batch = args->GetInt("-b");
-  auto threads = args->GetInt("-t");
-  auto temp = args->GetDouble("--temp");
-  auto top_k = args->GetInt("--top-k");
-  auto top_p = args->GetDouble("--top-p");
-  auto min_p = args->GetDouble("--min-p");
-  auto rp = args->GetDouble("--repeat-penalty");
-  auto rln = args->GetInt("--repeat-last-n");
-  auto pp = args->GetDouble("--presence-penalty");
-  auto fp = args->GetDouble("--frequency-penalty");
-  auto seed = args->GetInt("-s");
+  engine::EngineParams ep;
+  engine::spec::SpecConfig spec;
+};
+
+// The numeric flags of `herd run` into o->gp, o->ep and o->threads. Errors are usage
+// errors, reported in flag order (parse errors first, then ranges).
+EarlyExit ReadRunNumbers(const Args& args, const std::string& usage, RunOptions* o) {
+  auto n_predict = args.GetInt("-n");
+  auto n_ctx = args.GetInt("-c");
+  auto n_batch = args.GetInt("-b");
+  auto threads = args.GetInt("-t");
+  auto temp = args.GetDouble("--temp");
+  auto top_k = args.GetInt("--top-k");
+  auto top_p = args.GetDouble("--top-p");
+  auto min_p = args.GetDouble("--min-p");
+  auto rp = args.GetDouble("--repeat-penalty");
+  auto rln = args.GetInt("--repeat-last-n");
+  auto pp = args.GetDouble("--presence-penalty");
+  auto fp = args.GetDouble("--frequency-penalty");
+  auto seed = args.GetInt("-s");
   for (const absl::Status& s :
        {n_predict.status(), n_ctx.status(), n_batch.status(), threads.status(), temp.status(), top_k.status(),
         top_p.status(), min_p.status(), rp.status(), rln.status(), pp.status(), fp.status(), seed.status()}) {
@@ -186,8 +187,11 @@ int CmdRun(int argc, char** argv) {
   }
   if (*threads < 1 || *threads > 256) return UsageError("-t: threads must be in [1, 256]", usage);
   if (*n_predict < -1) return UsageError("-n: must be >= -1", usage);
+  o->threads = static_cast<int>(*threads);
+  o->ep.n_ctx = *n_ctx;
+  o->ep.n_batch = *n_batch;
+  engine::GenerateParams& gp = o->gp;
   gp.n_predict = static_cast<int32_t>(*n_predict);
-  gp.ignore_eos = args->Has("--ignore-eos");
   gp.sampling.temp = static_cast<float>(*temp);
   gp.sampling.top_k = static_cast<int32_t>(*top_k);
   gp.sampling.top_p = static_cast<float>(*top_p);
@@ -197,145 +201,230 @@ int CmdRun(int argc, char** argv) {
   gp.sampling.presence_penalty = static_cast<float>(*pp);
   gp.sampling.frequency_penalty = static_cast<float>(*fp);
   gp.sampling.seed = *seed < 0 ? engine::kRandomSeed : static_cast<uint32_t>(*seed);
-  // Constrained output (llama.cpp --grammar / --grammar-file / --json-schema).
-  const int n_constraints = args->Has("--grammar") + args->Has("--grammar-file") + args->Has("-j");
+  return std::nullopt;
+}
+
+// Constrained output (llama.cpp --grammar / --grammar-file / --json-schema): at most
+// one of them, as a GBNF grammar in sampling->grammar.
+EarlyExit ReadRunGrammar(const Args& args, const std::string& usage, engine::SamplingParams* sampling) {
+  const int n_constraints = args.Has("--grammar") + args.Has("--grammar-file") + args.Has("-j");
   if (n_constraints > 1) return UsageError("--grammar, --grammar-file, --json-schema: give only one", usage);
-  if (args->Has("--grammar")) gp.sampling.grammar = args->Get("--grammar");
-  if (args->Has("--grammar-file")) {
-    auto text = ReadFileToString(args->Get("--grammar-file"));
+  if (args.Has("--grammar")) sampling->grammar = args.Get("--grammar");
+  if (args.Has("--grammar-file")) {
+    auto text = ReadFileToString(args.Get("--grammar-file"));
     if (!text.ok()) return Fail(text.status());
-    gp.sampling.grammar = *text;
+    sampling->grammar = *text;
   }
-  if (args->Has("-j")) {
-    const nlohmann::json schema = nlohmann::json::parse(args->Get("-j"), nullptr, /*allow_exceptions=*/false);
+  if (args.Has("-j")) {
+    const nlohmann::json schema = nlohmann::json::parse(args.Get("-j"), nullptr, /*allow_exceptions=*/false);
     if (schema.is_discarded()) return UsageError("--json-schema: invalid JSON", usage);
     auto g = grammar::JsonSchemaToGrammar(schema);
     if (!g.ok()) return Fail(g.status());
-    gp.sampling.grammar = *g;
+    sampling->grammar = *g;
   }
-  absl::Status vs = engine::ValidateSamplingParams(gp.sampling);
+  return std::nullopt;
+}
+
+// Every flag of `herd run` (but -h) into *o, checked in the order errors are reported.
+EarlyExit ParseRunOptions(const Args& args, const std::string& usage, RunOptions* o) {
+  o->model = args.Get("-m");
+  if (o->model.empty()) return UsageError("run: -m MODEL is required", usage);
+  if (args.Has("-ngl")) {
+    std::fprintf(stderr,
+                 "herd: note: -ngl is accepted for llama.cpp compatibility; herd run computes on the CPU "
+                 "(GPU layers come with a GPU worker)\n");
+  }
+  o->gp.prompt = args.Get("-p");
+  if (args.Has("-f")) {
+    auto text = ReadFileToString(args.Get("-f"));
+    if (!text.ok()) return Fail(text.status());
+    o->gp.prompt = *text;
+  }
+  if (EarlyExit e = ReadRunNumbers(args, usage, o)) return e;
+  o->gp.ignore_eos = args.Has("--ignore-eos");
+  if (EarlyExit e = ReadRunGrammar(args, usage, &o->gp.sampling)) return e;
+  absl::Status vs = engine::ValidateSamplingParams(o->gp.sampling);
   if (!vs.ok()) return Fail(vs);
-  auto spec_config = SpecConfigFromArgs(*args);
+  auto spec_config = SpecConfigFromArgs(args);
   if (!spec_config.ok()) return UsageError(std::string(spec_config.status().message()), usage);
-
-  engine::EngineParams ep;
-  ep.n_ctx = *n_ctx;
-  ep.n_batch = *n_batch;
-  const std::string kv = args->Get("-ctk");
-  if (kv == "f16")
-    ep.kv_type = GgmlType::F16;
-  else if (kv == "f32")
-    ep.kv_type = GgmlType::F32;
-  else
+  o->spec = *spec_config;
+  const std::string kv = args.Get("-ctk");
+  if (kv == "f16") {
+    o->ep.kv_type = GgmlType::F16;
+  } else if (kv == "f32") {
+    o->ep.kv_type = GgmlType::F32;
+  } else {
     return UsageError(absl::StrCat("--cache-type-k: '", kv, "' is not f16 or f32"), usage);
+  }
+  o->model_draft = args.Get("-md");
+  o->lookup_static = args.Get("-lcs");
+  o->lookup_dynamic = args.Get("-lcd");
+  o->display_prompt = args.Has("--display-prompt");
+  return std::nullopt;
+}
 
-  auto model = model::Model::Load(args->Get("-m"));
-  if (!model.ok()) return Fail(model.status());
-  PageInWithProgressBar((*model)->file(), args->Get("-m"));
-  auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
-  if (!vocab.ok()) return Fail(vocab.status());
-  CpuBackend backend(static_cast<int>(*threads));
-  auto eng = engine::Engine::Create(**model, ep, &backend);
-  if (!eng.ok()) return Fail(eng.status());
-  const model::Hparams& hp = (*model)->hparams();
+// Streams generated text to stdout as it comes.
+void PrintPiece(const std::string& piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+}
+
+double TokensPerSecond(int64_t n, double ms) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; }
+
+// The model and backend lines on stderr.
+void PrintRunSetup(const RunOptions& o, const model::Model& model, const CpuBackend& backend, engine::Engine& eng) {
+  const model::Hparams& hp = model.hparams();
   std::fprintf(stderr,
                "herd: model %s: arch %s, n_vocab %lld, n_embd %lld, n_layer %lld, n_head %lld, n_head_kv %lld, "
                "%.2f MiB weights\n",
-               args->Get("-m").c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_vocab),
-               static_cast<long long>(hp.n_embd), static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_head),
-               static_cast<long long>(hp.n_head_kv), (*model)->weight_bytes() / 1048576.0);
+               o.model.c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_vocab), static_cast<long long>(hp.n_embd),
+               static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_head),
+               static_cast<long long>(hp.n_head_kv), model.weight_bytes() / 1048576.0);
   std::fprintf(stderr, "herd: backend CPU, %d threads, isa %s, n_ctx %lld, KV cache %s (%.2f MiB)\n",
-               backend.n_threads(), IsaName(backend.isa()), static_cast<long long>((*eng)->n_ctx()),
-               GgmlTypeName(ep.kv_type).c_str(), (*eng)->kv().bytes() / 1048576.0);
-  if (args->Has("--display-prompt")) {
-    std::fwrite(gp.prompt.data(), 1, gp.prompt.size(), stdout);
-  }
-  auto print_piece = [](const std::string& piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-  };
-  auto rate = [](int64_t n, double ms) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; };
-  if (spec_config->type == engine::spec::SpecType::kNone) {
-    auto res = engine::Generate(**eng, **vocab, gp, print_piece);
-    if (!res.ok()) return Fail(res.status());
-    std::fflush(stdout);
-    std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(res->stop));
-    std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(res->pp_tokens),
-                 res->pp_ms, rate(res->pp_tokens, res->pp_ms));
-    std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(res->tg_tokens),
-                 res->tg_ms, rate(res->tg_tokens, res->tg_ms));
-    return 0;
-  }
+               backend.n_threads(), IsaName(backend.isa()), static_cast<long long>(eng.n_ctx()),
+               GgmlTypeName(o.ep.kv_type).c_str(), eng.kv().bytes() / 1048576.0);
+}
 
-  // Speculative decoding in this process (llama.cpp speculative-simple / lookup).
-  namespace spec = engine::spec;
-  spec::SpecResources resources;
-  std::unique_ptr<spec::DraftModel> draft_model;
-  if (!args->Get("-md").empty()) {
-    spec::DraftModelParams dp;
-    dp.n_ctx = (*eng)->n_ctx();
-    dp.n_threads = static_cast<int>(*threads);
-    auto dm = spec::DraftModel::Load(args->Get("-md"), dp);
-    if (!dm.ok()) return Fail(dm.status());
-    if (absl::Status s = (*dm)->AttachTarget(**vocab); !s.ok()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("--model-draft ", args->Get("-md"), ": ", s.message())));
-    }
-    draft_model = *std::move(dm);
-    resources.draft_model = draft_model.get();
-    std::fprintf(stderr, "herd: draft model %s: arch %s, n_vocab %lld\n", args->Get("-md").c_str(),
-                 draft_model->model().hparams().arch.c_str(), static_cast<long long>(draft_model->vocab().n_tokens()));
-  }
-  const std::string lcs = args->Get("-lcs"), lcd = args->Get("-lcd");
-  if (!lcs.empty()) {
-    auto c = spec::NgramCacheLoad(lcs);
-    if (!c.ok()) return Fail(c.status());
-    resources.ngram_cache.static_cache = std::make_shared<const spec::NgramCache>(*std::move(c));
-  }
-  spec::NgramCache dynamic;
-  if (!lcd.empty()) {
-    auto c = spec::NgramCacheLoad(lcd);
-    if (c.ok()) {
-      dynamic = *std::move(c);
-    } else if (!absl::IsNotFound(c.status())) {
-      return Fail(c.status());
-    }
-    resources.ngram_cache.dynamic_cache = std::make_shared<const spec::NgramCache>(dynamic);
-  }
-  auto session = spec::SpecSession::Create(*spec_config, resources, gp.sampling.seed);
-  if (!session.ok()) return Fail(session.status());
-  std::fprintf(stderr, "herd: speculative: type %s, draft_max %d, draft_min %d, draft_p_min %.2f, n %d, m %d\n",
-               spec::SpecTypeName(spec_config->type), spec_config->draft_max, spec_config->draft_min,
-               spec_config->draft_p_min, spec_config->ngram_size_n, spec_config->ngram_size_m);
-  auto res = spec::GenerateSpeculative(**eng, **vocab, gp, session->get(), print_piece);
+// Plain generation (no speculation), then its stop and timing lines.
+int RunPlain(engine::Engine& eng, const tokenizer::Vocab& vocab, const engine::GenerateParams& gp) {
+  auto res = engine::Generate(eng, vocab, gp, PrintPiece);
   if (!res.ok()) return Fail(res.status());
   std::fflush(stdout);
-  const engine::GenerateResult& g = res->gen;
+  std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(res->stop));
+  std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(res->pp_tokens),
+               res->pp_ms, TokensPerSecond(res->pp_tokens, res->pp_ms));
+  std::fprintf(stderr, "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(res->tg_tokens),
+               res->tg_ms, TokensPerSecond(res->tg_tokens, res->tg_ms));
+  return 0;
+}
+
+// What speculative decoding in `herd run` holds while it runs.
+struct SpecState {
+  engine::spec::SpecResources resources;
+  std::unique_ptr<engine::spec::DraftModel> draft_model;  // -md
+  engine::spec::NgramCache dynamic;                       // -lcd (empty when the file is new)
+};
+
+// Loads the draft model (-md) and the n-gram caches (-lcs, -lcd) into *st.
+absl::Status LoadSpecResources(const RunOptions& o, const engine::Engine& eng, const tokenizer::Vocab& vocab,
+                               SpecState* st) {
+  namespace spec = engine::spec;
+  if (!o.model_draft.empty()) {
+    spec::DraftModelParams dp;
+    dp.n_ctx = eng.n_ctx();
+    dp.n_threads = o.threads;
+    auto dm = spec::DraftModel::Load(o.model_draft, dp);
+    if (!dm.ok()) return dm.status();
+    if (absl::Status s = (*dm)->AttachTarget(vocab); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--model-draft ", o.model_draft, ": ", s.message()));
+    }
+    st->draft_model = *std::move(dm);
+    st->resources.draft_model = st->draft_model.get();
+    std::fprintf(stderr, "herd: draft model %s: arch %s, n_vocab %lld\n", o.model_draft.c_str(),
+                 st->draft_model->model().hparams().arch.c_str(),
+                 static_cast<long long>(st->draft_model->vocab().n_tokens()));
+  }
+  if (!o.lookup_static.empty()) {
+    auto c = spec::NgramCacheLoad(o.lookup_static);
+    if (!c.ok()) return c.status();
+    st->resources.ngram_cache.static_cache = std::make_shared<const spec::NgramCache>(*std::move(c));
+  }
+  if (!o.lookup_dynamic.empty()) {
+    auto c = spec::NgramCacheLoad(o.lookup_dynamic);
+    if (c.ok()) {
+      st->dynamic = *std::move(c);
+    } else if (!absl::IsNotFound(c.status())) {
+      return c.status();
+    }
+    st->resources.ngram_cache.dynamic_cache = std::make_shared<const spec::NgramCache>(st->dynamic);
+  }
+  return absl::OkStatus();
+}
+
+// The stop and timing lines of a speculative generation, then llama.cpp's speculative
+// summary and common_speculative_print_stats line.
+void PrintSpecResult(const engine::spec::SpecConfig& config, const engine::spec::SpecGenerateResult& res) {
+  const engine::GenerateResult& g = res.gen;
   std::fprintf(stderr, "\nherd: stop: %s\n", engine::StopReasonName(g.stop));
   std::fprintf(stderr, "herd: pp: %lld tokens in %.2f ms (%.2f tokens/s)\n", static_cast<long long>(g.pp_tokens),
-               g.pp_ms, rate(g.pp_tokens, g.pp_ms));
+               g.pp_ms, TokensPerSecond(g.pp_tokens, g.pp_ms));
   const int64_t n_out = static_cast<int64_t>(g.output_ids.size());
   std::fprintf(stderr,
                "herd: tg: %lld tokens in %.2f ms (%.2f tokens/s), %lld target passes (%.2f tokens/pass), "
                "drafting %.2f ms\n",
-               static_cast<long long>(n_out), g.tg_ms, rate(n_out, g.tg_ms), static_cast<long long>(res->target_passes),
-               res->tokens_per_pass(), res->draft_ms);
-  // llama.cpp's speculative summary and common_speculative_print_stats line.
-  const spec::SpecStats& st = res->stats;
+               static_cast<long long>(n_out), g.tg_ms, TokensPerSecond(n_out, g.tg_ms),
+               static_cast<long long>(res.target_passes), res.tokens_per_pass(), res.draft_ms);
+  const engine::spec::SpecStats& st = res.stats;
   std::fprintf(stderr,
                "herd: n_draft   = %d\nherd: n_predict = %lld\nherd: n_drafted = %lld\n"
                "herd: n_accept  = %lld\nherd: accept    = %.3f%%\n",
-               spec_config->draft_max, static_cast<long long>(n_out), static_cast<long long>(st.gen_tokens),
+               config.draft_max, static_cast<long long>(n_out), static_cast<long long>(st.gen_tokens),
                static_cast<long long>(st.acc_tokens), 100.0 * st.acceptance_rate());
   std::fprintf(stderr, "herd: %s\n", st.ToString().c_str());
-  if (!lcd.empty()) {
-    // llama-lookup: the dynamic cache learns this generation and is written back.
-    std::vector<int32_t> all = g.prompt_ids;
-    all.insert(all.end(), g.output_ids.begin(), g.output_ids.end());
-    spec::NgramCacheUpdate(&dynamic, spec::kNgramCacheMin, spec::kNgramCacheMax, all, static_cast<int64_t>(all.size()));
-    if (absl::Status s = spec::NgramCacheSave(dynamic, lcd); !s.ok()) return Fail(s);
-    std::fprintf(stderr, "herd: dynamic n-gram cache %s: %zu n-grams\n", lcd.c_str(), dynamic.size());
+}
+
+// llama-lookup: the dynamic n-gram cache learns this generation and is written back to `path`.
+absl::Status SaveDynamicCache(const std::string& path, const engine::GenerateResult& g,
+                              engine::spec::NgramCache* dynamic) {
+  namespace spec = engine::spec;
+  std::vector<int32_t> all = g.prompt_ids;
+  all.insert(all.end(), g.output_ids.begin(), g.output_ids.end());
+  spec::NgramCacheUpdate(dynamic, spec::kNgramCacheMin, spec::kNgramCacheMax, all, static_cast<int64_t>(all.size()));
+  if (absl::Status s = spec::NgramCacheSave(*dynamic, path); !s.ok()) return s;
+  std::fprintf(stderr, "herd: dynamic n-gram cache %s: %zu n-grams\n", path.c_str(), dynamic->size());
+  return absl::OkStatus();
+}
+
+// Speculative decoding in this process (llama.cpp speculative-simple / lookup).
+int RunSpeculative(const RunOptions& o, engine::Engine& eng, const tokenizer::Vocab& vocab) {
+  namespace spec = engine::spec;
+  SpecState st;
+  if (absl::Status s = LoadSpecResources(o, eng, vocab, &st); !s.ok()) return Fail(s);
+  auto session = spec::SpecSession::Create(o.spec, st.resources, o.gp.sampling.seed);
+  if (!session.ok()) return Fail(session.status());
+  std::fprintf(stderr, "herd: speculative: type %s, draft_max %d, draft_min %d, draft_p_min %.2f, n %d, m %d\n",
+               spec::SpecTypeName(o.spec.type), o.spec.draft_max, o.spec.draft_min, o.spec.draft_p_min,
+               o.spec.ngram_size_n, o.spec.ngram_size_m);
+  auto res = spec::GenerateSpeculative(eng, vocab, o.gp, session->get(), PrintPiece);
+  if (!res.ok()) return Fail(res.status());
+  std::fflush(stdout);
+  PrintSpecResult(o.spec, *res);
+  if (!o.lookup_dynamic.empty()) {
+    if (absl::Status s = SaveDynamicCache(o.lookup_dynamic, res->gen, &st.dynamic); !s.ok()) return Fail(s);
   }
   return 0;
+}
+
+// Loads the model and runs the generation `o` describes: the text on stdout, the rest
+// on stderr.
+int RunModel(const RunOptions& o) {
+  auto model = model::Model::Load(o.model);
+  if (!model.ok()) return Fail(model.status());
+  PageInWithProgressBar((*model)->file(), o.model);
+  auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
+  if (!vocab.ok()) return Fail(vocab.status());
+  CpuBackend backend(o.threads);
+  auto eng = engine::Engine::Create(**model, o.ep, &backend);
+  if (!eng.ok()) return Fail(eng.status());
+  PrintRunSetup(o, **model, backend, **eng);
+  if (o.display_prompt) std::fwrite(o.gp.prompt.data(), 1, o.gp.prompt.size(), stdout);
+  if (o.spec.type == engine::spec::SpecType::kNone) return RunPlain(**eng, **vocab, o.gp);
+  return RunSpeculative(o, **eng, **vocab);
+}
+
+// herd run: flags, then the generation.
+int CmdRun(int argc, char** argv) {
+  const auto& specs = RunFlags();
+  const std::string usage = "usage: herd run -m MODEL -p PROMPT [flags]\n" + Args::Usage(specs);
+  auto args = Args::Parse(specs, argc, argv, 2);
+  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
+  if (args->Has("-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  RunOptions o;
+  if (EarlyExit e = ParseRunOptions(*args, usage, &o)) return *e;
+  return RunModel(o);
 }
 
 int CmdTokenize(int argc, char** argv) {
