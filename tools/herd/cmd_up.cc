@@ -1,7 +1,13 @@
 // herd up: a local cluster (loader, N workers per model, optional draft workers,
 // gateway) on loopback.
+#include <cstdint>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 #include "tools/herd/args.h"
@@ -11,7 +17,14 @@
 
 namespace herd::cli {
 
-int CmdUp(int argc, char** argv) {
+namespace {
+
+// An early end of `herd up`: its exit status, the message already printed.
+// std::nullopt: carry on.
+using EarlyExit = std::optional<int>;
+
+// The flags of `herd up`.
+const std::vector<FlagSpec>& UpFlags() {
   static const std::vector<FlagSpec> specs = {
       {{"--models"}, true, "model directory served by the loader", ""},
       {{"--model"}, true, "comma-separated model names to serve (default: every *.gguf)", ""},
@@ -61,36 +74,38 @@ int CmdUp(int argc, char** argv) {
        ""},
       {{"-h", "--help"}, false, "show this help", ""},
   };
-  const std::string usage =
-      "usage: herd up --models DIR [--workers N] [--draft-workers N [--spec-type T] [--model-draft GGUF]] [flags]\n" +
-      Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) {
-    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(),
-                 usage.substr(0, usage.find('\n')).c_str());
-    return 2;
-  }
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
-  if (args->Get("--models").empty()) {
-    std::fprintf(stderr, "herd: up: --models DIR is required\n%s", usage.c_str());
-    return 2;
-  }
-  auto workers = args->GetInt("--workers");
-  auto threads = args->GetInt("-t");
-  auto n_ctx = args->GetInt("-c");
-  auto max_seqs = args->GetInt("-np");
-  auto drafts = args->GetInt("--draft-workers");
-  auto port = args->GetInt("--port");
-  auto http_port = args->GetInt("--http-port");
+  return specs;
+}
+
+// "herd: error: MSG" on stderr; the exit status of a usage error.
+int UpUsageError(const std::string& msg) {
+  std::fprintf(stderr, "herd: error: %s\n", msg.c_str());
+  return 2;
+}
+
+// The numeric flags of `herd up`.
+struct UpNumbers {
+  int64_t workers = 0;
+  int64_t threads = 0;
+  int64_t n_ctx = 0;
+  int64_t max_seqs = 0;
+  int64_t drafts = 0;
+  int64_t port = 0;
+  int64_t http_port = 0;
+};
+
+// Parses and range-checks the numeric flags (parse errors first, in flag order).
+EarlyExit ReadUpNumbers(const Args& args, UpNumbers* n) {
+  auto workers = args.GetInt("--workers");
+  auto threads = args.GetInt("-t");
+  auto n_ctx = args.GetInt("-c");
+  auto max_seqs = args.GetInt("-np");
+  auto drafts = args.GetInt("--draft-workers");
+  auto port = args.GetInt("--port");
+  auto http_port = args.GetInt("--http-port");
   for (const absl::Status& s : {workers.status(), threads.status(), n_ctx.status(), max_seqs.status(), drafts.status(),
                                 port.status(), http_port.status()}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
-      return 2;
-    }
+    if (!s.ok()) return UpUsageError(std::string(s.message()));
   }
   if (*workers < 1 || *workers > 64) {
     std::fprintf(stderr, "herd: --workers must be in [1, 64]\n");
@@ -101,33 +116,26 @@ int CmdUp(int argc, char** argv) {
     return 2;
   }
   for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"--port", *port}, {"--http-port", *http_port}}) {
-    if (v < 0 || v > 65535) {
-      std::fprintf(stderr, "herd: error: %s must be in [0, 65535]\n", flag);
-      return 2;
-    }
+    if (v < 0 || v > 65535) return UpUsageError(absl::StrCat(flag, " must be in [0, 65535]"));
   }
-  const std::string kv = args->Get("-ctk");
-  if (kv != "f16" && kv != "f32") {
-    std::fprintf(stderr, "herd: error: -ctk: '%s' is not f16 or f32\n", kv.c_str());
-    return 2;
-  }
-  if (args->Has("-ngl")) {
-    std::fprintf(stderr,
-                 "herd: note: -ngl is accepted for llama.cpp compatibility; herd workers run the whole model "
-                 "on their backend (CPU workers here), so there are no layers to offload\n");
-  }
-  ClusterOptions opts;
-  opts.gateway_port = static_cast<int>(*port);
-  opts.http_port = static_cast<int>(*http_port);
-  opts.extra_worker_flags.push_back("--kv_type=" + kv);
-  if (!args->Get("--chat-template").empty())
-    opts.extra_gateway_flags.push_back("--chat_template=" + args->Get("--chat-template"));
-  opts.draft_workers = static_cast<int>(*drafts);
-  opts.spec_type = args->Get("--spec-type");
-  opts.model_draft = args->Get("--model-draft");
-  opts.draft_target_model = args->Get("--draft-target");
-  if (!opts.model_draft.empty() && opts.draft_workers == 0) opts.draft_workers = 1;
-  // Gateway defaults of requests (llama.cpp's spelling here, Abseil's there).
+  n->workers = *workers;
+  n->threads = *threads;
+  n->n_ctx = *n_ctx;
+  n->max_seqs = *max_seqs;
+  n->drafts = *drafts;
+  n->port = *port;
+  n->http_port = *http_port;
+  return std::nullopt;
+}
+
+// Draft workers and the gateway's speculative defaults of requests (llama.cpp's
+// spelling here, Abseil's there).
+void SetUpSpecOptions(const Args& args, int64_t drafts, ClusterOptions* opts) {
+  opts->draft_workers = static_cast<int>(drafts);
+  opts->spec_type = args.Get("--spec-type");
+  opts->model_draft = args.Get("--model-draft");
+  opts->draft_target_model = args.Get("--draft-target");
+  if (!opts->model_draft.empty() && opts->draft_workers == 0) opts->draft_workers = 1;
   for (const auto& [flag, gw_flag] :
        std::vector<std::pair<std::string, std::string>>{{"--spec-ngram-size-n", "--spec_ngram_size_n"},
                                                         {"--spec-ngram-size-m", "--spec_ngram_size_m"},
@@ -137,40 +145,68 @@ int CmdUp(int argc, char** argv) {
                                                         {"--draft-min", "--draft_min"},
                                                         {"--draft-p-min", "--draft_p_min"},
                                                         {"--draft-timeout-ms", "--draft_timeout_ms"}}) {
-    if (args->Has(flag) && !args->Get(flag).empty())
-      opts.extra_gateway_flags.push_back(gw_flag + "=" + args->Get(flag));
+    if (args.Has(flag) && !args.Get(flag).empty()) {
+      opts->extra_gateway_flags.push_back(gw_flag + "=" + args.Get(flag));
+    }
   }
-  opts.models_dir = args->Get("--models");
-  if (!args->Get("--model").empty()) opts.models = absl::StrSplit(args->Get("--model"), ',');
-  opts.workers_per_model = static_cast<int>(*workers);
-  opts.threads_per_worker = static_cast<int>(*threads);
-  opts.n_ctx = *n_ctx;
-  opts.max_sequences = static_cast<int>(*max_seqs);
-  opts.bin_dir = args->Get("--bin-dir");
-  opts.host = args->Get("--host");
-  opts.restart = !args->Has("--no-restart");
-  // Security: TLS files to every service; keys through the inherited environment.
+}
+
+// Security: TLS files to every service (keys through the inherited environment), and
+// what `herd up` itself uses to reach the gateway.
+EarlyExit SetUpSecurity(const Args& args, ClusterOptions* opts) {
   for (const auto& [flag, svc_flag] :
        std::vector<std::pair<std::string, std::string>>{{"--tls-cert-file", "--tls_cert_file"},
                                                         {"--tls-key-file", "--tls_key_file"},
                                                         {"--tls-ca-file", "--tls_ca_file"}}) {
-    if (!args->Get(flag).empty()) opts.extra_flags.push_back(svc_flag + "=" + args->Get(flag));
+    if (!args.Get(flag).empty()) opts->extra_flags.push_back(svc_flag + "=" + args.Get(flag));
   }
-  opts.gateway_security.tls_ca_file = args->Get("--tls-ca-file");
-  if (!opts.gateway_security.tls_ca_file.empty()) {
-    opts.gateway_security.tls_cert_file = args->Get("--tls-cert-file");
-    opts.gateway_security.tls_key_file = args->Get("--tls-key-file");
+  opts->gateway_security.tls_ca_file = args.Get("--tls-ca-file");
+  if (!opts->gateway_security.tls_ca_file.empty()) {
+    opts->gateway_security.tls_cert_file = args.Get("--tls-cert-file");
+    opts->gateway_security.tls_key_file = args.Get("--tls-key-file");
   }
-  if (absl::Status v = serving::ValidateClientSecurity(opts.gateway_security); !v.ok()) {
-    std::fprintf(stderr, "herd: error: %s\n", std::string(v.message()).c_str());
-    return 2;
+  if (absl::Status v = serving::ValidateClientSecurity(opts->gateway_security); !v.ok()) {
+    return UpUsageError(std::string(v.message()));
   }
   auto probe_key = serving::LoadClientKey("", "HERD_API_KEYS");
-  if (!probe_key.ok()) {
-    std::fprintf(stderr, "herd: error: %s\n", std::string(probe_key.status().message()).c_str());
-    return 2;
+  if (!probe_key.ok()) return UpUsageError(std::string(probe_key.status().message()));
+  opts->gateway_security.key = *probe_key;
+  return std::nullopt;
+}
+
+// Every flag of `herd up` but -h and --models' presence into *opts; errors exit 2.
+EarlyExit ParseUpOptions(const Args& args, ClusterOptions* opts) {
+  UpNumbers n;
+  if (EarlyExit e = ReadUpNumbers(args, &n)) return e;
+  const std::string kv = args.Get("-ctk");
+  if (kv != "f16" && kv != "f32") return UpUsageError(absl::StrCat("-ctk: '", kv, "' is not f16 or f32"));
+  if (args.Has("-ngl")) {
+    std::fprintf(stderr,
+                 "herd: note: -ngl is accepted for llama.cpp compatibility; herd workers run the whole model "
+                 "on their backend (CPU workers here), so there are no layers to offload\n");
   }
-  opts.gateway_security.key = *probe_key;
+  opts->gateway_port = static_cast<int>(n.port);
+  opts->http_port = static_cast<int>(n.http_port);
+  opts->extra_worker_flags.push_back("--kv_type=" + kv);
+  if (!args.Get("--chat-template").empty()) {
+    opts->extra_gateway_flags.push_back("--chat_template=" + args.Get("--chat-template"));
+  }
+  SetUpSpecOptions(args, n.drafts, opts);
+  opts->models_dir = args.Get("--models");
+  if (!args.Get("--model").empty()) opts->models = absl::StrSplit(args.Get("--model"), ',');
+  opts->workers_per_model = static_cast<int>(n.workers);
+  opts->threads_per_worker = static_cast<int>(n.threads);
+  opts->n_ctx = n.n_ctx;
+  opts->max_sequences = static_cast<int>(n.max_seqs);
+  opts->bin_dir = args.Get("--bin-dir");
+  opts->host = args.Get("--host");
+  opts->restart = !args.Has("--no-restart");
+  return SetUpSecurity(args, opts);
+}
+
+// Starts the cluster, prints its addresses and runs until SIGINT/SIGTERM: exit 0, or 1
+// when it does not start.
+int RunCluster(const ClusterOptions& opts) {
   LocalCluster cluster;
   absl::Status s = cluster.Start(opts);
   if (!s.ok()) {
@@ -190,6 +226,33 @@ int CmdUp(int argc, char** argv) {
   std::fprintf(stderr, "herd up: stopping\n");
   cluster.Stop();
   return 0;
+}
+
+}  // namespace
+
+// herd up: flags, then the cluster until a signal.
+int CmdUp(int argc, char** argv) {
+  const std::vector<FlagSpec>& specs = UpFlags();
+  const std::string usage =
+      "usage: herd up --models DIR [--workers N] [--draft-workers N [--spec-type T] [--model-draft GGUF]] [flags]\n" +
+      Args::Usage(specs);
+  auto args = Args::Parse(specs, argc, argv, 2);
+  if (!args.ok()) {
+    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(),
+                 usage.substr(0, usage.find('\n')).c_str());
+    return 2;
+  }
+  if (args->Has("-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  if (args->Get("--models").empty()) {
+    std::fprintf(stderr, "herd: up: --models DIR is required\n%s", usage.c_str());
+    return 2;
+  }
+  ClusterOptions opts;
+  if (EarlyExit e = ParseUpOptions(*args, &opts)) return *e;
+  return RunCluster(opts);
 }
 
 }  // namespace herd::cli
