@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -114,18 +115,12 @@ struct OutTensor {
   size_t nbytes = 0;
 };
 
-}  // namespace
+using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> SupportedFileTypes() { return FileTypeNames(); }
-
-absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_path, const QuantizeOptions& options,
-                           const std::function<void(const QuantizeProgress&)>& progress,
-                           const std::atomic<bool>* cancel) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point t0 = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-
-  // ---- options
+// The options step: paths and threads checked, the type settings parsed (errors name
+// the field).
+absl::StatusOr<TypeOptions> ParseOptions(const std::string& src_path, const std::string& dst_path,
+                                         const QuantizeOptions& options) {
   if (src_path.empty()) return absl::InvalidArgumentError("src_path: empty");
   if (dst_path.empty()) return absl::InvalidArgumentError("dst_path: empty");
   if (options.n_threads < 1 || options.n_threads > 1024) {
@@ -153,24 +148,24 @@ absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_p
     if (!o.ok()) return o.status();
     topt.overrides.push_back(std::move(*o));
   }
-  if (Cancelled(cancel)) return CancelledError();
+  return topt;
+}
 
-  // ---- source and plan
+// INVALID_ARGUMENT when dst_path is the source file itself (same device and inode).
+absl::Status CheckNotSource(const std::string& src_path, const std::string& dst_path) {
   struct stat src_st, dst_st;
   if (::stat(src_path.c_str(), &src_st) == 0 && ::stat(dst_path.c_str(), &dst_st) == 0 &&
       src_st.st_dev == dst_st.st_dev && src_st.st_ino == dst_st.st_ino) {
     return absl::InvalidArgumentError(absl::StrCat("dst_path: '", dst_path, "' is the source file"));
   }
-  auto file = gguf::GgufFile::Open(src_path);
-  if (!file.ok()) return file.status();
-  const gguf::GgufFile& src = **file;
-  auto info = ReadModelInfo(src);
-  if (!info.ok()) return info.status();
-  auto plans = PlanTensorTypes(src, *info, topt);
-  if (!plans.ok()) return absl::Status(plans.status().code(), absl::StrCat(src_path, ": ", plans.status().message()));
+  return absl::OkStatus();
+}
 
+// The source bytes of all tensors; FAILED_PRECONDITION when a tensor to quantize is
+// not F32, F16 or BF16 (no requantizing).
+absl::StatusOr<uint64_t> CheckPlans(const std::string& src_path, const std::vector<TensorPlan>& plans) {
   uint64_t bytes_total = 0;
-  for (const TensorPlan& p : *plans) {
+  for (const TensorPlan& p : plans) {
     bytes_total += p.src->nbytes;
     if (!p.quantize) continue;
     if (!IsFloatType(p.src->type)) {
@@ -179,55 +174,102 @@ absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_p
                                                         " is disabled (quantize from an F32, F16 or BF16 model)"));
     }
   }
+  return bytes_total;
+}
 
-  // ---- output metadata (llama_model_quantize_impl: copy, then set / remove keys)
-  gguf::GgufWriter writer(3);
-  for (const gguf::KeyValue& kv : src.metadata()) writer.SetValue(kv.key, kv.value);
+// Output metadata (llama_model_quantize_impl): the source's keys, then set / remove.
+void SetOutputMetadata(const gguf::GgufFile& src, uint32_t ftype, gguf::GgufWriter* writer) {
+  for (const gguf::KeyValue& kv : src.metadata()) writer->SetValue(kv.key, kv.value);
   // gguf_set_val_* removes an existing key and appends it: both keys end up last.
-  writer.RemoveKey("general.quantization_version");
-  writer.SetValue("general.quantization_version", gguf::Value::U32(kQuantizationVersion));
-  writer.RemoveKey("general.file_type");
-  writer.SetValue("general.file_type", gguf::Value::U32(topt.file_type.ftype));
-  writer.RemoveKey("split.no");
-  writer.RemoveKey("split.count");
-  writer.RemoveKey("split.tensors.count");
+  writer->RemoveKey("general.quantization_version");
+  writer->SetValue("general.quantization_version", gguf::Value::U32(kQuantizationVersion));
+  writer->RemoveKey("general.file_type");
+  writer->SetValue("general.file_type", gguf::Value::U32(ftype));
+  writer->RemoveKey("split.no");
+  writer->RemoveKey("split.count");
+  writer->RemoveKey("split.tensors.count");
+}
 
-  // ---- convert
-  Scratch scratch;
-  bool scratch_open = false;
-  ThreadPool pool(options.n_threads);
-  std::vector<OutTensor> out;
-  out.reserve(plans->size());
-  uint64_t bytes_done = 0;
-  double last_report = -1.0;
-  const int n_total = static_cast<int>(plans->size());
-  auto report = [&](int done, const std::string& current, bool force) {
-    if (!progress) return;
-    const double now = elapsed();
-    if (!force && now - last_report < kProgressInterval) return;
-    last_report = now;
+// The progress calls of one QuantizeModel run: forced ones, and within a tensor at
+// most one per kProgressInterval.
+class ProgressReporter {
+ public:
+  ProgressReporter(const std::function<void(const QuantizeProgress&)>& progress, Clock::time_point t0, int n_total,
+                   uint64_t bytes_total)
+      : progress_(progress), t0_(t0), n_total_(n_total), bytes_total_(bytes_total) {}
+
+  // Counts `n` more source bytes done.
+  void AddBytes(uint64_t n) { bytes_done_ += n; }
+
+  // Calls `progress` with `done` tensors finished, working on `current`.
+  void Report(int done, const std::string& current, bool force) {
+    if (!progress_) return;
+    const double now = std::chrono::duration<double>(Clock::now() - t0_).count();
+    if (!force && now - last_report_ < kProgressInterval) return;
+    last_report_ = now;
     QuantizeProgress pr;
     pr.tensors_done = done;
-    pr.tensors_total = n_total;
-    pr.bytes_done = bytes_done;
-    pr.bytes_total = bytes_total;
+    pr.tensors_total = n_total_;
+    pr.bytes_done = bytes_done_;
+    pr.bytes_total = bytes_total_;
     pr.elapsed_s = now;
-    pr.eta_s =
-        bytes_done > 0 ? now * static_cast<double>(bytes_total - bytes_done) / static_cast<double>(bytes_done) : -1.0;
-    if (done == n_total) pr.eta_s = 0.0;
+    pr.eta_s = bytes_done_ > 0
+                   ? now * static_cast<double>(bytes_total_ - bytes_done_) / static_cast<double>(bytes_done_)
+                   : -1.0;
+    if (done == n_total_) pr.eta_s = 0.0;
     pr.current_tensor = current;
-    progress(pr);
-  };
+    progress_(pr);
+  }
 
-  std::vector<uint8_t> chunk;
-  for (size_t ti = 0; ti < plans->size(); ++ti) {
-    const TensorPlan& p = (*plans)[ti];
+ private:
+  const std::function<void(const QuantizeProgress&)>& progress_;
+  const Clock::time_point t0_;
+  const int n_total_;
+  const uint64_t bytes_total_;
+  uint64_t bytes_done_ = 0;
+  double last_report_ = -1.0;
+};
+
+// The convert step: tensors kept as they are point into the source; tensors to
+// quantize are converted chunk by chunk on a thread pool into a scratch file in
+// dst_path's directory.
+class Converter {
+ public:
+  Converter(const std::string& src_path, const std::string& dst_path, int n_threads, const std::atomic<bool>* cancel,
+            ProgressReporter* progress)
+      : src_path_(src_path), dst_path_(dst_path), cancel_(cancel), progress_(progress), pool_(n_threads) {}
+
+  // Converts every planned tensor, in order.
+  absl::Status Run(const std::vector<TensorPlan>& plans) {
+    out_.reserve(plans.size());
+    for (size_t ti = 0; ti < plans.size(); ++ti) {
+      if (Cancelled(cancel_)) return CancelledError();
+      absl::Status s = ConvertTensor(static_cast<int>(ti), plans[ti]);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // Adds the converted tensors to `writer` (the scratch file mapped first).
+  absl::Status AddTensors(gguf::GgufWriter* writer) {
+    absl::Status s = scratch_.Map();
+    if (!s.ok()) return s;
+    for (const OutTensor& o : out_) {
+      const void* data = o.src_data != nullptr ? o.src_data : scratch_.data() + o.scratch_offset;
+      s = writer->AddTensor(o.name, o.type, o.ne, data, o.nbytes);
+      if (!s.ok()) return absl::InternalError(absl::StrCat("cannot add tensor '", o.name, "': ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Tensor `ti` of the plan: its source data checked, then kept or quantized.
+  absl::Status ConvertTensor(int ti, const TensorPlan& p) {
     const gguf::TensorInfo& t = *p.src;
-    if (Cancelled(cancel)) return CancelledError();
-    report(static_cast<int>(ti), t.name, true);
+    progress_->Report(ti, t.name, true);
     int64_t bad = -1;
     if (!ValidateRowData(t.type, t.data, t.nbytes, &bad)) {
-      return absl::InvalidArgumentError(absl::StrCat(src_path, ": tensor '", t.name, "' (", GgmlTypeName(t.type),
+      return absl::InvalidArgumentError(absl::StrCat(src_path_, ": tensor '", t.name, "' (", GgmlTypeName(t.type),
                                                      ") has invalid data: NaN or Inf at ",
                                                      IsFloatType(t.type) ? "element " : "block ", bad));
     }
@@ -238,69 +280,125 @@ absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_p
     if (!p.quantize) {
       o.src_data = t.data;
       o.nbytes = t.nbytes;
-      bytes_done += t.nbytes;
-      out.push_back(std::move(o));
-      continue;
+      progress_->AddBytes(t.nbytes);
+      out_.push_back(std::move(o));
+      return absl::OkStatus();
     }
-    if (!scratch_open) {
-      absl::Status s = scratch.Open(DirOf(dst_path));
+    if (!scratch_open_) {
+      absl::Status s = scratch_.Open(DirOf(dst_path_));
       if (!s.ok()) return s;
-      scratch_open = true;
+      scratch_open_ = true;
     }
+    absl::Status s = QuantizeTensor(ti, p, &o);
+    if (!s.ok()) return s;
+    out_.push_back(std::move(o));
+    return absl::OkStatus();
+  }
+
+  // Quantizes tensor `ti` to p.type chunk by chunk, each chunk checked and appended
+  // to the scratch file.
+  absl::Status QuantizeTensor(int ti, const TensorPlan& p, OutTensor* o) {
+    const gguf::TensorInfo& t = *p.src;
     const int64_t ne0 = t.ne[0];
     const int64_t nrows = t.nelements() / ne0;
     const size_t src_row = GgmlRowSize(t.type, ne0);
     const size_t dst_row = GgmlRowSize(p.type, ne0);
     const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElements / ne0);
-    o.nbytes = dst_row * static_cast<size_t>(nrows);
+    o->nbytes = dst_row * static_cast<size_t>(nrows);
     bool first_chunk = true;
     for (int64_t r0 = 0; r0 < nrows; r0 += rows_per_chunk) {
-      if (Cancelled(cancel)) return CancelledError();
+      if (Cancelled(cancel_)) return CancelledError();
       const int64_t nr = std::min(rows_per_chunk, nrows - r0);
-      chunk.resize(dst_row * static_cast<size_t>(nr));
-      pool.Run([&](int ith, int nth) {
-        int64_t b, e;
-        SplitRange(nr, ith, nth, &b, &e);
-        std::vector<float> buf(t.type == GgmlType::F32 ? 0 : static_cast<size_t>(ne0));
-        for (int64_t r = b; r < e; ++r) {
-          const uint8_t* in = t.data + static_cast<size_t>(r0 + r) * src_row;
-          const float* x = reinterpret_cast<const float*>(in);
-          if (t.type != GgmlType::F32) {
-            DequantizeRow(t.type, in, buf.data(), ne0);
-            x = buf.data();
-          }
-          QuantizeRow(p.type, x, chunk.data() + static_cast<size_t>(r) * dst_row, ne0);
-        }
-      });
-      if (!ValidateRowData(p.type, chunk.data(), chunk.size(), &bad)) {
+      QuantizeRows(t, p.type, r0, nr);
+      int64_t bad = -1;
+      if (!ValidateRowData(p.type, chunk_.data(), chunk_.size(), &bad)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(src_path, ": tensor '", t.name, "': quantized data validation failed (", GgmlTypeName(p.type),
+            absl::StrCat(src_path_, ": tensor '", t.name, "': quantized data validation failed (", GgmlTypeName(p.type),
                          " block ", static_cast<int64_t>(r0 * (ne0 / GetGgmlTypeTraits(p.type)->block_size)) + bad,
                          " has a non-finite scale: values out of F16 range)"));
       }
-      auto off = scratch.Append(chunk.data(), chunk.size());
+      auto off = scratch_.Append(chunk_.data(), chunk_.size());
       if (!off.ok()) return off.status();
-      if (first_chunk) o.scratch_offset = *off;
+      if (first_chunk) o->scratch_offset = *off;
       first_chunk = false;
-      bytes_done += src_row * static_cast<size_t>(nr);
-      report(static_cast<int>(ti), t.name, false);
+      progress_->AddBytes(src_row * static_cast<size_t>(nr));
+      progress_->Report(ti, t.name, false);
     }
-    out.push_back(std::move(o));
+    return absl::OkStatus();
   }
+
+  // Rows [r0, r0 + nr) of `t` quantized to `type` into chunk_, on the pool (non-F32
+  // sources widened to F32 first).
+  void QuantizeRows(const gguf::TensorInfo& t, GgmlType type, int64_t r0, int64_t nr) {
+    const int64_t ne0 = t.ne[0];
+    const size_t src_row = GgmlRowSize(t.type, ne0);
+    const size_t dst_row = GgmlRowSize(type, ne0);
+    chunk_.resize(dst_row * static_cast<size_t>(nr));
+    pool_.Run([&](int ith, int nth) {
+      int64_t b, e;
+      SplitRange(nr, ith, nth, &b, &e);
+      std::vector<float> buf(t.type == GgmlType::F32 ? 0 : static_cast<size_t>(ne0));
+      for (int64_t r = b; r < e; ++r) {
+        const uint8_t* in = t.data + static_cast<size_t>(r0 + r) * src_row;
+        const float* x = reinterpret_cast<const float*>(in);
+        if (t.type != GgmlType::F32) {
+          DequantizeRow(t.type, in, buf.data(), ne0);
+          x = buf.data();
+        }
+        QuantizeRow(type, x, chunk_.data() + static_cast<size_t>(r) * dst_row, ne0);
+      }
+    });
+  }
+
+  const std::string& src_path_;
+  const std::string& dst_path_;
+  const std::atomic<bool>* cancel_;
+  ProgressReporter* progress_;
+  Scratch scratch_;
+  bool scratch_open_ = false;
+  ThreadPool pool_;
+  std::vector<OutTensor> out_;
+  std::vector<uint8_t> chunk_;  // one chunk of quantized rows
+};
+
+}  // namespace
+
+std::vector<std::string> SupportedFileTypes() { return FileTypeNames(); }
+
+absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_path, const QuantizeOptions& options,
+                           const std::function<void(const QuantizeProgress&)>& progress,
+                           const std::atomic<bool>* cancel) {
+  const Clock::time_point t0 = Clock::now();
+  // ---- options
+  auto topt = ParseOptions(src_path, dst_path, options);
+  if (!topt.ok()) return topt.status();
+  if (Cancelled(cancel)) return CancelledError();
+
+  // ---- source and plan
+  if (absl::Status s = CheckNotSource(src_path, dst_path); !s.ok()) return s;
+  auto file = gguf::GgufFile::Open(src_path);
+  if (!file.ok()) return file.status();
+  const gguf::GgufFile& src = **file;
+  auto info = ReadModelInfo(src);
+  if (!info.ok()) return info.status();
+  auto plans = PlanTensorTypes(src, *info, *topt);
+  if (!plans.ok()) return absl::Status(plans.status().code(), absl::StrCat(src_path, ": ", plans.status().message()));
+  auto bytes_total = CheckPlans(src_path, *plans);
+  if (!bytes_total.ok()) return bytes_total.status();
+
+  // ---- output metadata, then convert
+  gguf::GgufWriter writer(3);
+  SetOutputMetadata(src, topt->file_type.ftype, &writer);
+  const int n_total = static_cast<int>(plans->size());
+  ProgressReporter reporter(progress, t0, n_total, *bytes_total);
+  Converter converter(src_path, dst_path, options.n_threads, cancel, &reporter);
+  if (absl::Status s = converter.Run(*plans); !s.ok()) return s;
   if (Cancelled(cancel)) return CancelledError();
 
   // ---- write (temp file + fsync + rename inside GgufWriter::WriteFile)
-  absl::Status s = scratch.Map();
-  if (!s.ok()) return s;
-  for (const OutTensor& o : out) {
-    const void* data = o.src_data != nullptr ? o.src_data : scratch.data() + o.scratch_offset;
-    s = writer.AddTensor(o.name, o.type, o.ne, data, o.nbytes);
-    if (!s.ok()) return absl::InternalError(absl::StrCat("cannot add tensor '", o.name, "': ", s.message()));
-  }
-  report(n_total, "", true);  // all tensors converted; writing
-  s = writer.WriteFile(dst_path);
-  if (!s.ok()) return s;
-  return absl::OkStatus();
+  if (absl::Status s = converter.AddTensors(&writer); !s.ok()) return s;
+  reporter.Report(n_total, "", true);  // all tensors converted; writing
+  return writer.WriteFile(dst_path);
 }
 
 }  // namespace herd::quant
