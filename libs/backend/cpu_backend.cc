@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -168,177 +169,247 @@ absl::Status CpuBackend::GraphCompute(Graph& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::ComputeNode(Tensor* n) {
-  Tensor* a = n->src[0];
-  Tensor* b = n->src[1];
-  const int64_t ne0 = n->ne[0];
+namespace {
+
+// Work on fewer elements than this runs on the calling thread: waking the pool costs more.
+constexpr int64_t kInlineElements = 16384;
+
+// fn(ith, nth) on the pool, or as fn(0, 1) on this thread when `inline_` (tiny work).
+template <typename Fn>
+void RunSplit(ThreadPool& pool, bool inline_, const Fn& fn) {
+  if (inline_) {
+    fn(0, 1);
+  } else {
+    pool.Run(fn);
+  }
+}
+
+// Runs fn(row index i1, i2, i3) over all rows of n split across threads; small
+// element-wise work runs on the calling thread.
+template <typename Fn>
+void ForRows(ThreadPool& pool, const Tensor* n, const Fn& fn) {
   const int64_t nrows = n->nrows();
-  // Runs fn(row index i1, i2, i3) over all rows of n split across threads.
-  // Small element-wise work runs on the calling thread: waking the pool costs more.
-  const bool small = n->nelements() < 16384;
-  // fn(ith, nth) on the pool, or as fn(0, 1) on this thread when `inline_` (tiny work).
-  auto run = [&](bool inline_, const auto& fn) {
-    if (inline_) {
-      fn(0, 1);
-    } else {
-      pool_.Run(fn);
+  if (n->nelements() < kInlineElements) {
+    for (int64_t r = 0; r < nrows; ++r) {
+      fn(r % n->ne[1], (r / n->ne[1]) % n->ne[2], r / (n->ne[1] * n->ne[2]));
     }
-  };
-  auto for_rows = [&](auto fn) {
-    if (small) {
-      for (int64_t r = 0; r < nrows; ++r) {
-        fn(r % n->ne[1], (r / n->ne[1]) % n->ne[2], r / (n->ne[1] * n->ne[2]));
-      }
+    return;
+  }
+  pool.Run([&](int ith, int nth) {
+    int64_t r0, r1;
+    SplitRange(nrows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t i1 = r % n->ne[1];
+      const int64_t i2 = (r / n->ne[1]) % n->ne[2];
+      const int64_t i3 = r / (n->ne[1] * n->ne[2]);
+      fn(i1, i2, i3);
+    }
+  });
+}
+
+// get_rows: row ids[i] of src[0], dequantized to F32, into row i of n.
+absl::Status ComputeGetRows(ThreadPool& pool, Tensor* n) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  const int64_t n_ids = b->ne[0];
+  const int32_t* ids = static_cast<const int32_t*>(b->data);
+  for (int64_t i = 0; i < n_ids; ++i) {
+    if (ids[i] < 0 || ids[i] >= a->ne[1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("get_rows: id ", ids[i], " outside [0, ", a->ne[1], ") of '", a->name, "'"));
+    }
+  }
+  RunSplit(pool, n->nelements() < kInlineElements, [&](int ith, int nth) {
+    int64_t r0, r1;
+    SplitRange(n_ids, ith, nth, &r0, &r1);
+    for (int64_t i = r0; i < r1; ++i) DequantizeRow(a->type, a->row(ids[i]), F32Row(n, i), n->ne[0]);
+  });
+  return absl::OkStatus();
+}
+
+// The row-wise ops of two F32 sources: add and mul (src[1] broadcast over rows), swiglu.
+void ComputeBinary(ThreadPool& pool, Tensor* n) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  const int64_t ne0 = n->ne[0];
+  switch (n->op) {
+    case Op::kAdd:
+    case Op::kMul: {
+      const bool add = n->op == Op::kAdd;
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        const float* x = F32Row(a, i1, i2, i3);
+        const float* y = F32Row(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
+        if (add) {
+          cpu::Add(x, y, F32Row(n, i1, i2, i3), ne0);
+        } else {
+          cpu::Mul(x, y, F32Row(n, i1, i2, i3), ne0);
+        }
+      });
       return;
     }
-    pool_.Run([&](int ith, int nth) {
-      int64_t r0, r1;
-      SplitRange(nrows, ith, nth, &r0, &r1);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t i1 = r % n->ne[1];
-        const int64_t i2 = (r / n->ne[1]) % n->ne[2];
-        const int64_t i3 = r / (n->ne[1] * n->ne[2]);
-        fn(i1, i2, i3);
+    case Op::kSwiglu:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Swiglu(F32Row(a, i1, i2, i3), F32Row(b, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return;
+    default:
+      return;
+  }
+}
+
+// The row-wise ops of one F32 source: scale, norms, activations, clamp, cont.
+void ComputeUnary(ThreadPool& pool, Tensor* n) {
+  const Tensor* a = n->src[0];
+  const int64_t ne0 = n->ne[0];
+  const float* fp = n->f_params;
+  switch (n->op) {
+    case Op::kScale:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Scale(F32Row(a, i1, i2, i3), fp[0], F32Row(n, i1, i2, i3), ne0);
+      });
+      return;
+    case Op::kRmsNorm:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::RmsNorm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, fp[0]);
+      });
+      return;
+    case Op::kNorm:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Norm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, fp[0]);
+      });
+      return;
+    case Op::kSilu:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Silu(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return;
+    case Op::kGelu:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::GeluGgmlTable(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return;
+    case Op::kGeluErf:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::GeluErf(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
+      });
+      return;
+    case Op::kClamp:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        cpu::Clamp(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, fp[0], fp[1]);
+      });
+      return;
+    case Op::kCont:
+      ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+        std::memcpy(F32Row(n, i1, i2, i3), F32Row(a, i1, i2, i3), static_cast<size_t>(ne0) * sizeof(float));
+      });
+      return;
+    default:
+      return;
+  }
+}
+
+// soft_max_ext: scaled, masked (src[1], optional) softmax of each row, ALiBi per head.
+void ComputeSoftMax(ThreadPool& pool, Tensor* n) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  const float scale = n->f_params[0];
+  const float max_bias = n->f_params[1];
+  const int n_head = static_cast<int>(n->ne[2]);
+  ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
+    const float* mask = b ? F32Row(b, i1 % b->ne[1]) : nullptr;
+    const float slope = AlibiSlope(static_cast<int>(i2), n_head, max_bias);
+    cpu::SoftMax(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), n->ne[0], scale, mask, slope);
+  });
+}
+
+// rope: every head of each token rotated at its position (src[1]), with the optional
+// frequency factors of src[2].
+void ComputeRope(ThreadPool& pool, Tensor* n) {
+  const Tensor* a = n->src[0];
+  cpu::RopeParams p;
+  p.n_dims = n->i_params[0];
+  p.neox = (n->i_params[1] & 2) != 0;
+  p.n_ctx_orig = n->i_params[2];
+  p.freq_base = n->f_params[0];
+  p.freq_scale = n->f_params[1];
+  p.ext_factor = n->f_params[2];
+  p.attn_factor = n->f_params[3];
+  p.beta_fast = n->f_params[4];
+  p.beta_slow = n->f_params[5];
+  const int32_t* pos = static_cast<const int32_t*>(n->src[1]->data);
+  const float* ff = n->src[2] ? static_cast<const float*>(n->src[2]->data) : nullptr;
+  const int64_t n_tokens = n->ne[2];
+  RunSplit(pool, n->nelements() < kInlineElements, [&](int ith, int nth) {
+    std::vector<float> cs(static_cast<size_t>(p.n_dims) + 2);
+    int64_t t0, t1;
+    SplitRange(n_tokens, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; ++t) {
+      cpu::RopeCache(p, static_cast<float>(pos[t]), ff, cs.data());
+      for (int64_t h = 0; h < n->ne[1]; ++h) {
+        cpu::RopeApply(p, cs.data(), F32Row(a, h, t), F32Row(n, h, t), n->ne[0]);
       }
-    });
-  };
+    }
+  });
+}
+
+// set_rows: row i of src[1] converted into row idx[i] (src[2]) of src[0] (the destination).
+absl::Status ComputeSetRows(ThreadPool& pool, Tensor* n, Isa isa) {
+  Tensor* dst = n->src[0];
+  const Tensor* b = n->src[1];
+  const int32_t* idx = static_cast<const int32_t*>(n->src[2]->data);
+  const int64_t n_rows = b->ne[1];
+  for (int64_t i = 0; i < n_rows; ++i) {
+    if (idx[i] < 0 || idx[i] >= dst->ne[1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("set_rows: row ", idx[i], " outside [0, ", dst->ne[1], ") of '", dst->name, "'"));
+    }
+  }
+  RunSplit(pool, b->nelements() < kInlineElements, [&](int ith, int nth) {
+    int64_t r0, r1;
+    SplitRange(n_rows, ith, nth, &r0, &r1);
+    for (int64_t i = r0; i < r1; ++i) {
+      cpu::FromFloat(dst->type, F32Row(b, i), dst->row(idx[i]), b->ne[0], isa);
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuBackend::ComputeNode(Tensor* n) {
   switch (n->op) {
     case Op::kNone:
     case Op::kView:
       return absl::OkStatus();
-    case Op::kGetRows: {
-      const int64_t n_ids = b->ne[0];
-      const int32_t* ids = static_cast<const int32_t*>(b->data);
-      for (int64_t i = 0; i < n_ids; ++i) {
-        if (ids[i] < 0 || ids[i] >= a->ne[1]) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("get_rows: id ", ids[i], " outside [0, ", a->ne[1], ") of '", a->name, "'"));
-        }
-      }
-      run(small, [&](int ith, int nth) {
-        int64_t r0, r1;
-        SplitRange(n_ids, ith, nth, &r0, &r1);
-        for (int64_t i = r0; i < r1; ++i) DequantizeRow(a->type, a->row(ids[i]), F32Row(n, i), ne0);
-      });
-      return absl::OkStatus();
-    }
+    case Op::kGetRows:
+      return ComputeGetRows(pool_, n);
     case Op::kMulMat:
       return ComputeMulMat(n);
     case Op::kAdd:
-    case Op::kMul: {
-      const bool add = n->op == Op::kAdd;
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        const float* x = F32Row(a, i1, i2, i3);
-        const float* y = F32Row(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
-        if (add)
-          cpu::Add(x, y, F32Row(n, i1, i2, i3), ne0);
-        else
-          cpu::Mul(x, y, F32Row(n, i1, i2, i3), ne0);
-      });
-      return absl::OkStatus();
-    }
-    case Op::kScale:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Scale(F32Row(a, i1, i2, i3), n->f_params[0], F32Row(n, i1, i2, i3), ne0);
-      });
-      return absl::OkStatus();
-    case Op::kRmsNorm:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::RmsNorm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, n->f_params[0]);
-      });
-      return absl::OkStatus();
-    case Op::kNorm:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Norm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, n->f_params[0]);
-      });
-      return absl::OkStatus();
-    case Op::kSilu:
-      for_rows(
-          [&](int64_t i1, int64_t i2, int64_t i3) { cpu::Silu(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0); });
-      return absl::OkStatus();
-    case Op::kGelu:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::GeluGgmlTable(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
-      });
-      return absl::OkStatus();
-    case Op::kGeluErf:
-      for_rows(
-          [&](int64_t i1, int64_t i2, int64_t i3) { cpu::GeluErf(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0); });
-      return absl::OkStatus();
-    case Op::kClamp:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Clamp(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, n->f_params[0], n->f_params[1]);
-      });
-      return absl::OkStatus();
-    case Op::kCont:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        std::memcpy(F32Row(n, i1, i2, i3), F32Row(a, i1, i2, i3), static_cast<size_t>(ne0) * sizeof(float));
-      });
-      return absl::OkStatus();
+    case Op::kMul:
     case Op::kSwiglu:
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Swiglu(F32Row(a, i1, i2, i3), F32Row(b, i1, i2, i3), F32Row(n, i1, i2, i3), ne0);
-      });
+      ComputeBinary(pool_, n);
       return absl::OkStatus();
-    case Op::kSoftMax: {
-      const float scale = n->f_params[0];
-      const float max_bias = n->f_params[1];
-      const int n_head = static_cast<int>(n->ne[2]);
-      for_rows([&](int64_t i1, int64_t i2, int64_t i3) {
-        const float* mask = b ? F32Row(b, i1 % b->ne[1]) : nullptr;
-        const float slope = AlibiSlope(static_cast<int>(i2), n_head, max_bias);
-        cpu::SoftMax(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, scale, mask, slope);
-      });
+    case Op::kScale:
+    case Op::kRmsNorm:
+    case Op::kNorm:
+    case Op::kSilu:
+    case Op::kGelu:
+    case Op::kGeluErf:
+    case Op::kClamp:
+    case Op::kCont:
+      ComputeUnary(pool_, n);
       return absl::OkStatus();
-    }
-    case Op::kRope: {
-      cpu::RopeParams p;
-      p.n_dims = n->i_params[0];
-      p.neox = (n->i_params[1] & 2) != 0;
-      p.n_ctx_orig = n->i_params[2];
-      p.freq_base = n->f_params[0];
-      p.freq_scale = n->f_params[1];
-      p.ext_factor = n->f_params[2];
-      p.attn_factor = n->f_params[3];
-      p.beta_fast = n->f_params[4];
-      p.beta_slow = n->f_params[5];
-      const int32_t* pos = static_cast<const int32_t*>(b->data);
-      const float* ff = n->src[2] ? static_cast<const float*>(n->src[2]->data) : nullptr;
-      const int64_t n_tokens = n->ne[2];
-      run(small, [&](int ith, int nth) {
-        std::vector<float> cs(static_cast<size_t>(p.n_dims) + 2);
-        int64_t t0, t1;
-        SplitRange(n_tokens, ith, nth, &t0, &t1);
-        for (int64_t t = t0; t < t1; ++t) {
-          cpu::RopeCache(p, static_cast<float>(pos[t]), ff, cs.data());
-          for (int64_t h = 0; h < n->ne[1]; ++h) {
-            cpu::RopeApply(p, cs.data(), F32Row(a, h, t), F32Row(n, h, t), ne0);
-          }
-        }
-      });
+    case Op::kSoftMax:
+      ComputeSoftMax(pool_, n);
       return absl::OkStatus();
-    }
+    case Op::kRope:
+      ComputeRope(pool_, n);
+      return absl::OkStatus();
     case Op::kFlashAttnExt:
       return ComputeFlashAttn(n);
-    case Op::kSetRows: {
-      Tensor* dst = a;
-      const int32_t* idx = static_cast<const int32_t*>(n->src[2]->data);
-      const int64_t n_rows = b->ne[1];
-      for (int64_t i = 0; i < n_rows; ++i) {
-        if (idx[i] < 0 || idx[i] >= dst->ne[1]) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("set_rows: row ", idx[i], " outside [0, ", dst->ne[1], ") of '", dst->name, "'"));
-        }
-      }
-      run(b->nelements() < 16384, [&](int ith, int nth) {
-        int64_t r0, r1;
-        SplitRange(n_rows, ith, nth, &r0, &r1);
-        for (int64_t i = r0; i < r1; ++i) {
-          cpu::FromFloat(dst->type, F32Row(b, i), dst->row(idx[i]), b->ne[0], isa_);
-        }
-      });
-      return absl::OkStatus();
-    }
+    case Op::kSetRows:
+      return ComputeSetRows(pool_, n, isa_);
     default:
       return absl::UnimplementedError(absl::StrCat("op ", OpName(n->op)));
   }
