@@ -127,6 +127,13 @@ struct TokenLogprob {
   float logprob;  // natural log of the probability
 };
 
+/// Per-token log probabilities of a generated token (OpenAI's logprobs).
+struct TokenLogprobs {
+  int32_t id = 0;
+  float logprob = 0;              // of the chosen token, in the distribution it was drawn from
+  std::vector<TokenLogprob> top;  // the top-n alternatives, most likely first
+};
+
 /// A stateful sampler for one sequence. Not thread-safe; one per sequence.
 class Sampler {
  public:

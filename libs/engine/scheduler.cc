@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
 #include "libs/engine/spec/rejection.h"
+#include "libs/engine/spec/verify.h"
 
 namespace herd::engine {
 namespace internal {
@@ -283,113 +284,21 @@ std::vector<Work> Core::PlanLocked() {
   return plan;
 }
 
-namespace {
-
-// Top-n (id, logprob) of a candidate list sorted by probability (Sampler::Candidates).
-std::vector<TokenLogprob> TopOf(const TokenDataArray& cands, int32_t n) {
-  std::vector<TokenLogprob> top;
-  for (const TokenData& c : cands.data) {
-    if (static_cast<int32_t>(top.size()) >= n) break;
-    if (c.p > 0) top.push_back({c.id, std::log(c.p)});
-  }
-  return top;
-}
-
-}  // namespace
-
-// Settles positions 0..n_draft of a verification: position i's token is produced from
-// the logits of pending/draft[i-1], and draft[i] is accepted or the pass ends there.
-//  - Sample and match (deterministic drafts, or a greedy sequence): position i is one
-//    Sampler::Sample() call; draft[i] is accepted while the sample equals it. Exact for
-//    greedy sampling and for any deterministic draft: every token is sampled exactly as
-//    without a draft.
-//  - Rejection sampling (the draft carries its distributions q and the sequence samples
-//    at temp > 0): spec::RejectionStep(p_i, draft[i], q_i) with p_i =
-//    Sampler::Candidates() (the whole sampler chain, penalties seeing the tokens settled
-//    so far); on a rejection the emitted token comes from norm(max(0, p_i - q_i)) and
-//    the pass ends; after a fully accepted draft the extra token is drawn from p_n. All
-//    draws come from the sequence's spec_rng, so a verification equals
-//    spec::RejectionSample(p, draft, q, rng) (tested in scheduler_test).
-// Every emitted token is Accept()ed by the sampler. The result is the accepted prefix
-// plus one token; rejected draft cells are removed from the KV cache.
+// Settles positions 0..n_draft of a verification (spec::VerifyDraft: sample and match,
+// or rejection sampling with the sequence's spec_rng for drafts that carry their
+// distributions). The result is the accepted prefix plus one token; rejected draft cells
+// are removed from the KV cache.
 void Core::VerifyDraft(Work* w) {
   SeqState& s = *w->s;
   StepResult& r = w->result;
   const size_t n_draft = w->draft.size();
-  const bool rejection = !w->draft_q.empty() && s.sampling.temp > 0.0f;
-  for (size_t i = 0; i <= n_draft; ++i) {
-    const float* logits = engine->Logits(w->out_begin + static_cast<int64_t>(i));
-    int32_t t = -1;
-    bool accepted = false;
-    bool from_cands = false;  // t was drawn from `cands` (rejection path)
-    TokenDataArray cands;
-    if (rejection) {
-      cands = s.sampler->Candidates(logits);
-      const spec::SparseDist p = spec::DistFromCandidates(cands);
-      if (i < n_draft) {
-        auto st = spec::RejectionStep(p, w->draft[i], w->draft_q[i], s.spec_rng);
-        if (st.ok()) {
-          t = st->token;
-          accepted = st->accepted;
-          from_cands = true;
-        } else {  // not expected (Step() validated q): fall back to sample and match
-          HERD_LOG(Warning) << "scheduler: rejection step of sequence " << s.id << ": " << st.status();
-        }
-      } else {
-        // The token after the whole draft: drawn from p_n with the same RNG, exactly as
-        // RejectionSample draws it.
-        auto st = spec::RejectionSample({p}, {}, {}, s.spec_rng);
-        if (st.ok()) {
-          t = st->token;
-          from_cands = true;
-        }
-      }
-    }
-    if (!from_cands) {
-      t = s.sampler->Sample(logits);
-      accepted = i < n_draft && t == w->draft[i];
-    }
-    if (t < 0) {
-      w->error = absl::FailedPreconditionError(
-          s.sampler->status().ok() ? "grammar: no token of the vocabulary can continue the grammar"
-                                   : std::string(s.sampler->status().message()));
-      break;
-    }
-    if (s.logprobs > 0) {
-      TokenLogprobs lp;
-      lp.id = t;
-      lp.top = from_cands ? TopOf(cands, s.logprobs) : s.sampler->last_top_logprobs();
-      lp.logprob = -std::numeric_limits<float>::infinity();
-      bool found = false;
-      for (const TokenLogprob& c : lp.top) {
-        if (c.id == t) {
-          lp.logprob = c.logprob;
-          found = true;
-          break;
-        }
-      }
-      if (!found) {
-        // Outside the top-n: its probability in the target's distribution (the penalty
-        // history does not include t yet, as during Sample()).
-        if (!from_cands) cands = s.sampler->Candidates(logits);
-        for (const TokenData& c : cands.data) {
-          if (c.id == t && c.p > 0) lp.logprob = std::log(c.p);
-        }
-      }
-      r.logprobs.push_back(std::move(lp));
-    }
-    if (absl::Status as = s.sampler->Accept(t); !as.ok()) {
-      w->error = absl::FailedPreconditionError(as.message());
-      break;
-    }
-    r.tokens.push_back(t);
-    if (!s.ignore_eos && vocab->IsEog(t)) {
-      r.eos = true;
-      break;
-    }
-    if (accepted) continue;
-    break;
-  }
+  spec::VerifyResult v = spec::VerifyDraft(
+      *s.sampler, [&](size_t i) { return engine->Logits(w->out_begin + static_cast<int64_t>(i)); }, w->draft,
+      w->draft_q, s.spec_rng, *vocab, s.ignore_eos, s.logprobs);
+  r.tokens = std::move(v.tokens);
+  r.logprobs = std::move(v.logprobs);
+  r.eos = v.eos;
+  w->error = v.status;
   if (!w->error.ok()) return;  // the sequence ends (Run releases it)
   r.n_accepted = static_cast<int32_t>(r.tokens.size()) - 1;
   // Kept in the cache: the pending token and the accepted draft tokens.

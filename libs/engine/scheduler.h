@@ -136,13 +136,6 @@ struct SchedulerConfig {
   int32_t max_logprobs = 20;
 };
 
-/// Per-token log probabilities (when SequenceParams::logprobs > 0).
-struct TokenLogprobs {
-  int32_t id = 0;
-  float logprob = 0;               // of the chosen token, in the distribution it was drawn from
-  std::vector<TokenLogprob> top;   // Sampler::last_top_logprobs(), most likely first
-};
-
 /// The outcome of one forward pass of one sequence.
 struct StepResult {
   std::vector<int32_t> tokens;      // accepted draft tokens, then one sampled token

@@ -266,13 +266,7 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
 
   engine::spec::DraftResult d = spec->Draft(req.n_max(), req.temperature());
   resp->mutable_tokens()->Assign(d.tokens.begin(), d.tokens.end());
-  for (const engine::spec::SparseDist& q : d.probs) {
-    herd::v1::DraftTokenProbs* p = resp->add_probs();
-    for (const engine::spec::TokenProb& t : q) {
-      p->add_ids(t.id);
-      p->add_p(t.p);
-    }
-  }
+  for (const engine::spec::SparseDist& q : d.probs) engine::spec::SparseDistToProto(q, resp->add_probs());
   resp->set_history_len(static_cast<int64_t>(spec->history().size()));
   engine::spec::SpecStatsToProto(spec->stats(), resp->mutable_stats());
   ReportStats(s);

@@ -6,33 +6,24 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/method_handler.h"
 #include "libs/base/log.h"
 #include "libs/engine/sampling.h"
-#include "libs/grammar/gbnf.h"
+#include "libs/engine/spec/spec_loop.h"
 #include "libs/engine/spec/spec_proto.h"
 #include "services/gateway/chat_prompt.h"
+#include "services/gateway/completion.h"
+#include "services/gateway/request_validation.h"
 #include "services/gateway/text_stream.h"
+#include "services/gateway/worker_session.h"
 
 namespace herd::gateway {
 namespace {
 
-constexpr int kMaxStops = 16;
-constexpr size_t kMaxStopBytes = 256;
-constexpr int kMaxLogprobs = 20;
-
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
-
-std::string FloatStr(float v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return absl::StrFormat("%g", v);
-}
 
 const char* FinishName(v1::FinishReason r) {
   switch (r) {
@@ -44,87 +35,38 @@ const char* FinishName(v1::FinishReason r) {
   }
 }
 
-absl::Status ValidateSampling(const v1::SamplingParams& s) {
-  if (s.has_temperature() && (!std::isfinite(s.temperature()) || s.temperature() < 0)) {
-    return Invalid(absl::StrCat("sampling.temperature: must be a finite number >= 0 (got ", FloatStr(s.temperature()), ")"));
-  }
-  if (s.has_top_p() && !(s.top_p() >= 0 && s.top_p() <= 1)) {
-    return Invalid(absl::StrCat("sampling.top_p: must be in [0, 1] (got ", FloatStr(s.top_p()), ")"));
-  }
-  if (s.has_min_p() && !(s.min_p() >= 0 && s.min_p() <= 1)) {
-    return Invalid(absl::StrCat("sampling.min_p: must be in [0, 1] (got ", FloatStr(s.min_p()), ")"));
-  }
-  if (s.has_repeat_penalty() && (!std::isfinite(s.repeat_penalty()) || s.repeat_penalty() <= 0)) {
-    return Invalid(absl::StrCat("sampling.repeat_penalty: must be a finite number > 0 (got ", FloatStr(s.repeat_penalty()), ")"));
-  }
-  if (s.has_repeat_last_n() && s.repeat_last_n() < -1) {
-    return Invalid(absl::StrCat("sampling.repeat_last_n: must be >= -1 (got ", s.repeat_last_n(), ")"));
-  }
-  if (s.has_presence_penalty() && !std::isfinite(s.presence_penalty())) {
-    return Invalid(absl::StrCat("sampling.presence_penalty: must be finite (got ", FloatStr(s.presence_penalty()), ")"));
-  }
-  if (s.has_frequency_penalty() && !std::isfinite(s.frequency_penalty())) {
-    return Invalid(absl::StrCat("sampling.frequency_penalty: must be finite (got ", FloatStr(s.frequency_penalty()), ")"));
-  }
-  // The engine's own checks, as a backstop (same ranges).
-  engine::SamplingParams p;
-  if (s.has_temperature()) p.temp = s.temperature();
-  if (s.has_top_k()) p.top_k = std::max(0, s.top_k());  // <= 0 = disabled (llama.cpp)
-  if (s.has_top_p()) p.top_p = s.top_p();
-  if (s.has_min_p()) p.min_p = s.min_p();
-  if (s.has_repeat_penalty()) p.repeat_penalty = s.repeat_penalty();
-  if (s.has_repeat_last_n()) p.penalty_last_n = s.repeat_last_n();
-  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
-  absl::Status st = engine::ValidateSamplingParams(p);
-  if (!st.ok()) return Invalid(absl::StrCat("sampling: ", st.message()));
-  for (int i = 0; i < s.logit_bias_size(); ++i) {
-    const float b = s.logit_bias(i).bias();
-    if (std::isnan(b) || b == std::numeric_limits<float>::infinity()) {
-      return Invalid(absl::StrCat("sampling.logit_bias[", i, "].bias: must be a finite number or -inf (got ", FloatStr(b), ")"));
-    }
-  }
-  if (!s.grammar().empty()) {
-    auto g = grammar::Grammar::Parse(s.grammar());
-    if (!g.ok()) return Invalid(absl::StrCat("sampling.grammar: ", absl::StripPrefix(g.status().message(), "grammar: ")));
-  }
-  return absl::OkStatus();
-}
-
-// logit_bias token ids against the model's vocabulary.
-absl::Status ValidateLogitBiasIds(const v1::SamplingParams& s, int32_t n_vocab) {
-  for (int i = 0; i < s.logit_bias_size(); ++i) {
-    const int32_t id = s.logit_bias(i).token_id();
-    if (id < 0 || id >= n_vocab) {
-      return Invalid(absl::StrCat("sampling.logit_bias[", i, "].token_id: ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
-// A Drafter over one draft-worker session (services/draft/draft_client.h): only new
+// A DraftSource over one draft-worker session (services/draft/draft_client.h): only new
 // tokens cross the wire, each Propose has the client's deadline, failures are empty
 // drafts (reported as errors so that the gateway counts them).
-class DraftWorkerDrafter : public Drafter {
+class DraftWorkerSource : public engine::spec::DraftSource {
  public:
-  explicit DraftWorkerDrafter(std::unique_ptr<draft::DraftSession> s) : s_(std::move(s)) {}
-  absl::StatusOr<DraftProposal> Propose(const std::vector<int32_t>& new_tokens, int n_max) override {
+  explicit DraftWorkerSource(std::unique_ptr<draft::DraftSession> s) : s_(std::move(s)) {}
+  void Append(const std::vector<int32_t>& tokens) override {
+    if (s_ != nullptr) s_->Append(tokens);
+  }
+  absl::StatusOr<engine::spec::DraftResult> Propose(int32_t n_max) override {
     if (s_ == nullptr) return absl::FailedPreconditionError("the drafter has ended");
-    s_->Append(new_tokens);
     draft::DraftReply r = s_->Propose(n_max);
-    stats_ = s_->stats();
     if (!r.error.empty()) {
       return r.error == "deadline" ? absl::DeadlineExceededError("draft worker: deadline")
                                    : absl::UnavailableError(absl::StrCat("draft worker: ", r.error));
     }
-    DraftProposal p;
-    p.tokens = std::move(r.tokens);
-    p.probs = std::move(r.probs);
-    return p;
+    engine::spec::DraftResult d;
+    d.tokens = std::move(r.tokens);
+    d.probs.reserve(r.probs.size());
+    for (const v1::DraftTokenProbs& q : r.probs) {
+      absl::StatusOr<engine::spec::SparseDist> p = engine::spec::SparseDistFromProto(q);
+      if (!p.ok()) {  // malformed: verified as a deterministic draft (still exact)
+        d.probs.clear();
+        break;
+      }
+      d.probs.push_back(*std::move(p));
+    }
+    return d;
   }
-  void Accepted(int n_accepted) override {
+  void Accept(int32_t n_accepted) override {
     if (s_ != nullptr) s_->Accepted(n_accepted);
   }
   void End() override {
@@ -132,53 +74,14 @@ class DraftWorkerDrafter : public Drafter {
     stats_ = s_->stats();
     s_.reset();  // ends the session on its worker in the background
   }
-  v1::SpeculativeStats Stats() const override { return s_ != nullptr ? s_->stats() : stats_; }
+  engine::spec::SpecStats Stats() const override {
+    return engine::spec::SpecStatsFromProto(s_ != nullptr ? s_->stats() : stats_);
+  }
 
  private:
   std::unique_ptr<draft::DraftSession> s_;
   v1::SpeculativeStats stats_;
 };
-
-// Drops what the target worker would refuse (ending the whole sequence) from a draft: it
-// is cut before its first token outside [0, n_vocab) and to `n_max` tokens; its
-// distributions are kept only when there is a valid one per token (a draft without
-// them is still verified exactly, by sample and match).
-void SanitizeDraft(DraftProposal* d, int64_t n_vocab, int64_t n_max) {
-  size_t n = std::min<size_t>(d->tokens.size(), static_cast<size_t>(std::max<int64_t>(0, n_max)));
-  for (size_t i = 0; i < n; ++i) {
-    if (d->tokens[i] < 0 || (n_vocab > 0 && d->tokens[i] >= n_vocab)) {
-      n = i;
-      break;
-    }
-  }
-  d->tokens.resize(n);
-  if (d->probs.empty()) return;
-  bool ok = d->probs.size() >= n;
-  for (size_t i = 0; ok && i < n; ++i) {
-    const v1::DraftTokenProbs& q = d->probs[i];
-    if (q.ids_size() == 0) continue;  // deterministic token
-    if (q.ids_size() != q.p_size()) {
-      ok = false;
-      break;
-    }
-    double sum = 0, q_x = 0;
-    for (int j = 0; j < q.ids_size(); ++j) {
-      const float p = q.p(j);
-      if (q.ids(j) < 0 || (n_vocab > 0 && q.ids(j) >= n_vocab) || !std::isfinite(p) || p < 0) {
-        ok = false;
-        break;
-      }
-      sum += p;
-      if (q.ids(j) == d->tokens[i]) q_x += p;
-    }
-    ok = ok && sum > 0 && q_x > 0;
-  }
-  if (ok) {
-    d->probs.resize(n);
-  } else {
-    d->probs.clear();
-  }
-}
 
 }  // namespace
 
@@ -317,6 +220,100 @@ void Gateway::RecordRequest(const std::string& method, const absl::Status& statu
   request_seconds_->Observe(absl::ToDoubleSeconds(elapsed), {method});
 }
 
+absl::Status Gateway::CheckModelServed(const std::string& model) const {
+  switch (pool_->GetModelState(model)) {
+    case WorkerPool::ModelState::kUnknown: {
+      std::set<std::string> names;
+      for (const WorkerSnapshot& w : pool_->Snapshot()) {
+        if (w.live) names.insert(w.info.model());
+      }
+      return absl::NotFoundError(absl::StrCat("model '", ShortName(model), "' not found (served: ",
+                                              names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+    }
+    case WorkerPool::ModelState::kNoLiveWorker:
+      return absl::UnavailableError(absl::StrCat("model '", ShortName(model), "': no live worker serves it"));
+    case WorkerPool::ModelState::kLive:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gateway::TokenizePrompt(const v1::GenerateRequest& req, Generation* g) {
+  if (req.prompt_case() == v1::GenerateRequest::kText) {
+    g->prompt = g->vocab->Tokenize(req.text(), /*add_special=*/true, /*parse_special=*/true);
+    if (g->prompt.empty()) return Invalid("prompt.text: tokenizes to no tokens");
+    return absl::OkStatus();
+  }
+  if (req.prompt_case() == v1::GenerateRequest::kChat) {
+    auto tmpl = vocabs_->GetChatTemplate(req.model(), g->deadline);
+    if (!tmpl.ok()) return tmpl.status();
+    auto text = RenderChatPrompt(req.chat(), **tmpl, *g->vocab);
+    if (!text.ok()) return text.status();
+    g->prompt = g->vocab->Tokenize(*text, /*add_special=*/true, /*parse_special=*/true);
+    if (g->prompt.empty()) return Invalid("chat: the rendered prompt tokenizes to no tokens");
+    return absl::OkStatus();
+  }
+  g->prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
+  for (size_t i = 0; i < g->prompt.size(); ++i) {
+    if (!g->vocab->IsValid(g->prompt[i])) {
+      return Invalid(absl::StrCat("prompt.tokens.ids[", i, "]: ", g->prompt[i], " is outside the vocabulary [0, ",
+                                  g->vocab->n_tokens(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gateway::FitContext(const v1::GenerateRequest& req, Generation* g) {
+  int64_t max_ctx = 0;    // the longest sequence a live worker of the model can hold
+  int64_t max_n_ctx = 0;  // the largest KV cache of those workers (n_predict's bound)
+  for (const WorkerSnapshot& w : pool_->LiveWorkersFor(req.model())) {
+    max_ctx = std::max(max_ctx, w.info.n_ctx_seq() > 0 ? w.info.n_ctx_seq() : w.info.n_ctx());
+    max_n_ctx = std::max(max_n_ctx, w.info.n_ctx());
+    if (w.info.n_vocab() > 0 && w.info.n_vocab() != g->vocab->n_tokens()) {
+      HERD_LOG(Warning) << "worker " << w.address << " reports n_vocab " << w.info.n_vocab()
+                        << " but the vocabulary of " << ShortName(req.model()) << " has " << g->vocab->n_tokens()
+                        << " tokens";
+    }
+  }
+  // The context holds prompt and completion (llama.cpp's server): a prompt of n_ctx
+  // tokens or more leaves no room for a token.
+  if (max_ctx > 0 && static_cast<int64_t>(g->prompt.size()) >= max_ctx) {
+    return Invalid(absl::StrCat("prompt: ", g->prompt.size(),
+                                " tokens do not fit in the context of the model's workers (n_ctx ", max_ctx,
+                                "; prompt + completion must fit)"));
+  }
+  // n_predict is bounded by n_ctx (the proto's 1..n_ctx); a sequence whose context
+  // (n_ctx_seq) fills up first ends with FINISH_REASON_LENGTH.
+  max_n_ctx = std::max(max_n_ctx, max_ctx);
+  g->n_predict = req.has_n_predict() ? req.n_predict() : opts_.default_n_predict;
+  if (max_n_ctx > 0 && g->n_predict > max_n_ctx) {
+    if (req.has_n_predict()) {
+      return Invalid(absl::StrCat("n_predict: ", g->n_predict, " exceeds the context (n_ctx ", max_n_ctx, ")"));
+    }
+    g->n_predict = -1;  // the default is only a default: until the context is full
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gateway::PrepareSteps(const v1::GenerateRequest& req, Generation* g) {
+  if (draining_) return absl::UnavailableError("gateway is shutting down");
+  auto spec = ValidateGenerateRequest(req, opts_.max_prompt_bytes, opts_.spec_defaults);
+  if (!spec.ok()) return spec.status();
+  g->spec = *spec;
+  if (absl::Status s = CheckModelServed(req.model()); !s.ok()) return s;
+  auto vocab = vocabs_->Get(req.model(), g->deadline);
+  if (!vocab.ok()) return vocab.status();
+  g->vocab = *vocab;
+  if (absl::Status s = TokenizePrompt(req, g); !s.ok()) return s;
+  if (absl::Status s = FitContext(req, g); !s.ok()) return s;
+  g->stops.assign(req.stop().begin(), req.stop().end());
+  g->logprobs = req.has_logprobs() ? req.logprobs() : 0;
+  g->ignore_eos = req.ignore_eos();
+  if (absl::Status s = ValidateLogitBiasIds(req.sampling(), g->vocab->n_tokens()); !s.ok()) return s;
+  g->sampling = req.sampling();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::GenerateRequest& req,
                                                                       absl::Time deadline,
                                                                       const std::string& method) {
@@ -330,133 +327,7 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
   if (opts_.request_timeout > absl::ZeroDuration()) {
     g->deadline = std::min(g->deadline, g->start + opts_.request_timeout);
   }
-  absl::Status st = [&]() -> absl::Status {
-    if (draining_) return absl::UnavailableError("gateway is shutting down");
-    // Fields first, in declaration order.
-    if (req.model().empty()) return Invalid("model: required (a name from ListModels)");
-    switch (req.prompt_case()) {
-      case v1::GenerateRequest::kText: {
-        // llama.cpp's server generates from BOS alone; herd asks for a prompt (protocol.md).
-        if (req.text().empty()) return Invalid("prompt.text: empty (a prompt is required)");
-        if (static_cast<int64_t>(req.text().size()) > opts_.max_prompt_bytes) {
-          return Invalid(absl::StrCat("prompt.text: ", req.text().size(), " bytes exceeds the limit of ",
-                                      opts_.max_prompt_bytes, " bytes"));
-        }
-        size_t bad = 0;
-        if (!IsValidUtf8(req.text(), &bad)) return Invalid(absl::StrCat("prompt.text: invalid UTF-8 at byte ", bad));
-        break;
-      }
-      case v1::GenerateRequest::kTokens: {
-        if (req.tokens().ids().empty()) return Invalid("prompt.tokens: no token ids");
-        for (int i = 0; i < req.tokens().ids_size(); ++i) {
-          if (req.tokens().ids(i) < 0) {
-            return Invalid(absl::StrCat("prompt.tokens.ids[", i, "]: ", req.tokens().ids(i), " is not a token id"));
-          }
-        }
-        break;
-      }
-      case v1::GenerateRequest::kChat: {
-        absl::Status cs = ValidateChatPrompt(req.chat(), opts_.max_prompt_bytes);
-        if (!cs.ok()) return cs;
-        break;
-      }
-      default:
-        return Invalid("prompt: required (text, tokens or chat)");
-    }
-    absl::Status s = ValidateSampling(req.sampling());
-    if (!s.ok()) return s;
-    if (req.has_n_predict() && (req.n_predict() < -1 || req.n_predict() == 0)) {
-      return Invalid(absl::StrCat("n_predict: must be -1 or 1..n_ctx (got ", req.n_predict(), ")"));
-    }
-    if (req.stop_size() > kMaxStops) {
-      return Invalid(absl::StrCat("stop: at most ", kMaxStops, " strings (got ", req.stop_size(), ")"));
-    }
-    for (int i = 0; i < req.stop_size(); ++i) {
-      const std::string& stop = req.stop(i);
-      if (stop.empty() || stop.size() > kMaxStopBytes) {
-        return Invalid(absl::StrCat("stop[", i, "]: must be 1..", kMaxStopBytes, " bytes (got ", stop.size(), ")"));
-      }
-      if (!IsValidUtf8(stop)) return Invalid(absl::StrCat("stop[", i, "]: invalid UTF-8"));
-    }
-    if (req.has_logprobs() && (req.logprobs() < 0 || req.logprobs() > kMaxLogprobs)) {
-      return Invalid(absl::StrCat("logprobs: must be in 0..", kMaxLogprobs, " (got ", req.logprobs(), ")"));
-    }
-    auto spec = engine::spec::SpecConfigFromProto(req.speculative(), opts_.spec_defaults, "speculative.");
-    if (!spec.ok()) return spec.status();
-    g->spec = *spec;
-
-    // The model.
-    switch (pool_->GetModelState(req.model())) {
-      case WorkerPool::ModelState::kUnknown: {
-        std::set<std::string> names;
-        for (const WorkerSnapshot& w : pool_->Snapshot()) {
-          if (w.live) names.insert(w.info.model());
-        }
-        return absl::NotFoundError(absl::StrCat("model '", ShortName(req.model()), "' not found (served: ",
-                                                names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
-      }
-      case WorkerPool::ModelState::kNoLiveWorker:
-        return absl::UnavailableError(absl::StrCat("model '", ShortName(req.model()), "': no live worker serves it"));
-      case WorkerPool::ModelState::kLive:
-        break;
-    }
-    auto vocab = vocabs_->Get(req.model(), g->deadline);
-    if (!vocab.ok()) return vocab.status();
-    g->vocab = *vocab;
-
-    // The prompt.
-    if (req.prompt_case() == v1::GenerateRequest::kText) {
-      g->prompt = g->vocab->Tokenize(req.text(), /*add_special=*/true, /*parse_special=*/true);
-      if (g->prompt.empty()) return Invalid("prompt.text: tokenizes to no tokens");
-    } else if (req.prompt_case() == v1::GenerateRequest::kChat) {
-      auto tmpl = vocabs_->GetChatTemplate(req.model(), g->deadline);
-      if (!tmpl.ok()) return tmpl.status();
-      auto text = RenderChatPrompt(req.chat(), **tmpl, *g->vocab);
-      if (!text.ok()) return text.status();
-      g->prompt = g->vocab->Tokenize(*text, /*add_special=*/true, /*parse_special=*/true);
-      if (g->prompt.empty()) return Invalid("chat: the rendered prompt tokenizes to no tokens");
-    } else {
-      g->prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
-      for (size_t i = 0; i < g->prompt.size(); ++i) {
-        if (!g->vocab->IsValid(g->prompt[i])) {
-          return Invalid(absl::StrCat("prompt.tokens.ids[", i, "]: ", g->prompt[i], " is outside the vocabulary [0, ",
-                                      g->vocab->n_tokens(), ")"));
-        }
-      }
-    }
-    int64_t max_ctx = 0;   // the longest sequence a live worker of the model can hold
-    int64_t max_n_ctx = 0; // the largest KV cache of those workers (n_predict's bound)
-    for (const WorkerSnapshot& w : pool_->LiveWorkersFor(req.model())) {
-      max_ctx = std::max(max_ctx, w.info.n_ctx_seq() > 0 ? w.info.n_ctx_seq() : w.info.n_ctx());
-      max_n_ctx = std::max(max_n_ctx, w.info.n_ctx());
-      if (w.info.n_vocab() > 0 && w.info.n_vocab() != g->vocab->n_tokens()) {
-        HERD_LOG(Warning) << "worker " << w.address << " reports n_vocab " << w.info.n_vocab() << " but the vocabulary of "
-                          << ShortName(req.model()) << " has " << g->vocab->n_tokens() << " tokens";
-      }
-    }
-    // The context holds prompt and completion (llama.cpp's server): a prompt of n_ctx
-    // tokens or more leaves no room for a token.
-    if (max_ctx > 0 && static_cast<int64_t>(g->prompt.size()) >= max_ctx) {
-      return Invalid(absl::StrCat("prompt: ", g->prompt.size(), " tokens do not fit in the context of the model's workers (n_ctx ",
-                                  max_ctx, "; prompt + completion must fit)"));
-    }
-    // n_predict is bounded by n_ctx (the proto's 1..n_ctx); a sequence whose context
-    // (n_ctx_seq) fills up first ends with FINISH_REASON_LENGTH.
-    max_n_ctx = std::max(max_n_ctx, max_ctx);
-    g->n_predict = req.has_n_predict() ? req.n_predict() : opts_.default_n_predict;
-    if (max_n_ctx > 0 && g->n_predict > max_n_ctx) {
-      if (req.has_n_predict()) {
-        return Invalid(absl::StrCat("n_predict: ", g->n_predict, " exceeds the context (n_ctx ", max_n_ctx, ")"));
-      }
-      g->n_predict = -1;  // the default is only a default: until the context is full
-    }
-    g->stops.assign(req.stop().begin(), req.stop().end());
-    g->logprobs = req.has_logprobs() ? req.logprobs() : 0;
-    g->ignore_eos = req.ignore_eos();
-    if (absl::Status b = ValidateLogitBiasIds(req.sampling(), g->vocab->n_tokens()); !b.ok()) return b;
-    g->sampling = req.sampling();
-    return absl::OkStatus();
-  }();
+  absl::Status st = PrepareSteps(req, g.get());
   if (!st.ok()) {
     RecordRequest(method, st, absl::Now() - g->start);
     HERD_LOG(Info) << "request id=" << g->id << " method=" << method << " model=" << ShortName(req.model())
@@ -525,9 +396,7 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
   if (!status.ok() && g.finish == v1::FINISH_REASON_UNSPECIFIED && CutByGateway(g, reason)) {
     v1::GenerateResponse last;
     last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
-    v1::Usage* u = last.mutable_usage();
-    u->set_prompt_tokens(static_cast<int32_t>(g.prompt.size()));
-    u->set_total_ms(Ms(absl::Now() - g.start));
+    FillUsage(g, last.mutable_usage());
     g.finish = v1::FINISH_REASON_CANCELLED;
     status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
   }
@@ -555,7 +424,7 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
   return status;
 }
 
-std::unique_ptr<Drafter> Gateway::MakeDrafter(const Generation& g, int attempt) {
+std::unique_ptr<engine::spec::DraftSource> Gateway::MakeDrafter(const Generation& g, int attempt) {
   if (g.spec.type == engine::spec::SpecType::kNone) return nullptr;
   DrafterParams p;
   p.session_id = absl::StrCat(g.id, "-", attempt);
@@ -569,7 +438,7 @@ std::unique_ptr<Drafter> Gateway::MakeDrafter(const Generation& g, int attempt) 
   }
   if (opts_.drafter_factory) return opts_.drafter_factory(p);
   if (draft_client_ == nullptr) return nullptr;
-  return std::make_unique<DraftWorkerDrafter>(
+  return std::make_unique<DraftWorkerSource>(
       draft_client_->NewSession(p.session_id, p.model, p.config, p.temperature, p.seed));
 }
 
@@ -582,262 +451,190 @@ void Gateway::RecordSpecStats(const v1::SpeculativeStats& s) {
   spec_acc_tokens_->Add(static_cast<double>(s.acc_tokens()), label);
 }
 
+// One attempt of a generation on one worker, as its parts see it.
+struct Gateway::AttemptRun {
+  Generation& g;
+  WorkerSession& ws;
+  CompletionTracker& tracker;
+  GenerateSink* sink;
+  Active* active;
+  engine::spec::DraftSource* drafter;  // null: no speculation
+  const v1::WorkerInfo& info;          // the worker's, at the time of the choice
+  bool started = false;                // the worker sent Started
+  bool client_gone = false;            // a message could not be delivered
+};
+
+namespace {
+
+v1::SessionStart StartOf(const Gateway::Generation& g) {
+  v1::SessionStart start;
+  start.mutable_prompt()->Add(g.prompt.begin(), g.prompt.end());
+  *start.mutable_sampling() = g.sampling;
+  if (g.logprobs > 0) start.set_logprobs(g.logprobs);
+  start.set_ignore_eos(g.ignore_eos);
+  return start;
+}
+
+int32_t ClampSteps(int64_t n) { return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max())); }
+
+absl::Status Broken() { return absl::UnavailableError("the worker session ended"); }
+
+}  // namespace
+
+absl::Status Gateway::AwaitStarted(AttemptRun& a) {
+  absl::StatusOr<v1::SessionStarted> started = a.ws.ReadStarted();
+  if (!started.ok()) return started.status();
+  a.started = true;
+  a.g.queue_ms = started->queue_ms();
+  return absl::OkStatus();
+}
+
+absl::Status Gateway::Deliver(AttemptRun& a, const v1::StepResult& sr, bool* run_ended) {
+  v1::GenerateResponse msg = a.tracker.Consume(sr, run_ended);
+  if (a.tracker.finished() && a.drafter != nullptr) {
+    engine::spec::SpecStatsToProto(a.drafter->Stats(), msg.add_speculative());
+  }
+  if (!Emit(a.g, a.sink, &msg)) {
+    a.client_gone = true;
+    a.active->Cancel(kClientGone);
+    return absl::CancelledError("client went away");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gateway::RunPlain(AttemptRun& a) {
+  // Without a drafter the whole generation is one Step: send it with the Start (the
+  // worker accepts Steps before Started) to save a round trip before the first token.
+  v1::SessionStep step;
+  step.set_n_steps(ClampSteps(a.tracker.remaining()));
+  if (!a.ws.Start(StartOf(a.g), &step)) return Broken();
+  if (absl::Status s = AwaitStarted(a); !s.ok()) return s;
+  for (;;) {
+    const int64_t expected = ClampSteps(a.tracker.remaining());
+    bool run_ended = false;
+    for (int64_t k = 0; k < expected && !a.tracker.finished() && !run_ended; ++k) {
+      absl::StatusOr<v1::StepResult> sr = a.ws.ReadStep();
+      if (!sr.ok()) return sr.status();
+      if (absl::Status s = Deliver(a, *sr, &run_ended); !s.ok()) return s;
+    }
+    if (a.tracker.finished()) return absl::OkStatus();
+    // An end-of-generation token ended the worker's run of steps (ignore_eos): ask for
+    // the rest.
+    step.set_n_steps(ClampSteps(a.tracker.remaining()));
+    if (!a.ws.Step(step)) return Broken();
+  }
+}
+
+absl::Status Gateway::RunSpeculative(AttemptRun& a) {
+  Generation& g = a.g;
+  const int64_t n_ctx_seq = a.info.n_ctx_seq() > 0 ? a.info.n_ctx_seq() : a.info.n_ctx();
+  // A sampled draft's distributions let the worker verify by rejection sampling (a
+  // greedy target ignores them, so they are not sent then).
+  const bool sampled = g.sampling.has_temperature() ? g.sampling.temperature() > 0 : true;
+  const std::string spec_type = engine::spec::SpecTypeName(g.spec.type);
+  if (!a.ws.Start(StartOf(g), nullptr)) return Broken();
+  a.drafter->Append(g.prompt);
+
+  engine::spec::SpecLoopLimits limits;
+  limits.draft_min = g.spec.draft_min;
+  limits.draft_max = g.spec.draft_max;
+  limits.target_max_draft = a.info.max_draft();  // 0: not reported
+  limits.n_vocab = a.info.n_vocab() > 0 ? a.info.n_vocab() : g.vocab->n_tokens();
+  engine::spec::SpecLoopHooks hooks;
+  // The pass a draft rides on produces no token past n_predict (accepted + 1 <=
+  // remaining) and fits the sequence's context (pending token + draft). The first draft
+  // continues the prompt itself: it is asked for while the worker admits the sequence.
+  hooks.room = [&] {
+    return std::min<int64_t>(a.tracker.remaining() - 1,
+                             n_ctx_seq - static_cast<int64_t>(g.prompt.size()) - g.completion);
+  };
+  hooks.on_draft_error = [&](const absl::Status& s) {
+    spec_failures_->Add(1, {spec_type});
+    HERD_LOG(Debug) << "request id=" << g.id << ": empty draft: " << s;
+  };
+  v1::StepResult last;
+  hooks.verify = [&](const engine::spec::DraftResult& d) -> absl::StatusOr<engine::spec::SpecPass> {
+    if (!a.started) {
+      if (absl::Status s = AwaitStarted(a); !s.ok()) return s;
+    }
+    v1::SessionStep step;
+    step.mutable_draft()->Add(d.tokens.begin(), d.tokens.end());
+    if (sampled) {
+      for (const engine::spec::SparseDist& q : d.probs) engine::spec::SparseDistToProto(q, step.add_draft_probs());
+    }
+    step.set_n_steps(1);
+    if (!a.ws.Step(step)) return Broken();
+    absl::StatusOr<v1::StepResult> sr = a.ws.ReadStep();
+    if (!sr.ok()) return sr.status();
+    last = *std::move(sr);
+    engine::spec::SpecPass pass;
+    pass.tokens.assign(last.tokens().begin(), last.tokens().end());
+    pass.n_accepted = last.n_accepted();
+    return pass;
+  };
+  hooks.deliver = [&](engine::spec::SpecPass& pass) {
+    bool run_ended = false;  // with one step per pass, the run ends anyway
+    absl::Status s = Deliver(a, last, &run_ended);
+    pass.end = a.tracker.finished();
+    return s;
+  };
+  return engine::spec::RunSpecLoop(*a.drafter, limits, hooks);
+}
+
 Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active,
                                       int attempt) {
-  Attempt result;
-  const std::string& addr = lease.address();
   const int64_t n_ctx_seq = lease.info().n_ctx_seq() > 0 ? lease.info().n_ctx_seq() : lease.info().n_ctx();
-  const int64_t max_draft = lease.info().max_draft();  // 0: not reported
-  const int64_t n_vocab = lease.info().n_vocab() > 0 ? lease.info().n_vocab() : g.vocab->n_tokens();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(g.deadline));
-  active->SetContext(&ctx);
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream =
-      lease.stub()->Session(&ctx);
-
-  std::unique_ptr<Drafter> drafter = MakeDrafter(g, attempt);
-  const std::string spec_type = engine::spec::SpecTypeName(g.spec.type);
-
-  bool started = false;
-  bool stream_broken = false;  // a Read/Write failed (the worker or we ended the call)
-  bool client_gone = false;
-  v1::SessionResponse resp;
-
-  do {
-    v1::SessionRequest start_req;
-    v1::SessionStart* start = start_req.mutable_start();
-    start->mutable_prompt()->Add(g.prompt.begin(), g.prompt.end());
-    *start->mutable_sampling() = g.sampling;
-    if (g.logprobs > 0) start->set_logprobs(g.logprobs);
-    start->set_ignore_eos(g.ignore_eos);
-    const int64_t budget =
-        g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()));
-    // Without a drafter the whole generation is one Step: send it with the Start (the
-    // worker accepts Steps before Started) to save a round trip before the first token.
-    const bool pipelined = drafter == nullptr;
-    v1::SessionRequest first_step;
-    first_step.mutable_step()->set_n_steps(
-        static_cast<int32_t>(std::min<int64_t>(budget, std::numeric_limits<int32_t>::max())));
-
-    // The speculative loop's state: tokens the drafter has not seen yet (the prompt
-    // first).
-    std::vector<int32_t> unsent = g.prompt;
-    // Asks the drafter for the next draft, capped so that the pass it rides on produces
-    // no token past n_predict (accepted + 1 <= remaining) and fits the sequence's
-    // context (pending token + draft). Too little room for draft_min tokens: no call
-    // (llama.cpp's server skips drafting there too). Failures are empty drafts.
-    auto propose = [&]() -> DraftProposal {
-      DraftProposal d;
-      const int64_t remaining = budget - g.completion;
-      const int64_t room = n_ctx_seq - static_cast<int64_t>(g.prompt.size()) - g.completion;
-      int64_t cap = std::min<int64_t>({remaining - 1, room, static_cast<int64_t>(g.spec.draft_max)});
-      if (max_draft > 0) cap = std::min(cap, max_draft);
-      if (cap < std::max<int64_t>(1, g.spec.draft_min)) return d;
-      auto r = drafter->Propose(unsent, static_cast<int>(cap));
-      unsent.clear();
-      if (!r.ok()) {
-        spec_failures_->Add(1, {spec_type});
-        HERD_LOG(Debug) << "request id=" << g.id << ": empty draft: " << r.status();
-        return d;
-      }
-      d = *std::move(r);
-      SanitizeDraft(&d, n_vocab, cap);
-      return d;
-    };
-
-    if (!stream->Write(start_req) || (pipelined && !stream->Write(first_step))) {
-      stream_broken = true;
-      break;
-    }
-    // With a drafter, the first draft continues the prompt itself: ask for it while the
-    // worker admits the sequence and processes the prompt.
-    DraftProposal first_draft;
-    if (drafter != nullptr) first_draft = propose();
-    if (!stream->Read(&resp)) {
-      stream_broken = true;
-      break;
-    }
-    if (!resp.has_started()) {
-      result.status = absl::InternalError(absl::StrCat("worker ", addr, ": protocol error: expected Started"));
-      break;
-    }
-    started = true;
-    g.queue_ms = resp.started().queue_ms();
-
-    tokenizer::StreamingDetokenizer detok(*g.vocab, /*special=*/false);
-    StopStringMatcher stops(g.stops);
-    const bool sampled = g.sampling.has_temperature() ? g.sampling.temperature() > 0 : true;
-
-    for (int iteration = 0; g.finish == v1::FINISH_REASON_UNSPECIFIED; ++iteration) {
-      const int64_t remaining = budget - g.completion;
-      // One iteration: optionally a draft (verified in one pass), else n_steps passes.
-      DraftProposal draft;
-      if (drafter != nullptr) draft = iteration == 0 ? std::move(first_draft) : propose();
-      v1::SessionRequest step_req;
-      v1::SessionStep* step = step_req.mutable_step();
-      int64_t expected;
-      if (!draft.tokens.empty()) {
-        step->mutable_draft()->Add(draft.tokens.begin(), draft.tokens.end());
-        // A sampled draft's distributions let the worker verify by rejection sampling
-        // (a greedy target ignores them, so they are not sent then).
-        if (sampled) {
-          for (v1::DraftTokenProbs& q : draft.probs) *step->add_draft_probs() = std::move(q);
-        }
-        step->set_n_steps(1);
-        expected = 1;
-      } else {
-        expected = drafter != nullptr ? 1 : std::min<int64_t>(remaining, std::numeric_limits<int32_t>::max());
-        step->set_n_steps(static_cast<int32_t>(expected));
-      }
-      if (!(pipelined && iteration == 0) && !stream->Write(step_req)) {
-        stream_broken = true;
-        break;
-      }
-      for (int64_t k = 0; k < expected && g.finish == v1::FINISH_REASON_UNSPECIFIED; ++k) {
-        if (!stream->Read(&resp)) {
-          stream_broken = true;
-          break;
-        }
-        if (!resp.has_step()) {
-          result.status = absl::InternalError(absl::StrCat("worker ", addr, ": protocol error: expected StepResult"));
-          break;
-        }
-        const v1::StepResult& sr = resp.step();
-        g.prompt_ms = sr.prompt_ms();
-        g.generation_ms = sr.generation_ms();
-        if (!draft.tokens.empty()) drafter->Accepted(sr.n_accepted());
-        unsent.insert(unsent.end(), sr.tokens().begin(), sr.tokens().end());
-        v1::GenerateResponse msg;
-        std::string piece;
-        const int64_t take = std::min<int64_t>(sr.tokens_size(), budget - g.completion);
-        for (int64_t i = 0; i < take; ++i) {
-          const int32_t id = sr.tokens(static_cast<int>(i));
-          msg.add_token_ids(id);
-          ++g.completion;
-          piece += detok.Push(id);
-          if (g.logprobs > 0 && i < sr.logprobs_size()) {
-            v1::TokenLogprobs* lp = msg.add_logprobs();
-            *lp = sr.logprobs(static_cast<int>(i));
-            for (v1::TokenLogprob& t : *lp->mutable_top()) {
-              t.set_text(SanitizeUtf8(g.vocab->TokenToPiece(t.token_id(), false)));
-            }
-          }
-        }
-        std::string text = stops.Push(piece);
-        if (stops.matched()) {
-          g.finish = v1::FINISH_REASON_STOP;
-        } else if (sr.eos() && !g.ignore_eos) {
-          g.finish = v1::FINISH_REASON_EOS;
-        } else if (sr.context_full() || g.completion >= budget) {
-          g.finish = v1::FINISH_REASON_LENGTH;
-        }
-        // An eos result ends the worker's current run of steps even with ignore_eos
-        // (worker.proto): the next iteration asks for the rest.
-        const bool run_ended = sr.eos() && g.finish == v1::FINISH_REASON_UNSPECIFIED;
-        if (g.finish != v1::FINISH_REASON_UNSPECIFIED && g.finish != v1::FINISH_REASON_STOP) {
-          // End of the stream: release what the detokenizer and the stop matcher hold.
-          text += stops.Push(detok.Flush());
-          if (stops.matched()) {
-            g.finish = v1::FINISH_REASON_STOP;
-          } else {
-            text += stops.Flush();
-          }
-        }
-        msg.set_text(std::move(text));
-        if (g.finish != v1::FINISH_REASON_UNSPECIFIED) {
-          msg.set_finish_reason(g.finish);
-          v1::Usage* u = msg.mutable_usage();
-          u->set_prompt_tokens(static_cast<int32_t>(g.prompt.size()));
-          u->set_completion_tokens(g.completion);
-          u->set_prompt_ms(g.prompt_ms);
-          u->set_generation_ms(g.generation_ms);
-          u->set_queue_ms(g.queue_ms);
-          u->set_total_ms(Ms(absl::Now() - g.start));
-          if (drafter != nullptr) *msg.add_speculative() = drafter->Stats();
-        }
-        if (!Emit(g, sink, &msg)) {
-          client_gone = true;
-          active->Cancel(kClientGone);
-          break;
-        }
-        if (run_ended) break;
-      }
-      if (stream_broken || client_gone || !result.status.ok()) break;
-    }
-  } while (false);
-
+  const int64_t budget =
+      g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()));
+  WorkerSession ws(lease.stub(), lease.address(), g.deadline);
+  active->SetContext(ws.context());
+  std::unique_ptr<engine::spec::DraftSource> drafter = MakeDrafter(g, attempt);
+  CompletionTracker tracker(g, budget);
+  AttemptRun a{g, ws, tracker, sink, active, drafter.get(), lease.info()};
+  const absl::Status loop = drafter != nullptr ? RunSpeculative(a) : RunPlain(a);
   if (drafter != nullptr) {
     drafter->End();
     g.speculative = true;
-    g.spec_stats = drafter->Stats();
+    g.spec_stats.Clear();
+    engine::spec::SpecStatsToProto(drafter->Stats(), &g.spec_stats);
     RecordSpecStats(g.spec_stats);
   }
-  // Close the worker sequence right away: Cancel, then end the call so that its KV
-  // cells are freed even if the message is never read.
-  const bool finished = g.finish != v1::FINISH_REASON_UNSPECIFIED;
-  grpc::Status wst;
-  if (stream_broken && !finished) {
-    // The worker (or our cancel) ended the call: collect its status.
-    if (active->cancel.load() != kNotCancelled) ctx.TryCancel();
-    while (stream->Read(&resp)) {
-    }
-    wst = stream->Finish();
-  } else {
-    v1::SessionRequest cancel;
-    cancel.mutable_cancel();
-    stream->Write(cancel);
-    stream->WritesDone();
-    ctx.TryCancel();
-    while (stream->Read(&resp)) {
-    }
-    stream->Finish();
-  }
-  active->SetContext(nullptr);
+  return EndAttempt(a, lease.address(), loop);
+}
 
-  if (finished && !client_gone) {
+Gateway::Attempt Gateway::EndAttempt(AttemptRun& a, const std::string& addr, const absl::Status& loop) {
+  Generation& g = a.g;
+  Attempt result;
+  // Close the worker sequence right away: Cancel, then end the call so that its KV
+  // cells are freed even if the message is never read. After a broken stream the
+  // worker's status says why.
+  const bool finished = g.finish != v1::FINISH_REASON_UNSPECIFIED;
+  const grpc::Status wst =
+      a.ws.Close(/*collect_status=*/a.ws.broken() && !finished, a.active->cancel.load() != kNotCancelled);
+  a.active->SetContext(nullptr);
+
+  if (finished && !a.client_gone) {
     result.finished = true;
-    result.status = absl::OkStatus();
     return result;
   }
-  const int reason = active->cancel.load();
-  if (client_gone || reason == kClientGone) {
+  const int reason = a.active->cancel.load();
+  if (a.client_gone || reason == kClientGone) {
     result.status = absl::CancelledError("client cancelled");
     return result;
   }
-  if (reason == kDeadline || reason == kShutdown || (stream_broken && absl::Now() >= g.deadline)) {
-    if (reason == kNotCancelled) active->cancel = kDeadline;
-    result.status = absl::DeadlineExceededError(
-        reason == kShutdown ? "gateway shutting down" : "request deadline exceeded");
-    // Cut by the gateway (its request timeout, a shutdown): the client still gets a
-    // last message with what there is. (Run() sends it when no worker started.) At the
-    // client's own deadline nobody is listening: DEADLINE_EXCEEDED.
-    if (started && CutByGateway(g, active->cancel.load())) {
-      v1::GenerateResponse last;
-      last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
-      v1::Usage* u = last.mutable_usage();
-      u->set_prompt_tokens(static_cast<int32_t>(g.prompt.size()));
-      u->set_completion_tokens(g.completion);
-      u->set_prompt_ms(g.prompt_ms);
-      u->set_generation_ms(g.generation_ms);
-      u->set_queue_ms(g.queue_ms);
-      u->set_total_ms(Ms(absl::Now() - g.start));
-      if (drafter != nullptr) *last.add_speculative() = g.spec_stats;
-      g.finish = v1::FINISH_REASON_CANCELLED;
-      result.status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
-      result.finished = true;
-    }
-    return result;
+  if (reason == kDeadline || reason == kShutdown || (a.ws.broken() && absl::Now() >= g.deadline)) {
+    return CutAttempt(a, reason);
   }
-  if (!result.status.ok()) {  // protocol error
-    pool_->ReportFailure(addr, std::string(result.status.message()));
-    result.status = absl::UnavailableError(std::string(result.status.message()));
-    result.retryable = g.completion == 0 && !g.any_message;
+  const bool nothing_produced = g.completion == 0 && !g.any_message;
+  if (!loop.ok() && !a.ws.broken()) {  // protocol error
+    pool_->ReportFailure(addr, std::string(loop.message()));
+    result.status = absl::UnavailableError(std::string(loop.message()));
+    result.retryable = nothing_produced;
     return result;
   }
   // The worker ended the call.
   const std::string wmsg = wst.ok() ? std::string("closed the session early") : wst.error_message();
   const grpc::StatusCode code = wst.error_code();
-  const bool nothing_produced = g.completion == 0 && !g.any_message;
   if (code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::FAILED_PRECONDITION ||
       code == grpc::StatusCode::OUT_OF_RANGE) {
     result.status = absl::Status(static_cast<absl::StatusCode>(code), absl::StrCat("worker ", addr, ": ", wmsg));
@@ -850,8 +647,29 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
   }
   pool_->ReportFailure(addr, wmsg);
   result.status = absl::UnavailableError(
-      absl::StrCat("worker ", addr, started ? " failed mid-stream: " : " unavailable: ", wmsg));
+      absl::StrCat("worker ", addr, a.started ? " failed mid-stream: " : " unavailable: ", wmsg));
   result.retryable = nothing_produced;
+  return result;
+}
+
+Gateway::Attempt Gateway::CutAttempt(AttemptRun& a, int reason) {
+  Generation& g = a.g;
+  Attempt result;
+  if (reason == kNotCancelled) a.active->cancel = kDeadline;
+  result.status =
+      absl::DeadlineExceededError(reason == kShutdown ? "gateway shutting down" : "request deadline exceeded");
+  // Cut by the gateway (its request timeout, a shutdown): the client still gets a last
+  // message with what there is. (Run() sends it when no worker started.) At the client's
+  // own deadline nobody is listening: DEADLINE_EXCEEDED.
+  if (a.started && CutByGateway(g, a.active->cancel.load())) {
+    v1::GenerateResponse last;
+    last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
+    FillUsage(g, last.mutable_usage());
+    if (a.drafter != nullptr) *last.add_speculative() = g.spec_stats;
+    g.finish = v1::FINISH_REASON_CANCELLED;
+    result.status = Emit(g, a.sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
+    result.finished = true;
+  }
   return result;
 }
 

@@ -21,26 +21,19 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "libs/engine/spec/drafter.h"
 #include "libs/engine/spec/spec_config.h"
 #include "libs/serving/metrics.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
 #include "services/draft/draft_client.h"
+#include "services/gateway/generation.h"
 #include "services/gateway/lenient.pb.h"
 #include "services/gateway/vocab_cache.h"
 #include "services/gateway/worker_pool.h"
 
 namespace herd::gateway {
-
-/// One draft for the speculative loop.
-struct DraftProposal {
-  std::vector<int32_t> tokens;
-  /// Empty for a deterministic draft; else one distribution per token, the one it was
-  /// drawn from (a draft model sampling at temperature > 0). Sent to the target worker
-  /// (SessionStep.draft_probs), which then verifies by rejection sampling.
-  std::vector<v1::DraftTokenProbs> probs;
-};
 
 /// What a drafter is made for: one sequence (one attempt on one target worker).
 struct DrafterParams {
@@ -51,30 +44,10 @@ struct DrafterParams {
   uint32_t seed = 0;               // the request's seed (a random one when it set none)
 };
 
-/// Proposes draft tokens for the speculative loop. One instance per sequence; the
-/// default one is a draft-worker session (services/draft/draft_client.h). A drafter
-/// that fails costs speed, never correctness: errors and empty drafts make the gateway
-/// step without a draft.
-class Drafter {
- public:
-  virtual ~Drafter() = default;
-  /// `new_tokens`: tokens appended to the sequence since the previous call (the whole
-  /// prompt on the first call: the accepted draft tokens and the target's own token
-  /// after each pass); `n_max` >= 1: the most tokens wanted (the room left before
-  /// n_predict and the end of the context). Returns the next draft (possibly empty); an
-  /// error counts as an empty draft (and in herd_gateway_spec_draft_failures_total).
-  virtual absl::StatusOr<DraftProposal> Propose(const std::vector<int32_t>& new_tokens, int n_max) = 0;
-  /// The target verified the last (non-empty) draft and accepted its first
-  /// `n_accepted` tokens. Not called for drafts that were not sent.
-  virtual void Accepted(int n_accepted) { (void)n_accepted; }
-  /// The sequence ended (the drafter may release its resources; Stats() still works).
-  virtual void End() {}
-  /// Cumulative llama.cpp-style statistics (type set), reported on the last message.
-  virtual v1::SpeculativeStats Stats() const { return {}; }
-};
-
 /// Creates the drafter of one request; nullptr = no speculation for it.
-using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterParams& params)>;
+/// A drafter is an engine::spec::DraftSource (the interface the shared speculative loop,
+/// libs/engine/spec/spec_loop.h, consumes); the default one is a draft-worker session.
+using DrafterFactory = std::function<std::unique_ptr<engine::spec::DraftSource>(const DrafterParams& params)>;
 
 struct GatewayOptions {
   /// Loader "host:port" serving vocabularies; "" = none (then only vocabularies added
@@ -131,36 +104,8 @@ absl::Status FromGrpcStatus(const grpc::Status& s);
 
 class Gateway {
  public:
-  /// A validated, tokenized request bound to a model (made by Prepare, consumed by Run).
-  class Generation {
-   public:
-    std::string id;
-    std::string method;
-    std::string model;
-    absl::Time start;
-    absl::Time deadline;         // the earlier of the client's and the request timeout
-    absl::Time client_deadline;  // the client's (InfiniteFuture when none)
-    std::shared_ptr<const tokenizer::Vocab> vocab;
-    std::vector<int32_t> prompt;
-    int32_t n_predict = -1;  // -1: until EOS or the context is full
-    std::vector<std::string> stops;
-    int32_t logprobs = 0;
-    bool ignore_eos = false;
-    v1::SamplingParams sampling;
-    /// The speculative configuration: the gateway's defaults with the request's fields
-    /// laid over them (validated).
-    engine::spec::SpecConfig spec;
-
-    // Run state.
-    int completion = 0;
-    bool any_message = false;   // a message went to the client
-    absl::Time first_token_time = absl::InfinitePast();
-    double queue_ms = 0, prompt_ms = 0, generation_ms = 0;
-    std::string worker;
-    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
-    bool speculative = false;      // a drafter ran (spec_stats is meaningful)
-    v1::SpeculativeStats spec_stats;  // of the last attempt
-  };
+  /// A validated, tokenized request bound to a model (generation.h).
+  using Generation = gateway::Generation;
 
   /// `metrics` (not owned) receives the herd_gateway_* families; it must outlive this.
   Gateway(GatewayOptions opts, serving::Registry* metrics);
@@ -227,9 +172,25 @@ class Gateway {
   struct Attempt;
   enum CancelReason : int { kNotCancelled = 0, kClientGone = 1, kDeadline = 2, kShutdown = 3 };
 
+  struct AttemptRun;
+
   void Watchdog();
+  // Prepare's steps: the request's fields, the model, the prompt, the context bounds.
+  absl::Status PrepareSteps(const v1::GenerateRequest& req, Generation* g);
+  absl::Status CheckModelServed(const std::string& model) const;
+  absl::Status TokenizePrompt(const v1::GenerateRequest& req, Generation* g);
+  absl::Status FitContext(const v1::GenerateRequest& req, Generation* g);
+  // One attempt on one worker: the session (worker_session.h), a plain or speculative
+  // loop (libs/engine/spec/spec_loop.h) delivering messages through a CompletionTracker
+  // (completion.h), then the outcome (finished, retryable, the error).
   Attempt RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active, int attempt);
-  std::unique_ptr<Drafter> MakeDrafter(const Generation& g, int attempt);
+  absl::Status AwaitStarted(AttemptRun& a);
+  absl::Status Deliver(AttemptRun& a, const v1::StepResult& sr, bool* run_ended);
+  absl::Status RunPlain(AttemptRun& a);
+  absl::Status RunSpeculative(AttemptRun& a);
+  Attempt EndAttempt(AttemptRun& a, const std::string& addr, const absl::Status& loop);
+  Attempt CutAttempt(AttemptRun& a, int reason);
+  std::unique_ptr<engine::spec::DraftSource> MakeDrafter(const Generation& g, int attempt);
   void RecordSpecStats(const v1::SpeculativeStats& s);
   bool Emit(Generation& g, GenerateSink* sink, v1::GenerateResponse* msg);
   /// Whether a request cancelled for `reason` was cut by the gateway (request timeout,

@@ -115,44 +115,43 @@ class SlowDraft final : public v1::Draft::Service {
 
 // A drafter that proposes `script` continuations (as the fake worker's script), with
 // distributions, plus a token outside the vocabulary every third call.
-class ScriptedDrafter : public Drafter {
+class ScriptedDrafter : public engine::spec::DraftSource {
  public:
   struct Log {
-    std::vector<std::vector<int32_t>> new_tokens;
+    std::vector<std::vector<int32_t>> new_tokens;  // appended since the previous Propose
     std::vector<int> n_max;
     std::vector<int> accepted;
     std::vector<DrafterParams> params;
   };
   ScriptedDrafter(std::vector<int32_t> script, size_t prompt_len, Log* log)
       : script_(std::move(script)), prompt_len_(prompt_len), log_(log) {}
-  absl::StatusOr<DraftProposal> Propose(const std::vector<int32_t>& new_tokens, int n_max) override {
-    log_->new_tokens.push_back(new_tokens);
+  void Append(const std::vector<int32_t>& tokens) override {
+    unsent_.insert(unsent_.end(), tokens.begin(), tokens.end());
+  }
+  absl::StatusOr<engine::spec::DraftResult> Propose(int32_t n_max) override {
+    log_->new_tokens.push_back(unsent_);
     log_->n_max.push_back(n_max);
-    seen_ += new_tokens.size();
+    seen_ += unsent_.size();
+    unsent_.clear();
     ++calls_;
-    stats_.set_calls(stats_.calls() + 1);
+    ++stats_.calls;
     const size_t produced = seen_ - prompt_len_;
-    DraftProposal d;
+    engine::spec::DraftResult d;
     for (int i = 0; i < n_max + 2; ++i) {  // a little more than asked: the gateway cuts it
       d.tokens.push_back(script_[(produced + static_cast<size_t>(i)) % script_.size()]);
-      v1::DraftTokenProbs q;
-      q.add_ids(d.tokens.back());
-      q.add_p(0.75f);
-      q.add_ids(7);
-      q.add_p(0.25f);
-      d.probs.push_back(q);
+      d.probs.push_back({{d.tokens.back(), 0.75f}, {7, 0.25f}});
     }
     if (calls_ % 3 == 0 && d.tokens.size() > 1) d.tokens[1] = 99999;  // outside the vocabulary
-    stats_.set_gen_drafts(stats_.gen_drafts() + 1);
+    ++stats_.gen_drafts;
     return d;
   }
-  void Accepted(int n) override {
+  void Accept(int32_t n) override {
     log_->accepted.push_back(n);
-    stats_.set_acc_tokens(stats_.acc_tokens() + n);
+    stats_.acc_tokens += n;
   }
-  v1::SpeculativeStats Stats() const override {
-    v1::SpeculativeStats s = stats_;
-    s.set_type("scripted");
+  engine::spec::SpecStats Stats() const override {
+    engine::spec::SpecStats s = stats_;
+    s.type = engine::spec::SpecType::kDraftModel;
     return s;
   }
 
@@ -160,9 +159,10 @@ class ScriptedDrafter : public Drafter {
   std::vector<int32_t> script_;
   size_t prompt_len_;
   Log* log_;
+  std::vector<int32_t> unsent_;
   size_t seen_ = 0;
   int calls_ = 0;
-  v1::SpeculativeStats stats_;
+  engine::spec::SpecStats stats_;
 };
 
 class GatewaySpecTest : public ::testing::Test {
@@ -404,7 +404,7 @@ TEST_F(GatewaySpecTest, ScriptedDrafterProbabilitiesAndCaps) {
   ScriptedDrafter::Log log;
   size_t prompt_len = 0;
   auto gw = StartGateway(w, [&](GatewayOptions& o) {
-    o.drafter_factory = [&](const DrafterParams& p) -> std::unique_ptr<Drafter> {
+    o.drafter_factory = [&](const DrafterParams& p) -> std::unique_ptr<engine::spec::DraftSource> {
       log.params.push_back(p);
       return std::make_unique<ScriptedDrafter>(kCycle, prompt_len, &log);
     };
@@ -425,7 +425,7 @@ TEST_F(GatewaySpecTest, ScriptedDrafterProbabilitiesAndCaps) {
     ASSERT_TRUE(c.status.ok()) << c.status;
     EXPECT_EQ(c.ids, CycleOf(23));
     ASSERT_EQ(c.spec.size(), 1u);
-    EXPECT_EQ(c.spec[0].type(), "scripted");
+    EXPECT_EQ(c.spec[0].type(), "draft-model");  // the drafter's statistics
     ASSERT_EQ(log.params.size(), 1u);
     EXPECT_EQ(log.params[0].model, "stories260K");
     EXPECT_EQ(log.params[0].config.type(), "draft-model");

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
+#include "libs/engine/spec/spec_proto.h"
 
 namespace herd::worker {
 namespace {
@@ -244,17 +245,13 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
     std::vector<engine::spec::SparseDist> probs;
     probs.reserve(static_cast<size_t>(step.draft_probs_size()));
     for (int i = 0; i < step.draft_probs_size(); ++i) {
-      const v1::DraftTokenProbs& q = step.draft_probs(i);
-      if (q.ids_size() != q.p_size()) {
+      absl::StatusOr<engine::spec::SparseDist> d = engine::spec::SparseDistFromProto(step.draft_probs(i));
+      if (!d.ok()) {
         FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                  absl::StrCat("step.draft_probs[", i, "]: ", q.ids_size(), " ids but ", q.p_size(),
-                                               " probabilities")));
+                                  absl::StrCat("step.draft_probs[", i, "]: ", d.status().message())));
         return;
       }
-      engine::spec::SparseDist d;
-      d.reserve(static_cast<size_t>(q.ids_size()));
-      for (int j = 0; j < q.ids_size(); ++j) d.push_back({q.ids(j), q.p(j)});
-      probs.push_back(std::move(d));
+      probs.push_back(*std::move(d));
     }
     absl::Status s = seq_->Step(step.n_steps(), std::vector<int32_t>(step.draft().begin(), step.draft().end()),
                                 std::move(probs));

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "libs/engine/spec/spec_config.h"
 
 namespace herd::engine::spec {
@@ -58,6 +59,31 @@ class Drafter {
   /// The target accepted the first `n_accepted` tokens of the last non-empty draft
   /// (llama.cpp common_speculative_accept). Called at most once per such draft.
   virtual void Accepted(int32_t n_accepted) { (void)n_accepted; }
+};
+
+/// One sequence's drafts as the speculative loop (spec_loop.h) consumes them: the
+/// sequence's history arrives incrementally, drafts are asked for with a length cap and
+/// acceptance is reported back (llama.cpp common_speculative: begin / draft / accept).
+/// This is the one interface both loops use: SpecSession implements it in-process over a
+/// Drafter; the gateway implements it over a draft-worker session. A source that fails
+/// costs speed, never correctness: an error counts as an empty draft. Not thread-safe.
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  /// Appends tokens to the sequence: the prompt first, then after each pass the tokens
+  /// the target produced (the accepted draft prefix and the target's own token).
+  virtual void Append(const std::vector<int32_t>& tokens) = 0;
+  /// Proposes a draft of at most `n_max` (>= 1) tokens to follow the history (possibly
+  /// empty). Errors (a remote drafter's UNAVAILABLE or DEADLINE_EXCEEDED) are counted
+  /// by the caller and treated as an empty draft.
+  virtual absl::StatusOr<DraftResult> Propose(int32_t n_max) = 0;
+  /// The target verified the last non-empty draft and accepted its first `n_accepted`
+  /// tokens. Not called for drafts that were not verified.
+  virtual void Accept(int32_t n_accepted) = 0;
+  /// The sequence ended: release resources (Stats() keeps working).
+  virtual void End() {}
+  /// llama.cpp's statistics so far (common_speculative_print_stats).
+  virtual SpecStats Stats() const = 0;
 };
 
 /// A drafter that never drafts (type "none").

@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const SpecConfig& config,
 /// shorter than draft_min. Statistics follow llama.cpp: every Draft() call counts in
 /// #calls; a non-empty draft counts in #gen drafts / #gen tokens; Accept() of such a
 /// draft adds to #acc tokens, and to #acc drafts when at least one token was accepted.
-class SpecSession {
+class SpecSession : public DraftSource {
  public:
   /// Validates `config` and creates its drafter (errors as CreateDrafter). `seed`
   /// seeds the RNG used for temp > 0 draft-model drafting.
@@ -41,10 +41,15 @@ class SpecSession {
                                                              const SpecResources& resources, uint32_t seed = 0);
 
   /// Appends tokens the target produced (the prompt on the first call).
-  void Append(const std::vector<int32_t>& tokens);
+  void Append(const std::vector<int32_t>& tokens) override;
   /// The target accepted `n_accepted` tokens of the last draft returned by Draft()
   /// (clamped to its size). Ignored when that draft was empty or already answered.
-  void Accept(int32_t n_accepted);
+  void Accept(int32_t n_accepted) override;
+  /// DraftSource: Draft(n_max, the temperature set with set_draft_temp()). Never fails.
+  absl::StatusOr<DraftResult> Propose(int32_t n_max) override { return Draft(n_max, draft_temp_); }
+  SpecStats Stats() const override { return stats_; }
+  /// The temperature Propose() drafts at (a draft model samples its draft when > 0).
+  void set_draft_temp(float temp) { draft_temp_ = temp; }
   /// Proposes a draft for the current history. `n_max_cap` > 0 further limits its
   /// length (e.g. tokens left before n_predict or the context end); `temp` > 0 asks a
   /// draft model to sample its draft (DraftResult::probs).
@@ -67,6 +72,7 @@ class SpecSession {
   std::vector<int32_t> history_;
   SpecStats stats_;
   int32_t pending_ = 0;
+  float draft_temp_ = 0.0f;
   std::mt19937 rng_;
 };
 

@@ -5,9 +5,32 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "libs/engine/spec/rejection.h"
+#include "libs/engine/spec/spec_loop.h"
+#include "libs/engine/spec/verify.h"
 
 namespace herd::engine::spec {
+namespace {
+
+// Forwards to a SpecSession and adds the wall time of each Propose to `*ms`.
+class TimedSource : public DraftSource {
+ public:
+  TimedSource(SpecSession* s, double* ms) : s_(s), ms_(ms) {}
+  void Append(const std::vector<int32_t>& tokens) override { s_->Append(tokens); }
+  absl::StatusOr<DraftResult> Propose(int32_t n_max) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<DraftResult> r = s_->Propose(n_max);
+    *ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+  void Accept(int32_t n_accepted) override { s_->Accept(n_accepted); }
+  SpecStats Stats() const override { return s_->Stats(); }
+
+ private:
+  SpecSession* s_;
+  double* ms_;
+};
+
+}  // namespace
 
 absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tokenizer::Vocab& vocab,
                                                        const GenerateParams& params, SpecSession* session,
@@ -48,13 +71,10 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
 
   tokenizer::StreamingDetokenizer detok(vocab, /*special=*/false);
   const int64_t n_predict = params.n_predict < 0 ? INT64_MAX : params.n_predict;
-  const int64_t n_vocab = engine.n_vocab();
   auto tg0 = Clock::now();
   res.stop = StopReason::kLength;
-  bool done = false;
-  // Emits a sampled token; false when generation ends (EOG or n_predict).
+  // Emits a sampled (and Accept()ed) token; false when generation ends (EOG or n_predict).
   auto emit = [&](int32_t id) {
-    (void)sampler.Accept(id);
     if (!params.ignore_eos && vocab.IsEog(id)) {
       res.stop = StopReason::kEog;
       return false;
@@ -68,68 +88,60 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
 
   if (n_predict > 0) {
     int32_t id = sampler.Sample(engine.Logits(0));
-    done = !emit(id);
-    int64_t n_past = n_prompt;  // KV positions filled; `id` goes to position n_past
-    while (!done) {
-      if (n_past + 1 >= engine.n_ctx()) {  // prompt + completion == n_ctx
-        res.stop = StopReason::kContextFull;
-        break;
-      }
+    (void)sampler.Accept(id);
+    int64_t n_past = n_prompt;  // KV positions filled; `id` (pending) goes to position n_past
+    if (emit(id)) {
       session->Append({id});
+      session->set_draft_temp(greedy ? 0.0f : params.sampling.temp);
+      TimedSource source(session, &out.draft_ms);
+      SpecLoopLimits limits;
+      limits.draft_min = session->config().draft_min;
+      limits.draft_max = session->config().draft_max;
+      limits.n_vocab = engine.n_vocab();
+      SpecLoopHooks hooks;
       // Room for the draft: output left (the pass yields accepted + 1 tokens) and context
       // (after the pass, n_past + 1 + accepted cells plus the new pending token <= n_ctx).
-      const int64_t room = std::min<int64_t>(n_predict - static_cast<int64_t>(res.output_ids.size()) - 1,
-                                             engine.n_ctx() - n_past - 2);
-      DraftResult d;
-      if (room > 0) {
-        auto td = Clock::now();
-        d = session->Draft(static_cast<int32_t>(std::min<int64_t>(room, INT32_MAX)), greedy ? 0.0f : params.sampling.temp);
-        out.draft_ms += std::chrono::duration<double, std::milli>(Clock::now() - td).count();
-      }
-      batch.Clear();
-      batch.Add(id, static_cast<int32_t>(n_past), 0, true);
-      for (size_t k = 0; k < d.tokens.size(); ++k) {
-        const int32_t t = d.tokens[k];
-        if (t < 0 || t >= n_vocab) {  // never expected from a checked drafter: drop the rest
-          d.tokens.resize(k);
-          break;
+      hooks.room = [&] {
+        return std::min<int64_t>(n_predict - static_cast<int64_t>(res.output_ids.size()) - 1,
+                                 engine.n_ctx() - n_past - 2);
+      };
+      hooks.verify = [&](const DraftResult& d) -> absl::StatusOr<SpecPass> {
+        SpecPass pass;
+        if (n_past + 1 >= engine.n_ctx()) {  // prompt + completion == n_ctx
+          res.stop = StopReason::kContextFull;
+          pass.end = true;
+          return pass;
         }
-        batch.Add(t, static_cast<int32_t>(n_past + 1 + static_cast<int64_t>(k)), 0, true);
-      }
-      if (d.probs.size() != d.tokens.size()) d.probs.clear();
-      if (absl::Status s = engine.Decode(batch); !s.ok()) return s;
-      ++out.target_passes;
-      res.tg_tokens += static_cast<int64_t>(batch.size());
-
-      int32_t n_acc = 0;
-      int32_t next = -1;
-      for (size_t i = 0; i <= d.tokens.size(); ++i) {
-        const float* logits = engine.Logits(static_cast<int64_t>(i));
-        int32_t y;
-        if (i < d.tokens.size() && !d.probs.empty()) {
-          auto step = RejectionStep(DistFromCandidates(sampler.Candidates(logits)), d.tokens[i], d.probs[i], rng);
-          if (!step.ok()) return step.status();
-          y = step->token;
-        } else {
-          y = sampler.Sample(logits);
+        batch.Clear();
+        batch.Add(id, static_cast<int32_t>(n_past), 0, true);
+        for (size_t k = 0; k < d.tokens.size(); ++k) {
+          batch.Add(d.tokens[k], static_cast<int32_t>(n_past + 1 + static_cast<int64_t>(k)), 0, true);
         }
-        next = y;
-        if (!emit(y)) {
-          done = true;
-          break;
+        if (absl::Status s = engine.Decode(batch); !s.ok()) return s;
+        ++out.target_passes;
+        res.tg_tokens += static_cast<int64_t>(batch.size());
+        VerifyResult v = VerifyDraft(
+            sampler, [&](size_t i) { return engine.Logits(static_cast<int64_t>(i)); }, d.tokens, d.probs, rng, vocab,
+            params.ignore_eos);
+        if (!v.status.ok()) return v.status;
+        // Keep `id` and the accepted draft tokens; drop the rejected cells.
+        engine.kv().SeqRemove(0, static_cast<int32_t>(n_past + 1 + v.n_accepted), -1);
+        n_past += 1 + v.n_accepted;
+        id = v.tokens.back();
+        pass.n_accepted = v.n_accepted;
+        pass.tokens = std::move(v.tokens);
+        return pass;
+      };
+      hooks.deliver = [&](SpecPass& pass) {
+        for (int32_t t : pass.tokens) {
+          if (!emit(t)) {
+            pass.end = true;
+            break;
+          }
         }
-        if (i < d.tokens.size() && y == d.tokens[i]) {
-          ++n_acc;
-          continue;
-        }
-        break;
-      }
-      session->Accept(n_acc);
-      // Keep `id` and the accepted draft tokens; drop the rejected cells.
-      engine.kv().SeqRemove(0, static_cast<int32_t>(n_past + 1 + n_acc), -1);
-      n_past += 1 + n_acc;
-      session->Append(std::vector<int32_t>(d.tokens.begin(), d.tokens.begin() + n_acc));
-      id = next;
+        return absl::OkStatus();
+      };
+      if (absl::Status s = RunSpecLoop(source, limits, hooks); !s.ok()) return s;
     }
   }
   std::string tail = detok.Flush();

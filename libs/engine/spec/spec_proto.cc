@@ -57,4 +57,21 @@ SpecStats SpecStatsFromProto(const herd::v1::SpeculativeStats& p) {
   return s;
 }
 
+absl::StatusOr<SparseDist> SparseDistFromProto(const herd::v1::DraftTokenProbs& proto) {
+  if (proto.ids_size() != proto.p_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(proto.ids_size(), " ids but ", proto.p_size(), " probabilities"));
+  }
+  SparseDist d;
+  d.reserve(static_cast<size_t>(proto.ids_size()));
+  for (int j = 0; j < proto.ids_size(); ++j) d.push_back({proto.ids(j), proto.p(j)});
+  return d;
+}
+
+void SparseDistToProto(const SparseDist& dist, herd::v1::DraftTokenProbs* proto) {
+  for (const TokenProb& t : dist) {
+    proto->add_ids(t.id);
+    proto->add_p(t.p);
+  }
+}
+
 }  // namespace herd::engine::spec
