@@ -104,7 +104,7 @@ absl::Status ValidateLogitBiasIds(const v1::SamplingParams& s, int32_t n_vocab) 
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
-// A Drafter over one draft-worker session (services/draft/draft_client.h): only new
+// A Drafter over one draft-worker session (libs/clients/draft_client.h): only new
 // tokens cross the wire, each Propose has the client's deadline, failures are empty
 // drafts (reported as errors so that the gateway counts them).
 class DraftWorkerDrafter : public Drafter {
@@ -181,16 +181,6 @@ void SanitizeDraft(DraftProposal* d, int64_t n_vocab, int64_t n_max) {
 }
 
 }  // namespace
-
-grpc::Status ToGrpcStatus(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 // ---------------------------------------------------------------------------------
 // Generation: one request from Prepare to the end of Run.

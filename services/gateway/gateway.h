@@ -21,12 +21,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+
+#include "libs/clients/draft_client.h"
 #include "libs/engine/spec/spec_config.h"
+#include "libs/serving/grpc_status.h"
 #include "libs/serving/metrics.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
-#include "services/draft/draft_client.h"
 #include "services/gateway/lenient.pb.h"
 #include "services/gateway/vocab_cache.h"
 #include "services/gateway/worker_pool.h"
@@ -52,7 +54,7 @@ struct DrafterParams {
 };
 
 /// Proposes draft tokens for the speculative loop. One instance per sequence; the
-/// default one is a draft-worker session (services/draft/draft_client.h). A drafter
+/// default one is a draft-worker session (libs/clients/draft_client.h). A drafter
 /// that fails costs speed, never correctness: errors and empty drafts make the gateway
 /// step without a draft.
 class Drafter {
@@ -124,10 +126,9 @@ class GenerateSink {
   virtual bool Cancelled() { return false; }
 };
 
-/// gRPC status with the same code and message.
-grpc::Status ToGrpcStatus(const absl::Status& s);
-/// absl status with the same code and message.
-absl::Status FromGrpcStatus(const grpc::Status& s);
+// Status conversions, one implementation for every service (libs/serving/grpc_status.h).
+using serving::FromGrpcStatus;
+using serving::ToGrpcStatus;
 
 class Gateway {
  public:
