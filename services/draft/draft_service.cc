@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/engine/spec/spec_proto.h"
+#include "libs/serving/grpc_status.h"
 
 namespace herd::draft {
 
@@ -30,11 +32,6 @@ const char* StatusCodeLabel(absl::StatusCode c) {
   }
 }
 }  // namespace
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 DraftServiceImpl::DraftServiceImpl(DraftServiceOptions opts) : opts_(std::move(opts)) {
   if (opts_.max_sessions < 1) opts_.max_sessions = 1;
@@ -287,7 +284,7 @@ grpc::Status DraftServiceImpl::Propose(grpc::ServerContext* ctx, const herd::v1:
     m_latency_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                         {s.ok() ? resp->stats().type() : std::string("error")});
   }
-  return ToGrpc(s);
+  return serving::ToGrpcStatus(s);
 }
 
 grpc::Status DraftServiceImpl::EndSession(grpc::ServerContext* ctx, const herd::v1::EndSessionRequest* req,

@@ -118,7 +118,4 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
   serving::MetricFamily* m_latency_ = nullptr;
 };
 
-/// absl::Status -> grpc::Status (same code and message).
-grpc::Status ToGrpc(const absl::Status& s);
-
 }  // namespace herd::draft

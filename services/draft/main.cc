@@ -10,28 +10,25 @@
 // common_speculative_are_compatible) is refused at start-up. Prints "draft listening
 // on HOST:PORT" and "draft metrics on HOST:PORT" on stdout once serving (port 0 picks
 // a free port). SIGTERM / SIGINT: health turns NOT_SERVING, in-flight calls finish.
-#include <signal.h>
-
-#include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
+#include "libs/clients/loader_client.h"
 #include "libs/engine/spec/session.h"
 #include "libs/gguf/gguf.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_main.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "services/draft/draft_service.h"
-#include "services/loader/loader_client.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
@@ -66,16 +63,7 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in 
 
 namespace {
 
-// WaitForShutdown installs its SIGTERM/SIGINT handlers only when called, after the
-// "listening" line is printed; a signal in between would kill the process. Catch
-// those early and forward them.
-std::atomic<bool> g_early_signal{false};
-void OnEarlySignal(int) { g_early_signal = true; }
-
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "herd-draft: error: %s\n", msg.c_str());
-  return 1;
-}
+int Fail(const std::string& msg) { return herd::serving::StartupFailure("herd-draft", msg); }
 
 // ValidateSpecConfig names wire fields; name the flags instead.
 std::string FlagName(const std::string& msg) {
@@ -100,10 +88,8 @@ int main(int argc, char** argv) {
 
   const std::string host = absl::GetFlag(FLAGS_host);
   const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (port < 0 || port > 65535) return Fail(absl::StrCat("--port ", port, " is outside 0..65535"));
-  if (metrics_port < -1 || metrics_port > 65535) {
-    return Fail(absl::StrCat("--metrics_port ", metrics_port, " is outside -1..65535"));
-  }
+  if (absl::Status s = herd::serving::CheckPortFlags(port, metrics_port); !s.ok())
+    return Fail(std::string(s.message()));
   if (absl::GetFlag(FLAGS_max_sessions) < 1) return Fail("--max_sessions must be >= 1");
   if (!(absl::GetFlag(FLAGS_session_idle_s) > 0)) return Fail("--session_idle_s must be > 0");
   if (absl::GetFlag(FLAGS_max_history) < 1) return Fail("--max_history must be >= 1");
@@ -203,52 +189,30 @@ int main(int argc, char** argv) {
   opts.registry = &registry;
   herd::draft::DraftServiceImpl service(opts);
 
-  auto cluster_keys = herd::serving::ClusterKeysFromFlags();
-  if (!cluster_keys.ok()) return Fail(std::string(cluster_keys.status().message()));
-  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*cluster_keys));
-  int bound_metrics = -1;
-  if (metrics_port >= 0) {
-    auto m = metrics.Start(host, metrics_port);
-    if (!m.ok()) return Fail(std::string(m.status().message()));
-    bound_metrics = *m;
-  }
+  auto security = herd::serving::InternalSecurityFromFlags();
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  herd::serving::ServiceMain process("draft");
+  auto m =
+      process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&security->cluster_keys), host, metrics_port);
+  if (!m.ok()) return Fail(std::string(m.status().message()));
   herd::serving::GrpcServerOptions gopts;
-  gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
+  gopts.address = herd::serving::ListenAddress(host, port);
   gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
-  {
-    auto security = herd::serving::ServerSecurityFromFlags(*cluster_keys);
-    if (!security.ok()) return Fail(std::string(security.status().message()));
-    gopts.security = *std::move(security);
-  }
+  gopts.security = std::move(security->server);
   HERD_LOG(Info) << "draft: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
-  int bound = 0;
-  auto server = herd::serving::StartGrpcServer(gopts, {&service}, &bound);
+  auto server = process.StartGrpc(gopts, {&service}, "herd.v1.Draft");
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  (*server)->GetHealthCheckService()->SetServingStatus("herd.v1.Draft", true);
-
-  struct sigaction sa = {};
-  sa.sa_handler = OnEarlySignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  std::atomic<bool> serving_done{false};
-  std::thread forward([&serving_done] {
-    while (!g_early_signal && !serving_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (g_early_signal) herd::serving::RequestShutdown();
-  });
+  // A SIGTERM/SIGINT from here until Wait() is caught and honoured there.
+  herd::serving::CatchSignalsEarly();
 
   HERD_LOG(Info) << "draft: default type " << spec::SpecTypeName(defaults.type) << ", draft_max "
                  << defaults.draft_max << ", n " << defaults.ngram_size_n << ", m " << defaults.ngram_size_m
                  << ", max_sessions " << opts.max_sessions;
-  std::printf("draft listening on %s:%d\n", host.c_str(), bound);
-  if (bound_metrics >= 0) std::printf("draft metrics on %s:%d\n", host.c_str(), bound_metrics);
-  std::fflush(stdout);
+  process.PrintListening(host);
 
-  herd::serving::WaitForShutdown(server->get(), gopts.shutdown_grace);
-  serving_done = true;
-  forward.join();
-  metrics.Stop();
+  process.Wait(gopts.shutdown_grace);
+  process.StopMetrics();
   HERD_LOG(Info) << "draft: stopped";
   return 0;
 }

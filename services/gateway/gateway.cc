@@ -37,7 +37,7 @@ const char* FinishName(v1::FinishReason r) {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
-// A DraftSource over one draft-worker session (services/draft/draft_client.h): only new
+// A DraftSource over one draft-worker session (libs/clients/draft_client.h): only new
 // tokens cross the wire, each Propose has the client's deadline, failures are empty
 // drafts (reported as errors so that the gateway counts them).
 class DraftWorkerSource : public engine::spec::DraftSource {
@@ -84,16 +84,6 @@ class DraftWorkerSource : public engine::spec::DraftSource {
 };
 
 }  // namespace
-
-grpc::Status ToGrpcStatus(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 // ---------------------------------------------------------------------------------
 // Generation: one request from Prepare to the end of Run.

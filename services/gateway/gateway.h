@@ -21,13 +21,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "libs/clients/draft_client.h"
 #include "libs/engine/spec/drafter.h"
 #include "libs/engine/spec/spec_config.h"
+#include "libs/serving/grpc_status.h"
 #include "libs/serving/metrics.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
-#include "services/draft/draft_client.h"
 #include "services/gateway/generation.h"
 #include "services/gateway/lenient.pb.h"
 #include "services/gateway/vocab_cache.h"
@@ -97,10 +98,9 @@ class GenerateSink {
   virtual bool Cancelled() { return false; }
 };
 
-/// gRPC status with the same code and message.
-grpc::Status ToGrpcStatus(const absl::Status& s);
-/// absl status with the same code and message.
-absl::Status FromGrpcStatus(const grpc::Status& s);
+// Status conversions, one implementation for every service (libs/serving/grpc_status.h).
+using serving::FromGrpcStatus;
+using serving::ToGrpcStatus;
 
 class Gateway {
  public:

@@ -17,14 +17,17 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/base/mmap.h"
+#include "libs/clients/address.h"
 #include "libs/engine/spec/spec_config.h"
 #include "libs/serving/api_keys.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_main.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
 
@@ -98,10 +101,7 @@ ABSL_FLAG(double, draft_p_min, 0.75,
 
 namespace {
 
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "gateway: error: %s\n", msg.c_str());
-  return 1;
-}
+int Fail(const std::string& msg) { return herd::serving::StartupFailure("gateway", msg); }
 
 // ValidateSpecConfig names wire fields; name the flags instead.
 std::string FlagName(const std::string& msg) {
@@ -166,13 +166,13 @@ int main(int argc, char** argv) {
   // Speculative decoding: the draft workers and the defaults of requests.
   namespace spec = herd::engine::spec;
   if (!absl::GetFlag(FLAGS_draft_workers).empty()) {
-    auto list = herd::draft::ParseDraftWorkerList(absl::GetFlag(FLAGS_draft_workers));
+    auto list = herd::clients::ParseAddressList(absl::GetFlag(FLAGS_draft_workers), "draft_workers");
     if (!list.ok()) return Fail(absl::StrCat("--", list.status().message()));
     opts.drafts.addresses = *list;
   }
   opts.drafts.dns = absl::GetFlag(FLAGS_draft_workers_dns);
   if (!opts.drafts.dns.empty()) {
-    auto r = herd::draft::ResolveDraftWorkers(opts.drafts.dns);
+    auto r = herd::clients::ResolveAddresses(opts.drafts.dns, "draft_workers_dns");
     if (absl::IsInvalidArgument(r.status())) return Fail(absl::StrCat("--", r.status().message()));
   }
   opts.drafts.dns_interval = std::chrono::milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
@@ -219,10 +219,10 @@ int main(int argc, char** argv) {
   gopts.shutdown_grace = grace;
   gopts.security = *std::move(security);
   HERD_LOG(Info) << "gateway: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
-  int port = 0;
-  auto server = herd::serving::StartGrpcServer(gopts, {&service}, &port);
-  if (!server.ok()) return Fail(std::string(server.status().message()));
-  std::printf("gateway listening on %s:%d\n", host.c_str(), port);
+  herd::serving::ServiceMain process("gateway");
+  auto port = process.StartGrpc(gopts, {&service}, "");
+  if (!port.ok()) return Fail(std::string(port.status().message()));
+  std::printf("gateway listening on %s:%d\n", host.c_str(), *port);
   std::fflush(stdout);
 
   herd::gateway::HttpOptions hopts;
@@ -251,10 +251,10 @@ int main(int argc, char** argv) {
     std::printf("%s on %s:%d\n", hs.tls_cert_file.empty() ? "http" : "https", host.c_str(), *hp);
     std::fflush(stdout);
   }
-  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*api_keys));
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto mp = metrics.Start(host, absl::GetFlag(FLAGS_metrics_port));
-    if (!mp.ok()) return Fail(std::string(mp.status().message()));
+  auto mp = process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&*api_keys), host,
+                                 absl::GetFlag(FLAGS_metrics_port));
+  if (!mp.ok()) return Fail(std::string(mp.status().message()));
+  if (*mp >= 0) {
     std::printf("metrics on %s:%d\n", host.c_str(), *mp);
     std::fflush(stdout);
   }
@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   std::condition_variable cv;
   bool done = false;
   std::thread canceller, http_stopper;
-  herd::serving::WaitForShutdown(server->get(), grace, [&] {
+  process.Wait(grace, [&] {
     gw.BeginDrain();
     http_stopper = std::thread([&] { http.Stop(); });
     // Cancel a little before gRPC's own deadline so that the streams' last messages
@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
   trim_stop = true;
   if (trimmer.joinable()) trimmer.join();
   gw.Stop();
-  metrics.Stop();
+  process.StopMetrics();
   HERD_LOG(Info) << "gateway stopped";
   return 0;
 }

@@ -1,16 +1,10 @@
 #include "services/gateway/worker_pool.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <atomic>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+
 #include "libs/base/log.h"
 #include "services/gateway/vocab_cache.h"
 
@@ -28,56 +22,6 @@ struct WorkerPool::Entry {
   int started_since_info = 0;  // sessions opened since the Info we last applied
   std::string last_error;
 };
-
-absl::StatusOr<std::vector<std::string>> ParseWorkerList(const std::string& s) {
-  std::vector<std::string> out;
-  for (absl::string_view item : absl::StrSplit(s, ',')) {
-    std::string a(absl::StripAsciiWhitespace(item));
-    if (a.empty()) continue;
-    const size_t colon = a.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(a.substr(colon + 1), &port) || port <= 0 ||
-        port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("workers: '", a, "' is not HOST:PORT"));
-    }
-    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::string>> ResolveDns(const std::string& target) {
-  const size_t colon = target.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(target.substr(colon + 1), &port) || port <= 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("workers_dns: '", target, "' is not NAME:PORT"));
-  }
-  std::string name = target.substr(0, colon);
-  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
-  struct addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  struct addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res);
-  if (rc != 0) {
-    return absl::UnavailableError(absl::StrCat("workers_dns: cannot resolve '", name, "': ", ::gai_strerror(rc)));
-  }
-  std::vector<std::string> out;
-  for (struct addrinfo* p = res; p != nullptr; p = p->ai_next) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (p->ai_family == AF_INET) {
-      ::inet_ntop(AF_INET, &reinterpret_cast<struct sockaddr_in*>(p->ai_addr)->sin_addr, buf, sizeof(buf));
-      out.push_back(absl::StrCat(buf, ":", port));
-    } else if (p->ai_family == AF_INET6) {
-      ::inet_ntop(AF_INET6, &reinterpret_cast<struct sockaddr_in6*>(p->ai_addr)->sin6_addr, buf, sizeof(buf));
-      out.push_back(absl::StrCat("[", buf, "]:", port));
-    }
-  }
-  ::freeaddrinfo(res);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
 
 WorkerPool::Lease::Lease(std::shared_ptr<Entry> e, WorkerPool* pool) : e_(std::move(e)), pool_(pool) {
   std::lock_guard<std::mutex> l(pool_->mu_);

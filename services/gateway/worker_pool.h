@@ -14,6 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+
+#include "libs/clients/address.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/security.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
@@ -48,13 +50,18 @@ struct WorkerSnapshot {
   std::string last_error;
 };
 
-/// Splits "h1:p1,h2:p2" (spaces ignored, empty items skipped). INVALID_ARGUMENT naming
-/// an item without a port.
-absl::StatusOr<std::vector<std::string>> ParseWorkerList(const std::string& s);
+/// --workers: splits "h1:p1,h2:p2" (clients::ParseAddressList). Errors: INVALID_ARGUMENT
+/// "workers: 'ITEM' is not HOST:PORT".
+inline absl::StatusOr<std::vector<std::string>> ParseWorkerList(const std::string& s) {
+  return clients::ParseAddressList(s, "workers");
+}
 
-/// Resolves "NAME:PORT" to "ip:port" / "[ipv6]:port" strings (deduplicated, sorted).
-/// Errors: INVALID_ARGUMENT for a malformed target, UNAVAILABLE when resolution fails.
-absl::StatusOr<std::vector<std::string>> ResolveDns(const std::string& target);
+/// --workers_dns: resolves "NAME:PORT" to "ip:port" / "[ipv6]:port" strings, deduplicated
+/// and sorted (clients::ResolveAddresses). Errors: INVALID_ARGUMENT for a malformed
+/// target, UNAVAILABLE when resolution fails (both prefixed "workers_dns: ").
+inline absl::StatusOr<std::vector<std::string>> ResolveDns(const std::string& target) {
+  return clients::ResolveAddresses(target, "workers_dns");
+}
 
 class WorkerPool {
  public:

@@ -16,9 +16,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/promtool.h"
 #include "httplib.h"
-#include "services/loader/loader_client.h"
+
+#include "libs/clients/loader_client.h"
+#include "tests/promtool.h"
 #include "tests/shared_data.h"
 
 namespace herd::loader {

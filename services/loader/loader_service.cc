@@ -99,11 +99,6 @@ struct Fd {
 
 }  // namespace
 
-grpc::Status ToGrpcStatus(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 absl::StatusOr<std::unique_ptr<LoaderServiceImpl>> LoaderServiceImpl::Create(const LoaderOptions& opts) {
   if (opts.max_chunk_bytes < kMinChunkBytes || opts.max_chunk_bytes > kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat("max_chunk_bytes ", opts.max_chunk_bytes, " is outside ",

@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+
+#include "libs/serving/grpc_status.h"
 #include "libs/serving/metrics.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
 #include "services/loader/model_store.h"
@@ -127,7 +129,7 @@ class LoaderServiceImpl : public herd::v1::Loader::Service {
   std::set<std::string> quantizing_;           // target paths of running jobs
 };
 
-/// absl::Status -> grpc::Status with the same code and message.
-grpc::Status ToGrpcStatus(const absl::Status& s);
+// absl::Status -> grpc::Status (one implementation: libs/serving/grpc_status.h).
+using serving::ToGrpcStatus;
 
 }  // namespace herd::loader

@@ -1,5 +1,7 @@
 // The loader over a temp store of copies of ../shared/models files, served
 // in-process on 127.0.0.1:0 with health checking and reflection.
+#include "services/loader/loader_service.h"
+
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,14 +20,14 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "gtest/gtest.h"
+
 #include "libs/base/sha256.h"
+#include "libs/clients/loader_client.h"
 #include "libs/gguf/gguf.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
-#include "services/loader/loader_client.h"
-#include "services/loader/loader_service.h"
 #include "tests/shared_data.h"
 
 namespace herd::loader {

@@ -14,11 +14,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_main.h"
 #include "services/loader/loader_service.h"
 #include "services/loader/quantize_backend.h"
 
@@ -40,10 +42,7 @@ ABSL_FLAG(std::string, admin_key_file, "",
 
 namespace {
 
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "herd-loader: error: %s\n", msg.c_str());
-  return 1;
-}
+int Fail(const std::string& msg) { return herd::serving::StartupFailure("herd-loader", msg); }
 
 }  // namespace
 
@@ -54,23 +53,19 @@ int main(int argc, char** argv) {
   const std::string host = absl::GetFlag(FLAGS_host);
   const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (absl::GetFlag(FLAGS_models_dir).empty()) return Fail("--models_dir is required");
-  if (port < 0 || port > 65535) return Fail(absl::StrCat("--port ", port, " is outside 0..65535"));
-  if (metrics_port < -1 || metrics_port > 65535) {
-    return Fail(absl::StrCat("--metrics_port ", metrics_port, " is outside -1..65535"));
-  }
+  if (absl::Status s = herd::serving::CheckPortFlags(port, metrics_port); !s.ok())
+    return Fail(std::string(s.message()));
   if (absl::GetFlag(FLAGS_grace_ms) < 0) return Fail("--grace_ms must be >= 0");
   if (absl::GetFlag(FLAGS_max_chunk_bytes) <= 0) return Fail("--max_chunk_bytes must be positive");
   if (absl::GetFlag(FLAGS_max_message_bytes) < (4 << 20) + 4096) {
     return Fail("--max_message_bytes must admit a 4 MiB chunk (>= 4198400)");
   }
 
-  auto cluster_keys = herd::serving::ClusterKeysFromFlags();
-  if (!cluster_keys.ok()) return Fail(std::string(cluster_keys.status().message()));
-  auto security = herd::serving::ServerSecurityFromFlags(*cluster_keys);
+  auto security = herd::serving::InternalSecurityFromFlags();
   if (!security.ok()) return Fail(std::string(security.status().message()));
   auto admin_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_admin_key_file), "HERD_ADMIN_KEY");
   if (!admin_keys.ok()) return Fail(absl::StrCat("admin key: ", admin_keys.status().message()));
-  if (admin_keys->enabled()) security->method_keys[herd::loader::kQuantizeMethod] = *admin_keys;
+  if (admin_keys->enabled()) security->server.method_keys[herd::loader::kQuantizeMethod] = *admin_keys;
 
   herd::serving::Registry registry;
   herd::loader::LoaderOptions opts;
@@ -91,37 +86,28 @@ int main(int argc, char** argv) {
     HERD_LOG(Info) << "loader: removed stale temp file " << (*service)->store().root() << "/" << f;
   }
 
-  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*cluster_keys));
-  int bound_metrics = -1;
-  if (metrics_port >= 0) {
-    auto m = metrics.Start(host, metrics_port);
-    if (!m.ok()) return Fail(std::string(m.status().message()));
-    bound_metrics = *m;
-  }
+  herd::serving::ServiceMain process("loader");
+  auto m =
+      process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&security->cluster_keys), host, metrics_port);
+  if (!m.ok()) return Fail(std::string(m.status().message()));
 
   herd::serving::GrpcServerOptions gopts;
-  gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
+  gopts.address = herd::serving::ListenAddress(host, port);
   gopts.max_message_bytes = opts.max_message_bytes;
   gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
-  gopts.security = *std::move(security);
-  int bound = 0;
-  auto server = herd::serving::StartGrpcServer(gopts, {service->get()}, &bound);
+  gopts.security = std::move(security->server);
+  auto server = process.StartGrpc(gopts, {service->get()}, "herd.v1.Loader");
   if (!server.ok()) return Fail(std::string(server.status().message()));
-
-  // StartGrpcServer marks the server ("") SERVING; probes may also ask for the service.
-  (*server)->GetHealthCheckService()->SetServingStatus("herd.v1.Loader", true);
 
   auto models = (*service)->List();
   HERD_LOG(Info) << "loader: store " << (*service)->store().root() << ", "
                  << (models.ok() ? models->models_size() : 0) << " model(s); quantize "
                  << (herd::loader::QuantizeAvailable() ? "available" : "not built in") << "; gRPC "
                  << herd::serving::DescribeServerSecurity(gopts.security);
-  std::printf("loader listening on %s:%d\n", host.c_str(), bound);
-  if (bound_metrics >= 0) std::printf("loader metrics on %s:%d\n", host.c_str(), bound_metrics);
-  std::fflush(stdout);
+  process.PrintListening(host);
 
-  herd::serving::WaitForShutdown(server->get(), gopts.shutdown_grace);
-  metrics.Stop();
+  process.Wait(gopts.shutdown_grace);
+  process.StopMetrics();
   HERD_LOG(Info) << "loader: stopped";
   return 0;
 }

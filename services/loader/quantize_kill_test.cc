@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,8 +25,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+
+#include "libs/clients/loader_client.h"
 #include "libs/gguf/gguf.h"
-#include "services/loader/loader_client.h"
 #include "services/loader/model_store.h"
 #include "tests/shared_data.h"
 

@@ -9,10 +9,6 @@
 // once serving (port 0 picks a free port), so a launcher can read the ports. SIGTERM /
 // SIGINT: health turns NOT_SERVING, new sequences are refused (UNAVAILABLE), in-flight
 // sessions get --grace_ms to finish and are then cancelled.
-#include <signal.h>
-
-#include <atomic>
-#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -20,7 +16,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
+#include "libs/clients/loader_client.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
 #include "libs/model/model.h"
@@ -28,8 +26,8 @@
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_main.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "services/loader/loader_client.h"
 #include "services/worker/backend_factory.h"
 #include "services/worker/worker_service.h"
 
@@ -58,24 +56,7 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in 
 
 namespace {
 
-// SIGTERM/SIGINT before WaitForShutdown() has installed its handler (while the model
-// loads, or right after the ports are printed) must not kill the process: remember it
-// and forward it as RequestShutdown() from a watcher thread.
-volatile sig_atomic_t g_early_signal = 0;
-void OnEarlySignal(int) { g_early_signal = 1; }
-
-void InstallEarlySignalHandlers() {
-  struct sigaction sa = {};
-  sa.sa_handler = OnEarlySignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-}
-
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "herd-worker: error: %s\n", msg.c_str());
-  return 1;
-}
+int Fail(const std::string& msg) { return herd::serving::StartupFailure("herd-worker", msg); }
 
 std::string BaseName(const std::string& path) {
   std::string b = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
@@ -90,7 +71,9 @@ int main(int argc, char** argv) {
       "herd-worker (--loader=HOST:PORT --model=NAME | --model_path=FILE.gguf) [--port=N] [--metrics_port=N]\n"
       "  [--threads=N] [--n_ctx=N] [--n_ctx_seq=N] [--n_batch=N] [--max_sequences=N] [--max_queue=N]\n"
       "  [--queue_policy=wait|reject] [--kv_type=f16|f32] [--grace_ms=N]: a herd compute worker", "services/worker/");
-  InstallEarlySignalHandlers();
+  // SIGTERM/SIGINT before the server's handlers are installed (while the model loads)
+  // must not kill the process: remember it (exit after loading, or Wait() returns).
+  herd::serving::CatchSignalsEarly();
 
   const std::string host = absl::GetFlag(FLAGS_host);
   const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
@@ -99,10 +82,8 @@ int main(int argc, char** argv) {
   if (model_path.empty() && (loader_addr.empty() || model_name_flag.empty())) {
     return Fail("give --model_path=FILE, or --loader=HOST:PORT with --model=NAME");
   }
-  if (port < 0 || port > 65535) return Fail(absl::StrCat("--port ", port, " is outside 0..65535"));
-  if (metrics_port < -1 || metrics_port > 65535) {
-    return Fail(absl::StrCat("--metrics_port ", metrics_port, " is outside -1..65535"));
-  }
+  if (absl::Status s = herd::serving::CheckPortFlags(port, metrics_port); !s.ok())
+    return Fail(std::string(s.message()));
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0 || threads > 1024) return Fail(absl::StrCat("--threads ", threads, " is outside 0..1024"));
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -124,9 +105,7 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_load_timeout_ms) < 1) return Fail("--load_timeout_ms must be >= 1");
   if (absl::GetFlag(FLAGS_max_message_bytes) < (1 << 20)) return Fail("--max_message_bytes must be >= 1048576");
 
-  auto cluster_keys = herd::serving::ClusterKeysFromFlags();
-  if (!cluster_keys.ok()) return Fail(std::string(cluster_keys.status().message()));
-  auto security = herd::serving::ServerSecurityFromFlags(*cluster_keys);
+  auto security = herd::serving::InternalSecurityFromFlags();
   if (!security.ok()) return Fail(std::string(security.status().message()));
   auto client_security = herd::serving::ClientSecurityFromFlags();
   if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
@@ -178,7 +157,7 @@ int main(int argc, char** argv) {
   auto scheduler = herd::engine::Scheduler::Create(engine->get(), vocab->get(), sc);
   if (!scheduler.ok()) return Fail(absl::StrCat("scheduler: ", scheduler.status().message()));
 
-  if (g_early_signal != 0) {
+  if (herd::serving::SignalledEarly()) {
     HERD_LOG(Info) << "worker: signalled while loading; exiting";
     return 0;
   }
@@ -191,45 +170,28 @@ int main(int argc, char** argv) {
   wopts.default_pooling = herd::engine::DefaultPooling(model->file(), model->hparams().arch);
   auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
 
-  herd::serving::MetricsHttpServer metrics(&registry, herd::serving::MetricsServerOptions(&*cluster_keys));
-  int bound_metrics = -1;
-  if (metrics_port >= 0) {
-    auto m = metrics.Start(host, metrics_port);
-    if (!m.ok()) return Fail(std::string(m.status().message()));
-    bound_metrics = *m;
-  }
+  herd::serving::ServiceMain process("worker");
+  auto m =
+      process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&security->cluster_keys), host, metrics_port);
+  if (!m.ok()) return Fail(std::string(m.status().message()));
   herd::serving::GrpcServerOptions gopts;
-  gopts.address = absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port);
+  gopts.address = herd::serving::ListenAddress(host, port);
   gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
-  gopts.security = *std::move(security);
+  gopts.security = std::move(security->server);
   HERD_LOG(Info) << "worker: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
-  int bound = 0;
-  auto server = herd::serving::StartGrpcServer(gopts, {service.get()}, &bound);
+  auto server = process.StartGrpc(gopts, {service.get()}, "herd.v1.Worker");
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  (*server)->GetHealthCheckService()->SetServingStatus("herd.v1.Worker", true);
 
   HERD_LOG(Info) << "worker: model " << model_name << " (" << model->hparams().arch << ", n_vocab "
                  << model->hparams().n_vocab << "), backend " << herd::worker::BackendKind() << " x" << threads
                  << ", n_ctx " << (*scheduler)->n_ctx() << ", n_ctx_seq " << (*scheduler)->n_ctx_seq()
                  << ", n_batch " << n_batch << ", " << (*scheduler)->capacity() << " sequences, queue " << policy;
-  std::printf("worker listening on %s:%d\n", host.c_str(), bound);
-  if (bound_metrics >= 0) std::printf("worker metrics on %s:%d\n", host.c_str(), bound_metrics);
-  std::fflush(stdout);
+  process.PrintListening(host);
 
-  std::atomic<bool> serving_done{false};
-  std::thread early_watch([&] {
-    while (!serving_done.load()) {
-      if (g_early_signal != 0) {
-        herd::serving::RequestShutdown();
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
   // Drain here rather than in grpc::Server::Shutdown(deadline), which also waits for idle
   // client connections to go away: once the last session ends, shut down at once.
-  herd::serving::WaitForShutdown(server->get(), std::chrono::milliseconds(0), [&] {
+  process.Wait(std::chrono::milliseconds(0), [&] {
     service->StopAdmitting();
     const auto deadline = std::chrono::steady_clock::now() + gopts.shutdown_grace;
     HERD_LOG(Info) << "worker: draining " << service->open_sessions() << " open sessions for up to "
@@ -241,12 +203,10 @@ int main(int argc, char** argv) {
       HERD_LOG(Warning) << "worker: grace period over; cancelling " << service->open_sessions() << " sessions";
     }
   });
-  serving_done.store(true);
-  early_watch.join();
-  server->reset();  // every session has finished (or was cancelled at the grace deadline)
+  process.ResetServer();  // every session has finished (or was cancelled at the grace deadline)
   service.reset();
   (*scheduler)->Shutdown();
-  metrics.Stop();
+  process.StopMetrics();
   HERD_LOG(Info) << "worker: stopped";
   return 0;
 }

@@ -63,11 +63,6 @@ const grpc::Status kCancelledOk = grpc::Status::OK;
 
 }  // namespace
 
-grpc::Status ToGrpcStatus(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 absl::StatusOr<engine::SequenceParams> ToSequenceParams(const v1::SessionStart& start, int32_t max_logprobs) {
   engine::SequenceParams p;
   p.prompt.assign(start.prompt().begin(), start.prompt().end());

@@ -21,7 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/engine/scheduler.h"
+#include "libs/serving/grpc_status.h"
 #include "libs/serving/metrics.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
 
@@ -41,8 +43,8 @@ absl::StatusOr<engine::Pooling> FromProtoPooling(int pooling, engine::Pooling df
 /// engine::Pooling -> herd.v1.Pooling.
 herd::v1::Pooling ToProtoPooling(engine::Pooling p);
 
-/// absl::Status -> grpc::Status with the same code and message.
-grpc::Status ToGrpcStatus(const absl::Status& s);
+// absl::Status -> grpc::Status (one implementation: libs/serving/grpc_status.h).
+using serving::ToGrpcStatus;
 
 /// SessionStart -> SequenceParams. Unset sampling fields take the engine defaults
 /// (SamplingParams). Errors: INVALID_ARGUMENT naming "start.sampling.<field>" (proto

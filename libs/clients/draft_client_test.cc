@@ -1,11 +1,12 @@
 // DraftClient against in-process draft workers: the protocol bookkeeping, a worker
 // killed mid-stream (empty drafts, never errors; the session moves to another worker
 // and drafts resume), a worker that lost the session, and no workers at all.
-#include "services/draft/draft_client.h"
+#include "libs/clients/draft_client.h"
 
 #include <chrono>
 
 #include "gtest/gtest.h"
+
 #include "libs/engine/spec/draft_model.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -156,19 +157,6 @@ TEST(DraftClient, BadConfigIsAnEmptyDraft) {
   EXPECT_TRUE(d.tokens.empty());
   EXPECT_NE(d.error.find("config.ngram_size_n"), std::string::npos) << d.error;
   EXPECT_EQ(s->worker(), a.address);  // the worker is fine
-}
-
-TEST(DraftClient, ParsesWorkerLists) {
-  auto l = ParseDraftWorkerList(" a:1, b:2,,a:1 ");
-  ASSERT_TRUE(l.ok()) << l.status();
-  EXPECT_EQ(*l, (std::vector<std::string>{"a:1", "b:2"}));
-  EXPECT_FALSE(ParseDraftWorkerList("a:1,nohost").ok());
-  EXPECT_FALSE(ParseDraftWorkerList("a:0").ok());
-  EXPECT_TRUE(ParseDraftWorkerList("").ok());
-  EXPECT_FALSE(ResolveDraftWorkers("localhost").ok());
-  auto r = ResolveDraftWorkers("localhost:4321");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_NE(std::find(r->begin(), r->end(), "127.0.0.1:4321"), r->end());
 }
 
 // Draft workers found through DNS ("localhost:PORT"): a name that also resolves to an

@@ -1,4 +1,4 @@
-#include "services/loader/loader_client.h"
+#include "libs/clients/loader_client.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 
 namespace herd::loader {
@@ -30,8 +31,8 @@ bool Retryable(grpc::StatusCode c) {
 }
 
 uint32_t Crc32(const std::string& data) {
-  return static_cast<uint32_t>(::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()),
-                                       static_cast<uInt>(data.size())));
+  return static_cast<uint32_t>(
+      ::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
 }
 
 // The local file matches what the loader described (so the mmap is the same model).
@@ -50,11 +51,6 @@ bool SameLayout(const gguf::GgufFile& f, const herd::v1::ModelInfo& info) {
 }
 
 }  // namespace
-
-absl::Status FromGrpcStatus(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 std::shared_ptr<grpc::Channel> MakeLoaderChannel(const std::string& target, int max_message_bytes,
                                                  const serving::ClientSecurity& security) {
@@ -95,7 +91,7 @@ absl::StatusOr<herd::v1::ModelInfo> GetModelInfo(herd::v1::Loader::StubInterface
 }
 
 absl::StatusOr<std::vector<herd::v1::StoredModel>> ListModels(herd::v1::Loader::StubInterface* stub,
-                                                             std::chrono::milliseconds deadline) {
+                                                              std::chrono::milliseconds deadline) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Clock::now() + deadline);
   herd::v1::LoaderListModelsResponse resp;
@@ -105,8 +101,8 @@ absl::StatusOr<std::vector<herd::v1::StoredModel>> ListModels(herd::v1::Loader::
 }
 
 absl::Status ReadModelBytes(herd::v1::Loader::StubInterface* stub, const std::string& name, uint64_t offset,
-                            uint64_t length, Clock::time_point deadline, const FetchOptions& opts,
-                            std::string* out, FetchStats* stats) {
+                            uint64_t length, Clock::time_point deadline, const FetchOptions& opts, std::string* out,
+                            FetchStats* stats) {
   FetchStats local;
   if (stats == nullptr) stats = &local;
   out->assign(length, '\0');
@@ -123,8 +119,8 @@ absl::Status ReadModelBytes(herd::v1::Loader::StubInterface* stub, const std::st
       if (left <= Clock::duration::zero()) break;
       std::this_thread::sleep_for(std::min<Clock::duration>(backoff, left));
       backoff *= 2;
-      HERD_LOG(Info) << "ReadTensors '" << name << "': resuming at byte " << offset + done << " after: "
-                     << last.message();
+      HERD_LOG(Info) << "ReadTensors '" << name << "': resuming at byte " << offset + done
+                     << " after: " << last.message();
     }
     if (Clock::now() >= deadline) break;
     ++stats->attempts;
@@ -172,8 +168,8 @@ absl::Status ReadModelBytes(herd::v1::Loader::StubInterface* stub, const std::st
     last = FromGrpcStatus(s);
   }
   if (done < length) {
-    return absl::DeadlineExceededError(absl::StrCat("ReadTensors '", name, "': deadline exceeded at byte ",
-                                                    offset + done, " of ", offset + length));
+    return absl::DeadlineExceededError(
+        absl::StrCat("ReadTensors '", name, "': deadline exceeded at byte ", offset + done, " of ", offset + length));
   }
   return absl::OkStatus();
 }
@@ -185,8 +181,7 @@ absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::Stu
 }
 
 absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::StubInterface* stub,
-                                                           const std::string& name,
-                                                           std::chrono::milliseconds deadline,
+                                                           const std::string& name, std::chrono::milliseconds deadline,
                                                            const FetchOptions& opts, FetchStats* stats) {
   FetchStats local;
   if (stats == nullptr) stats = &local;

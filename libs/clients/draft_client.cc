@@ -1,69 +1,11 @@
-#include "services/draft/draft_client.h"
-
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include "libs/clients/draft_client.h"
 
 #include <algorithm>
 #include <functional>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "libs/clients/address.h"
 
 namespace herd::draft {
-
-absl::StatusOr<std::vector<std::string>> ParseDraftWorkerList(const std::string& list) {
-  std::vector<std::string> out;
-  for (absl::string_view part : absl::StrSplit(list, ',')) {
-    std::string a(absl::StripAsciiWhitespace(part));
-    if (a.empty()) continue;
-    const size_t colon = a.rfind(':');
-    int port = 0;
-    if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(a.substr(colon + 1), &port) || port <= 0 ||
-        port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("draft_workers: '", a, "' is not HOST:PORT"));
-    }
-    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::string>> ResolveDraftWorkers(const std::string& target) {
-  const size_t colon = target.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(target.substr(colon + 1), &port) || port <= 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("draft_workers_dns: '", target, "' is not NAME:PORT"));
-  }
-  std::string name = target.substr(0, colon);
-  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
-  struct addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  struct addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res);
-  if (rc != 0) {
-    return absl::UnavailableError(absl::StrCat("draft_workers_dns: cannot resolve '", name, "': ", ::gai_strerror(rc)));
-  }
-  std::vector<std::string> out;
-  for (struct addrinfo* p = res; p != nullptr; p = p->ai_next) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (p->ai_family == AF_INET) {
-      ::inet_ntop(AF_INET, &reinterpret_cast<struct sockaddr_in*>(p->ai_addr)->sin_addr, buf, sizeof(buf));
-      out.push_back(absl::StrCat(buf, ":", port));
-    } else if (p->ai_family == AF_INET6) {
-      ::inet_ntop(AF_INET6, &reinterpret_cast<struct sockaddr_in6*>(p->ai_addr)->sin6_addr, buf, sizeof(buf));
-      out.push_back(absl::StrCat("[", buf, "]:", port));
-    }
-  }
-  ::freeaddrinfo(res);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
 
 std::shared_ptr<DraftClient::Worker> DraftClient::MakeWorker(const std::string& address) const {
   auto w = std::make_shared<Worker>();
@@ -89,7 +31,7 @@ DraftClient::~DraftClient() {
 
 void DraftClient::RefreshDns() {
   if (opts_.dns.empty()) return;
-  auto resolved = ResolveDraftWorkers(opts_.dns);
+  auto resolved = clients::ResolveAddresses(opts_.dns, "draft_workers_dns");
   if (!resolved.ok()) return;  // keep the workers we have; try again later
   std::vector<std::string> want = opts_.addresses;
   for (const std::string& a : *resolved) {
@@ -188,8 +130,8 @@ void DraftClient::BackgroundLoop() {
   }
 }
 
-DraftSession::DraftSession(DraftClient* client, std::string id, std::string model,
-                           herd::v1::SpeculativeConfig config, float temperature, uint32_t seed)
+DraftSession::DraftSession(DraftClient* client, std::string id, std::string model, herd::v1::SpeculativeConfig config,
+                           float temperature, uint32_t seed)
     : client_(client),
       id_(std::move(id)),
       model_(std::move(model)),

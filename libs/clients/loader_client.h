@@ -12,14 +12,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/gguf/gguf.h"
+#include "libs/serving/grpc_status.h"
 #include "libs/serving/security.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
 
 namespace herd::loader {
 
-/// grpc::Status -> absl::Status with the same code and message.
-absl::Status FromGrpcStatus(const grpc::Status& s);
+// grpc::Status -> absl::Status (one implementation: libs/serving/grpc_status.h).
+using serving::FromGrpcStatus;
 
 /// A channel to a loader at `target` ("host:port"), secured as `security` says (TLS,
 /// cluster key; default plaintext), whose receive limit (`max_message_bytes`, default
@@ -49,10 +51,10 @@ struct FetchOptions {
 
 /// How a fetch went.
 struct FetchStats {
-  bool mmapped = false;        // the loader's file was opened locally
-  int attempts = 0;            // ReadTensors calls
-  int crc_failures = 0;        // chunks whose CRC-32 did not match
-  uint64_t bytes_streamed = 0; // verified bytes received
+  bool mmapped = false;         // the loader's file was opened locally
+  int attempts = 0;             // ReadTensors calls
+  int crc_failures = 0;         // chunks whose CRC-32 did not match
+  uint64_t bytes_streamed = 0;  // verified bytes received
 };
 
 /// GetModelInfo with a deadline of `deadline` from now.
@@ -62,7 +64,7 @@ absl::StatusOr<herd::v1::ModelInfo> GetModelInfo(herd::v1::Loader::StubInterface
 
 /// ListModels with a deadline of `deadline` from now.
 absl::StatusOr<std::vector<herd::v1::StoredModel>> ListModels(herd::v1::Loader::StubInterface* stub,
-                                                             std::chrono::milliseconds deadline);
+                                                              std::chrono::milliseconds deadline);
 
 /// Streams bytes [offset, offset + length) of model `name` into *out (resized to
 /// `length`), verifying each chunk's offset and CRC-32 and resuming after failures as
@@ -70,19 +72,17 @@ absl::StatusOr<std::vector<herd::v1::StoredModel>> ListModels(herd::v1::Loader::
 /// (NOT_FOUND, INVALID_ARGUMENT, OUT_OF_RANGE, ...), DEADLINE_EXCEEDED, or the last
 /// retryable error once the attempts are spent.
 absl::Status ReadModelBytes(herd::v1::Loader::StubInterface* stub, const std::string& name, uint64_t offset,
-                            uint64_t length, std::chrono::system_clock::time_point deadline,
-                            const FetchOptions& opts, std::string* out, FetchStats* stats = nullptr);
+                            uint64_t length, std::chrono::system_clock::time_point deadline, const FetchOptions& opts,
+                            std::string* out, FetchStats* stats = nullptr);
 
 /// The whole model as a parsed GGUF: the loader's file mapped in place when this process
 /// can read it (same size and layout), else streamed into memory (ReadModelBytes) and
 /// parsed with GgufFile::FromBytes. All calls share the one `deadline` (from now).
 /// Errors: the loader's, the GGUF reader's (INVALID_ARGUMENT), DEADLINE_EXCEEDED.
 absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::StubInterface* stub,
-                                                           const std::string& name,
-                                                           std::chrono::milliseconds deadline);
+                                                           const std::string& name, std::chrono::milliseconds deadline);
 absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::StubInterface* stub,
-                                                           const std::string& name,
-                                                           std::chrono::milliseconds deadline,
+                                                           const std::string& name, std::chrono::milliseconds deadline,
                                                            const FetchOptions& opts, FetchStats* stats = nullptr);
 
 /// The model's vocab-only GGUF (all metadata, no tensors; ModelInfo.vocab_gguf),

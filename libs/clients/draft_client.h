@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/serving/security.h"
 #include "proto/herd/v1/draft.grpc.pb.h"
 
@@ -44,14 +45,6 @@ struct DraftClientOptions {
   /// TLS and the cluster key for the draft workers' channels (default plaintext).
   serving::ClientSecurity security;
 };
-
-/// Parses "h1:p1,h2:p2" (spaces and empty entries ignored, duplicates dropped).
-/// INVALID_ARGUMENT naming an entry that is not HOST:PORT.
-absl::StatusOr<std::vector<std::string>> ParseDraftWorkerList(const std::string& list);
-
-/// Resolves "NAME:PORT" to "ip:port" / "[ipv6]:port" strings (deduplicated, sorted).
-/// INVALID_ARGUMENT for a malformed target, UNAVAILABLE when the name does not resolve.
-absl::StatusOr<std::vector<std::string>> ResolveDraftWorkers(const std::string& target);
 
 /// One draft as the gateway uses it.
 struct DraftReply {
