@@ -13,7 +13,9 @@
 // is rejected are the logits reset, the grammar applied to the whole vocabulary (every
 // token that cannot continue the grammar gets -inf; end-of-generation only when the
 // grammar can be complete), and the chain run again. Requests without a grammar never
-// touch the grammar code.
+// touch the grammar code. (The grammar goes right after the chain's logit stages, logit
+// bias and penalties, where llama.cpp applies it before the whole chain: both only
+// lower logits to -inf, so the result is the same for validated parameters.)
 //
 // with temp <= 0 meaning greedy (argmax of the penalized logits). The RNG is
 // std::mt19937 seeded with the request seed (0xFFFFFFFF = LLAMA_DEFAULT_SEED = a
