@@ -1,6 +1,7 @@
 // Token sampling with llama.cpp-compatible semantics.
 //
-// The chain mirrors llama.cpp's default sampler chain built by
+// Sampler runs a SamplerChain (sampler_chain.h) built by DefaultSamplerChain(). The chain
+// mirrors llama.cpp's default sampler chain built by
 // common_sampler_init() (common/sampling.cpp) from the samplers in
 // src/llama-sampling.cpp, in the default order
 //
@@ -12,7 +13,9 @@
 // is rejected are the logits reset, the grammar applied to the whole vocabulary (every
 // token that cannot continue the grammar gets -inf; end-of-generation only when the
 // grammar can be complete), and the chain run again. Requests without a grammar never
-// touch the grammar code.
+// touch the grammar code. (The grammar goes right after the chain's logit stages, logit
+// bias and penalties, where llama.cpp applies it before the whole chain: both only
+// lower logits to -inf, so the result is the same for validated parameters.)
 //
 // with temp <= 0 meaning greedy (argmax of the penalized logits). The RNG is
 // std::mt19937 seeded with the request seed (0xFFFFFFFF = LLAMA_DEFAULT_SEED = a
@@ -27,17 +30,16 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
+#include "libs/engine/sampler_chain.h"
 #include "libs/grammar/matcher.h"
 
 namespace herd::engine {
@@ -76,9 +78,6 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
-/// LLAMA_DEFAULT_SEED: SamplingParams::seed value meaning "choose randomly".
-inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
-
 /// Checks ranges. Returns INVALID_ARGUMENT naming the field and the value for:
 /// temp NaN/inf or < 0; top_p or min_p NaN or outside [0, 1];
 /// repeat_penalty not finite or <= 0; frequency_penalty / presence_penalty not
@@ -88,38 +87,19 @@ inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
 /// column 10 ...").
 absl::Status ValidateSamplingParams(const SamplingParams& params, int32_t n_vocab = -1);
 
-/// One candidate token (llama_token_data): id, (possibly modified) logit, and
-/// probability (valid only after a softmax).
-struct TokenData {
-  int32_t id;
-  float logit;
-  float p;
-};
+/// Number of leading stages of DefaultSamplerChain() that only adjust logits (logit
+/// bias, penalties); the grammar, when Sampler needs it, is applied right after them.
+inline constexpr size_t kDefaultChainLogitStages = 2;
 
-/// A candidate list (llama_token_data_array). `sorted` means data is ordered by
-/// logit descending (ties: lower id first).
-struct TokenDataArray {
-  std::vector<TokenData> data;
-  bool sorted = false;
-};
-
-// The individual samplers, exposed for testing and for other chains. Each one
-// behaves like its llama.cpp counterpart in src/llama-sampling.cpp. All require a
-// non-empty array unless noted.
-
-/// llama_sampler_softmax_impl: sorts (if needed) and sets p = softmax(logit).
-void SoftmaxCandidates(TokenDataArray* cur);
-/// llama_sampler_top_k_impl: keeps the k highest logits (sorted); k <= 0 = no-op.
-void TopKCandidates(TokenDataArray* cur, int32_t k);
-/// llama_sampler_top_p_apply: no-op if p >= 1; else softmax, then keeps the
-/// shortest prefix with cumulative probability >= p and at least min_keep tokens.
-void TopPCandidates(TokenDataArray* cur, float p, size_t min_keep = 1);
-/// llama_sampler_min_p_apply: no-op if p <= 0; else keeps tokens whose logit is
-/// >= max_logit + log(p) (i.e. prob >= p * p_max), at least min_keep of them.
-void MinPCandidates(TokenDataArray* cur, float p, size_t min_keep = 1);
-/// llama_sampler_temp_impl: temp > 0 divides logits by temp (results clamped to
-/// +-FLT_MAX); temp <= 0 keeps only the first maximum (others become -inf).
-void TemperatureCandidates(TokenDataArray* cur, float temp);
+/// llama.cpp's default chain (common_sampler_init) for `params` over an `n_vocab`-token
+/// vocabulary: LogitBiasSampler(logit_bias) -> PenaltiesSampler(penalty_last_n,
+/// repeat_penalty, frequency_penalty, presence_penalty) -> TopKSampler(top_k) ->
+/// TopPSampler(top_p) -> MinPSampler(min_p) -> TemperatureSampler(temp) ->
+/// DistSampler(seed); with temp <= 0: LogitBiasSampler -> PenaltiesSampler ->
+/// GreedySampler. Every stage is present even when its parameter disables it (a no-op),
+/// so the stage positions are fixed. `params` should have passed ValidateSamplingParams;
+/// the grammar and n_probs are not part of the chain (Sampler handles them).
+SamplerChain DefaultSamplerChain(const SamplingParams& params, int32_t n_vocab);
 
 /// One entry of the reported top-n distribution.
 struct TokenLogprob {
@@ -134,7 +114,8 @@ struct TokenLogprobs {
   std::vector<TokenLogprob> top;  // the top-n alternatives, most likely first
 };
 
-/// A stateful sampler for one sequence. Not thread-safe; one per sequence.
+/// A stateful sampler for one sequence: DefaultSamplerChain(params) plus the grammar
+/// (common_sampler in llama.cpp's common/sampling.cpp). Not thread-safe; one per sequence.
 class Sampler {
  public:
   /// `params` should have passed ValidateSamplingParams (values outside the
@@ -197,29 +178,27 @@ class Sampler {
   const std::vector<TokenLogprob>& last_top_logprobs() const { return top_logprobs_; }
 
   /// The seed actually in use (the random one when params.seed == kRandomSeed).
-  uint32_t seed() const { return seed_cur_; }
+  uint32_t seed() const { return chain_.Seed().value_or(seed_cur_); }
   const SamplingParams& params() const { return params_; }
   int32_t n_vocab() const { return n_vocab_; }
+  /// The chain Sample() runs (DefaultSamplerChain(params(), n_vocab())).
+  const SamplerChain& chain() const { return chain_; }
 
  private:
-  bool Greedy() const { return params_.temp <= 0.0f; }
-  bool PenaltiesActive() const;
-  void FillCandidates(const float* logits, TokenDataArray* cur) const;
-  void ApplyLogitBias(TokenDataArray* cur) const;
-  void ApplyPenalties(TokenDataArray* cur) const;
-  // Fill, logit bias, penalties.
+  bool IsGreedy() const { return params_.temp <= 0.0f; }
+  // FillCandidates + the chain's logit stages (logit bias, penalties).
   void Prepare(const float* logits, TokenDataArray* cur) const;
-  // Greedy argmax or filters + draw over prepared candidates (sets top_logprobs_).
+  // The rest of the chain over prepared candidates (filters + Dist, or Greedy), sets
+  // top_logprobs_; returns the selected id.
   int32_t SampleFrom(TokenDataArray* cur);
-  void ApplyFilters(TokenDataArray* cur) const;  // top_k, top_p, min_p, temp
+  // Greedy top_logprobs_: softmax of the full candidate logits, top n_probs.
+  void GreedyLogprobs(TokenDataArray* cur, size_t best);
 
   SamplingParams params_;
   int32_t n_vocab_;
-  uint32_t seed_cur_ = 0;
-  std::mt19937 rng_;
-  // Penalty history (ring buffer of the last penalty_last_n tokens + counts).
-  std::deque<int32_t> prev_;
-  std::unordered_map<int32_t, int32_t> token_count_;
+  uint32_t seed_cur_ = 0;  // reported by seed() when the chain draws no random numbers
+  // Candidates() runs only the stages that keep no state in Apply (all but the last).
+  mutable SamplerChain chain_;
   std::vector<TokenLogprob> top_logprobs_;
   TokenDataArray scratch_;
   // Grammar (SamplingParams::grammar); both set or both empty.

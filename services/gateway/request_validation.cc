@@ -1,16 +1,10 @@
 #include "services/gateway/request_validation.h"
 
-#include <cmath>
-#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
-
-#include "libs/engine/sampling.h"
+#include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
-#include "libs/grammar/gbnf.h"
 #include "services/gateway/chat_prompt.h"
 #include "services/gateway/text_stream.h"
 
@@ -19,76 +13,12 @@ namespace {
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
-std::string FloatStr(float v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return absl::StrFormat("%g", v);
-}
-
 }  // namespace
 
-absl::Status ValidateSampling(const v1::SamplingParams& s) {
-  if (s.has_temperature() && (!std::isfinite(s.temperature()) || s.temperature() < 0)) {
-    return Invalid(
-        absl::StrCat("sampling.temperature: must be a finite number >= 0 (got ", FloatStr(s.temperature()), ")"));
-  }
-  if (s.has_top_p() && !(s.top_p() >= 0 && s.top_p() <= 1)) {
-    return Invalid(absl::StrCat("sampling.top_p: must be in [0, 1] (got ", FloatStr(s.top_p()), ")"));
-  }
-  if (s.has_min_p() && !(s.min_p() >= 0 && s.min_p() <= 1)) {
-    return Invalid(absl::StrCat("sampling.min_p: must be in [0, 1] (got ", FloatStr(s.min_p()), ")"));
-  }
-  if (s.has_repeat_penalty() && (!std::isfinite(s.repeat_penalty()) || s.repeat_penalty() <= 0)) {
-    return Invalid(
-        absl::StrCat("sampling.repeat_penalty: must be a finite number > 0 (got ", FloatStr(s.repeat_penalty()), ")"));
-  }
-  if (s.has_repeat_last_n() && s.repeat_last_n() < -1) {
-    return Invalid(absl::StrCat("sampling.repeat_last_n: must be >= -1 (got ", s.repeat_last_n(), ")"));
-  }
-  if (s.has_presence_penalty() && !std::isfinite(s.presence_penalty())) {
-    return Invalid(
-        absl::StrCat("sampling.presence_penalty: must be finite (got ", FloatStr(s.presence_penalty()), ")"));
-  }
-  if (s.has_frequency_penalty() && !std::isfinite(s.frequency_penalty())) {
-    return Invalid(
-        absl::StrCat("sampling.frequency_penalty: must be finite (got ", FloatStr(s.frequency_penalty()), ")"));
-  }
-  // The engine's own checks, as a backstop (same ranges).
-  engine::SamplingParams p;
-  if (s.has_temperature()) p.temp = s.temperature();
-  if (s.has_top_k()) p.top_k = std::max(0, s.top_k());  // <= 0 = disabled (llama.cpp)
-  if (s.has_top_p()) p.top_p = s.top_p();
-  if (s.has_min_p()) p.min_p = s.min_p();
-  if (s.has_repeat_penalty()) p.repeat_penalty = s.repeat_penalty();
-  if (s.has_repeat_last_n()) p.penalty_last_n = s.repeat_last_n();
-  if (s.has_presence_penalty()) p.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) p.frequency_penalty = s.frequency_penalty();
-  absl::Status st = engine::ValidateSamplingParams(p);
-  if (!st.ok()) return Invalid(absl::StrCat("sampling: ", st.message()));
-  for (int i = 0; i < s.logit_bias_size(); ++i) {
-    const float b = s.logit_bias(i).bias();
-    if (std::isnan(b) || b == std::numeric_limits<float>::infinity()) {
-      return Invalid(
-          absl::StrCat("sampling.logit_bias[", i, "].bias: must be a finite number or -inf (got ", FloatStr(b), ")"));
-    }
-  }
-  if (!s.grammar().empty()) {
-    auto g = grammar::Grammar::Parse(s.grammar());
-    if (!g.ok())
-      return Invalid(absl::StrCat("sampling.grammar: ", absl::StripPrefix(g.status().message(), "grammar: ")));
-  }
-  return absl::OkStatus();
-}
+absl::Status ValidateSampling(const v1::SamplingParams& s) { return engine::SamplingParamsFromProto(s).status(); }
 
 absl::Status ValidateLogitBiasIds(const v1::SamplingParams& s, int32_t n_vocab) {
-  for (int i = 0; i < s.logit_bias_size(); ++i) {
-    const int32_t id = s.logit_bias(i).token_id();
-    if (id < 0 || id >= n_vocab) {
-      return Invalid(
-          absl::StrCat("sampling.logit_bias[", i, "].token_id: ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return engine::CheckLogitBiasIds(s, n_vocab);
 }
 
 absl::StatusOr<engine::spec::SpecConfig> ValidateGenerateRequest(const v1::GenerateRequest& req,

@@ -6,9 +6,9 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
+#include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
 
 namespace herd::worker {
@@ -45,20 +45,6 @@ absl::Status Prefixed(const absl::Status& s, const char* prefix) {
   return absl::InvalidArgumentError(absl::StrCat(prefix, ".", s.message()));
 }
 
-// ValidateSamplingParams names engine fields ("invalid sampling parameter temp: ...");
-// the client sent proto fields.
-absl::Status SamplingError(const absl::Status& s) {
-  const std::string msg(s.message());
-  const std::string tag = "invalid sampling parameter ";
-  const size_t a = msg.find(tag);
-  const size_t b = a == std::string::npos ? std::string::npos : msg.find(':', a + tag.size());
-  if (b == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("start.sampling: ", msg));
-  std::string field = msg.substr(a + tag.size(), b - a - tag.size());
-  if (field == "temp") field = "temperature";
-  if (field == "penalty_last_n") field = "repeat_last_n";
-  return absl::InvalidArgumentError(absl::StrCat("start.sampling.", field, msg.substr(b)));
-}
-
 const grpc::Status kCancelledOk = grpc::Status::OK;
 
 }  // namespace
@@ -66,21 +52,9 @@ const grpc::Status kCancelledOk = grpc::Status::OK;
 absl::StatusOr<engine::SequenceParams> ToSequenceParams(const v1::SessionStart& start, int32_t max_logprobs) {
   engine::SequenceParams p;
   p.prompt.assign(start.prompt().begin(), start.prompt().end());
-  const v1::SamplingParams& s = start.sampling();
-  engine::SamplingParams& sp = p.sampling;
-  if (s.has_temperature()) sp.temp = s.temperature();
-  if (s.has_top_k()) sp.top_k = s.top_k();
-  if (s.has_top_p()) sp.top_p = s.top_p();
-  if (s.has_min_p()) sp.min_p = s.min_p();
-  if (s.has_repeat_penalty()) sp.repeat_penalty = s.repeat_penalty();
-  if (s.has_repeat_last_n()) sp.penalty_last_n = s.repeat_last_n();
-  if (s.has_presence_penalty()) sp.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) sp.frequency_penalty = s.frequency_penalty();
-  if (s.has_seed()) sp.seed = s.seed();
-  sp.grammar = s.grammar();
-  for (const v1::LogitBias& b : s.logit_bias()) sp.logit_bias.emplace_back(b.token_id(), b.bias());
-  absl::Status vs = engine::ValidateSamplingParams(sp);
-  if (!vs.ok()) return SamplingError(vs);
+  auto sampling = engine::SamplingParamsFromProto(start.sampling(), "start.sampling.");
+  if (!sampling.ok()) return sampling.status();
+  p.sampling = *std::move(sampling);
   if (start.has_logprobs()) {
     if (start.logprobs() < 0 || start.logprobs() > max_logprobs) {
       return absl::InvalidArgumentError(
@@ -219,13 +193,18 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
       FinishLocked(ToGrpcStatus(params.status()));
       return;
     }
+    absl::Status ids =
+        engine::CheckLogitBiasIds(req_.start().sampling(), svc_->scheduler_->n_vocab(), "start.sampling.");
+    if (!ids.ok()) {
+      FinishLocked(ToGrpcStatus(ids));
+      return;
+    }
     // The callback may run (on the scheduler thread) as soon as Start returns; it blocks
     // on mu_ until seq_ is set below.
     params->on_event = [this] { Pump(); };
     auto seq = svc_->scheduler_->Start(*std::move(params));
     if (!seq.ok()) {
-      const bool sampling = absl::StrContains(seq.status().message(), "invalid sampling parameter ");
-      FinishLocked(ToGrpcStatus(sampling ? SamplingError(seq.status()) : Prefixed(seq.status(), "start")));
+      FinishLocked(ToGrpcStatus(Prefixed(seq.status(), "start")));
       return;
     }
     seq_ = *std::move(seq);

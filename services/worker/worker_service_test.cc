@@ -375,6 +375,12 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
   cases.push_back({"presence_penalty",
                    {with_sampling([](v1::SamplingParams* s) { s->set_presence_penalty(NAN); })},
                    grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.presence_penalty"});
+  cases.push_back({"grammar", {with_sampling([](v1::SamplingParams* s) { s->set_grammar("root ::= x"); })},
+                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.grammar: undefined rule 'x'"});
+  cases.push_back({"logit_bias id",
+                   {with_sampling([](v1::SamplingParams* s) { s->add_logit_bias()->set_token_id(512); })},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.logit_bias[0].token_id: 512 is outside the vocabulary [0, 512)"});
   v1::SessionRequest lp = StartReq(prompt_);
   lp.mutable_start()->set_logprobs(21);
   cases.push_back({"logprobs", {lp}, grpc::StatusCode::INVALID_ARGUMENT, "start.logprobs"});
@@ -435,7 +441,7 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
   }
   EXPECT_EQ(service_->open_sessions(), 0);
   const std::string metrics = registry_.Render();
-  EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"INVALID_ARGUMENT\"} 19"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"INVALID_ARGUMENT\"} 21"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"FAILED_PRECONDITION\"} 2"), std::string::npos) << metrics;
 }
 
