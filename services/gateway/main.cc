@@ -105,126 +105,109 @@ int Fail(const std::string& msg) { return herd::serving::StartupFailure("gateway
 
 // ValidateSpecConfig names wire fields; name the flags instead.
 std::string FlagName(const std::string& msg) {
-  static const std::pair<const char*, const char*> kMap[] = {
-      {"ngram_size_n:", "--spec_ngram_size_n:"}, {"ngram_size_m:", "--spec_ngram_size_m:"},
-      {"ngram_check_rate:", "--spec_ngram_check_rate:"}, {"ngram_min_hits:", "--spec_ngram_min_hits:"},
-      {"draft_max:", "--draft_max:"}, {"draft_min:", "--draft_min:"}, {"draft_p_min:", "--draft_p_min:"}};
+  static const std::pair<const char*, const char*> kMap[] = {{"ngram_size_n:", "--spec_ngram_size_n:"},
+                                                             {"ngram_size_m:", "--spec_ngram_size_m:"},
+                                                             {"ngram_check_rate:", "--spec_ngram_check_rate:"},
+                                                             {"ngram_min_hits:", "--spec_ngram_min_hits:"},
+                                                             {"draft_max:", "--draft_max:"},
+                                                             {"draft_min:", "--draft_min:"},
+                                                             {"draft_p_min:", "--draft_p_min:"}};
   for (const auto& [from, to] : kMap) {
     if (msg.rfind(from, 0) == 0) return std::string(to) + msg.substr(std::string(from).size());
   }
   return msg;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  herd::serving::ParseServiceFlags(argc, argv, "herd-gateway",
-      "herd gateway: the public gRPC API (herd.v1.Gateway: Generate, Tokenize, Detokenize, ListModels) and an\n"
-      "OpenAI-compatible HTTP endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health,\n"
-      "POST /tokenize, /detokenize) over compute workers.\n\n"
-      "usage: gateway --loader HOST:PORT (--workers h1:p1,h2:p2 | --workers_dns NAME:PORT) [flags]\n"
-      "       speculative decoding: --draft_workers h:p,... | --draft_workers_dns NAME:PORT, --spec_type TYPE,\n"
-      "       --spec_ngram_size_n N, --spec_ngram_size_m M, --spec_ngram_check_rate R, --spec_ngram_min_hits H,\n"
-      "       --draft_max N, --draft_min N, --draft_p_min P (llama.cpp's --spec-type, --draft-max, ... spelled\n"
-      "       with '_'); requests override them with GenerateRequest.speculative.\n\n"
-      "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.",
-      "services/gateway/");
-  using herd::gateway::Gateway;
-
-  auto api_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_api_key_file), "HERD_API_KEYS");
-  if (!api_keys.ok()) return Fail(absl::StrCat("API keys: ", api_keys.status().message()));
-  auto security = herd::serving::ServerSecurityFromFlags(*api_keys);
-  if (!security.ok()) return Fail(std::string(security.status().message()));
-  auto client_security = herd::serving::ClientSecurityFromFlags();
-  if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
-
-  herd::gateway::GatewayOptions opts;
-  opts.loader_address = absl::GetFlag(FLAGS_loader);
-  opts.loader_security = *client_security;
-  opts.pool.security = *client_security;
-  opts.drafts.security = *client_security;
+// The GatewayOptions of the flags (workers, loader, limits, timeouts); errors carry the
+// message main prints.
+absl::Status GeneralOptionsFromFlags(const herd::serving::ClientSecurity& client_security,
+                                     herd::gateway::GatewayOptions* opts) {
+  opts->loader_address = absl::GetFlag(FLAGS_loader);
+  opts->loader_security = client_security;
+  opts->pool.security = client_security;
+  opts->drafts.security = client_security;
   if (!absl::GetFlag(FLAGS_workers).empty()) {
     auto list = herd::gateway::ParseWorkerList(absl::GetFlag(FLAGS_workers));
-    if (!list.ok()) return Fail(std::string(list.status().message()));
-    opts.pool.addresses = *list;
+    if (!list.ok()) return absl::InvalidArgumentError(std::string(list.status().message()));
+    opts->pool.addresses = *list;
   }
-  opts.pool.dns = absl::GetFlag(FLAGS_workers_dns);
-  if (opts.pool.addresses.empty() && opts.pool.dns.empty()) return Fail("--workers or --workers_dns is required");
-  if (opts.loader_address.empty()) {
+  opts->pool.dns = absl::GetFlag(FLAGS_workers_dns);
+  if (opts->pool.addresses.empty() && opts->pool.dns.empty())
+    return absl::InvalidArgumentError("--workers or --workers_dns is required");
+  if (opts->loader_address.empty()) {
     HERD_LOG(Warning) << "no --loader: requests fail with FAILED_PRECONDITION (no vocabulary to tokenize with)";
   }
-  opts.pool.poll_interval = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_poll_ms)));
-  opts.pool.info_timeout = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_info_timeout_ms)));
-  opts.pool.dns_interval = absl::Milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
-  opts.pool.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  opts.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
-  if (opts.max_prompt_bytes <= 0) return Fail("--max_prompt_bytes must be > 0");
-  opts.request_timeout = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_request_timeout_ms)));
-  opts.default_n_predict = absl::GetFlag(FLAGS_default_n_predict);
-  if (opts.default_n_predict < -1 || opts.default_n_predict == 0) return Fail("--default_n_predict must be -1 or >= 1");
+  opts->pool.poll_interval = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_poll_ms)));
+  opts->pool.info_timeout = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_info_timeout_ms)));
+  opts->pool.dns_interval = absl::Milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
+  opts->pool.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  opts->max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  if (opts->max_prompt_bytes <= 0) return absl::InvalidArgumentError("--max_prompt_bytes must be > 0");
+  opts->request_timeout = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_request_timeout_ms)));
+  opts->default_n_predict = absl::GetFlag(FLAGS_default_n_predict);
+  if (opts->default_n_predict < -1 || opts->default_n_predict == 0)
+    return absl::InvalidArgumentError("--default_n_predict must be -1 or >= 1");
 
-  // Speculative decoding: the draft workers and the defaults of requests.
+  return absl::OkStatus();
+}
+
+// Speculative decoding: the draft workers and the defaults of requests.
+absl::Status SpecOptionsFromFlags(herd::gateway::GatewayOptions* opts) {
   namespace spec = herd::engine::spec;
   if (!absl::GetFlag(FLAGS_draft_workers).empty()) {
     auto list = herd::clients::ParseAddressList(absl::GetFlag(FLAGS_draft_workers), "draft_workers");
-    if (!list.ok()) return Fail(absl::StrCat("--", list.status().message()));
-    opts.drafts.addresses = *list;
+    if (!list.ok()) return absl::InvalidArgumentError(absl::StrCat("--", list.status().message()));
+    opts->drafts.addresses = *list;
   }
-  opts.drafts.dns = absl::GetFlag(FLAGS_draft_workers_dns);
-  if (!opts.drafts.dns.empty()) {
-    auto r = herd::clients::ResolveAddresses(opts.drafts.dns, "draft_workers_dns");
-    if (absl::IsInvalidArgument(r.status())) return Fail(absl::StrCat("--", r.status().message()));
+  opts->drafts.dns = absl::GetFlag(FLAGS_draft_workers_dns);
+  if (!opts->drafts.dns.empty()) {
+    auto r = herd::clients::ResolveAddresses(opts->drafts.dns, "draft_workers_dns");
+    if (absl::IsInvalidArgument(r.status()))
+      return absl::InvalidArgumentError(absl::StrCat("--", r.status().message()));
   }
-  opts.drafts.dns_interval = std::chrono::milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
-  if (absl::GetFlag(FLAGS_draft_timeout_ms) < 1) return Fail("--draft_timeout_ms must be >= 1");
-  opts.drafts.deadline = std::chrono::milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
+  opts->drafts.dns_interval = std::chrono::milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
+  if (absl::GetFlag(FLAGS_draft_timeout_ms) < 1) return absl::InvalidArgumentError("--draft_timeout_ms must be >= 1");
+  opts->drafts.deadline = std::chrono::milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
   auto type = spec::ParseSpecType(absl::GetFlag(FLAGS_spec_type), "--spec_type");
-  if (!type.ok()) return Fail(std::string(type.status().message()));
-  opts.spec_defaults.type = *type;
-  opts.spec_defaults.ngram_size_n = absl::GetFlag(FLAGS_spec_ngram_size_n);
-  opts.spec_defaults.ngram_size_m = absl::GetFlag(FLAGS_spec_ngram_size_m);
-  opts.spec_defaults.ngram_check_rate = absl::GetFlag(FLAGS_spec_ngram_check_rate);
-  opts.spec_defaults.ngram_min_hits = absl::GetFlag(FLAGS_spec_ngram_min_hits);
-  opts.spec_defaults.draft_max = absl::GetFlag(FLAGS_draft_max);
-  opts.spec_defaults.draft_min = absl::GetFlag(FLAGS_draft_min);
-  opts.spec_defaults.draft_p_min = static_cast<float>(absl::GetFlag(FLAGS_draft_p_min));
-  if (absl::Status vs = spec::ValidateSpecConfig(opts.spec_defaults); !vs.ok()) {
-    return Fail(FlagName(std::string(vs.message())));
+  if (!type.ok()) return absl::InvalidArgumentError(std::string(type.status().message()));
+  opts->spec_defaults.type = *type;
+  opts->spec_defaults.ngram_size_n = absl::GetFlag(FLAGS_spec_ngram_size_n);
+  opts->spec_defaults.ngram_size_m = absl::GetFlag(FLAGS_spec_ngram_size_m);
+  opts->spec_defaults.ngram_check_rate = absl::GetFlag(FLAGS_spec_ngram_check_rate);
+  opts->spec_defaults.ngram_min_hits = absl::GetFlag(FLAGS_spec_ngram_min_hits);
+  opts->spec_defaults.draft_max = absl::GetFlag(FLAGS_draft_max);
+  opts->spec_defaults.draft_min = absl::GetFlag(FLAGS_draft_min);
+  opts->spec_defaults.draft_p_min = static_cast<float>(absl::GetFlag(FLAGS_draft_p_min));
+  if (absl::Status vs = spec::ValidateSpecConfig(opts->spec_defaults); !vs.ok()) {
+    return absl::InvalidArgumentError(FlagName(std::string(vs.message())));
   }
-  const bool have_drafts = !opts.drafts.addresses.empty() || !opts.drafts.dns.empty();
-  if (!have_drafts && opts.spec_defaults.type != spec::SpecType::kNone) {
-    HERD_LOG(Warning) << "--spec_type=" << spec::SpecTypeName(opts.spec_defaults.type)
+  const bool have_drafts = !opts->drafts.addresses.empty() || !opts->drafts.dns.empty();
+  if (!have_drafts && opts->spec_defaults.type != spec::SpecType::kNone) {
+    HERD_LOG(Warning) << "--spec_type=" << spec::SpecTypeName(opts->spec_defaults.type)
                       << " without --draft_workers / --draft_workers_dns: requests run without speculation";
   }
 
+  return absl::OkStatus();
+}
+
+// --chat_template: a Jinja template used for every model.
+absl::Status ChatTemplateFromFlags(herd::gateway::GatewayOptions* opts) {
   if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
     auto text = herd::ReadFileToString(path);
-    if (!text.ok()) return Fail(absl::StrCat("--chat_template: ", text.status().message()));
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--chat_template: ", text.status().message()));
     auto info = herd::gateway::MakeChatTemplateInfo("", *text);
-    if (!info.ok()) return Fail(absl::StrCat("--chat_template ", path, ": ", info.status().message()));
-    opts.chat_template = *std::move(text);
+    if (!info.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--chat_template ", path, ": ", info.status().message()));
+    opts->chat_template = *std::move(text);
   }
 
-  herd::serving::Registry registry;
-  Gateway gw(opts, &registry);
-  absl::Status s = gw.Start();
-  if (!s.ok()) return Fail(std::string(s.message()));
+  return absl::OkStatus();
+}
 
-  const std::string host = absl::GetFlag(FLAGS_host);
-  herd::gateway::GatewayServiceImpl service(&gw);
-  herd::serving::GrpcServerOptions gopts;
-  gopts.address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  const auto grace = std::chrono::milliseconds(std::max(0, absl::GetFlag(FLAGS_grace_ms)));
-  gopts.shutdown_grace = grace;
-  gopts.security = *std::move(security);
-  HERD_LOG(Info) << "gateway: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
-  herd::serving::ServiceMain process("gateway");
-  auto port = process.StartGrpc(gopts, {&service}, "");
-  if (!port.ok()) return Fail(std::string(port.status().message()));
-  std::printf("gateway listening on %s:%d\n", host.c_str(), *port);
-  std::fflush(stdout);
-
+// The HTTP front end's options from the flags.
+herd::gateway::HttpOptions HttpOptionsFromFlags(const herd::gateway::GatewayOptions& opts,
+                                                const herd::serving::ApiKeys* api_keys,
+                                                herd::serving::Registry* registry) {
   herd::gateway::HttpOptions hopts;
   auto& hs = hopts.server;
   hs.max_concurrent_requests = std::max(1, absl::GetFlag(FLAGS_http_threads));
@@ -236,58 +219,55 @@ int main(int argc, char** argv) {
   hs.body_timeout = absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_http_body_timeout_ms)));
   hs.idle_timeout = absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_http_idle_timeout_ms)));
   hs.io_threads = 2;
-  hs.api_keys = &*api_keys;
+  hs.api_keys = api_keys;
   hs.per_key_max_concurrent = absl::GetFlag(FLAGS_api_key_max_concurrent);
   hs.per_key_requests_per_minute = absl::GetFlag(FLAGS_api_key_requests_per_minute);
   hs.tls_cert_file = absl::GetFlag(FLAGS_http_tls_cert_file);
   hs.tls_key_file = absl::GetFlag(FLAGS_http_tls_key_file);
   hs.tls_client_ca_file = absl::GetFlag(FLAGS_http_tls_client_ca_file);
-  hs.metrics = &registry;
+  hs.metrics = registry;
   hs.metrics_prefix = "herd_gateway_http";
-  herd::gateway::HttpFrontEnd http(&gw, hopts);
-  if (absl::GetFlag(FLAGS_http_port) >= 0) {
-    auto hp = http.Start(host, absl::GetFlag(FLAGS_http_port));
-    if (!hp.ok()) return Fail(std::string(hp.status().message()));
-    std::printf("%s on %s:%d\n", hs.tls_cert_file.empty() ? "http" : "https", host.c_str(), *hp);
-    std::fflush(stdout);
-  }
-  auto mp = process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&*api_keys), host,
-                                 absl::GetFlag(FLAGS_metrics_port));
-  if (!mp.ok()) return Fail(std::string(mp.status().message()));
-  if (*mp >= 0) {
-    std::printf("metrics on %s:%d\n", host.c_str(), *mp);
-    std::fflush(stdout);
-  }
-  HERD_LOG(Info) << "gateway: " << gw.pool().live_count() << " live worker(s); loader "
-                 << (opts.loader_address.empty() ? "none" : opts.loader_address) << "; draft workers "
-                 << (gw.draft_client() == nullptr ? std::string("none")
-                                                  : absl::StrCat(gw.draft_client()->n_workers()))
-                 << ", default speculative type " << spec::SpecTypeName(opts.spec_defaults.type);
+  return hopts;
+}
 
-  // glibc keeps freed memory of large requests (prompt texts, JSON bodies, token
-  // vectors) in its arenas; give it back once the gateway is idle.
-  std::atomic<bool> trim_stop{false};
-  std::thread trimmer;
-  if (const int every = absl::GetFlag(FLAGS_malloc_trim_ms); every > 0) {
-    trimmer = std::thread([&gw, &trim_stop, every] {
+// glibc keeps freed memory of large requests (prompt texts, JSON bodies, token vectors)
+// in its arenas: gives it back every `every_ms` once the gateway is idle (0 = never).
+class MallocTrimmer {
+ public:
+  MallocTrimmer(herd::gateway::Gateway* gw, int every_ms) {
+    if (every_ms <= 0) return;
+    thread_ = std::thread([this, gw, every_ms] {
       uint64_t seen = 0;  // requests finished at the last trim
       auto last = std::chrono::steady_clock::now();
-      while (!trim_stop.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(every, 100)));
-        if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(every)) continue;
+      while (!stop_.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(every_ms, 100)));
+        if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(every_ms)) continue;
         last = std::chrono::steady_clock::now();
-        const uint64_t done = gw.finished();
-        if (gw.inflight() == 0 && done != seen) {
+        const uint64_t done = gw->finished();
+        if (gw->inflight() == 0 && done != seen) {
           ::malloc_trim(0);
           seen = done;
         }
       }
     });
   }
+  ~MallocTrimmer() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  MallocTrimmer(const MallocTrimmer&) = delete;
+  MallocTrimmer& operator=(const MallocTrimmer&) = delete;
 
-  // SIGTERM/SIGINT: stop accepting (health NOT_SERVING, HTTP listener closed), let
-  // in-flight streams finish for --grace_ms, then cancel them (their last message says
-  // FINISH_REASON_CANCELLED and their worker sequences are cancelled).
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// SIGTERM/SIGINT: stop accepting (health NOT_SERVING, HTTP listener closed), let
+// in-flight streams finish for `grace`, then cancel them (their last message says
+// FINISH_REASON_CANCELLED and their worker sequences are cancelled).
+void ServeUntilSignal(herd::serving::ServiceMain& process, herd::gateway::Gateway& gw,
+                      herd::gateway::HttpFrontEnd& http, std::chrono::milliseconds grace) {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -313,8 +293,85 @@ int main(int argc, char** argv) {
   if (!done) gw.CancelAll();
   if (canceller.joinable()) canceller.join();
   if (http_stopper.joinable()) http_stopper.join();
-  trim_stop = true;
-  if (trimmer.joinable()) trimmer.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  herd::serving::ParseServiceFlags(
+      argc, argv, "herd-gateway",
+      "herd gateway: the public gRPC API (herd.v1.Gateway: Generate, Tokenize, Detokenize, ListModels) and an\n"
+      "OpenAI-compatible HTTP endpoint (POST /v1/completions, /v1/chat/completions, GET /v1/models, /health,\n"
+      "POST /tokenize, /detokenize) over compute workers.\n\n"
+      "usage: gateway --loader HOST:PORT (--workers h1:p1,h2:p2 | --workers_dns NAME:PORT) [flags]\n"
+      "       speculative decoding: --draft_workers h:p,... | --draft_workers_dns NAME:PORT, --spec_type TYPE,\n"
+      "       --spec_ngram_size_n N, --spec_ngram_size_m M, --spec_ngram_check_rate R, --spec_ngram_min_hits H,\n"
+      "       --draft_max N, --draft_min N, --draft_p_min P (llama.cpp's --spec-type, --draft-max, ... spelled\n"
+      "       with '_'); requests override them with GenerateRequest.speculative.\n\n"
+      "Prints \"gateway listening on HOST:PORT\", \"http on HOST:PORT\" and \"metrics on HOST:PORT\" on stdout.",
+      "services/gateway/");
+  using herd::gateway::Gateway;
+
+  auto api_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_api_key_file), "HERD_API_KEYS");
+  if (!api_keys.ok()) return Fail(absl::StrCat("API keys: ", api_keys.status().message()));
+  auto security = herd::serving::ServerSecurityFromFlags(*api_keys);
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  auto client_security = herd::serving::ClientSecurityFromFlags();
+  if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
+
+  herd::gateway::GatewayOptions opts;
+  if (absl::Status st = GeneralOptionsFromFlags(*client_security, &opts); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  if (absl::Status st = SpecOptionsFromFlags(&opts); !st.ok()) return Fail(std::string(st.message()));
+  if (absl::Status st = ChatTemplateFromFlags(&opts); !st.ok()) return Fail(std::string(st.message()));
+  namespace spec = herd::engine::spec;
+
+  herd::serving::Registry registry;
+  Gateway gw(opts, &registry);
+  absl::Status s = gw.Start();
+  if (!s.ok()) return Fail(std::string(s.message()));
+
+  const std::string host = absl::GetFlag(FLAGS_host);
+  herd::gateway::GatewayServiceImpl service(&gw);
+  herd::serving::GrpcServerOptions gopts;
+  gopts.address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
+  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  const auto grace = std::chrono::milliseconds(std::max(0, absl::GetFlag(FLAGS_grace_ms)));
+  gopts.shutdown_grace = grace;
+  gopts.security = *std::move(security);
+  HERD_LOG(Info) << "gateway: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
+  herd::serving::ServiceMain process("gateway");
+  auto port = process.StartGrpc(gopts, {&service}, "");
+  if (!port.ok()) return Fail(std::string(port.status().message()));
+  std::printf("gateway listening on %s:%d\n", host.c_str(), *port);
+  std::fflush(stdout);
+
+  herd::gateway::HttpOptions hopts = HttpOptionsFromFlags(opts, &*api_keys, &registry);
+  const auto& hs = hopts.server;
+  herd::gateway::HttpFrontEnd http(&gw, hopts);
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    auto hp = http.Start(host, absl::GetFlag(FLAGS_http_port));
+    if (!hp.ok()) return Fail(std::string(hp.status().message()));
+    std::printf("%s on %s:%d\n", hs.tls_cert_file.empty() ? "http" : "https", host.c_str(), *hp);
+    std::fflush(stdout);
+  }
+  auto mp = process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&*api_keys), host,
+                                 absl::GetFlag(FLAGS_metrics_port));
+  if (!mp.ok()) return Fail(std::string(mp.status().message()));
+  if (*mp >= 0) {
+    std::printf("metrics on %s:%d\n", host.c_str(), *mp);
+    std::fflush(stdout);
+  }
+  HERD_LOG(Info) << "gateway: " << gw.pool().live_count() << " live worker(s); loader "
+                 << (opts.loader_address.empty() ? "none" : opts.loader_address) << "; draft workers "
+                 << (gw.draft_client() == nullptr ? std::string("none") : absl::StrCat(gw.draft_client()->n_workers()))
+                 << ", default speculative type " << spec::SpecTypeName(opts.spec_defaults.type);
+
+  {
+    MallocTrimmer trimmer(&gw, absl::GetFlag(FLAGS_malloc_trim_ms));
+    ServeUntilSignal(process, gw, http, grace);
+  }
   gw.Stop();
   process.StopMetrics();
   HERD_LOG(Info) << "gateway stopped";

@@ -83,6 +83,9 @@ class SecureClusterTest : public ::testing::Test {
     o.extra_flags = {"--tls_cert_file=" + certs_.server_cert, "--tls_key_file=" + certs_.server_key,
                      "--tls_ca_file=" + certs_.ca};
     o.gateway_security = Client(kApiKey);
+    // Drafts must arrive over mTLS (no draft failures below), not within the default
+    // 50 ms: a loaded CI machine may take longer for the first handshake.
+    o.extra_gateway_flags = {"--draft_timeout_ms=5000"};
     start_status_ = cluster_->Start(o, std::chrono::seconds(120));
   }
   static void TearDownTestSuite() {
