@@ -412,11 +412,13 @@ TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
       // Expected: RejectionSample over p_i = the sampler chain after the prompt and
       // draft[0..i) (position i is only reached when those were accepted).
       Sampler ref(sp, n_vocab);
-      for (int32_t t : prompt) ref.Accept(t);
+      for (int32_t t : prompt) ASSERT_TRUE(ref.Accept(t).ok());
       std::vector<spec::SparseDist> target;
       for (size_t i = 0; i <= draft.size(); ++i) {
         target.push_back(spec::DistFromCandidates(ref.Candidates(rows[i].data())));
-        if (i < draft.size()) ref.Accept(draft[i]);
+        if (i < draft.size()) {
+          ASSERT_TRUE(ref.Accept(draft[i]).ok());
+        }
       }
       std::mt19937 rng(ref.seed() ^ 0x5bd1e995u);
       auto want = spec::RejectionSample(target, draft, q, rng);
