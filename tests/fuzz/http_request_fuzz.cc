@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "libs/serving/http_parse.h"
 
 namespace {
@@ -62,8 +63,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (absl::EqualsIgnoreCase(name, "content-length")) {
       ++content_length;
-      uint64_t n = 0;
-      Check(absl::SimpleAtoi(value, &n) && n == req.body.size(), "Content-Length equals the body size");
+      // Beast accepts a list of identical values ("3, 3", RFC 9110 section 8.6).
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        uint64_t n = 0;
+        Check(absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &n) && n == req.body.size(),
+              "Content-Length equals the body size");
+      }
     }
     if (absl::EqualsIgnoreCase(name, "transfer-encoding")) {
       ++transfer_encoding;
