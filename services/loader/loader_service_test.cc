@@ -674,7 +674,9 @@ TEST_F(QuantizeTest, StreamsProgressAndWritesTheModel) {
   for (size_t i = 0; i + 1 < msgs.size(); ++i) {
     EXPECT_FALSE(msgs[i].done());
     EXPECT_EQ(msgs[i].tensors_total(), 5);
-    if (i > 0) EXPECT_GE(msgs[i].tensors_done(), msgs[i - 1].tensors_done());
+    if (i > 0) {
+      EXPECT_GE(msgs[i].tensors_done(), msgs[i - 1].tensors_done());
+    }
   }
   EXPECT_TRUE(msgs.back().done());
   EXPECT_EQ(msgs.back().tensors_done(), 5);
