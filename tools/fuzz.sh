@@ -24,8 +24,8 @@ command -v "$CXX" >/dev/null || CXX=clang++
 out=${HERD_FUZZ_OUT:-$HOME/.cache/herd-fuzz/$(echo "$root" | sha1sum | cut -c1-12)}
 mkdir -p "$out/obj" "$out/artifacts"
 
-CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -I"$root" -Wall
-  -Wno-unused-parameter -Wno-unknown-warning-option
+CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -I"$root" -Wall -Wextra -Werror
+  -DBOOST_ASIO_NO_DEPRECATED
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all)
 LDFLAGS=(-fsanitize=fuzzer,address,undefined -pthread)
 for f in /usr/lib/x86_64-linux-gnu/libabsl_*.so; do LDFLAGS+=("$f"); done
@@ -41,9 +41,16 @@ declare -A SRCS=(
   [tokenizer_fuzz]="tests/fuzz/tokenizer_fuzz.cc ${TOKENIZER[*]}"
   [detokenizer_fuzz]="tests/fuzz/detokenizer_fuzz.cc ${TOKENIZER[*]}"
   [ngram_cache_fuzz]="tests/fuzz/ngram_cache_fuzz.cc libs/engine/spec/ngram_cache.cc libs/engine/spec/spec_config.cc ${BASE[*]}"
+  [http_request_fuzz]="tests/fuzz/http_request_fuzz.cc libs/serving/http_parse.cc"
 )
+# Objects built with other flags (or another compiler) are stale: start over.
+flags="$CXX ${CXXFLAGS[*]}"
+if [[ "$(cat "$out/obj/flags" 2>/dev/null)" != "$flags" ]]; then
+  rm -f "$out"/obj/*.o "$out"/obj/*.d
+  printf '%s' "$flags" >"$out/obj/flags"
+fi
 targets=("$@")
-((${#targets[@]} == 0)) && targets=(gguf_fuzz tokenizer_fuzz detokenizer_fuzz ngram_cache_fuzz)
+((${#targets[@]} == 0)) && targets=(gguf_fuzz tokenizer_fuzz detokenizer_fuzz ngram_cache_fuzz http_request_fuzz)
 
 # Compiles $1 to an object unless it and every header it included are older than it.
 compile() {

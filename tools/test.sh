@@ -2,8 +2,11 @@
 # Runs every test (the README's test command; .ci/run calls it):
 #   1. bazel test //...            (all unit, conformance and e2e tests)
 #   2. bazel test --config=asan    (targets tagged asan: GGUF reader, tokenizer, ... under ASan + UBSan)
-#   3. tools/fuzz.sh               (each libFuzzer target of tests/fuzz for $HERD_FUZZ_SECONDS, default 20 s)
-# and ends with one plain line "N passed, N failed" over all of them.
+#   3. bazel test --config=tsan    (targets tagged tsan: scheduler, HTTP server under ThreadSanitizer,
+#                                   tools/tsan.supp for the un-instrumented Debian gRPC/protobuf/abseil)
+#   4. tools/fuzz.sh               (each libFuzzer target of tests/fuzz for $HERD_FUZZ_SECONDS, default 20 s)
+# and ends with one plain line "N passed, N failed" over all of them. Our code builds with
+# -Wall -Wextra -Werror (.bazelrc --per_file_copt; tools/fuzz.sh likewise with clang).
 # Installs missing Debian packages first (tools/setup.sh is idempotent).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,11 +31,17 @@ rc1=${PIPESTATUS[0]}
 bazel test --config=ci --config=asan --test_env=HERD_SHARED="$HERD_SHARED" \
   --build_tests_only --test_tag_filters=asan //... 2>&1 | sed -E 's#^(//[^ ]+)( +)#\1[asan]\2#' | tee -a "$log"
 rc2=${PIPESTATUS[0]}
-tools/fuzz.sh "${HERD_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
+# Absolute path: the tests run in Bazel's sandbox, their child processes elsewhere.
+tsan_options="suppressions=$(pwd)/tools/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
+bazel test --config=ci --config=tsan --test_env=HERD_SHARED="$HERD_SHARED" --test_env=TSAN_OPTIONS="$tsan_options" \
+  --build_tests_only --test_tag_filters=tsan //... 2>&1 | sed -E 's#^(//[^ ]+)( +)#\1[tsan]\2#' | tee -a "$log"
 rc3=${PIPESTATUS[0]}
+tools/fuzz.sh "${HERD_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
+rc4=${PIPESTATUS[0]}
 (( rc1 != 0 )) && rc=$rc1
 (( rc2 != 0 )) && rc=$rc2
 (( rc3 != 0 )) && rc=$rc3
+(( rc4 != 0 )) && rc=$rc4
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED in' "$log")
 failed=$(grep -cE '^//[^ ]+ +.*(FAILED|TIMEOUT|NO STATUS|INCOMPLETE)' "$log")
 echo "$passed passed, $failed failed"

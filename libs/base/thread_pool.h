@@ -41,8 +41,8 @@ class ThreadPool {
   // Written by the caller once per Run, polled by spinning workers: own cache line.
   alignas(64) std::atomic<uint64_t> generation_{0};
   // Decremented by each worker when done, polled by the caller: own cache line.
+  // (alignas(64) also rounds the object up to whole cache lines: nothing follows it on its line.)
   alignas(64) std::atomic<int> pending_{0};
-  char pad_[64 - sizeof(std::atomic<int>)];
 };
 
 /// Splits [0, n) into nth near-equal contiguous parts; returns part ith as [begin, end).

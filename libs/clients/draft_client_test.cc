@@ -191,7 +191,7 @@ TEST(DraftClient, WorkerThatRefusesTheConfigurationIsSkipped) {
   cfg.set_draft_p_min(0.0f);
   cfg.set_draft_max(4);
   const std::vector<int32_t> prompt = (*dm)->vocab().Tokenize("Once upon a time", true, false);
-  for (const std::string& id : {"r1", "r2", "r3", "r4"}) {
+  for (const char* id : {"r1", "r2", "r3", "r4"}) {
     DraftClient client(Opts({plain.address, with_model.address}));
     auto s = client.NewSession(id, "m", cfg);
     s->Append(prompt);

@@ -286,9 +286,9 @@ TEST(SamplingTest, PenaltiesChangeLogitsAsSpecified) {
   p.presence_penalty = 0.25f;
   p.penalty_last_n = 64;
   Sampler s(p, 4);
-  s.Accept(0);
-  s.Accept(0);
-  s.Accept(1);
+  ASSERT_TRUE(s.Accept(0).ok());
+  ASSERT_TRUE(s.Accept(0).ok());
+  ASSERT_TRUE(s.Accept(1).ok());
   TokenDataArray c = s.Candidates(logits.data());
   // Positive logit divided, then - count*freq - presence.
   EXPECT_FLOAT_EQ(LogitOf(c, 0), 2.0f / 2.0f - 2 * 0.5f - 0.25f);
@@ -303,7 +303,7 @@ TEST(SamplingTest, PenaltiesChangeLogitsAsSpecified) {
   g.temp = 0.0f;
   Sampler sg(g, 4);
   EXPECT_EQ(sg.Sample(logits.data()), 0);
-  sg.Accept(0);
+  ASSERT_TRUE(sg.Accept(0).ok());
   EXPECT_EQ(sg.Sample(logits.data()), 3);
 
   // Reset clears the history.
@@ -317,9 +317,9 @@ TEST(SamplingTest, PenaltyWindow) {
   p.presence_penalty = 1.0f;
   p.penalty_last_n = 2;
   Sampler s(p, 4);
-  s.Accept(0);
-  s.Accept(1);
-  s.Accept(2);  // evicts 0
+  ASSERT_TRUE(s.Accept(0).ok());
+  ASSERT_TRUE(s.Accept(1).ok());
+  ASSERT_TRUE(s.Accept(2).ok());  // evicts 0
   TokenDataArray c = s.Candidates(logits.data());
   EXPECT_FLOAT_EQ(LogitOf(c, 0), 1.0f);
   EXPECT_FLOAT_EQ(LogitOf(c, 1), 0.0f);
@@ -330,16 +330,16 @@ TEST(SamplingTest, PenaltyWindow) {
   p.presence_penalty = 0.0f;
   p.frequency_penalty = 1.0f;
   Sampler f(p, 4);
-  f.Accept(3);
-  f.Accept(3);
+  ASSERT_TRUE(f.Accept(3).ok());
+  ASSERT_TRUE(f.Accept(3).ok());
   EXPECT_FLOAT_EQ(LogitOf(f.Candidates(logits.data()), 3), -1.0f);
-  f.Accept(1);  // evicts one 3
+  ASSERT_TRUE(f.Accept(1).ok());  // evicts one 3
   EXPECT_FLOAT_EQ(LogitOf(f.Candidates(logits.data()), 3), 0.0f);
 
   // -1: unbounded history.
   p.penalty_last_n = -1;
   Sampler u(p, 4);
-  for (int i = 0; i < 100; ++i) u.Accept(i == 0 ? 2 : 1);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(u.Accept(i == 0 ? 2 : 1).ok());
   c = u.Candidates(logits.data());
   EXPECT_FLOAT_EQ(LogitOf(c, 2), 0.0f);
   EXPECT_FLOAT_EQ(LogitOf(c, 1), 1.0f - 99.0f);
@@ -347,7 +347,7 @@ TEST(SamplingTest, PenaltyWindow) {
   // 0: disabled.
   p.penalty_last_n = 0;
   Sampler z(p, 4);
-  z.Accept(1);
+  ASSERT_TRUE(z.Accept(1).ok());
   EXPECT_FLOAT_EQ(LogitOf(z.Candidates(logits.data()), 1), 1.0f);
 }
 
@@ -388,7 +388,7 @@ TEST(SamplingTest, DefaultParamsAreValidAndSample) {
     const int32_t t = s.Sample(logits.data());
     EXPECT_GE(t, 0);
     EXPECT_LT(t, 5);
-    s.Accept(t);
+    ASSERT_TRUE(s.Accept(t).ok());
   }
 }
 

@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/base/log.h"
+#include "libs/serving/http_parse.h"
 
 namespace herd::serving::http {
 
@@ -282,35 +283,6 @@ namespace {
 
 using Impl = Server::Impl;
 
-// Checks what Beast's parser leaves to the application: header count, control bytes,
-// and the framing rules of RFC 9112 section 6.3. Returns {status, message}; status 0 = fine.
-std::pair<int, std::string> CheckHead(const bhttp::request<bhttp::string_body>& req, int max_count) {
-  int count = 0, content_length = 0, transfer_encoding = 0;
-  for (const auto& f : req) {
-    if (++count > max_count) return {431, absl::StrCat("more than ", max_count, " header fields")};
-    const auto name = f.name_string();
-    const auto value = f.value();
-    for (char c : value) {
-      const auto u = static_cast<unsigned char>(c);
-      if ((u < 0x20 && u != '\t') || u == 0x7f) {
-        return {400, absl::StrCat("header ", std::string(name.data(), name.size()), ": control character in the value")};
-      }
-    }
-    if (f.name() == bhttp::field::content_length) ++content_length;
-    if (f.name() == bhttp::field::transfer_encoding) {
-      ++transfer_encoding;
-      if (!absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(absl::string_view(value.data(), value.size())),
-                                  "chunked")) {
-        return {400, "Transfer-Encoding: only \"chunked\" is supported"};
-      }
-    }
-  }
-  if (content_length > 1) return {400, "more than one Content-Length field"};
-  if (transfer_encoding > 1) return {400, "more than one Transfer-Encoding field"};
-  if (content_length > 0 && transfer_encoding > 0) return {400, "both Content-Length and Transfer-Encoding"};
-  return {0, ""};
-}
-
 template <class Stream>
 class Session : public std::enable_shared_from_this<Session<Stream>> {
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
@@ -436,13 +408,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
     auto req = std::make_shared<Request>();
-    req->method = std::string(msg.method_string());
-    req->target = std::string(msg.target());
-    const size_t q = req->target.find('?');
-    req->path = req->target.substr(0, q);
-    if (q != std::string::npos) req->query = req->target.substr(q + 1);
-    for (const auto& f : msg) req->headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-    req->body = std::move(msg.body());
+    FromBeast(std::move(msg), req.get());
     req->remote = remote_;
     req->fd = fd_;
 

@@ -171,7 +171,7 @@ TEST(GatewayMain, RefusesToStartWithoutWorkers) {
 TEST(GatewayMain, RefusesBadSpeculativeFlags) {
   const std::string bin = BinaryPath();
   ASSERT_FALSE(bin.empty());
-  for (const std::string& flag : {"--spec_type=magic", "--spec_ngram_size_n=0", "--draft_min=20",
+  for (const char* flag : {"--spec_type=magic", "--spec_ngram_size_n=0", "--draft_min=20",
                                   "--draft_p_min=2", "--draft_workers=nohostport", "--draft_timeout_ms=0",
                                   "--draft_workers_dns=noport"}) {
     Child c = Launch({bin, "--workers=127.0.0.1:1", "--port=0", "--http_port=-1", "--metrics_port=-1", flag});

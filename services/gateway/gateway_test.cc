@@ -115,13 +115,15 @@ class GatewayTest : public ::testing::Test {
     // Every worker live before the test starts (a first Info can time out on a busy
     // machine; poll again until they answer).
     Gateway* gw = t->gw.get();
-    if (!workers.empty()) EXPECT_TRUE(WaitFor(
-        [&] {
-          if (gw->pool().live_count() == static_cast<int>(workers.size())) return true;
-          gw->pool().PollNow();
-          return gw->pool().live_count() == static_cast<int>(workers.size());
-        },
-        20000));
+    if (!workers.empty()) {
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            if (gw->pool().live_count() == static_cast<int>(workers.size())) return true;
+            gw->pool().PollNow();
+            return gw->pool().live_count() == static_cast<int>(workers.size());
+          },
+          20000));
+    }
     t->svc = std::make_unique<GatewayServiceImpl>(t->gw.get());
     serving::GrpcServerOptions so;
     so.address = "127.0.0.1:0";

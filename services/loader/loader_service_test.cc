@@ -8,6 +8,8 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -103,6 +105,12 @@ class FlakyLoader final : public herd::v1::Loader::Service {
   LoaderServiceImpl* impl_;
 };
 
+// Creates the symlink `link` -> `target`; one left by an earlier run outside Bazel
+// (same /tmp directory) is fine.
+void Symlink(const std::string& target, const std::string& link) {
+  ASSERT_TRUE(::symlink(target.c_str(), link.c_str()) == 0 || errno == EEXIST) << link << ": " << std::strerror(errno);
+}
+
 class LoaderTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -118,11 +126,11 @@ class LoaderTest : public ::testing::Test {
     WriteAll(dir_ + "/llama-2-tiny-random.gguf", ReadAll(shared_ + "/models/llama-2-tiny-random.gguf"));
     // A symlink inside the store is fine; symlinks out (to ../shared, to another
     // directory, to /etc/passwd) are refused.
-    ::symlink("stories260K.gguf", (dir_ + "/alias.gguf").c_str());
-    ::symlink((shared_ + "/models/stories260K.gguf").c_str(), (dir_ + "/escape.gguf").c_str());
+    Symlink("stories260K.gguf", dir_ + "/alias.gguf");
+    Symlink(shared_ + "/models/stories260K.gguf", dir_ + "/escape.gguf");
     WriteAll(outside + "/secret.gguf", stories_);
-    ::symlink("../outside/secret.gguf", (dir_ + "/escape2.gguf").c_str());
-    ::symlink("/etc/passwd", (dir_ + "/passwd.gguf").c_str());
+    Symlink("../outside/secret.gguf", dir_ + "/escape2.gguf");
+    Symlink("/etc/passwd", dir_ + "/passwd.gguf");
     // Corrupt files: truncated (tensor data outside the file) and not a GGUF at all.
     WriteAll(dir_ + "/truncated.gguf", stories_.substr(0, 4096));
     WriteAll(dir_ + "/garbage.gguf", "this is not a GGUF file at all\n");
@@ -668,7 +676,9 @@ TEST_F(QuantizeTest, StreamsProgressAndWritesTheModel) {
   for (size_t i = 0; i + 1 < msgs.size(); ++i) {
     EXPECT_FALSE(msgs[i].done());
     EXPECT_EQ(msgs[i].tensors_total(), 5);
-    if (i > 0) EXPECT_GE(msgs[i].tensors_done(), msgs[i - 1].tensors_done());
+    if (i > 0) {
+      EXPECT_GE(msgs[i].tensors_done(), msgs[i - 1].tensors_done());
+    }
   }
   EXPECT_TRUE(msgs.back().done());
   EXPECT_EQ(msgs.back().tensors_done(), 5);

@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,12 @@ std::string TempDir(const std::string& leaf) {
   std::string d = std::string(t ? t : "/tmp") + "/" + leaf;
   ::mkdir(d.c_str(), 0755);
   return d;
+}
+
+// Creates the symlink `link` -> `target`; one left by an earlier run outside Bazel
+// (same /tmp directory) is fine.
+void Symlink(const std::string& target, const std::string& link) {
+  ASSERT_TRUE(::symlink(target.c_str(), link.c_str()) == 0 || errno == EEXIST) << link << ": " << std::strerror(errno);
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
@@ -67,11 +75,11 @@ TEST(ModelStore, ResolvesInsideAndRejectsOutside) {
   WriteFile(dir + "/m.gguf", "GGUF");
   ::mkdir((dir + "/sub").c_str(), 0755);
   WriteFile(dir + "/sub/deep.gguf", "GGUF deep");
-  ::symlink("m.gguf", (dir + "/alias.gguf").c_str());            // inside: fine
-  ::symlink("sub/deep.gguf", (dir + "/deep.gguf").c_str());      // inside, deeper: fine
-  ::symlink((outside + "/secret.gguf").c_str(), (dir + "/escape.gguf").c_str());
-  ::symlink("../outside/secret.gguf", (dir + "/escape2.gguf").c_str());
-  ::symlink("missing.gguf", (dir + "/dangling.gguf").c_str());
+  Symlink("m.gguf", dir + "/alias.gguf");            // inside: fine
+  Symlink("sub/deep.gguf", dir + "/deep.gguf");      // inside, deeper: fine
+  Symlink(outside + "/secret.gguf", dir + "/escape.gguf");
+  Symlink("../outside/secret.gguf", dir + "/escape2.gguf");
+  Symlink("missing.gguf", dir + "/dangling.gguf");
   ::mkdir((dir + "/adir.gguf").c_str(), 0755);
   WriteFile(dir + "/.hidden.gguf", "GGUF");
   WriteFile(dir + "/notes.txt", "x");

@@ -316,7 +316,9 @@ TEST_F(SpecStories260KTest, ZZ_KillingTheDraftWorkerMidStreamChangesNothing) {
   const double failures_before = Metric(m, "herd_gateway_spec_draft_failures_total");
   std::atomic<bool> killed{false};
   Collected c = RunGenerate(stub_.get(), Speculative(plain_req, "ngram-simple", 1, 4), [&](int messages) {
-    if (messages == 2 && !killed.exchange(true)) EXPECT_TRUE(cluster_->KillDraftWorker(0).ok());
+    if (messages == 2 && !killed.exchange(true)) {
+      EXPECT_TRUE(cluster_->KillDraftWorker(0).ok());
+    }
   });
   ASSERT_TRUE(killed.load());
   ASSERT_TRUE(c.status.ok()) << c.status.error_message();

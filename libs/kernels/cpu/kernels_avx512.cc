@@ -11,7 +11,15 @@
 //         converted to float and accumulated as lane += float(sumi) * (dx*dy).
 //   Q4_0: four blocks per step; each int32 lane an exact 8-element dot product.
 // Every output is reduced with _mm512_reduce_add_ps at the end.
+// GCC 12's AVX-512 headers initialize the "undefined" vectors of _mm512_undefined_*()
+// from themselves (`__m512 __Y = __Y;`), which -Wuninitialized / -Wmaybe-uninitialized
+// report at every inlined intrinsic (GCC PR 105593, fixed in GCC 13's headers by this
+// same pragma). Silence them for the header's lines only; our code stays checked.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <math.h>
 
 #include <cstdint>

@@ -120,7 +120,9 @@ TEST(KernelsTest, VecDotTypes) {
   EXPECT_EQ(GetVecDot(GgmlType::IQ2_XXS, Isa::kScalar), nullptr);
   EXPECT_TRUE(IsaSupported(Isa::kScalar));
   EXPECT_TRUE(IsaSupported(BestIsa()));
-  if (!IsaSupported(Isa::kAvx2)) EXPECT_FALSE(IsaSupported(Isa::kAvx512));
+  if (!IsaSupported(Isa::kAvx2)) {
+    EXPECT_FALSE(IsaSupported(Isa::kAvx512));
+  }
   std::printf("[ NOTE ] %s\n", CpuFeatureString().c_str());
 }
 
@@ -768,7 +770,9 @@ TEST(OpsTest, SimdRowOpsCloseToScalar) {
       EXPECT_TRUE(close(y[i], e)) << "exp " << x[i] << " got " << y[i] << " want " << e;
       want_sum += e;
     }
-    if (!std::isinf(want_sum)) EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+    if (!std::isinf(want_sum)) {
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+    }
     const std::vector<float> xs = Random(n, 33, 2.0f);
     const double var = k->cvar(xs.data(), y.data(), n, 0.25f);
     double want_var = 0;
