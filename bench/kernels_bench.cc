@@ -130,8 +130,8 @@ void BM_VecDot(benchmark::State& state, GgmlType t, Isa isa) {
     f(kK, &s, w.copies[0].data(), a.data());
     benchmark::DoNotOptimize(s);
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * w.row_bytes / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * w.row_bytes / 1e9, benchmark::Counter::kIsRate);
 }
 
 // Dequantization (get_rows / conversion) of 64 rows of 4096: GB/s of quantized bytes.
@@ -162,7 +162,12 @@ void BM_MemRead(benchmark::State& state, int threads) {
       th.emplace_back([&, t] {
         uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         const size_t b = n * t / threads, e = n * (t + 1) / threads;
-        for (size_t i = b; i + 4 <= e; i += 4) { s0 += v[i]; s1 += v[i + 1]; s2 += v[i + 2]; s3 += v[i + 3]; }
+        for (size_t i = b; i + 4 <= e; i += 4) {
+          s0 += v[i];
+          s1 += v[i + 1];
+          s2 += v[i + 2];
+          s3 += v[i + 3];
+        }
         part[t] = s0 + s1 + s2 + s3;
       });
     }
@@ -218,7 +223,8 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads)
       pool.Run([&](int ith, int nth) {
         const int64_t per = ((mm.m + nth - 1) / nth + 15) / 16 * 16;
         const int64_t r0 = std::min<int64_t>(mm.m, per * ith), r1 = std::min<int64_t>(mm.m, r0 + per);
-        if (r0 < r1) MulMatTile(mm.type, isa, mm.k, ws[i].data(), wrow, as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, 1);
+        if (r0 < r1)
+          MulMatTile(mm.type, isa, mm.k, ws[i].data(), wrow, as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, 1);
       });
     }
     benchmark::DoNotOptimize(dst.data());
@@ -259,10 +265,9 @@ int Register() {
     for (int64_t k : {768, 2048, 5632}) {
       for (int threads : {1, 2}) {
         if (t == GgmlType::Q6_K && k % 256 != 0) continue;
-        benchmark::RegisterBenchmark(("DecodeK/" + GgmlTypeName(t) + "/" + std::to_string(k) +
-                                      "/threads:" + std::to_string(threads))
-                                         .c_str(),
-                                     BM_DecodeK, t, k, threads)
+        benchmark::RegisterBenchmark(
+            ("DecodeK/" + GgmlTypeName(t) + "/" + std::to_string(k) + "/threads:" + std::to_string(threads)).c_str(),
+            BM_DecodeK, t, k, threads)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -280,9 +285,9 @@ int Register() {
       }
     }
   }
-  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,  GgmlType::Q4_0,
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,
                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K,
-                            GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,  GgmlType::IQ4_XS};
+                            GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,   GgmlType::IQ4_XS};
   const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
   benchmark::RegisterBenchmark("MemRead/threads:1", BM_MemRead, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("MemRead/threads:2", BM_MemRead, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -294,8 +299,8 @@ int Register() {
       const std::string name = GgmlTypeName(t) + "/" + IsaName(isa);
       benchmark::RegisterBenchmark(("VecDot/" + name).c_str(), BM_VecDot, t, isa);
       for (int threads : {1, 2}) {
-        benchmark::RegisterBenchmark(("Decode/" + name + "/threads:" + std::to_string(threads)).c_str(), BM_MulMat,
-                                     t, isa, int64_t{1}, threads, false)
+        benchmark::RegisterBenchmark(("Decode/" + name + "/threads:" + std::to_string(threads)).c_str(), BM_MulMat, t,
+                                     isa, int64_t{1}, threads, false)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

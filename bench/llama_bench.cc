@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/base/fp16.h"
 #include "libs/engine/engine.h"
@@ -134,7 +135,8 @@ int main(int argc, char** argv) {
     if (a == "--tests") tests = argv[i + 1];
   }
   const Shape* shape = nullptr;
-  for (const Shape& s : kShapes) if (s.name == model) shape = &s;
+  for (const Shape& s : kShapes)
+    if (s.name == model) shape = &s;
   if (shape == nullptr) {
     std::fprintf(stderr, "unknown --model %s\n", model.c_str());
     return 2;

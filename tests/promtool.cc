@@ -1,9 +1,10 @@
 #include "tests/promtool.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "libs/tensor/tensor.h"
 
 namespace herd {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/fp16.h"
 #include "libs/tensor/quants.h"
 
@@ -201,7 +202,8 @@ TEST_P(CpuBackendTest, SoftMaxWithMaskScaleAndAlibi) {
   std::vector<float> a = Rand(static_cast<size_t>(n * rows * heads), 9);
   std::vector<float> mask(static_cast<size_t>(n * rows));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < n; ++i) mask[static_cast<size_t>(r * n + i)] = i <= r + 4 ? -static_cast<float>(r + 4 - i) : -INFINITY;
+    for (int64_t i = 0; i < n; ++i)
+      mask[static_cast<size_t>(r * n + i)] = i <= r + 4 ? -static_cast<float>(r + 4 - i) : -INFINITY;
   Graph g;
   Tensor* ta = g.NewTensor(GgmlType::F32, {n, rows, heads});
   ta->data = a.data();
@@ -391,8 +393,8 @@ TEST_P(CpuBackendTest, FlashAttnAlibiWithStridedQueryMatchesPlainReference) {
     for (int64_t h = 0; h < n_head; ++h) {
       int n2 = 1;
       while (n2 * 2 <= n_head) n2 *= 2;
-      const double slope = h < n2 ? std::pow(std::pow(2.0, -8.0 / n2), h + 1)
-                                  : std::pow(std::pow(2.0, -4.0 / n2), 2 * (h - n2) + 1);
+      const double slope =
+          h < n2 ? std::pow(std::pow(2.0, -8.0 / n2), h + 1) : std::pow(std::pow(2.0, -4.0 / n2), 2 * (h - n2) + 1);
       std::vector<double> s(static_cast<size_t>(n_kv));
       double mx = -1e300;
       for (int64_t c = 0; c < n_kv; ++c) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/fp16.h"
 #include "libs/base/mmap.h"
 #include "libs/base/thread_pool.h"

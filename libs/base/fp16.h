@@ -8,8 +8,16 @@
 
 namespace herd {
 
-inline float BitsToFloat(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t FloatToBits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float BitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t FloatToBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 /// F16 bits -> float (exact).
 inline float Fp16ToFp32(uint16_t h) {
@@ -23,8 +31,7 @@ inline float Fp16ToFp32(uint16_t h) {
   const float magic_bias = 0.5f;
   const float denormalized = BitsToFloat((two_w >> 17) | magic_mask) - magic_bias;
   const uint32_t denormalized_cutoff = 1u << 27;
-  const uint32_t result =
-      sign | (two_w < denormalized_cutoff ? FloatToBits(denormalized) : FloatToBits(normalized));
+  const uint32_t result = sign | (two_w < denormalized_cutoff ? FloatToBits(denormalized) : FloatToBits(normalized));
   return BitsToFloat(result);
 }
 

@@ -31,9 +31,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   localtime_r(&tv.tv_sec, &tm);
   const char* base = std::strrchr(file, '/');
   char head[64];
-  std::snprintf(head, sizeof(head), "%c%02d%02d %02d:%02d:%02d.%03d ", kTag[static_cast<int>(level)],
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(tv.tv_usec / 1000));
+  std::snprintf(head, sizeof(head), "%c%02d%02d %02d:%02d:%02d.%03d ", kTag[static_cast<int>(level)], tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(tv.tv_usec / 1000));
   ss_ << head << (base ? base + 1 : file) << ":" << line << "] ";
 }
 

@@ -24,7 +24,7 @@ class LogMessage {
 
 }  // namespace herd
 
-#define HERD_LOG(level)                                                               \
-  if (::herd::LogLevel::k##level < ::herd::MinLogLevel()) {                           \
-  } else                                                                              \
+#define HERD_LOG(level)                                     \
+  if (::herd::LogLevel::k##level < ::herd::MinLogLevel()) { \
+  } else                                                    \
     ::herd::LogMessage(::herd::LogLevel::k##level, __FILE__, __LINE__).stream()

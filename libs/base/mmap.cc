@@ -51,8 +51,7 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   return mf;
 }
 
-MappedFile::MappedFile(MappedFile&& o) noexcept
-    : data_(o.data_), size_(o.size_), path_(std::move(o.path_)) {
+MappedFile::MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_), path_(std::move(o.path_)) {
   o.data_ = nullptr;
   o.size_ = 0;
 }

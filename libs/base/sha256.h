@@ -37,7 +37,6 @@ std::string Sha256Hex(absl::string_view data);
 /// Lower-case hex SHA-256 of the file at `path`, read in 1 MiB pieces. When `cancelled` is
 /// given and returns true (checked before each piece), stops with CANCELLED. Errors: NOT_FOUND / PERMISSION_DENIED /
 /// INTERNAL naming the path and the errno text.
-absl::StatusOr<std::string> Sha256File(const std::string& path,
-                                       const std::function<bool()>& cancelled = nullptr);
+absl::StatusOr<std::string> Sha256File(const std::string& path, const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace herd

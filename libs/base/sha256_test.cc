@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -23,8 +24,7 @@ TEST(Sha256, KnownVectors) {
             "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
   EXPECT_EQ(Sha256Hex("The quick brown fox jumps over the lazy dog"),
             "d7a8fbb307d7809469ca9abcb0082e4f8d5651e46d3cdb762d02d0bf37c9e592");
-  EXPECT_EQ(Sha256Hex(std::string(1000000, 'a')),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(Sha256Hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 // Padding boundaries: 55, 56, 63, 64, 65 bytes, fed in every split.

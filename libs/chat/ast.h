@@ -16,21 +16,21 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral,     // value
-    kName,        // name
-    kList,        // args
-    kTuple,       // args
-    kDict,        // args = k0, v0, k1, v1, ...
-    kGetAttr,     // args[0] . name
-    kGetItem,     // args[0] [ args[1] ]
-    kSlice,       // args[0] [ args[1] : args[2] : args[3] ] (null parts allowed)
-    kCall,        // args[0] ( call args )
-    kFilter,      // name: call args with args[0] the filtered value
-    kTest,        // name: call args with args[0] the tested value
-    kNeg,         // - args[0]
-    kPos,         // + args[0]
-    kNot,         // not args[0]
-    kBinary,      // args[0] name args[1]; name is + - * / // % ** ~
+    kLiteral,  // value
+    kName,     // name
+    kList,     // args
+    kTuple,    // args
+    kDict,     // args = k0, v0, k1, v1, ...
+    kGetAttr,  // args[0] . name
+    kGetItem,  // args[0] [ args[1] ]
+    kSlice,    // args[0] [ args[1] : args[2] : args[3] ] (null parts allowed)
+    kCall,     // args[0] ( call args )
+    kFilter,   // name: call args with args[0] the filtered value
+    kTest,     // name: call args with args[0] the tested value
+    kNeg,      // - args[0]
+    kPos,      // + args[0]
+    kNot,      // not args[0]
+    kBinary,   // args[0] name args[1]; name is + - * / // % ** ~
     kAnd,
     kOr,
     kCompare,     // args[0] ops[0] args[1] ops[1] args[2] ...
@@ -45,8 +45,8 @@ struct Expr {
   std::vector<ExprPtr> args;
   // Call-like nodes (kCall/kFilter/kTest): arguments after args[0].
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
-  ExprPtr dyn_args;    // *expr
-  ExprPtr dyn_kwargs;  // **expr
+  ExprPtr dyn_args;              // *expr
+  ExprPtr dyn_kwargs;            // **expr
   std::vector<std::string> ops;  // kCompare: == != < <= > >= in notin
 };
 
@@ -61,18 +61,18 @@ struct MacroParam {
 
 struct Stmt {
   enum class Kind {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // conds[i] -> bodies[i]; else_body
-    kFor,       // targets in expr [if cond] : body; else_body
-    kSet,       // target = expr (target: kName, kTuple of names, or kGetAttr on a namespace)
-    kSetBlock,  // target = body, optionally through filter (expr with a kBlockValue inside)
-    kMacro,     // name(params): body
-    kCallBlock, // expr is the call; params are caller's; body is caller's body
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // conds[i] -> bodies[i]; else_body
+    kFor,          // targets in expr [if cond] : body; else_body
+    kSet,          // target = expr (target: kName, kTuple of names, or kGetAttr on a namespace)
+    kSetBlock,     // target = body, optionally through filter (expr with a kBlockValue inside)
+    kMacro,        // name(params): body
+    kCallBlock,    // expr is the call; params are caller's; body is caller's body
     kFilterBlock,  // expr applied to the rendered body
     kBreak,
     kContinue,
-    kScope,     // body rendered in place ({% generation %})
+    kScope,  // body rendered in place ({% generation %})
   };
   Kind kind = Kind::kText;
   int line = 0;

@@ -1,6 +1,7 @@
 #include "libs/chat/chat_template.h"
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/chat/interpreter.h"
 #include "libs/chat/parser.h"
 

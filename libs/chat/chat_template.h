@@ -52,7 +52,7 @@ struct ChatTemplateLimits {
 /// `push_back(nlohmann::ordered_json(j))`), with their keys in sorted order.
 struct ChatTemplateInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, tool_calls?, ...}]
-  nlohmann::ordered_json tools;    // null = no `tools` variable defined; else OpenAI tool list
+  nlohmann::ordered_json tools;  // null = no `tools` variable defined; else OpenAI tool list
   bool add_generation_prompt = true;
   std::string bos_token = "<s>";
   std::string eos_token = "</s>";

@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "libs/chat/chat_template.h"
 #include "nlohmann/json.hpp"
+
+#include "libs/chat/chat_template.h"
 #include "tests/shared_data.h"
 
 namespace herd::chat {
@@ -53,8 +54,8 @@ std::string Diff(const std::string& want, const std::string& got) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };
   std::ostringstream os;
-  os << "first difference at byte " << k << " (want " << want.size() << " bytes, got "
-     << got.size() << ")\n  want: " << show(want) << "\n  got:  " << show(got);
+  os << "first difference at byte " << k << " (want " << want.size() << " bytes, got " << got.size()
+     << ")\n  want: " << show(want) << "\n  got:  " << show(got);
   return os.str();
 }
 
@@ -91,8 +92,7 @@ TEST(ChatTemplateConformance, AllReferenceTemplates) {
         if (out.ok()) {
           ADD_FAILURE() << id << ": Jinja2 raised " << c["error"] << " but we rendered";
         } else if (std::string(out.status().message()).find(want_msg) == std::string::npos) {
-          ADD_FAILURE() << id << ": Jinja2 raised " << c["error"] << " but we failed with "
-                        << out.status();
+          ADD_FAILURE() << id << ": Jinja2 raised " << c["error"] << " but we failed with " << out.status();
         } else {
           ++matched;
           if (std::getenv("CHAT_CONFORMANCE_VERBOSE")) {
@@ -115,7 +115,6 @@ TEST(ChatTemplateConformance, AllReferenceTemplates) {
   std::printf("chat templates: %d/%d cases match (%zu templates)\n", matched, total, names.size());
   EXPECT_EQ(matched, total);
 }
-
 
 // Every reference template with conversations it was not written for (missing and
 // null fields, content parts, wrong types, odd tool calls): each render must succeed or

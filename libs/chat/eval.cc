@@ -1,6 +1,7 @@
 // Expression evaluation of the chat-template interpreter.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 
@@ -13,14 +14,16 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e, Scope* scope) {
 
 absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
   switch (e.kind) {
-    case Expr::Kind::kLiteral: return e.value;
+    case Expr::Kind::kLiteral:
+      return e.value;
     case Expr::Kind::kName: {
       if (const Value* v = Lookup(scope, e.name)) return *v;
       return Value::Undefined(absl::StrCat("'", e.name, "' is undefined"));
     }
     case Expr::Kind::kList:
     case Expr::Kind::kTuple:
-    case Expr::Kind::kDict: return EvalCollection(e, scope);
+    case Expr::Kind::kDict:
+      return EvalCollection(e, scope);
     case Expr::Kind::kGetAttr: {
       auto obj = Eval(*e.args[0], scope);
       if (!obj.ok()) return obj;
@@ -48,16 +51,16 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
     }
     case Expr::Kind::kCall:
     case Expr::Kind::kFilter:
-    case Expr::Kind::kTest: return EvalCallLike(e, scope);
+    case Expr::Kind::kTest:
+      return EvalCallLike(e, scope);
     case Expr::Kind::kNeg:
     case Expr::Kind::kPos: {
       auto v = Eval(*e.args[0], scope);
       if (!v.ok()) return v;
       if (v->is_undefined()) return UndefinedError(*v);
       if (!v->is_number()) {
-        return absl::InvalidArgumentError(absl::StrCat("bad operand type for unary ",
-                                                       e.kind == Expr::Kind::kNeg ? "-" : "+",
-                                                       ": '", TypeName(*v), "'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bad operand type for unary ", e.kind == Expr::Kind::kNeg ? "-" : "+", ": '", TypeName(*v), "'"));
       }
       if (e.kind == Expr::Kind::kPos) return v->type == Value::Type::kBool ? Value::Int(v->as_int()) : *v;
       if (v->type == Value::Type::kFloat) return Value::Float(-v->f);
@@ -83,7 +86,8 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
       if (Truthy(*a) == (e.kind == Expr::Kind::kOr)) return a;
       return Eval(*e.args[1], scope);
     }
-    case Expr::Kind::kCompare: return EvalCompare(e, scope);
+    case Expr::Kind::kCompare:
+      return EvalCompare(e, scope);
     case Expr::Kind::kCond: {
       auto c = Eval(*e.args[0], scope);
       if (!c.ok()) return c;
@@ -92,7 +96,8 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
       return Value::Undefined(absl::StrCat("the inline if-expression on line ", e.line,
                                            " evaluated to false and no else section was defined."));
     }
-    case Expr::Kind::kBlockValue: return block_value_;
+    case Expr::Kind::kBlockValue:
+      return block_value_;
   }
   return absl::InternalError("unknown expression");
 }
@@ -192,8 +197,7 @@ namespace {
 
 // Jinja2's sandbox answers an unsafe attribute with an Undefined that fails when used.
 Value Unsafe(const Value& obj, const std::string& name) {
-  return Value::Undefined(absl::StrCat("access to attribute '", name, "' of '", TypeName(obj),
-                                       "' object is unsafe."));
+  return Value::Undefined(absl::StrCat("access to attribute '", name, "' of '", TypeName(obj), "' object is unsafe."));
 }
 
 Value NoAttribute(const Value& obj, const std::string& name) {

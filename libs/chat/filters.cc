@@ -6,17 +6,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 #include "libs/chat/strings.h"
 
 namespace herd::chat::internal {
 
-ArgBinder::ArgBinder(const char* fn, CallArgs& args, std::vector<const char*> names)
-    : bound_(names.size(), nullptr) {
+ArgBinder::ArgBinder(const char* fn, CallArgs& args, std::vector<const char*> names) : bound_(names.size(), nullptr) {
   for (size_t k = 0; k < args.pos.size(); ++k) {
-    if (k < names.size()) bound_[k] = &args.pos[k];
-    else rest.push_back(args.pos[k]);
+    if (k < names.size())
+      bound_[k] = &args.pos[k];
+    else
+      rest.push_back(args.pos[k]);
   }
   for (auto& [key, v] : args.kw) {
     bool found = false;
@@ -54,8 +56,8 @@ std::optional<std::string> OptStr(const Value* v) {
   return s.ok() ? std::optional<std::string>(*s) : std::nullopt;
 }
 
-#define BIND(fn, ...)                          \
-  ArgBinder b(fn, args, {__VA_ARGS__});        \
+#define BIND(fn, ...)                   \
+  ArgBinder b(fn, args, {__VA_ARGS__}); \
   if (!b.status().ok()) return b.status()
 
 // Jinja2's make_attrgetter: "a.b.0" looked up item-first, part by part.
@@ -400,7 +402,6 @@ absl::StatusOr<Value> FSafe(Interpreter&, const Value& v, CallArgs& args) {
   return Value::Markup(*std::move(s));
 }
 
-
 absl::StatusOr<Value> FEscape(Interpreter&, const Value& v, CallArgs& args) {
   BIND("escape");
   if (v.markup) return v;
@@ -419,8 +420,10 @@ absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
   if (!str.ok()) return str.status();
   std::string ind = "    ";
   if (const Value* w = b.Get(0)) {
-    if (w->is_string()) ind = w->s;
-    else ind = std::string(std::max<int64_t>(0, std::min<int64_t>(w->as_int(), 1024)), ' ');
+    if (w->is_string())
+      ind = w->s;
+    else
+      ind = std::string(std::max<int64_t>(0, std::min<int64_t>(w->as_int(), 1024)), ' ');
   }
   const bool first = b.Get(1) && Truthy(*b.Get(1));
   const bool blank = b.Get(2) && Truthy(*b.Get(2));
@@ -443,8 +446,8 @@ absl::StatusOr<Value> FWordcount(Interpreter&, const Value& v, CallArgs& args) {
   int64_t n = 0;
   bool in_word = false;
   for (char32_t c : DecodeUtf8(*s)) {
-    const bool w = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                   c == '_' || (c >= 0xc0 && !PyIsSpace(c));
+    const bool w = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                   (c >= 0xc0 && !PyIsSpace(c));
     if (w && !in_word) ++n;
     in_word = w;
   }
@@ -602,10 +605,18 @@ absl::StatusOr<Value> SelectReject(Interpreter& in, const Value& v, CallArgs& ar
   return Value::List(std::move(out), ListObj::Kind::kGenerator);
 }
 
-absl::StatusOr<Value> FSelect(Interpreter& in, const Value& v, CallArgs& a) { return SelectReject(in, v, a, true, false); }
-absl::StatusOr<Value> FReject(Interpreter& in, const Value& v, CallArgs& a) { return SelectReject(in, v, a, false, false); }
-absl::StatusOr<Value> FSelectattr(Interpreter& in, const Value& v, CallArgs& a) { return SelectReject(in, v, a, true, true); }
-absl::StatusOr<Value> FRejectattr(Interpreter& in, const Value& v, CallArgs& a) { return SelectReject(in, v, a, false, true); }
+absl::StatusOr<Value> FSelect(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectReject(in, v, a, true, false);
+}
+absl::StatusOr<Value> FReject(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectReject(in, v, a, false, false);
+}
+absl::StatusOr<Value> FSelectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectReject(in, v, a, true, true);
+}
+absl::StatusOr<Value> FRejectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectReject(in, v, a, false, true);
+}
 
 absl::StatusOr<Value> FMap(Interpreter& in, const Value& v, CallArgs& args) {
   if (!Truthy(v)) return Value::List({}, ListObj::Kind::kGenerator);  // Jinja2: `if value:`
@@ -617,7 +628,8 @@ absl::StatusOr<Value> FMap(Interpreter& in, const Value& v, CallArgs& args) {
     Value dflt = Value::None();
     bool has_default = false;
     for (auto& [k, val] : args.kw) {
-      if (k == "attribute") attribute = OptStr(&val);
+      if (k == "attribute")
+        attribute = OptStr(&val);
       else if (k == "default") {
         dflt = val;
         has_default = true;
@@ -649,21 +661,49 @@ absl::StatusOr<Value> FMap(Interpreter& in, const Value& v, CallArgs& args) {
 
 const std::unordered_map<std::string, FilterFn>& Filters() {
   static const auto* table = new std::unordered_map<std::string, FilterFn>{
-      {"tojson", FTojson},         {"length", FLength},       {"count", FLength},
-      {"trim", FTrim},             {"upper", FCase<PyUpper>}, {"lower", FCase<PyLower>},
-      {"title", FCase<JinjaTitle>}, {"capitalize", FCase<PyCapitalize>},
-      {"replace", FReplace},       {"join", FJoin},           {"default", FDefault},
-      {"d", FDefault},             {"first", FFirst},         {"last", FLast},
-      {"list", FList},             {"string", FString},       {"int", FInt},
-      {"float", FFloat},           {"abs", FAbs},             {"round", FRound},
-      {"items", FItems},           {"dictsort", FDictsort},   {"sort", FSort},
-      {"unique", FUnique},         {"reverse", FReverse},     {"safe", FSafe},
-      {"escape", FEscape},         {"e", FEscape},            {"forceescape", FEscape},
-      {"indent", FIndent},         {"wordcount", FWordcount}, {"batch", FBatch},
-      {"sum", FSum},               {"min", FMin},             {"max", FMax},
-      {"center", FCenter},         {"attr", FAttr},           {"format", FFormat},
-      {"select", FSelect},         {"reject", FReject},       {"selectattr", FSelectattr},
-      {"rejectattr", FRejectattr}, {"map", FMap},
+      {"tojson", FTojson},
+      {"length", FLength},
+      {"count", FLength},
+      {"trim", FTrim},
+      {"upper", FCase<PyUpper>},
+      {"lower", FCase<PyLower>},
+      {"title", FCase<JinjaTitle>},
+      {"capitalize", FCase<PyCapitalize>},
+      {"replace", FReplace},
+      {"join", FJoin},
+      {"default", FDefault},
+      {"d", FDefault},
+      {"first", FFirst},
+      {"last", FLast},
+      {"list", FList},
+      {"string", FString},
+      {"int", FInt},
+      {"float", FFloat},
+      {"abs", FAbs},
+      {"round", FRound},
+      {"items", FItems},
+      {"dictsort", FDictsort},
+      {"sort", FSort},
+      {"unique", FUnique},
+      {"reverse", FReverse},
+      {"safe", FSafe},
+      {"escape", FEscape},
+      {"e", FEscape},
+      {"forceescape", FEscape},
+      {"indent", FIndent},
+      {"wordcount", FWordcount},
+      {"batch", FBatch},
+      {"sum", FSum},
+      {"min", FMin},
+      {"max", FMax},
+      {"center", FCenter},
+      {"attr", FAttr},
+      {"format", FFormat},
+      {"select", FSelect},
+      {"reject", FReject},
+      {"selectattr", FSelectattr},
+      {"rejectattr", FRejectattr},
+      {"map", FMap},
   };
   return *table;
 }

@@ -1,7 +1,8 @@
 #include "libs/chat/interpreter.h"
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
 #include "libs/chat/ops.h"
 
 namespace herd::chat::internal {
@@ -31,8 +32,8 @@ const Value* Interpreter::Lookup(Scope* scope, const std::string& name) const {
 
 absl::Status Interpreter::CountIteration() {
   if (++iterations_ > limits_.max_iterations) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "template exceeded the limit of ", limits_.max_iterations, " loop iterations and calls"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("template exceeded the limit of ", limits_.max_iterations, " loop iterations and calls"));
   }
   return absl::OkStatus();
 }
@@ -88,7 +89,8 @@ absl::Status Interpreter::Exec(const Body& body, Scope* scope, std::string* out)
 
 absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out) {
   switch (s.kind) {
-    case Stmt::Kind::kText: return Append(out, s.text);
+    case Stmt::Kind::kText:
+      return Append(out, s.text);
     case Stmt::Kind::kOutput: {
       auto v = Eval(*s.expr, scope);
       if (!v.ok()) return v.status();
@@ -96,14 +98,18 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
       if (!str.ok()) return str.status();
       return Append(out, *str);
     }
-    case Stmt::Kind::kIf: return ExecIf(s, scope, out);
-    case Stmt::Kind::kFor: return ExecFor(s, scope, out);
+    case Stmt::Kind::kIf:
+      return ExecIf(s, scope, out);
+    case Stmt::Kind::kFor:
+      return ExecFor(s, scope, out);
     case Stmt::Kind::kSet:
-    case Stmt::Kind::kSetBlock: return ExecSet(s, scope, out);
+    case Stmt::Kind::kSetBlock:
+      return ExecSet(s, scope, out);
     case Stmt::Kind::kMacro:
       scope->vars[s.name] = MakeMacro(s, scope, s.name);
       return absl::OkStatus();
-    case Stmt::Kind::kCallBlock: return ExecCallBlock(s, scope, out);
+    case Stmt::Kind::kCallBlock:
+      return ExecCallBlock(s, scope, out);
     case Stmt::Kind::kFilterBlock: {
       std::string buf;  // the body has its own scope, as in Jinja2
       if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
@@ -114,9 +120,14 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
       if (!str.ok()) return str.status();
       return Append(out, *str);
     }
-    case Stmt::Kind::kBreak: flow_ = Flow::kBreak; return absl::OkStatus();
-    case Stmt::Kind::kContinue: flow_ = Flow::kContinue; return absl::OkStatus();
-    case Stmt::Kind::kScope: return Exec(s.body, scope, out);
+    case Stmt::Kind::kBreak:
+      flow_ = Flow::kBreak;
+      return absl::OkStatus();
+    case Stmt::Kind::kContinue:
+      flow_ = Flow::kContinue;
+      return absl::OkStatus();
+    case Stmt::Kind::kScope:
+      return Exec(s.body, scope, out);
   }
   return absl::InternalError("unknown statement");
 }
@@ -130,8 +141,7 @@ absl::Status Interpreter::ExecIf(const Stmt& s, Scope* scope, std::string* out) 
   return Exec(s.else_body, scope, out);
 }
 
-absl::Status Interpreter::BindTargets(const std::vector<std::string>& targets, const Value& item,
-                                      Scope* scope) {
+absl::Status Interpreter::BindTargets(const std::vector<std::string>& targets, const Value& item, Scope* scope) {
   if (targets.size() == 1) {
     scope->vars[targets[0]] = item;
     return absl::OkStatus();
@@ -142,10 +152,10 @@ absl::Status Interpreter::BindTargets(const std::vector<std::string>& targets, c
     return absl::InvalidArgumentError(absl::StrCat("cannot unpack non-iterable ", TypeName(item), " object"));
   }
   if (parts->size() != targets.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        parts->size() > targets.size() ? "too many values to unpack (expected "
-                                       : "not enough values to unpack (expected ",
-        targets.size(), ", got ", parts->size(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(parts->size() > targets.size()
+                                                       ? "too many values to unpack (expected "
+                                                       : "not enough values to unpack (expected ",
+                                                   targets.size(), ", got ", parts->size(), ")"));
   }
   for (size_t k = 0; k < targets.size(); ++k) scope->vars[targets[k]] = (*parts)[k];
   return absl::OkStatus();
@@ -170,9 +180,9 @@ Value Interpreter::MakeLoop(const std::vector<Value>& items, size_t k) {
   add(Value::String("previtem"), i > 0 ? items[k - 1] : Value::Undefined("there is no previous item"));
   add(Value::String("nextitem"), i + 1 < n ? items[k + 1] : Value::Undefined("there is no next item"));
   add(Value::String("cycle"), Value::Callable("cycle", [i](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
-          if (a.pos.empty()) return absl::InvalidArgumentError("no items for cycling given");
-          return a.pos[static_cast<size_t>(i) % a.pos.size()];
-        }));
+        if (a.pos.empty()) return absl::InvalidArgumentError("no items for cycling given");
+        return a.pos[static_cast<size_t>(i) % a.pos.size()];
+      }));
   return loop;
 }
 
@@ -224,8 +234,7 @@ absl::Status Interpreter::Assign(const Expr& target, const Value& v, Scope* scop
   const std::string& ns_name = target.args[0]->name;
   const Value* ns = Lookup(scope, ns_name);
   if (!ns || !ns->is_dict() || !ns->dict->is_namespace) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot assign attribute on non-namespace object '", ns_name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot assign attribute on non-namespace object '", ns_name, "'"));
   }
   ns->dict->Set(Value::String(target.name), v);
   return absl::OkStatus();
@@ -251,15 +260,13 @@ absl::Status Interpreter::ExecSet(const Stmt& s, Scope* scope, std::string*) {
 
 Value Interpreter::MakeMacro(const Stmt& s, Scope* scope, std::string name) {
   const Stmt* stmt = &s;
-  return Value::Callable(std::move(name), [stmt, scope](Interpreter& in, CallArgs& args) {
-    return in.CallMacro(*stmt, scope, args);
-  });
+  return Value::Callable(std::move(name),
+                         [stmt, scope](Interpreter& in, CallArgs& args) { return in.CallMacro(*stmt, scope, args); });
 }
 
 absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallArgs& args) {
   if (depth_ >= limits_.max_call_depth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("macro calls nested deeper than ", limits_.max_call_depth));
+    return absl::InvalidArgumentError(absl::StrCat("macro calls nested deeper than ", limits_.max_call_depth));
   }
   if (auto st = CountIteration(); !st.ok()) return st;
   Scope* ms = NewScope(scope);
@@ -282,8 +289,10 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallAr
         bound[k] = matched = true;
       }
     }
-    if (!matched && key == "caller") ms->vars["caller"] = v;
-    else if (!matched) kwargs.dict->Set(Value::String(key), v);
+    if (!matched && key == "caller")
+      ms->vars["caller"] = v;
+    else if (!matched)
+      kwargs.dict->Set(Value::String(key), v);
   }
   for (size_t k = 0; k < s.params.size(); ++k) {
     if (bound[k]) continue;

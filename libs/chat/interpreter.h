@@ -10,16 +10,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/chat/ast.h"
 #include "libs/chat/value.h"
 
 namespace herd::chat::internal {
 
 struct RenderLimits {
-  size_t max_output_bytes = size_t{16} << 20;   // any one output buffer
-  int max_call_depth = 64;                      // macro calls and nested blocks
-  int64_t max_iterations = 1000000;             // loop iterations + macro calls, in total
-  size_t max_stack_bytes = size_t{1} << 20;     // machine stack the render may use
+  size_t max_output_bytes = size_t{16} << 20;  // any one output buffer
+  int max_call_depth = 64;                     // macro calls and nested blocks
+  int64_t max_iterations = 1000000;            // loop iterations + macro calls, in total
+  size_t max_stack_bytes = size_t{1} << 20;    // machine stack the render may use
 };
 
 struct Scope {
@@ -94,13 +95,11 @@ class Interpreter {
 // ---- builtins (filters.cc, methods.cc) ----
 
 /// Applies filter `name` (Jinja2's builtin filters + transformers' tojson).
-absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const Value& v,
-                                 CallArgs& args);
+absl::StatusOr<Value> CallFilter(Interpreter& in, const std::string& name, const Value& v, CallArgs& args);
 /// Whether a filter of that name exists (the `filter` test).
 bool HasFilter(const std::string& name);
 /// Applies test `name` (Jinja2's builtin tests).
-absl::StatusOr<bool> CallTest(Interpreter& in, const std::string& name, const Value& v,
-                              CallArgs& args);
+absl::StatusOr<bool> CallTest(Interpreter& in, const std::string& name, const Value& v, CallArgs& args);
 /// A bound method of str/dict/list as the immutable sandbox allows; nullopt when obj has
 /// no such attribute; an error for the mutating methods the sandbox refuses.
 absl::StatusOr<std::optional<Value>> GetMethod(const Value& obj, const std::string& name);

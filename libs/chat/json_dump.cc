@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/chat/value.h"
 
 namespace herd::chat::internal {
@@ -12,14 +13,29 @@ void DumpString(const std::string& s, bool ensure_ascii, std::string* out) {
   *out += '"';
   for (char32_t c : DecodeUtf8(s)) {
     switch (c) {
-      case '"': *out += "\\\""; continue;
-      case '\\': *out += "\\\\"; continue;
-      case '\n': *out += "\\n"; continue;
-      case '\r': *out += "\\r"; continue;
-      case '\t': *out += "\\t"; continue;
-      case '\b': *out += "\\b"; continue;
-      case '\f': *out += "\\f"; continue;
-      default: break;
+      case '"':
+        *out += "\\\"";
+        continue;
+      case '\\':
+        *out += "\\\\";
+        continue;
+      case '\n':
+        *out += "\\n";
+        continue;
+      case '\r':
+        *out += "\\r";
+        continue;
+      case '\t':
+        *out += "\\t";
+        continue;
+      case '\b':
+        *out += "\\b";
+        continue;
+      case '\f':
+        *out += "\\f";
+        continue;
+      default:
+        break;
     }
     char b[16];
     if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
@@ -59,21 +75,31 @@ class Dumper {
   absl::Status Dump(const Value& v, int depth) {
     if (depth > 256) return absl::InvalidArgumentError("tojson: nesting too deep");
     switch (v.type) {
-      case Value::Type::kNone: *out_ += "null"; return absl::OkStatus();
-      case Value::Type::kBool: *out_ += v.b ? "true" : "false"; return absl::OkStatus();
-      case Value::Type::kInt: *out_ += std::to_string(v.i); return absl::OkStatus();
-      case Value::Type::kFloat: *out_ += DumpFloat(v.f); return absl::OkStatus();
-      case Value::Type::kString: DumpString(v.s, opt_.ensure_ascii, out_); return absl::OkStatus();
+      case Value::Type::kNone:
+        *out_ += "null";
+        return absl::OkStatus();
+      case Value::Type::kBool:
+        *out_ += v.b ? "true" : "false";
+        return absl::OkStatus();
+      case Value::Type::kInt:
+        *out_ += std::to_string(v.i);
+        return absl::OkStatus();
+      case Value::Type::kFloat:
+        *out_ += DumpFloat(v.f);
+        return absl::OkStatus();
+      case Value::Type::kString:
+        DumpString(v.s, opt_.ensure_ascii, out_);
+        return absl::OkStatus();
       case Value::Type::kList:
         if (v.is_seq()) return DumpList(v, depth);
         break;
       case Value::Type::kDict:
         if (!v.dict->is_namespace) return DumpDict(v, depth);
         break;
-      default: break;
+      default:
+        break;
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("Object of type ", TypeName(v), " is not JSON serializable"));
+    return absl::InvalidArgumentError(absl::StrCat("Object of type ", TypeName(v), " is not JSON serializable"));
   }
 
  private:
@@ -101,14 +127,19 @@ class Dumper {
 
   absl::StatusOr<std::string> Key(const Value& k) {
     switch (k.type) {
-      case Value::Type::kString: return k.s;
-      case Value::Type::kNone: return std::string("null");
-      case Value::Type::kBool: return std::string(k.b ? "true" : "false");
-      case Value::Type::kInt: return std::to_string(k.i);
-      case Value::Type::kFloat: return DumpFloat(k.f);
+      case Value::Type::kString:
+        return k.s;
+      case Value::Type::kNone:
+        return std::string("null");
+      case Value::Type::kBool:
+        return std::string(k.b ? "true" : "false");
+      case Value::Type::kInt:
+        return std::to_string(k.i);
+      case Value::Type::kFloat:
+        return DumpFloat(k.f);
       default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "keys must be str, int, float, bool or None, not ", TypeName(k)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("keys must be str, int, float, bool or None, not ", TypeName(k)));
     }
   }
 
@@ -124,8 +155,7 @@ class Dumper {
       return absl::OkStatus();
     }
     if (opt_.sort_keys) {
-      std::stable_sort(entries.begin(), entries.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     }
     *out_ += '{';
     for (size_t k = 0; k < entries.size(); ++k) {

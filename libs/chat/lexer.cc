@@ -5,15 +5,14 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/chat/value.h"
 
 namespace herd::chat::internal {
 namespace {
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-bool IsNameStart(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 int HexVal(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -49,18 +48,41 @@ std::string DecodeEscapes(std::string_view body) {
     }
     const char e = body[++k];
     switch (e) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': case 'u': case 'U': {
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+      case 'u':
+      case 'U': {
         const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
         char32_t cp = 0;
         size_t m = 0;
@@ -131,7 +153,7 @@ class Lexer {
       }
       EmitText(std::move(text), text_pos);
       const size_t body = open + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
-      absl::StatusOr<size_t> end = kind == '#' ? Comment(open, body, &after)
+      absl::StatusOr<size_t> end = kind == '#'   ? Comment(open, body, &after)
                                    : kind == '%' ? Tag(open, body, true, &after)
                                                  : Tag(open, body, false, &after);
       if (!end.ok()) return end.status();
@@ -248,7 +270,8 @@ absl::StatusOr<size_t> Lexer::Number(size_t pos) {
   size_t k = pos;
   auto digits = [&](size_t q) {
     if (q >= src_.size() || !IsDigit(src_[q])) return q;
-    while (q < src_.size() && (IsDigit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && IsDigit(src_[q + 1])))) ++q;
+    while (q < src_.size() && (IsDigit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && IsDigit(src_[q + 1]))))
+      ++q;
     return q;
   };
   k = digits(k);

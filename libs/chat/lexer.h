@@ -20,10 +20,10 @@ struct Token {
     kBlockBegin,  // {%
     kBlockEnd,    // %}
     kName,
-    kString,      // text holds the decoded value
+    kString,  // text holds the decoded value
     kInt,
     kFloat,
-    kOp,          // text holds the operator: + - * / // % ** ~ ( ) [ ] { } , . : | = == != < > <= >=
+    kOp,  // text holds the operator: + - * / // % ** ~ ( ) [ ] { } , . : | = == != < > <= >=
     kEof,
   };
   Type type = Type::kEof;

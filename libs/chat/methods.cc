@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 #include "libs/chat/strings.h"
@@ -45,9 +46,11 @@ absl::StatusOr<std::string> StrFormat(const std::string& fmt, CallArgs& args) {
   size_t auto_idx = 0;
   for (size_t k = 0; k < fmt.size(); ++k) {
     const char c = fmt[k];
-    if (c == '}' ) {
-      if (k + 1 < fmt.size() && fmt[k + 1] == '}') ++k;
-      else return Err("Single '}' encountered in format string");
+    if (c == '}') {
+      if (k + 1 < fmt.size() && fmt[k + 1] == '}')
+        ++k;
+      else
+        return Err("Single '}' encountered in format string");
       out += '}';
       continue;
     }
@@ -120,11 +123,14 @@ absl::StatusOr<Value> StrAffix(const std::string& s, CallArgs& args, bool prefix
   BIND(prefix ? "startswith" : "endswith", "prefix", "start", "end");
   if (!b.Get(0)) return Err("startswith/endswith need an argument");
   std::vector<Value> cands;
-  if (b.Get(0)->is_tuple()) cands = b.Get(0)->list->items;
-  else cands.push_back(*b.Get(0));
+  if (b.Get(0)->is_tuple())
+    cands = b.Get(0)->list->items;
+  else
+    cands.push_back(*b.Get(0));
   std::string hay = s;
   if (b.Get(1) || b.Get(2)) {
-    auto sl = SliceOf(Value::String(s), b.Get(1) ? *b.Get(1) : Value::None(), b.Get(2) ? *b.Get(2) : Value::None(), Value::None());
+    auto sl = SliceOf(Value::String(s), b.Get(1) ? *b.Get(1) : Value::None(), b.Get(2) ? *b.Get(2) : Value::None(),
+                      Value::None());
     if (!sl.ok()) return sl.status();
     hay = sl->s;
   }
@@ -227,7 +233,8 @@ absl::StatusOr<Value> StrMethod2(const std::string& s, const std::string& name, 
     if (!items.ok()) return items.status();
     std::vector<std::string> parts;
     for (const auto& item : *items) {
-      if (!item.is_string()) return Err(absl::StrCat("sequence item: expected str instance, ", TypeName(item), " found"));
+      if (!item.is_string())
+        return Err(absl::StrCat("sequence item: expected str instance, ", TypeName(item), " found"));
       parts.push_back(item.s);
     }
     std::string joined = absl::StrJoin(parts, s);
@@ -289,8 +296,10 @@ absl::StatusOr<Value> DictMethod(const Value& d, const std::string& name, CallAr
   BIND(name.c_str());
   std::vector<Value> out;
   for (const auto& e : d.dict->entries) {
-    if (name == "items") out.push_back(Value::Tuple({e.first, e.second}));
-    else out.push_back(name == "keys" ? e.first : e.second);
+    if (name == "items")
+      out.push_back(Value::Tuple({e.first, e.second}));
+    else
+      out.push_back(name == "keys" ? e.first : e.second);
   }
   if (name == "copy") {
     Value c = Value::Dict();
@@ -328,24 +337,23 @@ Value Bound(const Value& obj, const std::string& name,
 
 absl::StatusOr<std::optional<Value>> GetMethod(const Value& obj, const std::string& name) {
   static const std::unordered_set<std::string> kStr = {
-      "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "find", "rfind",
-      "index", "rindex", "upper", "lower", "title", "capitalize", "casefold", "replace", "format",
-      "join", "count", "splitlines", "isdigit", "isnumeric", "isdecimal", "isalpha", "isalnum",
-      "isspace", "isupper", "islower", "center", "ljust", "rjust", "zfill", "removeprefix",
-      "removesuffix", "partition", "rpartition"};
+      "strip",   "lstrip",       "rstrip",       "split",     "rsplit",     "startswith", "endswith",   "find",
+      "rfind",   "index",        "rindex",       "upper",     "lower",      "title",      "capitalize", "casefold",
+      "replace", "format",       "join",         "count",     "splitlines", "isdigit",    "isnumeric",  "isdecimal",
+      "isalpha", "isalnum",      "isspace",      "isupper",   "islower",    "center",     "ljust",      "rjust",
+      "zfill",   "removeprefix", "removesuffix", "partition", "rpartition"};
   static const std::unordered_set<std::string> kDict = {"get", "items", "keys", "values", "copy"};
   static const std::unordered_set<std::string> kDictUnsafe = {"pop", "popitem", "update", "setdefault", "clear"};
   static const std::unordered_set<std::string> kList = {"index", "count", "copy"};
-  static const std::unordered_set<std::string> kListUnsafe = {"append", "extend", "insert", "pop",
-                                                              "remove", "reverse", "sort", "clear"};
+  static const std::unordered_set<std::string> kListUnsafe = {"append", "extend",  "insert", "pop",
+                                                              "remove", "reverse", "sort",   "clear"};
   auto unsafe = [&]() -> absl::StatusOr<std::optional<Value>> {
-    return std::optional<Value>(Value::Undefined(
-        absl::StrCat("access to attribute '", name, "' of '", TypeName(obj), "' object is unsafe.")));
+    return std::optional<Value>(
+        Value::Undefined(absl::StrCat("access to attribute '", name, "' of '", TypeName(obj), "' object is unsafe.")));
   };
   if (obj.is_string() && kStr.count(name)) {
-    return std::optional<Value>(Bound(obj, name, [](const Value& o, const std::string& n, CallArgs& a) {
-      return StrMethod(o.s, n, a);
-    }));
+    return std::optional<Value>(
+        Bound(obj, name, [](const Value& o, const std::string& n, CallArgs& a) { return StrMethod(o.s, n, a); }));
   }
   if (obj.is_dict() && !obj.dict->is_namespace) {
     if (kDictUnsafe.count(name)) return unsafe();
@@ -368,7 +376,8 @@ absl::StatusOr<Value> Range(Interpreter& in, CallArgs& args) {
     }
   }
   int64_t start = 0, stop = 0, step = 1;
-  if (args.pos.size() == 1) stop = args.pos[0].as_int();
+  if (args.pos.size() == 1)
+    stop = args.pos[0].as_int();
   else {
     start = args.pos[0].as_int();
     stop = args.pos[1].as_int();
@@ -402,7 +411,8 @@ absl::StatusOr<Value> MakeDict(CallArgs& args, bool ns) {
       auto items = Iterate(src);
       if (!items.ok()) return items.status();
       for (const auto& item : *items) {
-        if (!item.is_list() || item.list->items.size() != 2) return Err("dictionary update sequence element has wrong length");
+        if (!item.is_list() || item.list->items.size() != 2)
+          return Err("dictionary update sequence element has wrong length");
         d.dict->Set(item.list->items[0], item.list->items[1]);
       }
     }
@@ -442,14 +452,15 @@ void AddGlobals(Interpreter&, Scope* scope) {
     if (d.ok()) in.Track(*d);
     return d;
   });
-  scope->vars["raise_exception"] = Value::Callable("raise_exception", [](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
-    std::string msg = "raise_exception called";
-    if (!a.pos.empty()) {
-      auto s = ToStr(a.pos[0]);
-      if (s.ok()) msg = *s;
-    }
-    return RaisedError(msg);
-  });
+  scope->vars["raise_exception"] =
+      Value::Callable("raise_exception", [](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
+        std::string msg = "raise_exception called";
+        if (!a.pos.empty()) {
+          auto s = ToStr(a.pos[0]);
+          if (s.ok()) msg = *s;
+        }
+        return RaisedError(msg);
+      });
   scope->vars["strftime_now"] = Value::Callable("strftime_now", StrftimeNow);
 }
 

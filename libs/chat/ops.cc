@@ -13,8 +13,8 @@ namespace {
 absl::Status TypeError(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 absl::Status Unsupported(std::string_view op, const Value& a, const Value& b) {
-  return TypeError(absl::StrCat("unsupported operand type(s) for ", std::string(op), ": '", TypeName(a),
-                                "' and '", TypeName(b), "'"));
+  return TypeError(absl::StrCat("unsupported operand type(s) for ", std::string(op), ": '", TypeName(a), "' and '",
+                                TypeName(b), "'"));
 }
 
 bool IsIntLike(const Value& v) { return v.type == Value::Type::kInt || v.type == Value::Type::kBool; }
@@ -24,9 +24,12 @@ absl::StatusOr<Value> Arith(std::string_view op, const Value& a, const Value& b)
     const int64_t x = a.as_int(), y = b.as_int();
     int64_t r = 0;
     bool overflow = false;
-    if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
-    else if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
-    else if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+    if (op == "+")
+      overflow = __builtin_add_overflow(x, y, &r);
+    else if (op == "-")
+      overflow = __builtin_sub_overflow(x, y, &r);
+    else if (op == "*")
+      overflow = __builtin_mul_overflow(x, y, &r);
     else if (op == "/") {
       if (y == 0) return TypeError("division by zero");
       return Value::Float(static_cast<double>(x) / static_cast<double>(y));
@@ -87,8 +90,10 @@ absl::Status UndefinedError(const Value& v) {
 
 absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
   switch (v.type) {
-    case Value::Type::kUndefined: return std::vector<Value>{};
-    case Value::Type::kList: return v.list->items;
+    case Value::Type::kUndefined:
+      return std::vector<Value>{};
+    case Value::Type::kList:
+      return v.list->items;
     case Value::Type::kDict: {
       if (v.dict->is_namespace) break;
       std::vector<Value> keys;
@@ -104,22 +109,26 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& v) {
       }
       return chars;
     }
-    default: break;
+    default:
+      break;
   }
   return TypeError(absl::StrCat("'", TypeName(v), "' object is not iterable"));
 }
 
 absl::StatusOr<int64_t> Len(const Value& v) {
   switch (v.type) {
-    case Value::Type::kUndefined: return 0;
-    case Value::Type::kString: return static_cast<int64_t>(DecodeUtf8(v.s).size());
+    case Value::Type::kUndefined:
+      return 0;
+    case Value::Type::kString:
+      return static_cast<int64_t>(DecodeUtf8(v.s).size());
     case Value::Type::kList:
       if (v.is_generator()) break;
       return static_cast<int64_t>(v.list->items.size());
     case Value::Type::kDict:
       if (v.dict->is_namespace) break;
       return static_cast<int64_t>(v.dict->entries.size());
-    default: break;
+    default:
+      break;
   }
   return TypeError(absl::StrCat("object of type '", TypeName(v), "' has no len()"));
 }
@@ -156,8 +165,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       return TypeError(absl::StrCat("can only concatenate str (not \"", TypeName(b), "\") to str"));
     }
     if (a.is_seq()) {
-      return TypeError(absl::StrCat("can only concatenate ", TypeName(a), " (not \"", TypeName(b),
-                                    "\") to ", TypeName(a)));
+      return TypeError(
+          absl::StrCat("can only concatenate ", TypeName(a), " (not \"", TypeName(b), "\") to ", TypeName(a)));
     }
   }
   if (op == "*") {
@@ -174,11 +183,11 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
 
 absl::StatusOr<bool> Contains(const Value& c, const Value& item) {
   switch (c.type) {
-    case Value::Type::kUndefined: return false;
+    case Value::Type::kUndefined:
+      return false;
     case Value::Type::kString:
       if (!item.is_string()) {
-        return TypeError(absl::StrCat("'in <string>' requires string as left operand, not ",
-                                      TypeName(item)));
+        return TypeError(absl::StrCat("'in <string>' requires string as left operand, not ", TypeName(item)));
       }
       return c.s.find(item.s) != std::string::npos;
     case Value::Type::kList:
@@ -192,7 +201,8 @@ absl::StatusOr<bool> Contains(const Value& c, const Value& item) {
         return TypeError(absl::StrCat("unhashable type: '", TypeName(item), "'"));
       }
       return c.dict->Find(item) != nullptr;
-    default: break;
+    default:
+      break;
   }
   return TypeError(absl::StrCat("argument of type '", TypeName(c), "' is not iterable"));
 }
@@ -246,8 +256,7 @@ absl::StatusOr<Value> ItemOf(const Value& obj, const Value& key) {
   if (obj.is_undefined()) return UndefinedError(obj);
   if (obj.is_dict() && !obj.dict->is_namespace) {
     if (const Value* v = obj.dict->Find(key)) return *v;
-  } else if ((obj.is_string() || obj.is_seq()) &&
-             (key.type == Value::Type::kInt || key.type == Value::Type::kBool)) {
+  } else if ((obj.is_string() || obj.is_seq()) && (key.type == Value::Type::kInt || key.type == Value::Type::kBool)) {
     return Index(obj, key.as_int());
   }
   const std::string what = obj.is_none() ? "'None'" : absl::StrCat("'", TypeName(obj), " object'");
@@ -256,8 +265,7 @@ absl::StatusOr<Value> ItemOf(const Value& obj, const Value& key) {
   return Value::Undefined(absl::StrCat(what, " has no element ", k.ok() ? *k : std::string("?")));
 }
 
-absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value& stop,
-                              const Value& step) {
+absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_undefined()) return UndefinedError(obj);
   auto as_index = [](const Value& v, int64_t* out) -> absl::Status {
     if (v.is_none() || v.is_undefined()) return absl::OkStatus();
@@ -271,8 +279,10 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   std::u32string u;
   const bool is_str = obj.is_string();
   // Jinja2 compiles a slice to a plain Python subscript: failures are TypeErrors.
-  if (is_str) u = DecodeUtf8(obj.s);
-  else if (obj.is_dict() && !obj.dict->is_namespace) return TypeError("unhashable type: 'slice'");
+  if (is_str)
+    u = DecodeUtf8(obj.s);
+  else if (obj.is_dict() && !obj.dict->is_namespace)
+    return TypeError("unhashable type: 'slice'");
   else if (!obj.is_seq()) {
     return TypeError(absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
   }
@@ -283,8 +293,10 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
     int64_t k = 0;
     if (auto s = as_index(v, &k); !s.ok()) return s;
     if (k < 0) k += n;
-    if (st > 0) k = std::max<int64_t>(0, std::min(k, n));
-    else k = std::max<int64_t>(-1, std::min(k, n - 1));
+    if (st > 0)
+      k = std::max<int64_t>(0, std::min(k, n));
+    else
+      k = std::max<int64_t>(-1, std::min(k, n - 1));
     *out = k;
     return absl::OkStatus();
   };
@@ -293,8 +305,10 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   std::u32string su;
   std::vector<Value> items;
   for (int64_t k = lo; st > 0 ? k < hi : k > hi;) {
-    if (is_str) su += u[k];
-    else items.push_back(obj.list->items[k]);
+    if (is_str)
+      su += u[k];
+    else
+      items.push_back(obj.list->items[k]);
     if (__builtin_add_overflow(k, st, &k)) break;
   }
   if (is_str) return Value::String(EncodeUtf8(su));
@@ -303,8 +317,10 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
 
 absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& args) {
   std::vector<Value> list;
-  if (args.is_tuple()) list = args.list->items;
-  else list.push_back(args);
+  if (args.is_tuple())
+    list = args.list->items;
+  else
+    list.push_back(args);
   size_t next = 0;
   std::string out;
   for (size_t k = 0; k < fmt.size(); ++k) {
@@ -328,16 +344,17 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
       auto s = conv == 's' ? ToStr(v) : Repr(v);
       if (!s.ok()) return s.status();
       out += *s;
-    } else if ((conv == 'd' || conv == 'i') && v.type == Value::Type::kFloat &&
-               !(std::fabs(v.f) < 9.2e18)) {
+    } else if ((conv == 'd' || conv == 'i') && v.type == Value::Type::kFloat && !(std::fabs(v.f) < 9.2e18)) {
       return TypeError("%d format: float out of range");
     } else if ((conv == 'd' || conv == 'i') && v.is_number()) {
       std::snprintf(buf, sizeof buf, (spec + "lld").c_str(),
                     static_cast<long long>(v.type == Value::Type::kFloat ? static_cast<int64_t>(v.f) : v.as_int()));
       out += buf;
     } else if ((conv == 'f' || conv == 'x' || conv == 'e' || conv == 'g') && v.is_number()) {
-      if (conv == 'x') std::snprintf(buf, sizeof buf, (spec + "llx").c_str(), static_cast<long long>(v.as_int()));
-      else std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v.as_double());
+      if (conv == 'x')
+        std::snprintf(buf, sizeof buf, (spec + "llx").c_str(), static_cast<long long>(v.as_int()));
+      else
+        std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v.as_double());
       out += buf;
     } else {
       return TypeError(absl::StrCat("unsupported format '%", std::string(1, conv), "' for ", TypeName(v)));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/chat/value.h"
 
 namespace herd::chat::internal {
@@ -30,8 +31,7 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item);
 /// type. Errors only for Undefined obj.
 absl::StatusOr<Value> ItemOf(const Value& obj, const Value& key);
 /// obj[start:stop:step] (each part may be None/Undefined).
-absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value& stop,
-                              const Value& step);
+absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value& stop, const Value& step);
 /// Python "%" string formatting (str % args) for %s %r %d %i %f %x %%.
 absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& args);
 /// "'x' is undefined"-style error when v is Undefined, for operations that need a value.

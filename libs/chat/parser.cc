@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/chat/lexer.h"
 
 namespace herd::chat::internal {
@@ -47,13 +48,19 @@ class Parser {
 
   static std::string Describe(const Token& t) {
     switch (t.type) {
-      case T::kEof: return "end of template";
-      case T::kVarEnd: return "'}}'";
-      case T::kBlockEnd: return "'%}'";
-      case T::kString: return "string";
+      case T::kEof:
+        return "end of template";
+      case T::kVarEnd:
+        return "'}}'";
+      case T::kBlockEnd:
+        return "'%}'";
+      case T::kString:
+        return "string";
       case T::kInt:
-      case T::kFloat: return "number";
-      default: return "'" + t.text + "'";
+      case T::kFloat:
+        return "number";
+      default:
+        return "'" + t.text + "'";
     }
   }
 
@@ -96,9 +103,7 @@ class Parser {
   // ---- expressions ----
   absl::StatusOr<ExprPtr> Tuple(bool with_cond, bool explicit_parens,
                                 std::initializer_list<const char*> extra_ends = {});
-  absl::StatusOr<ExprPtr> Expression(bool with_cond = true) {
-    return with_cond ? CondExpr() : Or();
-  }
+  absl::StatusOr<ExprPtr> Expression(bool with_cond = true) { return with_cond ? CondExpr() : Or(); }
   absl::StatusOr<ExprPtr> CondExpr();
   absl::StatusOr<ExprPtr> Or();
   absl::StatusOr<ExprPtr> And();
@@ -415,8 +420,10 @@ absl::StatusOr<ExprPtr> Parser::Tuple(bool with_cond, bool explicit_parens,
     auto e = Expression(with_cond);
     if (!e.ok()) return e.status();
     tuple->args.push_back(*std::move(e));
-    if (IsOp(",")) is_tuple = true;
-    else break;
+    if (IsOp(","))
+      is_tuple = true;
+    else
+      break;
   }
   if (!is_tuple) {
     if (!tuple->args.empty()) return std::move(tuple->args[0]);
@@ -503,9 +510,8 @@ absl::StatusOr<ExprPtr> Parser::Compare() {
   auto cmp = Node(Expr::Kind::kCompare, at);
   while (true) {
     std::string op;
-    if (Cur().type == T::kOp &&
-        (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == ">" ||
-         Cur().text == "<=" || Cur().text == ">=")) {
+    if (Cur().type == T::kOp && (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == ">" ||
+                                 Cur().text == "<=" || Cur().text == ">=")) {
       op = Cur().text;
       Next();
     } else if (IsName("in")) {
@@ -530,11 +536,8 @@ absl::StatusOr<ExprPtr> Parser::Compare() {
 
 // Levels: 0 (+ -), 1 (~), 2 (* / // %), 3 (**); all left-associative as in Jinja2.
 absl::StatusOr<ExprPtr> Parser::Binary(int level) {
-  static const std::vector<std::vector<std::string>> kOps = {
-      {"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
-  auto sub = [&]() -> absl::StatusOr<ExprPtr> {
-    return level == 3 ? Unary(true) : Binary(level + 1);
-  };
+  static const std::vector<std::vector<std::string>> kOps = {{"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
+  auto sub = [&]() -> absl::StatusOr<ExprPtr> { return level == 3 ? Unary(true) : Binary(level + 1); };
   auto left = sub();
   if (!left.ok()) return left;
   ExprPtr node = *std::move(left);
@@ -578,9 +581,12 @@ absl::StatusOr<ExprPtr> Parser::Primary() {
   const Token t = Cur();
   if (t.type == T::kName) {
     auto n = Node(Expr::Kind::kLiteral, t);
-    if (t.text == "true" || t.text == "True") n->value = Value::Bool(true);
-    else if (t.text == "false" || t.text == "False") n->value = Value::Bool(false);
-    else if (t.text == "none" || t.text == "None") n->value = Value::None();
+    if (t.text == "true" || t.text == "True")
+      n->value = Value::Bool(true);
+    else if (t.text == "false" || t.text == "False")
+      n->value = Value::Bool(false);
+    else if (t.text == "none" || t.text == "None")
+      n->value = Value::None();
     else {
       n->kind = Expr::Kind::kName;
       n->name = t.text;
@@ -832,8 +838,8 @@ absl::StatusOr<ExprPtr> Parser::Test(ExprPtr node) {
   t->args.push_back(std::move(node));
   if (IsOp("(")) {
     if (auto st = CallArgs(t.get()); !st.ok()) return st;
-  } else if ((Cur().type == T::kName || Cur().type == T::kString || Cur().type == T::kInt ||
-              Cur().type == T::kFloat || IsOp("(") || IsOp("[") || IsOp("{")) &&
+  } else if ((Cur().type == T::kName || Cur().type == T::kString || Cur().type == T::kInt || Cur().type == T::kFloat ||
+              IsOp("(") || IsOp("[") || IsOp("{")) &&
              !IsName("else") && !IsName("or") && !IsName("and")) {
     if (IsName("is")) return Fail(Cur(), "you cannot chain multiple tests with 'is'");
     auto arg = Primary();

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+
 #include "libs/chat/ast.h"
 
 namespace herd::chat::internal {

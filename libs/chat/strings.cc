@@ -7,9 +7,8 @@
 namespace herd::chat::internal {
 
 bool PyIsSpace(char32_t c) {
-  return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c == 0x85 ||
-         c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 ||
-         c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+  return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 std::string PyStrip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
@@ -17,8 +16,10 @@ std::string PyStrip(std::string_view s, const std::optional<std::string>& chars,
   const std::u32string set = chars ? DecodeUtf8(*chars) : std::u32string();
   auto strip = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : PyIsSpace(c); };
   size_t b = 0, e = u.size();
-  if (left) while (b < e && strip(u[b])) ++b;
-  if (right) while (e > b && strip(u[e - 1])) --e;
+  if (left)
+    while (b < e && strip(u[b])) ++b;
+  if (right)
+    while (e > b && strip(u[e - 1])) --e;
   return EncodeUtf8(std::u32string_view(u).substr(b, e - b));
 }
 
@@ -54,8 +55,8 @@ std::vector<std::string> SplitWhitespace(std::string_view s, int64_t maxsplit, b
 
 }  // namespace
 
-std::vector<std::string> PySplit(std::string_view s, const std::optional<std::string>& sep,
-                                 int64_t maxsplit, bool from_right) {
+std::vector<std::string> PySplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit,
+                                 bool from_right) {
   if (!sep) return SplitWhitespace(s, maxsplit, from_right);
   std::vector<std::string> out;
   const std::string& d = *sep;
@@ -118,8 +119,8 @@ std::vector<std::string> PySplitLines(std::string_view s) {
   std::u32string cur;
   for (size_t k = 0; k < u.size(); ++k) {
     const char32_t c = u[k];
-    const bool brk = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d ||
-                     c == 0x1e || c == 0x85 || c == 0x2028 || c == 0x2029;
+    const bool brk = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e ||
+                     c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!brk) {
       cur += c;
       continue;
@@ -208,8 +209,10 @@ std::string PyTitle(std::string_view s) {
   std::string out;
   bool prev_cased = false;
   for (char32_t c : DecodeUtf8(s)) {
-    if (prev_cased) AppendUtf8(LowerCp(c), &out);
-    else AppendTitle(c, &out);
+    if (prev_cased)
+      AppendUtf8(LowerCp(c), &out);
+    else
+      AppendTitle(c, &out);
     prev_cased = IsCased(c);
   }
   return out;
@@ -219,8 +222,10 @@ std::string PyCapitalize(std::string_view s) {
   const std::u32string u = DecodeUtf8(s);
   std::string out;
   for (size_t k = 0; k < u.size(); ++k) {
-    if (k == 0) AppendTitle(u[k], &out);
-    else AppendUtf8(LowerCp(u[k]), &out);
+    if (k == 0)
+      AppendTitle(u[k], &out);
+    else
+      AppendUtf8(LowerCp(u[k]), &out);
   }
   return out;
 }

@@ -14,8 +14,8 @@ namespace herd::chat::internal {
 /// str.strip/lstrip/rstrip: chars nullopt = whitespace.
 std::string PyStrip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 /// str.split / str.rsplit: sep nullopt = runs of whitespace; maxsplit < 0 = no limit.
-std::vector<std::string> PySplit(std::string_view s, const std::optional<std::string>& sep,
-                                 int64_t maxsplit, bool from_right);
+std::vector<std::string> PySplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit,
+                                 bool from_right);
 /// Results of PyReplace stop growing past this many bytes (callers check the size).
 inline constexpr size_t kMaxReplaceBytes = size_t{1} << 26;
 /// str.replace(old, new, count); count < 0 = all.

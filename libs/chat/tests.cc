@@ -2,6 +2,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 #include "libs/chat/strings.h"
@@ -40,28 +41,32 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"true", [](V v, A) -> absl::StatusOr<bool> { return v.type == Value::Type::kBool && v.b; }},
       {"false", [](V v, A) -> absl::StatusOr<bool> { return v.type == Value::Type::kBool && !v.b; }},
       {"mapping", [](V v, A) -> absl::StatusOr<bool> { return v.is_dict() && !v.dict->is_namespace; }},
-      {"sequence", [](V v, A) -> absl::StatusOr<bool> {
-         return v.is_undefined() || v.is_string() || v.is_seq() ||
-                (v.is_dict() && !v.dict->is_namespace);
+      {"sequence",
+       [](V v, A) -> absl::StatusOr<bool> {
+         return v.is_undefined() || v.is_string() || v.is_seq() || (v.is_dict() && !v.dict->is_namespace);
        }},
-      {"iterable", [](V v, A) -> absl::StatusOr<bool> {
+      {"iterable",
+       [](V v, A) -> absl::StatusOr<bool> {
          return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.dict->is_namespace);
        }},
       {"callable", [](V v, A) -> absl::StatusOr<bool> { return v.type == Value::Type::kCallable; }},
       {"escaped", [](V, A) -> absl::StatusOr<bool> { return false; }},
       {"lower", [](V v, A) -> absl::StatusOr<bool> { return IsLowerStr(v, false); }},
       {"upper", [](V v, A) -> absl::StatusOr<bool> { return IsLowerStr(v, true); }},
-      {"odd", [](V v, A) -> absl::StatusOr<bool> {
+      {"odd",
+       [](V v, A) -> absl::StatusOr<bool> {
          auto r = BinaryOp("%", v, Value::Int(2));
          if (!r.ok()) return r.status();
          return Equal(*r, Value::Int(1));
        }},
-      {"even", [](V v, A) -> absl::StatusOr<bool> {
+      {"even",
+       [](V v, A) -> absl::StatusOr<bool> {
          auto r = BinaryOp("%", v, Value::Int(2));
          if (!r.ok()) return r.status();
          return Equal(*r, Value::Int(0));
        }},
-      {"divisibleby", [](V v, A a) -> absl::StatusOr<bool> {
+      {"divisibleby",
+       [](V v, A a) -> absl::StatusOr<bool> {
          if (!a) return absl::InvalidArgumentError("divisibleby needs an argument");
          auto r = BinaryOp("%", v, *a);
          if (!r.ok()) return r.status();
@@ -83,14 +88,17 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"ge", [](V v, A a) { return Cmp(">=", v, a); }},
       {">=", [](V v, A a) { return Cmp(">=", v, a); }},
       {"in", [](V v, A a) { return Cmp("in", v, a); }},
-      {"sameas", [](V v, A a) -> absl::StatusOr<bool> {
-         if (!a) return absl::InvalidArgumentError("sameas needs an argument");
-         if (v.type != a->type) return false;
-         if (v.is_list()) return v.list == a->list;
-         if (v.is_dict()) return v.dict == a->dict;
-         if (v.type == Value::Type::kCallable) return v.fn == a->fn;
-         return Equal(v, *a);
-       }},
+      {"sameas",
+       [](V v,
+          A a) -> absl::
+                   StatusOr<bool> {
+                     if (!a) return absl::InvalidArgumentError("sameas needs an argument");
+                     if (v.type != a->type) return false;
+                     if (v.is_list()) return v.list == a->list;
+                     if (v.is_dict()) return v.dict == a->dict;
+                     if (v.type == Value::Type::kCallable) return v.fn == a->fn;
+                     return Equal(v, *a);
+                   }},
   };
   return *table;
 }

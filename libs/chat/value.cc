@@ -12,9 +12,7 @@ namespace {
 
 constexpr int kMaxNesting = 256;  // str/repr/json/== depth (self-referencing namespaces)
 
-absl::Status TooDeep() {
-  return absl::InvalidArgumentError("value nesting too deep (recursive structure?)");
-}
+absl::Status TooDeep() { return absl::InvalidArgumentError("value nesting too deep (recursive structure?)"); }
 
 }  // namespace
 
@@ -126,12 +124,23 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -164,38 +173,60 @@ Value Value::Callable(std::string name, NativeFn fn) {
 bool Truthy(const Value& v) {
   switch (v.type) {
     case Value::Type::kUndefined:
-    case Value::Type::kNone: return false;
-    case Value::Type::kBool: return v.b;
-    case Value::Type::kInt: return v.i != 0;
-    case Value::Type::kFloat: return v.f != 0;
-    case Value::Type::kString: return !v.s.empty();
-    case Value::Type::kList: return v.list->kind == ListObj::Kind::kGenerator || !v.list->items.empty();
-    case Value::Type::kDict: return v.dict->is_namespace || !v.dict->entries.empty();
-    case Value::Type::kCallable: return true;
+    case Value::Type::kNone:
+      return false;
+    case Value::Type::kBool:
+      return v.b;
+    case Value::Type::kInt:
+      return v.i != 0;
+    case Value::Type::kFloat:
+      return v.f != 0;
+    case Value::Type::kString:
+      return !v.s.empty();
+    case Value::Type::kList:
+      return v.list->kind == ListObj::Kind::kGenerator || !v.list->items.empty();
+    case Value::Type::kDict:
+      return v.dict->is_namespace || !v.dict->entries.empty();
+    case Value::Type::kCallable:
+      return true;
   }
   return false;
 }
 
 std::string TypeName(const Value& v) {
   switch (v.type) {
-    case Value::Type::kUndefined: return "Undefined";
-    case Value::Type::kNone: return "NoneType";
-    case Value::Type::kBool: return "bool";
-    case Value::Type::kInt: return "int";
-    case Value::Type::kFloat: return "float";
-    case Value::Type::kString: return "str";
+    case Value::Type::kUndefined:
+      return "Undefined";
+    case Value::Type::kNone:
+      return "NoneType";
+    case Value::Type::kBool:
+      return "bool";
+    case Value::Type::kInt:
+      return "int";
+    case Value::Type::kFloat:
+      return "float";
+    case Value::Type::kString:
+      return "str";
     case Value::Type::kList:
       switch (v.list->kind) {
-        case ListObj::Kind::kList: return "list";
-        case ListObj::Kind::kTuple: return "tuple";
-        case ListObj::Kind::kGenerator: return "generator";
-        case ListObj::Kind::kDictItems: return "dict_items";
-        case ListObj::Kind::kDictKeys: return "dict_keys";
-        case ListObj::Kind::kDictValues: return "dict_values";
+        case ListObj::Kind::kList:
+          return "list";
+        case ListObj::Kind::kTuple:
+          return "tuple";
+        case ListObj::Kind::kGenerator:
+          return "generator";
+        case ListObj::Kind::kDictItems:
+          return "dict_items";
+        case ListObj::Kind::kDictKeys:
+          return "dict_keys";
+        case ListObj::Kind::kDictValues:
+          return "dict_values";
       }
       return "list";
-    case Value::Type::kDict: return v.dict->is_namespace ? "Namespace" : "dict";
-    case Value::Type::kCallable: return "function";
+    case Value::Type::kDict:
+      return v.dict->is_namespace ? "Namespace" : "dict";
+    case Value::Type::kCallable:
+      return "function";
   }
   return "object";
 }
@@ -243,11 +274,16 @@ void ReprString(const std::string& s, std::string* out) {
   const char q = dq ? '"' : '\'';
   *out += q;
   for (char32_t c : DecodeUtf8(s)) {
-    if (c == '\\') *out += "\\\\";
-    else if (c == static_cast<char32_t>(q)) *out += std::string("\\") + q;
-    else if (c == '\n') *out += "\\n";
-    else if (c == '\r') *out += "\\r";
-    else if (c == '\t') *out += "\\t";
+    if (c == '\\')
+      *out += "\\\\";
+    else if (c == static_cast<char32_t>(q))
+      *out += std::string("\\") + q;
+    else if (c == '\n')
+      *out += "\\n";
+    else if (c == '\r')
+      *out += "\\r";
+    else if (c == '\t')
+      *out += "\\t";
     else if (c < 0x20 || (c >= 0x7f && c <= 0xa0) || c == 0xad) {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", static_cast<unsigned>(c));
@@ -302,13 +338,23 @@ absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out) {
     case Value::Type::kUndefined:
       if (repr) *out += "Undefined";
       break;
-    case Value::Type::kNone: *out += "None"; break;
-    case Value::Type::kBool: *out += v.b ? "True" : "False"; break;
-    case Value::Type::kInt: *out += std::to_string(v.i); break;
-    case Value::Type::kFloat: *out += FloatRepr(v.f); break;
+    case Value::Type::kNone:
+      *out += "None";
+      break;
+    case Value::Type::kBool:
+      *out += v.b ? "True" : "False";
+      break;
+    case Value::Type::kInt:
+      *out += std::to_string(v.i);
+      break;
+    case Value::Type::kFloat:
+      *out += FloatRepr(v.f);
+      break;
     case Value::Type::kString:
-      if (repr) ReprString(v.s, out);
-      else *out += v.s;
+      if (repr)
+        ReprString(v.s, out);
+      else
+        *out += v.s;
       break;
     case Value::Type::kList:
       if (v.list->kind == ListObj::Kind::kGenerator) {
@@ -316,8 +362,11 @@ absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out) {
         break;
       }
       return AppendSeq(v, depth, out);
-    case Value::Type::kDict: return AppendDict(v, depth, out);
-    case Value::Type::kCallable: *out += "<function " + v.fn->name + ">"; break;
+    case Value::Type::kDict:
+      return AppendDict(v, depth, out);
+    case Value::Type::kCallable:
+      *out += "<function " + v.fn->name + ">";
+      break;
   }
   return absl::OkStatus();
 }
@@ -350,8 +399,10 @@ bool EqualAt(const Value& a, const Value& b, int depth) {
   if (a.type != b.type) return false;
   switch (a.type) {
     case Value::Type::kUndefined:
-    case Value::Type::kNone: return true;
-    case Value::Type::kString: return a.s == b.s;
+    case Value::Type::kNone:
+      return true;
+    case Value::Type::kString:
+      return a.s == b.s;
     case Value::Type::kList: {
       if (a.list == b.list) return true;
       if (a.list->kind != b.list->kind || a.list->kind == ListObj::Kind::kGenerator) return false;
@@ -371,8 +422,10 @@ bool EqualAt(const Value& a, const Value& b, int depth) {
       }
       return true;
     }
-    case Value::Type::kCallable: return a.fn == b.fn;
-    default: return false;
+    case Value::Type::kCallable:
+      return a.fn == b.fn;
+    default:
+      return false;
   }
 }
 
@@ -397,8 +450,7 @@ absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.s < b.s;  // UTF-8 order = code point order
-  if (a.is_seq() && b.is_seq() &&
-      a.list->kind == b.list->kind) {
+  if (a.is_seq() && b.is_seq() && a.list->kind == b.list->kind) {
     const auto& x = a.list->items;
     const auto& y = b.list->items;
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
@@ -407,8 +459,8 @@ absl::StatusOr<bool> LessAt(const Value& a, const Value& b, int depth) {
     }
     return x.size() < y.size();
   }
-  return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '",
-                                                 TypeName(a), "' and '", TypeName(b), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'<' not supported between instances of '", TypeName(a), "' and '", TypeName(b), "'"));
 }
 
 }  // namespace
@@ -419,16 +471,21 @@ absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
   using T = nlohmann::ordered_json::value_t;
   if (depth > 512) return absl::InvalidArgumentError("input JSON nested deeper than 512 levels");
   switch (j.type()) {
-    case T::null: return Value::None();
-    case T::boolean: return Value::Bool(j.get<bool>());
-    case T::number_integer: return Value::Int(j.get<int64_t>());
+    case T::null:
+      return Value::None();
+    case T::boolean:
+      return Value::Bool(j.get<bool>());
+    case T::number_integer:
+      return Value::Int(j.get<int64_t>());
     case T::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value::Float(static_cast<double>(u));
       return Value::Int(static_cast<int64_t>(u));
     }
-    case T::number_float: return Value::Float(j.get<double>());
-    case T::string: return Value::String(j.get<std::string>());
+    case T::number_float:
+      return Value::Float(j.get<double>());
+    case T::string:
+      return Value::String(j.get<std::string>());
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
@@ -448,7 +505,8 @@ absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
       }
       return d;
     }
-    default: return Value::None();  // binary / discarded: not produced by the JSON parser
+    default:
+      return Value::None();  // binary / discarded: not produced by the JSON parser
   }
 }
 

@@ -60,7 +60,7 @@ struct Value {
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::string s;  // the string; for Undefined, why it is undefined ("'x' is undefined")
+  std::string s;        // the string; for Undefined, why it is undefined ("'x' is undefined")
   bool markup = false;  // a markupsafe.Markup string (|safe, |escape): `+` escapes plain str
   std::shared_ptr<ListObj> list;
   std::shared_ptr<DictObj> dict;
@@ -81,9 +81,7 @@ struct Value {
   bool is_undefined() const { return type == Type::kUndefined; }
   bool is_none() const { return type == Type::kNone; }
   bool is_string() const { return type == Type::kString; }
-  bool is_number() const {
-    return type == Type::kInt || type == Type::kFloat || type == Type::kBool;
-  }
+  bool is_number() const { return type == Type::kInt || type == Type::kFloat || type == Type::kBool; }
   bool is_list() const { return type == Type::kList; }  // list, tuple or generator
   bool is_dict() const { return type == Type::kDict; }
   bool is_generator() const { return is_list() && list->kind == ListObj::Kind::kGenerator; }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/gguf/gguf.h"
 
 namespace herd::engine {
@@ -24,8 +25,7 @@ absl::StatusOr<Pooling> ParsePooling(absl::string_view name) {
   if (name == "mean") return Pooling::kMean;
   if (name == "cls") return Pooling::kCls;
   if (name == "last") return Pooling::kLast;
-  return absl::InvalidArgumentError(
-      absl::StrCat("pooling: '", name, "' is not supported (use mean, cls or last)"));
+  return absl::InvalidArgumentError(absl::StrCat("pooling: '", name, "' is not supported (use mean, cls or last)"));
 }
 
 Pooling DefaultPooling(const gguf::GgufFile& file, const std::string& arch) {

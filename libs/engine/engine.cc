@@ -45,10 +45,12 @@ absl::Status Engine::DecodeImpl(const Batch& batch, bool embd) {
                                                      " is outside the vocabulary [0, ", n_vocab(), ")"));
     }
     if (batch.pos[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("batch: position ", batch.pos[i], " at index ", i, " is negative"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch: position ", batch.pos[i], " at index ", i, " is negative"));
     }
     if (batch.seq[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("batch: sequence ", batch.seq[i], " at index ", i, " is negative"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch: sequence ", batch.seq[i], " at index ", i, " is negative"));
     }
   }
   if (static_cast<int64_t>(n) > kv_->n_cells() - kv_->used()) {
@@ -87,8 +89,8 @@ absl::StatusOr<std::vector<float>> Engine::Embed(const std::vector<int32_t>& tok
   }
   Batch b;
   for (int64_t i = 0; i < n; ++i) {
-    const bool want = pooling == Pooling::kMean || (pooling == Pooling::kCls && i == 0) ||
-                      (pooling == Pooling::kLast && i == n - 1);
+    const bool want =
+        pooling == Pooling::kMean || (pooling == Pooling::kCls && i == 0) || (pooling == Pooling::kLast && i == n - 1);
     b.Add(tokens[static_cast<size_t>(i)], static_cast<int32_t>(i), seq, want);
   }
   absl::Status s = DecodeEmbeddings(b);
@@ -100,8 +102,7 @@ absl::StatusOr<std::vector<float>> Engine::Embed(const std::vector<int32_t>& tok
   return pooled;
 }
 
-absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, bool embd,
-                                 std::vector<int32_t>* cells) {
+absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, bool embd, std::vector<int32_t>* cells) {
   const int64_t n_tokens = static_cast<int64_t>(end - begin);
   std::vector<int32_t> seq(batch.seq.begin() + static_cast<long>(begin), batch.seq.begin() + static_cast<long>(end));
   std::vector<int32_t> pos(batch.pos.begin() + static_cast<long>(begin), batch.pos.begin() + static_cast<long>(end));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/backend/backend.h"
 #include "libs/engine/embedding.h"
 #include "libs/engine/kv_cache.h"
@@ -29,12 +30,17 @@ struct Batch {
     logits.push_back(want_logits);
   }
   size_t size() const { return tokens.size(); }
-  void Clear() { tokens.clear(); pos.clear(); seq.clear(); logits.clear(); }
+  void Clear() {
+    tokens.clear();
+    pos.clear();
+    seq.clear();
+    logits.clear();
+  }
 };
 
 struct EngineParams {
-  int64_t n_ctx = 0;      // KV cells; 0 = the model's context length capped at 4096
-  int64_t n_batch = 512;  // tokens per forward pass (prompt processing chunk)
+  int64_t n_ctx = 0;                 // KV cells; 0 = the model's context length capped at 4096
+  int64_t n_batch = 512;             // tokens per forward pass (prompt processing chunk)
   GgmlType kv_type = GgmlType::F16;  // F16 (default) or F32
 };
 

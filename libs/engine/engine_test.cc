@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "gtest/gtest.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "tests/shared_data.h"
 
@@ -110,11 +111,11 @@ TEST_F(EngineTest, MaskFollowsSequencesAndPositions) {
   std::vector<float> mask(3 * 2);
   e->kv().FillMask({0, 1}, {1, 0}, 3, mask.data());
   const float ninf = -std::numeric_limits<float>::infinity();
-  EXPECT_EQ(mask[0], 0.0f);   // seq 0 pos 1 sees cell 0 (seq 0, pos 0)
-  EXPECT_EQ(mask[1], ninf);   // not cell 1 (seq 1)
-  EXPECT_EQ(mask[2], 0.0f);   // and itself at cell 2
+  EXPECT_EQ(mask[0], 0.0f);  // seq 0 pos 1 sees cell 0 (seq 0, pos 0)
+  EXPECT_EQ(mask[1], ninf);  // not cell 1 (seq 1)
+  EXPECT_EQ(mask[2], 0.0f);  // and itself at cell 2
   EXPECT_EQ(mask[3], ninf);
-  EXPECT_EQ(mask[4], 0.0f);   // seq 1 pos 0 sees only cell 1
+  EXPECT_EQ(mask[4], 0.0f);  // seq 1 pos 0 sees only cell 1
   EXPECT_EQ(mask[5], ninf);
 }
 

@@ -8,22 +8,23 @@ namespace herd::engine {
 
 const char* StopReasonName(StopReason r) {
   switch (r) {
-    case StopReason::kEog: return "eos";
-    case StopReason::kLength: return "length";
-    case StopReason::kContextFull: return "context_full";
+    case StopReason::kEog:
+      return "eos";
+    case StopReason::kLength:
+      return "length";
+    case StopReason::kContextFull:
+      return "context_full";
   }
   return "?";
 }
 
-absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& vocab,
-                                        const GenerateParams& params,
+absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& vocab, const GenerateParams& params,
                                         const std::function<void(const std::string&)>& on_text) {
   absl::Status vs = ValidateSamplingParams(params.sampling);
   if (!vs.ok()) return vs;
   GenerateResult res;
-  res.prompt_ids = params.prompt_ids.empty()
-                       ? vocab.Tokenize(params.prompt, params.add_special, params.parse_special)
-                       : params.prompt_ids;
+  res.prompt_ids = params.prompt_ids.empty() ? vocab.Tokenize(params.prompt, params.add_special, params.parse_special)
+                                             : params.prompt_ids;
   if (res.prompt_ids.empty()) {
     return absl::InvalidArgumentError("prompt: empty after tokenization and the vocabulary adds no BOS");
   }
@@ -35,9 +36,8 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& 
                                                    " (prompt + completion must fit; at most n_ctx - 1 prompt tokens)"));
   }
   engine.kv().Clear();
-  auto sampler_or = Sampler::Create(
-      params.sampling, static_cast<int32_t>(engine.n_vocab()),
-      params.sampling.grammar.empty() ? nullptr : grammar::TokenPieces::FromVocab(vocab));
+  auto sampler_or = Sampler::Create(params.sampling, static_cast<int32_t>(engine.n_vocab()),
+                                    params.sampling.grammar.empty() ? nullptr : grammar::TokenPieces::FromVocab(vocab));
   if (!sampler_or.ok()) return sampler_or.status();
   Sampler& sampler = **sampler_or;
   for (int32_t id : res.prompt_ids) (void)sampler.Accept(id, /*accept_grammar=*/false);
@@ -78,7 +78,7 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& 
     std::string piece = detok.Push(id);
     res.text += piece;
     if (on_text && !piece.empty()) on_text(piece);
-    if (i + 1 == n_predict) break;  // the last token is never evaluated
+    if (i + 1 == n_predict) break;    // the last token is never evaluated
     if (pos + 1 >= engine.n_ctx()) {  // prompt + completion == n_ctx: the context is full
       res.stop = StopReason::kContextFull;
       break;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/engine/engine.h"
 #include "libs/engine/sampling.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -45,8 +46,7 @@ struct GenerateResult {
 /// `on_text` (optional) receives text as it completes, never half a UTF-8 character.
 /// Errors: INVALID_ARGUMENT for bad sampling params or an empty prompt with no BOS,
 /// or a prompt longer than n_ctx; errors of Engine::Decode.
-absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& vocab,
-                                        const GenerateParams& params,
+absl::StatusOr<GenerateResult> Generate(Engine& engine, const tokenizer::Vocab& vocab, const GenerateParams& params,
                                         const std::function<void(const std::string&)>& on_text = nullptr);
 
 }  // namespace herd::engine

@@ -8,11 +8,11 @@
 
 namespace herd::engine {
 
-absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const model::Hparams& hp, int64_t n_cells,
-                                                         GgmlType type, BufferType* buft) {
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const model::Hparams& hp, int64_t n_cells, GgmlType type,
+                                                         BufferType* buft) {
   if (type != GgmlType::F16 && type != GgmlType::F32) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache type ", GgmlTypeName(type),
-                                                   " is not supported (f16, f32)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache type ", GgmlTypeName(type), " is not supported (f16, f32)"));
   }
   if (n_cells < 1) return absl::InvalidArgumentError(absl::StrCat("n_ctx ", n_cells, " must be >= 1"));
   std::unique_ptr<KvCache> kv(new KvCache());
@@ -57,15 +57,16 @@ void KvCache::SetSeqRange(int32_t seq, int64_t begin, int64_t end) {
   if (static_cast<size_t>(seq) >= seq_range_.size()) seq_range_.resize(static_cast<size_t>(seq) + 1, {0, -1});
   begin = std::max<int64_t>(0, begin);
   end = std::min<int64_t>(n_cells(), end);
-  seq_range_[static_cast<size_t>(seq)] = end > begin ? std::make_pair(begin, end) : std::make_pair<int64_t, int64_t>(0, -1);
+  seq_range_[static_cast<size_t>(seq)] =
+      end > begin ? std::make_pair(begin, end) : std::make_pair<int64_t, int64_t>(0, -1);
 }
 
 absl::StatusOr<std::vector<int32_t>> KvCache::Allocate(const std::vector<int32_t>& seq,
                                                        const std::vector<int32_t>& pos) {
   const size_t n = seq.size();
   if (static_cast<int64_t>(n) > n_cells() - used_) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", n, " tokens need cells, ",
-                                                     n_cells() - used_, " of ", n_cells(), " free"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache full: ", n, " tokens need cells, ", n_cells() - used_, " of ", n_cells(), " free"));
   }
   // Token i takes the lowest free cell of its sequence's range (the whole cache when
   // none is set), in batch order. Cells are marked as they are taken (and released again
@@ -75,7 +76,8 @@ absl::StatusOr<std::vector<int32_t>> KvCache::Allocate(const std::vector<int32_t
   std::vector<std::pair<std::pair<int64_t, int64_t>, int64_t>> cursors;  // range -> next cell to look at
   for (size_t i = 0; i < n; ++i) {
     std::pair<int64_t, int64_t> range(0, n_cells());
-    if (seq[i] >= 0 && static_cast<size_t>(seq[i]) < seq_range_.size() && seq_range_[static_cast<size_t>(seq[i])].second >= 0) {
+    if (seq[i] >= 0 && static_cast<size_t>(seq[i]) < seq_range_.size() &&
+        seq_range_[static_cast<size_t>(seq[i])].second >= 0) {
       range = seq_range_[static_cast<size_t>(seq[i])];
     }
     auto cur = std::find_if(cursors.begin(), cursors.end(), [&](const auto& e) { return e.first == range; });
@@ -144,8 +146,8 @@ void KvCache::FreeCells(const std::vector<int32_t>& idx) {
   }
 }
 
-void KvCache::FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv,
-                       float* mask, bool alibi) const {
+void KvCache::FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv, float* mask,
+                       bool alibi) const {
   const float ninf = -std::numeric_limits<float>::infinity();
   for (size_t t = 0; t < seq.size(); ++t) {
     float* row = mask + t * static_cast<size_t>(n_kv);

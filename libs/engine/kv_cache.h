@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/backend/backend.h"
 #include "libs/model/model.h"
 #include "libs/tensor/tensor.h"
@@ -17,8 +18,8 @@ class KvCache {
  public:
   /// Allocates n_cells cells per layer of `type` (F16 or F32) in `buft`.
   /// Errors: INVALID_ARGUMENT for another type or n_cells < 1; RESOURCE_EXHAUSTED.
-  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const model::Hparams& hp, int64_t n_cells,
-                                                         GgmlType type, BufferType* buft);
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const model::Hparams& hp, int64_t n_cells, GgmlType type,
+                                                         BufferType* buft);
 
   int64_t n_cells() const { return static_cast<int64_t>(pos_.size()); }
   GgmlType type() const { return type_; }
@@ -32,8 +33,7 @@ class KvCache {
   /// one is set) for tokens of (seq[i], pos[i]), marks them used and returns their
   /// indices. RESOURCE_EXHAUSTED when fewer than n cells are free (or a range is full;
   /// nothing is changed then).
-  absl::StatusOr<std::vector<int32_t>> Allocate(const std::vector<int32_t>& seq,
-                                                const std::vector<int32_t>& pos);
+  absl::StatusOr<std::vector<int32_t>> Allocate(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos);
 
   /// Restricts the cells of sequence `seq` to [begin, end) (clamped to the cache);
   /// end <= begin lifts the restriction. With one region per sequence, and cells freed
@@ -56,8 +56,8 @@ class KvCache {
   /// sequence seq[t] at position pos[t] may attend cell c (same sequence, cell pos <=
   /// pos[t]) and -inf elsewhere. With `alibi`, visible cells get -|pos[t] - cell pos|
   /// instead of 0 (llama_kv_cache::set_input_kq_mask; scaled per head by the ALiBi slope).
-  void FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv,
-                float* mask, bool alibi = false) const;
+  void FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv, float* mask,
+                bool alibi = false) const;
 
   Tensor* k(int64_t il) const { return k_[static_cast<size_t>(il)]; }
   Tensor* v(int64_t il) const { return v_[static_cast<size_t>(il)]; }
@@ -72,8 +72,8 @@ class KvCache {
   Graph tensors_;
   std::unique_ptr<Buffer> buffer_;
   std::vector<Tensor*> k_, v_;
-  std::vector<int32_t> pos_;                  // -1 = empty
-  std::vector<std::vector<int32_t>> seqs_;    // sequences of each cell
+  std::vector<int32_t> pos_;                            // -1 = empty
+  std::vector<std::vector<int32_t>> seqs_;              // sequences of each cell
   std::vector<std::pair<int64_t, int64_t>> seq_range_;  // per sequence id; second < 0 = unrestricted
   int64_t used_ = 0;
 };

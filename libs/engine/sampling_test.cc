@@ -28,8 +28,7 @@ std::vector<float> LogitsFromProbs(const std::vector<float>& probs) {
   return l;
 }
 
-std::set<int32_t> SampledSet(const SamplingParams& base, const std::vector<float>& logits,
-                             int n_seeds) {
+std::set<int32_t> SampledSet(const SamplingParams& base, const std::vector<float>& logits, int n_seeds) {
   std::set<int32_t> seen;
   for (int s = 0; s < n_seeds; ++s) {
     SamplingParams p = base;
@@ -93,7 +92,7 @@ TEST(SamplingTest, TopK1EqualsGreedy) {
     std::vector<float> logits(64);
     for (auto& x : logits) x = nd(gen);
     if (trial % 10 == 0) logits[5] = logits[9] = 100.0f;  // a tie: lowest id wins
-    SamplingParams p;  // defaults otherwise
+    SamplingParams p;                                     // defaults otherwise
     p.top_k = 1;
     p.seed = static_cast<uint32_t>(trial);
     Sampler topk(p, 64);
@@ -194,9 +193,8 @@ TEST(SamplingTest, TopPKeepsSmallestNucleus) {
     float top_p;
     std::set<int32_t> kept;
   };
-  for (const Case& c : {Case{0.3f, {1}}, Case{0.6f, {1, 3}}, Case{0.8f, {1, 3, 4}},
-                        Case{0.9f, {1, 3, 4, 2}}, Case{0.0f, {1}},
-                        Case{1.0f, {0, 1, 2, 3, 4}}}) {
+  for (const Case& c : {Case{0.3f, {1}}, Case{0.6f, {1, 3}}, Case{0.8f, {1, 3, 4}}, Case{0.9f, {1, 3, 4, 2}},
+                        Case{0.0f, {1}}, Case{1.0f, {0, 1, 2, 3, 4}}}) {
     SamplingParams p = Plain(1.0f);
     p.top_p = c.top_p;
     Sampler s(p, 5);
@@ -229,9 +227,8 @@ TEST(SamplingTest, MinPCutsRelativeToMax) {
     std::set<int32_t> kept;
   };
   // Threshold = min_p * 0.5.
-  for (const Case& c : {Case{0.0f, {0, 1, 2, 3, 4}}, Case{0.05f, {0, 1, 2, 3, 4}},
-                        Case{0.15f, {1, 2, 3, 4}}, Case{0.25f, {1, 3, 4}},
-                        Case{0.35f, {1, 3}}, Case{0.5f, {1}}, Case{1.0f, {1}}}) {
+  for (const Case& c : {Case{0.0f, {0, 1, 2, 3, 4}}, Case{0.05f, {0, 1, 2, 3, 4}}, Case{0.15f, {1, 2, 3, 4}},
+                        Case{0.25f, {1, 3, 4}}, Case{0.35f, {1, 3}}, Case{0.5f, {1}}, Case{1.0f, {1}}}) {
     SamplingParams p = Plain(1.0f);
     p.min_p = c.min_p;
     Sampler s(p, 5);
@@ -250,13 +247,12 @@ TEST(SamplingTest, MinPCutsRelativeToMax) {
 TEST(SamplingTest, TopKThenTopPThenMinP) {
   const auto logits = LogitsFromProbs(kProbs);
   SamplingParams p = Plain(1.0f);
-  p.top_k = 4;     // drops id 0
-  p.top_p = 0.75f; // over the renormalized top-4: 0.526, 0.737, 0.895 -> {1, 3, 4}
-  p.min_p = 0.35f; // relative to the max: keeps {1, 3}
+  p.top_k = 4;      // drops id 0
+  p.top_p = 0.75f;  // over the renormalized top-4: 0.526, 0.737, 0.895 -> {1, 3, 4}
+  p.min_p = 0.35f;  // relative to the max: keeps {1, 3}
   EXPECT_EQ(CandidateIds(Sampler(p, 5).Candidates(logits.data())), (std::set<int32_t>{1, 3}));
   p.min_p = 0.0f;
-  EXPECT_EQ(CandidateIds(Sampler(p, 5).Candidates(logits.data())),
-            (std::set<int32_t>{1, 3, 4}));
+  EXPECT_EQ(CandidateIds(Sampler(p, 5).Candidates(logits.data())), (std::set<int32_t>{1, 3, 4}));
   p.top_k = 2;
   EXPECT_EQ(CandidateIds(Sampler(p, 5).Candidates(logits.data())), (std::set<int32_t>{1, 3}));
 }
@@ -418,8 +414,7 @@ TEST(SamplingTest, ValidationNamesTheField) {
     c.mutate(p);
     absl::Status st = ValidateSamplingParams(p);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
-    EXPECT_NE(st.message().find(std::string(c.field) + ":"), std::string::npos)
-        << c.field << " -> " << st.message();
+    EXPECT_NE(st.message().find(std::string(c.field) + ":"), std::string::npos) << c.field << " -> " << st.message();
   }
   // Boundaries that are valid.
   SamplingParams ok;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/engine/spec/rejection.h"
 #include "libs/engine/spec/verify.h"
@@ -49,8 +50,8 @@ struct SeqState {
 
   // Scheduler thread only (set on admission).
   int32_t kv_seq = -1;
-  int32_t n_past = 0;        // tokens of this sequence in the KV cache (positions 0..n_past-1)
-  int32_t pending = -1;      // the next token to evaluate, at position n_past
+  int32_t n_past = 0;             // tokens of this sequence in the KV cache (positions 0..n_past-1)
+  int32_t pending = -1;           // the next token to evaluate, at position n_past
   bool pending_is_prompt = true;  // pending is still the last prompt token
   std::unique_ptr<Sampler> sampler;
   std::mt19937 spec_rng;  // rejection sampling of drafts with probabilities
@@ -107,13 +108,13 @@ SequenceEvent Ended(absl::Status s) {
 struct Work {
   std::shared_ptr<SeqState> s;
   bool prefill = false;
-  int32_t n_prefill = 0;       // prefill: prompt tokens in this chunk
-  std::vector<int32_t> draft;  // verify: draft tokens after the pending token
+  int32_t n_prefill = 0;                  // prefill: prompt tokens in this chunk
+  std::vector<int32_t> draft;             // verify: draft tokens after the pending token
   std::vector<spec::SparseDist> draft_q;  // verify: empty, or one distribution per draft token
-  int64_t out_begin = 0;       // verify: index of the pending token's logits
-  bool was_prompt = false;     // verify: the pending token was the last prompt token
+  int64_t out_begin = 0;                  // verify: index of the pending token's logits
+  bool was_prompt = false;                // verify: the pending token was the last prompt token
   StepResult result;
-  absl::Status error;          // verify: the sequence cannot continue (grammar dead end)
+  absl::Status error;  // verify: the sequence cannot continue (grammar dead end)
 };
 
 // One queued Scheduler::Embed() call.
@@ -256,8 +257,8 @@ std::vector<Work> Core::PlanLocked() {
     // drafts) plus the new pending token must fit in n_ctx_seq (prompt + completion <=
     // n_ctx_seq, as llama.cpp's server counts the context).
     const int64_t room = n_ctx_seq - s->n_past - 2;
-    const size_t n_draft = static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(
-        static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
+    const size_t n_draft = static_cast<size_t>(std::max<int64_t>(
+        0, std::min<int64_t>(static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
     const int64_t cost = 1 + static_cast<int64_t>(n_draft);
     // The first step of an iteration may use the whole batch, so a long draft cannot starve.
     if (used + cost > (used == 0 ? budget : decode_budget)) continue;
@@ -391,9 +392,10 @@ void Core::RunEmbedJobs(std::deque<EmbedJob> jobs, int32_t temp_seq) {
   for (EmbedJob& j : jobs) {
     auto r = engine->Embed(j.tokens, j.pooling, temp_seq);
     if (absl::IsResourceExhausted(r.status())) {
-      r = absl::ResourceExhaustedError(absl::StrCat("embedding: every sequence slot is busy and the KV cache has "
-                                                    "too few free cells for ", j.tokens.size(),
-                                                    " tokens; retry later (", r.status().message(), ")"));
+      r = absl::ResourceExhaustedError(
+          absl::StrCat("embedding: every sequence slot is busy and the KV cache has "
+                       "too few free cells for ",
+                       j.tokens.size(), " tokens; retry later (", r.status().message(), ")"));
     }
     tokens += j.tokens.size();
     j.done(std::move(r));
@@ -522,8 +524,8 @@ absl::Status Sequence::Step(int32_t n_steps, std::vector<int32_t> draft, std::ve
   }
   for (size_t i = 0; i < draft.size(); ++i) {
     if (draft[i] < 0 || draft[i] >= core_->n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("draft[", i, "]: token id ", draft[i],
-                                                     " is outside the vocabulary [0, ", core_->n_vocab, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("draft[", i, "]: token id ", draft[i], " is outside the vocabulary [0, ", core_->n_vocab, ")"));
     }
   }
   if (!draft_probs.empty()) {
@@ -623,11 +625,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   int64_t n_ctx_seq = config.n_ctx_seq;
   if (n_ctx_seq == 0) n_ctx_seq = n_ctx / config.max_sequences;
   if (n_ctx_seq < 1 || n_ctx_seq > n_ctx) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "]",
-                     config.n_ctx_seq == 0 ? absl::StrCat(" (n_ctx / max_sequences; lower max_sequences ",
-                                                          config.max_sequences, ")")
-                                           : ""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "]",
+        config.n_ctx_seq == 0 ? absl::StrCat(" (n_ctx / max_sequences; lower max_sequences ", config.max_sequences, ")")
+                              : ""));
   }
   if (config.max_queue < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_queue: ", config.max_queue, " must be >= 0"));
@@ -650,8 +651,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   core->max_draft = config.max_draft;
   if (core->capacity < config.max_sequences) {
     HERD_LOG(Warning) << "scheduler: " << config.max_sequences << " sequences of " << n_ctx_seq
-                      << " cells do not fit in n_ctx = " << n_ctx << "; at most " << core->capacity
-                      << " run at once";
+                      << " cells do not fit in n_ctx = " << n_ctx << "; at most " << core->capacity << " run at once";
   }
   for (int32_t i = core->capacity - 1; i >= 0; --i) core->free_ids.push_back(i);
   core->stats.kv_cells_total = n_ctx;
@@ -718,12 +718,12 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
     const int64_t waiting = static_cast<int64_t>(c.queue.size()) - std::max<int64_t>(0, free_slots);
     if (waiting >= 0) {  // no slot for this one
       if (c.cfg.queue_policy == QueuePolicy::kReject) {
-        return absl::ResourceExhaustedError(absl::StrCat("all ", c.capacity, " sequence slots are busy (max_sequences ",
-                                                         c.cfg.max_sequences, ")"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("all ", c.capacity, " sequence slots are busy (max_sequences ", c.cfg.max_sequences, ")"));
       }
       if (waiting >= c.cfg.max_queue) {
-        return absl::ResourceExhaustedError(absl::StrCat("admission queue is full (max_queue ", c.cfg.max_queue,
-                                                         ", ", c.capacity, " sequences active)"));
+        return absl::ResourceExhaustedError(absl::StrCat("admission queue is full (max_queue ", c.cfg.max_queue, ", ",
+                                                         c.capacity, " sequences active)"));
       }
     }
     st->id = c.next_id++;
@@ -745,8 +745,8 @@ absl::Status Scheduler::Embed(std::vector<int32_t> tokens, Pooling pooling, Embe
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= c.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("tokens[", i, "]: token id ", tokens[i],
-                                                     " is outside the vocabulary [0, ", c.n_vocab, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokens[", i, "]: token id ", tokens[i], " is outside the vocabulary [0, ", c.n_vocab, ")"));
     }
   }
   if (!done) return absl::InvalidArgumentError("done: null callback");
@@ -754,8 +754,7 @@ absl::Status Scheduler::Embed(std::vector<int32_t> tokens, Pooling pooling, Embe
     std::lock_guard<std::mutex> l(c.mu);
     if (c.stop || !c.admitting) return absl::UnavailableError("worker is shutting down: not admitting requests");
     if (static_cast<int64_t>(c.embed_jobs.size()) >= std::max<int64_t>(1, c.cfg.max_queue)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("embedding queue is full (max_queue ", c.cfg.max_queue, ")"));
+      return absl::ResourceExhaustedError(absl::StrCat("embedding queue is full (max_queue ", c.cfg.max_queue, ")"));
     }
     internal::EmbedJob j;
     j.tokens = std::move(tokens);

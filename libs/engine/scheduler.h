@@ -76,6 +76,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "libs/engine/engine.h"
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/drafter.h"
@@ -88,11 +89,11 @@ enum class QueuePolicy { kWait, kReject };
 
 /// Counters of one scheduler iteration, passed to the iteration observer.
 struct IterationStats {
-  int32_t batch_tokens = 0;     // tokens in the batch (0: no forward pass this iteration)
-  int32_t batch_sequences = 0;  // sequences with tokens in the batch
-  int32_t prompt_tokens = 0;    // prompt tokens evaluated
-  int32_t generated_tokens = 0; // tokens delivered in StepResults
-  double seconds = 0;           // wall time of decode + sampling
+  int32_t batch_tokens = 0;      // tokens in the batch (0: no forward pass this iteration)
+  int32_t batch_sequences = 0;   // sequences with tokens in the batch
+  int32_t prompt_tokens = 0;     // prompt tokens evaluated
+  int32_t generated_tokens = 0;  // tokens delivered in StepResults
+  double seconds = 0;            // wall time of decode + sampling
   // Gauges after the iteration.
   int32_t active = 0;
   int32_t queued = 0;
@@ -102,11 +103,11 @@ struct IterationStats {
 
 /// A snapshot of the scheduler's state and cumulative counters.
 struct SchedulerStats {
-  int32_t active = 0;           // admitted sequences (prefilling or generating)
-  int32_t queued = 0;           // waiting for admission
-  int64_t kv_cells_used = 0;    // KV cells holding tokens
-  int64_t kv_cells_total = 0;   // n_ctx
-  uint64_t iterations = 0;      // forward passes run
+  int32_t active = 0;                      // admitted sequences (prefilling or generating)
+  int32_t queued = 0;                      // waiting for admission
+  int64_t kv_cells_used = 0;               // KV cells holding tokens
+  int64_t kv_cells_total = 0;              // n_ctx
+  uint64_t iterations = 0;                 // forward passes run
   uint64_t multi_sequence_iterations = 0;  // forward passes with > 1 sequence
   int32_t max_batch_sequences = 0;         // most sequences in one forward pass
   int32_t max_batch_tokens = 0;            // most tokens in one forward pass
@@ -138,13 +139,13 @@ struct SchedulerConfig {
 
 /// The outcome of one forward pass of one sequence.
 struct StepResult {
-  std::vector<int32_t> tokens;      // accepted draft tokens, then one sampled token
-  int32_t n_accepted = 0;           // draft tokens accepted (= tokens.size() - 1)
+  std::vector<int32_t> tokens;          // accepted draft tokens, then one sampled token
+  int32_t n_accepted = 0;               // draft tokens accepted (= tokens.size() - 1)
   std::vector<TokenLogprobs> logprobs;  // one per token when logprobs > 0
-  bool eos = false;                 // the last token is end-of-generation (not with ignore_eos)
-  bool context_full = false;        // no room for another token in this sequence
-  double prompt_ms = 0;             // cumulative prompt-processing wall time
-  double generation_ms = 0;         // cumulative generation wall time
+  bool eos = false;                     // the last token is end-of-generation (not with ignore_eos)
+  bool context_full = false;            // no room for another token in this sequence
+  double prompt_ms = 0;                 // cumulative prompt-processing wall time
+  double generation_ms = 0;             // cumulative generation wall time
 };
 
 /// What a sequence's consumer receives, in order: kStarted once (on admission), kStep per
@@ -153,10 +154,10 @@ struct StepResult {
 struct SequenceEvent {
   enum class Kind { kStarted, kStep, kEnded };
   Kind kind = Kind::kStarted;
-  int32_t n_prompt = 0;   // kStarted
-  double queue_ms = 0;    // kStarted: time from Start() to admission
-  StepResult step;        // kStep
-  absl::Status status;    // kEnded
+  int32_t n_prompt = 0;  // kStarted
+  double queue_ms = 0;   // kStarted: time from Start() to admission
+  StepResult step;       // kStep
+  absl::Status status;   // kEnded
 };
 
 /// Parameters of a new sequence.
@@ -166,8 +167,8 @@ struct SequenceParams {
   /// continues it (prompt tokens are not matched against it); when no token can (a
   /// dead end), the sequence ends with kEnded(FAILED_PRECONDITION).
   SamplingParams sampling;
-  int32_t logprobs = 0;         // top-n per token, 0..max_logprobs
-  bool ignore_eos = false;      // never flag eos
+  int32_t logprobs = 0;     // top-n per token, 0..max_logprobs
+  bool ignore_eos = false;  // never flag eos
   /// Optional: called after each event is queued (see Sequence::SetNotify).
   std::function<void()> on_event;
 };
@@ -197,8 +198,7 @@ class Sequence {
   /// probability, no mass, or the draft token itself with probability 0);
   /// FAILED_PRECONDITION after context_full or after the sequence ended (cancelled /
   /// failed); UNAVAILABLE after shutdown.
-  absl::Status Step(int32_t n_steps, std::vector<int32_t> draft = {},
-                    std::vector<spec::SparseDist> draft_probs = {});
+  absl::Status Step(int32_t n_steps, std::vector<int32_t> draft = {}, std::vector<spec::SparseDist> draft_probs = {});
 
   /// Ends the sequence: the scheduler frees its KV cells (immediately if idle, else after
   /// the current iteration), drops pending steps and queues kEnded(CANCELLED). Idempotent.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/rejection.h"
@@ -152,8 +153,7 @@ TEST_F(SchedulerTest, SixteenConcurrentSequencesEqualTheirSoloOutput) {
   std::vector<std::vector<int32_t>> solo;
   const auto t_solo = std::chrono::steady_clock::now();
   for (int i = 0; i < kSeqs; ++i) solo.push_back(Solo(prompts[i], lens[i], sps[i]));
-  const double solo_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solo).count();
+  const double solo_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_solo).count();
 
   auto engine = MakeEngine(kSeqs * 128, 64);
   SchedulerConfig cfg;
@@ -176,8 +176,7 @@ TEST_F(SchedulerTest, SixteenConcurrentSequencesEqualTheirSoloOutput) {
     });
   }
   for (auto& t : threads) t.join();
-  const double batch_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_batch).count();
+  const double batch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_batch).count();
   for (int i = 0; i < kSeqs; ++i) EXPECT_EQ(got[i], solo[i]) << "sequence " << i;
   const SchedulerStats st = sched->Stats();
   EXPECT_GT(st.multi_sequence_iterations, 0u);
@@ -195,11 +194,11 @@ TEST_F(SchedulerTest, SixteenConcurrentSequencesEqualTheirSoloOutput) {
   for (int i = 0; i < 100 && sched->Stats().kv_cells_used != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(sched->Stats().kv_cells_used, 0);
   EXPECT_EQ(sched->Stats().active, 0);
-  std::printf("16 sequences: %llu forward passes, %llu with >1 sequence, max %d sequences / %d tokens per pass; "
-              "%.0f ms batched vs %.0f ms one after another (solo Generate)\n",
-              static_cast<unsigned long long>(st.iterations),
-              static_cast<unsigned long long>(st.multi_sequence_iterations), st.max_batch_sequences,
-              st.max_batch_tokens, batch_ms, solo_ms);
+  std::printf(
+      "16 sequences: %llu forward passes, %llu with >1 sequence, max %d sequences / %d tokens per pass; "
+      "%.0f ms batched vs %.0f ms one after another (solo Generate)\n",
+      static_cast<unsigned long long>(st.iterations), static_cast<unsigned long long>(st.multi_sequence_iterations),
+      st.max_batch_sequences, st.max_batch_tokens, batch_ms, solo_ms);
 }
 
 TEST_F(SchedulerTest, LongPromptSplitAcrossIterationsEqualsSolo) {
@@ -398,7 +397,8 @@ TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
     for (size_t j = 0; j < d.size(); ++j) b.Add(d[j], static_cast<int32_t>(prompt.size() + j), 0, true);
     EXPECT_TRUE(e->Decode(b).ok());
     std::vector<std::vector<float>> rows;
-    for (size_t j = 0; j <= d.size(); ++j) rows.emplace_back(e->Logits(static_cast<int64_t>(j)), e->Logits(static_cast<int64_t>(j)) + n_vocab);
+    for (size_t j = 0; j <= d.size(); ++j)
+      rows.emplace_back(e->Logits(static_cast<int64_t>(j)), e->Logits(static_cast<int64_t>(j)) + n_vocab);
     return rows;
   };
 
@@ -817,8 +817,8 @@ TEST_F(SchedulerTest, EosEndsPendingStepsUnlessIgnored) {
   ASSERT_EQ(cont.size(), 30u);
   // The first token that does not occur before position 6.
   size_t k = 6;
-  while (k < cont.size() && std::find(cont.begin(), cont.begin() + static_cast<long>(k), cont[k]) !=
-                                cont.begin() + static_cast<long>(k)) {
+  while (k < cont.size() &&
+         std::find(cont.begin(), cont.begin() + static_cast<long>(k), cont[k]) != cont.begin() + static_cast<long>(k)) {
     ++k;
   }
   ASSERT_LT(k, cont.size());
@@ -958,8 +958,9 @@ TEST_F(SchedulerTest, EmbedValidationAndShutdown) {
   EXPECT_NE(bad.message().find("tokens[1]"), std::string::npos) << bad;
   // A full-length input fits (a free slot's region).
   std::promise<absl::StatusOr<std::vector<float>>> done;
-  ASSERT_TRUE(sched->Embed(std::vector<int32_t>(32, 1), Pooling::kLast,
-                           [&](absl::StatusOr<std::vector<float>> r) { done.set_value(std::move(r)); })
+  ASSERT_TRUE(sched
+                  ->Embed(std::vector<int32_t>(32, 1), Pooling::kLast,
+                          [&](absl::StatusOr<std::vector<float>> r) { done.set_value(std::move(r)); })
                   .ok());
   auto r = done.get_future().get();
   ASSERT_TRUE(r.ok()) << r.status();

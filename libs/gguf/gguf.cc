@@ -229,8 +229,7 @@ const char* ValueTypeName(ValueType t) {
 
 class Parser {
  public:
-  Parser(const std::string& name, const uint8_t* data, uint64_t size)
-      : name_(name), data_(data), size_(size) {}
+  Parser(const std::string& name, const uint8_t* data, uint64_t size) : name_(name), data_(data), size_(size) {}
 
   absl::Status Parse(GgufFile* f);
 
@@ -252,8 +251,8 @@ class Parser {
   }
   uint64_t Remaining() const { return size_ - pos_; }
   absl::Status Truncated(absl::string_view field, uint64_t need) const {
-    return Fail(absl::StrCat(field, ": truncated at offset ", pos_, " (need ", need, " bytes, ",
-                             Remaining(), " remain in a ", size_, "-byte file)"));
+    return Fail(absl::StrCat(field, ": truncated at offset ", pos_, " (need ", need, " bytes, ", Remaining(),
+                             " remain in a ", size_, "-byte file)"));
   }
   absl::Status ReadLE(absl::string_view field, size_t n, uint64_t* v) {
     if (n > Remaining()) return Truncated(field, n);
@@ -286,8 +285,8 @@ absl::Status Parser::ReadString(absl::string_view field, int64_t index, std::str
   const uint64_t len = LoadLE(data_ + pos_, 8);
   pos_ += 8;
   if (len > Remaining()) {
-    return Fail(absl::StrCat(what(), " length ", len, " exceeds the ", Remaining(),
-                             " bytes remaining at offset ", pos_));
+    return Fail(
+        absl::StrCat(what(), " length ", len, " exceeds the ", Remaining(), " bytes remaining at offset ", pos_));
   }
   out->assign(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
   pos_ += len;
@@ -313,8 +312,7 @@ absl::Status Parser::ReadValue(ValueType t, int depth, Value* out) {
   const uint64_t min = MinElementSize(elem);
   if (n > Remaining() / min) {
     return Fail(absl::StrCat("array length ", n, " (", ValueTypeName(elem), ", at least ", min,
-                             " bytes each) exceeds the ", Remaining(),
-                             " bytes remaining at offset ", pos_));
+                             " bytes each) exceeds the ", Remaining(), " bytes remaining at offset ", pos_));
   }
   out->array_type_ = elem;
   out->array_size_ = static_cast<size_t>(n);
@@ -328,9 +326,7 @@ absl::Status Parser::ReadValue(ValueType t, int depth, Value* out) {
     out->strings_.reserve(static_cast<size_t>(std::min<uint64_t>(n, kMaxReserve)));
     for (uint64_t i = 0; i < n; ++i) {
       out->strings_.emplace_back();
-      if (absl::Status s =
-              ReadString("string element", static_cast<int64_t>(i), &out->strings_.back());
-          !s.ok()) {
+      if (absl::Status s = ReadString("string element", static_cast<int64_t>(i), &out->strings_.back()); !s.ok()) {
         return s;
       }
     }
@@ -384,8 +380,8 @@ absl::Status Parser::ParseTensorInfo(size_t index, TensorInfo* ti) {
     return Fail(absl::StrCat("element count of dims ", dims(), " overflows int64"));
   }
   if (ti->ne[0] % tr->block_size != 0) {
-    return Fail(absl::StrCat("dim 0 (", ti->ne[0], ") is not a multiple of the ", tr->name,
-                             " block size ", tr->block_size));
+    return Fail(
+        absl::StrCat("dim 0 (", ti->ne[0], ") is not a multiple of the ", tr->name, " block size ", tr->block_size));
   }
   const int64_t blocks = ti->ne[0] / tr->block_size;
   const int64_t ts = static_cast<int64_t>(tr->type_size);
@@ -400,10 +396,9 @@ absl::Status Parser::Parse(GgufFile* f) {
   f->file_size_ = size_;
   // Magic.
   if (size_ >= 4 && std::memcmp(data_, "GGUF", 4) != 0) {
-    return Fail(
-        absl::StrCat("bad magic \"",
-                     absl::CHexEscape(absl::string_view(reinterpret_cast<const char*>(data_), 4)),
-                     "\" (expected \"GGUF\")"));
+    return Fail(absl::StrCat("bad magic \"",
+                             absl::CHexEscape(absl::string_view(reinterpret_cast<const char*>(data_), 4)),
+                             "\" (expected \"GGUF\")"));
   }
   ctx_ = "header";
   if (size_ < 4) return Truncated("magic", 4);
@@ -427,20 +422,18 @@ absl::Status Parser::Parse(GgufFile* f) {
   {
     const uint64_t rem = Remaining();
     if (n_kv > rem / kMinKvBytes) {
-      return Fail(absl::StrCat("n_kv ", n_kv, " is more than the ", rem,
-                               " remaining bytes can hold (at least ", kMinKvBytes,
-                               " bytes per key/value)"));
+      return Fail(absl::StrCat("n_kv ", n_kv, " is more than the ", rem, " remaining bytes can hold (at least ",
+                               kMinKvBytes, " bytes per key/value)"));
     }
     if (n_tensors > rem / kMinTensorInfoBytes) {
       return Fail(absl::StrCat("n_tensors ", n_tensors, " is more than the ", rem,
-                               " remaining bytes can hold (at least ", kMinTensorInfoBytes,
-                               " bytes per tensor info)"));
+                               " remaining bytes can hold (at least ", kMinTensorInfoBytes, " bytes per tensor info)"));
     }
     // Both products are <= rem, so the sum below cannot wrap.
     if (n_kv * kMinKvBytes > rem - n_tensors * kMinTensorInfoBytes) {
       return Fail(absl::StrCat("n_kv ", n_kv, " and n_tensors ", n_tensors, " need at least ",
-                               n_kv * kMinKvBytes + n_tensors * kMinTensorInfoBytes,
-                               " bytes but only ", rem, " remain"));
+                               n_kv * kMinKvBytes + n_tensors * kMinTensorInfoBytes, " bytes but only ", rem,
+                               " remain"));
     }
   }
 
@@ -465,8 +458,7 @@ absl::Status Parser::Parse(GgufFile* f) {
   f->alignment_ = kDefaultAlignment;
   if (const Value* a = f->Find(kAlignmentKey)) {
     if (a->type() != ValueType::UINT32) {
-      return Fail(absl::StrCat("has type ", TypeDesc(*a), " (value ", a->DebugString(4),
-                               "), expected uint32"));
+      return Fail(absl::StrCat("has type ", TypeDesc(*a), " (value ", a->DebugString(4), "), expected uint32"));
     }
     const uint64_t v = a->AsUint();
     if (v == 0) return Fail("alignment is 0 (must be a nonzero power of two)");
@@ -501,30 +493,27 @@ absl::Status Parser::Parse(GgufFile* f) {
   for (TensorInfo& ti : f->tensors_) {
     ctx_ = absl::StrCat("tensor ", Quote(ti.name));
     if (ti.offset % f->alignment_ != 0) {
-      return Fail(absl::StrCat("offset ", ti.offset, " is not a multiple of the alignment ",
-                               f->alignment_));
+      return Fail(absl::StrCat("offset ", ti.offset, " is not a multiple of the alignment ", f->alignment_));
     }
     if (ti.offset > data_size || ti.nbytes > data_size - ti.offset) {
       return Fail(absl::StrCat("data at offset ", ti.offset, " + ", ti.nbytes,
                                " bytes extends past the end of the data section (", data_size,
-                               " bytes from file offset ", f->data_offset_, "; file size ", size_,
-                               ")"));
+                               " bytes from file offset ", f->data_offset_, "; file size ", size_, ")"));
     }
     ti.data = data_ + f->data_offset_ + ti.offset;
   }
   // Overlap: sort by offset; every tensor must end before the next one starts.
   std::vector<size_t> order(f->tensors_.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [f](size_t a, size_t b) {
-    return f->tensors_[a].offset < f->tensors_[b].offset;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [f](size_t a, size_t b) { return f->tensors_[a].offset < f->tensors_[b].offset; });
   for (size_t i = 1; i < order.size(); ++i) {
     const TensorInfo& a = f->tensors_[order[i - 1]];
     const TensorInfo& b = f->tensors_[order[i]];
     if (a.offset + a.nbytes > b.offset) {
       ctx_.clear();
-      return Fail(absl::StrCat("tensors ", Quote(a.name), " (offset ", a.offset, ", ", a.nbytes,
-                               " bytes) and ", Quote(b.name), " (offset ", b.offset, ") overlap"));
+      return Fail(absl::StrCat("tensors ", Quote(a.name), " (offset ", a.offset, ", ", a.nbytes, " bytes) and ",
+                               Quote(b.name), " (offset ", b.offset, ") overlap"));
     }
   }
   return absl::OkStatus();
@@ -688,8 +677,7 @@ int64_t Value::IntAt(size_t i) const {
 double Value::DoubleAt(size_t i) const {
   if (type_ != ValueType::ARRAY || !IsNumericType(array_type_) || i >= array_size_) return 0;
   const size_t sz = ScalarSize(array_type_);
-  return BitsToDouble(array_type_,
-                      LoadLE(reinterpret_cast<const uint8_t*>(raw_.data()) + i * sz, sz));
+  return BitsToDouble(array_type_, LoadLE(reinterpret_cast<const uint8_t*>(raw_.data()) + i * sz, sz));
 }
 
 namespace {
@@ -719,8 +707,7 @@ std::string Value::DebugString(size_t max_elems) const {
       out += elements_[i].DebugString(max_elems);
     } else {
       const size_t sz = ScalarSize(array_type_);
-      out += ScalarString(array_type_,
-                          LoadLE(reinterpret_cast<const uint8_t*>(raw_.data()) + i * sz, sz));
+      out += ScalarString(array_type_, LoadLE(reinterpret_cast<const uint8_t*>(raw_.data()) + i * sz, sz));
     }
   }
   if (array_size_ > n) out += n > 0 ? ", ..." : "...";
@@ -742,8 +729,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::string bytes,
-                                                              const std::string& name) {
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::string bytes, const std::string& name) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = name;
   f->owned_ = std::move(bytes);
@@ -770,8 +756,7 @@ namespace {
 absl::Status KeyNotFound(const std::string& path, absl::string_view key) {
   return absl::NotFoundError(absl::StrCat(path, ": key ", Quote(key), " not found"));
 }
-absl::Status WrongType(const std::string& path, absl::string_view key, const Value& v,
-                       absl::string_view expected) {
+absl::Status WrongType(const std::string& path, absl::string_view key, const Value& v, absl::string_view expected) {
   return absl::InvalidArgumentError(
       absl::StrCat(path, ": key ", Quote(key), " has type ", TypeDesc(v), ", expected ", expected));
 }
@@ -810,8 +795,7 @@ absl::StatusOr<int64_t> GgufFile::GetInt(absl::string_view key) const {
   const Value* v = Find(key);
   if (v == nullptr) return KeyNotFound(path_, key);
   if (!v->is_integer()) return WrongType(path_, key, *v, "an integer");
-  if (v->type() == ValueType::UINT64 &&
-      v->AsUint() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+  if (v->type() == ValueType::UINT64 && v->AsUint() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return OutOfRange(path_, key, v->DebugString(), "int64");
   }
   return v->AsInt();
@@ -861,8 +845,7 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(absl::string_view key
   for (size_t i = 0; i < out.size(); ++i) {
     out[i] = v->IntAt(i);
     if (v->array_type() == ValueType::UINT64 && out[i] < 0) {
-      return OutOfRange(path_, key,
-                        absl::StrCat(static_cast<uint64_t>(out[i]), " (element ", i, ")"), "int64");
+      return OutOfRange(path_, key, absl::StrCat(static_cast<uint64_t>(out[i]), " (element ", i, ")"), "int64");
     }
   }
   return out;
@@ -877,8 +860,7 @@ GgufWriter GgufWriter::FromFile(const GgufFile& f) {
   w.kv_ = f.metadata();
   w.tensors_.reserve(f.tensors().size());
   for (const TensorInfo& t : f.tensors()) {
-    w.tensors_.push_back(PendingTensor{t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
-                                       t.data, t.nbytes});
+    w.tensors_.push_back(PendingTensor{t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes});
   }
   // gguf-py's vocab-only files (no tensors) end right after the key/values, without
   // padding to the alignment; ggml's writer pads. Keep whichever the file did.
@@ -900,21 +882,18 @@ void GgufWriter::SetValue(const std::string& key, Value v) {
 }
 
 void GgufWriter::RemoveKey(const std::string& key) {
-  kv_.erase(
-      std::remove_if(kv_.begin(), kv_.end(), [&key](const KeyValue& kv) { return kv.key == key; }),
-      kv_.end());
+  kv_.erase(std::remove_if(kv_.begin(), kv_.end(), [&key](const KeyValue& kv) { return kv.key == key; }), kv_.end());
   if (key == kAlignmentKey) alignment_ = kDefaultAlignment;
 }
 
 namespace {
-absl::Status CheckTensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
-                         const void* data, size_t nbytes) {
+absl::Status CheckTensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, const void* data,
+                         size_t nbytes) {
   auto fail = [&name](absl::string_view msg) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", Quote(name), ": ", msg));
   };
   const GgmlTypeTraits* tr = GetGgmlTypeTraits(type);
-  if (tr == nullptr)
-    return fail(absl::StrCat("unknown ggml type id ", static_cast<uint32_t>(type)));
+  if (tr == nullptr) return fail(absl::StrCat("unknown ggml type id ", static_cast<uint32_t>(type)));
   if (ne.empty() || ne.size() > kMaxDims) {
     return fail(absl::StrCat("n_dims ", ne.size(), " is out of range 1..", kMaxDims));
   }
@@ -926,8 +905,8 @@ absl::Status CheckTensor(const std::string& name, GgmlType type, const std::vect
     n *= ne[d];
   }
   if (ne[0] % tr->block_size != 0) {
-    return fail(absl::StrCat("dim 0 (", ne[0], ") is not a multiple of the ", tr->name,
-                             " block size ", tr->block_size));
+    return fail(
+        absl::StrCat("dim 0 (", ne[0], ") is not a multiple of the ", tr->name, " block size ", tr->block_size));
   }
   const int64_t rows = n / ne[0];
   const int64_t blocks = ne[0] / tr->block_size;
@@ -935,17 +914,16 @@ absl::Status CheckTensor(const std::string& name, GgmlType type, const std::vect
   if (blocks > kMax / ts || blocks * ts > kMax / rows) return fail("byte size overflows int64");
   const uint64_t want = static_cast<uint64_t>(blocks * ts * rows);
   if (nbytes != want) {
-    return fail(absl::StrCat("nbytes ", nbytes, " does not match the ", want, " bytes of ",
-                             tr->name, " [", absl::StrJoin(ne, ", "), "]"));
+    return fail(absl::StrCat("nbytes ", nbytes, " does not match the ", want, " bytes of ", tr->name, " [",
+                             absl::StrJoin(ne, ", "), "]"));
   }
   if (data == nullptr) return fail("data is null");
   return absl::OkStatus();
 }
 }  // namespace
 
-absl::Status GgufWriter::AddTensor(const std::string& name, GgmlType type,
-                                   const std::vector<int64_t>& ne, const void* data,
-                                   size_t nbytes) {
+absl::Status GgufWriter::AddTensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
+                                   const void* data, size_t nbytes) {
   for (const PendingTensor& t : tensors_) {
     if (t.name == name) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", Quote(name), ": duplicate name"));
@@ -956,8 +934,7 @@ absl::Status GgufWriter::AddTensor(const std::string& name, GgmlType type,
   return absl::OkStatus();
 }
 
-absl::Status GgufWriter::ReplaceTensor(const std::string& name, GgmlType type, const void* data,
-                                       size_t nbytes) {
+absl::Status GgufWriter::ReplaceTensor(const std::string& name, GgmlType type, const void* data, size_t nbytes) {
   for (PendingTensor& t : tensors_) {
     if (t.name != name) continue;
     if (absl::Status s = CheckTensor(name, type, t.ne, data, nbytes); !s.ok()) return s;
@@ -1029,15 +1006,14 @@ bool WriteAll(int fd, const void* p, size_t n) {
 
 absl::Status GgufWriter::WriteFile(const std::string& path) const {
   if (version_ != 2 && version_ != 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": GGUF version ", version_, " cannot be written (2 or 3)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": GGUF version ", version_, " cannot be written (2 or 3)"));
   }
   for (const KeyValue& kv : kv_) {
     if (kv.key != kAlignmentKey) continue;
     if (kv.value.type() != ValueType::UINT32 || !ValidAlignmentValue(kv.value.AsUint())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": key '", kAlignmentKey, "' must be a uint32 power of two <= ", kMaxAlignment,
-          ", got ", TypeDesc(kv.value), " ", kv.value.DebugString(4)));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": key '", kAlignmentKey,
+                                                     "' must be a uint32 power of two <= ", kMaxAlignment, ", got ",
+                                                     TypeDesc(kv.value), " ", kv.value.DebugString(4)));
     }
   }
   const std::string header = HeaderBytes();
@@ -1073,8 +1049,7 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
   }
   // Make the rename durable (best effort).
   const size_t slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+
 #include "libs/base/mmap.h"
 #include "libs/gguf/ggml_type.h"
 
@@ -20,8 +21,19 @@ namespace herd::gguf {
 
 /// GGUF metadata value types (gguf.h `enum gguf_type`).
 enum class ValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
-  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 
 /// "uint8", "int32", "string", "array", ...
@@ -94,9 +106,9 @@ class Value {
   ValueType type_ = ValueType::UINT8;
   ValueType array_type_ = ValueType::UINT8;
   size_t array_size_ = 0;
-  uint64_t bits_ = 0;        // scalar payload (little-endian bits of the value)
-  std::string str_;          // STRING scalar
-  std::string raw_;          // numeric array payload
+  uint64_t bits_ = 0;  // scalar payload (little-endian bits of the value)
+  std::string str_;    // STRING scalar
+  std::string raw_;    // numeric array payload
   std::vector<std::string> strings_;
   std::vector<Value> elements_;
   friend class Parser;
@@ -113,9 +125,9 @@ struct TensorInfo {
   uint32_t n_dims = 0;
   int64_t ne[4] = {1, 1, 1, 1};
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;           // relative to the data section
-  size_t nbytes = 0;             // bytes of data
-  const uint8_t* data = nullptr; // into the file mapping (or owned buffer)
+  uint64_t offset = 0;            // relative to the data section
+  size_t nbytes = 0;              // bytes of data
+  const uint8_t* data = nullptr;  // into the file mapping (or owned buffer)
 
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
@@ -144,8 +156,7 @@ class GgufFile {
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
 
   /// Same validation over an in-memory image (moved in, owned); `name` is used in messages.
-  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(std::string bytes,
-                                                             const std::string& name = "<memory>");
+  static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(std::string bytes, const std::string& name = "<memory>");
 
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
@@ -222,12 +233,11 @@ class GgufWriter {
   /// Adds a tensor; `data` (nbytes bytes) must stay valid until Write*. Errors:
   /// INVALID_ARGUMENT for a duplicate name, bad dims, unknown type, or nbytes not
   /// matching the shape and type.
-  absl::Status AddTensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne,
-                         const void* data, size_t nbytes);
+  absl::Status AddTensor(const std::string& name, GgmlType type, const std::vector<int64_t>& ne, const void* data,
+                         size_t nbytes);
   /// Replaces the type/data of an existing tensor (same checks as AddTensor against its
   /// shape); NOT_FOUND when there is no such tensor.
-  absl::Status ReplaceTensor(const std::string& name, GgmlType type, const void* data,
-                             size_t nbytes);
+  absl::Status ReplaceTensor(const std::string& name, GgmlType type, const void* data, size_t nbytes);
 
   /// Writes atomically, streaming the tensor data (unique temp file in the same
   /// directory, fsync, rename, fsync of the directory); nothing is left on failure.

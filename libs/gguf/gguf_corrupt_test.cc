@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/mmap.h"
 #include "libs/gguf/gguf.h"
 
@@ -79,8 +80,7 @@ GgufWriter BaselineWriter() {
   w.SetValue("k.str", Value::String("hello"));
   w.SetValue("k.arr_i32", Value::I32Array({1, 2, 3}));
   w.SetValue("k.arr_str", Value::StringArray({"a", "bc"}));
-  w.SetValue("k.nested", Value::NestedArray(ValueType::ARRAY,
-                                            {Value::I32Array({1}), Value::StringArray({"x"})}));
+  w.SetValue("k.nested", Value::NestedArray(ValueType::ARRAY, {Value::I32Array({1}), Value::StringArray({"x"})}));
   EXPECT_TRUE(w.AddTensor("tensor_a", GgmlType::F32, {4, 2}, kA, sizeof(kA)).ok());
   EXPECT_TRUE(w.AddTensor("tensor_b", GgmlType::Q4_0, {32, 2}, kB, sizeof(kB)).ok());
   EXPECT_TRUE(w.AddTensor("tensor_d", GgmlType::F32, {4, 1, 1, 2}, kD, sizeof(kD)).ok());
@@ -97,8 +97,7 @@ std::string Parse(std::string img) {
   if (r.ok()) return "OK";
   const std::string msg(r.status().message());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << msg;
-  EXPECT_EQ(msg.rfind(std::string(kName) + ": ", 0), 0u)
-      << "message must start with the file: " << msg;
+  EXPECT_EQ(msg.rfind(std::string(kName) + ": ", 0), 0u) << "message must start with the file: " << msg;
   return msg;
 }
 
@@ -143,8 +142,7 @@ TEST(GgufCorrupt, TruncatedAtEveryOffset) {
   EXPECT_CORRUPT("", "magic: truncated at offset 0");
   EXPECT_CORRUPT(img.substr(0, 6), "version: truncated at offset 4");
   EXPECT_CORRUPT(img.substr(0, 20), "n_kv: truncated at offset 16");
-  EXPECT_CORRUPT(img.substr(0, data_end - 1),
-                 "tensor 'tensor_c': data at offset 128 + 6 bytes extends past the end");
+  EXPECT_CORRUPT(img.substr(0, data_end - 1), "tensor 'tensor_c': data at offset 128 + 6 bytes extends past the end");
 }
 
 TEST(GgufCorrupt, BadMagic) {
@@ -374,8 +372,7 @@ TEST(GgufCorrupt, OverlappingTensors) {
   // tensor_a grows from 32 to 48 bytes into tensor_b at 32.
   std::string grow = img;
   SetU64(&grow, Tensor(img, "tensor_a").ne + 8, 3);
-  EXPECT_CORRUPT(grow,
-                 "tensors 'tensor_a' (offset 0, 48 bytes) and 'tensor_b' (offset 32) overlap");
+  EXPECT_CORRUPT(grow, "tensors 'tensor_a' (offset 0, 48 bytes) and 'tensor_b' (offset 32) overlap");
   // Order in the file does not matter: tensor_c placed inside tensor_b.
   std::string inside = img;
   SetU64(&inside, Tensor(img, "tensor_c").offset, 64);
@@ -473,8 +470,7 @@ TEST(GgufCorrupt, RandomByteFlipsNeverCrash) {
       const uint64_t r = next();
       // Mix of bit flips and "interesting" bytes (0, 0xff, 0x80).
       const char interesting[] = {0, '\xff', '\x80', 1};
-      t[pos] =
-          (r & 1) ? static_cast<char>(t[pos] ^ (1 << ((r >> 1) % 8))) : interesting[(r >> 1) % 4];
+      t[pos] = (r & 1) ? static_cast<char>(t[pos] ^ (1 << ((r >> 1) % 8))) : interesting[(r >> 1) % 4];
     }
     if (next() % 4 == 0) t.resize(next() % (t.size() + 1));
     absl::StatusOr<std::unique_ptr<GgufFile>> r = GgufFile::FromBytes(t, kName);

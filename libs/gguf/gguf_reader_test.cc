@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/mmap.h"
 #include "libs/gguf/gguf.h"
 #include "tests/shared_data.h"
@@ -17,9 +18,7 @@ namespace {
   const std::string var = SharedDir(); \
   if (var.empty()) GTEST_SKIP() << kSharedDirMissing
 
-bool Contains(const std::string& s, const std::string& sub) {
-  return s.find(sub) != std::string::npos;
-}
+bool Contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
 TEST(GgufReader, Stories260K) {
   REQUIRE_SHARED(shared);
@@ -104,8 +103,7 @@ TEST(GgufReader, Stories260K) {
 
 TEST(GgufReader, LlamaTinyRandomF16) {
   REQUIRE_SHARED(shared);
-  absl::StatusOr<std::unique_ptr<GgufFile>> r =
-      GgufFile::Open(shared + "/models/llama-2-tiny-random.gguf");
+  absl::StatusOr<std::unique_ptr<GgufFile>> r = GgufFile::Open(shared + "/models/llama-2-tiny-random.gguf");
   ASSERT_TRUE(r.ok()) << r.status();
   const GgufFile& f = **r;
   EXPECT_EQ(*f.GetString("general.name"), "LLaMA v2");
@@ -143,8 +141,7 @@ TEST(GgufReader, VocabOnlyFileWithoutTrailingPadding) {
   REQUIRE_SHARED(shared);
   // gguf-py vocab-only files have no tensors and stop right after the key/values, so
   // the (empty) data section would start past the end of the file.
-  absl::StatusOr<std::unique_ptr<GgufFile>> r =
-      GgufFile::Open(shared + "/models/vocab/ggml-vocab-gpt-2.gguf");
+  absl::StatusOr<std::unique_ptr<GgufFile>> r = GgufFile::Open(shared + "/models/vocab/ggml-vocab-gpt-2.gguf");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE((*r)->tensors().empty());
   EXPECT_GT((*r)->data_offset(), (*r)->file_size());
@@ -184,9 +181,7 @@ TEST(GgufReader, TypedGetterErrorsNameTheKey) {
 
   s = f.GetStringArray("tokenizer.ggml.scores").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(
-      Contains(std::string(s.message()), "'tokenizer.ggml.scores' has type array of float32"))
-      << s;
+  EXPECT_TRUE(Contains(std::string(s.message()), "'tokenizer.ggml.scores' has type array of float32")) << s;
 
   s = f.GetIntArray("tokenizer.ggml.tokens").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -236,12 +231,10 @@ TEST(GgufReader, AllValueTypesRoundTrip) {
   std::string u64le(8, '\xff');
   w.SetValue("arr_u64_big", Value::NumericArray(ValueType::UINT64, u64le, 1));
   w.SetValue("arr_f64", Value::NestedArray(ValueType::FLOAT64, {Value::F64(0.25), Value::F64(8)}));
-  w.SetValue("arr_bool",
-             Value::NestedArray(ValueType::BOOL, {Value::Bool(true), Value::Bool(false)}));
+  w.SetValue("arr_bool", Value::NestedArray(ValueType::BOOL, {Value::Bool(true), Value::Bool(false)}));
   w.SetValue("nested",
-             Value::NestedArray(ValueType::ARRAY,
-                                {Value::I32Array({1, 2}), Value::StringArray({"x"}),
-                                 Value::NestedArray(ValueType::ARRAY, {Value::F32Array({3.0f})})}));
+             Value::NestedArray(ValueType::ARRAY, {Value::I32Array({1, 2}), Value::StringArray({"x"}),
+                                                   Value::NestedArray(ValueType::ARRAY, {Value::F32Array({3.0f})})}));
   const std::string img = w.WriteToString();
   absl::StatusOr<std::unique_ptr<GgufFile>> r = GgufFile::FromBytes(img, "all.gguf");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -288,14 +281,12 @@ TEST(GgufReader, AllValueTypesRoundTrip) {
   EXPECT_EQ(n->elements()[0].IntAt(1), 2);
   EXPECT_EQ(n->elements()[1].strings(), std::vector<std::string>{"x"});
   EXPECT_EQ(n->elements()[2].elements()[0].DoubleAt(0), 3.0);
-  EXPECT_EQ(n->DebugString(),
-            "array[3] [int32[2] [1, 2], string[1] [\"x\"], array[1] [float32[1] [3]]]");
+  EXPECT_EQ(n->DebugString(), "array[3] [int32[2] [1, 2], string[1] [\"x\"], array[1] [float32[1] [3]]]");
 
   // Range errors name the key and the value.
   absl::Status s = f.GetUint32("i8").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(std::string(s.message()), "'i8' value -100 is out of range for uint32"))
-      << s;
+  EXPECT_TRUE(Contains(std::string(s.message()), "'i8' value -100 is out of range for uint32")) << s;
   s = f.GetUint32("u64").status();
   EXPECT_TRUE(Contains(std::string(s.message()), "'u64' value 18000000000000000000")) << s;
   s = f.GetInt("u64").status();

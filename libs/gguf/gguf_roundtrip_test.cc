@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/mmap.h"
 #include "libs/gguf/gguf.h"
 #include "tests/shared_data.h"
@@ -21,9 +22,7 @@ namespace fs = std::filesystem;
   const std::string var = SharedDir(); \
   if (var.empty()) GTEST_SKIP() << kSharedDirMissing
 
-bool Contains(const std::string& s, const std::string& sub) {
-  return s.find(sub) != std::string::npos;
-}
+bool Contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
 std::vector<std::string> AllGgufFiles(const std::string& shared) {
   std::vector<std::string> out;
@@ -75,8 +74,8 @@ TEST(GgufRoundTrip, EverySharedFileIsByteIdentical) {
     if (out != *orig) {
       size_t i = 0;
       while (i < out.size() && i < orig->size() && out[i] == (*orig)[i]) ++i;
-      ADD_FAILURE() << "differs at byte " << i << " (written " << out.size() << " bytes, original "
-                    << orig->size() << ", data section at " << (*f)->data_offset() << ")";
+      ADD_FAILURE() << "differs at byte " << i << " (written " << out.size() << " bytes, original " << orig->size()
+                    << ", data section at " << (*f)->data_offset() << ")";
     }
   }
   EXPECT_TRUE(saw_vocab);
@@ -191,8 +190,7 @@ TEST(GgufWriter, AddTensorValidation) {
   const uint16_t h[8] = {};
   EXPECT_TRUE(w.ReplaceTensor("t", GgmlType::F16, h, sizeof(h)).ok());
   EXPECT_FALSE(w.ReplaceTensor("t", GgmlType::F16, h, 4).ok());
-  EXPECT_EQ(w.ReplaceTensor("nope", GgmlType::F16, h, sizeof(h)).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(w.ReplaceTensor("nope", GgmlType::F16, h, sizeof(h)).code(), absl::StatusCode::kNotFound);
   absl::StatusOr<std::unique_ptr<GgufFile>> f = GgufFile::FromBytes(w.WriteToString());
   ASSERT_TRUE(f.ok()) << f.status();
   ASSERT_EQ((*f)->tensors().size(), 1u);

@@ -78,15 +78,15 @@ size_t Parser::Fail(size_t pos, const std::string& what) {
     }
     near = absl::StrCat(" near '", near, "'");
   }
-  status_ = absl::InvalidArgumentError(
-      absl::StrCat("grammar: ", what, " at line ", line, ", column ", col, near));
+  status_ = absl::InvalidArgumentError(absl::StrCat("grammar: ", what, " at line ", line, ", column ", col, near));
   return kNpos;
 }
 
 bool Parser::CountElements(size_t n, size_t pos) {
   n_elements_ += n;
   if (n_elements_ > lim_.max_elements) {
-    Fail(pos, absl::StrCat("grammar too large (more than ", lim_.max_elements, " elements after expanding repetitions)"));
+    Fail(pos,
+         absl::StrCat("grammar too large (more than ", lim_.max_elements, " elements after expanding repetitions)"));
     return false;
   }
   return true;
@@ -142,12 +142,21 @@ size_t Parser::ParseChar(size_t pos, uint32_t* out) {
   const char c = src_[pos];
   if (c == '\\') {
     switch (At(pos + 1)) {
-      case 'x': return ParseHex(pos + 2, 2, out);
-      case 'u': return ParseHex(pos + 2, 4, out);
-      case 'U': return ParseHex(pos + 2, 8, out);
-      case 't': *out = '\t'; return pos + 2;
-      case 'r': *out = '\r'; return pos + 2;
-      case 'n': *out = '\n'; return pos + 2;
+      case 'x':
+        return ParseHex(pos + 2, 2, out);
+      case 'u':
+        return ParseHex(pos + 2, 4, out);
+      case 'U':
+        return ParseHex(pos + 2, 8, out);
+      case 't':
+        *out = '\t';
+        return pos + 2;
+      case 'r':
+        *out = '\r';
+        return pos + 2;
+      case 'n':
+        *out = '\n';
+        return pos + 2;
       case '\\':
       case '"':
       case '[':
@@ -513,9 +522,15 @@ std::string Grammar::ToString() const {
     for (size_t i = 0; i + 1 < r.size(); ++i) {
       const Element& e = r[i];
       switch (e.type) {
-        case ElementType::kAlt: out += "| "; break;
-        case ElementType::kRuleRef: absl::StrAppend(&out, names[e.value], " "); break;
-        case ElementType::kCharAny: out += ". "; break;
+        case ElementType::kAlt:
+          out += "| ";
+          break;
+        case ElementType::kRuleRef:
+          absl::StrAppend(&out, names[e.value], " ");
+          break;
+        case ElementType::kCharAny:
+          out += ". ";
+          break;
         case ElementType::kChar:
         case ElementType::kCharNot: {
           out += e.type == ElementType::kCharNot ? "[^" : "[";
@@ -535,7 +550,8 @@ std::string Grammar::ToString() const {
           i = j - 1;
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
     out += "\n";

@@ -59,11 +59,11 @@ using Rule = std::vector<Element>;
 
 /// Size limits of a grammar (a request can carry one, so they are bounded).
 struct GrammarLimits {
-  size_t max_text_bytes = 1 << 20;     // grammar source
-  size_t max_rules = 20000;            // after expanding repetitions
-  size_t max_elements = 1000000;       // total elements of all rules
-  uint32_t max_repetition = 2000;      // m and n of {m,n} (llama.cpp MAX_REPETITION_THRESHOLD)
-  int max_nesting = 200;               // depth of ( ... ) groups
+  size_t max_text_bytes = 1 << 20;  // grammar source
+  size_t max_rules = 20000;         // after expanding repetitions
+  size_t max_elements = 1000000;    // total elements of all rules
+  uint32_t max_repetition = 2000;   // m and n of {m,n} (llama.cpp MAX_REPETITION_THRESHOLD)
+  int max_nesting = 200;            // depth of ( ... ) groups
 };
 
 /// A parsed, validated grammar. Immutable; share it with std::shared_ptr.
@@ -77,8 +77,7 @@ class Grammar {
   /// 'x'", "grammar has no 'root' rule", "left recursion in rule 'x'", repetition counts
   /// over limits.max_repetition or {m,n} with n < m, empty grammar, and grammars over the
   /// size limits (text, rules, elements, nesting).
-  static absl::StatusOr<std::shared_ptr<const Grammar>> Parse(absl::string_view text,
-                                                              const GrammarLimits& limits = {});
+  static absl::StatusOr<std::shared_ptr<const Grammar>> Parse(absl::string_view text, const GrammarLimits& limits = {});
 
   /// Rules by id (llama_grammar_rules); every rule ends with kEnd.
   const std::vector<Rule>& rules() const { return rules_; }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/matcher.h"
 
@@ -32,24 +33,29 @@ const std::map<std::string, BuiltinRule>& Builtins() {
       {"boolean", {"(\"true\" | \"false\") space", {}}},
       {"decimal-part", {"[0-9]{1,16}", {}}},
       {"integral-part", {"[0] | [1-9] [0-9]{0,15}", {}}},
-      {"number", {"(\"-\"? integral-part) (\".\" decimal-part)? ([eE] [-+]? integral-part)? space",
-                  {"integral-part", "decimal-part"}}},
+      {"number",
+       {"(\"-\"? integral-part) (\".\" decimal-part)? ([eE] [-+]? integral-part)? space",
+        {"integral-part", "decimal-part"}}},
       {"integer", {"(\"-\"? integral-part) space", {"integral-part"}}},
-      {"value", {"object | array | string | number | boolean | null",
-                 {"object", "array", "string", "number", "boolean", "null"}}},
-      {"object", {"\"{\" space ( string \":\" space value (\",\" space string \":\" space value)* )? \"}\" space",
-                  {"string", "value"}}},
+      {"value",
+       {"object | array | string | number | boolean | null",
+        {"object", "array", "string", "number", "boolean", "null"}}},
+      {"object",
+       {"\"{\" space ( string \":\" space value (\",\" space string \":\" space value)* )? \"}\" space",
+        {"string", "value"}}},
       {"array", {"\"[\" space ( value (\",\" space value)* )? \"]\" space", {"value"}}},
-      {"uuid", {"\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
-                "[0-9a-fA-F]{12} \"\\\"\" space",
-                {}}},
+      {"uuid",
+       {"\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
+        "[0-9a-fA-F]{12} \"\\\"\" space",
+        {}}},
       {"char", {"[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4})", {}}},
       {"string", {"\"\\\"\" char* \"\\\"\" space", {"char"}}},
       {"null", {"\"null\" space", {}}},
       {"date", {"[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [1-2] [0-9] | \"3\" [0-1] )", {}}},
-      {"time", {"([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{3} )? ( \"Z\" | ( \"+\" | "
-                "\"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )",
-                {}}},
+      {"time",
+       {"([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{3} )? ( \"Z\" | ( \"+\" | "
+        "\"-\" ) ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )",
+        {}}},
       {"date-time", {"date \"T\" time", {"date", "time"}}},
       {"date-string", {"\"\\\"\" date \"\\\"\" space", {"date"}}},
       {"time-string", {"\"\\\"\" time \"\\\"\" space", {"time"}}},
@@ -62,10 +68,10 @@ bool IsReservedName(const std::string& n) { return n == "root" || n == "space" |
 
 // Keywords that never change what is valid (ignored like llama.cpp does).
 bool IsAnnotation(const std::string& k) {
-  static const std::set<std::string> kAnn = {"title",    "description", "default",   "examples", "$schema",
-                                             "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
-                                             "strict",   "definitions", "$defs",     "$anchor",  "name",
-                                             "contentMediaType", "contentEncoding"};
+  static const std::set<std::string> kAnn = {
+      "title",    "description", "default",  "examples",         "$schema",        "$id",
+      "$comment", "deprecated",  "readOnly", "writeOnly",        "strict",         "definitions",
+      "$defs",    "$anchor",     "name",     "contentMediaType", "contentEncoding"};
   return kAnn.count(k) > 0;
 }
 
@@ -74,10 +80,18 @@ std::string FormatLiteral(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '\r': out += "\\r"; break;
-      case '\n': out += "\\n"; break;
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           static const char* kHex = "0123456789ABCDEF";
@@ -105,8 +119,9 @@ std::string BuildRepetition(const std::string& item, int min_items, int max_item
     return absl::StrCat(item, "{", min_items, ",", has_max ? std::to_string(max_items) : "", "}");
   }
   const std::string result =
-      absl::StrCat(item, " ", BuildRepetition(absl::StrCat("(", sep, " ", item, ")"), min_items == 0 ? 0 : min_items - 1,
-                                              has_max ? max_items - 1 : max_items));
+      absl::StrCat(item, " ",
+                   BuildRepetition(absl::StrCat("(", sep, " ", item, ")"), min_items == 0 ? 0 : min_items - 1,
+                                   has_max ? max_items - 1 : max_items));
   return min_items == 0 ? absl::StrCat("(", result, ")?") : result;
 }
 
@@ -196,8 +211,9 @@ class Converter {
                          const std::string& ptr, int depth, Used* used);
   std::string VisitString(const json& schema, const std::string& rule_name, const std::string& ptr, Used* used);
   std::string ResolveRef(const std::string& ref, const std::string& ptr, int depth);
-  std::string BuildObjectRule(const std::vector<std::pair<std::string, json>>& props, const std::set<std::string>& required,
-                              const std::string& name, const json* additional, const std::string& ptr, int depth);
+  std::string BuildObjectRule(const std::vector<std::pair<std::string, json>>& props,
+                              const std::set<std::string>& required, const std::string& name, const json* additional,
+                              const std::string& ptr, int depth);
   std::string NotStrings(const std::vector<std::string>& strings);
 
   const json& root_;
@@ -226,7 +242,9 @@ std::string Converter::ResolveRef(const std::string& ref, const std::string& ptr
   if (done != ref_rules_.end()) return done->second;
   const json* target = ResolveLocal(root_, ref);
   if (target == nullptr) {
-    return Fail(ptr + "/$ref", absl::StrCat("unresolvable or non-local reference \"", ref, "\" (use #/definitions/... or #/$defs/...)")), "";
+    return Fail(ptr + "/$ref", absl::StrCat("unresolvable or non-local reference \"", ref,
+                                            "\" (use #/definitions/... or #/$defs/...)")),
+           "";
   }
   std::string ref_name = ref.substr(ref.find_last_of('/') + 1);
   if (ref_name.empty() || ref_name == "#") ref_name = "root-ref";
@@ -288,7 +306,8 @@ std::string Converter::Visit(const json& schema, const std::string& name, const 
   } else if ((type.is_null() || type == "object") && schema.contains("allOf")) {
     r = VisitAllOf(schema, name, rule_name, ptr, depth, &used);
   } else if ((type.is_null() || type == "object") &&
-             (schema.contains("properties") || (schema.contains("additionalProperties") && schema["additionalProperties"] != true))) {
+             (schema.contains("properties") ||
+              (schema.contains("additionalProperties") && schema["additionalProperties"] != true))) {
     r = VisitObject(schema, name, rule_name, ptr, depth, &used);
   } else if ((type.is_null() || type == "array") && (schema.contains("items") || schema.contains("prefixItems"))) {
     r = VisitArray(schema, name, rule_name, ptr, depth, &used);
@@ -309,7 +328,8 @@ std::string Converter::Visit(const json& schema, const std::string& name, const 
   return r;
 }
 
-std::string Converter::VisitString(const json& schema, const std::string& rule_name, const std::string& ptr, Used* used) {
+std::string Converter::VisitString(const json& schema, const std::string& rule_name, const std::string& ptr,
+                                   Used* used) {
   used->insert("type");
   if (schema.contains("pattern")) return Fail(ptr + "/pattern", "not supported"), "";
   if (schema.contains("format")) {
@@ -331,7 +351,8 @@ std::string Converter::VisitString(const json& schema, const std::string& rule_n
     if (!GetCount(schema, "minLength", ptr, &min_len) || !GetCount(schema, "maxLength", ptr, &max_len)) return "";
     if (max_len < min_len) return Fail(ptr + "/maxLength", "is below minLength"), "";
     const std::string char_rule = AddPrimitive("char", "char");
-    return AddRule(rule_name, absl::StrCat("\"\\\"\" ", BuildRepetition(char_rule, min_len, max_len), " \"\\\"\" space"));
+    return AddRule(rule_name,
+                   absl::StrCat("\"\\\"\" ", BuildRepetition(char_rule, min_len, max_len), " \"\\\"\" space"));
   }
   return AddPrimitive(rule_name == "root" ? "root" : "string", "string");
 }
@@ -389,7 +410,8 @@ std::string Converter::VisitObject(const json& schema, const std::string& name, 
   std::vector<std::pair<std::string, json>> props;
   if (schema.contains("properties")) {
     if (!schema["properties"].is_object()) return Fail(ptr + "/properties", "must be an object"), "";
-    for (auto it = schema["properties"].begin(); it != schema["properties"].end(); ++it) props.emplace_back(it.key(), it.value());
+    for (auto it = schema["properties"].begin(); it != schema["properties"].end(); ++it)
+      props.emplace_back(it.key(), it.value());
   }
   for (const std::string& r : required) {
     bool found = false;
@@ -419,7 +441,8 @@ std::string Converter::VisitAllOf(const json& schema, const std::string& name, c
       return add(*target, is_required, ref.substr(1), d + 1);
     }
     Used u{"properties", "type", "required"};
-    if (comp.contains("type") && comp["type"] != "object") return Fail(cptr + "/type", "allOf components must be objects");
+    if (comp.contains("type") && comp["type"] != "object")
+      return Fail(cptr + "/type", "allOf components must be objects");
     if (comp.contains("properties")) {
       if (!comp["properties"].is_object()) return Fail(cptr + "/properties", "must be an object");
       for (auto it = comp["properties"].begin(); it != comp["properties"].end(); ++it) {
@@ -455,7 +478,8 @@ std::string Converter::BuildObjectRule(const std::vector<std::pair<std::string, 
   for (const auto& [pname, pschema] : props) {
     const std::string prop_rule = Visit(pschema, prefix + pname, absl::StrCat(ptr, "/properties/", pname), depth + 1);
     if (!status_.ok()) return "";
-    kv_rules[pname] = AddRule(prefix + pname + "-kv", FormatLiteral(Dump(json(pname))) + " space \":\" space " + prop_rule);
+    kv_rules[pname] =
+        AddRule(prefix + pname + "-kv", FormatLiteral(Dump(json(pname))) + " space \":\" space " + prop_rule);
     (required.count(pname) ? required_props : optional_props).push_back(pname);
     prop_names.push_back(pname);
   }
@@ -484,7 +508,8 @@ std::string Converter::BuildObjectRule(const std::vector<std::pair<std::string, 
       const std::string& k = optional_props[from];
       const std::string& kv = kv_rules[k];
       const std::string comma_ref = "( \",\" space " + kv + " )";
-      std::string res = first_is_optional ? comma_ref + (k == "*" ? "*" : "?") : kv + (k == "*" ? " " + comma_ref + "*" : "");
+      std::string res =
+          first_is_optional ? comma_ref + (k == "*" ? "*" : "?") : kv + (k == "*" ? " " + comma_ref + "*" : "");
       if (from + 1 < optional_props.size()) {
         res += " " + AddRule(prefix + (k == "*" ? "additional" : k) + "-rest", chain(from + 1, true));
       }
@@ -542,7 +567,8 @@ std::string Converter::NotStrings(const std::vector<std::string>& strings) {
     }
     if (!node.children.empty()) {
       if (!first) out += " | ";
-      out += "([^\"\\\\\\x7F\\x00-\\x1F" + rejects + "] | [\\\\] ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4})) " + char_rule + "*";
+      out += "([^\"\\\\\\x7F\\x00-\\x1F" + rejects + "] | [\\\\] ([\"\\\\bfnrt] | \"u\" [0-9a-fA-F]{4})) " + char_rule +
+             "*";
     }
   };
   visit(trie);
@@ -559,7 +585,8 @@ absl::StatusOr<std::string> JsonSchemaToGrammar(const nlohmann::json& schema) {
   if (!out.ok()) return out.status();
   auto g = Grammar::Parse(*out);
   if (!g.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("json_schema: the generated grammar is invalid: ", g.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("json_schema: the generated grammar is invalid: ", g.status().message()));
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/matcher.h"
 #include "libs/grammar/random_walk.h"
@@ -134,7 +135,8 @@ TEST(JsonSchema, JsonObjectGrammar) {
 }
 
 TEST(JsonSchema, LlamaCppRuleShapes) {
-  auto g = JsonSchemaToGrammar(json::parse(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"));
+  auto g =
+      JsonSchemaToGrammar(json::parse(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"));
   ASSERT_TRUE(g.ok());
   EXPECT_NE(g->find("root ::= \"{\" space a-kv \"}\" space"), std::string::npos) << *g;
   EXPECT_NE(g->find("a-kv ::= \"\\\"a\\\"\" space \":\" space integer"), std::string::npos) << *g;

@@ -4,8 +4,9 @@
 #include <deque>
 #include <unordered_set>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
 #include "libs/tokenizer/tokenizer.h"
 
 namespace herd::grammar {
@@ -323,14 +324,16 @@ absl::Status Matcher::AcceptToken(const TokenPieces& pieces, int32_t id) {
   }
   if (pieces.IsEog(id)) {
     if (CanEnd()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("grammar: end-of-generation token ", id, " before the grammar is complete"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("grammar: end-of-generation token ", id, " before the grammar is complete"));
   }
   if (!pieces.Matchable(id)) {
     return absl::InvalidArgumentError(absl::StrCat("grammar: token ", id, " has no text the grammar can match"));
   }
   absl::Status st = AcceptBytes(pieces.Piece(id));
   if (!st.ok() && absl::IsInvalidArgument(st)) {
-    return absl::InvalidArgumentError(absl::StrCat("grammar: token ", id, " (", Quoted(pieces.Piece(id)), ") not allowed here"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("grammar: token ", id, " (", Quoted(pieces.Piece(id)), ") not allowed here"));
   }
   return st;
 }

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+
 #include "libs/grammar/gbnf.h"
 
 namespace herd::tokenizer {

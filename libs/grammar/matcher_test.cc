@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/gguf/gguf.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tests/shared_data.h"
@@ -43,7 +44,9 @@ TEST(Matcher, AcceptsAndRejectsStrings) {
       {"root ::= [^abc]*", {"", "xyz", "日本"}, {"a", "xa"}},
       {"root ::= . .", {"ab", "日本", "\xF0\x9F\x98\x80!"}, {"a", "abc"}},
       {"root ::= \"(\" root \")\" | \"\"", {"", "()", "((()))"}, {"(", "())", ")("}},
-      {"root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"'\" [a-z]* \"'\"", {"1", "1,'ab',22", "''"}, {"1,", ",1", "'a"}},
+      {"root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"'\" [a-z]* \"'\"",
+       {"1", "1,'ab',22", "''"},
+       {"1,", ",1", "'a"}},
       {"root ::= \"é\" [α-ω]", {"éβ"}, {"eβ", "éa"}},
       {"root ::= \"\\U0001F600\"", {"\xF0\x9F\x98\x80"}, {"\xF0\x9F\x98"}},
       {"root ::= [a-z]{0,3} \"z\"", {"z", "abz", "abcz", "zzzz"}, {"abcdz", ""}},
@@ -66,8 +69,9 @@ TEST(Matcher, RejectedTextLeavesStateUnchanged) {
 std::shared_ptr<const TokenPieces> Pieces() {
   // 0: "<eos>" (EOG), 1: "a", 2: "ab", 3: "b", 4: "" (control), 5: "\xC3" (first byte of é),
   // 6: "\xA9" (its second byte), 7: "é", 8: "c\0", 9: "abc", 10: " "
-  return TokenPieces::Create({"<eos>", "a", "ab", "b", "", "\xC3", "\xA9", "\xC3\xA9", std::string("c\0", 2), "abc", " "},
-                             {true, false, false, false, false, false, false, false, false, false, false});
+  return TokenPieces::Create(
+      {"<eos>", "a", "ab", "b", "", "\xC3", "\xA9", "\xC3\xA9", std::string("c\0", 2), "abc", " "},
+      {true, false, false, false, false, false, false, false, false, false, false});
 }
 
 std::vector<int32_t> Allowed(const Matcher& m, const TokenPieces& p) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+
 #include "libs/grammar/matcher.h"
 
 namespace herd::grammar {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+
 #include "libs/model/model.h"
 
 namespace herd::model {
@@ -89,7 +90,7 @@ const ArchDef* FindArch(absl::string_view name);
 // Entry points, one pair per architecture (arch_<family>.cc). Each Load* mirrors the
 // architecture's case of llama.cpp's load_hparams + load_tensors; each Build* its
 // llm_build_<arch>.
-#define HERD_DECLARE_ARCH(Name)  \
+#define HERD_DECLARE_ARCH(Name)        \
   absl::Status Load##Name(Loader& ld); \
   Tensor* Build##Name(const Model& m, Graph& g, const ForwardInputs& in);
 HERD_DECLARE_ARCH(Llama)

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/model/arch.h"
 #include "libs/model/builder.h"
 
@@ -63,7 +64,7 @@ Tensor* BuildGpt2Family(const Model& m, Graph& g, const ForwardInputs& in) {
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const Layer& L = b.w.layers[static_cast<size_t>(il)];
     Tensor* cur = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
-    Qkv qkv = b.Project(L, cur);  // clamped when f_clamp_kqv > 0 (mpt)
+    Qkv qkv = b.Project(L, cur);     // clamped when f_clamp_kqv > 0 (mpt)
     if (L.attn_q_norm != nullptr) {  // MPT's optional Q/K LayerNorm over whole rows
       const std::vector<int64_t> q3 = {qkv.q->ne[0], qkv.q->ne[1], qkv.q->ne[2]};
       const std::vector<int64_t> k3 = {qkv.k->ne[0], qkv.k->ne[1], qkv.k->ne[2]};

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/model/arch.h"
 #include "libs/model/builder.h"
 
@@ -96,7 +97,7 @@ absl::Status LoadBaichuan(Loader& ld) {
   HERD_RETURN_IF_ERROR(ld.CommonHparams());
   HERD_RETURN_IF_ERROR(ld.ReqFloat("attention.layer_norm_rms_epsilon", &hp.f_norm_rms_eps));
   HERD_RETURN_IF_ERROR(ld.SameHeadSizes());
-  HERD_RETURN_IF_ERROR(ld.RopeCoversHead());  // llama.cpp asserts it even when it does not rope
+  HERD_RETURN_IF_ERROR(ld.RopeCoversHead());         // llama.cpp asserts it even when it does not rope
   if (hp.n_layer == 40) hp.f_max_alibi_bias = 8.0f;  // TODO in llama.cpp: become a GGUF key
   HERD_RETURN_IF_ERROR(ld.TokEmbd());
   HERD_RETURN_IF_ERROR(ld.Output(Loader::kSkip, Loader::kRequired));

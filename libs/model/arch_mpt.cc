@@ -2,6 +2,7 @@
 // position embeddings, an optional clamp of the fused QKV projection, usually no biases,
 // and the output tied to the token embedding.
 #include "absl/strings/str_cat.h"
+
 #include "libs/model/arch.h"
 
 namespace herd::model {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/model/arch.h"
 #include "libs/model/builder.h"
 
@@ -114,8 +115,7 @@ Tensor* BuildFalcon(const Model& m, Graph& g, const ForwardInputs& in) {
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const Layer& L = b.w.layers[static_cast<size_t>(il)];
     Tensor* attn_norm = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
-    Tensor* cur = L.attn_norm_2 != nullptr ? b.Norm(inp, L.attn_norm_2, L.attn_norm_2_b, NormType::kLayer)
-                                           : attn_norm;
+    Tensor* cur = L.attn_norm_2 != nullptr ? b.Norm(inp, L.attn_norm_2, L.attn_norm_2_b, NormType::kLayer) : attn_norm;
     Qkv qkv = b.Project(L, cur);
     qkv.q = b.Rope(qkv.q);
     qkv.k = b.Rope(qkv.k);

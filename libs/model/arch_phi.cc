@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/model/arch.h"
 #include "libs/model/builder.h"
 

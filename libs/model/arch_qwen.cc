@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/model/arch.h"
 #include "libs/model/builder.h"
 
@@ -18,8 +19,8 @@ absl::Status LoadQwen(Loader& ld, bool qk_norm) {
   if (!qk_norm) HERD_RETURN_IF_ERROR(ld.RopeCoversHead());  // qwen2 asserts n_rot == head size
   HERD_RETURN_IF_ERROR(ld.TokEmbd());
   HERD_RETURN_IF_ERROR(ld.Output(Loader::kSkip, Loader::kOptional));
-  HERD_RETURN_IF_ERROR(ld.Get("output.bias", {hp.n_vocab}, qk_norm ? Loader::kSkip : Loader::kOptional,
-                              &ld.w().output_b));
+  HERD_RETURN_IF_ERROR(
+      ld.Get("output.bias", {hp.n_vocab}, qk_norm ? Loader::kSkip : Loader::kOptional, &ld.w().output_b));
   const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff, hd = hp.n_embd_head_k;
   const int64_t n_q = hd * hp.n_head, n_kv = hp.n_embd_k_gqa();
   const Loader::Need bias = qk_norm ? Loader::kSkip : Loader::kOptional;

@@ -50,9 +50,8 @@ Tensor* GraphBuilder::Rope(Tensor* x, Tensor* freq_factors) {
   if (hp.rope_type == kRopeNone) return x;
   // ggml_rope_ext with llama.cpp's defaults for non-YaRN models: ext_factor 0,
   // attn_factor 1, beta_fast 32, beta_slow 1, n_ctx_orig = n_ctx_train.
-  return g.Rope(x, in.pos, freq_factors, static_cast<int>(hp.n_rot), hp.rope_type,
-                static_cast<int>(hp.n_ctx_train), hp.rope_freq_base, hp.rope_freq_scale, 0.0f, 1.0f, 32.0f,
-                1.0f);
+  return g.Rope(x, in.pos, freq_factors, static_cast<int>(hp.n_rot), hp.rope_type, static_cast<int>(hp.n_ctx_train),
+                hp.rope_freq_base, hp.rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
 }
 
 Tensor* GraphBuilder::Rows(Tensor* x) {
@@ -81,9 +80,12 @@ Tensor* GraphBuilder::Attention(int64_t il, Tensor* wo, Tensor* bo, const Qkv& q
 Tensor* GraphBuilder::Ffn(Tensor* cur, const Layer& L, FfnAct act, FfnGate gate) {
   auto activate = [&](Tensor* x) {
     switch (act) {
-      case FfnAct::kGelu: return g.Gelu(x);
-      case FfnAct::kGeluErf: return g.GeluErf(x);
-      case FfnAct::kSilu: return g.Silu(x);
+      case FfnAct::kGelu:
+        return g.Gelu(x);
+      case FfnAct::kGeluErf:
+        return g.GeluErf(x);
+      case FfnAct::kSilu:
+        return g.Silu(x);
     }
     return x;
   };

@@ -8,7 +8,7 @@
 
 namespace herd::model {
 
-enum class NormType { kLayer, kRms };  // LLM_NORM (ggml_norm), LLM_NORM_RMS (ggml_rms_norm)
+enum class NormType { kLayer, kRms };          // LLM_NORM (ggml_norm), LLM_NORM_RMS (ggml_rms_norm)
 enum class FfnAct { kGelu, kGeluErf, kSilu };  // LLM_FFN_GELU (ggml's F16-table GELU), LLM_FFN_GELU_ERF, LLM_FFN_SILU
 enum class FfnGate {
   kNone,     // LLM_FFN_SEQ without gate: down(act(up(x)))

@@ -8,14 +8,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+
 #include "libs/base/mmap.h"
 #include "libs/gguf/gguf.h"
 
 namespace herd::model {
 namespace {
 
-using ::herd::GgmlType;
 using gguf::Value;
+using ::herd::GgmlType;
 
 constexpr int32_t kUnknownTokenId = 0;
 constexpr int32_t kBosTokenId = 1;
@@ -31,8 +32,7 @@ constexpr int64_t kMaxSeqLen = int64_t{1} << 24;
 
 // Byte counts of the checkpoint sections, in file order.
 struct Layout {
-  uint64_t token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final,
-      freq_cis, wcls;
+  uint64_t token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, freq_cis, wcls;
 };
 
 Layout ComputeLayout(const Llama2cConfig& c) {
@@ -58,14 +58,13 @@ Layout ComputeLayout(const Llama2cConfig& c) {
 }
 
 std::string HeaderString(const int32_t h[7]) {
-  return absl::StrFormat(
-      "dim=%d hidden_dim=%d n_layers=%d n_heads=%d n_kv_heads=%d vocab_size=%d seq_len=%d",
-      h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
+  return absl::StrFormat("dim=%d hidden_dim=%d n_layers=%d n_heads=%d n_kv_heads=%d vocab_size=%d seq_len=%d", h[0],
+                         h[1], h[2], h[3], h[4], h[5], h[6]);
 }
 
 absl::Status BadHeader(const std::string& name, const int32_t h[7], const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("llama2.c checkpoint ", name, ": ", what,
-                                                 " (header: ", HeaderString(h), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("llama2.c checkpoint ", name, ": ", what, " (header: ", HeaderString(h), ")"));
 }
 
 // llama_escape_whitespaces: ' ' -> U+2581.
@@ -82,9 +81,7 @@ std::string EscapeWhitespace(const std::string& text) {
   return out;
 }
 
-bool IsGgufImage(const uint8_t* data, size_t size) {
-  return size >= 4 && std::memcmp(data, "GGUF", 4) == 0;
-}
+bool IsGgufImage(const uint8_t* data, size_t size) { return size >= 4 && std::memcmp(data, "GGUF", 4) == 0; }
 
 absl::StatusOr<Llama2cVocab> LoadGgufVocab(const std::string& path, int32_t n_vocab) {
   auto file_or = gguf::GgufFile::Open(path);
@@ -93,8 +90,8 @@ absl::StatusOr<Llama2cVocab> LoadGgufVocab(const std::string& path, int32_t n_vo
   auto model = f.GetString("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
   if (*model != "llama") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocabulary ", path, ": tokenizer.ggml.model is \"", *model, "\", expected \"llama\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocabulary ", path, ": tokenizer.ggml.model is \"", *model, "\", expected \"llama\""));
   }
   Llama2cVocab v;
   auto tokens = f.GetStringArray("tokenizer.ggml.tokens");
@@ -105,10 +102,9 @@ absl::StatusOr<Llama2cVocab> LoadGgufVocab(const std::string& path, int32_t n_vo
   if (!types.ok()) return types.status();
   if (tokens->size() != static_cast<size_t>(n_vocab) || scores->size() != tokens->size() ||
       types->size() != tokens->size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocabulary ", path, ": vocab size mismatch: ", tokens->size(), " tokens, ",
-        scores->size(), " scores, ", types->size(), " token types; the checkpoint has ",
-        n_vocab));
+    return absl::InvalidArgumentError(absl::StrCat("vocabulary ", path, ": vocab size mismatch: ", tokens->size(),
+                                                   " tokens, ", scores->size(), " scores, ", types->size(),
+                                                   " token types; the checkpoint has ", n_vocab));
   }
   v.tokens = std::move(*tokens);
   v.scores = std::move(*scores);
@@ -121,34 +117,31 @@ absl::StatusOr<Llama2cVocab> LoadGgufVocab(const std::string& path, int32_t n_vo
 
 uint64_t Llama2cConfig::ExpectedFileBytes() const {
   const Layout l = ComputeLayout(*this);
-  return 7 * sizeof(int32_t) + l.token_embedding + l.rms_att + l.wq + l.wk + l.wv + l.wo +
-         l.rms_ffn + l.w1 + l.w2 + l.w3 + l.rms_final + l.freq_cis + l.wcls;
+  return 7 * sizeof(int32_t) + l.token_embedding + l.rms_att + l.wq + l.wk + l.wv + l.wo + l.rms_ffn + l.w1 + l.w2 +
+         l.w3 + l.rms_final + l.freq_cis + l.wcls;
 }
 
-absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* data, uint64_t file_size,
-                                                 const std::string& name) {
+absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* data, uint64_t file_size, const std::string& name) {
   if (file_size < 7 * sizeof(int32_t)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "llama2.c checkpoint ", name, ": file is ", file_size,
-        " bytes, too short for the 28-byte header (dim, hidden_dim, n_layers, n_heads, "
-        "n_kv_heads, vocab_size, seq_len)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("llama2.c checkpoint ", name, ": file is ", file_size,
+                     " bytes, too short for the 28-byte header (dim, hidden_dim, n_layers, n_heads, "
+                     "n_kv_heads, vocab_size, seq_len)"));
   }
   if (IsGgufImage(static_cast<const uint8_t*>(data), file_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "llama2.c checkpoint ", name, ": this is a GGUF file, not a llama2.c checkpoint"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("llama2.c checkpoint ", name, ": this is a GGUF file, not a llama2.c checkpoint"));
   }
   int32_t h[7];
   std::memcpy(h, data, sizeof(h));
-  const char* kNames[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
-                           "n_kv_heads", "vocab_size", "seq_len"};
+  const char* kNames[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
   const int64_t kMax[7] = {kMaxDim, kMaxDim, kMaxLayers, kMaxDim, kMaxDim, kMaxVocab, kMaxSeqLen};
   for (int i = 0; i < 7; ++i) {
     const int64_t v = i == 5 ? std::abs(static_cast<int64_t>(h[i])) : h[i];
     if (v <= 0 || v > kMax[i]) {
       return BadHeader(name, h,
-                       absl::StrCat(kNames[i], " = ", h[i], " is out of range (",
-                                    i == 5 ? "|vocab_size| " : "", "must be in [1, ", kMax[i],
-                                    "])"));
+                       absl::StrCat(kNames[i], " = ", h[i], " is out of range (", i == 5 ? "|vocab_size| " : "",
+                                    "must be in [1, ", kMax[i], "])"));
     }
   }
   Llama2cConfig c;
@@ -161,21 +154,17 @@ absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* data, uint64_t file
   c.vocab_size = std::abs(h[5]);
   c.seq_len = h[6];
   if (c.dim % c.n_heads != 0) {
-    return BadHeader(name, h, absl::StrCat("dim ", c.dim, " is not a multiple of n_heads ",
-                                           c.n_heads));
+    return BadHeader(name, h, absl::StrCat("dim ", c.dim, " is not a multiple of n_heads ", c.n_heads));
   }
   if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
-    return BadHeader(name, h, absl::StrCat("n_heads ", c.n_heads,
-                                           " is not a multiple of n_kv_heads ", c.n_kv_heads));
+    return BadHeader(name, h, absl::StrCat("n_heads ", c.n_heads, " is not a multiple of n_kv_heads ", c.n_kv_heads));
   }
   const uint64_t want = c.ExpectedFileBytes();
   if (file_size != want) {
-    return BadHeader(
-        name, h,
-        absl::StrCat("file is ", file_size, " bytes but the header implies ", want, " bytes (",
-                     file_size < want ? "truncated file" : "unexpected trailing data",
-                     c.shared_classifier ? ", shared classifier" : ", unshared classifier",
-                     ")"));
+    return BadHeader(name, h,
+                     absl::StrCat("file is ", file_size, " bytes but the header implies ", want, " bytes (",
+                                  file_size < want ? "truncated file" : "unexpected trailing data",
+                                  c.shared_classifier ? ", shared classifier" : ", unshared classifier", ")"));
   }
   return c;
 }
@@ -192,9 +181,8 @@ absl::StatusOr<Llama2cVocab> LoadLlama2cVocab(const std::string& path, int32_t n
   if (IsGgufImage(data, size)) return LoadGgufVocab(path, n_vocab);
 
   auto truncated = [&](int32_t id, const char* what) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "llama2.c tokenizer ", path, ": truncated at token ", id, " of ", n_vocab, " (", what,
-        "; file is ", size, " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat("llama2.c tokenizer ", path, ": truncated at token ", id, " of ",
+                                                   n_vocab, " (", what, "; file is ", size, " bytes)"));
   };
   if (size < 4) return truncated(0, "max_token_length header");
   size_t pos = 4;  // u32 max_token_length, unused (as in llama.cpp)
@@ -245,8 +233,8 @@ absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tok
   return ConvertLlama2c(model_bin, tokenizer_bin, out_gguf, Llama2cConvertOptions());
 }
 
-absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tokenizer_bin,
-                            const std::string& out_gguf, const Llama2cConvertOptions& options) {
+absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tokenizer_bin, const std::string& out_gguf,
+                            const Llama2cConvertOptions& options) {
   auto map_or = MappedFile::Open(model_bin);
   if (!map_or.ok()) return map_or.status();
   const MappedFile& map = *map_or;
@@ -293,8 +281,7 @@ absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tok
   w.SetValue("tokenizer.ggml.eos_token_id", Value::U32(kEosTokenId));
   w.SetValue("tokenizer.ggml.seperator_token_id", Value::U32(0xFFFFFFFFu));
   w.SetValue("tokenizer.ggml.padding_token_id", Value::U32(0xFFFFFFFFu));
-  const uint32_t n_ctx =
-      options.context_length != 0 ? options.context_length : static_cast<uint32_t>(c.seq_len);
+  const uint32_t n_ctx = options.context_length != 0 ? options.context_length : static_cast<uint32_t>(c.seq_len);
   w.SetValue("llama.context_length", Value::U32(n_ctx));
   w.SetValue("llama.embedding_length", Value::U32(c.dim));
   w.SetValue("llama.feed_forward_length", Value::U32(c.hidden_dim));
@@ -306,8 +293,7 @@ absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tok
   w.SetValue("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5f));
 
   const int64_t dim = c.dim, hid = c.hidden_dim, kv = c.kv_dim(), V = c.vocab_size;
-  auto add = [&w](const std::string& name, std::vector<int64_t> ne,
-                  const uint8_t* data) -> absl::Status {
+  auto add = [&w](const std::string& name, std::vector<int64_t> ne, const uint8_t* data) -> absl::Status {
     size_t n = sizeof(float);
     for (int64_t d : ne) n *= static_cast<size_t>(d);
     return w.AddTensor(name, GgmlType::F32, ne, data, n);

@@ -37,8 +37,8 @@ struct Llama2cConfig {
   int32_t n_layers = 0;
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;
-  int32_t vocab_size = 0;          // absolute value of the header field
-  bool shared_classifier = true;   // header vocab_size > 0
+  int32_t vocab_size = 0;         // absolute value of the header field
+  bool shared_classifier = true;  // header vocab_size > 0
   int32_t seq_len = 0;
 
   int32_t head_size() const { return dim / n_heads; }
@@ -52,13 +52,17 @@ struct Llama2cConfig {
 /// a short file, non-positive or inconsistent values (dim % n_heads, n_heads %
 /// n_kv_heads, n_kv_heads > n_heads), sizes that overflow, or a file size that is
 /// not exactly ExpectedFileBytes() (truncated or trailing data).
-absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* data, uint64_t file_size,
-                                                 const std::string& name);
+absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* data, uint64_t file_size, const std::string& name);
 
 /// llama.cpp token types (llama_token_type / LLAMA_TOKEN_TYPE_*).
 enum class TokenType : int32_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3,
-  kUserDefined = 4, kUnused = 5, kByte = 6,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 /// A vocabulary as written to tokenizer.ggml.{tokens,scores,token_type}.
@@ -114,8 +118,7 @@ struct Llama2cConvertOptions {
 /// Errors: NOT_FOUND for a missing input; INVALID_ARGUMENT (see ParseLlama2cHeader,
 /// LoadLlama2cVocab) for bad inputs; write errors from the GGUF writer. The output
 /// is written atomically: on any error no file is created or changed.
-absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tokenizer_bin,
-                            const std::string& out_gguf,
+absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tokenizer_bin, const std::string& out_gguf,
                             const Llama2cConvertOptions& options);
 absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tokenizer_bin,
                             const std::string& out_gguf);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+
 #include "libs/base/mmap.h"
 #include "libs/gguf/gguf.h"
 #include "tests/shared_data.h"
@@ -66,8 +67,8 @@ struct Synth {
     }
     const int64_t kv = dim / heads * kv_heads;
     const int64_t head = dim / heads;
-    int64_t n = vocab * dim + layers * (2 * dim + 2 * dim * dim + 2 * dim * kv + 3 * dim * hidden) +
-                dim + seq_len * head + (shared ? 0 : vocab * dim);
+    int64_t n = vocab * dim + layers * (2 * dim + 2 * dim * dim + 2 * dim * kv + 3 * dim * hidden) + dim +
+                seq_len * head + (shared ? 0 : vocab * dim);
     for (int64_t i = 0; i < n; ++i) Append(&b, 0.5f * static_cast<float>(i));
     if (n_floats_out) *n_floats_out = static_cast<size_t>(n);
     return b;
@@ -88,8 +89,7 @@ std::string Tokenizer(const std::vector<std::pair<float, std::string>>& toks) {
 }
 
 const std::vector<std::pair<float, std::string>> kSynthVocab = {
-    {0.0f, "<unk>"}, {0.0f, "\n<s>\n"}, {0.0f, "\n</s>\n"},
-    {-1.0f, "<0x0A>"}, {-2.5f, " hello world"}, {-3.0f, ""}};
+    {0.0f, "<unk>"}, {0.0f, "\n<s>\n"}, {0.0f, "\n</s>\n"}, {-1.0f, "<0x0A>"}, {-2.5f, " hello world"}, {-3.0f, ""}};
 
 const float* TensorF32(const GgufFile& f, const std::string& name) {
   const gguf::TensorInfo* t = f.FindTensor(name);
@@ -123,13 +123,11 @@ TEST(Llama2cTest, SyntheticUnsharedClassifier) {
   EXPECT_EQ(*f->GetString("general.architecture"), "llama");
   EXPECT_EQ(*f->GetString("tokenizer.ggml.model"), "llama");
 
-  const std::vector<std::string> want_tokens = {"<unk>",  "<s>", "</s>", "<0x0A>",
-                                                "\xe2\x96\x81hello\xe2\x96\x81world", ""};
+  const std::vector<std::string> want_tokens = {"<unk>", "<s>", "</s>", "<0x0A>", "\xe2\x96\x81hello\xe2\x96\x81world",
+                                                ""};
   EXPECT_EQ(*f->GetStringArray("tokenizer.ggml.tokens"), want_tokens);
-  EXPECT_EQ(*f->GetIntArray("tokenizer.ggml.token_type"),
-            (std::vector<int64_t>{2, 3, 3, 6, 1, 3}));
-  EXPECT_EQ(*f->GetFloatArray("tokenizer.ggml.scores"),
-            (std::vector<float>{0.0f, 0.0f, 0.0f, -1.0f, -2.5f, -3.0f}));
+  EXPECT_EQ(*f->GetIntArray("tokenizer.ggml.token_type"), (std::vector<int64_t>{2, 3, 3, 6, 1, 3}));
+  EXPECT_EQ(*f->GetFloatArray("tokenizer.ggml.scores"), (std::vector<float>{0.0f, 0.0f, 0.0f, -1.0f, -2.5f, -3.0f}));
 
   // 3 + 9 per layer tensors, names/shapes in llama.cpp's order.
   ASSERT_EQ(f->tensors().size(), 3u + 9u * 2u);
@@ -200,9 +198,7 @@ TEST(Llama2cTest, SyntheticSharedClassifierCopiesEmbedding) {
   Llama2cConvertOptions opt;
   opt.context_length = 0;  // use seq_len
   opt.name = "synth";
-  ASSERT_TRUE(
-      ConvertLlama2c(dir + "/shared.bin", dir + "/shared_tok.bin", dir + "/shared.gguf", opt)
-          .ok());
+  ASSERT_TRUE(ConvertLlama2c(dir + "/shared.bin", dir + "/shared_tok.bin", dir + "/shared.gguf", opt).ok());
   auto f = OpenGguf(dir + "/shared.gguf");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(*f->GetUint32("llama.context_length"), 4u);
@@ -256,8 +252,7 @@ TEST(Llama2cTest, SizeMismatchesAreRejected) {
   WriteBytes(dir + "/sz_tok.bin", Tokenizer(kSynthVocab));
   const std::string good = Synth().Model();
   const std::string out = dir + "/sz.gguf";
-  for (size_t len : {size_t{0}, size_t{3}, size_t{27}, size_t{28}, good.size() / 2,
-                     good.size() - 1}) {
+  for (size_t len : {size_t{0}, size_t{3}, size_t{27}, size_t{28}, good.size() / 2, good.size() - 1}) {
     WriteBytes(dir + "/sz.bin", good.substr(0, len));
     absl::Status st = ConvertLlama2c(dir + "/sz.bin", dir + "/sz_tok.bin", out);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << len << ": " << st;
@@ -271,10 +266,8 @@ TEST(Llama2cTest, SizeMismatchesAreRejected) {
 
   // Missing inputs.
   WriteBytes(dir + "/sz.bin", good);
-  EXPECT_EQ(ConvertLlama2c(dir + "/nope.bin", dir + "/sz_tok.bin", out).code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(ConvertLlama2c(dir + "/sz.bin", dir + "/nope_tok.bin", out).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ConvertLlama2c(dir + "/nope.bin", dir + "/sz_tok.bin", out).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ConvertLlama2c(dir + "/sz.bin", dir + "/nope_tok.bin", out).code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(Exists(out));
 }
 
@@ -297,8 +290,7 @@ TEST(Llama2cTest, TruncatedTokenizerIsRejected) {
   const uint32_t huge = 0xFFFFFFF0u;
   std::memcpy(&bad[4 + 4], &huge, 4);
   WriteBytes(dir + "/tt_tok.bin", bad);
-  EXPECT_EQ(ConvertLlama2c(dir + "/tt.bin", dir + "/tt_tok.bin", out).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConvertLlama2c(dir + "/tt.bin", dir + "/tt_tok.bin", out).code(), absl::StatusCode::kInvalidArgument);
   // Extra tokens beyond the model's vocab are ignored (llama.cpp reads vocab_size).
   auto more = kSynthVocab;
   more.push_back({-9.0f, "extra"});
@@ -309,14 +301,15 @@ TEST(Llama2cTest, TruncatedTokenizerIsRejected) {
 TEST(Llama2cTest, VocabularyRules) {
   const std::string dir = TmpDir();
   const std::vector<std::pair<float, std::string>> toks = {
-      {1.0f, "whatever"}, {2.0f, "BOS"}, {3.0f, ""},  // ids 0-2 replaced
+      {1.0f, "whatever"}, {2.0f, "BOS"},    {3.0f, ""},  // ids 0-2 replaced
       {4.0f, "<0xff>"},   {5.0f, "<0xZZ>"}, {6.0f, ""}, {7.0f, "  "}, {8.0f, "a b"}};
   WriteBytes(dir + "/vr_tok.bin", Tokenizer(toks));
   auto v = LoadLlama2cVocab(dir + "/vr_tok.bin", 8);
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->tokens, (std::vector<std::string>{"<unk>", "<s>", "</s>", "<0xff>", "<0xZZ>", "",
-                                                 "\xe2\x96\x81\xe2\x96\x81",
-                                                 "a\xe2\x96\x81" "b"}));
+  EXPECT_EQ(v->tokens,
+            (std::vector<std::string>{"<unk>", "<s>", "</s>", "<0xff>", "<0xZZ>", "", "\xe2\x96\x81\xe2\x96\x81",
+                                      "a\xe2\x96\x81"
+                                      "b"}));
   EXPECT_EQ(v->token_types, (std::vector<int32_t>{2, 3, 3, 6, 1, 3, 1, 1}));
   EXPECT_EQ(v->scores, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
@@ -349,8 +342,7 @@ class Llama2cSharedTest : public ::testing::Test {
 
 TEST_F(Llama2cSharedTest, Stories260KMatchesLlamaCppConverter) {
   const std::string out = TmpDir() + "/stories260K.gguf";
-  absl::Status st =
-      ConvertLlama2c(models_ + "/stories260K.bin", models_ + "/tok512.bin", out);
+  absl::Status st = ConvertLlama2c(models_ + "/stories260K.bin", models_ + "/tok512.bin", out);
   ASSERT_TRUE(st.ok()) << st;
   auto ours = OpenGguf(out);
   auto ref = OpenGguf(models_ + "/stories260K.gguf");
@@ -371,12 +363,9 @@ TEST_F(Llama2cSharedTest, Stories260KMatchesLlamaCppConverter) {
   }
 
   // Same tokenizer arrays.
-  EXPECT_EQ(*ours->GetStringArray("tokenizer.ggml.tokens"),
-            *ref->GetStringArray("tokenizer.ggml.tokens"));
-  EXPECT_EQ(*ours->GetFloatArray("tokenizer.ggml.scores"),
-            *ref->GetFloatArray("tokenizer.ggml.scores"));
-  EXPECT_EQ(*ours->GetIntArray("tokenizer.ggml.token_type"),
-            *ref->GetIntArray("tokenizer.ggml.token_type"));
+  EXPECT_EQ(*ours->GetStringArray("tokenizer.ggml.tokens"), *ref->GetStringArray("tokenizer.ggml.tokens"));
+  EXPECT_EQ(*ours->GetFloatArray("tokenizer.ggml.scores"), *ref->GetFloatArray("tokenizer.ggml.scores"));
+  EXPECT_EQ(*ours->GetIntArray("tokenizer.ggml.token_type"), *ref->GetIntArray("tokenizer.ggml.token_type"));
 
   // Same metadata keys, order, types and values.
   ASSERT_EQ(ours->metadata().size(), ref->metadata().size());
@@ -456,8 +445,7 @@ TEST_F(Llama2cSharedTest, VocabFromGguf) {
   EXPECT_EQ(v->tokens, w->tokens);
   EXPECT_EQ(v->scores, w->scores);
   EXPECT_EQ(v->token_types, w->token_types);
-  EXPECT_EQ(LoadLlama2cVocab(models_ + "/stories260K.gguf", 511).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadLlama2cVocab(models_ + "/stories260K.gguf", 511).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+
 #include "libs/model/arch.h"
 
 namespace herd::model {
@@ -24,18 +25,24 @@ std::string ShapeString(const int64_t* ne, int n) {
 const std::vector<ArchDef>& Registry() {
   static const std::vector<ArchDef>* defs = [] {
     auto* v = new std::vector<ArchDef>{
-        {"baichuan", &LoadBaichuan, &BuildBaichuan}, {"bloom", &LoadBloom, &BuildBloom},
-        {"falcon", &LoadFalcon, &BuildFalcon},       {"gemma", &LoadGemma, &BuildGemma},
-        {"gpt2", &LoadGpt2, &BuildGpt2},             {"gptneox", &LoadGptneox, &BuildGptneox},
-        {"llama", &LoadLlama, &BuildLlama},          {"mpt", &LoadMpt, &BuildMpt},
-        {"phi2", &LoadPhi2, &BuildPhi2},             {"phi3", &LoadPhi3, &BuildPhi3},
-        {"qwen2", &LoadQwen2, &BuildQwen2},          {"qwen3", &LoadQwen3, &BuildQwen3},
-        {"refact", &LoadRefact, &BuildRefact},       {"stablelm", &LoadStablelm, &BuildStablelm},
+        {"baichuan", &LoadBaichuan, &BuildBaichuan},
+        {"bloom", &LoadBloom, &BuildBloom},
+        {"falcon", &LoadFalcon, &BuildFalcon},
+        {"gemma", &LoadGemma, &BuildGemma},
+        {"gpt2", &LoadGpt2, &BuildGpt2},
+        {"gptneox", &LoadGptneox, &BuildGptneox},
+        {"llama", &LoadLlama, &BuildLlama},
+        {"mpt", &LoadMpt, &BuildMpt},
+        {"phi2", &LoadPhi2, &BuildPhi2},
+        {"phi3", &LoadPhi3, &BuildPhi3},
+        {"qwen2", &LoadQwen2, &BuildQwen2},
+        {"qwen3", &LoadQwen3, &BuildQwen3},
+        {"refact", &LoadRefact, &BuildRefact},
+        {"stablelm", &LoadStablelm, &BuildStablelm},
         {"starcoder", &LoadStarcoder, &BuildStarcoder},
     };
-    std::sort(v->begin(), v->end(), [](const ArchDef& a, const ArchDef& b) {
-      return std::string(a.name) < std::string(b.name);
-    });
+    std::sort(v->begin(), v->end(),
+              [](const ArchDef& a, const ArchDef& b) { return std::string(a.name) < std::string(b.name); });
     return v;
   }();
   return *defs;
@@ -129,8 +136,8 @@ absl::Status Loader::CommonHparams() {
   hp.n_rot = hp.n_embd_head_k;
   HERD_RETURN_IF_ERROR(OptInt("rope.dimension_count", &hp.n_rot));
   if (hp.rope_type != kRopeNone && (hp.n_rot > hp.n_embd_head_k || hp.n_rot % 2 != 0)) {
-    return Invalid(absl::StrCat("rope.dimension_count ", hp.n_rot, " must be even and at most the head size ",
-                                hp.n_embd_head_k));
+    return Invalid(
+        absl::StrCat("rope.dimension_count ", hp.n_rot, " must be even and at most the head size ", hp.n_embd_head_k));
   }
   HERD_RETURN_IF_ERROR(OptFloat("rope.freq_base", &hp.rope_freq_base));
   float scaling = 0.0f;
@@ -139,8 +146,8 @@ absl::Status Loader::CommonHparams() {
     auto type = file().GetString(Key("rope.scaling.type"));
     if (!type.ok()) return type.status();
     if (*type != "linear" && *type != "none") {
-      return Invalid(absl::StrCat("key '", Key("rope.scaling.type"), "' = '", *type,
-                                  "' is not supported (linear, none)"));
+      return Invalid(
+          absl::StrCat("key '", Key("rope.scaling.type"), "' = '", *type, "' is not supported (linear, none)"));
     }
     if (*type == "none") scaling = 0.0f;
   }
@@ -246,8 +253,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<gguf::Ggu
   absl::Status s = def->load(ld);
   if (!s.ok()) return s;
   if (static_cast<int64_t>(m->w_.layers.size()) != m->hp_.n_layer) {
-    return absl::InternalError(absl::StrCat(m->file_->path(), ": ", *arch, " loader left ", m->w_.layers.size(),
-                                            " of ", m->hp_.n_layer, " layers"));
+    return absl::InternalError(absl::StrCat(m->file_->path(), ": ", *arch, " loader left ", m->w_.layers.size(), " of ",
+                                            m->hp_.n_layer, " layers"));
   }
   return m;
 }

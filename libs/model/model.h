@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/gguf/gguf.h"
 #include "libs/tensor/tensor.h"
 
@@ -24,22 +25,22 @@ inline constexpr int kRopeNeox = 2;   // pairs (i, i + n_rot/2): gptneox, falcon
 
 /// Hyper-parameters (llama.cpp llama_hparams), read from "<arch>.*" GGUF keys.
 struct Hparams {
-  std::string arch;          // general.architecture
-  int64_t n_vocab = 0;       // rows of token_embd
-  int64_t n_ctx_train = 0;   // <arch>.context_length
-  int64_t n_embd = 0;        // <arch>.embedding_length
-  int64_t n_layer = 0;       // <arch>.block_count
-  int64_t n_head = 0;        // <arch>.attention.head_count
-  int64_t n_head_kv = 0;     // <arch>.attention.head_count_kv (default n_head)
-  int64_t n_ff = 0;          // <arch>.feed_forward_length
-  int64_t n_embd_head_k = 0; // <arch>.attention.key_length (default n_embd / n_head)
-  int64_t n_embd_head_v = 0; // <arch>.attention.value_length (default n_embd / n_head)
-  int64_t n_rot = 0;         // <arch>.rope.dimension_count (default n_embd_head_k); dims rotated per head
-  float f_norm_eps = 1e-5f;      // LayerNorm epsilon: <arch>.attention.layer_norm_epsilon
-  float f_norm_rms_eps = 1e-5f;  // RMSNorm epsilon: <arch>.attention.layer_norm_rms_epsilon
+  std::string arch;                 // general.architecture
+  int64_t n_vocab = 0;              // rows of token_embd
+  int64_t n_ctx_train = 0;          // <arch>.context_length
+  int64_t n_embd = 0;               // <arch>.embedding_length
+  int64_t n_layer = 0;              // <arch>.block_count
+  int64_t n_head = 0;               // <arch>.attention.head_count
+  int64_t n_head_kv = 0;            // <arch>.attention.head_count_kv (default n_head)
+  int64_t n_ff = 0;                 // <arch>.feed_forward_length
+  int64_t n_embd_head_k = 0;        // <arch>.attention.key_length (default n_embd / n_head)
+  int64_t n_embd_head_v = 0;        // <arch>.attention.value_length (default n_embd / n_head)
+  int64_t n_rot = 0;                // <arch>.rope.dimension_count (default n_embd_head_k); dims rotated per head
+  float f_norm_eps = 1e-5f;         // LayerNorm epsilon: <arch>.attention.layer_norm_epsilon
+  float f_norm_rms_eps = 1e-5f;     // RMSNorm epsilon: <arch>.attention.layer_norm_rms_epsilon
   float rope_freq_base = 10000.0f;  // <arch>.rope.freq_base
   float rope_freq_scale = 1.0f;     // 1 / <arch>.rope.scaling.factor (linear scaling)
-  int rope_type = kRopeNorm;  // kRopeNone / kRopeNorm / kRopeNeox, fixed per architecture
+  int rope_type = kRopeNorm;        // kRopeNone / kRopeNorm / kRopeNeox, fixed per architecture
   /// > 0: the Q/K/V projections (the whole fused QKV output, bias included) are clamped
   /// to [-f_clamp_kqv, f_clamp_kqv] (<arch>.attention.clamp_kqv, optional; 0 = no clamp).
   float f_clamp_kqv = 0.0f;
@@ -63,12 +64,12 @@ struct Layer {
   Tensor* attn_norm_b = nullptr;  // blk.N.attn_norm.bias [n_embd]
   Tensor* attn_norm_2 = nullptr;  // blk.N.attn_norm_2.weight [n_embd] (Falcon-40B)
   Tensor* attn_norm_2_b = nullptr;
-  Tensor* wqkv = nullptr;         // blk.N.attn_qkv.weight [n_embd, n_q + 2*n_kv]: Q rows, then K, then V
-  Tensor* bqkv = nullptr;         // blk.N.attn_qkv.bias
-  Tensor* wq = nullptr;           // blk.N.attn_q.weight [n_embd, n_embd_head_k*n_head]
-  Tensor* wk = nullptr;           // blk.N.attn_k.weight [n_embd, n_embd_k_gqa]
-  Tensor* wv = nullptr;           // blk.N.attn_v.weight [n_embd, n_embd_v_gqa]
-  Tensor* wo = nullptr;           // blk.N.attn_output.weight [n_embd_head_v*n_head, n_embd]
+  Tensor* wqkv = nullptr;  // blk.N.attn_qkv.weight [n_embd, n_q + 2*n_kv]: Q rows, then K, then V
+  Tensor* bqkv = nullptr;  // blk.N.attn_qkv.bias
+  Tensor* wq = nullptr;    // blk.N.attn_q.weight [n_embd, n_embd_head_k*n_head]
+  Tensor* wk = nullptr;    // blk.N.attn_k.weight [n_embd, n_embd_k_gqa]
+  Tensor* wv = nullptr;    // blk.N.attn_v.weight [n_embd, n_embd_v_gqa]
+  Tensor* wo = nullptr;    // blk.N.attn_output.weight [n_embd_head_v*n_head, n_embd]
   Tensor* bq = nullptr;
   Tensor* bk = nullptr;
   Tensor* bv = nullptr;
@@ -77,43 +78,43 @@ struct Layer {
   Tensor* attn_q_norm_b = nullptr;
   Tensor* attn_k_norm = nullptr;
   Tensor* attn_k_norm_b = nullptr;
-  Tensor* ffn_norm = nullptr;     // blk.N.ffn_norm.weight [n_embd]
+  Tensor* ffn_norm = nullptr;  // blk.N.ffn_norm.weight [n_embd]
   Tensor* ffn_norm_b = nullptr;
-  Tensor* ffn_gate = nullptr;     // blk.N.ffn_gate.weight [n_embd, n_ff]
+  Tensor* ffn_gate = nullptr;  // blk.N.ffn_gate.weight [n_embd, n_ff]
   Tensor* ffn_gate_b = nullptr;
-  Tensor* ffn_up = nullptr;       // blk.N.ffn_up.weight [n_embd, n_ff] (phi3: [n_embd, 2*n_ff], gate first)
+  Tensor* ffn_up = nullptr;  // blk.N.ffn_up.weight [n_embd, n_ff] (phi3: [n_embd, 2*n_ff], gate first)
   Tensor* ffn_up_b = nullptr;
-  Tensor* ffn_down = nullptr;     // blk.N.ffn_down.weight [n_ff, n_embd]
+  Tensor* ffn_down = nullptr;  // blk.N.ffn_down.weight [n_ff, n_embd]
   Tensor* ffn_down_b = nullptr;
 };
 
 /// All weights of a model (leaves whose data points into the GGUF mapping).
 struct Weights {
-  Tensor* tok_embd = nullptr;       // token_embd.weight [n_embd, n_vocab]
-  Tensor* pos_embd = nullptr;       // position_embd.weight [n_embd, n_ctx_train] (gpt2, starcoder)
-  Tensor* tok_norm = nullptr;       // token_embd_norm.weight [n_embd] (bloom)
+  Tensor* tok_embd = nullptr;  // token_embd.weight [n_embd, n_vocab]
+  Tensor* pos_embd = nullptr;  // position_embd.weight [n_embd, n_ctx_train] (gpt2, starcoder)
+  Tensor* tok_norm = nullptr;  // token_embd_norm.weight [n_embd] (bloom)
   Tensor* tok_norm_b = nullptr;
-  Tensor* output_norm = nullptr;    // output_norm.weight [n_embd]
+  Tensor* output_norm = nullptr;  // output_norm.weight [n_embd]
   Tensor* output_norm_b = nullptr;
-  Tensor* output = nullptr;         // output.weight [n_embd, n_vocab], or tok_embd when tied
-  Tensor* output_b = nullptr;       // output.bias [n_vocab] (phi2)
-  Tensor* rope_freqs = nullptr;     // rope_freqs.weight [n_rot/2] (llama 3.1 frequency factors)
+  Tensor* output = nullptr;      // output.weight [n_embd, n_vocab], or tok_embd when tied
+  Tensor* output_b = nullptr;    // output.bias [n_vocab] (phi2)
+  Tensor* rope_freqs = nullptr;  // rope_freqs.weight [n_rot/2] (llama 3.1 frequency factors)
   std::vector<Layer> layers;
 };
 
 /// Inputs of one forward pass over n_tokens tokens, all leaves of the graph being built.
 struct ForwardInputs {
-  Tensor* tokens = nullptr;   // I32 [n_tokens]
-  Tensor* pos = nullptr;      // I32 [n_tokens]
-  Tensor* kv_idx = nullptr;   // I32 [n_tokens]: KV cache row each token's K/V is written to
+  Tensor* tokens = nullptr;  // I32 [n_tokens]
+  Tensor* pos = nullptr;     // I32 [n_tokens]
+  Tensor* kv_idx = nullptr;  // I32 [n_tokens]: KV cache row each token's K/V is written to
   /// F32 [n_kv, n_tokens]: -inf where token t may not attend cell c. Where it may: 0, or,
   /// for models with hparams().use_alibi(), -|pos[t] - pos of cell c| (llama.cpp
   /// llama_kv_cache::set_input_kq_mask), which attention scales by each head's ALiBi slope.
   Tensor* mask = nullptr;
-  Tensor* out_ids = nullptr;  // I32 [n_outputs]: tokens whose logits are wanted
+  Tensor* out_ids = nullptr;     // I32 [n_outputs]: tokens whose logits are wanted
   std::vector<Tensor*> k_cache;  // per layer: [n_embd_k_gqa, n_cells] (F16 or F32)
   std::vector<Tensor*> v_cache;  // per layer: [n_embd_v_gqa, n_cells]
-  int64_t n_kv = 0;           // cells [0, n_kv) take part in attention
+  int64_t n_kv = 0;              // cells [0, n_kv) take part in attention
   /// Output the final hidden states instead of logits: the rows of out_ids after the
   /// output norm (output_norm + output_norm_b), before the output matrix -- llama.cpp's
   /// res->t_embd, what its embeddings pool. F32 [n_embd, n_outputs], named "result_embd".

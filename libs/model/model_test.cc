@@ -3,6 +3,8 @@
 // double-precision forward pass written here from llama.cpp's llm_build_falcon /
 // llm_build_qwen2 / llm_build_qwen3. The GELU follows ggml's CPU F16 table, as herd does.
 // Also: registry and loader errors that need no shared data.
+#include "libs/model/model.h"
+
 #include <cmath>
 #include <deque>
 #include <map>
@@ -11,10 +13,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/base/fp16.h"
 #include "libs/gguf/gguf.h"
-#include "libs/model/model.h"
 #include "libs/model/test_runner.h"
 
 namespace herd::model {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/backend/backend.h"
 #include "libs/model/model.h"
 

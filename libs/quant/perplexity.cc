@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/engine/engine.h"
 
 namespace herd::quant {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/backend/backend.h"
 #include "libs/gguf/ggml_type.h"
 #include "libs/model/model.h"
@@ -22,19 +23,19 @@
 namespace herd::quant {
 
 struct PerplexityOptions {
-  int64_t n_ctx = 512;    // tokens per chunk (llama-perplexity -c)
-  int64_t n_batch = 2048; // tokens per llama_decode call (-b): n_batch / n_ctx chunks run together
-  int64_t n_chunks = -1;  // chunks to evaluate (-1: all that fit)
+  int64_t n_ctx = 512;               // tokens per chunk (llama-perplexity -c)
+  int64_t n_batch = 2048;            // tokens per llama_decode call (-b): n_batch / n_ctx chunks run together
+  int64_t n_chunks = -1;             // chunks to evaluate (-1: all that fit)
   GgmlType kv_type = GgmlType::F16;  // KV cache type (llama.cpp's default F16)
-  int64_t n_ubatch = 512;  // tokens per forward pass (llama.cpp's default n_ubatch)
+  int64_t n_ubatch = 512;            // tokens per forward pass (llama.cpp's default n_ubatch)
 };
 
 struct PerplexityResult {
   int64_t n_tokens = 0;  // tokens of the whole text (BOS included)
   int64_t n_ctx = 0, n_batch = 0, n_seq = 0, n_chunks = 0;
-  int64_t count = 0;     // scored tokens
-  double ppl = 0;        // exp(mean nll)
-  double ppl_err = 0;    // llama-perplexity's "+/-": ppl * sqrt(var(nll) / (count - 1))
+  int64_t count = 0;                // scored tokens
+  double ppl = 0;                   // exp(mean nll)
+  double ppl_err = 0;               // llama-perplexity's "+/-": ppl * sqrt(var(nll) / (count - 1))
   std::vector<double> running_ppl;  // after each chunk (llama-perplexity's [i]ppl list)
 };
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/fp16.h"
 #include "libs/gguf/gguf.h"
 #include "libs/quant/quantize.h"
@@ -32,9 +33,9 @@ struct Shape {
   int n_head = 8;
   int n_head_kv = 8;
   int n_expert = 0;
-  bool tied = false;           // no output.weight
+  bool tied = false;              // no output.weight
   GgmlType type = GgmlType::F32;  // type of the 2-D weights
-  int64_t ffn_down_cols = 0;   // 0: n_ff
+  int64_t ffn_down_cols = 0;      // 0: n_ff
 };
 
 std::string TmpPath(const std::string& name) {
@@ -196,7 +197,7 @@ TEST(TypeRules, GqaTiedEmbeddingsAndMixtures) {
 
 TEST(TypeRules, FallbacksForRowLengths) {
   Shape s;
-  s.n_embd = 64;        // 64-wide rows: no 256 blocks
+  s.n_embd = 64;          // 64-wide rows: no 256 blocks
   s.ffn_down_cols = 100;  // not even 32
   s.n_ff = 100;
   s.n_head = 4;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+
 #include "libs/tensor/quants.h"
 
 namespace herd::quant {
@@ -14,9 +15,25 @@ namespace {
 
 // llama_ftype values (llama.h).
 enum Ftype : uint32_t {
-  kAllF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10,
-  kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17,
-  kQ6_K = 18, kIQ4_NL = 25, kIQ4_XS = 30, kBF16 = 32,
+  kAllF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 7,
+  kQ5_0 = 8,
+  kQ5_1 = 9,
+  kQ2_K = 10,
+  kQ3_K_S = 11,
+  kQ3_K_M = 12,
+  kQ3_K_L = 13,
+  kQ4_K_S = 14,
+  kQ4_K_M = 15,
+  kQ5_K_S = 16,
+  kQ5_K_M = 17,
+  kQ6_K = 18,
+  kIQ4_NL = 25,
+  kIQ4_XS = 30,
+  kBF16 = 32,
 };
 
 struct FileTypeEntry {
@@ -27,15 +44,12 @@ struct FileTypeEntry {
 
 // llama-quantize's QUANT_OPTIONS (the supported subset), canonical names first.
 constexpr FileTypeEntry kFileTypes[] = {
-    {"Q4_0", kQ4_0, GgmlType::Q4_0},       {"Q4_1", kQ4_1, GgmlType::Q4_1},
-    {"Q5_0", kQ5_0, GgmlType::Q5_0},       {"Q5_1", kQ5_1, GgmlType::Q5_1},
-    {"Q8_0", kQ8_0, GgmlType::Q8_0},       {"Q2_K", kQ2_K, GgmlType::Q2_K},
-    {"Q3_K_S", kQ3_K_S, GgmlType::Q3_K},   {"Q3_K_M", kQ3_K_M, GgmlType::Q3_K},
-    {"Q3_K_L", kQ3_K_L, GgmlType::Q3_K},   {"Q4_K_S", kQ4_K_S, GgmlType::Q4_K},
-    {"Q4_K_M", kQ4_K_M, GgmlType::Q4_K},   {"Q5_K_S", kQ5_K_S, GgmlType::Q5_K},
-    {"Q5_K_M", kQ5_K_M, GgmlType::Q5_K},   {"Q6_K", kQ6_K, GgmlType::Q6_K},
-    {"IQ4_NL", kIQ4_NL, GgmlType::IQ4_NL}, {"IQ4_XS", kIQ4_XS, GgmlType::IQ4_XS},
-    {"F16", kF16, GgmlType::F16},          {"BF16", kBF16, GgmlType::BF16},
+    {"Q4_0", kQ4_0, GgmlType::Q4_0},       {"Q4_1", kQ4_1, GgmlType::Q4_1},     {"Q5_0", kQ5_0, GgmlType::Q5_0},
+    {"Q5_1", kQ5_1, GgmlType::Q5_1},       {"Q8_0", kQ8_0, GgmlType::Q8_0},     {"Q2_K", kQ2_K, GgmlType::Q2_K},
+    {"Q3_K_S", kQ3_K_S, GgmlType::Q3_K},   {"Q3_K_M", kQ3_K_M, GgmlType::Q3_K}, {"Q3_K_L", kQ3_K_L, GgmlType::Q3_K},
+    {"Q4_K_S", kQ4_K_S, GgmlType::Q4_K},   {"Q4_K_M", kQ4_K_M, GgmlType::Q4_K}, {"Q5_K_S", kQ5_K_S, GgmlType::Q5_K},
+    {"Q5_K_M", kQ5_K_M, GgmlType::Q5_K},   {"Q6_K", kQ6_K, GgmlType::Q6_K},     {"IQ4_NL", kIQ4_NL, GgmlType::IQ4_NL},
+    {"IQ4_XS", kIQ4_XS, GgmlType::IQ4_XS}, {"F16", kF16, GgmlType::F16},        {"BF16", kBF16, GgmlType::BF16},
     {"F32", kAllF32, GgmlType::F32},
 };
 struct Alias {
@@ -56,8 +70,8 @@ std::string Lower(std::string s) {
 FileType ToFileType(const FileTypeEntry& e) { return FileType{e.name, e.ftype, e.type}; }
 
 bool IsQuantized(GgmlType t) {
-  return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && t != GgmlType::F64 &&
-         t != GgmlType::I8 && t != GgmlType::I16 && t != GgmlType::I32 && t != GgmlType::I64;
+  return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && t != GgmlType::F64 && t != GgmlType::I8 &&
+         t != GgmlType::I16 && t != GgmlType::I32 && t != GgmlType::I64;
 }
 
 int64_t BlockSize(GgmlType t) { return GetGgmlTypeTraits(t)->block_size; }
@@ -72,7 +86,17 @@ int NDims(const gguf::TensorInfo& t) {
 }
 
 enum class Category {
-  kTokenEmbd, kAttnQ, kAttnV, kAttnK, kAttnQkv, kAttnKvB, kAttnOutput, kFfnUp, kFfnGate, kFfnDown, kOutput,
+  kTokenEmbd,
+  kAttnQ,
+  kAttnV,
+  kAttnK,
+  kAttnQkv,
+  kAttnKvB,
+  kAttnOutput,
+  kFfnUp,
+  kFfnGate,
+  kFfnDown,
+  kOutput,
   kOther
 };
 
@@ -101,15 +125,41 @@ bool AllowsQuantization(const gguf::TensorInfo& t) {
   if (NDims(t) < 2) return false;
   const std::string& name = t.name;
   bool q = name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
-  static const char* const kNever[] = {
-      "_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
-      "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight",
-      "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
-      "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
-      "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
-      "time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight", "attn_rel_b.weight",
-      ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos", ".patch_embd", ".patch_merger",
-      "a.rvq.codebook", "mm.a.code_embd"};
+  static const char* const kNever[] = {"_norm.weight",
+                                       "ffn_gate_inp.weight",
+                                       "ffn_gate_tid2eid.weight",
+                                       "altup",
+                                       "laurel",
+                                       "per_layer_model_proj",
+                                       "ssm_conv1d",
+                                       "shortconv.conv.weight",
+                                       "indexer.k_proj.weight",
+                                       "indexer.q_proj.weight",
+                                       "time_mix_first.weight",
+                                       "time_mix_w0.weight",
+                                       "time_mix_w1.weight",
+                                       "time_mix_w2.weight",
+                                       "time_mix_v0.weight",
+                                       "time_mix_v1.weight",
+                                       "time_mix_v2.weight",
+                                       "time_mix_a0.weight",
+                                       "time_mix_a1.weight",
+                                       "time_mix_a2.weight",
+                                       "time_mix_g1.weight",
+                                       "time_mix_g2.weight",
+                                       "time_mix_decay_w1.weight",
+                                       "time_mix_decay_w2.weight",
+                                       "time_mix_lerp_fused.weight",
+                                       "attn_rel_b.weight",
+                                       ".position_embd",
+                                       "sam.pos_embd",
+                                       "sam.neck.",
+                                       "sam.net_",
+                                       ".rel_pos",
+                                       ".patch_embd",
+                                       ".patch_merger",
+                                       "a.rvq.codebook",
+                                       "mm.a.code_embd"};
   for (const char* s : kNever) q = q && !Has(name, s);
   q = q && name != "position_embd.weight" && name != "token_types.weight";
   return q;
@@ -138,8 +188,7 @@ struct State {
 };
 
 // layer_info: with experts the layer comes from the name.
-absl::Status LayerInfo(const ModelInfo& info, int counter, int n, const std::string& name, int* i_layer,
-                       int* n_layer) {
+absl::Status LayerInfo(const ModelInfo& info, int counter, int n, const std::string& name, int* i_layer, int* n_layer) {
   *i_layer = counter;
   *n_layer = n;
   if (std::max(1, info.n_expert) > 1) {
@@ -201,14 +250,14 @@ absl::StatusOr<GgmlType> GetTypeImpl(State& qs, const ModelInfo& info, const Typ
     if (ftype == kQ2_K) {
       new_type = GgmlType::Q3_K;
     } else if (ftype == kQ3_K_M) {
-      new_type = i_layer < n_layer / 16                          ? GgmlType::Q5_K
-                 : !falcon || UseMoreBits(i_layer, n_layer)      ? GgmlType::Q4_K
-                                                                 : GgmlType::Q3_K;
+      new_type = i_layer < n_layer / 16                     ? GgmlType::Q5_K
+                 : !falcon || UseMoreBits(i_layer, n_layer) ? GgmlType::Q4_K
+                                                            : GgmlType::Q3_K;
     } else if (ftype == kQ3_K_L) {
       new_type = falcon ? GgmlType::Q4_K : GgmlType::Q5_K;
     } else if (ftype == kQ4_K_M) {
       if (falcon) {
-        new_type = i_layer < n_layer / 16 ? GgmlType::Q6_K
+        new_type = i_layer < n_layer / 16          ? GgmlType::Q6_K
                    : UseMoreBits(i_layer, n_layer) ? GgmlType::Q5_K
                                                    : GgmlType::Q4_K;
       } else if (UseMoreBits(i_layer, n_layer)) {
@@ -230,22 +279,28 @@ absl::StatusOr<GgmlType> GetTypeImpl(State& qs, const ModelInfo& info, const Typ
           new_type = GgmlType::Q5_K;
         }
       } else {
-        if (ftype == kQ2_K) new_type = GgmlType::Q3_K;
-        else if (ftype == kQ3_K_M) new_type = GgmlType::Q4_K;
-        else if (ftype == kQ3_K_L) new_type = GgmlType::Q5_K;
+        if (ftype == kQ2_K)
+          new_type = GgmlType::Q3_K;
+        else if (ftype == kQ3_K_M)
+          new_type = GgmlType::Q4_K;
+        else if (ftype == kQ3_K_L)
+          new_type = GgmlType::Q5_K;
       }
     } else if (ftype == kQ3_K_L) {
       new_type = GgmlType::Q4_K;
     }
   } else if (cat == Category::kAttnQkv) {
-    if (ftype == kQ3_K_M || ftype == kQ3_K_L) new_type = GgmlType::Q4_K;
-    else if (ftype == kQ4_K_M) new_type = GgmlType::Q5_K;
-    else if (ftype == kQ5_K_M) new_type = GgmlType::Q6_K;
+    if (ftype == kQ3_K_M || ftype == kQ3_K_L)
+      new_type = GgmlType::Q4_K;
+    else if (ftype == kQ4_K_M)
+      new_type = GgmlType::Q5_K;
+    else if (ftype == kQ5_K_M)
+      new_type = GgmlType::Q6_K;
   } else if (cat == Category::kFfnGate || cat == Category::kFfnUp) {
     int& counter = cat == Category::kFfnGate ? qs.i_ffn_gate : qs.i_ffn_up;
     int i_layer, n_layer;
-    absl::Status s = LayerInfo(info, counter, cat == Category::kFfnGate ? qs.n_ffn_gate : qs.n_ffn_up, t.name,
-                               &i_layer, &n_layer);
+    absl::Status s =
+        LayerInfo(info, counter, cat == Category::kFfnGate ? qs.n_ffn_gate : qs.n_ffn_up, t.name, &i_layer, &n_layer);
     if (!s.ok()) return s;
     ++counter;  // only IQ3_XS changes ffn_gate / ffn_up
   }
@@ -259,17 +314,26 @@ absl::StatusOr<GgmlType> Fallback(const gguf::TensorInfo& t, GgmlType target, st
   if (ncols % qk == 0) return target;
   GgmlType ret;
   switch (target) {
-    case GgmlType::IQ4_XS: ret = GgmlType::IQ4_NL; break;
+    case GgmlType::IQ4_XS:
+      ret = GgmlType::IQ4_NL;
+      break;
     case GgmlType::Q2_K:
-    case GgmlType::Q3_K: ret = GgmlType::Q4_0; break;
-    case GgmlType::Q4_K: ret = GgmlType::Q5_0; break;
-    case GgmlType::Q5_K: ret = GgmlType::Q5_1; break;
-    case GgmlType::Q6_K: ret = GgmlType::Q8_0; break;
+    case GgmlType::Q3_K:
+      ret = GgmlType::Q4_0;
+      break;
+    case GgmlType::Q4_K:
+      ret = GgmlType::Q5_0;
+      break;
+    case GgmlType::Q5_K:
+      ret = GgmlType::Q5_1;
+      break;
+    case GgmlType::Q6_K:
+      ret = GgmlType::Q8_0;
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ncols ", ncols, " not divisible by ",
-                                                     qk, " (required for type ", TypeName(target),
-                                                     "): no tensor type fallback is defined for type ",
-                                                     TypeName(target)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': ncols ", ncols, " not divisible by ", qk, " (required for type ",
+                       TypeName(target), "): no tensor type fallback is defined for type ", TypeName(target)));
   }
   if (ncols % BlockSize(ret) != 0) ret = GgmlType::F16;  // "must use F16 due to unusual shape"
   *note = absl::StrCat("ncols ", ncols, " not divisible by ", qk, " (required for type ", TypeName(target),
@@ -295,8 +359,7 @@ absl::StatusOr<FileType> ParseFileType(const std::string& name) {
     if (up == a.name) return ParseFileType(a.target);
   }
   // A numeric llama_ftype, as llama-quantize accepts ("15" = Q4_K_M).
-  if (!up.empty() && std::all_of(up.begin(), up.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-      up.size() < 6) {
+  if (!up.empty() && std::all_of(up.begin(), up.end(), [](char c) { return c >= '0' && c <= '9'; }) && up.size() < 6) {
     const uint32_t v = static_cast<uint32_t>(std::stoul(up));
     for (const FileTypeEntry& e : kFileTypes) {
       if (e.ftype == v) return ToFileType(e);
@@ -351,8 +414,8 @@ absl::StatusOr<ModelInfo> ReadModelInfo(const gguf::GgufFile& f) {
   auto n_layer = f.GetInt(info.arch + ".block_count");
   if (!n_layer.ok()) return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", n_layer.status().message()));
   if (*n_layer <= 0 || *n_layer > 100000) {
-    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": ", info.arch, ".block_count ", *n_layer,
-                                                   " is out of range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": ", info.arch, ".block_count ", *n_layer, " is out of range"));
   }
   info.n_layer = static_cast<int>(*n_layer);
   auto first_int = [&](const std::string& key, int dflt) -> int {
@@ -385,7 +448,7 @@ std::vector<const gguf::TensorInfo*> OrderTensors(const gguf::GgufFile& f) {
 }
 
 absl::StatusOr<std::vector<TensorPlan>> PlanTensorTypes(const gguf::GgufFile& f, const ModelInfo& info,
-                                                       const TypeOptions& opt) {
+                                                        const TypeOptions& opt) {
   const std::vector<const gguf::TensorInfo*> order = OrderTensors(f);
   State qs;
   for (const gguf::TensorInfo* t : order) {  // init_quantize_state_counters
@@ -437,8 +500,8 @@ absl::StatusOr<std::vector<TensorPlan>> PlanTensorTypes(const gguf::GgufFile& f,
       }
       if (t->ne[0] % BlockSize(p.type) != 0) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "': row length ", t->ne[0],
-                                                       " is not a multiple of ", BlockSize(p.type),
-                                                       " as type ", TypeName(p.type), " requires (", p.note, ")"));
+                                                       " is not a multiple of ", BlockSize(p.type), " as type ",
+                                                       TypeName(p.type), " requires (", p.note, ")"));
       }
     }
     p.quantize = p.type != t->type;

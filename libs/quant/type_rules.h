@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/gguf/ggml_type.h"
 #include "libs/gguf/gguf.h"
 
@@ -16,9 +17,9 @@ namespace herd::quant {
 
 /// A llama-quantize file type ("mixture").
 struct FileType {
-  std::string name;        // canonical name, e.g. "Q4_K_M" (aliases resolve to it)
-  uint32_t ftype;          // llama_ftype, written to general.file_type (Q4_K_M = 15)
-  GgmlType default_type;   // llama_ftype_get_default_type (Q4_K_M -> Q4_K)
+  std::string name;       // canonical name, e.g. "Q4_K_M" (aliases resolve to it)
+  uint32_t ftype;         // llama_ftype, written to general.file_type (Q4_K_M = 15)
+  GgmlType default_type;  // llama_ftype_get_default_type (Q4_K_M -> Q4_K)
 };
 
 /// Every name ParseFileType accepts: the canonical names (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
@@ -49,12 +50,12 @@ absl::StatusOr<TensorTypeOverride> ParseTensorTypeOverride(const std::string& sp
 /// The resolved quantization request.
 struct TypeOptions {
   FileType file_type;
-  bool pure = false;                                 // --pure: no mixture rules
-  bool has_output_tensor_type = false;               // --output-tensor-type
+  bool pure = false;                    // --pure: no mixture rules
+  bool has_output_tensor_type = false;  // --output-tensor-type
   GgmlType output_tensor_type = GgmlType::F32;
-  bool has_token_embedding_type = false;             // --token-embedding-type
+  bool has_token_embedding_type = false;  // --token-embedding-type
   GgmlType token_embedding_type = GgmlType::F32;
-  std::vector<TensorTypeOverride> overrides;         // --tensor-type, in order
+  std::vector<TensorTypeOverride> overrides;  // --tensor-type, in order
 };
 
 /// Hyper-parameters the rules consult (llama_hparams), from GGUF metadata.
@@ -90,6 +91,6 @@ std::vector<const gguf::TensorInfo*> OrderTensors(const gguf::GgufFile& f);
 /// no fallback ("no tensor type fallback is defined for type q8_0", naming the tensor),
 /// an --output-tensor-type / --token-embedding-type that does not fit the row length.
 absl::StatusOr<std::vector<TensorPlan>> PlanTensorTypes(const gguf::GgufFile& f, const ModelInfo& info,
-                                                       const TypeOptions& opt);
+                                                        const TypeOptions& opt);
 
 }  // namespace herd::quant

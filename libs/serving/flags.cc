@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+
 #include "libs/base/version.h"
 
 namespace herd::serving {

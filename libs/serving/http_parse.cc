@@ -1,10 +1,11 @@
 #include "libs/serving/http_parse.h"
 
+#include <cstdint>
+#include <limits>
+
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <cstdint>
-#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -24,7 +25,8 @@ std::pair<int, std::string> CheckHead(const BeastRequest& req, int max_count) {
     for (char c : value) {
       const auto u = static_cast<unsigned char>(c);
       if ((u < 0x20 && u != '\t') || u == 0x7f) {
-        return {400, absl::StrCat("header ", std::string(name.data(), name.size()), ": control character in the value")};
+        return {400,
+                absl::StrCat("header ", std::string(name.data(), name.size()), ": control character in the value")};
       }
     }
     if (f.name() == bhttp::field::content_length) ++content_length;

@@ -7,13 +7,15 @@
 // memory (for tests and tests/fuzz/http_request_fuzz.cc). Authentication (401) is not
 // part of parsing: the server checks it between the head and the body.
 #pragma once
-#include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <cstddef>
 #include <string>
 #include <utility>
 
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
 #include "absl/strings/string_view.h"
+
 #include "libs/serving/http_server.h"
 
 namespace herd::serving::http {

@@ -4,11 +4,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -20,9 +15,16 @@
 #include <thread>
 #include <type_traits>
 
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/serving/http_parse.h"
 
@@ -461,7 +463,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (res.stream) {
         self->StreamBody(res);
       } else {
-        net::post(self->stream_.get_executor(), [self, r = std::move(res)]() mutable { self->WriteFull(std::move(r)); });
+        net::post(self->stream_.get_executor(),
+                  [self, r = std::move(res)]() mutable { self->WriteFull(std::move(r)); });
       }
       self->srv_->ReleaseKey(key);
       self->srv_->ReleaseSlot();
@@ -518,8 +521,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (gone_ || srv_->abort_writes) return false;
     const bool ok = OnStrand([self = this->shared_from_this(), data](std::function<void(bool)> done) {
       self->Lowest().expires_after(Chrono(self->srv_->opts.write_timeout));
-      net::async_write(self->stream_, net::buffer(*data),
-                       [data, done](beast::error_code ec, size_t) { done(!ec); });
+      net::async_write(self->stream_, net::buffer(*data), [data, done](beast::error_code ec, size_t) { done(!ec); });
     });
     if (!ok) gone_ = true;
     return ok;
@@ -548,8 +550,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*head);
     bool ok = OnStrand([self = this->shared_from_this(), head, sr](std::function<void(bool)> done) {
       self->Lowest().expires_after(Chrono(self->srv_->opts.write_timeout));
-      bhttp::async_write_header(self->stream_, *sr,
-                                [head, sr, done](beast::error_code ec, size_t) { done(!ec); });
+      bhttp::async_write_header(self->stream_, *sr, [head, sr, done](beast::error_code ec, size_t) { done(!ec); });
     });
     if (!ok) gone_ = true;
     ChunkWriter w(this);

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+
 #include "libs/serving/api_keys.h"
 #include "libs/serving/metrics.h"
 
@@ -41,10 +42,10 @@ namespace herd::serving::http {
 
 /// A request whose head and body have been read in full.
 struct Request {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // as sent: path and query
-  std::string path;    // target up to '?'
-  std::string query;   // after '?', without it ("" when absent)
+  std::string method;                                        // "GET", "POST", ...
+  std::string target;                                        // as sent: path and query
+  std::string path;                                          // target up to '?'
+  std::string query;                                         // after '?', without it ("" when absent)
   std::vector<std::pair<std::string, std::string>> headers;  // in order received
   std::string body;
   std::string remote;  // peer "ip:port"
@@ -144,7 +145,9 @@ class Server {
   /// the I/O thread and needs no handler slot, so it answers even when all are busy.
   /// Register before Start.
   void Route(const std::string& method, const std::string& pattern, Handler handler, bool run_inline = false);
-  void Get(const std::string& pattern, Handler h, bool run_inline = false) { Route("GET", pattern, std::move(h), run_inline); }
+  void Get(const std::string& pattern, Handler h, bool run_inline = false) {
+    Route("GET", pattern, std::move(h), run_inline);
+  }
   void Post(const std::string& pattern, Handler h) { Route("POST", pattern, std::move(h)); }
 
   /// Binds host:port (port 0 = any free port; one socket only) and serves in

@@ -2,15 +2,12 @@
 // tricks, overload (429, never a reset), API keys, abandoned requests, HTTPS with
 // certificates made at test time by the openssl CLI.
 #include "libs/serving/http_server.h"
-#include "libs/serving/testing/raw_http.h"
-#include "libs/serving/testing/test_certs.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,10 +22,15 @@
 #include <thread>
 #include <vector>
 
+#include <openssl/x509.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+
+#include "libs/serving/testing/raw_http.h"
+#include "libs/serving/testing/test_certs.h"
 
 namespace herd::serving::http {
 namespace {
@@ -56,8 +58,10 @@ class HttpServerTest : public ::testing::Test {
  protected:
   void StartServer(ServerOptions o) {
     server_ = std::make_unique<Server>(std::move(o));
-    server_->Get("/healthz", [](const Request&, Response& r) { r.SetContent("ok\n", "text/plain"); }, true);
-    server_->Get("/items/([0-9]+)", [](const Request& q, Response& r) { r.SetContent("item " + q.matches[1], "text/plain"); });
+    server_->Get(
+        "/healthz", [](const Request&, Response& r) { r.SetContent("ok\n", "text/plain"); }, true);
+    server_->Get("/items/([0-9]+)",
+                 [](const Request& q, Response& r) { r.SetContent("item " + q.matches[1], "text/plain"); });
     server_->Post("/echo", [](const Request& q, Response& r) { r.SetContent(q.body, "application/octet-stream"); });
     server_->Get("/slow", [this](const Request& q, Response& r) {
       ++in_slow_;
@@ -103,21 +107,26 @@ TEST_F(HttpServerTest, RoutesKeepAliveAndErrors) {
   EXPECT_EQ(Body(Exchange(port_, Get("/healthz"))), "ok\n");
   EXPECT_EQ(Body(Exchange(port_, Get("/items/42"))), "item 42");
   EXPECT_EQ(StatusOf(Exchange(port_, Get("/nope"))), 404);
-  EXPECT_EQ(StatusOf(Exchange(port_, "POST /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")), 405);
+  EXPECT_EQ(
+      StatusOf(Exchange(port_, "POST /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")),
+      405);
   // Two requests on one keep-alive connection, the second with a body.
   int fd = Connect(port_);
-  ASSERT_TRUE(SendAll(fd, "GET /items/1 HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\n"
-                          "Content-Length: 5\r\nConnection: close\r\n\r\nhello"));
+  ASSERT_TRUE(SendAll(fd,
+                      "GET /items/1 HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\n"
+                      "Content-Length: 5\r\nConnection: close\r\n\r\nhello"));
   const std::string both = ReadAll(fd);
   ::close(fd);
   EXPECT_TRUE(absl::StrContains(both, "item 1")) << both;
   EXPECT_TRUE(absl::EndsWith(both, "hello")) << both;
   // Chunked request bodies are decoded; Expect: 100-continue is answered.
-  const std::string chunked = Exchange(port_, "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                              "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
+  const std::string chunked = Exchange(port_,
+                                       "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                       "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
   EXPECT_EQ(Body(chunked), "abcde");
   fd = Connect(port_);
-  SendAll(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
+  SendAll(fd,
+          "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
   char buf[256];
   pollfd p{fd, POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 5000), 1);
@@ -146,8 +155,10 @@ TEST_F(HttpServerTest, FramingTricksGet4xx) {
       {"Content-Length 2^64+1", head + "Content-Length: 18446744073709551617\r\n\r\n"},
       {"two different Content-Lengths", head + "Content-Length: 3\r\nContent-Length: 5\r\n\r\nabcde"},
       {"two equal Content-Lengths", head + "Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc"},
-      {"Content-Length with chunked", head + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
-      {"chunked then Content-Length", head + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
+      {"Content-Length with chunked",
+       head + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
+      {"chunked then Content-Length",
+       head + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
       {"gzip transfer coding", head + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
       {"NUL in a header value", head + "X-A: a\0b\r\nContent-Length: 0\r\n\r\n"s},
       {"NUL in a header name", head + "X\0A: ab\r\nContent-Length: 0\r\n\r\n"s},

@@ -45,7 +45,10 @@ std::string Num(double v) {
 
 MetricFamily::MetricFamily(std::string name, std::string help, Kind kind, std::vector<std::string> label_names,
                            std::vector<double> buckets)
-    : name_(std::move(name)), help_(std::move(help)), kind_(kind), label_names_(std::move(label_names)),
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      kind_(kind),
+      label_names_(std::move(label_names)),
       buckets_(std::move(buckets)) {}
 
 MetricFamily::Series& MetricFamily::Get(const Labels& labels) {
@@ -91,8 +94,9 @@ void MetricFamily::Render(std::string* out) const {
       continue;
     }
     for (size_t i = 0; i < buckets_.size(); ++i) {
-      absl::StrAppend(out, name_, "_bucket", LabelString(label_names_, labels, absl::StrCat("le=\"", Num(buckets_[i]), "\"")),
-                      " ", s.bucket_counts[i], "\n");
+      absl::StrAppend(out, name_, "_bucket",
+                      LabelString(label_names_, labels, absl::StrCat("le=\"", Num(buckets_[i]), "\"")), " ",
+                      s.bucket_counts[i], "\n");
     }
     absl::StrAppend(out, name_, "_bucket", LabelString(label_names_, labels, "le=\"+Inf\""), " ", s.count, "\n");
     absl::StrAppend(out, name_, "_sum", LabelString(label_names_, labels), " ", Num(s.sum), "\n");

@@ -46,8 +46,7 @@ class KeyCheck {
     if (m != method_keys_.end()) {
       if (m->second.Accepts(key)) return grpc::Status::OK;
       if (keys_.enabled() && keys_.Accepts(key)) {
-        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                            absl::StrCat(path, " requires the admin key"));
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, absl::StrCat(path, " requires the admin key"));
       }
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kUnauthenticated);
     }
@@ -71,9 +70,12 @@ class CppProcessor final : public grpc::AuthMetadataProcessor {
     absl::string_view path, auth, xkey;
     for (const auto& [k, v] : md) {
       absl::string_view key(k.data(), k.size()), val(v.data(), v.size());
-      if (key == ":path") path = val;
-      else if (key == "authorization") auth = val;
-      else if (key == "x-api-key") xkey = val;
+      if (key == ":path")
+        path = val;
+      else if (key == "authorization")
+        auth = val;
+      else if (key == "x-api-key")
+        xkey = val;
     }
     grpc::Status s = check_->Check(path, auth, xkey);
     if (s.ok()) {
@@ -101,9 +103,12 @@ void ProcessC(const void* state, grpc_auth_context*, const grpc_metadata* md, si
   absl::string_view path, auth, xkey;
   for (size_t i = 0; i < n; ++i) {
     absl::string_view key = SliceView(md[i].key);
-    if (key == ":path") path = SliceView(md[i].value);
-    else if (key == "authorization") auth = SliceView(md[i].value);
-    else if (key == "x-api-key") xkey = SliceView(md[i].value);
+    if (key == ":path")
+      path = SliceView(md[i].value);
+    else if (key == "authorization")
+      auth = SliceView(md[i].value);
+    else if (key == "x-api-key")
+      xkey = SliceView(md[i].value);
   }
   grpc::Status s = check->Check(path, auth, xkey);
   if (s.ok()) {
@@ -210,8 +215,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
 }
 
 std::string DescribeServerSecurity(const ServerSecurity& s) {
-  std::string d = s.tls() ? (s.tls_ca_file.empty() ? "TLS" : (s.require_client_cert ? "TLS (mTLS)" : "TLS (client certs verified when presented)"))
-                          : "plaintext";
+  std::string d = s.tls()
+                      ? (s.tls_ca_file.empty()
+                             ? "TLS"
+                             : (s.require_client_cert ? "TLS (mTLS)" : "TLS (client certs verified when presented)"))
+                      : "plaintext";
   absl::StrAppend(&d, s.keys.enabled() ? ", API key required" : ", no API key required");
   for (const auto& [method, keys] : s.method_keys) absl::StrAppend(&d, ", ", method, " needs its own key");
   if (s.auth()) {
@@ -249,8 +257,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Cli
     if (c.tls_cert_file.empty()) {
       provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(c.tls_ca_file, 60);
     } else {
-      provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-          c.tls_key_file, c.tls_cert_file, c.tls_ca_file, 60);
+      provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(c.tls_key_file, c.tls_cert_file,
+                                                                                      c.tls_ca_file, 60);
     }
     grpc::experimental::TlsChannelCredentialsOptions opts;
     opts.set_certificate_provider(provider);

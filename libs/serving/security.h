@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/serving/api_keys.h"
 
 namespace herd::serving {

@@ -17,6 +17,7 @@
 //   --metrics_require_key             exposed for the metrics HTTP port (MetricsSecurity)
 #pragma once
 #include "absl/status/statusor.h"
+
 #include "libs/serving/api_keys.h"
 #include "libs/serving/http_server.h"
 #include "libs/serving/security.h"

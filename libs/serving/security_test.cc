@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "gtest/gtest.h"
+
 #include "libs/serving/server.h"
 #include "libs/serving/testing/test_certs.h"
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+
 #include "libs/base/log.h"
 
 namespace herd::serving {
@@ -62,8 +63,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(opts.security);
   if (!creds.ok()) return creds.status();
   if (opts.security.auth() && !opts.security.tls()) {
-    HERD_LOG(Warning) << "gRPC on " << opts.address
-                      << ": API keys are checked but travel in plaintext; use --tls_cert_file/--tls_key_file off loopback";
+    HERD_LOG(Warning)
+        << "gRPC on " << opts.address
+        << ": API keys are checked but travel in plaintext; use --tls_cert_file/--tls_key_file off loopback";
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

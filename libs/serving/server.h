@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/serving/http_server.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/security.h"
@@ -35,10 +36,10 @@ class MetricsHttpServer {
 };
 
 struct GrpcServerOptions {
-  std::string address = "0.0.0.0:0";      // host:port; port 0 = any free port
-  int max_message_bytes = 64 << 20;        // send and receive limit
+  std::string address = "0.0.0.0:0";               // host:port; port 0 = any free port
+  int max_message_bytes = 64 << 20;                // send and receive limit
   std::chrono::milliseconds shutdown_grace{5000};  // in-flight streams get this long
-  ServerSecurity security;                 // TLS / mTLS and API keys (security.h); default none
+  ServerSecurity security;                         // TLS / mTLS and API keys (security.h); default none
 };
 
 /// Builds and starts a gRPC server with `services`, health checking (every service

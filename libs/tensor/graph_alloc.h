@@ -10,9 +10,9 @@
 namespace herd {
 
 struct GraphPlan {
-  size_t arena_size = 0;                 // bytes needed
-  std::vector<Tensor*> tensors;          // nodes that own memory
-  std::vector<size_t> offsets;           // their offsets in the arena (same order)
+  size_t arena_size = 0;         // bytes needed
+  std::vector<Tensor*> tensors;  // nodes that own memory
+  std::vector<size_t> offsets;   // their offsets in the arena (same order)
 };
 
 /// Plans the arena for `ctx`'s nodes. Leaves (weights, inputs, caches) and views are not

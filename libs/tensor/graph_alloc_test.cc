@@ -14,9 +14,9 @@ bool Overlap(const Tensor* a, size_t oa, const Tensor* b, size_t ob) {
 TEST(GraphAlloc, ReusesDeadNodesAndNeverOverlapsLiveOnes) {
   Graph g;
   Tensor* x = g.NewTensor(GgmlType::F32, {1024, 4}, "x");
-  Tensor* a = g.Scale(x, 2.0f);    // dies after b
-  Tensor* b = g.Silu(a);           // dies after c
-  Tensor* c = g.Add(b, x);         // dies after d
+  Tensor* a = g.Scale(x, 2.0f);  // dies after b
+  Tensor* b = g.Silu(a);         // dies after c
+  Tensor* c = g.Add(b, x);       // dies after d
   Tensor* d = g.Scale(c, 0.5f);
   g.SetOutput(d);
   GraphPlan plan = PlanGraph(g, 64);
@@ -25,8 +25,7 @@ TEST(GraphAlloc, ReusesDeadNodesAndNeverOverlapsLiveOnes) {
   EXPECT_EQ(plan.arena_size, 2u * 1024 * 4 * 4);
   // a and b are live together, b and c, c and d.
   for (size_t i = 0; i + 1 < plan.tensors.size(); ++i) {
-    EXPECT_FALSE(Overlap(plan.tensors[i], plan.offsets[i], plan.tensors[i + 1], plan.offsets[i + 1]))
-        << i;
+    EXPECT_FALSE(Overlap(plan.tensors[i], plan.offsets[i], plan.tensors[i + 1], plan.offsets[i + 1])) << i;
   }
 }
 
@@ -35,7 +34,7 @@ TEST(GraphAlloc, ViewsKeepTheirRootAlive) {
   Tensor* x = g.NewTensor(GgmlType::F32, {256, 2}, "x");
   Tensor* a = g.Scale(x, 2.0f);
   Tensor* av = g.Reshape(a, {512});
-  Tensor* b = g.Scale(x, 3.0f);     // must not take a's memory: av is read below
+  Tensor* b = g.Scale(x, 3.0f);  // must not take a's memory: av is read below
   Tensor* c = g.Add(g.Reshape(b, {512}), av);
   g.SetOutput(c);
   GraphPlan plan = PlanGraph(g, 64);

@@ -45,9 +45,13 @@ inline int8_t TruncToInt8(float v) { return static_cast<int8_t>(static_cast<uint
 inline uint8_t TruncToUint8(float v) { return static_cast<uint8_t>(TruncToInt32(v) & 0xff); }
 
 template <class T>
-inline T Min(T a, T b) { return a < b ? a : b; }
+inline T Min(T a, T b) {
+  return a < b ? a : b;
+}
 template <class T>
-inline T Max(T a, T b) { return a > b ? a : b; }
+inline T Max(T a, T b) {
+  return a > b ? a : b;
+}
 
 // ggml best_index_int8 over the sorted kIq4nlValues.
 inline int BestIndexInt8(int n, const int8_t* val, float x) {
@@ -56,8 +60,10 @@ inline int BestIndexInt8(int n, const int8_t* val, float x) {
   int ml = 0, mu = n - 1;
   while (mu - ml > 1) {
     const int mav = (ml + mu) / 2;
-    if (x < val[mav]) mu = mav;
-    else ml = mav;
+    if (x < val[mav])
+      mu = mav;
+    else
+      ml = mav;
   }
   return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
 }
@@ -200,8 +206,8 @@ float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L, bool do_rmse) {
 }
 
 // make_qkx2_quants.
-float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
-                     uint8_t* Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
+                     float rmin, float rdelta, int nstep, bool use_mad) {
   float min = x[0];
   float max = x[0];
   float sum_w = weights[0];
@@ -368,8 +374,10 @@ void QuantizeRowIQ4NlImpl(int super_block_size, int block_size, const float* x, 
       l += 32;
       const uint8_t l_l = static_cast<uint8_t>(l & 0xf);
       const uint8_t l_h = static_cast<uint8_t>(l >> 4);
-      if (ib % 2 == 0) scales_l[ib / 2] = l_l;
-      else scales_l[ib / 2] |= static_cast<uint8_t>(l_l << 4);
+      if (ib % 2 == 0)
+        scales_l[ib / 2] = l_l;
+      else
+        scales_l[ib / 2] |= static_cast<uint8_t>(l_l << 4);
       scales_h[ib / 8] |= static_cast<uint16_t>(l_h << 2 * (ib % 8));
     }
   } else {
@@ -930,8 +938,8 @@ void DequantizeRowQ3_K(const BlockQ3_K* x, float* y, int64_t k) {
 
 namespace {
 // The shared scale/min packing of quantize_row_q4_K_ref / q5_K_ref.
-void PackScalesMinsK(const float* scales, const float* mins, float max_scale, float max_min, uint8_t* out,
-                     uint16_t* d, uint16_t* dmin) {
+void PackScalesMinsK(const float* scales, const float* mins, float max_scale, float max_min, uint8_t* out, uint16_t* d,
+                     uint16_t* dmin) {
   const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
   const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
   for (int j = 0; j < kQK_K / 32; ++j) {
@@ -953,8 +961,8 @@ void PackScalesMinsK(const float* scales, const float* mins, float max_scale, fl
 }
 
 // Scales/mins of one 32-group via make_qkx2_quants with weights av_x + |x|.
-void QkxScalesK(const float* x, int nmax, float rmin, float rdelta, int nstep, uint8_t* L, float* scales,
-                float* mins, float* max_scale, float* max_min) {
+void QkxScalesK(const float* x, int nmax, float rmin, float rdelta, int nstep, uint8_t* L, float* scales, float* mins,
+                float* max_scale, float* max_min) {
   uint8_t Laux[32];
   float weights[32];
   *max_scale = 0;
@@ -1232,8 +1240,8 @@ void QuantizeIQ4_XS(const float* x, BlockIQ4_XS* y, int64_t k) {
   float weight[32];
   float scales[kQK_K / 32];
   for (int64_t ibl = 0; ibl < nblock; ++ibl) {
-    QuantizeRowIQ4NlImpl(kQK_K, 32, x + kQK_K * ibl, &y[ibl].d, y[ibl].qs, &y[ibl].scales_h, y[ibl].scales_l,
-                         scales, weight, L, kIq4nlValues, 7);
+    QuantizeRowIQ4NlImpl(kQK_K, 32, x + kQK_K * ibl, &y[ibl].d, y[ibl].qs, &y[ibl].scales_h, y[ibl].scales_l, scales,
+                         weight, L, kIq4nlValues, 7);
   }
 }
 
@@ -1300,20 +1308,34 @@ void DequantizeRow(GgmlType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(s[i]);
       return;
     }
-    case GgmlType::Q4_0: return DequantizeRowQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
-    case GgmlType::Q4_1: return DequantizeRowQ4_1(static_cast<const BlockQ4_1*>(src), dst, n);
-    case GgmlType::Q5_0: return DequantizeRowQ5_0(static_cast<const BlockQ5_0*>(src), dst, n);
-    case GgmlType::Q5_1: return DequantizeRowQ5_1(static_cast<const BlockQ5_1*>(src), dst, n);
-    case GgmlType::Q8_0: return DequantizeRowQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
-    case GgmlType::Q8_1: return DequantizeRowQ8_1(static_cast<const BlockQ8_1*>(src), dst, n);
-    case GgmlType::Q2_K: return DequantizeRowQ2_K(static_cast<const BlockQ2_K*>(src), dst, n);
-    case GgmlType::Q3_K: return DequantizeRowQ3_K(static_cast<const BlockQ3_K*>(src), dst, n);
-    case GgmlType::Q4_K: return DequantizeRowQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
-    case GgmlType::Q5_K: return DequantizeRowQ5_K(static_cast<const BlockQ5_K*>(src), dst, n);
-    case GgmlType::Q6_K: return DequantizeRowQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
-    case GgmlType::Q8_K: return DequantizeRowQ8_K(static_cast<const BlockQ8_K*>(src), dst, n);
-    case GgmlType::IQ4_NL: return DequantizeRowIQ4_NL(static_cast<const BlockIQ4_NL*>(src), dst, n);
-    case GgmlType::IQ4_XS: return DequantizeRowIQ4_XS(static_cast<const BlockIQ4_XS*>(src), dst, n);
+    case GgmlType::Q4_0:
+      return DequantizeRowQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
+    case GgmlType::Q4_1:
+      return DequantizeRowQ4_1(static_cast<const BlockQ4_1*>(src), dst, n);
+    case GgmlType::Q5_0:
+      return DequantizeRowQ5_0(static_cast<const BlockQ5_0*>(src), dst, n);
+    case GgmlType::Q5_1:
+      return DequantizeRowQ5_1(static_cast<const BlockQ5_1*>(src), dst, n);
+    case GgmlType::Q8_0:
+      return DequantizeRowQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+    case GgmlType::Q8_1:
+      return DequantizeRowQ8_1(static_cast<const BlockQ8_1*>(src), dst, n);
+    case GgmlType::Q2_K:
+      return DequantizeRowQ2_K(static_cast<const BlockQ2_K*>(src), dst, n);
+    case GgmlType::Q3_K:
+      return DequantizeRowQ3_K(static_cast<const BlockQ3_K*>(src), dst, n);
+    case GgmlType::Q4_K:
+      return DequantizeRowQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
+    case GgmlType::Q5_K:
+      return DequantizeRowQ5_K(static_cast<const BlockQ5_K*>(src), dst, n);
+    case GgmlType::Q6_K:
+      return DequantizeRowQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
+    case GgmlType::Q8_K:
+      return DequantizeRowQ8_K(static_cast<const BlockQ8_K*>(src), dst, n);
+    case GgmlType::IQ4_NL:
+      return DequantizeRowIQ4_NL(static_cast<const BlockIQ4_NL*>(src), dst, n);
+    case GgmlType::IQ4_XS:
+      return DequantizeRowIQ4_XS(static_cast<const BlockIQ4_XS*>(src), dst, n);
     default:
       assert(false && "DequantizeRow: unsupported type");
   }
@@ -1334,20 +1356,34 @@ void QuantizeRow(GgmlType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = Fp32ToBf16(src[i]);
       return;
     }
-    case GgmlType::Q4_0: return QuantizeRowQ4_0Ref(src, static_cast<BlockQ4_0*>(dst), n);
-    case GgmlType::Q4_1: return QuantizeRowQ4_1Ref(src, static_cast<BlockQ4_1*>(dst), n);
-    case GgmlType::Q5_0: return QuantizeRowQ5_0Ref(src, static_cast<BlockQ5_0*>(dst), n);
-    case GgmlType::Q5_1: return QuantizeRowQ5_1Ref(src, static_cast<BlockQ5_1*>(dst), n);
-    case GgmlType::Q8_0: return QuantizeRowQ8_0Ref(src, static_cast<BlockQ8_0*>(dst), n);
-    case GgmlType::Q8_1: return QuantizeRowQ8_1Ref(src, static_cast<BlockQ8_1*>(dst), n);
-    case GgmlType::Q2_K: return QuantizeRowQ2_KRef(src, static_cast<BlockQ2_K*>(dst), n);
-    case GgmlType::Q3_K: return QuantizeRowQ3_KRef(src, static_cast<BlockQ3_K*>(dst), n);
-    case GgmlType::Q4_K: return QuantizeRowQ4_KRef(src, static_cast<BlockQ4_K*>(dst), n);
-    case GgmlType::Q5_K: return QuantizeRowQ5_KRef(src, static_cast<BlockQ5_K*>(dst), n);
-    case GgmlType::Q6_K: return QuantizeRowQ6_KRef(src, static_cast<BlockQ6_K*>(dst), n);
-    case GgmlType::Q8_K: return QuantizeRowQ8_K(src, static_cast<BlockQ8_K*>(dst), n);
-    case GgmlType::IQ4_NL: return QuantizeIQ4_NL(src, static_cast<BlockIQ4_NL*>(dst), n);
-    case GgmlType::IQ4_XS: return QuantizeIQ4_XS(src, static_cast<BlockIQ4_XS*>(dst), n);
+    case GgmlType::Q4_0:
+      return QuantizeRowQ4_0Ref(src, static_cast<BlockQ4_0*>(dst), n);
+    case GgmlType::Q4_1:
+      return QuantizeRowQ4_1Ref(src, static_cast<BlockQ4_1*>(dst), n);
+    case GgmlType::Q5_0:
+      return QuantizeRowQ5_0Ref(src, static_cast<BlockQ5_0*>(dst), n);
+    case GgmlType::Q5_1:
+      return QuantizeRowQ5_1Ref(src, static_cast<BlockQ5_1*>(dst), n);
+    case GgmlType::Q8_0:
+      return QuantizeRowQ8_0Ref(src, static_cast<BlockQ8_0*>(dst), n);
+    case GgmlType::Q8_1:
+      return QuantizeRowQ8_1Ref(src, static_cast<BlockQ8_1*>(dst), n);
+    case GgmlType::Q2_K:
+      return QuantizeRowQ2_KRef(src, static_cast<BlockQ2_K*>(dst), n);
+    case GgmlType::Q3_K:
+      return QuantizeRowQ3_KRef(src, static_cast<BlockQ3_K*>(dst), n);
+    case GgmlType::Q4_K:
+      return QuantizeRowQ4_KRef(src, static_cast<BlockQ4_K*>(dst), n);
+    case GgmlType::Q5_K:
+      return QuantizeRowQ5_KRef(src, static_cast<BlockQ5_K*>(dst), n);
+    case GgmlType::Q6_K:
+      return QuantizeRowQ6_KRef(src, static_cast<BlockQ6_K*>(dst), n);
+    case GgmlType::Q8_K:
+      return QuantizeRowQ8_K(src, static_cast<BlockQ8_K*>(dst), n);
+    case GgmlType::IQ4_NL:
+      return QuantizeIQ4_NL(src, static_cast<BlockIQ4_NL*>(dst), n);
+    case GgmlType::IQ4_XS:
+      return QuantizeIQ4_XS(src, static_cast<BlockIQ4_XS*>(dst), n);
     default:
       assert(false && "QuantizeRow: unsupported type");
   }

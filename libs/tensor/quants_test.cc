@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/fp16.h"
 
 namespace herd {
@@ -34,9 +35,8 @@ TEST(QuantsTest, Q8_0KnownPattern) {
   BlockQ8_0 b;
   QuantizeRowQ8_0Ref(x, &b, 32);
   EXPECT_EQ(b.d, 0x3008);
-  const int expect[32] = {-127, -119, -111, -103, -95, -87, -79, -71, -64, -56, -48,
-                          -40,  -32,  -24,  -16,  -8,  0,   8,   16,  24,  32,  40,
-                          48,   56,   64,   71,   79,  87,  95,  103, 111, 119};
+  const int expect[32] = {-127, -119, -111, -103, -95, -87, -79, -71, -64, -56, -48, -40, -32, -24, -16, -8,
+                          0,    8,    16,   24,   32,  40,  48,  56,  64,  71,  79,  87,  95,  103, 111, 119};
   for (int j = 0; j < 32; ++j) EXPECT_EQ(b.qs[j], expect[j]) << j;
   BlockQ8_0 bx;
   QuantizeRowQ8_0X86(x, &bx, 32);
@@ -97,9 +97,9 @@ TEST(QuantsTest, Q4_0KnownPattern) {
   float y[32];
   DequantizeRowQ4_0(&b, y, 32);
   EXPECT_EQ(y[0], -8.0f);
-  EXPECT_EQ(y[1], -7.0f);   // -7.5 + 8.5 = 1.0 -> 1
+  EXPECT_EQ(y[1], -7.0f);  // -7.5 + 8.5 = 1.0 -> 1
   EXPECT_EQ(y[16], 0.0f);
-  EXPECT_EQ(y[31], 7.0f);   // clamped
+  EXPECT_EQ(y[31], 7.0f);  // clamped
 }
 
 TEST(QuantsTest, Q4_0PositiveMaxGivesNegativeScale) {
@@ -123,8 +123,10 @@ TEST(QuantsTest, RoundTripErrorBounds) {
   std::vector<BlockQ4_0> q4(n / 32);
   std::vector<float> y(n);
   for (int variant = 0; variant < 2; ++variant) {
-    if (variant == 0) QuantizeRowQ8_0Ref(x.data(), q8.data(), n);
-    else QuantizeRowQ8_0X86(x.data(), q8.data(), n);
+    if (variant == 0)
+      QuantizeRowQ8_0Ref(x.data(), q8.data(), n);
+    else
+      QuantizeRowQ8_0X86(x.data(), q8.data(), n);
     DequantizeRowQ8_0(q8.data(), y.data(), n);
     for (int64_t b = 0; b < n / 32; ++b) {
       float amax = 0;
@@ -171,10 +173,18 @@ TEST(QuantsTest, RowDispatch) {
     DequantizeRow(t, buf.data(), y.data(), n);
     for (int64_t i = 0; i < n; ++i) {
       switch (t) {
-        case GgmlType::F32: EXPECT_EQ(y[i], x[i]); break;
-        case GgmlType::F16: EXPECT_EQ(y[i], Fp16ToFp32(Fp32ToFp16(x[i]))); break;
-        case GgmlType::BF16: EXPECT_EQ(y[i], Bf16ToFp32(Fp32ToBf16(x[i]))); break;
-        default: EXPECT_NEAR(y[i], x[i], t == GgmlType::Q8_0 ? 0.03 : 0.5); break;
+        case GgmlType::F32:
+          EXPECT_EQ(y[i], x[i]);
+          break;
+        case GgmlType::F16:
+          EXPECT_EQ(y[i], Fp16ToFp32(Fp32ToFp16(x[i])));
+          break;
+        case GgmlType::BF16:
+          EXPECT_EQ(y[i], Bf16ToFp32(Fp32ToBf16(x[i])));
+          break;
+        default:
+          EXPECT_NEAR(y[i], x[i], t == GgmlType::Q8_0 ? 0.03 : 0.5);
+          break;
       }
     }
   }
@@ -187,14 +197,14 @@ TEST(QuantsTest, RowDispatch) {
 
 // ------------------------------------------------------------------ every block type
 
-const GgmlType kBlockTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                                GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+const GgmlType kBlockTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,  GgmlType::Q8_0,
+                                GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,  GgmlType::Q5_K,
                                 GgmlType::Q6_K, GgmlType::Q8_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 
 TEST(QuantsTest, AllBlockLayoutsMatchTheGgmlTypeTable) {
-  const size_t sizes[] = {sizeof(BlockQ4_0), sizeof(BlockQ4_1), sizeof(BlockQ5_0), sizeof(BlockQ5_1),
-                          sizeof(BlockQ8_0), sizeof(BlockQ8_1), sizeof(BlockQ2_K), sizeof(BlockQ3_K),
-                          sizeof(BlockQ4_K), sizeof(BlockQ5_K), sizeof(BlockQ6_K), sizeof(BlockQ8_K),
+  const size_t sizes[] = {sizeof(BlockQ4_0),   sizeof(BlockQ4_1),  sizeof(BlockQ5_0), sizeof(BlockQ5_1),
+                          sizeof(BlockQ8_0),   sizeof(BlockQ8_1),  sizeof(BlockQ2_K), sizeof(BlockQ3_K),
+                          sizeof(BlockQ4_K),   sizeof(BlockQ5_K),  sizeof(BlockQ6_K), sizeof(BlockQ8_K),
                           sizeof(BlockIQ4_NL), sizeof(BlockIQ4_XS)};
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
     EXPECT_EQ(GetGgmlTypeTraits(kBlockTypes[i])->type_size, sizes[i]) << GgmlTypeName(kBlockTypes[i]);
@@ -206,11 +216,14 @@ TEST(QuantsTest, AllBlockLayoutsMatchTheGgmlTypeTable) {
 // Relative RMS error of a quantize/dequantize round trip of Gaussian data: each format
 // must reach its expected precision (bounds ~1.3x what llama.cpp's quantizers achieve).
 TEST(QuantsTest, AllTypesRoundTripPrecision) {
-  struct Bound { GgmlType t; double rel_rms; };
-  const Bound bounds[] = {{GgmlType::Q4_0, 0.12},  {GgmlType::Q4_1, 0.10},  {GgmlType::Q5_0, 0.06},
-                          {GgmlType::Q5_1, 0.05},  {GgmlType::Q8_0, 0.008}, {GgmlType::Q8_1, 0.008},
-                          {GgmlType::Q2_K, 0.40},  {GgmlType::Q3_K, 0.20},  {GgmlType::Q4_K, 0.10},
-                          {GgmlType::Q5_K, 0.05},  {GgmlType::Q6_K, 0.025}, {GgmlType::Q8_K, 0.009},
+  struct Bound {
+    GgmlType t;
+    double rel_rms;
+  };
+  const Bound bounds[] = {{GgmlType::Q4_0, 0.12},   {GgmlType::Q4_1, 0.10},  {GgmlType::Q5_0, 0.06},
+                          {GgmlType::Q5_1, 0.05},   {GgmlType::Q8_0, 0.008}, {GgmlType::Q8_1, 0.008},
+                          {GgmlType::Q2_K, 0.40},   {GgmlType::Q3_K, 0.20},  {GgmlType::Q4_K, 0.10},
+                          {GgmlType::Q5_K, 0.05},   {GgmlType::Q6_K, 0.025}, {GgmlType::Q8_K, 0.009},
                           {GgmlType::IQ4_NL, 0.10}, {GgmlType::IQ4_XS, 0.10}};
   const int64_t n = 4096;
   const std::vector<float> x = RandomRow(n, 11, 0.5f);

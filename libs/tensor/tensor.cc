@@ -4,26 +4,46 @@ namespace herd {
 
 const char* OpName(Op op) {
   switch (op) {
-    case Op::kNone: return "NONE";
-    case Op::kView: return "VIEW";
-    case Op::kGetRows: return "GET_ROWS";
-    case Op::kMulMat: return "MUL_MAT";
-    case Op::kAdd: return "ADD";
-    case Op::kMul: return "MUL";
-    case Op::kScale: return "SCALE";
-    case Op::kRmsNorm: return "RMS_NORM";
-    case Op::kNorm: return "NORM";
-    case Op::kRope: return "ROPE";
-    case Op::kSoftMax: return "SOFT_MAX";
-    case Op::kSilu: return "SILU";
-    case Op::kGelu: return "GELU";
-    case Op::kSwiglu: return "SWIGLU";
-    case Op::kFlashAttnExt: return "FLASH_ATTN_EXT";
-    case Op::kSetRows: return "SET_ROWS";
-    case Op::kClamp: return "CLAMP";
-    case Op::kGeluErf: return "GELU_ERF";
-    case Op::kCont: return "CONT";
-    default: return "?";
+    case Op::kNone:
+      return "NONE";
+    case Op::kView:
+      return "VIEW";
+    case Op::kGetRows:
+      return "GET_ROWS";
+    case Op::kMulMat:
+      return "MUL_MAT";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kMul:
+      return "MUL";
+    case Op::kScale:
+      return "SCALE";
+    case Op::kRmsNorm:
+      return "RMS_NORM";
+    case Op::kNorm:
+      return "NORM";
+    case Op::kRope:
+      return "ROPE";
+    case Op::kSoftMax:
+      return "SOFT_MAX";
+    case Op::kSilu:
+      return "SILU";
+    case Op::kGelu:
+      return "GELU";
+    case Op::kSwiglu:
+      return "SWIGLU";
+    case Op::kFlashAttnExt:
+      return "FLASH_ATTN_EXT";
+    case Op::kSetRows:
+      return "SET_ROWS";
+    case Op::kClamp:
+      return "CLAMP";
+    case Op::kGeluErf:
+      return "GELU_ERF";
+    case Op::kCont:
+      return "CONT";
+    default:
+      return "?";
   }
 }
 
@@ -144,9 +164,8 @@ Tensor* Graph::Norm(Tensor* a, float eps) {
   return t;
 }
 
-Tensor* Graph::Rope(Tensor* a, Tensor* pos, Tensor* freq_factors, int n_dims, int mode,
-                      int n_ctx_orig, float freq_base, float freq_scale, float ext_factor,
-                      float attn_factor, float beta_fast, float beta_slow) {
+Tensor* Graph::Rope(Tensor* a, Tensor* pos, Tensor* freq_factors, int n_dims, int mode, int n_ctx_orig, float freq_base,
+                    float freq_scale, float ext_factor, float attn_factor, float beta_fast, float beta_slow) {
   Tensor* t = NewNode(Op::kRope, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
   t->src[0] = a;
   t->src[1] = pos;
@@ -211,8 +230,7 @@ Tensor* Graph::Swiglu(Tensor* a, Tensor* b) {
   return t;
 }
 
-Tensor* Graph::FlashAttnExt(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float scale,
-                              float max_bias) {
+Tensor* Graph::FlashAttnExt(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float scale, float max_bias) {
   Tensor* t = NewNode(Op::kFlashAttnExt, GgmlType::F32, {v->ne[0], q->ne[1], q->ne[2], 1});
   t->src[0] = q;
   t->src[1] = k;

@@ -18,25 +18,25 @@ class Buffer;  // libs/backend
 
 /// Graph operations (names as in ggml.h `enum ggml_op`, same semantics unless noted).
 enum class Op : int {
-  kNone = 0,     // a leaf: weights, inputs, KV cache
-  kView,         // a strided window into src[0] (no compute)
-  kGetRows,      // dst[:, i] = float(src0[:, src1[i]]); src1 I32
-  kMulMat,       // dst[i, j] = dot(src0 row i, src1 row j); dst F32 [src0.ne1, src1.ne1, ...]
-  kAdd,          // dst = src0 + src1 (src1 broadcast over rows when ne1..3 are 1)
-  kMul,          // dst = src0 * src1 (same broadcast)
-  kScale,        // dst = src0 * f[0]
-  kRmsNorm,      // per row, eps = f[0]
-  kNorm,         // per row (mean/variance), eps = f[0]
-  kRope,         // src0 [head_dim, n_head, n_tokens], src1 I32 positions [n_tokens], src2 optional freq factors
-  kSoftMax,      // per row: softmax(src0*f[0] + slope(h)*src1); src1 optional mask [ne0, ne1]; f[1] = max_bias (ALiBi)
+  kNone = 0,  // a leaf: weights, inputs, KV cache
+  kView,      // a strided window into src[0] (no compute)
+  kGetRows,   // dst[:, i] = float(src0[:, src1[i]]); src1 I32
+  kMulMat,    // dst[i, j] = dot(src0 row i, src1 row j); dst F32 [src0.ne1, src1.ne1, ...]
+  kAdd,       // dst = src0 + src1 (src1 broadcast over rows when ne1..3 are 1)
+  kMul,       // dst = src0 * src1 (same broadcast)
+  kScale,     // dst = src0 * f[0]
+  kRmsNorm,   // per row, eps = f[0]
+  kNorm,      // per row (mean/variance), eps = f[0]
+  kRope,      // src0 [head_dim, n_head, n_tokens], src1 I32 positions [n_tokens], src2 optional freq factors
+  kSoftMax,   // per row: softmax(src0*f[0] + slope(h)*src1); src1 optional mask [ne0, ne1]; f[1] = max_bias (ALiBi)
   kSilu,
   kGelu,
-  kSwiglu,       // silu(src0) * src1
-  kFlashAttnExt, // softmax(scale * K^T Q + mask) V per head; see Graph::FlashAttnExt
-  kSetRows,      // writes float rows of src1 into rows src2[i] of src0 (converting to src0's type); dst is a view of src0
-  kClamp,        // dst = min(max(src0, f[0]), f[1])  (ggml_clamp)
-  kGeluErf,      // 0.5x(1+erf(x/sqrt2)) in float (ggml_gelu_erf)
-  kCont,         // contiguous copy of a strided F32 view (ggml_cont)
+  kSwiglu,        // silu(src0) * src1
+  kFlashAttnExt,  // softmax(scale * K^T Q + mask) V per head; see Graph::FlashAttnExt
+  kSetRows,  // writes float rows of src1 into rows src2[i] of src0 (converting to src0's type); dst is a view of src0
+  kClamp,    // dst = min(max(src0, f[0]), f[1])  (ggml_clamp)
+  kGeluErf,  // 0.5x(1+erf(x/sqrt2)) in float (ggml_gelu_erf)
+  kCont,     // contiguous copy of a strided F32 view (ggml_cont)
   kCount,
 };
 
@@ -56,8 +56,8 @@ struct Tensor {
   Tensor* view_src = nullptr;  // for views: the tensor whose memory this aliases
   size_t view_offs = 0;        // byte offset into view_src
   std::string name;
-  bool is_input = false;       // set by the caller before compute (never reused by the allocator)
-  bool is_output = false;      // kept alive until the end of the graph
+  bool is_input = false;   // set by the caller before compute (never reused by the allocator)
+  bool is_output = false;  // kept alive until the end of the graph
 
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t nrows() const { return ne[1] * ne[2] * ne[3]; }
@@ -92,8 +92,8 @@ class Graph {
   Tensor* Reshape(Tensor* src, std::vector<int64_t> ne);
 
   // Ops. Each returns a new F32 node (except SetRows, which returns a view of the cache).
-  Tensor* GetRows(Tensor* a, Tensor* ids);                 // a [n, rows], ids I32 [k] -> [n, k]
-  Tensor* MulMat(Tensor* w, Tensor* x);                    // w [k, m], x F32 [k, n, b2, b3] -> [m, n, b2, b3]
+  Tensor* GetRows(Tensor* a, Tensor* ids);  // a [n, rows], ids I32 [k] -> [n, k]
+  Tensor* MulMat(Tensor* w, Tensor* x);     // w [k, m], x F32 [k, n, b2, b3] -> [m, n, b2, b3]
   Tensor* Add(Tensor* a, Tensor* b);
   Tensor* Mul(Tensor* a, Tensor* b);
   Tensor* Scale(Tensor* a, float s);
@@ -101,9 +101,8 @@ class Graph {
   Tensor* Norm(Tensor* a, float eps);
   /// RoPE (ggml_rope_ext): a [head_dim, n_head, n_tokens], pos I32 [n_tokens],
   /// freq_factors F32 [n_dims/2] or nullptr. mode: 0 normal, 2 NeoX (GGML_ROPE_TYPE_NEOX).
-  Tensor* Rope(Tensor* a, Tensor* pos, Tensor* freq_factors, int n_dims, int mode, int n_ctx_orig,
-               float freq_base, float freq_scale, float ext_factor, float attn_factor,
-               float beta_fast, float beta_slow);
+  Tensor* Rope(Tensor* a, Tensor* pos, Tensor* freq_factors, int n_dims, int mode, int n_ctx_orig, float freq_base,
+               float freq_scale, float ext_factor, float attn_factor, float beta_fast, float beta_slow);
   /// ggml_soft_max_ext: a [n, rows...], mask F32 [n, rows] or nullptr; ALiBi when max_bias > 0
   /// (the head index is dimension 2 of a).
   Tensor* SoftMax(Tensor* a, Tensor* mask, float scale, float max_bias);

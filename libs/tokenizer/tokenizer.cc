@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/tokenizer/vocab_impl.h"
 
 namespace herd::tokenizer {
@@ -71,8 +72,7 @@ std::vector<Fragment> Vocab::Impl::Partition(const std::string& text, bool parse
   return frags;
 }
 
-std::vector<int32_t> Vocab::Impl::Tokenize(const std::string& text, bool add_special,
-                                           bool parse_special) const {
+std::vector<int32_t> Vocab::Impl::Tokenize(const std::string& text, bool add_special, bool parse_special) const {
   std::vector<int32_t> out;
   const std::vector<Fragment> frags = Partition(text, parse_special);
   switch (type) {
@@ -129,9 +129,12 @@ std::vector<int32_t> Vocab::Impl::Tokenize(const std::string& text, bool add_spe
 
 const char* VocabTypeName(VocabType t) {
   switch (t) {
-    case VocabType::kSpm: return "SPM";
-    case VocabType::kBpe: return "BPE";
-    case VocabType::kWpm: return "WPM";
+    case VocabType::kSpm:
+      return "SPM";
+    case VocabType::kBpe:
+      return "BPE";
+    case VocabType::kWpm:
+      return "WPM";
   }
   return "unknown";
 }
@@ -161,8 +164,8 @@ bool Vocab::IsValid(int32_t id) const { return impl_->Valid(id); }
 absl::Status Vocab::ValidateTokens(const std::vector<int32_t>& ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!impl_->Valid(ids[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at position ", i,
-                                                     " is out of range [0, ", n_tokens(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", ids[i], " at position ", i, " is out of range [0, ", n_tokens(), ")"));
     }
   }
   return absl::OkStatus();
@@ -209,12 +212,9 @@ uint32_t Vocab::Attr(int32_t id) const {
 TokenType Vocab::GgufTokenType(int32_t id) const {
   return impl_->Valid(id) ? impl_->id_to_token[id].gguf_type : TokenType::kUndefined;
 }
-int32_t Vocab::TextToToken(absl::string_view text) const {
-  return impl_->TextToToken(std::string(text));
-}
+int32_t Vocab::TextToToken(absl::string_view text) const { return impl_->TextToToken(std::string(text)); }
 
-std::vector<int32_t> Vocab::Tokenize(absl::string_view text, bool add_special,
-                                     bool parse_special) const {
+std::vector<int32_t> Vocab::Tokenize(absl::string_view text, bool add_special, bool parse_special) const {
   return impl_->Tokenize(std::string(text), add_special, parse_special);
 }
 
@@ -228,8 +228,7 @@ std::string Vocab::TokenToPiece(int32_t id, bool special, int lstrip) const {
   return piece.substr(skip);
 }
 
-std::string Vocab::Detokenize(const std::vector<int32_t>& ids, bool remove_special,
-                              bool unparse_special) const {
+std::string Vocab::Detokenize(const std::vector<int32_t>& ids, bool remove_special, bool unparse_special) const {
   const Impl& v = *impl_;
   size_t begin = 0, end = ids.size();
   bool remove_space = v.add_space_prefix;
@@ -298,8 +297,7 @@ std::string Vocab::Detokenize(const std::vector<int32_t>& ids, bool remove_speci
 // ---------------------------------------------------------------------------------------
 // StreamingDetokenizer
 
-StreamingDetokenizer::StreamingDetokenizer(const Vocab& vocab, bool special)
-    : vocab_(vocab), special_(special) {}
+StreamingDetokenizer::StreamingDetokenizer(const Vocab& vocab, bool special) : vocab_(vocab), special_(special) {}
 
 std::string StreamingDetokenizer::Push(int32_t id) {
   pending_ += vocab_.TokenToPiece(id, special_);

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+
 #include "libs/gguf/gguf.h"
 
 namespace herd::tokenizer {
@@ -169,8 +170,7 @@ class Vocab {
   /// token texts in `text` are matched as single tokens; user-defined tokens are matched
   /// either way (llama.cpp tokenizer_st_partition). Invalid UTF-8 never fails: bytes that
   /// do not decode are handled as llama.cpp does (U+FFFD in BPE/WPM, byte tokens in SPM).
-  std::vector<int32_t> Tokenize(absl::string_view text, bool add_special,
-                                bool parse_special) const;
+  std::vector<int32_t> Tokenize(absl::string_view text, bool add_special, bool parse_special) const;
 
   /// Bytes of one token (llama_token_to_piece). Control/unknown tokens give "" unless
   /// `special`; user-defined tokens give their text; SPM/WPM normal tokens have U+2581

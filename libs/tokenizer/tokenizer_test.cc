@@ -17,8 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
-#include "libs/gguf/gguf.h"
 #include "nlohmann/json.hpp"
+
+#include "libs/gguf/gguf.h"
 #include "tests/shared_data.h"
 
 namespace herd::tokenizer {
@@ -28,8 +29,8 @@ using gguf::GgufFile;
 using gguf::GgufWriter;
 using gguf::Value;
 
-#define REQUIRE_SHARED(var)                              \
-  const std::string var = SharedDir();                   \
+#define REQUIRE_SHARED(var)            \
+  const std::string var = SharedDir(); \
   if (var.empty()) GTEST_SKIP() << kSharedDirMissing
 
 std::string ReadFile(const std::string& path) {
@@ -145,8 +146,8 @@ bool ReadVectors(const std::string& base, VocabVectors* v, std::string* error) {
   return !v->inputs.empty();
 }
 
-const char* const kVectorVocabs[] = {"bert-bge", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2",
-                                     "llama-spm", "mpt", "phi-3", "refact", "starcoder"};
+const char* const kVectorVocabs[] = {"bert-bge", "deepseek-coder", "deepseek-llm", "falcon",   "gpt-2", "llama-spm",
+                                     "mpt",      "phi-3",          "refact",       "starcoder"};
 
 class VocabVectorsTest : public ::testing::TestWithParam<std::string> {};
 
@@ -170,11 +171,13 @@ TEST_P(VocabVectorsTest, MatchesLlamaCppIds) {
   EXPECT_EQ(failures, 0) << failures << " of " << v.inputs.size() << " cases differ";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVocabs, VocabVectorsTest, ::testing::ValuesIn(std::vector<std::string>(
-                             std::begin(kVectorVocabs), std::end(kVectorVocabs))),
+INSTANTIATE_TEST_SUITE_P(AllVocabs, VocabVectorsTest,
+                         ::testing::ValuesIn(std::vector<std::string>(std::begin(kVectorVocabs),
+                                                                      std::end(kVectorVocabs))),
                          [](const auto& info) {
                            std::string n = info.param;
-                           for (char& c : n) if (c == '-') c = '_';
+                           for (char& c : n)
+                             if (c == '-') c = '_';
                            return n;
                          });
 
@@ -293,8 +296,7 @@ TEST(Reference, AllReferenceJsons) {
     const bool add_bos = ref.value("add_bos", true);
     EXPECT_EQ(vocab->Tokenize(prompt, add_bos, false), prompt_ids);
     EXPECT_EQ(vocab->Tokenize(prompt, add_bos, true), prompt_ids);
-    EXPECT_EQ(vocab->Detokenize(std::vector<int32_t>(prompt_ids.begin() + (add_bos ? 1 : 0),
-                                                     prompt_ids.end())),
+    EXPECT_EQ(vocab->Detokenize(std::vector<int32_t>(prompt_ids.begin() + (add_bos ? 1 : 0), prompt_ids.end())),
               prompt);
 
     // output_text_hex = concatenation of llama_token_to_piece(id, lstrip=0, special=true).
@@ -372,8 +374,7 @@ TEST(SharedVocabs, SpecialTokenParsing) {
 
   const Vocab* gpt2 = LoadVocab(shared + "/models/vocab/ggml-vocab-gpt-2.gguf", &err);
   ASSERT_NE(gpt2, nullptr) << err;
-  EXPECT_EQ(gpt2->Tokenize("a<|endoftext|>b", false, true),
-            (std::vector<int32_t>{64, 50256, 65}));
+  EXPECT_EQ(gpt2->Tokenize("a<|endoftext|>b", false, true), (std::vector<int32_t>{64, 50256, 65}));
   EXPECT_NE(gpt2->Tokenize("a<|endoftext|>b", false, false).size(), 3u);
   EXPECT_TRUE(gpt2->IsEog(50256));
   EXPECT_EQ(gpt2->TokenToPiece(gpt2->Tokenize(" hello", false, false).at(0), false), " hello");
@@ -454,16 +455,16 @@ TEST(Streaming, InvalidBytesBecomeReplacementCharacters) {
   ASSERT_NE(a, kTokenNull);
   const std::string fffd = "\xEF\xBF\xBD";
   StreamingDetokenizer s(*vocab, false);
-  EXPECT_EQ(s.Push(byte(0xFF)), fffd);          // never valid
-  EXPECT_EQ(s.Push(byte(0x80)), fffd);          // stray continuation
-  EXPECT_EQ(s.Push(byte(0xE2)), "");            // incomplete: held
-  EXPECT_EQ(s.Push(a), fffd + "a");             // interrupted sequence
+  EXPECT_EQ(s.Push(byte(0xFF)), fffd);  // never valid
+  EXPECT_EQ(s.Push(byte(0x80)), fffd);  // stray continuation
+  EXPECT_EQ(s.Push(byte(0xE2)), "");    // incomplete: held
+  EXPECT_EQ(s.Push(a), fffd + "a");     // interrupted sequence
   EXPECT_EQ(s.Push(byte(0xF0)), "");
   EXPECT_EQ(s.Push(byte(0x9F)), "");
-  EXPECT_EQ(s.Flush(), fffd);                   // incomplete at the end
+  EXPECT_EQ(s.Flush(), fffd);  // incomplete at the end
   EXPECT_EQ(s.Push(byte(0xED)), "");
-  EXPECT_EQ(s.Push(byte(0xA0)), fffd + fffd);   // surrogate range: ill-formed
-  EXPECT_EQ(s.Push(-5), "");                    // invalid id: nothing
+  EXPECT_EQ(s.Push(byte(0xA0)), fffd + fffd);  // surrogate range: ill-formed
+  EXPECT_EQ(s.Push(-5), "");                   // invalid id: nothing
   EXPECT_EQ(s.Push(vocab->n_tokens()), "");
   EXPECT_EQ(s.Flush(), "");
 }
@@ -476,7 +477,13 @@ std::vector<std::string> SmallSpmTokens() {
   for (int b = 0; b < 256; ++b) {
     t.push_back(absl::StrCat("<0x", absl::AsciiStrToUpper(absl::StrCat(absl::Hex(b, absl::kZeroPad2))), ">"));
   }
-  for (const char* s : {"\xE2\x96\x81", "a", "b", "c", "\xE2\x96\x81" "a", "ab", "\xE2\x96\x81" "ab", "bc"}) {
+  for (const char* s : {"\xE2\x96\x81", "a", "b", "c",
+                        "\xE2\x96\x81"
+                        "a",
+                        "ab",
+                        "\xE2\x96\x81"
+                        "ab",
+                        "bc"}) {
     t.push_back(s);
   }
   return t;
@@ -510,12 +517,13 @@ TEST(InMemory, SmallSpmVocab) {
   ASSERT_TRUE(v.ok()) << v.status();
   const Vocab& vocab = **v;
   EXPECT_EQ(vocab.n_tokens(), 267);
-  const int32_t u_ab = vocab.TextToToken("\xE2\x96\x81" "ab");
+  const int32_t u_ab = vocab.TextToToken(
+      "\xE2\x96\x81"
+      "ab");
   const int32_t c = vocab.TextToToken("c");
   EXPECT_EQ(vocab.Tokenize("abc", true, false), (std::vector<int32_t>{1, u_ab, c}));
   // 'z' is not a token: byte fallback <0x7A>.
-  EXPECT_EQ(vocab.Tokenize("z", false, false),
-            (std::vector<int32_t>{vocab.TextToToken("\xE2\x96\x81"), 3 + 'z'}));
+  EXPECT_EQ(vocab.Tokenize("z", false, false), (std::vector<int32_t>{vocab.TextToToken("\xE2\x96\x81"), 3 + 'z'}));
   EXPECT_EQ(vocab.Detokenize(vocab.Tokenize("ab zc", false, false)), "ab zc");
   EXPECT_EQ(vocab.Detokenize(vocab.Tokenize("ab zc", true, false), true), " ab zc");
 }
@@ -650,13 +658,13 @@ TEST(InMemory, Errors) {
 TEST(Robustness, LongInputsDoNotCrash) {
   REQUIRE_SHARED(shared);
   const size_t len = 100000;  // an 8 MiB stack overflows at ~40k chars without the helper thread
-  for (const char* name : {"deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-spm",
-                           "bert-bge", "mpt", "starcoder"}) {
+  for (const char* name :
+       {"deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-spm", "bert-bge", "mpt", "starcoder"}) {
     std::string err;
     const Vocab* v = LoadVocab(absl::StrCat(shared, "/models/vocab/ggml-vocab-", name, ".gguf"), &err);
     ASSERT_NE(v, nullptr) << err;
-    for (const std::string& s : {std::string(len, 'a'), std::string(len, '!'), std::string(len, ' '),
-                                 std::string(len, '7')}) {
+    for (const std::string& s :
+         {std::string(len, 'a'), std::string(len, '!'), std::string(len, ' '), std::string(len, '7')}) {
       const auto ids = v->Tokenize(s, false, false);
       EXPECT_FALSE(s[0] != ' ' && ids.empty()) << name;
       if (v->type() != VocabType::kWpm && !v->clean_spaces()) {
@@ -696,8 +704,8 @@ TEST(Robustness, EveryPreTokenizerWorks) {
       "Hello, y'all! How ARE you 😁 ?我想在apple工作1314151天～ нещо на Български 12345 "
       "\t\n  ὕμνος ÄÖÜ  (x) [y] {z} 'll 'S";
   // > 4 KiB: exercises the big-stack helper thread of the regex splitter.
-  const std::string long_text = std::string(3000, 'x') + " " + std::string(3000, '!') + "\n" +
-                                std::string(3000, '9') + std::string(3000, ' ') + "end";
+  const std::string long_text = std::string(3000, 'x') + " " + std::string(3000, '!') + "\n" + std::string(3000, '9') +
+                                std::string(3000, ' ') + "end";
   for (const std::string& pre : Vocab::SupportedPreTokenizers()) {
     SCOPED_TRACE(pre);
     GgufWriter w;

@@ -1,14 +1,15 @@
 #include "libs/tokenizer/unicode.h"
 
-#include <unicode/uchar.h>
-#include <unicode/unorm2.h>
-#include <unicode/utf16.h>
 #include <pthread.h>
+#include <unicode/uchar.h>
 
 #include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <utility>
+
+#include <unicode/unorm2.h>
+#include <unicode/utf16.h>
 
 namespace herd::tokenizer::unicode {
 namespace {
@@ -18,37 +19,46 @@ constexpr uint32_t kOutOfRange = 0xFFFFFFFF;
 
 uint16_t CategoryFlag(int8_t cat) {
   switch (cat) {
-    case U_UNASSIGNED: return kUndefined;
+    case U_UNASSIGNED:
+      return kUndefined;
     case U_CONTROL_CHAR:
     case U_FORMAT_CHAR:
     case U_PRIVATE_USE_CHAR:
-    case U_SURROGATE: return kControl;
+    case U_SURROGATE:
+      return kControl;
     case U_UPPERCASE_LETTER:
     case U_LOWERCASE_LETTER:
     case U_TITLECASE_LETTER:
     case U_MODIFIER_LETTER:
-    case U_OTHER_LETTER: return kLetter;
+    case U_OTHER_LETTER:
+      return kLetter;
     case U_NON_SPACING_MARK:
     case U_ENCLOSING_MARK:
-    case U_COMBINING_SPACING_MARK: return kAccentMark;
+    case U_COMBINING_SPACING_MARK:
+      return kAccentMark;
     case U_DECIMAL_DIGIT_NUMBER:
     case U_LETTER_NUMBER:
-    case U_OTHER_NUMBER: return kNumber;
+    case U_OTHER_NUMBER:
+      return kNumber;
     case U_SPACE_SEPARATOR:
     case U_LINE_SEPARATOR:
-    case U_PARAGRAPH_SEPARATOR: return kSeparator;
+    case U_PARAGRAPH_SEPARATOR:
+      return kSeparator;
     case U_DASH_PUNCTUATION:
     case U_START_PUNCTUATION:
     case U_END_PUNCTUATION:
     case U_CONNECTOR_PUNCTUATION:
     case U_OTHER_PUNCTUATION:
     case U_INITIAL_PUNCTUATION:
-    case U_FINAL_PUNCTUATION: return kPunctuation;
+    case U_FINAL_PUNCTUATION:
+      return kPunctuation;
     case U_MATH_SYMBOL:
     case U_CURRENCY_SYMBOL:
     case U_MODIFIER_SYMBOL:
-    case U_OTHER_SYMBOL: return kSymbol;
-    default: return kUndefined;
+    case U_OTHER_SYMBOL:
+      return kSymbol;
+    default:
+      return kUndefined;
   }
 }
 
@@ -125,12 +135,10 @@ bool DecodeOne(const std::string& s, size_t* offset, uint32_t* out) {
     return true;
   }
   if (!(c0 & 0x08)) {
-    if (o + 3 >= s.size() || (b(o + 1) & 0xc0) != 0x80 || (b(o + 2) & 0xc0) != 0x80 ||
-        (b(o + 3) & 0xc0) != 0x80) {
+    if (o + 3 >= s.size() || (b(o + 1) & 0xc0) != 0x80 || (b(o + 2) & 0xc0) != 0x80 || (b(o + 3) & 0xc0) != 0x80) {
       return false;
     }
-    *out = ((c0 & 0x07) << 18) | ((b(o + 1) & 0x3f) << 12) | ((b(o + 2) & 0x3f) << 6) |
-           (b(o + 3) & 0x3f);
+    *out = ((c0 & 0x07) << 18) | ((b(o + 1) & 0x3f) << 12) | ((b(o + 2) & 0x3f) << 6) | (b(o + 3) & 0x3f);
     *offset += 4;
     return true;
   }
@@ -141,8 +149,7 @@ bool DecodeOne(const std::string& s, size_t* offset, uint32_t* out) {
 
 class CustomSplit {
  public:
-  CustomSplit(const std::vector<uint32_t>& cpts, std::vector<size_t>* out)
-      : cpts_(cpts), out_(out) {}
+  CustomSplit(const std::vector<uint32_t>& cpts, std::vector<size_t>* out) : cpts_(cpts), out_(out) {}
 
   void Begin(size_t ini, size_t end) {
     ini_ = ini;
@@ -355,10 +362,9 @@ std::vector<size_t> SplitStl(const std::basic_string<CharT>& text, const std::ba
 // \p{..} names llama.cpp understands and the category they collapse to.
 const std::map<std::string, uint16_t>& UcatEnum() {
   static const auto* m = new std::map<std::string, uint16_t>{
-      {"\\p{N}", kNumber},      {"\\p{L}", kLetter},  {"\\p{P}", kPunctuation},
-      {"\\p{M}", kAccentMark},  {"\\p{S}", kSymbol},  {"\\p{Lu}", kLetter},
-      {"\\p{Ll}", kLetter},     {"\\p{Lt}", kLetter}, {"\\p{Lm}", kLetter},
-      {"\\p{Lo}", kLetter},
+      {"\\p{N}", kNumber},  {"\\p{L}", kLetter},  {"\\p{P}", kPunctuation}, {"\\p{M}", kAccentMark},
+      {"\\p{S}", kSymbol},  {"\\p{Lu}", kLetter}, {"\\p{Ll}", kLetter},     {"\\p{Lt}", kLetter},
+      {"\\p{Lm}", kLetter}, {"\\p{Lo}", kLetter},
   };
   return *m;
 }
@@ -366,24 +372,36 @@ const std::map<std::string, uint16_t>& UcatEnum() {
 // Single byte standing for a non-ASCII code point of that category in the collapsed text.
 char CollapsedByte(uint16_t category) {
   switch (category) {
-    case kNumber: return static_cast<char>(0xD1);
-    case kLetter: return static_cast<char>(0xD2);
-    case kPunctuation: return static_cast<char>(0xD3);
-    case kAccentMark: return static_cast<char>(0xD4);
-    case kSymbol: return static_cast<char>(0xD5);
-    default: return 0;
+    case kNumber:
+      return static_cast<char>(0xD1);
+    case kLetter:
+      return static_cast<char>(0xD2);
+    case kPunctuation:
+      return static_cast<char>(0xD3);
+    case kAccentMark:
+      return static_cast<char>(0xD4);
+    case kSymbol:
+      return static_cast<char>(0xD5);
+    default:
+      return 0;
   }
 }
 
 // ASCII members of each category, as a bracket-expression body (llama.cpp k_ucat_map).
 const char* CollapsedAscii(uint16_t category) {
   switch (category) {
-    case kNumber: return "0-9";
-    case kLetter: return "A-Za-z";
-    case kPunctuation: return "!-#%-*,-/:-;?-@\\[-\\]_\\{\\}";
-    case kAccentMark: return "";
-    case kSymbol: return "\\$\\+<->^`\\|";
-    default: return "";
+    case kNumber:
+      return "0-9";
+    case kLetter:
+      return "A-Za-z";
+    case kPunctuation:
+      return "!-#%-*,-/:-;?-@\\[-\\]_\\{\\}";
+    case kAccentMark:
+      return "";
+    case kSymbol:
+      return "\\$\\+<->^`\\|";
+    default:
+      return "";
   }
 }
 
@@ -436,8 +454,7 @@ bool CollapseRegex(const std::string& re, std::string* out, std::string* error) 
   return true;
 }
 
-const char* const kGpt2Regex =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+const char* const kGpt2Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 const char* const kLlama3RegexA =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -539,8 +556,7 @@ struct RegexSplitter::Expr {
 
 RegexSplitter::~RegexSplitter() = default;
 
-std::unique_ptr<RegexSplitter> RegexSplitter::Create(const std::vector<std::string>& exprs,
-                                                     std::string* error) {
+std::unique_ptr<RegexSplitter> RegexSplitter::Create(const std::vector<std::string>& exprs, std::string* error) {
   std::unique_ptr<RegexSplitter> s(new RegexSplitter());
   // llama.cpp: non-MSVC builds compile with optimize | nosubs (ECMAScript grammar).
   constexpr auto kFlags = std::regex_constants::optimize | std::regex_constants::nosubs;
@@ -599,8 +615,7 @@ std::vector<std::string> RegexSplitter::Split(const std::string& text, bool byte
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0) break;
     pthread_t th;
-    const bool ok = pthread_attr_setstacksize(&attr, sz) == 0 &&
-                    pthread_create(&th, &attr, &RunSplitJob, &job) == 0;
+    const bool ok = pthread_attr_setstacksize(&attr, sz) == 0 && pthread_create(&th, &attr, &RunSplitJob, &job) == 0;
     pthread_attr_destroy(&attr);
     if (ok) {
       pthread_join(th, nullptr);
@@ -634,9 +649,15 @@ std::vector<std::string> RegexSplitter::SplitImpl(const std::string& text, bool 
   std::vector<size_t> offsets = {cpts.size()};
   for (const auto& e : exprs_) {
     switch (e->kind) {
-      case Expr::kGpt2: offsets = SplitGpt2(cpts, offsets); break;
-      case Expr::kLlama3: offsets = SplitLlama3(cpts, offsets); break;
-      case Expr::kCollapsed: offsets = SplitStl<char>(collapsed, e->narrow, offsets); break;
+      case Expr::kGpt2:
+        offsets = SplitGpt2(cpts, offsets);
+        break;
+      case Expr::kLlama3:
+        offsets = SplitLlama3(cpts, offsets);
+        break;
+      case Expr::kCollapsed:
+        offsets = SplitStl<char>(collapsed, e->narrow, offsets);
+        break;
       case Expr::kWide: {
         std::wstring wtext(cpts.begin(), cpts.end());
         for (auto& wc : wtext) {

@@ -30,9 +30,9 @@ enum CptFlag : uint16_t {
   kSymbol = 0x0040,       // \p{S}
   kControl = 0x0080,      // \p{C}
   kMaskCategories = 0x00FF,
-  kWhitespace = 0x0100,   // White_Space property (fixed list, as llama.cpp)
-  kLowercase = 0x0200,    // is the simple-lowercase mapping of some code point
-  kUppercase = 0x0400,    // is the simple-uppercase mapping of some code point
+  kWhitespace = 0x0100,  // White_Space property (fixed list, as llama.cpp)
+  kLowercase = 0x0200,   // is the simple-lowercase mapping of some code point
+  kUppercase = 0x0400,   // is the simple-uppercase mapping of some code point
 };
 
 /// Flags of `cpt` (kUndefined for cpt >= 0x110000). Thread-safe; the table is built once.
@@ -69,8 +69,7 @@ bool Utf8ToByte(const std::string& utf8, uint8_t* byte);
 /// *error) if std::regex rejects a pattern.
 class RegexSplitter {
  public:
-  static std::unique_ptr<RegexSplitter> Create(const std::vector<std::string>& exprs,
-                                               std::string* error);
+  static std::unique_ptr<RegexSplitter> Create(const std::vector<std::string>& exprs, std::string* error);
   ~RegexSplitter();
 
   /// llama.cpp unicode_regex_split(text, regex_exprs, byte_encode): returns the words;

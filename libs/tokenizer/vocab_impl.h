@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+
 #include "libs/gguf/gguf.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "libs/tokenizer/unicode.h"
@@ -45,19 +46,44 @@ inline void EscapeWhitespace(std::string& s) { ReplaceAll(s, " ", kEscSpace); }
 inline void UnescapeWhitespace(std::string& s) { ReplaceAll(s, kEscSpace, " "); }
 
 /// isspace() in the C locale.
-inline bool IsAsciiSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
+inline bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
 
 // ---------------------------------------------------------------------------------------
 // Pre-tokenizers (llama.cpp llm_tokenizer_bpe constructor + the tokenizer_pre switch in
 // llama_vocab::impl::load).
 
 enum class Pre {
-  kDefault, kLlama3, kJais2, kDeepseekLlm, kDeepseek3, kSpark25, kYoutu, kDeepseekCoder,
-  kFalcon, kStarcoder, kGpt2, kQwen2, kQwen35, kPoro, kChatglm4, kViking, kTekken,
-  kChameleon, kGpt4o, kGraniteEmbMulti, kTinyAya, kSuperbpe, kBailingmoe, kSeedCoder,
-  kUfakzeka, kGrok2, kLaguna, kExaoneMoe, kGemma4, kSarvam, kMinicpm5,
+  kDefault,
+  kLlama3,
+  kJais2,
+  kDeepseekLlm,
+  kDeepseek3,
+  kSpark25,
+  kYoutu,
+  kDeepseekCoder,
+  kFalcon,
+  kStarcoder,
+  kGpt2,
+  kQwen2,
+  kQwen35,
+  kPoro,
+  kChatglm4,
+  kViking,
+  kTekken,
+  kChameleon,
+  kGpt4o,
+  kGraniteEmbMulti,
+  kTinyAya,
+  kSuperbpe,
+  kBailingmoe,
+  kSeedCoder,
+  kUfakzeka,
+  kGrok2,
+  kLaguna,
+  kExaoneMoe,
+  kGemma4,
+  kSarvam,
+  kMinicpm5,
 };
 
 /// Per-pre-tokenizer overrides of the BPE defaults (llama_vocab::impl::load).
@@ -134,10 +160,10 @@ struct Vocab::Impl {
   bool byte_encode = true;
   int max_token_len = 0;
 
-  int32_t bos = 1, eos = 2, eot = kTokenNull, eom = kTokenNull, unk = 0, sep = kTokenNull,
-          pad = kTokenNull, mask = kTokenNull, nl = 13;
-  int32_t fim_pre = kTokenNull, fim_suf = kTokenNull, fim_mid = kTokenNull,
-          fim_pad = kTokenNull, fim_rep = kTokenNull, fim_sep = kTokenNull;
+  int32_t bos = 1, eos = 2, eot = kTokenNull, eom = kTokenNull, unk = 0, sep = kTokenNull, pad = kTokenNull,
+          mask = kTokenNull, nl = 13;
+  int32_t fim_pre = kTokenNull, fim_suf = kTokenNull, fim_mid = kTokenNull, fim_pad = kTokenNull, fim_rep = kTokenNull,
+          fim_sep = kTokenNull;
 
   bool add_space_prefix = false;
   bool add_bos = false;
@@ -154,7 +180,7 @@ struct Vocab::Impl {
   std::unordered_map<std::string, int32_t> token_to_id;
   std::vector<TokenData> id_to_token;
   std::unordered_map<std::pair<std::string, std::string>, int, PairHash> bpe_ranks;
-  std::vector<int32_t> special_tokens;  // cache_special_tokens (longest text first)
+  std::vector<int32_t> special_tokens;   // cache_special_tokens (longest text first)
   std::vector<std::string> piece_cache;  // token_to_piece(id, special=true)
   std::set<int32_t> eog;
   std::vector<int32_t> eog_vec;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/tokenizer/vocab_impl.h"
 
 namespace herd::tokenizer {
@@ -92,8 +93,7 @@ bool ContainsAny(const std::string& s, std::initializer_list<const char*> subs) 
 }
 
 // add_<x>_token set without its token id.
-absl::Status CheckAddToken(const gguf::GgufFile& f, bool add, int32_t id, const char* add_key,
-                           const char* id_key) {
+absl::Status CheckAddToken(const gguf::GgufFile& f, bool add, int32_t id, const char* add_key, const char* id_key) {
   if (add && id == kTokenNull) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer: ", f.path(), ": ", add_key, " is true, but ", id_key, " is not set"));
@@ -102,17 +102,17 @@ absl::Status CheckAddToken(const gguf::GgufFile& f, bool add, int32_t id, const 
 }
 
 // tokenizer.ggml.scores / token_type: an array of an allowed element type, one entry per token.
-absl::Status CheckPerTokenArray(const gguf::GgufFile& f, const gguf::Value* v, const char* key,
-                                bool type_ok, const char* type_desc, size_t n_tokens) {
+absl::Status CheckPerTokenArray(const gguf::GgufFile& f, const gguf::Value* v, const char* key, bool type_ok,
+                                const char* type_desc, size_t n_tokens) {
   if (v == nullptr) return absl::OkStatus();
   if (v->type() != gguf::ValueType::ARRAY || !type_ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer: ", f.path(), ": ", key, " must be an array of ", type_desc));
   }
   if (v->array_size() != n_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", f.path(), ": ", key, " has ",
-                                                   v->array_size(), " entries but tokenizer.ggml.tokens has ",
-                                                   n_tokens, " (one entry per token)"));
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", f.path(), ": ", key, " has ", v->array_size(),
+                                                   " entries but tokenizer.ggml.tokens has ", n_tokens,
+                                                   " (one entry per token)"));
   }
   return absl::OkStatus();
 }
@@ -140,8 +140,7 @@ absl::Status Vocab::Impl::LoadModelType(const gguf::GgufFile& f, std::string* to
   {
     auto m = f.GetString("tokenizer.ggml.model");
     if (!m.ok()) {
-      return absl::Status(m.status().code(),
-                          absl::StrCat("tokenizer: ", f.path(), ": ", m.status().message()));
+      return absl::Status(m.status().code(), absl::StrCat("tokenizer: ", f.path(), ": ", m.status().message()));
     }
     model = *m;
   }
@@ -153,23 +152,38 @@ absl::Status Vocab::Impl::LoadModelType(const gguf::GgufFile& f, std::string* to
 
   if (model == "llama") {
     type = VocabType::kSpm;
-    bos = 1; eos = 2; unk = 0; sep = kTokenNull; pad = kTokenNull; mask = kTokenNull;
+    bos = 1;
+    eos = 2;
+    unk = 0;
+    sep = kTokenNull;
+    pad = kTokenNull;
+    mask = kTokenNull;
   } else if (model == "bert") {
     type = VocabType::kWpm;
-    bos = 101; eos = kTokenNull; unk = 100; sep = 102; pad = 0; mask = 103;
+    bos = 101;
+    eos = kTokenNull;
+    unk = 100;
+    sep = 102;
+    pad = 0;
+    mask = 103;
     add_sep = true;
   } else if (model == "gpt2" || model == "gemma4") {
     type = VocabType::kBpe;
     if (auto s = LoadBpeMerges(f); !s.ok()) return s;
-    bos = 11; eos = 11; unk = kTokenNull; sep = kTokenNull; pad = kTokenNull; mask = kTokenNull;
+    bos = 11;
+    eos = 11;
+    unk = kTokenNull;
+    sep = kTokenNull;
+    pad = kTokenNull;
+    mask = kTokenNull;
     if (model == "gemma4") {
       bos = eos = kTokenNull;
       *tokenizer_pre = "gemma4";
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer: ", f.path(), ": unsupported tokenizer.ggml.model '", model,
-        "' (supported: llama (SPM), gpt2 (BPE), gemma4 (BPE), bert (WPM))"));
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", f.path(), ": unsupported tokenizer.ggml.model '",
+                                                   model,
+                                                   "' (supported: llama (SPM), gpt2 (BPE), gemma4 (BPE), bert (WPM))"));
   }
   return absl::OkStatus();
 }
@@ -209,9 +223,9 @@ absl::Status Vocab::Impl::ApplyPreTokenizer(const gguf::GgufFile& f, const std::
     pre_name = tokenizer_pre.empty() ? "default" : tokenizer_pre;
     const PreEntry* entry = internal::FindPre(pre_name);
     if (entry == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokenizer: ", f.path(), ": unsupported pre-tokenizer tokenizer.ggml.pre='", pre_name,
-          "' (supported: ", internal::SupportedPreNames(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", f.path(),
+                                                     ": unsupported pre-tokenizer tokenizer.ggml.pre='", pre_name,
+                                                     "' (supported: ", internal::SupportedPreNames(), ")"));
     }
     pre = entry->pre;
     if (entry->flags & internal::kNoCleanSpaces) clean_spaces = false;
@@ -242,8 +256,7 @@ absl::Status Vocab::Impl::ApplyPreTokenizer(const gguf::GgufFile& f, const std::
 absl::Status Vocab::Impl::LoadTokens(const gguf::GgufFile& f) {
   const gguf::Value* tokens = f.Find("tokenizer.ggml.tokens");
   if (tokens == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("tokenizer: ", f.path(), ": missing key tokenizer.ggml.tokens"));
+    return absl::NotFoundError(absl::StrCat("tokenizer: ", f.path(), ": missing key tokenizer.ggml.tokens"));
   }
   if (tokens->type() != gguf::ValueType::ARRAY || tokens->array_type() != gguf::ValueType::STRING) {
     return absl::InvalidArgumentError(
@@ -264,8 +277,8 @@ absl::Status Vocab::Impl::LoadTokens(const gguf::GgufFile& f) {
   }
   const gguf::Value* toktypes = f.Find("tokenizer.ggml.token_type");
   if (auto s = CheckPerTokenArray(f, toktypes, "tokenizer.ggml.token_type",
-                                  toktypes != nullptr && toktypes->array_type() == gguf::ValueType::INT32,
-                                  "int32", n_tokens);
+                                  toktypes != nullptr && toktypes->array_type() == gguf::ValueType::INT32, "int32",
+                                  n_tokens);
       !s.ok()) {
     return s;
   }
@@ -276,17 +289,15 @@ absl::Status Vocab::Impl::LoadTokens(const gguf::GgufFile& f) {
     if (word.empty()) word = absl::StrCat("[EMPTY_", i, "]");
     auto res = token_to_id.emplace(word, static_cast<int32_t>(i));
     if (!res.second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokenizer: ", f.path(), ": duplicate token in vocabulary: '", word, "' has ids ",
-          res.first->second, " and ", i));
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer: ", f.path(), ": duplicate token in vocabulary: '",
+                                                     word, "' has ids ", res.first->second, " and ", i));
     }
     max_token_len = std::max(max_token_len, static_cast<int>(word.size()));
     TokenData& td = id_to_token[i];
     td.text = std::move(word);
     if (scores != nullptr) {
-      td.score = scores->array_type() == gguf::ValueType::INT32
-                     ? static_cast<float>(scores->IntAt(i))
-                     : static_cast<float>(scores->DoubleAt(i));
+      td.score = scores->array_type() == gguf::ValueType::INT32 ? static_cast<float>(scores->IntAt(i))
+                                                                : static_cast<float>(scores->DoubleAt(i));
     }
     td.attr = kAttrNormal;
     td.gguf_type = TokenType::kNormal;
@@ -294,13 +305,27 @@ absl::Status Vocab::Impl::LoadTokens(const gguf::GgufFile& f) {
       const int64_t t = toktypes->IntAt(i);
       td.gguf_type = (t >= 0 && t <= 6) ? static_cast<TokenType>(t) : TokenType::kUndefined;
       switch (td.gguf_type) {
-        case TokenType::kUnknown: td.attr = kAttrUnknown; break;
-        case TokenType::kUnused: td.attr = kAttrUnused; break;
-        case TokenType::kNormal: td.attr = kAttrNormal; break;
-        case TokenType::kControl: td.attr = kAttrControl; break;
-        case TokenType::kUserDefined: td.attr = kAttrUserDefined; break;
-        case TokenType::kByte: td.attr = kAttrByte; break;
-        default: td.attr = kAttrUndefined; break;
+        case TokenType::kUnknown:
+          td.attr = kAttrUnknown;
+          break;
+        case TokenType::kUnused:
+          td.attr = kAttrUnused;
+          break;
+        case TokenType::kNormal:
+          td.attr = kAttrNormal;
+          break;
+        case TokenType::kControl:
+          td.attr = kAttrControl;
+          break;
+        case TokenType::kUserDefined:
+          td.attr = kAttrUserDefined;
+          break;
+        case TokenType::kByte:
+          td.attr = kAttrByte;
+          break;
+        default:
+          td.attr = kAttrUndefined;
+          break;
       }
     }
   }
@@ -371,12 +396,10 @@ absl::Status Vocab::Impl::LoadSpecialTokens(const gguf::GgufFile& f) {
   if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_sep_token", &add_sep); !s.ok()) return s;
   if (pre == Pre::kGemma4 && type == VocabType::kBpe && !add_bos) add_bos = true;
 
-  if (auto s = CheckAddToken(f, add_bos, bos, "tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id");
-      !s.ok()) {
+  if (auto s = CheckAddToken(f, add_bos, bos, "tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id"); !s.ok()) {
     return s;
   }
-  if (auto s = CheckAddToken(f, add_eos, eos, "tokenizer.ggml.add_eos_token", "tokenizer.ggml.eos_token_id");
-      !s.ok()) {
+  if (auto s = CheckAddToken(f, add_eos, eos, "tokenizer.ggml.add_eos_token", "tokenizer.ggml.eos_token_id"); !s.ok()) {
     return s;
   }
   if (auto s = CheckAddToken(f, add_sep, sep, "tokenizer.ggml.add_sep_token", "tokenizer.ggml.seperator_token_id");
@@ -395,10 +418,13 @@ void Vocab::Impl::DetectSpecialTokensByText() {
   auto make_control = [&](int32_t id) { id_to_token[id].attr |= kAttrControl; };
   for (const auto& t : token_to_id) {
     const std::string& s = t.first;
-    if (eot == kTokenNull &&
-        AnyOf(s, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                  "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
-                  "<end_of_utterance>"})) {
+    if (eot == kTokenNull && AnyOf(s, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                       "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+                                       "<\xEF\xBD\x9C"
+                                       "end\xE2\x96\x81"
+                                       "of\xE2\x96\x81"
+                                       "sentence\xEF\xBD\x9C>",
+                                       "<end_of_utterance>"})) {
       eot = t.second;
       make_control(t.second);
     }
@@ -406,24 +432,27 @@ void Vocab::Impl::DetectSpecialTokensByText() {
       eom = t.second;
       make_control(t.second);
     }
-    if (fim_pre == kTokenNull &&
-        AnyOf(s, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-                  "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>",
-                  "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"})) {
+    if (fim_pre == kTokenNull && AnyOf(s, {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                                           "<\xEF\xBD\x9C"
+                                           "fim\xE2\x96\x81"
+                                           "begin\xEF\xBD\x9C>",
+                                           "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"})) {
       fim_pre = t.second;
       make_control(t.second);
     }
-    if (fim_suf == kTokenNull &&
-        AnyOf(s, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-                  "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<SUF>",
-                  "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"})) {
+    if (fim_suf == kTokenNull && AnyOf(s, {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                                           "<\xEF\xBD\x9C"
+                                           "fim\xE2\x96\x81"
+                                           "hole\xEF\xBD\x9C>",
+                                           "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"})) {
       fim_suf = t.second;
       make_control(t.second);
     }
-    if (fim_mid == kTokenNull &&
-        AnyOf(s, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-                  "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
-                  "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"})) {
+    if (fim_mid == kTokenNull && AnyOf(s, {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                                           "<\xEF\xBD\x9C"
+                                           "fim\xE2\x96\x81"
+                                           "end\xEF\xBD\x9C>",
+                                           "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"})) {
       fim_mid = t.second;
       make_control(t.second);
     }
@@ -431,8 +460,7 @@ void Vocab::Impl::DetectSpecialTokensByText() {
       fim_pad = t.second;
       make_control(t.second);
     }
-    if (fim_rep == kTokenNull &&
-        AnyOf(s, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"})) {
+    if (fim_rep == kTokenNull && AnyOf(s, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"})) {
       fim_rep = t.second;
       make_control(t.second);
     }
@@ -458,11 +486,30 @@ void Vocab::Impl::BuildEog() {
   if (fim_rep != kTokenNull) eog.insert(fim_rep);
   if (fim_sep != kTokenNull) eog.insert(fim_sep);
   for (const auto& t : token_to_id) {
-    if (AnyOf(t.first, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                        "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
-                        "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-                        "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-                        "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+    if (AnyOf(t.first, {"<|eot_id|>",
+                        "<|im_end|>",
+                        "<|end|>",
+                        "<|return|>",
+                        "<|call|>",
+                        "<|flush|>",
+                        "<|calls|>",
+                        "<end_of_turn>",
+                        "<|endoftext|>",
+                        "</s>",
+                        "<|eom_id|>",
+                        "<EOT>",
+                        "_<EOT>",
+                        "[EOT]",
+                        "[EOS]",
+                        "<|end_of_text|>",
+                        "<end_of_utterance>",
+                        "<eos>",
+                        "<turn|>",
+                        "<|tool_response>",
+                        "<\xEF\xBD\x9C"
+                        "end\xE2\x96\x81"
+                        "of\xE2\x96\x81"
+                        "sentence\xEF\xBD\x9C>",
                         "[e~["})) {
       eog.insert(t.second);
       make_control(t.second);
@@ -533,9 +580,8 @@ void Vocab::Impl::BuildCaches() {
       special_tokens.push_back(id);
     }
   }
-  std::sort(special_tokens.begin(), special_tokens.end(), [&](int32_t a, int32_t b) {
-    return id_to_token[a].text.size() > id_to_token[b].text.size();
-  });
+  std::sort(special_tokens.begin(), special_tokens.end(),
+            [&](int32_t a, int32_t b) { return id_to_token[a].text.size() > id_to_token[b].text.size(); });
 
   piece_cache.resize(n_tokens);
   for (int32_t id = 0; id < n_tokens; ++id) piece_cache[id] = ComputePiece(id);

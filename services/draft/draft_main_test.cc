@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "gtest/gtest.h"
-#include "tests/promtool.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "httplib.h"
+
 #include "proto/herd/v1/draft.grpc.pb.h"
+#include "tests/promtool.h"
 #include "tests/shared_data.h"
 
 namespace {

@@ -24,11 +24,16 @@ constexpr size_t kMaxSessionIdBytes = 256;
 
 const char* StatusCodeLabel(absl::StatusCode c) {
   switch (c) {
-    case absl::StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case absl::StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case absl::StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case absl::StatusCode::kCancelled: return "CANCELLED";
-    default: return "OTHER";
+    case absl::StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case absl::StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case absl::StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case absl::StatusCode::kCancelled:
+      return "CANCELLED";
+    default:
+      return "OTHER";
   }
 }
 }  // namespace
@@ -41,11 +46,11 @@ DraftServiceImpl::DraftServiceImpl(DraftServiceOptions opts) : opts_(std::move(o
     m_acc_drafts_ = r->Counter("herd_draft_acc_drafts_total",
                                "Drafts with at least one token accepted by the target (#acc drafts).", {"type"});
     m_gen_tokens_ = r->Counter("herd_draft_gen_tokens_total", "Tokens drafted (#gen tokens).", {"type"});
-    m_acc_tokens_ = r->Counter("herd_draft_acc_tokens_total", "Drafted tokens the target accepted (#acc tokens).",
-                               {"type"});
+    m_acc_tokens_ =
+        r->Counter("herd_draft_acc_tokens_total", "Drafted tokens the target accepted (#acc tokens).", {"type"});
     m_sessions_ = r->Gauge("herd_draft_sessions", "Speculative sessions held.");
-    m_evictions_ = r->Counter("herd_draft_evictions_total", "Sessions evicted (lru: to make room; idle: unused).",
-                              {"reason"});
+    m_evictions_ =
+        r->Counter("herd_draft_evictions_total", "Sessions evicted (lru: to make room; idle: unused).", {"reason"});
     m_resyncs_ = r->Counter("herd_draft_resyncs_total",
                             "Calls whose start did not match the session history (lost calls, evicted sessions).");
     m_errors_ = r->Counter("herd_draft_errors_total", "Propose calls that failed, by status code.", {"code"});
@@ -73,7 +78,7 @@ DraftServiceImpl::~DraftServiceImpl() {
 
 void DraftServiceImpl::ReaperLoop() {
   const auto period = std::clamp<std::chrono::milliseconds>(opts_.session_idle / 4, std::chrono::milliseconds(10),
-                                                             std::chrono::milliseconds(1000));
+                                                            std::chrono::milliseconds(1000));
   std::unique_lock<std::mutex> l(reaper_mu_);
   while (!stopping_) {
     reaper_cv_.wait_for(l, period);
@@ -116,8 +121,9 @@ size_t DraftServiceImpl::EvictIdle() {
   return graveyard.size();
 }
 
-absl::StatusOr<std::shared_ptr<DraftServiceImpl::Session>> DraftServiceImpl::GetOrCreate(
-    const std::string& id, const SpecConfig& config, uint32_t seed, bool* created) {
+absl::StatusOr<std::shared_ptr<DraftServiceImpl::Session>> DraftServiceImpl::GetOrCreate(const std::string& id,
+                                                                                         const SpecConfig& config,
+                                                                                         uint32_t seed, bool* created) {
   *created = false;
   const auto now = std::chrono::steady_clock::now();
   {
@@ -188,10 +194,9 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
   for (int i = 0; i < req.new_tokens_size(); ++i) {
     const int32_t t = req.new_tokens(i);
     if (t < 0 || (opts_.target_n_vocab > 0 && t >= opts_.target_n_vocab)) {
-      return absl::InvalidArgumentError(absl::StrCat("new_tokens[", i, "]: token ", t, " is outside [0, ",
-                                                     opts_.target_n_vocab > 0 ? absl::StrCat(opts_.target_n_vocab)
-                                                                              : std::string("inf"),
-                                                     ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("new_tokens[", i, "]: token ", t, " is outside [0, ",
+                       opts_.target_n_vocab > 0 ? absl::StrCat(opts_.target_n_vocab) : std::string("inf"), ")"));
     }
   }
   if (!std::isfinite(req.temperature()) || req.temperature() < 0) {
@@ -255,8 +260,8 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
   }
   const int64_t n_new = req.new_tokens_size() - skip;
   if (static_cast<int64_t>(spec->history().size()) + n_new > opts_.max_history) {
-    return absl::ResourceExhaustedError(absl::StrCat("new_tokens: the session history would exceed ",
-                                                     opts_.max_history, " tokens"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("new_tokens: the session history would exceed ", opts_.max_history, " tokens"));
   }
   if (!duplicate && req.n_accepted() >= 0) spec->Accept(req.n_accepted());
   if (n_new > 0) spec->Append(std::vector<int32_t>(req.new_tokens().begin() + skip, req.new_tokens().end()));
@@ -273,8 +278,8 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
 grpc::Status DraftServiceImpl::Propose(grpc::ServerContext* ctx, const herd::v1::DraftRequest* req,
                                        herd::v1::DraftResponse* resp) {
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = ctx != nullptr && ctx->IsCancelled() ? absl::CancelledError("the caller cancelled")
-                                                        : DoPropose(*req, resp);
+  absl::Status s =
+      ctx != nullptr && ctx->IsCancelled() ? absl::CancelledError("the caller cancelled") : DoPropose(*req, resp);
   if (!s.ok()) {
     resp->Clear();
     if (m_errors_) m_errors_->Add(1, {StatusCodeLabel(s.code())});

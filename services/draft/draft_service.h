@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/engine/spec/session.h"
 #include "libs/serving/metrics.h"
 #include "proto/herd/v1/draft.grpc.pb.h"
@@ -86,9 +87,8 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
   };
 
   // The session for `id`, created with `config` if absent (evicting as needed).
-  absl::StatusOr<std::shared_ptr<Session>> GetOrCreate(const std::string& id,
-                                                       const engine::spec::SpecConfig& config, uint32_t seed,
-                                                       bool* created);
+  absl::StatusOr<std::shared_ptr<Session>> GetOrCreate(const std::string& id, const engine::spec::SpecConfig& config,
+                                                       uint32_t seed, bool* created);
   void EraseLocked(std::unordered_map<std::string, Entry>::iterator it,
                    std::vector<std::shared_ptr<Session>>* graveyard);
   void ReportStats(Session* s);

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+
 #include "libs/serving/server.h"
 #include "tests/shared_data.h"
 
@@ -100,7 +101,7 @@ TEST_F(DraftServiceTest, LostCallsResynchronize) {
   ASSERT_TRUE(Propose("s", {4, 5}, 2, 15, &r).ok());
   ASSERT_EQ(r.history_len(), 17);
   ASSERT_TRUE(Propose("s", {4, 5, 6, 7}, 0, 15, &r).ok());
-  EXPECT_EQ(r.history_len(), 19);  // not appended twice
+  EXPECT_EQ(r.history_len(), 19);        // not appended twice
   EXPECT_EQ(r.stats().acc_tokens(), 2);  // n_accepted of the duplicate ignored
   // A call that never arrived: the worker has fewer tokens and says how many.
   ASSERT_TRUE(Propose("s", {9, 9}, 0, 25, &r).ok());

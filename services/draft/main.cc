@@ -41,18 +41,24 @@ ABSL_FLAG(std::string, spec_type, "",
           "ngram-simple).");
 ABSL_FLAG(int, spec_ngram_size_n, 12, "n-gram key size n (1..1024; llama.cpp --spec-ngram-size-n).");
 ABSL_FLAG(int, spec_ngram_size_m, 48, "n-gram draft size m (1..1024; --spec-ngram-size-m).");
-ABSL_FLAG(int, spec_ngram_check_rate, 1, "Search the history every this many new tokens (>= 1; --spec-ngram-check-rate).");
+ABSL_FLAG(int, spec_ngram_check_rate, 1,
+          "Search the history every this many new tokens (>= 1; --spec-ngram-check-rate).");
 ABSL_FLAG(int, spec_ngram_min_hits, 1, "Hits a key needs before it drafts, ngram-map-* (>= 1; --spec-ngram-min-hits).");
 ABSL_FLAG(int, draft_max, 16, "Most tokens per draft, n_max (0..1024; --draft-max).");
 ABSL_FLAG(int, draft_min, 0, "Drafts shorter than this are dropped, n_min (0..draft_max; --draft-min).");
-ABSL_FLAG(double, draft_p_min, 0.75, "Draft model: stop at a token less likely than this, p_min ([0,1]; --draft-p-min).");
+ABSL_FLAG(double, draft_p_min, 0.75,
+          "Draft model: stop at a token less likely than this, p_min ([0,1]; --draft-p-min).");
 ABSL_FLAG(std::string, model_draft, "", "GGUF draft model for the draft-model type (llama.cpp --model-draft).");
 ABSL_FLAG(std::string, target_vocab, "",
           "GGUF of the target model (only its vocabulary is read), to check the draft model against.");
-ABSL_FLAG(std::string, loader, "", "Loader address (host:port) to fetch the target vocabulary from (with --target_model).");
-ABSL_FLAG(std::string, target_model, "", "Target model name at the loader; draft-model requests for other models are refused.");
-ABSL_FLAG(std::string, lookup_cache_static, "", "ngram-cache: static n-gram cache file (llama.cpp --lookup-cache-static).");
-ABSL_FLAG(std::string, lookup_cache_dynamic, "", "ngram-cache: dynamic n-gram cache file, read-only here (--lookup-cache-dynamic).");
+ABSL_FLAG(std::string, loader, "",
+          "Loader address (host:port) to fetch the target vocabulary from (with --target_model).");
+ABSL_FLAG(std::string, target_model, "",
+          "Target model name at the loader; draft-model requests for other models are refused.");
+ABSL_FLAG(std::string, lookup_cache_static, "",
+          "ngram-cache: static n-gram cache file (llama.cpp --lookup-cache-static).");
+ABSL_FLAG(std::string, lookup_cache_dynamic, "",
+          "ngram-cache: dynamic n-gram cache file, read-only here (--lookup-cache-dynamic).");
 ABSL_FLAG(int, draft_ctx, 4096, "Draft model KV cells shared by all sessions (0 = model context, capped at 4096).");
 ABSL_FLAG(int, threads, 2, "Draft model compute threads.");
 ABSL_FLAG(int, max_sessions, 1024, "Most sessions held; the least recently used is evicted for a new one.");
@@ -67,11 +73,14 @@ int Fail(const std::string& msg) { return herd::serving::StartupFailure("herd-dr
 
 // ValidateSpecConfig names wire fields; name the flags instead.
 std::string FlagName(const std::string& msg) {
-  static const std::pair<const char*, const char*> kMap[] = {
-      {"ngram_size_n:", "--spec_ngram_size_n:"}, {"ngram_size_m:", "--spec_ngram_size_m:"},
-      {"ngram_check_rate:", "--spec_ngram_check_rate:"}, {"ngram_min_hits:", "--spec_ngram_min_hits:"},
-      {"draft_max:", "--draft_max:"}, {"draft_min:", "--draft_min:"}, {"draft_p_min:", "--draft_p_min:"},
-      {"type:", "--spec_type:"}};
+  static const std::pair<const char*, const char*> kMap[] = {{"ngram_size_n:", "--spec_ngram_size_n:"},
+                                                             {"ngram_size_m:", "--spec_ngram_size_m:"},
+                                                             {"ngram_check_rate:", "--spec_ngram_check_rate:"},
+                                                             {"ngram_min_hits:", "--spec_ngram_min_hits:"},
+                                                             {"draft_max:", "--draft_max:"},
+                                                             {"draft_min:", "--draft_min:"},
+                                                             {"draft_p_min:", "--draft_p_min:"},
+                                                             {"type:", "--spec_type:"}};
   for (const auto& [from, to] : kMap) {
     if (msg.rfind(from, 0) == 0) return std::string(to) + msg.substr(std::string(from).size());
   }
@@ -81,9 +90,11 @@ std::string FlagName(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  herd::serving::ParseServiceFlags(argc, argv, "herd-draft",
+  herd::serving::ParseServiceFlags(
+      argc, argv, "herd-draft",
       "herd-draft [--port=N] [--metrics_port=N] [--spec_type=TYPE] [--model_draft=GGUF "
-      "(--target_vocab=GGUF | --loader=ADDR --target_model=NAME)]: the herd speculative-draft worker", "services/draft/");
+      "(--target_vocab=GGUF | --loader=ADDR --target_model=NAME)]: the herd speculative-draft worker",
+      "services/draft/");
   namespace spec = herd::engine::spec;
 
   const std::string host = absl::GetFlag(FLAGS_host);
@@ -157,8 +168,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<spec::DraftModel> draft_model;
   if (!model_draft.empty()) {
     if (!target_vocab) {
-      return Fail("--model_draft needs the target's vocabulary to check it against: --target_vocab=GGUF or "
-                  "--loader=ADDR --target_model=NAME");
+      return Fail(
+          "--model_draft needs the target's vocabulary to check it against: --target_vocab=GGUF or "
+          "--loader=ADDR --target_model=NAME");
     }
     spec::DraftModelParams dp;
     dp.n_ctx = absl::GetFlag(FLAGS_draft_ctx);
@@ -206,9 +218,9 @@ int main(int argc, char** argv) {
   // A SIGTERM/SIGINT from here until Wait() is caught and honoured there.
   herd::serving::CatchSignalsEarly();
 
-  HERD_LOG(Info) << "draft: default type " << spec::SpecTypeName(defaults.type) << ", draft_max "
-                 << defaults.draft_max << ", n " << defaults.ngram_size_n << ", m " << defaults.ngram_size_m
-                 << ", max_sessions " << opts.max_sessions;
+  HERD_LOG(Info) << "draft: default type " << spec::SpecTypeName(defaults.type) << ", draft_max " << defaults.draft_max
+                 << ", n " << defaults.ngram_size_n << ", m " << defaults.ngram_size_m << ", max_sessions "
+                 << opts.max_sessions;
   process.PrintListening(host);
 
   process.Wait(gopts.shutdown_grace);

@@ -36,8 +36,8 @@ absl::StatusOr<ChatTemplateInfo> MakeChatTemplateInfo(std::string_view gguf_temp
   ChatTemplateInfo info;
   info.origin = ChatTemplateOriginOf(gguf_template, override_template);
   std::string_view source = !override_template.empty() ? override_template
-                             : !gguf_template.empty()   ? gguf_template
-                                                        : chat::ChatMlTemplate();
+                            : !gguf_template.empty()   ? gguf_template
+                                                       : chat::ChatMlTemplate();
   auto t = chat::ChatTemplate::Parse(source);
   if (!t.ok()) return t.status();
   info.tmpl = std::make_shared<const chat::ChatTemplate>(*std::move(t));
@@ -66,7 +66,8 @@ absl::Status ValidateChatPrompt(const v1::ChatPrompt& chat, int64_t max_bytes) {
     bytes += static_cast<int64_t>(chat.tools_json().size());
   }
   if (bytes > max_bytes) {
-    return Invalid(absl::StrCat("chat.messages: ", bytes, " bytes of content exceed the limit of ", max_bytes, " bytes"));
+    return Invalid(
+        absl::StrCat("chat.messages: ", bytes, " bytes of content exceed the limit of ", max_bytes, " bytes"));
   }
   return absl::OkStatus();
 }

@@ -4,10 +4,11 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include <string_view>
+
 #include "libs/chat/chat_template.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/gateway.pb.h"

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/json_schema.h"
 
@@ -73,7 +74,8 @@ absl::Status ResponseFormat(const json& rf, std::string* grammar) {
     }
     return FromSchema(*schema, "response_format.json_schema.schema", grammar);
   }
-  return Bad(absl::StrCat("response_format.type: \"", t, "\" is not one of \"text\", \"json_object\", \"json_schema\""));
+  return Bad(
+      absl::StrCat("response_format.type: \"", t, "\" is not one of \"text\", \"json_object\", \"json_schema\""));
 }
 
 // A bias value: a finite number, or false (= ban).
@@ -113,7 +115,8 @@ absl::Status LogitBias(const json& lb, const tokenizer::Vocab& vocab, v1::Sampli
     }
     return absl::OkStatus();
   }
-  if (!lb.is_array()) return Bad("logit_bias: must be an object {\"token id\": bias} or an array of [token, bias] pairs");
+  if (!lb.is_array())
+    return Bad("logit_bias: must be an object {\"token id\": bias} or an array of [token, bias] pairs");
   for (size_t i = 0; i < lb.size(); ++i) {  // llama.cpp: [[15043, 1.0], ["Hello", false]]
     const json& e = lb[i];
     const std::string field = absl::StrCat("logit_bias[", i, "]");

@@ -17,8 +17,9 @@
 // alphabetical order (llama.cpp keeps the declaration order).
 #pragma once
 #include "absl/status/status.h"
-#include "libs/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+
+#include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/common.pb.h"
 
 namespace herd::gateway {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+
 #include "libs/gguf/gguf.h"
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/json_schema.h"
@@ -56,15 +57,19 @@ TEST_F(ConstraintsTest, GrammarForms) {
 
   sp.Clear();
   ASSERT_TRUE(Parse(R"({"response_format": {"type": "json_schema", "json_schema":
-      {"name": "x", "strict": true, "schema": {"type": "array", "items": {"type": "null"}}}}})", &sp).ok());
-  EXPECT_EQ(sp.grammar(), *grammar::JsonSchemaToGrammar(json::parse(R"({"type": "array", "items": {"type": "null"}})")));
+      {"name": "x", "strict": true, "schema": {"type": "array", "items": {"type": "null"}}}}})",
+                    &sp)
+                  .ok());
+  EXPECT_EQ(sp.grammar(),
+            *grammar::JsonSchemaToGrammar(json::parse(R"({"type": "array", "items": {"type": "null"}})")));
 
   sp.Clear();
   ASSERT_TRUE(Parse(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})", &sp).ok());
   EXPECT_EQ(sp.grammar(), grammar::JsonObjectGrammar());
 
   sp.Clear();
-  ASSERT_TRUE(Parse(R"({"grammar": null, "json_schema": null, "response_format": null, "logit_bias": null})", &sp).ok());
+  ASSERT_TRUE(
+      Parse(R"({"grammar": null, "json_schema": null, "response_format": null, "logit_bias": null})", &sp).ok());
   EXPECT_FALSE(sp.has_grammar());
   EXPECT_EQ(sp.logit_bias_size(), 0);
 }
@@ -73,7 +78,8 @@ TEST_F(ConstraintsTest, Errors) {
   const std::pair<const char*, const char*> kBad[] = {
       {R"({"grammar": 5})", "grammar: must be a string"},
       {R"({"grammar": "root ::= x"})", "grammar: undefined rule 'x'"},
-      {R"({"grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar, response_format: give only one"},
+      {R"({"grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})",
+       "grammar, response_format: give only one"},
       {R"({"json_schema": {"type": "string"}, "response_format": {"type": "json_object"}})", "give only one"},
       {R"({"json_schema": {"type": "number", "minimum": 0}})", "json_schema/minimum"},
       {R"({"response_format": "json"})", "response_format: must be an object"},

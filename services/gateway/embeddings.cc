@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/engine/embedding.h"
 #include "services/gateway/gateway.h"
@@ -58,8 +59,8 @@ absl::StatusOr<std::vector<int32_t>> InputTokens(const v1::EmbedInput& in, int i
     return Invalid(absl::StrCat(name, ": empty (set text or tokens)"));
   }
   if (max_ctx > 0 && static_cast<int64_t>(toks.size()) > max_ctx) {
-    return Invalid(absl::StrCat(name, ": ", toks.size(), " tokens exceed the context of the model's workers (n_ctx_seq ",
-                                max_ctx, ")"));
+    return Invalid(absl::StrCat(name, ": ", toks.size(),
+                                " tokens exceed the context of the model's workers (n_ctx_seq ", max_ctx, ")"));
   }
   return toks;
 }
@@ -137,10 +138,9 @@ absl::StatusOr<v1::EmbedResponse> EmbedImpl(Gateway& gw, const v1::EmbedRequest&
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next.fetch_add(1); i < inputs.size(); i = next.fetch_add(1)) {
-      answers[i] = absl::Now() >= deadline ? absl::StatusOr<v1::WorkerEmbedResponse>(
-                                                 absl::DeadlineExceededError("deadline exceeded"))
-                                           : EmbedOnWorker(gw, req.model(), inputs[i], req.pooling(), deadline,
-                                                           static_cast<int>(i));
+      answers[i] = absl::Now() >= deadline
+                       ? absl::StatusOr<v1::WorkerEmbedResponse>(absl::DeadlineExceededError("deadline exceeded"))
+                       : EmbedOnWorker(gw, req.model(), inputs[i], req.pooling(), deadline, static_cast<int>(i));
     }
   };
   std::vector<std::thread> threads;
@@ -182,8 +182,7 @@ absl::StatusOr<v1::EmbedResponse> Embed(Gateway& gw, const v1::EmbedRequest& req
 
 // ---- gRPC ----
 
-grpc::Status GatewayServiceImpl::Embed(grpc::ServerContext* ctx, const v1::EmbedRequest* req,
-                                       v1::EmbedResponse* resp) {
+grpc::Status GatewayServiceImpl::Embed(grpc::ServerContext* ctx, const v1::EmbedRequest* req, v1::EmbedResponse* resp) {
   const auto d = ctx->deadline();
   const absl::Time deadline = d >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)
                                   ? absl::InfiniteFuture()
@@ -337,7 +336,7 @@ void HandleEmbeddingsHttp(Gateway* gw, const HttpRequest& hreq, HttpResponse& re
     return;
   }
   res.SetContent(EmbeddingsJson(*r, api, er->base64).dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
+                 "application/json");
 }
 
 }  // namespace herd::gateway

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+
 #include "proto/herd/v1/gateway.pb.h"
 #include "services/gateway/http_util.h"
 
@@ -44,7 +45,7 @@ enum class EmbeddingsApi { kOpenAi, kLlamaCpp };
 /// A parsed embeddings JSON body.
 struct EmbeddingsHttpRequest {
   v1::EmbedRequest req;
-  bool base64 = false;  // encoding_format "base64": little-endian float32 bytes, base64
+  bool base64 = false;     // encoding_format "base64": little-endian float32 bytes, base64
   int64_t dimensions = 0;  // OpenAI `dimensions`; 0 = not given (must equal n_embd when given)
 };
 
@@ -53,7 +54,8 @@ struct EmbeddingsHttpRequest {
 /// (llama.cpp's `content` is accepted for `input`) --, `encoding_format` ("float"
 /// default, or "base64"), herd/llama.cpp extras `pooling` ("mean", "cls", "last") and
 /// `embd_normalize` (integer >= -1); `dimensions` (herd cannot truncate: when given it
-/// must equal the model's n_embd, checked by HandleEmbeddingsHttp); `user` is ignored. Errors: INVALID_ARGUMENT naming the JSON field
+/// must equal the model's n_embd, checked by HandleEmbeddingsHttp); `user` is ignored. Errors: INVALID_ARGUMENT naming
+/// the JSON field
 /// ("input[2]: must be a string or an array of token ids", "encoding_format: ...").
 absl::StatusOr<EmbeddingsHttpRequest> ParseEmbeddingsRequest(const nlohmann::json& body);
 

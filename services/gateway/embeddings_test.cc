@@ -15,11 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/gguf/gguf.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "services/gateway/fakes.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
@@ -85,8 +86,8 @@ class EmbeddingsTest : public ::testing::Test {
     auto hp = http_->Start("127.0.0.1", 0);
     ASSERT_TRUE(hp.ok());
     http_port_ = *hp;
-    stub_ = v1::Gateway::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    stub_ =
+        v1::Gateway::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   }
 
   grpc::Status GrpcEmbed(const v1::EmbedRequest& req, v1::EmbedResponse* resp) {
@@ -165,7 +166,8 @@ TEST_F(EmbeddingsTest, GrpcAndHttpGiveTheSameNormalizedVectors) {
     for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(j["data"][k]["embedding"][i].get<float>(), resp.data(k).values(i));
   }
   // base64: little-endian float32 bytes.
-  r = Post("/v1/embeddings", R"({"model":"stories260K","input":"Hello world","pooling":"mean","encoding_format":"base64"})");
+  r = Post("/v1/embeddings",
+           R"({"model":"stories260K","input":"Hello world","pooling":"mean","encoding_format":"base64"})");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   std::string bytes;
@@ -273,8 +275,7 @@ TEST_F(EmbeddingsTest, BadInputNamesTheField) {
     auto* t = r.add_inputs()->mutable_tokens();
     for (int i = 0; i < 257; ++i) t->add_ids(1);  // the fake's n_ctx_seq is 256
   });
-  EXPECT_NE(s.error_message().find("inputs[1]: 257 tokens exceed the context"), std::string::npos)
-      << s.error_message();
+  EXPECT_NE(s.error_message().find("inputs[1]: 257 tokens exceed the context"), std::string::npos) << s.error_message();
   s = grpc_err([](v1::EmbedRequest& r) { r.set_normalize(-2); });
   EXPECT_NE(s.error_message().find("normalize"), std::string::npos) << s.error_message();
   s = grpc_err([](v1::EmbedRequest& r) { r.set_pooling(static_cast<v1::Pooling>(7)); });

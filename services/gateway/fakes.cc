@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/gguf/gguf.h"
 
 namespace herd::gateway::testing {
@@ -63,8 +64,7 @@ std::vector<int> FakeWorker::draft_probs_counts() const {
   return draft_probs_;
 }
 
-grpc::Status FakeWorker::Embed(grpc::ServerContext*, const v1::WorkerEmbedRequest* req,
-                               v1::WorkerEmbedResponse* resp) {
+grpc::Status FakeWorker::Embed(grpc::ServerContext*, const v1::WorkerEmbedRequest* req, v1::WorkerEmbedResponse* resp) {
   embed_calls_.fetch_add(1);
   const FakeWorkerConfig c = config();
   {
@@ -279,7 +279,8 @@ grpc::Status FakeLoader::GetModelInfo(grpc::ServerContext*, const v1::GetModelIn
   ++calls_;
   std::lock_guard<std::mutex> l(mu_);
   auto it = vocab_.find(req->name());
-  if (it == vocab_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "model " + req->name() + " not in the store");
+  if (it == vocab_.end())
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "model " + req->name() + " not in the store");
   resp->set_name(req->name());
   resp->set_file_size(it->second.size());
   if (req->include_vocab_gguf()) resp->set_vocab_gguf(it->second);

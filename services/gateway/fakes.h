@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+
 #include "proto/herd/v1/loader.grpc.pb.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
 
@@ -114,8 +115,7 @@ class FakeLoader final : public v1::Loader::Service {
 
   grpc::Status ListModels(grpc::ServerContext* ctx, const v1::LoaderListModelsRequest* req,
                           v1::LoaderListModelsResponse* resp) override;
-  grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest* req,
-                            v1::ModelInfo* resp) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest* req, v1::ModelInfo* resp) override;
 
  private:
   std::mutex mu_;

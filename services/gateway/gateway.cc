@@ -10,6 +10,7 @@
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/method_handler.h"
+
 #include "libs/base/log.h"
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/spec_loop.h"
@@ -27,11 +28,16 @@ absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError
 
 const char* FinishName(v1::FinishReason r) {
   switch (r) {
-    case v1::FINISH_REASON_EOS: return "EOS";
-    case v1::FINISH_REASON_LENGTH: return "LENGTH";
-    case v1::FINISH_REASON_STOP: return "STOP";
-    case v1::FINISH_REASON_CANCELLED: return "CANCELLED";
-    default: return "-";
+    case v1::FINISH_REASON_EOS:
+      return "EOS";
+    case v1::FINISH_REASON_LENGTH:
+      return "LENGTH";
+    case v1::FINISH_REASON_STOP:
+      return "STOP";
+    case v1::FINISH_REASON_CANCELLED:
+      return "CANCELLED";
+    default:
+      return "-";
   }
 }
 
@@ -88,7 +94,6 @@ class DraftWorkerSource : public engine::spec::DraftSource {
 // ---------------------------------------------------------------------------------
 // Generation: one request from Prepare to the end of Run.
 
-
 struct Gateway::Active {
   GenerateSink* sink = nullptr;
   absl::Time deadline;
@@ -116,29 +121,29 @@ struct Gateway::Attempt {
 };
 
 Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::move(opts)) {
-  requests_total_ = metrics->Counter("herd_gateway_requests_total", "Requests by method and status code.",
-                                     {"method", "code"});
+  requests_total_ =
+      metrics->Counter("herd_gateway_requests_total", "Requests by method and status code.", {"method", "code"});
   tokens_total_ = metrics->Counter("herd_gateway_tokens_generated_total", "Tokens generated, by model.", {"model"});
-  request_seconds_ = metrics->Histogram("herd_gateway_request_seconds", "Request latency in seconds, by method.",
-                                        {"method"});
+  request_seconds_ =
+      metrics->Histogram("herd_gateway_request_seconds", "Request latency in seconds, by method.", {"method"});
   ttft_seconds_ = metrics->Histogram("herd_gateway_time_to_first_token_seconds",
                                      "Time from request to the first generated token, by model.", {"model"});
   live_workers_ = metrics->Gauge("herd_gateway_live_workers", "Workers whose last Info call succeeded.");
   inflight_gauge_ = metrics->Gauge("herd_gateway_inflight_requests", "Generations in flight.");
-  spec_calls_ = metrics->Counter("herd_gateway_spec_calls_total", "Speculative drafts asked for (#calls), by type.",
-                                 {"type"});
+  spec_calls_ =
+      metrics->Counter("herd_gateway_spec_calls_total", "Speculative drafts asked for (#calls), by type.", {"type"});
   spec_gen_drafts_ = metrics->Counter("herd_gateway_spec_gen_drafts_total",
                                       "Non-empty drafts received (#gen drafts), by type.", {"type"});
-  spec_acc_drafts_ = metrics->Counter("herd_gateway_spec_acc_drafts_total",
-                                      "Drafts with at least one token accepted by the target (#acc drafts), by type.",
-                                      {"type"});
-  spec_gen_tokens_ = metrics->Counter("herd_gateway_spec_gen_tokens_total", "Tokens drafted (#gen tokens), by type.",
-                                      {"type"});
+  spec_acc_drafts_ =
+      metrics->Counter("herd_gateway_spec_acc_drafts_total",
+                       "Drafts with at least one token accepted by the target (#acc drafts), by type.", {"type"});
+  spec_gen_tokens_ =
+      metrics->Counter("herd_gateway_spec_gen_tokens_total", "Tokens drafted (#gen tokens), by type.", {"type"});
   spec_acc_tokens_ = metrics->Counter("herd_gateway_spec_acc_tokens_total",
                                       "Drafted tokens the target accepted (#acc tokens), by type.", {"type"});
-  spec_failures_ = metrics->Counter("herd_gateway_spec_draft_failures_total",
-                                    "Draft requests that failed or missed their deadline (an empty draft each).",
-                                    {"type"});
+  spec_failures_ =
+      metrics->Counter("herd_gateway_spec_draft_failures_total",
+                       "Draft requests that failed or missed their deadline (an empty draft each).", {"type"});
   opts_.pool.live_gauge = live_workers_;
   pool_ = std::make_unique<WorkerPool>(opts_.pool);
   vocabs_ = std::make_unique<VocabCache>(opts_.loader_address, opts_.loader_security);
@@ -305,8 +310,7 @@ absl::Status Gateway::PrepareSteps(const v1::GenerateRequest& req, Generation* g
 }
 
 absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::GenerateRequest& req,
-                                                                      absl::Time deadline,
-                                                                      const std::string& method) {
+                                                                      absl::Time deadline, const std::string& method) {
   auto g = std::make_unique<Generation>();
   g->start = absl::Now();
   g->id = absl::StrCat("gen-", next_id_.fetch_add(1));
@@ -403,8 +407,7 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
   HERD_LOG(Info) << "request id=" << g.id << " method=" << g.method << " model=" << g.model
                  << " worker=" << (g.worker.empty() ? "-" : g.worker) << " prompt_tokens=" << g.prompt.size()
                  << " completion_tokens=" << g.completion << " finish=" << FinishName(g.finish)
-                 << " code=" << absl::StatusCodeToString(status.code()) << " queue_ms=" << g.queue_ms
-                 << " ttft_ms="
+                 << " code=" << absl::StatusCodeToString(status.code()) << " queue_ms=" << g.queue_ms << " ttft_ms="
                  << (g.first_token_time == absl::InfinitePast() ? -1.0 : Ms(g.first_token_time - g.start))
                  << " total_ms=" << Ms(total) << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
   if (g.speculative) {
@@ -465,7 +468,9 @@ v1::SessionStart StartOf(const Gateway::Generation& g) {
   return start;
 }
 
-int32_t ClampSteps(int64_t n) { return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max())); }
+int32_t ClampSteps(int64_t n) {
+  return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
+}
 
 absl::Status Broken() { return absl::UnavailableError("the worker session ended"); }
 
@@ -668,8 +673,8 @@ absl::StatusOr<v1::TokenizeResponse> Gateway::Tokenize(const v1::TokenizeRequest
   absl::StatusOr<v1::TokenizeResponse> out = [&]() -> absl::StatusOr<v1::TokenizeResponse> {
     if (req.model().empty()) return Invalid("model: required");
     if (static_cast<int64_t>(req.text().size()) > opts_.max_prompt_bytes) {
-      return Invalid(absl::StrCat("text: ", req.text().size(), " bytes exceeds the limit of ", opts_.max_prompt_bytes,
-                                  " bytes"));
+      return Invalid(
+          absl::StrCat("text: ", req.text().size(), " bytes exceeds the limit of ", opts_.max_prompt_bytes, " bytes"));
     }
     size_t bad = 0;
     if (!IsValidUtf8(req.text(), &bad)) return Invalid(absl::StrCat("text: invalid UTF-8 at byte ", bad));
@@ -847,8 +852,8 @@ GatewayServiceImpl::GatewayServiceImpl(Gateway* gateway) : gw_(gateway) {
           this)));
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/Tokenize", RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::TokenizeResponse,
-                                           grpc::ByteBuffer, grpc::protobuf::MessageLite>(
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::TokenizeResponse, grpc::ByteBuffer,
+                                           grpc::protobuf::MessageLite>(
           [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw,
                 v1::TokenizeResponse* resp) {
             lenient::TokenizeRequest req;
@@ -886,10 +891,9 @@ GatewayServiceImpl::GatewayServiceImpl(Gateway* gateway) : gw_(gateway) {
           this)));
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/Embed", RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::EmbedResponse,
-                                           grpc::ByteBuffer, grpc::protobuf::MessageLite>(
-          [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw,
-                v1::EmbedResponse* resp) {
+      new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::EmbedResponse, grpc::ByteBuffer,
+                                           grpc::protobuf::MessageLite>(
+          [bad](GatewayServiceImpl* s, grpc::ServerContext* ctx, const grpc::ByteBuffer* raw, v1::EmbedResponse* resp) {
             v1::EmbedRequest req;
             if (absl::Status st = ParseRequest(*raw, "herd.v1.EmbedRequest", &req); !st.ok()) {
               return bad(s, "Embed", st);

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/clients/draft_client.h"
 #include "libs/engine/spec/drafter.h"
 #include "libs/engine/spec/spec_config.h"
@@ -38,11 +39,11 @@ namespace herd::gateway {
 
 /// What a drafter is made for: one sequence (one attempt on one target worker).
 struct DrafterParams {
-  std::string session_id;          // unique per sequence attempt
-  std::string model;               // the target model
-  v1::SpeculativeConfig config;    // the request's resolved configuration (every field set)
-  float temperature = 0;           // the request's sampling temperature (0 = greedy)
-  uint32_t seed = 0;               // the request's seed (a random one when it set none)
+  std::string session_id;        // unique per sequence attempt
+  std::string model;             // the target model
+  v1::SpeculativeConfig config;  // the request's resolved configuration (every field set)
+  float temperature = 0;         // the request's sampling temperature (0 = greedy)
+  uint32_t seed = 0;             // the request's seed (a random one when it set none)
 };
 
 /// Creates the drafter of one request; nullptr = no speculation for it.

@@ -15,10 +15,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/promtool.h"
 #include "httplib.h"
+
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "services/gateway/fakes.h"
+#include "tests/promtool.h"
 #include "tests/shared_data.h"
 
 namespace herd::gateway {
@@ -171,9 +172,8 @@ TEST(GatewayMain, RefusesToStartWithoutWorkers) {
 TEST(GatewayMain, RefusesBadSpeculativeFlags) {
   const std::string bin = BinaryPath();
   ASSERT_FALSE(bin.empty());
-  for (const char* flag : {"--spec_type=magic", "--spec_ngram_size_n=0", "--draft_min=20",
-                                  "--draft_p_min=2", "--draft_workers=nohostport", "--draft_timeout_ms=0",
-                                  "--draft_workers_dns=noport"}) {
+  for (const char* flag : {"--spec_type=magic", "--spec_ngram_size_n=0", "--draft_min=20", "--draft_p_min=2",
+                           "--draft_workers=nohostport", "--draft_timeout_ms=0", "--draft_workers_dns=noport"}) {
     Child c = Launch({bin, "--workers=127.0.0.1:1", "--port=0", "--http_port=-1", "--metrics_port=-1", flag});
     ASSERT_GT(c.pid, 0);
     EXPECT_EQ(WaitExit(c.pid, 5000), 1) << flag;

@@ -3,12 +3,13 @@
 // llama.cpp's reference, stop strings and cancellation on real text; constrained output
 // (JSON schema over HTTP, validated with python3-jsonschema), invalid grammars and
 // logit_bias bans.
-#include <atomic>
-#include <chrono>
 #include <poll.h>
 #include <unistd.h>
-#include <cstdio>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -20,6 +21,8 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
@@ -28,7 +31,6 @@
 #include "libs/serving/server.h"
 #include "libs/serving/testing/raw_http.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
 #include "services/loader/loader_service.h"
@@ -264,13 +266,14 @@ TEST_F(RealWorkerTest, JsonSchemaOverHttpGivesValidJsonFor20Seeds) {
       "additionalProperties": false})");
   nlohmann::json samples = nlohmann::json::array();
   for (int seed = 0; seed < 20; ++seed) {
-    nlohmann::json body = {{"model", "stories260K"},
-                           {"prompt", "Once upon a time"},
-                           {"max_tokens", 300},
-                           {"temperature", seed % 2 ? 1.0 : 0.8},
-                           {"seed", seed},
-                           {"response_format",
-                            {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}, {"strict", true}}}}}};
+    nlohmann::json body = {
+        {"model", "stories260K"},
+        {"prompt", "Once upon a time"},
+        {"max_tokens", 300},
+        {"temperature", seed % 2 ? 1.0 : 0.8},
+        {"seed", seed},
+        {"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}, {"strict", true}}}}}};
     auto res = cli.Post("/v1/completions", body.dump(), "application/json");
     ASSERT_TRUE(res) << "seed " << seed;
     ASSERT_EQ(res->status, 200) << res->body;
@@ -357,7 +360,8 @@ TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
     }
     const grpc::Status st = stream->Finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(st.error_message().find("start.sampling.grammar: expecting ')'"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("start.sampling.grammar: expecting ')'"), std::string::npos)
+        << st.error_message();
   }
 
   HttpFrontEnd http(gw_.get());
@@ -371,7 +375,8 @@ TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
       {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
       {{{"logit_bias", {{"abc", 1}}}}, "key must be a token id"},
       {{{"logit_bias", {{"99999", 1}}}}, "outside the vocabulary"},
-      {{{"logit_bias", nlohmann::json::array({nlohmann::json::array({1, true})})}}, "logit_bias[0]: must be a number or false"},
+      {{{"logit_bias", nlohmann::json::array({nlohmann::json::array({1, true})})}},
+       "logit_bias[0]: must be a number or false"},
   };
   for (const auto& [extra, want] : kBad) {
     nlohmann::json body = {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 4}};
@@ -409,8 +414,11 @@ TEST_F(RealWorkerTest, LogitBiasBanChangesGreedyOutput) {
   ASSERT_TRUE(port.ok()) << port.status();
   httplib::Client cli("127.0.0.1", *port);
   const std::string piece = vocab_->TokenToPiece(banned, false);
-  nlohmann::json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 16},
-                         {"temperature", 0}, {"logit_bias", nlohmann::json::array({nlohmann::json::array({banned, false})})}};
+  nlohmann::json body = {{"model", "stories260K"},
+                         {"prompt", "Once upon a time"},
+                         {"max_tokens", 16},
+                         {"temperature", 0},
+                         {"logit_bias", nlohmann::json::array({nlohmann::json::array({banned, false})})}};
   auto res = cli.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -582,8 +590,8 @@ TEST_F(RealWorkerTest, HttpFrontHoldsUnderIdleFloodsBombsAndOverload) {
     });
   }
   for (auto& t : clients) t.join();
-  std::printf("300 concurrent clients: %d x 200, %d x 429, %d other, %d resets\n", ok.load(), busy.load(),
-              other.load(), resets.load());
+  std::printf("300 concurrent clients: %d x 200, %d x 429, %d other, %d resets\n", ok.load(), busy.load(), other.load(),
+              resets.load());
   EXPECT_EQ(resets.load(), 0);
   EXPECT_EQ(other.load(), 0);
   EXPECT_GE(ok.load(), 8);
@@ -599,7 +607,8 @@ TEST_F(RealWorkerTest, AbandonedHttpCompletionsAreCancelled) {
   namespace raw = serving::testing;
   const uint64_t gen0 = scheduler_->Stats().tokens_generated;
   const std::string longreq = raw::PostJsonRequest(
-      "/v1/completions", R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":480,"temperature":0.8,"ignore_eos":true})");
+      "/v1/completions",
+      R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":480,"temperature":0.8,"ignore_eos":true})");
   std::vector<int> fds;
   for (int i = 0; i < 8; ++i) {
     fds.push_back(raw::Connect(*hp));
@@ -618,8 +627,10 @@ TEST_F(RealWorkerTest, AbandonedHttpCompletionsAreCancelled) {
               absl::ToDoubleMilliseconds(drained), static_cast<unsigned long long>(generated));
   EXPECT_LT(generated, 8u * 480 / 2);
   const absl::Time t1 = absl::Now();
-  const std::string r = raw::Exchange(*hp, raw::PostJsonRequest("/v1/completions",
-      R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0})"));
+  const std::string r = raw::Exchange(
+      *hp,
+      raw::PostJsonRequest("/v1/completions",
+                           R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0})"));
   EXPECT_EQ(raw::StatusOf(r), 200) << r;
   EXPECT_LT(absl::Now() - t1, absl::Seconds(5));
   const absl::Time t2 = absl::Now() + absl::Seconds(3);

@@ -14,9 +14,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
-#include "nlohmann/json.hpp"
 #include "proto/herd/v1/draft.grpc.pb.h"
 #include "services/draft/draft_service.h"
 #include "services/gateway/fakes.h"
@@ -282,18 +283,20 @@ TEST_F(GatewaySpecTest, NgramDraftsFromADraftWorker) {
     EXPECT_LE(d.size(), 6u);
     EXPECT_LE(static_cast<int64_t>(d.size()), n - produced - 1) << "draft past n_predict at pass " << i;
     size_t acc = 0;
-    while (acc < d.size() && d[acc] == kCycle[static_cast<size_t>(produced + static_cast<int64_t>(acc)) % kCycle.size()]) ++acc;
+    while (acc < d.size() &&
+           d[acc] == kCycle[static_cast<size_t>(produced + static_cast<int64_t>(acc)) % kCycle.size()])
+      ++acc;
     produced += static_cast<int64_t>(acc) + 1;
   }
   EXPECT_EQ(produced, n);
   // Greedy: no distributions are sent.
   for (int k : w->draft_probs_counts()) EXPECT_EQ(k, 0);
   const std::string m = registry_.Render();
-  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_spec_acc_tokens_total{type=\"ngram-simple\"} " +
-                                       std::to_string(st.acc_tokens())))
+  EXPECT_TRUE(absl::StrContains(
+      m, "herd_gateway_spec_acc_tokens_total{type=\"ngram-simple\"} " + std::to_string(st.acc_tokens())))
       << m;
-  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_spec_calls_total{type=\"ngram-simple\"} " +
-                                       std::to_string(st.calls())))
+  EXPECT_TRUE(
+      absl::StrContains(m, "herd_gateway_spec_calls_total{type=\"ngram-simple\"} " + std::to_string(st.calls())))
       << m;
   EXPECT_TRUE(absl::StrContains(m, "herd_gateway_spec_gen_drafts_total{type=\"ngram-simple\"}")) << m;
   EXPECT_TRUE(absl::StrContains(m, "herd_gateway_spec_acc_drafts_total{type=\"ngram-simple\"}")) << m;
@@ -444,9 +447,9 @@ TEST_F(GatewaySpecTest, ScriptedDrafterProbabilitiesAndCaps) {
       EXPECT_LE(drafts[i].size(), 4u);
       EXPECT_EQ(probs[i], temp > 0 ? static_cast<int>(drafts[i].size()) : 0);
     }
-    EXPECT_EQ(log.accepted.size(), drafts.size() - before - std::count_if(drafts.begin() + static_cast<long>(before),
-                                                                           drafts.end(),
-                                                                           [](const auto& d) { return d.empty(); }));
+    EXPECT_EQ(log.accepted.size(), drafts.size() - before -
+                                       std::count_if(drafts.begin() + static_cast<long>(before), drafts.end(),
+                                                     [](const auto& d) { return d.empty(); }));
   }
 }
 
@@ -479,12 +482,12 @@ TEST(HttpSpeculative, ParsesTheSpeculativeObject) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->req.speculative().type().empty());
   EXPECT_FALSE(r->req.speculative().has_draft_min());
-  for (const auto& [bad, field] : std::vector<std::pair<nlohmann::json, std::string>>{
-           {"ngram-simple", "speculative"},
-           {{{"type", 3}}, "speculative.type"},
-           {{{"draft_max", "x"}}, "speculative.draft_max"},
-           {{{"draft_p_min", "x"}}, "speculative.draft_p_min"},
-           {{{"n_max", 4}}, "speculative.n_max"}}) {
+  for (const auto& [bad, field] :
+       std::vector<std::pair<nlohmann::json, std::string>>{{"ngram-simple", "speculative"},
+                                                           {{{"type", 3}}, "speculative.type"},
+                                                           {{{"draft_max", "x"}}, "speculative.draft_max"},
+                                                           {{{"draft_p_min", "x"}}, "speculative.draft_p_min"},
+                                                           {{{"n_max", 4}}, "speculative.n_max"}}) {
     body["speculative"] = bad;
     r = ParseCompletionRequest(body);
     EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << field;

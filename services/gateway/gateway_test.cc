@@ -1,6 +1,8 @@
 // The gateway's own behaviour over in-process fake workers and a fake loader (the
 // vocabulary of ../shared/models/stories260K.gguf): routing, streaming, stop strings,
 // UTF-8, cancellation, worker death, validation, HTTP, metrics and the CLI.
+#include "services/gateway/gateway.h"
+
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -17,14 +19,14 @@
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/base/log.h"
 #include "libs/gguf/gguf.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "services/gateway/fakes.h"
-#include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
 #include "services/gateway/text_stream.h"
 #include "tests/shared_data.h"
@@ -158,8 +160,8 @@ class GatewayTest : public ::testing::Test {
     return c;
   }
 
-  static v1::GenerateRequest Req(const std::string& model = "stories260K", const std::string& prompt = "Once upon a time",
-                                 int n = 8) {
+  static v1::GenerateRequest Req(const std::string& model = "stories260K",
+                                 const std::string& prompt = "Once upon a time", int n = 8) {
     v1::GenerateRequest r;
     r.set_model(model);
     r.set_text(prompt);
@@ -333,7 +335,8 @@ TEST_F(GatewayTest, RoutesToTheLeastLoadedWorker) {
   idle_full_kv->Update([](FakeWorkerConfig& c) { c.active = 0; });
   idle->Update([](FakeWorkerConfig& c) { c.queued = 100; });
   // (The fakes count their open sessions in Info: let the earlier ones close first.)
-  ASSERT_TRUE(WaitFor([&] { return busy->sessions_active() + idle_full_kv->sessions_active() + idle->sessions_active() == 0; }));
+  ASSERT_TRUE(WaitFor(
+      [&] { return busy->sessions_active() + idle_full_kv->sessions_active() + idle->sessions_active() == 0; }));
   t->gw->pool().PollNow();
   const int busy0 = busy->sessions_started(), full0 = idle_full_kv->sessions_started();
   std::vector<std::thread> threads;
@@ -442,8 +445,7 @@ TEST_F(GatewayTest, DeadlinesCancelTheWorkerSession) {
     auto t = StartGateway({w});
     Collected c = Run(t.get(), Req("stories260K", "Once upon a time", 200), 150);
     // The client's own deadline: DEADLINE_EXCEEDED (no last message is attempted).
-    EXPECT_EQ(c.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
-        << c.status.error_code() << " " << c.finish;
+    EXPECT_EQ(c.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << c.status.error_code() << " " << c.finish;
     EXPECT_TRUE(WaitFor([&] { return w->sessions_active() == 0; }, 1000));
   }
   {
@@ -504,7 +506,8 @@ TEST_F(GatewayTest, WorkerDeathEndsTheStreamWithUnavailableAndTheGatewayRecovers
 }
 
 TEST_F(GatewayTest, RefusedOrFailingWorkerBeforeTheFirstTokenIsSkipped) {
-  FakeWorker* full = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.refuse = grpc::StatusCode::RESOURCE_EXHAUSTED; });
+  FakeWorker* full =
+      AddWorker("stories260K", [](FakeWorkerConfig& c) { c.refuse = grpc::StatusCode::RESOURCE_EXHAUSTED; });
   FakeWorker* ok = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.active = 4; });
   auto t = StartGateway({full, ok});
   Collected c = Run(t.get(), Req());
@@ -530,7 +533,8 @@ TEST_F(GatewayTest, MalformedRequestsGetInvalidArgumentNamingTheField) {
     v1::GenerateRequest req;
   };
   std::vector<Case> cases;
-  auto add = [&](const std::string& what, const std::string& field, const std::function<void(v1::GenerateRequest&)>& f) {
+  auto add = [&](const std::string& what, const std::string& field,
+                 const std::function<void(v1::GenerateRequest&)>& f) {
     v1::GenerateRequest r = Req();
     f(r);
     cases.push_back({what, field, r});
@@ -592,7 +596,8 @@ TEST_F(GatewayTest, MalformedRequestsGetInvalidArgumentNamingTheField) {
   });
   for (const Case& c : cases) {
     Collected got = Run(t.get(), c.req);
-    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what << ": " << got.status.error_message();
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.what << ": " << got.status.error_message();
     EXPECT_TRUE(absl::StartsWith(got.status.error_message(), c.field))
         << c.what << ": message '" << got.status.error_message() << "' does not start with '" << c.field << "'";
     EXPECT_TRUE(got.msgs.empty()) << c.what;
@@ -615,7 +620,9 @@ TEST_F(GatewayTest, GarbageRequestBytesGetInvalidArgument) {
   auto t = StartGateway({w});
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", t->port), grpc::InsecureChannelCredentials());
   // Field 1 (model), length 100, but only 3 bytes follow.
-  const std::string garbage = "\x0a\x64" "abc";
+  const std::string garbage =
+      "\x0a\x64"
+      "abc";
   auto bytes = [&] {
     grpc::Slice slice(garbage);
     return grpc::ByteBuffer(&slice, 1);
@@ -651,8 +658,7 @@ TEST_F(GatewayTest, GarbageRequestBytesGetInvalidArgument) {
   // Still serving; the refusals are counted.
   Collected ok = Run(t.get(), Req());
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
-  EXPECT_NE(t->registry.Render().find(
-                "herd_gateway_requests_total{method=\"Generate\",code=\"INVALID_ARGUMENT\"} 1"),
+  EXPECT_NE(t->registry.Render().find("herd_gateway_requests_total{method=\"Generate\",code=\"INVALID_ARGUMENT\"} 1"),
             std::string::npos)
       << t->registry.Render();
 }
@@ -707,7 +713,8 @@ TEST_F(GatewayTest, TokenizeDetokenizeAndTheVocabularyCache) {
     req.set_add_special(true);
     v1::TokenizeResponse resp;
     ASSERT_TRUE(t->stub->Tokenize(&ctx, req, &resp).ok());
-    EXPECT_EQ(std::vector<int32_t>(resp.ids().begin(), resp.ids().end()), (std::vector<int32_t>{1, 403, 407, 261, 378}));
+    EXPECT_EQ(std::vector<int32_t>(resp.ids().begin(), resp.ids().end()),
+              (std::vector<int32_t>{1, 403, 407, 261, 378}));
   }
   EXPECT_EQ(loader_.get_model_info_calls(), 1);  // fetched once, then cached
   {
@@ -788,7 +795,8 @@ TEST_F(GatewayTest, MetricsCountRequestsTokensAndWorkers) {
   Run(t.get(), Req("stories260K", "x", -7));
   const std::string m = t->registry.Render();
   EXPECT_TRUE(absl::StrContains(m, "herd_gateway_requests_total{method=\"Generate\",code=\"OK\"} 1")) << m;
-  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_requests_total{method=\"Generate\",code=\"INVALID_ARGUMENT\"} 1")) << m;
+  EXPECT_TRUE(absl::StrContains(m, "herd_gateway_requests_total{method=\"Generate\",code=\"INVALID_ARGUMENT\"} 1"))
+      << m;
   EXPECT_TRUE(absl::StrContains(m, "herd_gateway_tokens_generated_total{model=\"stories260K\"} 3")) << m;
   EXPECT_TRUE(absl::StrContains(m, "herd_gateway_live_workers 1")) << m;
   EXPECT_TRUE(absl::StrContains(m, "herd_gateway_inflight_requests 0")) << m;
@@ -877,8 +885,11 @@ TEST_F(GatewayTest, HttpCompletionsAndModels) {
   EXPECT_GE(chunks, 3);
 
   // Stop strings, token-id prompts, logprobs.
-  json stop_body = {{"model", "stories260K"}, {"prompt", json::array({1, 403})}, {"max_tokens", 20},
-                    {"stop", json::array({"little"})}, {"logprobs", 1}};
+  json stop_body = {{"model", "stories260K"},
+                    {"prompt", json::array({1, 403})},
+                    {"max_tokens", 20},
+                    {"stop", json::array({"little"})},
+                    {"logprobs", 1}};
   res = cli.Post("/v1/completions", stop_body.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -907,7 +918,8 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
       {R"({"prompt":"x"})", 400, "invalid_request_error", "model"},
       {R"({"model":"stories260K"})", 400, "invalid_request_error", "prompt"},
       {R"({"model":"stories260K","prompt":""})", 400, "invalid_request_error", "prompt"},
-      {R"({"model":"stories260K","prompt":"x","temperature":-1})", 400, "invalid_request_error", "sampling.temperature"},
+      {R"({"model":"stories260K","prompt":"x","temperature":-1})", 400, "invalid_request_error",
+       "sampling.temperature"},
       {R"({"model":"stories260K","prompt":"x","temperature":"hot"})", 400, "invalid_request_error", "temperature"},
       {R"({"model":"stories260K","prompt":"x","max_tokens":0})", 400, "invalid_request_error", "n_predict"},
       {R"({"model":"stories260K","prompt":"x","top_p":2})", 400, "invalid_request_error", "sampling.top_p"},
@@ -944,13 +956,14 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
   auto r2 = cli.Post("/v1/completions", two.dump(), "application/json");
   ASSERT_TRUE(r2);
   EXPECT_EQ(r2->status, 400);
-  EXPECT_TRUE(absl::StartsWith(json::parse(r2->body)["error"]["message"].get<std::string>(), "prompt.text")) << r2->body;
+  EXPECT_TRUE(absl::StartsWith(json::parse(r2->body)["error"]["message"].get<std::string>(), "prompt.text"))
+      << r2->body;
   // Invalid UTF-8 in the JSON body.
-  auto res = cli.Post("/v1/completions", std::string("{\"model\":\"stories260K\",\"prompt\":\"\xff\"}"), "application/json");
+  auto res =
+      cli.Post("/v1/completions", std::string("{\"model\":\"stories260K\",\"prompt\":\"\xff\"}"), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
 }
-
 
 // The ChatML text the fallback template renders (stories260K has no chat template).
 std::string ChatMl(const std::vector<std::pair<std::string, std::string>>& msgs) {
@@ -996,8 +1009,8 @@ TEST_F(GatewayTest, HttpChatCompletions) {
   // Streaming: role first, deltas joining to the text, a finish chunk, usage, [DONE].
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
-  body["messages"][1]["content"] = json::array({json{{"type", "text"}, {"text", "Tell"}},
-                                                 json{{"type", "text"}, {"text", "a story"}}});
+  body["messages"][1]["content"] =
+      json::array({json{{"type", "text"}, {"text", "Tell"}}, json{{"type", "text"}, {"text", "a story"}}});
   auto sse = cli.Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(sse);
   ASSERT_EQ(sse->status, 200) << sse->body;
@@ -1030,7 +1043,8 @@ TEST_F(GatewayTest, HttpChatCompletions) {
 
   // n = 3 independent choices; logprobs in the chat shape.
   json nb = {{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "hi"}}})},
-             {"max_tokens", 2}, {"n", 3}, {"logprobs", true}, {"top_logprobs", 2}};
+             {"max_tokens", 2},        {"n", 3},
+             {"logprobs", true},       {"top_logprobs", 2}};
   res = cli.Post("/v1/chat/completions", nb.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -1051,16 +1065,19 @@ TEST_F(GatewayTest, HttpChatCompletions) {
            {{{"model", "stories260K"}, {"messages", json::array()}}, "messages"},
            {{{"model", "stories260K"}, {"messages", json::array({json{{"content", "x"}}})}}, "messages[0].role"},
            {{{"model", "stories260K"},
-             {"messages", json::array({json{{"role", "user"},
-                                            {"content", json::array({json{{"type", "image_url"}}})}}})}},
+             {"messages",
+              json::array({json{{"role", "user"}, {"content", json::array({json{{"type", "image_url"}}})}}})}},
             "messages[0].content[0].type"},
-           {{{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
              {"tool_choice", "required"}},
             "tool_choice"},
-           {{{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
              {"frobnicate", 1}},
             "frobnicate"},
-           {{{"model", "stories260K"}, {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
              {"top_logprobs", 3}},
             "top_logprobs"}}) {
     auto r = cli.Post("/v1/chat/completions", bad.dump(), "application/json");

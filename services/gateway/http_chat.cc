@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_routes.h"
@@ -27,7 +28,8 @@ absl::StatusOr<std::string> ContentText(const json& content, const std::string& 
     if (!part.is_object()) return Bad(absl::StrCat(pf, ": must be an object"));
     auto type = part.find("type");
     if (type == part.end() || !type->is_string()) return Bad(absl::StrCat(pf, ".type: required"));
-    if (*type != "text") return Bad(absl::StrCat(pf, ".type: '", type->get<std::string>(), "' is not supported (text only)"));
+    if (*type != "text")
+      return Bad(absl::StrCat(pf, ".type: '", type->get<std::string>(), "' is not supported (text only)"));
     auto text = part.find("text");
     if (text == part.end() || !text->is_string()) return Bad(absl::StrCat(pf, ".text: must be a string"));
     if (!out.empty()) out += "\n";
@@ -64,9 +66,9 @@ absl::Status ParseMessage(const json& m, const nlohmann::ordered_json* ordered, 
     if (!text.ok()) return text.status();
     out->set_content(*text);
   }
-  for (const auto& [key, set] : {std::pair<const char*, void (v1::ChatMessage::*)(const std::string&)>{
-                                     "name", &v1::ChatMessage::set_name},
-                                 {"tool_call_id", &v1::ChatMessage::set_tool_call_id}}) {
+  for (const auto& [key, set] :
+       {std::pair<const char*, void (v1::ChatMessage::*)(const std::string&)>{"name", &v1::ChatMessage::set_name},
+        {"tool_call_id", &v1::ChatMessage::set_tool_call_id}}) {
     if (!(st = GetString(m, key, &s, &has)).ok()) return Bad(absl::StrCat(f, ".", st.message()));
     if (has) (out->*set)(s);
   }
@@ -83,7 +85,8 @@ absl::Status ParseTools(const json& body, const nlohmann::ordered_json* ordered,
   auto tc = body.find("tool_choice");
   if (tc != body.end() && !tc->is_null()) {
     if (!tc->is_string() || (*tc != "auto" && *tc != "none")) {
-      return Bad("tool_choice: only \"auto\" and \"none\" are supported (the output is not constrained to a tool call)");
+      return Bad(
+          "tool_choice: only \"auto\" and \"none\" are supported (the output is not constrained to a tool call)");
     }
     choice = tc->get<std::string>();
   }

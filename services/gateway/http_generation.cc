@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+
 #include "services/gateway/constraints.h"
 #include "services/gateway/http_util.h"
 #include "services/gateway/text_stream.h"
@@ -67,12 +68,12 @@ absl::Status ParseSampling(const json& body, v1::SamplingParams* sp) {
     const char* key;
     void (v1::SamplingParams::*set)(float);
   };
-  for (const FloatField& f : {FloatField{"temperature", &v1::SamplingParams::set_temperature},
-                              FloatField{"top_p", &v1::SamplingParams::set_top_p},
-                              FloatField{"min_p", &v1::SamplingParams::set_min_p},
-                              FloatField{"repeat_penalty", &v1::SamplingParams::set_repeat_penalty},
-                              FloatField{"presence_penalty", &v1::SamplingParams::set_presence_penalty},
-                              FloatField{"frequency_penalty", &v1::SamplingParams::set_frequency_penalty}}) {
+  for (const FloatField& f :
+       {FloatField{"temperature", &v1::SamplingParams::set_temperature},
+        FloatField{"top_p", &v1::SamplingParams::set_top_p}, FloatField{"min_p", &v1::SamplingParams::set_min_p},
+        FloatField{"repeat_penalty", &v1::SamplingParams::set_repeat_penalty},
+        FloatField{"presence_penalty", &v1::SamplingParams::set_presence_penalty},
+        FloatField{"frequency_penalty", &v1::SamplingParams::set_frequency_penalty}}) {
     if (!(s = GetNumber(body, f.key, &dv, &has)).ok()) return s;
     if (has) (sp->*f.set)(static_cast<float>(dv));
   }
@@ -143,7 +144,8 @@ class LogprobsAcc {
           const TokenText at = PieceOf(vocab_, a.token_id());
           top.push_back(json{{"token", at.text}, {"logprob", a.logprob()}, {"bytes", at.bytes}});
         }
-        content_.push_back(json{{"token", t.text}, {"logprob", lp.logprob()}, {"bytes", t.bytes}, {"top_logprobs", top}});
+        content_.push_back(
+            json{{"token", t.text}, {"logprob", lp.logprob()}, {"bytes", t.bytes}, {"top_logprobs", top}});
       } else {
         tokens_.push_back(t.text);
         token_logprobs_.push_back(lp.logprob());
@@ -160,7 +162,9 @@ class LogprobsAcc {
   }
   json ToJson() const {
     if (kind_ == ApiKind::kChat) return json{{"content", content_}};
-    return json{{"tokens", tokens_}, {"token_logprobs", token_logprobs_}, {"top_logprobs", top_logprobs_},
+    return json{{"tokens", tokens_},
+                {"token_logprobs", token_logprobs_},
+                {"top_logprobs", top_logprobs_},
                 {"text_offset", text_offset_}};
   }
 
@@ -183,8 +187,8 @@ struct ResponseMeta {
   std::shared_ptr<const tokenizer::Vocab> vocab;
 
   json Envelope(bool chunk) const {
-    const char* object = kind == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                : "text_completion";
+    const char* object =
+        kind == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", model}};
   }
 };
@@ -329,10 +333,28 @@ absl::Status RunChoices(int n, Fn fn) {
 }  // namespace
 
 const std::vector<const char*>& CommonFields() {
-  static const std::vector<const char*> kFields = {
-      "model",        "max_tokens",     "n_predict",      "temperature", "top_p", "top_k", "min_p", "repeat_penalty",
-      "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop",  "stream", "stream_options",
-      "ignore_eos",   "n",              "speculative", "grammar", "json_schema", "response_format", "logit_bias"};
+  static const std::vector<const char*> kFields = {"model",
+                                                   "max_tokens",
+                                                   "n_predict",
+                                                   "temperature",
+                                                   "top_p",
+                                                   "top_k",
+                                                   "min_p",
+                                                   "repeat_penalty",
+                                                   "repeat_last_n",
+                                                   "presence_penalty",
+                                                   "frequency_penalty",
+                                                   "seed",
+                                                   "stop",
+                                                   "stream",
+                                                   "stream_options",
+                                                   "ignore_eos",
+                                                   "n",
+                                                   "speculative",
+                                                   "grammar",
+                                                   "json_schema",
+                                                   "response_format",
+                                                   "logit_bias"};
   return kFields;
 }
 
@@ -388,13 +410,14 @@ absl::Status ApplyConstraints(Gateway* gw, const json& body, HttpGeneration* gen
   return ParseConstraints(body, **vocab, gen->req.mutable_sampling());
 }
 
-void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
-                     const HttpRequest& hreq, HttpResponse& res) {
+void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method, const HttpRequest& hreq,
+                     HttpResponse& res) {
   // Prepare every choice first: validation errors are answered before any output.
   std::vector<std::shared_ptr<Gateway::Generation>> choices;
   for (int i = 0; i < gen.n; ++i) {
     v1::GenerateRequest req = gen.req;
-    if (i > 0 && req.sampling().has_seed()) req.mutable_sampling()->set_seed(req.sampling().seed() + static_cast<uint32_t>(i));
+    if (i > 0 && req.sampling().has_seed())
+      req.mutable_sampling()->set_seed(req.sampling().seed() + static_cast<uint32_t>(i));
     auto g = gw->Prepare(req, absl::InfiniteFuture(), method);
     if (!g.ok()) {
       SendError(res, g.status());
@@ -416,7 +439,8 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
   if (!gen.stream) {
     std::vector<std::unique_ptr<CollectSink>> sinks;
     for (int i = 0; i < gen.n; ++i) sinks.push_back(std::make_unique<CollectSink>(meta.get(), i, &hreq));
-    absl::Status st = RunChoices(gen.n, [&](int i) { return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get()); });
+    absl::Status st = RunChoices(
+        gen.n, [&](int i) { return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get()); });
     if (!st.ok()) {
       SendError(res, st);
       return;
@@ -439,28 +463,28 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
   const bool include_usage = gen.include_usage;
   res.content_type = "text/event-stream";
   res.stream = [gw, choices, meta, include_usage](serving::http::ResponseWriter& ds) {
-        StreamWriter w(&ds);
-        std::vector<std::unique_ptr<SseChoiceSink>> sinks;
-        for (size_t i = 0; i < choices.size(); ++i) {
-          sinks.push_back(std::make_unique<SseChoiceSink>(&w, meta.get(), static_cast<int>(i)));
-        }
-        absl::Status st = RunChoices(static_cast<int>(choices.size()), [&](int i) {
-          return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get());
-        });
-        if (!st.ok()) {
-          w.Send(Dump(ErrorJson(st)));
-        } else {
-          if (include_usage) {
-            std::vector<const v1::Usage*> usages;
-            for (const auto& s : sinks) usages.push_back(&s->usage());
-            json chunk = meta->Envelope(/*chunk=*/true);
-            chunk["choices"] = json::array();
-            chunk["usage"] = UsageJson(SumUsage(usages));
-            w.Send(Dump(chunk));
-          }
-          w.Send("[DONE]");
-        }
-      };
+    StreamWriter w(&ds);
+    std::vector<std::unique_ptr<SseChoiceSink>> sinks;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      sinks.push_back(std::make_unique<SseChoiceSink>(&w, meta.get(), static_cast<int>(i)));
+    }
+    absl::Status st = RunChoices(static_cast<int>(choices.size()), [&](int i) {
+      return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get());
+    });
+    if (!st.ok()) {
+      w.Send(Dump(ErrorJson(st)));
+    } else {
+      if (include_usage) {
+        std::vector<const v1::Usage*> usages;
+        for (const auto& s : sinks) usages.push_back(&s->usage());
+        json chunk = meta->Envelope(/*chunk=*/true);
+        chunk["choices"] = json::array();
+        chunk["usage"] = UsageJson(SumUsage(usages));
+        w.Send(Dump(chunk));
+      }
+      w.Send("[DONE]");
+    }
+  };
 }
 
 }  // namespace herd::gateway::http

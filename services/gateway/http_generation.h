@@ -4,15 +4,16 @@
 // n > 1) and writes OpenAI's response shapes, streamed as server-sent events or whole.
 // Internal to services/gateway.
 #pragma once
-#include "services/gateway/http_util.h"
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+
 #include "proto/herd/v1/gateway.pb.h"
 #include "services/gateway/gateway.h"
+#include "services/gateway/http_util.h"
 
 namespace herd::gateway::http {
 
@@ -63,7 +64,7 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body,
 /// Validation errors (Prepare) are sent as 4xx before any output; a stream that fails
 /// later ends with an error event. A non-streamed generation is cancelled when the
 /// client of `hreq` hangs up (HttpRequest::ClientGone).
-void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
-                     const HttpRequest& hreq, HttpResponse& res);
+void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method, const HttpRequest& hreq,
+                     HttpResponse& res);
 
 }  // namespace herd::gateway::http

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_routes.h"
 #include "services/gateway/http_util.h"
@@ -16,9 +17,15 @@ namespace {
 json ModelJson(const v1::ModelCard& c) {
   json backends = json::array();
   for (const std::string& b : c.backends()) backends.push_back(b);
-  return json{{"id", c.name()},          {"object", "model"},      {"created", 0},
-              {"owned_by", "herd"},      {"architecture", c.architecture()}, {"n_ctx", c.n_ctx()},
-              {"n_vocab", c.n_vocab()},  {"workers", c.workers()}, {"backends", backends}};
+  return json{{"id", c.name()},
+              {"object", "model"},
+              {"created", 0},
+              {"owned_by", "herd"},
+              {"architecture", c.architecture()},
+              {"n_ctx", c.n_ctx()},
+              {"n_vocab", c.n_vocab()},
+              {"workers", c.workers()},
+              {"backends", backends}};
 }
 
 // The request's model; when it names none and exactly one model is served, that one
@@ -132,32 +139,40 @@ void RegisterInfoRoutes(serving::http::Server* server, Gateway* gw) {
   server->Get(
       "/healthz", [](const HttpRequest&, HttpResponse& res) { res.SetContent("ok\n", "text/plain"); }, kInline);
   // llama.cpp's /health: 200 {"status":"ok"} when it can serve, else 503 with an error.
-  server->Get("/health", [gw](const HttpRequest&, HttpResponse& res) {
-    if (gw->ListModels().models_size() == 0) {
-      SendError(res, absl::UnavailableError("no live worker serves a model"));
-      return;
-    }
-    SendJson(res, json{{"status", "ok"}});
-  }, kInline);
-  server->Get("/v1/models", [gw](const HttpRequest&, HttpResponse& res) {
-    const absl::Time t0 = absl::Now();
-    json data = json::array();
-    const v1::ListModelsResponse models = gw->ListModels();
-    for (const v1::ModelCard& c : models.models()) data.push_back(ModelJson(c));
-    SendJson(res, json{{"object", "list"}, {"data", data}});
-    gw->RecordRequest("http_models", absl::OkStatus(), absl::Now() - t0);
-  }, kInline);
-  server->Get(R"(/v1/models/(.+))", [gw](const HttpRequest& req, HttpResponse& res) {
-    const std::string id = req.matches[1];
-    const v1::ListModelsResponse models = gw->ListModels();
-    for (const v1::ModelCard& c : models.models()) {
-      if (c.name() == id) {
-        SendJson(res, ModelJson(c));
-        return;
-      }
-    }
-    SendError(res, absl::NotFoundError(absl::StrCat("model '", id, "' not found")));
-  }, kInline);
+  server->Get(
+      "/health",
+      [gw](const HttpRequest&, HttpResponse& res) {
+        if (gw->ListModels().models_size() == 0) {
+          SendError(res, absl::UnavailableError("no live worker serves a model"));
+          return;
+        }
+        SendJson(res, json{{"status", "ok"}});
+      },
+      kInline);
+  server->Get(
+      "/v1/models",
+      [gw](const HttpRequest&, HttpResponse& res) {
+        const absl::Time t0 = absl::Now();
+        json data = json::array();
+        const v1::ListModelsResponse models = gw->ListModels();
+        for (const v1::ModelCard& c : models.models()) data.push_back(ModelJson(c));
+        SendJson(res, json{{"object", "list"}, {"data", data}});
+        gw->RecordRequest("http_models", absl::OkStatus(), absl::Now() - t0);
+      },
+      kInline);
+  server->Get(R"(/v1/models/(.+))",
+              [gw](const HttpRequest& req, HttpResponse& res) {
+                const std::string id = req.matches[1];
+                const v1::ListModelsResponse models = gw->ListModels();
+                for (const v1::ModelCard& c : models.models()) {
+                  if (c.name() == id) {
+                    SendJson(res, ModelJson(c));
+                    return;
+                  }
+                }
+                SendError(res, absl::NotFoundError(absl::StrCat("model '", id, "' not found")));
+              },
+              kInline);
   PostJson(server, gw, "/tokenize", "http_tokenize", Tokenize);
   PostJson(server, gw, "/detokenize", "http_detokenize", Detokenize);
 }

@@ -4,11 +4,12 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
+#include "services/gateway/embeddings.h"
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_routes.h"
 #include "services/gateway/http_util.h"
-#include "services/gateway/embeddings.h"
 
 namespace herd::gateway {
 
@@ -78,14 +79,13 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts) : gw_(gateway), o
   // The server's own errors (404, 405, 413, 429, 401, malformed HTTP) get an
   // OpenAI-style JSON body too.
   so.error_body = [](int status, const std::string& message) {
-    const char* type = status >= 500 ? "server_error"
+    const char* type = status >= 500   ? "server_error"
                        : status == 404 ? "not_found_error"
                        : status == 401 ? "authentication_error"
                        : status == 429 ? "rate_limit_error"
                                        : "invalid_request_error";
-    return std::make_pair(
-        std::string("application/json"),
-        http::Dump(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}));
+    return std::make_pair(std::string("application/json"),
+                          http::Dump(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}));
   };
   so.open_paths.push_back("/health");
   so.open_paths.push_back("/healthz");

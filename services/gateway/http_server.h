@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+
 #include "proto/herd/v1/gateway.pb.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_generation.h"

@@ -4,22 +4,31 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+
 #include "services/gateway/http_server.h"
 
 namespace herd::gateway {
 
 int HttpStatusFor(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kOk:
+      return 200;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange: return 400;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    case absl::StatusCode::kCancelled: return 499;
-    default: return 500;
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    default:
+      return 500;
   }
 }
 
@@ -28,12 +37,23 @@ nlohmann::json ErrorJson(const absl::Status& s) {
   const int http = HttpStatusFor(s.code());
   const char* type = "server_error";
   switch (http) {
-    case 400: type = "invalid_request_error"; break;
-    case 404: type = "not_found_error"; break;
-    case 429: type = "rate_limit_error"; break;
-    case 503: type = "unavailable_error"; break;
-    case 504: type = "timeout_error"; break;
-    default: break;
+    case 400:
+      type = "invalid_request_error";
+      break;
+    case 404:
+      type = "not_found_error";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      break;
+    case 503:
+      type = "unavailable_error";
+      break;
+    case 504:
+      type = "timeout_error";
+      break;
+    default:
+      break;
   }
   return json{{"error", {{"message", std::string(s.message())}, {"type", type}, {"code", http}}}};
 }
@@ -78,10 +98,14 @@ int32_t ClampI32(int64_t v) {
 const char* FinishString(v1::FinishReason r) {
   switch (r) {
     case v1::FINISH_REASON_EOS:
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_CANCELLED: return "cancelled";
-    default: return nullptr;
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    default:
+      return nullptr;
   }
 }
 
@@ -92,27 +116,27 @@ json UsageJson(const v1::Usage& u) {
 }
 
 json TimingsJson(const v1::Usage& u) {
-  return json{{"prompt_ms", u.prompt_ms()},
-              {"generation_ms", u.generation_ms()},
-              {"queue_ms", u.queue_ms()},
-              {"total_ms", u.total_ms()},
-              {"predicted_per_second",
-               u.generation_ms() > 0 ? u.completion_tokens() * 1000.0 / u.generation_ms() : 0.0}};
+  return json{
+      {"prompt_ms", u.prompt_ms()},
+      {"generation_ms", u.generation_ms()},
+      {"queue_ms", u.queue_ms()},
+      {"total_ms", u.total_ms()},
+      {"predicted_per_second", u.generation_ms() > 0 ? u.completion_tokens() * 1000.0 / u.generation_ms() : 0.0}};
 }
 
 // llama.cpp-style speculative statistics of the last message (empty array: none).
 json SpeculativeJson(const google::protobuf::RepeatedPtrField<v1::SpeculativeStats>& stats) {
   json out = json::array();
   for (const v1::SpeculativeStats& s : stats) {
-    out.push_back(json{{"type", s.type()},
-                       {"calls", s.calls()},
-                       {"gen_drafts", s.gen_drafts()},
-                       {"acc_drafts", s.acc_drafts()},
-                       {"gen_tokens", s.gen_tokens()},
-                       {"acc_tokens", s.acc_tokens()},
-                       {"acceptance_rate", s.gen_tokens() > 0 ? static_cast<double>(s.acc_tokens()) /
-                                                                    static_cast<double>(s.gen_tokens())
-                                                              : 0.0}});
+    out.push_back(
+        json{{"type", s.type()},
+             {"calls", s.calls()},
+             {"gen_drafts", s.gen_drafts()},
+             {"acc_drafts", s.acc_drafts()},
+             {"gen_tokens", s.gen_tokens()},
+             {"acc_tokens", s.acc_tokens()},
+             {"acceptance_rate",
+              s.gen_tokens() > 0 ? static_cast<double>(s.acc_tokens()) / static_cast<double>(s.gen_tokens()) : 0.0}});
   }
   return out;
 }

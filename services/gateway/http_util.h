@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "nlohmann/json.hpp"
+
 #include "libs/serving/http_server.h"
 #include "proto/herd/v1/common.pb.h"
 

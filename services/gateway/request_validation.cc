@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
 #include "services/gateway/chat_prompt.h"

@@ -15,12 +15,12 @@ TEST(Utf8, ValidAndInvalid) {
   size_t bad = 0;
   EXPECT_FALSE(IsValidUtf8("bad \xff\xfe utf8", &bad));
   EXPECT_EQ(bad, 4u);
-  EXPECT_FALSE(IsValidUtf8("\xC3"));                  // truncated
-  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));              // overlong
-  EXPECT_FALSE(IsValidUtf8("\xE0\x80\xAF"));          // overlong
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));          // surrogate
-  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));      // > U+10FFFF
-  EXPECT_FALSE(IsValidUtf8("\x80"));                  // stray continuation
+  EXPECT_FALSE(IsValidUtf8("\xC3"));              // truncated
+  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xE0\x80\xAF"));      // overlong
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // surrogate
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\x80"));              // stray continuation
   EXPECT_EQ(SanitizeUtf8("a\xffz"), "a\xEF\xBF\xBDz");
   EXPECT_EQ(SanitizeUtf8("\xC3\xA9"), "\xC3\xA9");
   // Maximal subparts (Python's errors="replace"): an incomplete character is one U+FFFD.
@@ -32,7 +32,8 @@ TEST(Utf8, ValidAndInvalid) {
 }
 
 // Pushes pieces; returns the concatenated output.
-std::string Feed(StopStringMatcher* m, const std::vector<std::string>& pieces, std::vector<std::string>* outs = nullptr) {
+std::string Feed(StopStringMatcher* m, const std::vector<std::string>& pieces,
+                 std::vector<std::string>* outs = nullptr) {
   std::string all;
   for (const std::string& p : pieces) {
     std::string o = m->Push(p);

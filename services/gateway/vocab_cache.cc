@@ -1,6 +1,7 @@
 #include "services/gateway/vocab_cache.h"
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/gguf/gguf.h"
 
@@ -44,8 +45,7 @@ std::shared_ptr<VocabCache::Entry> VocabCache::EntryFor(const std::string& model
   return slot;
 }
 
-absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Get(const std::string& model,
-                                                                         absl::Time deadline) {
+absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Get(const std::string& model, absl::Time deadline) {
   if (model.empty()) return absl::InvalidArgumentError("model: empty");
   std::shared_ptr<Entry> e = EntryFor(model);
   std::lock_guard<std::mutex> fl(e->fetch_mu);
@@ -68,7 +68,8 @@ absl::StatusOr<std::shared_ptr<const ChatTemplateInfo>> VocabCache::GetChatTempl
   if (e->compiled == nullptr) {
     auto info = MakeChatTemplateInfo(e->chat_template, override_template_);
     if (!info.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("model ", ShortName(model), ": chat template: ", info.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", ShortName(model), ": chat template: ", info.status().message()));
     }
     e->compiled = std::make_shared<const ChatTemplateInfo>(*std::move(info));
   }
@@ -104,8 +105,8 @@ absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, En
   const absl::Time t0 = absl::Now();
   grpc::Status st = stub_->GetModelInfo(&ctx, req, &info);
   if (!st.ok()) {
-    const std::string msg = absl::StrCat("loader ", loader_address_, ": GetModelInfo(", ShortName(model), "): ",
-                                         ShortName(st.error_message(), 512));
+    const std::string msg = absl::StrCat("loader ", loader_address_, ": GetModelInfo(", ShortName(model),
+                                         "): ", ShortName(st.error_message(), 512));
     switch (st.error_code()) {
       case grpc::StatusCode::NOT_FOUND:
         return absl::NotFoundError(absl::StrCat("model '", ShortName(model), "' not found (", msg, ")"));
@@ -123,11 +124,13 @@ absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, En
   }
   auto file = gguf::GgufFile::FromBytes(std::move(*info.mutable_vocab_gguf()), model + ".vocab.gguf");
   if (!file.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("model ", ShortName(model), ": vocabulary: ", file.status().message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", ShortName(model), ": vocabulary: ", file.status().message()));
   }
   auto vocab = tokenizer::Vocab::FromGguf(**file);
   if (!vocab.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("model ", ShortName(model), ": vocabulary: ", vocab.status().message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", ShortName(model), ": vocabulary: ", vocab.status().message()));
   }
   std::string chat_template;
   if (const gguf::Value* v = (*file)->Find("tokenizer.chat_template");
@@ -136,8 +139,8 @@ absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, En
   }
   HERD_LOG(Info) << "vocabulary of " << model << ": " << (*vocab)->n_tokens() << " tokens ("
                  << tokenizer::VocabTypeName((*vocab)->type()) << ") from loader in "
-                 << absl::ToDoubleMilliseconds(absl::Now() - t0) << " ms; chat template: "
-                 << ChatTemplateOriginOf(chat_template, override_template_);
+                 << absl::ToDoubleMilliseconds(absl::Now() - t0)
+                 << " ms; chat template: " << ChatTemplateOriginOf(chat_template, override_template_);
   e->vocab = std::shared_ptr<const tokenizer::Vocab>(std::move(*vocab));
   e->chat_template = std::move(chat_template);
   e->compiled = nullptr;

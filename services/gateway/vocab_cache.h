@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+
 #include "libs/serving/security.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
@@ -41,8 +42,7 @@ class VocabCache {
 
   /// Installs a vocabulary directly (tests, or models whose vocabulary is known locally),
   /// with the model's chat template source ("" = none: ChatML is used).
-  void Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab,
-           std::string chat_template = "");
+  void Add(const std::string& model, std::shared_ptr<const tokenizer::Vocab> vocab, std::string chat_template = "");
 
   /// A template that replaces every model's own (the gateway's --chat_template file);
   /// "" = use the models' templates. Call before serving.
@@ -61,7 +61,7 @@ class VocabCache {
   struct Entry {
     std::mutex fetch_mu;  // held while one thread asks the loader
     std::shared_ptr<const tokenizer::Vocab> vocab;
-    std::string chat_template;                        // tokenizer.chat_template ("" = none)
+    std::string chat_template;                         // tokenizer.chat_template ("" = none)
     std::shared_ptr<const ChatTemplateInfo> compiled;  // made on first use
   };
   std::shared_ptr<Entry> EntryFor(const std::string& model);

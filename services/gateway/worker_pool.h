@@ -44,9 +44,9 @@ struct WorkerPoolOptions {
 struct WorkerSnapshot {
   std::string address;
   bool live = false;
-  bool has_info = false;        // Info succeeded at least once
-  v1::WorkerInfo info;          // the last successful Info
-  int sessions = 0;             // sessions the gateway has open on it now
+  bool has_info = false;  // Info succeeded at least once
+  v1::WorkerInfo info;    // the last successful Info
+  int sessions = 0;       // sessions the gateway has open on it now
   std::string last_error;
 };
 

@@ -18,6 +18,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/base/sha256.h"
 #include "libs/gguf/gguf.h"
@@ -69,9 +70,8 @@ void FillHparams(const gguf::GgufFile& f, herd::v1::Hparams* hp) {
   hp->set_n_embd(get("embedding_length"));
   hp->set_n_layer(get("block_count"));
   hp->set_n_head(get("attention.head_count"));
-  hp->set_n_head_kv(f.Find(absl::StrCat(*arch, ".attention.head_count_kv")) != nullptr
-                        ? get("attention.head_count_kv")
-                        : hp->n_head());
+  hp->set_n_head_kv(f.Find(absl::StrCat(*arch, ".attention.head_count_kv")) != nullptr ? get("attention.head_count_kv")
+                                                                                       : hp->n_head());
   hp->set_n_ff(get("feed_forward_length"));
   // n_vocab: rows of token_embd (what llama.cpp uses), else the token list, else vocab_size.
   if (const gguf::TensorInfo* t = f.FindTensor("token_embd.weight"); t != nullptr && t->n_dims >= 2) {
@@ -101,8 +101,8 @@ struct Fd {
 
 absl::StatusOr<std::unique_ptr<LoaderServiceImpl>> LoaderServiceImpl::Create(const LoaderOptions& opts) {
   if (opts.max_chunk_bytes < kMinChunkBytes || opts.max_chunk_bytes > kMaxChunkBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("max_chunk_bytes ", opts.max_chunk_bytes, " is outside ",
-                                                   kMinChunkBytes, "..", kMaxChunkBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_chunk_bytes ", opts.max_chunk_bytes, " is outside ", kMinChunkBytes, "..", kMaxChunkBytes));
   }
   if (opts.max_message_bytes < static_cast<int64_t>(kMaxChunkBytes) + 4096) {
     return absl::InvalidArgumentError(
@@ -124,8 +124,8 @@ LoaderServiceImpl::LoaderServiceImpl(const LoaderOptions& opts, ModelStore store
     : opts_(opts), store_(std::move(store)) {
   if (opts_.registry == nullptr) own_registry_ = std::make_unique<serving::Registry>();
   registry_ = opts_.registry != nullptr ? opts_.registry : own_registry_.get();
-  requests_ = registry_->Counter("herd_loader_requests_total", "Loader RPCs by method and status code.",
-                                 {"method", "code"});
+  requests_ =
+      registry_->Counter("herd_loader_requests_total", "Loader RPCs by method and status code.", {"method", "code"});
   bytes_sent_ = registry_->Counter("herd_loader_bytes_sent_total", "Model bytes sent by ReadTensors.");
   latency_ = registry_->Histogram("herd_loader_request_seconds", "Loader RPC latency in seconds.", {"method"});
   in_flight_ = registry_->Gauge("herd_loader_in_flight", "Loader RPCs in progress.", {"method"});
@@ -215,21 +215,21 @@ absl::StatusOr<std::string> LoaderServiceImpl::CachedSha256(const std::string& r
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = sha_cache_.find(real_path);
-    if (it != sha_cache_.end() && it->second.size == static_cast<uint64_t>(st.st_size) &&
-        it->second.ino == st.st_ino && it->second.mtime_ns == mtime_ns && it->second.ctime_ns == ctime_ns) {
+    if (it != sha_cache_.end() && it->second.size == static_cast<uint64_t>(st.st_size) && it->second.ino == st.st_ino &&
+        it->second.mtime_ns == mtime_ns && it->second.ctime_ns == ctime_ns) {
       return it->second.hex;
     }
   }
   auto hex = Sha256File(real_path, cancelled);
   if (!hex.ok()) return hex.status();
   std::lock_guard<std::mutex> l(mu_);
-  sha_cache_[real_path] = {static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(st.st_ino), mtime_ns,
-                           ctime_ns, *hex};
+  sha_cache_[real_path] = {static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(st.st_ino), mtime_ns, ctime_ns,
+                           *hex};
   return *hex;
 }
 
 absl::StatusOr<herd::v1::ModelInfo> LoaderServiceImpl::Describe(const herd::v1::GetModelInfoRequest& req,
-                                                                 const std::function<bool()>& cancelled) {
+                                                                const std::function<bool()>& cancelled) {
   auto path = store_.Resolve(req.name());
   if (!path.ok()) return path.status();
   auto file = gguf::GgufFile::Open(*path);
@@ -269,9 +269,9 @@ absl::StatusOr<herd::v1::ModelInfo> LoaderServiceImpl::Describe(const herd::v1::
   }
   const size_t bytes = info.ByteSizeLong();
   if (static_cast<int64_t>(bytes) > opts_.max_message_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("model info of '", Shown(req.name()), "' is ", bytes,
-                                                     " bytes, above the message limit of ", opts_.max_message_bytes,
-                                                     (req.include_vocab_gguf() ? " (try without include_vocab_gguf)" : "")));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model info of '", Shown(req.name()), "' is ", bytes, " bytes, above the message limit of ",
+                     opts_.max_message_bytes, (req.include_vocab_gguf() ? " (try without include_vocab_gguf)" : "")));
   }
   return info;
 }
@@ -345,8 +345,8 @@ absl::Status LoaderServiceImpl::StreamTensors(const herd::v1::ReadTensorsRequest
             absl::StrCat("reading '", Shown(req.name()), "' at ", off + got, ": ", std::strerror(errno)));
       }
       if (r == 0) {
-        return absl::AbortedError(absl::StrCat("'", Shown(req.name()), "' shrank while being read (at ", off + got,
-                                               " of ", size, " bytes)"));
+        return absl::AbortedError(
+            absl::StrCat("'", Shown(req.name()), "' shrank while being read (at ", off + got, " of ", size, " bytes)"));
       }
       got += static_cast<size_t>(r);
     }
@@ -367,8 +367,8 @@ grpc::Status LoaderServiceImpl::ReadTensors(grpc::ServerContext* ctx, const herd
   in_flight_->Add(1, {"ReadTensors"});
   uint64_t sent = 0;
   absl::Status s = StreamTensors(
-      *req, [ctx] { return ctx->IsCancelled(); },
-      [writer](const herd::v1::TensorChunk& c) { return writer->Write(c); }, &sent);
+      *req, [ctx] { return ctx->IsCancelled(); }, [writer](const herd::v1::TensorChunk& c) { return writer->Write(c); },
+      &sent);
   return Finish("ReadTensors", ctx, req->name(), s, t0,
                 absl::StrCat("offset=", req->offset(), " length=", req->length(), " bytes_sent=", sent));
 }

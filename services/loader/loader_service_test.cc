@@ -9,8 +9,8 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -369,8 +369,20 @@ TEST_F(LoaderTest, ReadTensorsValidatesRanges) {
 
 TEST_F(LoaderTest, PathTraversalIsRefusedAndTheServiceStaysUp) {
   const std::vector<std::string> bad = {
-      "../x", "/etc/passwd", "a/../../b", "..", "../../../../etc/passwd", "escape", "escape2", "passwd",
-      "", ".hidden", "..\\..\\x", std::string("stories260K\0x", 13), std::string(300, 'a'), "sub/x",
+      "../x",
+      "/etc/passwd",
+      "a/../../b",
+      "..",
+      "../../../../etc/passwd",
+      "escape",
+      "escape2",
+      "passwd",
+      "",
+      ".hidden",
+      "..\\..\\x",
+      std::string("stories260K\0x", 13),
+      std::string(300, 'a'),
+      "sub/x",
   };
   for (const std::string& name : bad) {
     auto info = Info(name);
@@ -433,9 +445,9 @@ TEST_F(LoaderTest, FetchModelMmapAndStreamAgree) {
 }
 
 TEST_F(LoaderTest, FetchModelResumesBrokenStreamsAndRejectsBadCrcs) {
-  flaky_->break_calls = 2;   // the first two calls break...
-  flaky_->break_after = 3;   // ...after 3 chunks each
-  flaky_->corrupt_chunk = 8; // and one chunk arrives damaged
+  flaky_->break_calls = 2;    // the first two calls break...
+  flaky_->break_after = 3;    // ...after 3 chunks each
+  flaky_->corrupt_chunk = 8;  // and one chunk arrives damaged
   FetchOptions opts;
   opts.allow_local_mmap = false;
   opts.chunk_size = 16 << 10;
@@ -543,8 +555,9 @@ TEST_F(LoaderTest, HealthIsServing) {
     if (!service.empty()) req = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
     grpc::ByteBuffer resp;
     grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-        channel_->get(), grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
-        &ctx, FromString(req), &resp);
+        channel_->get(),
+        grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
+        FromString(req), &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(ToString(resp), std::string("\x08\x01", 2)) << "status SERVING (1) for '" << service << "'";
   }

@@ -48,7 +48,8 @@ int Fail(const std::string& msg) { return herd::serving::StartupFailure("herd-lo
 
 int main(int argc, char** argv) {
   herd::serving::ParseServiceFlags(argc, argv, "herd-loader",
-      "herd-loader --models_dir=DIR [--port=N] [--metrics_port=N]: the herd model store", "services/loader/");
+                                   "herd-loader --models_dir=DIR [--port=N] [--metrics_port=N]: the herd model store",
+                                   "services/loader/");
 
   const std::string host = absl::GetFlag(FLAGS_host);
   const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
@@ -100,10 +101,9 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(std::string(server.status().message()));
 
   auto models = (*service)->List();
-  HERD_LOG(Info) << "loader: store " << (*service)->store().root() << ", "
-                 << (models.ok() ? models->models_size() : 0) << " model(s); quantize "
-                 << (herd::loader::QuantizeAvailable() ? "available" : "not built in") << "; gRPC "
-                 << herd::serving::DescribeServerSecurity(gopts.security);
+  HERD_LOG(Info) << "loader: store " << (*service)->store().root() << ", " << (models.ok() ? models->models_size() : 0)
+                 << " model(s); quantize " << (herd::loader::QuantizeAvailable() ? "available" : "not built in")
+                 << "; gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   process.PrintListening(host);
 
   process.Wait(gopts.shutdown_grace);

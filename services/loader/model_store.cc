@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 #include <limits.h>
-#include <stdlib.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 #include <cstring>
 #include <memory>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -181,8 +181,8 @@ absl::StatusOr<std::vector<std::string>> ModelStore::RemoveStaleTempFiles() cons
     // A live writer other than this process may still be writing it (another loader
     // on the same store and host).
     const bool self = pid == static_cast<int64_t>(::getpid());
-    const bool alive = pid > 0 && pid <= INT32_MAX && !self &&
-                       (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    const bool alive =
+        pid > 0 && pid <= INT32_MAX && !self && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
     if (!alive) stale.push_back(e->d_name);
   }
   std::sort(stale.begin(), stale.end());

@@ -75,8 +75,8 @@ TEST(ModelStore, ResolvesInsideAndRejectsOutside) {
   WriteFile(dir + "/m.gguf", "GGUF");
   ::mkdir((dir + "/sub").c_str(), 0755);
   WriteFile(dir + "/sub/deep.gguf", "GGUF deep");
-  Symlink("m.gguf", dir + "/alias.gguf");            // inside: fine
-  Symlink("sub/deep.gguf", dir + "/deep.gguf");      // inside, deeper: fine
+  Symlink("m.gguf", dir + "/alias.gguf");        // inside: fine
+  Symlink("sub/deep.gguf", dir + "/deep.gguf");  // inside, deeper: fine
   Symlink(outside + "/secret.gguf", dir + "/escape.gguf");
   Symlink("../outside/secret.gguf", dir + "/escape2.gguf");
   Symlink("missing.gguf", dir + "/dangling.gguf");
@@ -149,7 +149,10 @@ TEST(ModelStore, RemovesStaleTempFilesOnly) {
                     parent = std::to_string(::getppid());
   const std::vector<std::string> stale = {"a.gguf.tmp." + dead + ".0", "b.gguf.tmp." + self + ".3"};
   const std::vector<std::string> kept = {"c.gguf.tmp." + parent + ".1",  // writer alive
-                                         "c.gguf", "notes.tmp.1.2", "d.gguf.tmp.x.1", "e.gguf.tmp." + dead + ".0.bak",
+                                         "c.gguf",
+                                         "notes.tmp.1.2",
+                                         "d.gguf.tmp.x.1",
+                                         "e.gguf.tmp." + dead + ".0.bak",
                                          ".f.gguf.tmp." + dead + ".0"};
   for (const auto& f : stale) WriteFile(dir + "/" + f, "partial");
   for (const auto& f : kept) WriteFile(dir + "/" + f, "keep");

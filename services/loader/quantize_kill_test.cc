@@ -62,8 +62,8 @@ std::unique_ptr<Loader> StartLoader(const std::string& dir) {
     ::dup2(fds[1], 2);
     ::close(fds[0]);
     ::close(fds[1]);
-    ::execl("services/loader/loader", "loader", models.c_str(), "--port=0", "--metrics_port=-1",
-            "--quantize_threads=1", static_cast<char*>(nullptr));
+    ::execl("services/loader/loader", "loader", models.c_str(), "--port=0", "--metrics_port=-1", "--quantize_threads=1",
+            static_cast<char*>(nullptr));
     std::perror("execl services/loader/loader");
     ::_exit(127);
   }

@@ -1,5 +1,6 @@
 // backend_factory.h for the CPU worker.
 #include "absl/strings/str_cat.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "services/worker/backend_factory.h"
 

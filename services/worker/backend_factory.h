@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+
 #include "libs/backend/backend.h"
 
 namespace herd::worker {

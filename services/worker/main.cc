@@ -31,7 +31,8 @@
 #include "services/worker/backend_factory.h"
 #include "services/worker/worker_service.h"
 
-ABSL_FLAG(std::string, loader, "", "Loader address HOST:PORT to fetch --model from (mmap when its file is readable here, else streamed).");
+ABSL_FLAG(std::string, loader, "",
+          "Loader address HOST:PORT to fetch --model from (mmap when its file is readable here, else streamed).");
 ABSL_FLAG(std::string, model, "", "Model name in the loader's store (with --loader); also the name reported by Info.");
 ABSL_FLAG(std::string, model_path, "", "Open this local GGUF file instead of asking a loader.");
 ABSL_FLAG(int, load_timeout_ms, 600000,
@@ -48,7 +49,8 @@ ABSL_FLAG(int64_t, n_ctx_seq, 0, "Most KV cells one sequence may use, its contex
 ABSL_FLAG(int64_t, n_batch, 512, "Most tokens in one forward pass (prompt chunks + decode tokens + drafts).");
 ABSL_FLAG(int, max_sequences, 8, "Most sequences active at once (each reserves n_ctx_seq KV cells).");
 ABSL_FLAG(int, max_queue, 64, "Most sequences waiting for admission with --queue_policy=wait.");
-ABSL_FLAG(std::string, queue_policy, "wait", "When every slot is busy: wait (FIFO queue of --max_queue) or reject (RESOURCE_EXHAUSTED).");
+ABSL_FLAG(std::string, queue_policy, "wait",
+          "When every slot is busy: wait (FIFO queue of --max_queue) or reject (RESOURCE_EXHAUSTED).");
 ABSL_FLAG(int, max_draft, 1024, "Longest draft a Step may carry (longer: INVALID_ARGUMENT).");
 ABSL_FLAG(std::string, kv_type, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight sessions may run before they are cancelled (ms).");
@@ -67,10 +69,12 @@ std::string BaseName(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  herd::serving::ParseServiceFlags(argc, argv, "herd-worker",
+  herd::serving::ParseServiceFlags(
+      argc, argv, "herd-worker",
       "herd-worker (--loader=HOST:PORT --model=NAME | --model_path=FILE.gguf) [--port=N] [--metrics_port=N]\n"
       "  [--threads=N] [--n_ctx=N] [--n_ctx_seq=N] [--n_batch=N] [--max_sequences=N] [--max_queue=N]\n"
-      "  [--queue_policy=wait|reject] [--kv_type=f16|f32] [--grace_ms=N]: a herd compute worker", "services/worker/");
+      "  [--queue_policy=wait|reject] [--kv_type=f16|f32] [--grace_ms=N]: a herd compute worker",
+      "services/worker/");
   // SIGTERM/SIGINT before the server's handlers are installed (while the model loads)
   // must not kill the process: remember it (exit after loading, or Wait() returns).
   herd::serving::CatchSignalsEarly();
@@ -119,16 +123,19 @@ int main(int argc, char** argv) {
     model = *std::move(m);
     if (model_name.empty()) model_name = BaseName(model_path);
   } else {
-    auto channel = herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes), *client_security);
+    auto channel =
+        herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes), *client_security);
     auto stub = herd::v1::Loader::NewStub(channel);
     herd::loader::FetchStats fs;
     herd::loader::FetchOptions fopts;
     fopts.wait_for_loader = true;  // a loader that is (re)starting: retry until --load_timeout_ms
-    auto f = herd::loader::FetchModel(stub.get(), model_name, std::chrono::milliseconds(absl::GetFlag(FLAGS_load_timeout_ms)),
-                                      fopts, &fs);
-    if (!f.ok()) return Fail(absl::StrCat("fetching model ", model_name, " from ", loader_addr, ": ", f.status().ToString()));
+    auto f = herd::loader::FetchModel(stub.get(), model_name,
+                                      std::chrono::milliseconds(absl::GetFlag(FLAGS_load_timeout_ms)), fopts, &fs);
+    if (!f.ok())
+      return Fail(absl::StrCat("fetching model ", model_name, " from ", loader_addr, ": ", f.status().ToString()));
     HERD_LOG(Info) << "worker: model " << model_name << " from " << loader_addr
-                   << (fs.mmapped ? " (mapped the loader's file)" : absl::StrCat(" (streamed ", fs.bytes_streamed, " bytes)"));
+                   << (fs.mmapped ? " (mapped the loader's file)"
+                                  : absl::StrCat(" (streamed ", fs.bytes_streamed, " bytes)"));
     auto m = herd::model::Model::FromGguf(*std::move(f));
     if (!m.ok()) return Fail(absl::StrCat("model ", model_name, ": ", m.status().message()));
     model = *std::move(m);
@@ -139,7 +146,8 @@ int main(int argc, char** argv) {
   herd::worker::BackendOptions bopts;
   bopts.threads = threads;
   auto backend = herd::worker::CreateBackend(bopts);
-  if (!backend.ok()) return Fail(absl::StrCat("backend ", herd::worker::BackendKind(), ": ", backend.status().message()));
+  if (!backend.ok())
+    return Fail(absl::StrCat("backend ", herd::worker::BackendKind(), ": ", backend.status().message()));
 
   herd::engine::EngineParams ep;
   ep.n_ctx = n_ctx;
@@ -185,8 +193,8 @@ int main(int argc, char** argv) {
 
   HERD_LOG(Info) << "worker: model " << model_name << " (" << model->hparams().arch << ", n_vocab "
                  << model->hparams().n_vocab << "), backend " << herd::worker::BackendKind() << " x" << threads
-                 << ", n_ctx " << (*scheduler)->n_ctx() << ", n_ctx_seq " << (*scheduler)->n_ctx_seq()
-                 << ", n_batch " << n_batch << ", " << (*scheduler)->capacity() << " sequences, queue " << policy;
+                 << ", n_ctx " << (*scheduler)->n_ctx() << ", n_ctx_seq " << (*scheduler)->n_ctx_seq() << ", n_batch "
+                 << n_batch << ", " << (*scheduler)->capacity() << " sequences, queue " << policy;
   process.PrintListening(host);
 
   // Drain here rather than in grpc::Server::Shutdown(deadline), which also waits for idle

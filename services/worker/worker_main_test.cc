@@ -23,9 +23,10 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/promtool.h"
 #include "httplib.h"
+
 #include "proto/herd/v1/worker.grpc.pb.h"
+#include "tests/promtool.h"
 #include "tests/shared_data.h"
 
 namespace herd::worker {
@@ -114,8 +115,7 @@ int ReadPort(FILE* f, const std::string& prefix, std::string* line_out = nullptr
 }
 
 std::unique_ptr<v1::Worker::Stub> Connect(int port) {
-  return v1::Worker::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  return v1::Worker::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
 }
 
 v1::SessionRequest StartReq() {
@@ -139,8 +139,9 @@ class WorkerMainTest : public ::testing::Test {
     model_ = shared_ + "/models/stories260K.gguf";
   }
   std::unique_ptr<Child> StartWorker(std::vector<std::string> extra, int* port, int* metrics_port) {
-    std::vector<std::string> argv = {"services/worker/worker", "--host=127.0.0.1", "--port=0", "--metrics_port=0",
-                                     "--threads=1", "--n_ctx=256", "--max_sequences=2"};
+    std::vector<std::string> argv = {"services/worker/worker", "--host=127.0.0.1", "--port=0",
+                                     "--metrics_port=0",       "--threads=1",      "--n_ctx=256",
+                                     "--max_sequences=2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto c = Spawn(argv);
     if (c == nullptr) return nullptr;
@@ -252,8 +253,8 @@ TEST_F(WorkerMainTest, FetchesTheModelThroughTheLoader) {
     std::ofstream out(dir + "/stories260K.gguf", std::ios::binary);
     out << in.rdbuf();
   }
-  auto loader = Spawn({"services/loader/loader", "--models_dir=" + dir, "--host=127.0.0.1", "--port=0",
-                       "--metrics_port=-1"});
+  auto loader =
+      Spawn({"services/loader/loader", "--models_dir=" + dir, "--host=127.0.0.1", "--port=0", "--metrics_port=-1"});
   ASSERT_NE(loader, nullptr);
   const int lport = ReadPort(loader->out, "loader listening on ");
   ASSERT_GT(lport, 0) << loader->Stderr();
@@ -280,12 +281,12 @@ TEST_F(WorkerMainTest, FetchesTheModelThroughTheLoader) {
   EXPECT_EQ(loader->Wait(std::chrono::seconds(10)), 0);
 
   // An unknown model: the worker exits with the loader's error.
-  auto loader2 = Spawn({"services/loader/loader", "--models_dir=" + dir, "--host=127.0.0.1", "--port=0",
-                        "--metrics_port=-1"});
+  auto loader2 =
+      Spawn({"services/loader/loader", "--models_dir=" + dir, "--host=127.0.0.1", "--port=0", "--metrics_port=-1"});
   const int lport2 = ReadPort(loader2->out, "loader listening on ");
   ASSERT_GT(lport2, 0);
-  auto bad = Spawn({"services/worker/worker", absl::StrCat("--loader=127.0.0.1:", lport2), "--model=nope",
-                    "--port=0", "--metrics_port=-1"});
+  auto bad = Spawn({"services/worker/worker", absl::StrCat("--loader=127.0.0.1:", lport2), "--model=nope", "--port=0",
+                    "--metrics_port=-1"});
   EXPECT_EQ(bad->Wait(std::chrono::seconds(20)), 1);
   EXPECT_NE(bad->Stderr().find("nope"), std::string::npos) << bad->Stderr();
   ::kill(loader2->pid, SIGTERM);
@@ -322,8 +323,8 @@ TEST_F(WorkerMainTest, WaitsForALoaderThatStartsLater) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   int status = 0;
   ASSERT_EQ(::waitpid(w->pid, &status, WNOHANG), 0) << "the worker gave up on its loader: " << w->Stderr();
-  auto loader = Spawn({"services/loader/loader", "--models_dir=" + dir, absl::StrCat("--port=", lport),
-                       "--metrics_port=-1"});
+  auto loader =
+      Spawn({"services/loader/loader", "--models_dir=" + dir, absl::StrCat("--port=", lport), "--metrics_port=-1"});
   ASSERT_NE(loader, nullptr);
   ASSERT_EQ(ReadPort(loader->out, "loader listening on "), lport);
   const auto t0 = Clock::now();

@@ -2,11 +2,12 @@
 
 #include <chrono>
 #include <mutex>
-#include <thread>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 #include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
@@ -18,24 +19,42 @@ namespace v1 = herd::v1;
 
 const char* CodeName(grpc::StatusCode c) {
   switch (c) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -227,8 +246,8 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
       }
       probs.push_back(*std::move(d));
     }
-    absl::Status s = seq_->Step(step.n_steps(), std::vector<int32_t>(step.draft().begin(), step.draft().end()),
-                                std::move(probs));
+    absl::Status s =
+        seq_->Step(step.n_steps(), std::vector<int32_t>(step.draft().begin(), step.draft().end()), std::move(probs));
     if (!s.ok()) FinishLocked(ToGrpcStatus(Prefixed(s, "step")));
   }
 
@@ -251,8 +270,8 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
 
   WorkerServiceImpl* svc_;
   std::mutex mu_;
-  v1::SessionRequest req_;   // the read in flight (one at a time)
-  v1::SessionResponse resp_; // the write in flight (one at a time)
+  v1::SessionRequest req_;    // the read in flight (one at a time)
+  v1::SessionResponse resp_;  // the write in flight (one at a time)
   std::unique_ptr<engine::Sequence> seq_;
   bool writing_ = false;
   bool finishing_ = false;
@@ -264,8 +283,8 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
                                      serving::Registry* registry)
     : scheduler_(scheduler), opts_(std::move(opts)) {
   if (registry != nullptr) {
-    requests_ = registry->Counter("herd_worker_requests_total", "Worker RPCs (Info, Session, Embed) by final status code.",
-                                  {"code"});
+    requests_ = registry->Counter("herd_worker_requests_total",
+                                  "Worker RPCs (Info, Session, Embed) by final status code.", {"code"});
     active_ = registry->Gauge("herd_worker_active_sequences", "Sequences admitted (prefilling or generating).");
     queued_ = registry->Gauge("herd_worker_queued_sequences", "Sequences waiting for admission.");
     kv_used_ = registry->Gauge("herd_worker_kv_cells_used", "KV cache cells holding tokens.");
@@ -391,21 +410,20 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Embed(grpc::CallbackServerContext* 
   // frees its cells before the next batch; sessions never see it. The callback runs on
   // the scheduler thread and only copies the vector and finishes the call.
   pending_embeds_.fetch_add(1);
-  absl::Status s = scheduler_->Embed(
-      std::vector<int32_t>(req->tokens().begin(), req->tokens().end()), *pooling,
-      [this, r, resp, n, p = *pooling](absl::StatusOr<std::vector<float>> v) {
-        if (v.ok()) {
-          resp->mutable_embedding()->Assign(v->begin(), v->end());
-          resp->set_n_prompt_tokens(n);
-          resp->set_pooling(ToProtoPooling(p));
-          CountRequest(grpc::StatusCode::OK);
-          r->Finish(grpc::Status::OK);
-        } else {
-          CountRequest(static_cast<grpc::StatusCode>(v.status().code()));
-          r->Finish(ToGrpcStatus(v.status()));
-        }
-        pending_embeds_.fetch_sub(1);
-      });
+  absl::Status s = scheduler_->Embed(std::vector<int32_t>(req->tokens().begin(), req->tokens().end()), *pooling,
+                                     [this, r, resp, n, p = *pooling](absl::StatusOr<std::vector<float>> v) {
+                                       if (v.ok()) {
+                                         resp->mutable_embedding()->Assign(v->begin(), v->end());
+                                         resp->set_n_prompt_tokens(n);
+                                         resp->set_pooling(ToProtoPooling(p));
+                                         CountRequest(grpc::StatusCode::OK);
+                                         r->Finish(grpc::Status::OK);
+                                       } else {
+                                         CountRequest(static_cast<grpc::StatusCode>(v.status().code()));
+                                         r->Finish(ToGrpcStatus(v.status()));
+                                       }
+                                       pending_embeds_.fetch_sub(1);
+                                     });
   if (!s.ok()) {
     pending_embeds_.fetch_sub(1);
     return fail(s);

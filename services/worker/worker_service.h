@@ -30,8 +30,8 @@
 namespace herd::worker {
 
 struct WorkerServiceOptions {
-  std::string model_name;     // WorkerInfo.model
-  std::string architecture;   // WorkerInfo.architecture (general.architecture)
+  std::string model_name;       // WorkerInfo.model
+  std::string architecture;     // WorkerInfo.architecture (general.architecture)
   std::string backend = "cpu";  // WorkerInfo.backend
   /// Pooling of an Embed with POOLING_UNSPECIFIED (main: engine::DefaultPooling(model)).
   engine::Pooling default_pooling = engine::Pooling::kLast;
@@ -49,8 +49,7 @@ using serving::ToGrpcStatus;
 /// SessionStart -> SequenceParams. Unset sampling fields take the engine defaults
 /// (SamplingParams). Errors: INVALID_ARGUMENT naming "start.sampling.<field>" (proto
 /// field names) or "start.logprobs". Prompt checks are the scheduler's (Start()).
-absl::StatusOr<engine::SequenceParams> ToSequenceParams(const herd::v1::SessionStart& start,
-                                                        int32_t max_logprobs = 20);
+absl::StatusOr<engine::SequenceParams> ToSequenceParams(const herd::v1::SessionStart& start, int32_t max_logprobs = 20);
 
 class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
  public:

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/generate.h"
 #include "libs/serving/server.h"
@@ -61,8 +62,8 @@ class WorkerServiceTest : public ::testing::Test {
     auto srv = serving::StartGrpcServer(go, {service_.get()}, &port);
     ASSERT_TRUE(srv.ok()) << srv.status();
     server_ = *std::move(srv);
-    stub_ = v1::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                    grpc::InsecureChannelCredentials()));
+    stub_ = v1::Worker::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   }
 
   v1::WorkerInfo Info() {
@@ -79,8 +80,7 @@ class WorkerServiceTest : public ::testing::Test {
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
       v1::WorkerInfo i = Info();
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (i.kv_cells_used() == 0 && i.active_sequences() == 0) return ms;
       if (ms > timeout_ms) {
         ADD_FAILURE() << "KV cells still used after " << timeout_ms << " ms: " << i.kv_cells_used();
@@ -353,30 +353,44 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
   cases.push_back({"step before start", {StepReq(1)}, grpc::StatusCode::FAILED_PRECONDITION, "Start"});
   cases.push_back({"empty request", {v1::SessionRequest()}, grpc::StatusCode::INVALID_ARGUMENT, "request"});
   cases.push_back({"empty prompt", {StartReq({})}, grpc::StatusCode::INVALID_ARGUMENT, "start.prompt"});
-  cases.push_back({"token outside vocab", {StartReq({1, 2, 512})}, grpc::StatusCode::INVALID_ARGUMENT, "start.prompt[2]"});
+  cases.push_back(
+      {"token outside vocab", {StartReq({1, 2, 512})}, grpc::StatusCode::INVALID_ARGUMENT, "start.prompt[2]"});
   cases.push_back({"negative token", {StartReq({-1})}, grpc::StatusCode::INVALID_ARGUMENT, "start.prompt[0]"});
-  cases.push_back({"prompt too long", {StartReq(std::vector<int32_t>(129, 5))}, grpc::StatusCode::INVALID_ARGUMENT,
-                   "n_ctx_seq"});
+  cases.push_back(
+      {"prompt too long", {StartReq(std::vector<int32_t>(129, 5))}, grpc::StatusCode::INVALID_ARGUMENT, "n_ctx_seq"});
   auto with_sampling = [&](const std::function<void(v1::SamplingParams*)>& f) {
     v1::SessionRequest r = StartReq(prompt_);
     f(r.mutable_start()->mutable_sampling());
     return r;
   };
-  cases.push_back({"temperature", {with_sampling([](v1::SamplingParams* s) { s->set_temperature(-1); })},
-                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.temperature"});
-  cases.push_back({"top_p", {with_sampling([](v1::SamplingParams* s) { s->set_top_p(1.5f); })},
-                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.top_p"});
-  cases.push_back({"min_p", {with_sampling([](v1::SamplingParams* s) { s->set_min_p(-0.1f); })},
-                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.min_p"});
-  cases.push_back({"repeat_penalty", {with_sampling([](v1::SamplingParams* s) { s->set_repeat_penalty(0); })},
-                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.repeat_penalty"});
-  cases.push_back({"repeat_last_n", {with_sampling([](v1::SamplingParams* s) { s->set_repeat_last_n(-5); })},
-                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.repeat_last_n"});
+  cases.push_back({"temperature",
+                   {with_sampling([](v1::SamplingParams* s) { s->set_temperature(-1); })},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.temperature"});
+  cases.push_back({"top_p",
+                   {with_sampling([](v1::SamplingParams* s) { s->set_top_p(1.5f); })},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.top_p"});
+  cases.push_back({"min_p",
+                   {with_sampling([](v1::SamplingParams* s) { s->set_min_p(-0.1f); })},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.min_p"});
+  cases.push_back({"repeat_penalty",
+                   {with_sampling([](v1::SamplingParams* s) { s->set_repeat_penalty(0); })},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.repeat_penalty"});
+  cases.push_back({"repeat_last_n",
+                   {with_sampling([](v1::SamplingParams* s) { s->set_repeat_last_n(-5); })},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.repeat_last_n"});
   cases.push_back({"presence_penalty",
                    {with_sampling([](v1::SamplingParams* s) { s->set_presence_penalty(NAN); })},
-                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.presence_penalty"});
-  cases.push_back({"grammar", {with_sampling([](v1::SamplingParams* s) { s->set_grammar("root ::= x"); })},
-                   grpc::StatusCode::INVALID_ARGUMENT, "start.sampling.grammar: undefined rule 'x'"});
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.presence_penalty"});
+  cases.push_back({"grammar",
+                   {with_sampling([](v1::SamplingParams* s) { s->set_grammar("root ::= x"); })},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "start.sampling.grammar: undefined rule 'x'"});
   cases.push_back({"logit_bias id",
                    {with_sampling([](v1::SamplingParams* s) { s->add_logit_bias()->set_token_id(512); })},
                    grpc::StatusCode::INVALID_ARGUMENT,
@@ -384,10 +398,12 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
   v1::SessionRequest lp = StartReq(prompt_);
   lp.mutable_start()->set_logprobs(21);
   cases.push_back({"logprobs", {lp}, grpc::StatusCode::INVALID_ARGUMENT, "start.logprobs"});
-  cases.push_back({"draft token", {StartReq(prompt_), StepReq(1, {5, 9999})}, grpc::StatusCode::INVALID_ARGUMENT,
-                   "step.draft[1]"});
-  cases.push_back({"draft too long", {StartReq(prompt_), StepReq(1, std::vector<int32_t>(17, 5))},
-                   grpc::StatusCode::INVALID_ARGUMENT, "step.draft"});
+  cases.push_back(
+      {"draft token", {StartReq(prompt_), StepReq(1, {5, 9999})}, grpc::StatusCode::INVALID_ARGUMENT, "step.draft[1]"});
+  cases.push_back({"draft too long",
+                   {StartReq(prompt_), StepReq(1, std::vector<int32_t>(17, 5))},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "step.draft"});
   auto with_probs = [](std::vector<int32_t> draft, std::vector<std::vector<std::pair<int32_t, float>>> probs) {
     v1::SessionRequest r = StepReq(1, draft);
     for (const auto& d : probs) {
@@ -399,22 +415,26 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
     }
     return r;
   };
-  cases.push_back({"draft_probs count", {StartReq(prompt_), with_probs({5, 6}, {{{5, 1.0f}}})},
-                   grpc::StatusCode::INVALID_ARGUMENT, "step.draft_probs"});
+  cases.push_back({"draft_probs count",
+                   {StartReq(prompt_), with_probs({5, 6}, {{{5, 1.0f}}})},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "step.draft_probs"});
   {
     v1::SessionRequest r = with_probs({5}, {{{5, 1.0f}}});
     r.mutable_step()->mutable_draft_probs(0)->add_ids(7);
-    cases.push_back({"draft_probs ids vs p", {StartReq(prompt_), r}, grpc::StatusCode::INVALID_ARGUMENT,
-                     "step.draft_probs[0]"});
+    cases.push_back(
+        {"draft_probs ids vs p", {StartReq(prompt_), r}, grpc::StatusCode::INVALID_ARGUMENT, "step.draft_probs[0]"});
   }
-  cases.push_back({"draft token improbable", {StartReq(prompt_), with_probs({5, 6}, {{{5, 1.0f}}, {{7, 1.0f}}})},
-                   grpc::StatusCode::INVALID_ARGUMENT, "step.draft_probs[1]"});
-  cases.push_back({"negative n_steps", {StartReq(prompt_), StepReq(-1)}, grpc::StatusCode::INVALID_ARGUMENT,
-                   "step.n_steps"});
-  cases.push_back({"n_steps with draft", {StartReq(prompt_), StepReq(3, {5})}, grpc::StatusCode::INVALID_ARGUMENT,
-                   "step.n_steps"});
-  cases.push_back({"second start", {StartReq(prompt_), StartReq(prompt_)}, grpc::StatusCode::FAILED_PRECONDITION,
-                   "start"});
+  cases.push_back({"draft token improbable",
+                   {StartReq(prompt_), with_probs({5, 6}, {{{5, 1.0f}}, {{7, 1.0f}}})},
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "step.draft_probs[1]"});
+  cases.push_back(
+      {"negative n_steps", {StartReq(prompt_), StepReq(-1)}, grpc::StatusCode::INVALID_ARGUMENT, "step.n_steps"});
+  cases.push_back(
+      {"n_steps with draft", {StartReq(prompt_), StepReq(3, {5})}, grpc::StatusCode::INVALID_ARGUMENT, "step.n_steps"});
+  cases.push_back(
+      {"second start", {StartReq(prompt_), StartReq(prompt_)}, grpc::StatusCode::FAILED_PRECONDITION, "start"});
   for (const Case& c : cases) {
     grpc::Status s = RunToEnd(c.reqs);
     EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
@@ -635,9 +655,9 @@ TEST_F(WorkerServiceTest, EmbedEqualsEngineAndLeavesSessionsAlone) {
   ep.n_ctx = 64;
   auto fresh = engine::Engine::Create(*model_, ep, &backend_);
   ASSERT_TRUE(fresh.ok());
-  for (auto [pp, ep_pool] : {std::pair{v1::POOLING_UNSPECIFIED, engine::Pooling::kLast},
-                             std::pair{v1::POOLING_MEAN, engine::Pooling::kMean},
-                             std::pair{v1::POOLING_CLS, engine::Pooling::kCls}}) {
+  for (auto [pp, ep_pool] :
+       {std::pair{v1::POOLING_UNSPECIFIED, engine::Pooling::kLast}, std::pair{v1::POOLING_MEAN, engine::Pooling::kMean},
+        std::pair{v1::POOLING_CLS, engine::Pooling::kCls}}) {
     v1::WorkerEmbedResponse resp;
     grpc::Status s = embed(text, pp, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();

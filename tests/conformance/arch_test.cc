@@ -32,6 +32,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
@@ -39,7 +41,6 @@
 #include "libs/model/model.h"
 #include "libs/model/test_runner.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -72,8 +73,8 @@ json ReadJson(const std::string& path) {
 
 // Architectures whose MLP uses GELU (llama.cpp's F16-table GELU): 1e-3 logit tolerance.
 bool UsesGelu(const std::string& arch) {
-  static const std::set<std::string> kGelu = {"mpt",   "gpt2",  "gptneox", "starcoder",
-                                              "bloom", "phi2",  "gemma",   "falcon"};
+  static const std::set<std::string> kGelu = {"mpt",   "gpt2", "gptneox", "starcoder",
+                                              "bloom", "phi2", "gemma",   "falcon"};
   return kGelu.count(arch) > 0;
 }
 
@@ -166,10 +167,11 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadEdited(const std::string& path
 template <typename K, typename = void>
 struct KvCacheFillsAlibiMask : std::false_type {};
 template <typename K>
-struct KvCacheFillsAlibiMask<K, std::void_t<decltype(std::declval<const K&>().FillMask(
-                                    std::declval<const std::vector<int32_t>&>(),
-                                    std::declval<const std::vector<int32_t>&>(), int64_t{1},
-                                    static_cast<float*>(nullptr), true))>> : std::true_type {};
+struct KvCacheFillsAlibiMask<
+    K, std::void_t<decltype(std::declval<const K&>().FillMask(std::declval<const std::vector<int32_t>&>(),
+                                                              std::declval<const std::vector<int32_t>&>(), int64_t{1},
+                                                              static_cast<float*>(nullptr), true))>> : std::true_type {
+};
 constexpr bool kEngineFillsAlibiMask = KvCacheFillsAlibiMask<engine::KvCache>::value;
 
 TEST(ArchConformance, EveryReferenceModel) {
@@ -241,8 +243,8 @@ TEST(ArchConformance, EveryReferenceModel) {
       ASSERT_TRUE(greedy16.ok()) << greedy16.status();
       ASSERT_GE(greedy16->size(), c16);
       for (size_t j = 0; j < c16; ++j) EXPECT_EQ((*greedy16)[j], out[j]) << "F16 KV, output index " << j;
-      std::printf("%-20s %-9s F16 KV vs primary: max |dlogit| %.2g (tol %.2g); greedy %zu ids compared\n", "", "",
-                  d16, tol16, c16);
+      std::printf("%-20s %-9s F16 KV vs primary: max |dlogit| %.2g (tol %.2g); greedy %zu ids compared\n", "", "", d16,
+                  tol16, c16);
     }
 
     // Through the Engine (ALiBi models only once its KV cache fills their masks).
@@ -267,8 +269,8 @@ TEST(ArchConformance, EveryReferenceModel) {
       std::printf("%-20s %-9s Engine F32 KV max |dlogit| %.2g; greedy %zu ids compared\n", "", "", de, ce);
     }
   }
-  for (const char* a : {"mpt", "gpt2", "gptneox", "starcoder", "refact", "baichuan", "bloom", "phi2", "phi3", "gemma",
-                        "stablelm"}) {
+  for (const char* a :
+       {"mpt", "gpt2", "gptneox", "starcoder", "refact", "baichuan", "bloom", "phi2", "phi3", "gemma", "stablelm"}) {
     EXPECT_EQ(archs.count(a), 1u) << "no reference case for " << a;
   }
 }
@@ -294,8 +296,8 @@ TEST(ArchConformance, MptClampKqvIsOptionalAndApplied) {
   const double d_clamped = MaxAbsDiff(RunnerLogitsAt(r8, prompt, out, positions), alt["logits"]["values"]);
   EXPECT_GT(d_clamped, 0.05) << "clamp_kqv 8 should change the logits (the README: by up to 0.26)";
 
-  auto unclamped = LoadEdited(dir + "/synth-mpt-clamp8.gguf",
-                              [](gguf::GgufWriter& w) { w.RemoveKey("mpt.attention.clamp_kqv"); });
+  auto unclamped =
+      LoadEdited(dir + "/synth-mpt-clamp8.gguf", [](gguf::GgufWriter& w) { w.RemoveKey("mpt.attention.clamp_kqv"); });
   ASSERT_TRUE(unclamped.ok()) << unclamped.status();
   EXPECT_EQ((*unclamped)->hparams().f_clamp_kqv, 0.0f);
   model::SequenceRunner r(**unclamped, &backend, n_ctx);
@@ -354,10 +356,10 @@ TEST(ArchConformance, Qwen2FromPhi3WeightsMatchesPhi3Reference) {
   CpuBackend backend(2);
   model::SequenceRunner r(**m, &backend, ref["settings"]["n_ctx"].get<int64_t>());
   const json& alt = ref["alt_f32_kv_no_flash_attn"];
-  const double d = MaxAbsDiff(RunnerLogitsAt(r, ref["prompt_ids"].get<std::vector<int32_t>>(),
-                                             alt["output_ids"].get<std::vector<int32_t>>(),
-                                             ref["logits"]["positions"].get<std::vector<int>>()),
-                              alt["logits"]["values"]);
+  const double d = MaxAbsDiff(
+      RunnerLogitsAt(r, ref["prompt_ids"].get<std::vector<int32_t>>(), alt["output_ids"].get<std::vector<int32_t>>(),
+                     ref["logits"]["positions"].get<std::vector<int>>()),
+      alt["logits"]["values"]);
   EXPECT_LE(d, 1e-4);
   std::printf("qwen2 built from synth-phi3's weights vs phi3's llama.cpp logits: max |dlogit| %.2g\n", d);
 }
@@ -386,7 +388,8 @@ TEST(ArchConformance, MissingRequiredKeyIsNamed) {
       SCOPED_TRACE(gguf_path + " without " + key);
       // One of them goes through a real file in TEST_TMPDIR and Model::Load.
       const bool to_disk = key == "mpt.attention.max_alibi_bias";
-      auto m = LoadEdited(gguf_path, [&](gguf::GgufWriter& w) { w.RemoveKey(key); }, to_disk);
+      auto m = LoadEdited(
+          gguf_path, [&](gguf::GgufWriter& w) { w.RemoveKey(key); }, to_disk);
       ASSERT_FALSE(m.ok()) << "loaded without required key " << key;
       EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound) << m.status();
       EXPECT_NE(m.status().message().find("'" + key + "'"), std::string::npos) << m.status();

@@ -5,19 +5,22 @@
 // double, must equal llama.cpp's logits (alt_f32_kv_no_flash_attn: F32 K/V) within the
 // tolerance reference_test holds herd's own logits to; and the pooled embeddings must be
 // the mean / first / last of those same rows, with unit Euclidean norm.
+#include "libs/engine/embedding.h"
+
+#include <dirent.h>
+
 #include <cmath>
 #include <cstdio>
-#include <dirent.h>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/backend/cpu_backend.h"
-#include "libs/engine/embedding.h"
 #include "libs/engine/engine.h"
 #include "libs/model/model.h"
-#include "nlohmann/json.hpp"
 #include "tests/shared_data.h"
 
 namespace herd {

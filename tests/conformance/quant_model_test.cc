@@ -20,9 +20,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/gguf/gguf.h"
 #include "libs/quant/quantize.h"
-#include "nlohmann/json.hpp"
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -85,11 +86,16 @@ Command ParseCommand(const std::string& cmd) {
   ++i;
   Command c;
   for (; i < tok.size() && tok[i].rfind("--", 0) == 0; ++i) {
-    if (tok[i] == "--pure") c.opts.pure = true;
-    else if (tok[i] == "--tensor-type") c.opts.tensor_type_overrides.push_back(tok[++i]);
-    else if (tok[i] == "--output-tensor-type") c.opts.output_tensor_type = tok[++i];
-    else if (tok[i] == "--token-embedding-type") c.opts.token_embedding_type = tok[++i];
-    else ADD_FAILURE() << "unknown llama-quantize flag " << tok[i];
+    if (tok[i] == "--pure")
+      c.opts.pure = true;
+    else if (tok[i] == "--tensor-type")
+      c.opts.tensor_type_overrides.push_back(tok[++i]);
+    else if (tok[i] == "--output-tensor-type")
+      c.opts.output_tensor_type = tok[++i];
+    else if (tok[i] == "--token-embedding-type")
+      c.opts.token_embedding_type = tok[++i];
+    else
+      ADD_FAILURE() << "unknown llama-quantize flag " << tok[i];
   }
   EXPECT_LE(i + 3, tok.size()) << cmd;
   c.src = tok[i].substr(std::string("shared/").size());
@@ -114,13 +120,14 @@ TEST(QuantModel, EveryReferenceFileReproduced) {
     int progress_calls = 0;
     quant::QuantizeProgress last{};
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = quant::QuantizeModel(shared + "/" + c.src, out, c.opts,
-                                          [&](const quant::QuantizeProgress& p) {
-                                            ++progress_calls;
-                                            EXPECT_LE(p.bytes_done, p.bytes_total);
-                                            last = p;
-                                          },
-                                          nullptr);
+    absl::Status s = quant::QuantizeModel(
+        shared + "/" + c.src, out, c.opts,
+        [&](const quant::QuantizeProgress& p) {
+          ++progress_calls;
+          EXPECT_LE(p.bytes_done, p.bytes_total);
+          last = p;
+        },
+        nullptr);
     ASSERT_TRUE(s.ok()) << s;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_GT(progress_calls, 1);
@@ -226,12 +233,13 @@ TEST(QuantModel, CancelHalfwayLeavesNothing) {
   quant::QuantizeOptions o;
   o.type = "Q4_K_M";
   int calls = 0;
-  absl::Status s = quant::QuantizeModel(shared + "/reference/quant/synth256-F32.gguf", dir + "/out.gguf", o,
-                                        [&](const quant::QuantizeProgress& p) {
-                                          ++calls;
-                                          if (p.tensors_done * 2 >= p.tensors_total) cancel = true;
-                                        },
-                                        &cancel);
+  absl::Status s = quant::QuantizeModel(
+      shared + "/reference/quant/synth256-F32.gguf", dir + "/out.gguf", o,
+      [&](const quant::QuantizeProgress& p) {
+        ++calls;
+        if (p.tensors_done * 2 >= p.tensors_total) cancel = true;
+      },
+      &cancel);
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
   EXPECT_GT(calls, 5);
   EXPECT_EQ(ListDir(dir), std::vector<std::string>{"out.gguf"});

@@ -21,11 +21,12 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/model/model.h"
 #include "libs/quant/perplexity.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "tests/shared_data.h"
 
 namespace herd {

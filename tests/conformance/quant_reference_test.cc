@@ -28,12 +28,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -201,10 +202,11 @@ TEST(QuantReference, EveryQuantizedCase) {
     auto e16 = engine::Engine::Create(**model, ep, &backend);
     ASSERT_TRUE(e16.ok()) << e16.status();
     const size_t n16 = CheckGreedy(**e16, **vocab, m.ref, m.ref, err, "F16 KV greedy vs primary");
-    std::printf("%-28s F32 KV vs alt: %.1e, exact to pos %zu/%zu | F16 KV vs primary %.2e (llama.cpp's own %.2e) | "
-                "greedy ids compared (margin > 2 x %.2g) %zu/%zu, %zu/%zu\n",
-                name.c_str(), m.d32, m.flip, m.n_pos, m.d16, m.llama_diff, err, n32, alt["output_ids"].size(), n16,
-                m.ref["output_ids"].size());
+    std::printf(
+        "%-28s F32 KV vs alt: %.1e, exact to pos %zu/%zu | F16 KV vs primary %.2e (llama.cpp's own %.2e) | "
+        "greedy ids compared (margin > 2 x %.2g) %zu/%zu, %zu/%zu\n",
+        name.c_str(), m.d32, m.flip, m.n_pos, m.d16, m.llama_diff, err, n32, alt["output_ids"].size(), n16,
+        m.ref["output_ids"].size());
   }
   std::printf("%d of %zu cases agree with llama.cpp's F32-KV logits within %.0e at every position\n", exact_cases,
               cases.size(), kTolExact);

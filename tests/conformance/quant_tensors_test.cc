@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/gguf/gguf.h"
 #include "libs/tensor/quants.h"
 #include "tests/shared_data.h"

@@ -7,22 +7,24 @@
 //    reports between its own two settings (comparison_to_primary.logits_max_abs_diff);
 //  - greedy output ids equal the reference up to the first step whose greedy margin
 //    is below twice herd's measured logit error (where ids may legitimately part).
+#include <dirent.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <dirent.h>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "tests/shared_data.h"
 
 namespace herd {

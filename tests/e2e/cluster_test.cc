@@ -1,6 +1,8 @@
 // End-to-end tests over real processes on loopback: loader + workers + gateway
 // started by LocalCluster (the code behind `herd up`), driven through the public
 // gRPC API and the OpenAI-compatible HTTP endpoint.
+#include "tools/herd/cluster.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,14 +19,14 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tests/shared_data.h"
-#include "tools/herd/cluster.h"
 
 namespace herd {
 namespace {
@@ -162,10 +164,22 @@ TEST_F(ClusterTest, GreedyStoryEqualsLlamaCppAndRunC) {
 }
 
 TEST_F(ClusterTest, SixteenConcurrentStreamsEqualTheirSoloOutputs) {
-  const std::vector<std::string> starts = {"Once upon a time", "Tom and Sue went to the beach. They", "One day, Lily met a Shoggoth",
-                                           "The cat", "A big dog", "Ben had a red ball", "The sun was", "Mom said",
-                                           "There was a tree", "The bird sang", "Lily and Max", "In the park",
-                                           "Sam wanted to", "The little boat", "Anna found a box", "It was a rainy day"};
+  const std::vector<std::string> starts = {"Once upon a time",
+                                           "Tom and Sue went to the beach. They",
+                                           "One day, Lily met a Shoggoth",
+                                           "The cat",
+                                           "A big dog",
+                                           "Ben had a red ball",
+                                           "The sun was",
+                                           "Mom said",
+                                           "There was a tree",
+                                           "The bird sang",
+                                           "Lily and Max",
+                                           "In the park",
+                                           "Sam wanted to",
+                                           "The little boat",
+                                           "Anna found a box",
+                                           "It was a rainy day"};
   const double batches_before = Metric(cluster_->workers()[0]->metrics_addr, "herd_worker_batch_sequences_count");
   std::vector<Collected> got(16);
   std::vector<std::thread> threads;
@@ -225,15 +239,52 @@ TEST_F(ClusterTest, CancelMidStreamFreesKvCellsWithinOneSecond) {
 TEST_F(ClusterTest, MalformedRequestsGetInvalidArgumentAndEverythingStaysUp) {
   std::vector<std::pair<std::string, GenerateRequest>> bad;
   auto base = [] { return Greedy("stories260K", "Once upon a time", 8); };
-  { auto r = base(); r.set_n_predict(-5); bad.emplace_back("negative n_predict", r); }
-  { auto r = base(); r.set_n_predict(1 << 30); bad.emplace_back("huge n_predict", r); }
-  { auto r = base(); r.mutable_sampling()->set_temperature(std::nanf("")); bad.emplace_back("NaN temperature", r); }
-  { auto r = base(); r.mutable_sampling()->set_temperature(-1); bad.emplace_back("negative temperature", r); }
-  { auto r = base(); r.mutable_sampling()->set_top_p(1.5f); bad.emplace_back("top_p > 1", r); }
-  { auto r = base(); r.mutable_tokens()->add_ids(1); r.mutable_tokens()->add_ids(99999); bad.emplace_back("token id outside vocab", r); }
-  { auto r = base(); r.set_model(""); bad.emplace_back("empty model", r); }
-  { auto r = base(); r.set_text(std::string(10 << 20, 'a')); bad.emplace_back("10 MB prompt", r); }
-  { auto r = base(); r.set_text("bad \xff\xfe utf8"); bad.emplace_back("invalid UTF-8", r); }
+  {
+    auto r = base();
+    r.set_n_predict(-5);
+    bad.emplace_back("negative n_predict", r);
+  }
+  {
+    auto r = base();
+    r.set_n_predict(1 << 30);
+    bad.emplace_back("huge n_predict", r);
+  }
+  {
+    auto r = base();
+    r.mutable_sampling()->set_temperature(std::nanf(""));
+    bad.emplace_back("NaN temperature", r);
+  }
+  {
+    auto r = base();
+    r.mutable_sampling()->set_temperature(-1);
+    bad.emplace_back("negative temperature", r);
+  }
+  {
+    auto r = base();
+    r.mutable_sampling()->set_top_p(1.5f);
+    bad.emplace_back("top_p > 1", r);
+  }
+  {
+    auto r = base();
+    r.mutable_tokens()->add_ids(1);
+    r.mutable_tokens()->add_ids(99999);
+    bad.emplace_back("token id outside vocab", r);
+  }
+  {
+    auto r = base();
+    r.set_model("");
+    bad.emplace_back("empty model", r);
+  }
+  {
+    auto r = base();
+    r.set_text(std::string(10 << 20, 'a'));
+    bad.emplace_back("10 MB prompt", r);
+  }
+  {
+    auto r = base();
+    r.set_text("bad \xff\xfe utf8");
+    bad.emplace_back("invalid UTF-8", r);
+  }
   {
     auto r = base();
     for (int i = 0; i < 5000; ++i) r.mutable_tokens()->add_ids(300);
@@ -264,7 +315,8 @@ TEST_F(ClusterTest, OpenAiCompletionsOverHttp) {
   ASSERT_TRUE(models);
   EXPECT_EQ(models->status, 200);
   EXPECT_NE(models->body.find("stories260K"), std::string::npos);
-  nlohmann::json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0}};
+  nlohmann::json body = {
+      {"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0}};
   auto res = cli.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+
 #include "tests/listening_sockets.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"

@@ -14,6 +14,7 @@
 #include "grpcpp/impl/client_unary_call.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+
 #include "libs/serving/security.h"
 #include "libs/serving/testing/test_certs.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
@@ -138,8 +139,7 @@ TEST_F(SecureClusterTest, GatewayNeedsAnApiKeyAndReachesEveryServiceOverMtls) {
   EXPECT_EQ(Generate(serving::MakeChannel(gw, Client("")), &n).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(Generate(serving::MakeChannel(gw, Client("wrong-key-0123456789")), &n).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(Generate(serving::MakeChannel(gw, Client(kClusterKey)), &n).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED)
+  EXPECT_EQ(Generate(serving::MakeChannel(gw, Client(kClusterKey)), &n).error_code(), grpc::StatusCode::UNAUTHENTICATED)
       << "the cluster key is not a public API key";
   grpc::Status ok = Generate(serving::MakeChannel(gw, Client(kApiKey)), &n);
   ASSERT_TRUE(ok.ok()) << ok.error_message();  // gateway -> loader (vocab) and -> worker (session)
@@ -172,8 +172,10 @@ TEST_F(SecureClusterTest, InternalServicesNeedTheClusterKey) {
     // Health stays open (Kubernetes probes), over mTLS.
     EXPECT_TRUE(Call(serving::MakeChannel(t.addr, Client("")), "/grpc.health.v1.Health/Check").ok());
   }
-  EXPECT_TRUE(Call(serving::MakeChannel(cluster_->loader_addr(), Client(kClusterKey)), "/herd.v1.Loader/ListModels").ok());
-  EXPECT_TRUE(Call(serving::MakeChannel(cluster_->workers()[0]->grpc_addr, Client(kClusterKey)), "/herd.v1.Worker/Info").ok());
+  EXPECT_TRUE(
+      Call(serving::MakeChannel(cluster_->loader_addr(), Client(kClusterKey)), "/herd.v1.Loader/ListModels").ok());
+  EXPECT_TRUE(
+      Call(serving::MakeChannel(cluster_->workers()[0]->grpc_addr, Client(kClusterKey)), "/herd.v1.Worker/Info").ok());
 }
 
 TEST_F(SecureClusterTest, QuantizeNeedsTheAdminKey) {

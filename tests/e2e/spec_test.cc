@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
@@ -150,7 +151,8 @@ class SpecClusterTest : public ::testing::Test {
     shared_ = SharedDir();
     if (shared_.empty()) GTEST_SKIP() << kSharedDirMissing;
     ASSERT_TRUE(status.ok()) << status;
-    stub_ = herd::v1::Gateway::NewStub(grpc::CreateChannel(cluster->gateway_addr(), grpc::InsecureChannelCredentials()));
+    stub_ =
+        herd::v1::Gateway::NewStub(grpc::CreateChannel(cluster->gateway_addr(), grpc::InsecureChannelCredentials()));
   }
 
   // Greedy outputs of every (type, n_min, n_max) in the matrix equal the plain output of
@@ -187,8 +189,8 @@ class SpecClusterTest : public ::testing::Test {
       threads.emplace_back([&] {
         for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
           Job& job = jobs[j];
-          job.got = RunGenerate(stub_.get(), Speculative(Greedy(model, prompts[job.prompt], n_predict), job.type,
-                                                         job.n_min, job.n_max));
+          job.got = RunGenerate(
+              stub_.get(), Speculative(Greedy(model, prompts[job.prompt], n_predict), job.type, job.n_min, job.n_max));
         }
       });
     }
@@ -219,12 +221,13 @@ class SpecClusterTest : public ::testing::Test {
         EXPECT_GT(st.acc_tokens(), 0) << st.DebugString();
       }
       if (job.prompt == repeat && job.n_min == 1 && job.n_max == 4) {
-        std::printf("%s %-14s statistics: #calls = %lld, #gen drafts = %lld, #acc drafts = %lld, #gen tokens = "
-                    "%lld, #acc tokens = %lld, acceptance rate = %.3f\n",
-                    model.c_str(), job.type.c_str(), static_cast<long long>(st.calls()),
-                    static_cast<long long>(st.gen_drafts()), static_cast<long long>(st.acc_drafts()),
-                    static_cast<long long>(st.gen_tokens()), static_cast<long long>(st.acc_tokens()),
-                    st.gen_tokens() > 0 ? static_cast<double>(st.acc_tokens()) / st.gen_tokens() : 0.0);
+        std::printf(
+            "%s %-14s statistics: #calls = %lld, #gen drafts = %lld, #acc drafts = %lld, #gen tokens = "
+            "%lld, #acc tokens = %lld, acceptance rate = %.3f\n",
+            model.c_str(), job.type.c_str(), static_cast<long long>(st.calls()),
+            static_cast<long long>(st.gen_drafts()), static_cast<long long>(st.acc_drafts()),
+            static_cast<long long>(st.gen_tokens()), static_cast<long long>(st.acc_tokens()),
+            st.gen_tokens() > 0 ? static_cast<double>(st.acc_tokens()) / st.gen_tokens() : 0.0);
       }
     }
   }
@@ -283,8 +286,8 @@ TEST_F(SpecStories260KTest, HttpCompletionsWithSpeculation) {
   const std::string a = cluster_->gateway_http_addr();
   httplib::Client cli(a.substr(0, a.rfind(':')), std::stoi(a.substr(a.rfind(':') + 1)));
   cli.set_read_timeout(60, 0);
-  nlohmann::json body = {{"model", "stories260K"}, {"prompt", RepeatPrompt(shared_)}, {"max_tokens", 48},
-                         {"temperature", 0}};
+  nlohmann::json body = {
+      {"model", "stories260K"}, {"prompt", RepeatPrompt(shared_)}, {"max_tokens", 48}, {"temperature", 0}};
   auto plain = cli.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(plain);
   ASSERT_EQ(plain->status, 200) << plain->body;

@@ -46,10 +46,16 @@ int main(int argc, char** argv) {
   }
   // Tokenizer: first byte = mode (bits 0-1 vocab spm/bpe/wpm, bit 2 add_special, bit 3
   // parse_special), then the text.
-  const std::vector<std::string> texts = {
-      "Hello world", " hello  world\n\n", "the ending, er, an ingot", "caf\xC3\xA9 \xE2\x82\xAC 10",
-      "\xF0\x9F\x98\x80 emoji", "<|im_end|> <|fim_prefix|>x", "[e~[ [UNK] [MASK]", "'s 't 're 123456 \t\r\n",
-      "\xE4\xBD\xA0\xE5\xA5\xBD", "\xFF\xFE bad \xC3"};
+  const std::vector<std::string> texts = {"Hello world",
+                                          " hello  world\n\n",
+                                          "the ending, er, an ingot",
+                                          "caf\xC3\xA9 \xE2\x82\xAC 10",
+                                          "\xF0\x9F\x98\x80 emoji",
+                                          "<|im_end|> <|fim_prefix|>x",
+                                          "[e~[ [UNK] [MASK]",
+                                          "'s 't 're 123456 \t\r\n",
+                                          "\xE4\xBD\xA0\xE5\xA5\xBD",
+                                          "\xFF\xFE bad \xC3"};
   int n = 0;
   for (const std::string& t : texts) {
     for (char mode : {0, 1, 2, 12, 13, 14}) {
@@ -57,8 +63,14 @@ int main(int argc, char** argv) {
     }
   }
   // Detokenizer: bytes are byte tokens; 0xF? + a byte selects any token.
-  const std::vector<std::string> bytes = {"hello", "\xE2\x82\xAC\xF0\x9F\x98\x80", "\xE2\x82", "\xC0\x80\xED\xA0\x80",
-                                          "\xF4\x90\x80\x80", "\xF0\x01\xF0\x02" "ab", "\xF0\x9F\x98"};
+  const std::vector<std::string> bytes = {"hello",
+                                          "\xE2\x82\xAC\xF0\x9F\x98\x80",
+                                          "\xE2\x82",
+                                          "\xC0\x80\xED\xA0\x80",
+                                          "\xF4\x90\x80\x80",
+                                          "\xF0\x01\xF0\x02"
+                                          "ab",
+                                          "\xF0\x9F\x98"};
   n = 0;
   for (const std::string& b : bytes) Write(root + "/detokenizer_fuzz", "bytes_" + std::to_string(n++), b);
   // n-gram caches: built from token sequences with NgramCacheUpdate.
@@ -70,6 +82,7 @@ int main(int argc, char** argv) {
     spec::NgramCacheUpdate(&c, 1, 4, s, static_cast<int64_t>(s.size()));
     Write(root + "/ngram_cache_fuzz", "cache_" + std::to_string(n++), spec::NgramCacheSerialize(c));
   }
-  Write(root + "/ngram_cache_fuzz", "static_2gram", spec::NgramCacheSerialize(spec::NgramCacheCreateStatic({1, 2, 3, 2, 3})));
+  Write(root + "/ngram_cache_fuzz", "static_2gram",
+        spec::NgramCacheSerialize(spec::NgramCacheCreateStatic({1, 2, 3, 2, 3})));
   return 0;
 }

@@ -32,9 +32,22 @@ std::string TinyVocabGguf(const std::string& kind) {
     scores.push_back(score);
     types.push_back(type);
   };
-  const std::vector<std::string> words = {"the", "he", "ll", "llo", "hello", "wor", "world", "ing", "er", "an",
-                                          "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "<|im_end|>",
-                                          "<|fim_prefix|>", "[e~["};
+  const std::vector<std::string> words = {"the",
+                                          "he",
+                                          "ll",
+                                          "llo",
+                                          "hello",
+                                          "wor",
+                                          "world",
+                                          "ing",
+                                          "er",
+                                          "an",
+                                          "\xC3\xA9",
+                                          "\xE2\x82\xAC",
+                                          "\xF0\x9F\x98\x80",
+                                          "<|im_end|>",
+                                          "<|fim_prefix|>",
+                                          "[e~["};
   if (kind == "spm") {
     w.SetValue("tokenizer.ggml.model", gguf::Value::String("llama"));
     add("<unk>", 0, 2);
@@ -58,8 +71,8 @@ std::string TinyVocabGguf(const std::string& kind) {
     w.SetValue("tokenizer.ggml.pre", gguf::Value::String("llama3"));
     for (int b = 0; b < 256; ++b) add(ByteToUnicode(b), 0, 1);
     const std::string sp = ByteToUnicode(' ');
-    std::vector<std::string> merges = {"h e", "l l", "he ll", "hell o", sp + " t", "t h", "th e", "w o", "wo r",
-                                       "i n", "in g", "e r", "a n", sp + " h"};
+    std::vector<std::string> merges = {"h e", "l l",  "he ll", "hell o", sp + " t", "t h", "th e",
+                                       "w o", "wo r", "i n",   "in g",   "e r",     "a n", sp + " h"};
     for (const std::string& m : merges) {
       std::string t = m;
       t.erase(t.find(' '), 1);

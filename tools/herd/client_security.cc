@@ -10,7 +10,8 @@ const std::vector<FlagSpec>& ClientSecurityFlags() {
       {{"--tls-cert-file", "--tls_cert_file"}, true, "PEM client certificate for mTLS (with --tls-key-file)", ""},
       {{"--tls-key-file", "--tls_key_file"}, true, "PEM private key of --tls-cert-file", ""},
       {{"--tls-server-name", "--tls_server_name"}, true, "name to check the server certificate against", ""},
-      {{"--api-key-file", "--api_key_file"}, true,
+      {{"--api-key-file", "--api_key_file"},
+       true,
        "file holding the key sent as 'authorization: Bearer KEY' (default: env HERD_API_KEY, then HERD_CLUSTER_KEY)",
        ""},
   };

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/serving/security.h"
 #include "tools/herd/args.h"
 

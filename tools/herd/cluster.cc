@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "grpcpp/grpcpp.h"
+
 #include "proto/herd/v1/gateway.grpc.pb.h"
 
 namespace herd::cli {
@@ -117,8 +118,8 @@ absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& rel) con
   for (const std::string& c : candidates) {
     if (IsExecutable(c)) return c;
   }
-  return absl::NotFoundError(absl::StrCat("cannot find the ", rel, " binary (looked in: ",
-                                          absl::StrJoin(candidates, ", "),
+  return absl::NotFoundError(absl::StrCat("cannot find the ", rel,
+                                          " binary (looked in: ", absl::StrJoin(candidates, ", "),
                                           "); `bazel build //tools/herd` builds them with herd, or pass --bin-dir"));
 }
 
@@ -197,11 +198,12 @@ absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout)
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       p->pid = -1;
-      return absl::UnavailableError(absl::StrCat(p->name, " ", DescribeExit(status), " before it was ready: ",
-                                                 absl::StrJoin(p->argv, " ")));
+      return absl::UnavailableError(
+          absl::StrCat(p->name, " ", DescribeExit(status), " before it was ready: ", absl::StrJoin(p->argv, " ")));
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return absl::UnavailableError(absl::StrCat(p->name, " did not print its addresses within ", timeout.count(), " ms"));
+      return absl::UnavailableError(
+          absl::StrCat(p->name, " did not print its addresses within ", timeout.count(), " ms"));
     }
     ready->second.wait_for(lk, std::chrono::milliseconds(50));
   }
@@ -253,8 +255,13 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
       auto w = std::make_unique<Process>();
       w->name = absl::StrCat("worker-", m, "-", i);
       const int port = FreePort();
-      w->argv = {*worker_bin, "--loader=" + loader_addr, "--model=" + m, "--host=" + opts.host,
-                 absl::StrCat("--port=", port), "--metrics_port=0", absl::StrCat("--threads=", opts.threads_per_worker)};
+      w->argv = {*worker_bin,
+                 "--loader=" + loader_addr,
+                 "--model=" + m,
+                 "--host=" + opts.host,
+                 absl::StrCat("--port=", port),
+                 "--metrics_port=0",
+                 absl::StrCat("--threads=", opts.threads_per_worker)};
       if (opts.n_ctx > 0) w->argv.push_back(absl::StrCat("--n_ctx=", opts.n_ctx));
       if (opts.max_sequences > 0) w->argv.push_back(absl::StrCat("--max_sequences=", opts.max_sequences));
       for (const std::string& f : opts.extra_worker_flags) w->argv.push_back(f);
@@ -295,9 +302,13 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   }
   auto gw = std::make_unique<Process>();
   gw->name = "gateway";
-  gw->argv = {*gateway_bin, "--loader=" + loader_addr, "--workers=" + absl::StrJoin(worker_addrs, ","),
-              "--host=" + opts.host, absl::StrCat("--port=", opts.gateway_port),
-              absl::StrCat("--http_port=", opts.http_port), "--metrics_port=0"};
+  gw->argv = {*gateway_bin,
+              "--loader=" + loader_addr,
+              "--workers=" + absl::StrJoin(worker_addrs, ","),
+              "--host=" + opts.host,
+              absl::StrCat("--port=", opts.gateway_port),
+              absl::StrCat("--http_port=", opts.http_port),
+              "--metrics_port=0"};
   if (!draft_addrs.empty()) gw->argv.push_back("--draft_workers=" + absl::StrJoin(draft_addrs, ","));
   if (!opts.spec_type.empty()) gw->argv.push_back("--spec_type=" + opts.spec_type);
   for (const std::string& f : opts.extra_gateway_flags) gw->argv.push_back(f);
@@ -324,8 +335,8 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
     }
     if (ready_models >= static_cast<int>(models.size())) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      return absl::UnavailableError(absl::StrCat("gateway at ", gateway_addr(), " did not see all workers within ",
-                                                 timeout.count(), " ms"));
+      return absl::UnavailableError(
+          absl::StrCat("gateway at ", gateway_addr(), " did not see all workers within ", timeout.count(), " ms"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -368,7 +379,8 @@ void LocalCluster::Supervise() {
         std::shared_ptr<std::pair<std::mutex, std::condition_variable>> ready;
         absl::Status s = Spawn(p, &ready);
         if (!s.ok()) {  // fork failed: try again later
-          std::fprintf(stderr, "herd up: restart of %s failed: %s\n", p->name.c_str(), std::string(s.message()).c_str());
+          std::fprintf(stderr, "herd up: restart of %s failed: %s\n", p->name.c_str(),
+                       std::string(s.message()).c_str());
           p->restart_pending = true;
           p->restart_at = now + p->backoff;
           p->backoff = std::min(p->backoff * 2, opts_.restart_backoff_max);

@@ -16,21 +16,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/serving/security.h"
 
 namespace herd::cli {
 
 struct ClusterOptions {
-  std::string models_dir;                // served by the loader
-  std::vector<std::string> models;       // model names; empty = every *.gguf in models_dir
+  std::string models_dir;           // served by the loader
+  std::vector<std::string> models;  // model names; empty = every *.gguf in models_dir
   int workers_per_model = 1;
   int threads_per_worker = 1;
-  int64_t n_ctx = 0;                     // worker KV cells (0 = worker default)
-  int max_sequences = 0;                 // 0 = worker default
-  std::string bin_dir;                   // folder with services/{loader,worker,gateway}/..; "" = find
+  int64_t n_ctx = 0;      // worker KV cells (0 = worker default)
+  int max_sequences = 0;  // 0 = worker default
+  std::string bin_dir;    // folder with services/{loader,worker,gateway}/..; "" = find
   std::string host = "127.0.0.1";
-  int gateway_port = 0;                  // gateway gRPC port (0 = a free port)
-  int http_port = 0;                     // gateway HTTP port (0 = a free port)
+  int gateway_port = 0;  // gateway gRPC port (0 = a free port)
+  int http_port = 0;     // gateway HTTP port (0 = a free port)
   /// Supervision: restart any process (loader, workers, draft workers, gateway) that
   /// exits while the cluster runs, on the same ports, forever, after a delay that starts
   /// at restart_backoff_initial, doubles per consecutive failure up to
@@ -48,7 +49,7 @@ struct ClusterOptions {
   std::vector<std::string> extra_flags;
   /// How the readiness probe reaches the gateway (TLS CA, client certificate, API key).
   serving::ClientSecurity gateway_security;
-  bool quiet = false;                    // do not forward the services' logs to stderr
+  bool quiet = false;  // do not forward the services' logs to stderr
 
   // Speculative decoding.
   /// Draft workers (services/draft/draft) to start; the gateway gets them as
@@ -69,7 +70,7 @@ struct ClusterOptions {
 
 /// One child process and the addresses it printed.
 struct Process {
-  std::string name;                      // "loader", "worker-stories260K-0", "gateway"
+  std::string name;  // "loader", "worker-stories260K-0", "gateway"
   std::vector<std::string> argv;
   pid_t pid = -1;
   std::string grpc_addr, http_addr, metrics_addr;
@@ -79,7 +80,7 @@ struct Process {
   std::chrono::steady_clock::time_point restart_at{};  // next start while restart_pending
   std::chrono::milliseconds backoff{0};                // delay before the next restart
   bool restart_pending = false;
-  int restarts = 0;                                    // restarts so far
+  int restarts = 0;  // restarts so far
 };
 
 class LocalCluster {

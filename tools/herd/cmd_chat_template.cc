@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
 #include "libs/base/mmap.h"
 #include "libs/chat/chat_template.h"
 #include "libs/gguf/gguf.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "tools/herd/args.h"
 #include "tools/herd/commands.h"
 
@@ -81,7 +82,8 @@ int CmdChatTemplate(int argc, char** argv) {
   };
   const std::string usage =
       "usage: herd chat-template (-m MODEL.gguf | --chat-template FILE) --messages FILE.json "
-      "[--tools FILE.json] [--add-generation-prompt]\n" + Args::Usage(specs);
+      "[--tools FILE.json] [--add-generation-prompt]\n" +
+      Args::Usage(specs);
   for (int i = 2; i < argc; ++i) {
     if (std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help") {
       std::fputs(usage.c_str(), stdout);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/gguf/gguf.h"
 #include "tools/herd/commands.h"
 
@@ -55,10 +56,10 @@ Result RunCmd(std::vector<std::string> args) {
 }
 
 TEST(CmdChatTemplate, TemplateAndSpecialTokensFromGguf) {
-  const std::string model = WriteModel(
-      "with_template.gguf",
-      "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}"
-      "{% if add_generation_prompt %}[assistant]{% endif %}");
+  const std::string model =
+      WriteModel("with_template.gguf",
+                 "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}"
+                 "{% if add_generation_prompt %}[assistant]{% endif %}");
   const std::string msgs = WriteText("m1.json", R"([{"role": "user", "content": "hi"}])");
   Result r = RunCmd({"-m", model, "--messages", msgs, "--add-generation-prompt"});
   EXPECT_EQ(r.rc, 0);
@@ -76,15 +77,15 @@ TEST(CmdChatTemplate, ChatMlWhenTheModelHasNoTemplate) {
 }
 
 TEST(CmdChatTemplate, TemplateFileToolsAndRequestObjects) {
-  const std::string tmpl = WriteText(
-      "t.jinja", "{{ bos_token }}{{ tools | tojson }}{% for m in messages %}|{{ m.content }}{% endfor %}");
+  const std::string tmpl =
+      WriteText("t.jinja", "{{ bos_token }}{{ tools | tojson }}{% for m in messages %}|{{ m.content }}{% endfor %}");
   const std::string msgs = WriteText("m3.json", R"([{"role": "user", "content": "q"}])");
   const std::string tools = WriteText("tools.json", R"([{"type": "function", "function": {"name": "f"}}])");
   Result r = RunCmd({"--chat-template", tmpl, "--messages", msgs, "--tools", tools});
   EXPECT_EQ(r.rc, 0);
   EXPECT_EQ(r.out, R"(<s>[{"type": "function", "function": {"name": "f"}}]|q)");
-  const std::string req = WriteText(
-      "req.json", R"({"messages": [{"role": "user", "content": "r"}], "tools": [{"type": "x"}]})");
+  const std::string req =
+      WriteText("req.json", R"({"messages": [{"role": "user", "content": "r"}], "tools": [{"type": "x"}]})");
   r = RunCmd({"--chat-template", tmpl, "--messages", req});
   EXPECT_EQ(r.rc, 0);
   EXPECT_EQ(r.out, R"(<s>[{"type": "x"}]|r)");
@@ -92,7 +93,7 @@ TEST(CmdChatTemplate, TemplateFileToolsAndRequestObjects) {
 
 TEST(CmdChatTemplate, Errors) {
   const std::string msgs = WriteText("m4.json", R"([{"role": "system", "content": "s"}])");
-  EXPECT_EQ(RunCmd({"--messages", msgs}).rc, 2);                                   // no template
+  EXPECT_EQ(RunCmd({"--messages", msgs}).rc, 2);                                     // no template
   EXPECT_EQ(RunCmd({"--chat-template", "x", "-m", "y", "--messages", msgs}).rc, 2);  // both
   const std::string tmpl = WriteText("t2.jinja", "x");
   EXPECT_EQ(RunCmd({"--chat-template", tmpl}).rc, 2);  // no messages

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/embedding.h"
 #include "libs/engine/engine.h"
@@ -29,7 +30,8 @@ int Fail(const absl::Status& s) {
 }
 
 int Usage(const std::string& msg, const std::string& usage) {
-  std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(), usage.substr(0, usage.find('\n')).c_str());
+  std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(),
+               usage.substr(0, usage.find('\n')).c_str());
   return 2;
 }
 

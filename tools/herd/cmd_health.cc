@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/client_unary_call.h"
+
 #include "tools/herd/args.h"
 #include "tools/herd/client_security.h"
 #include "tools/herd/commands.h"
@@ -52,13 +53,18 @@ int ParseStatus(const std::string& s) {
         if (!ReadVarint(s, &pos, &v)) return -1;
         if ((key >> 3) == 1) status = static_cast<int>(v);
         break;
-      case 1: pos += 8; break;
-      case 5: pos += 4; break;
+      case 1:
+        pos += 8;
+        break;
+      case 5:
+        pos += 4;
+        break;
       case 2:  // length-delimited
         if (!ReadVarint(s, &pos, &v) || v > s.size() - pos) return -1;
         pos += v;
         break;
-      default: return -1;
+      default:
+        return -1;
     }
   }
   return pos == s.size() ? status : -1;
@@ -66,11 +72,16 @@ int ParseStatus(const std::string& s) {
 
 const char* StatusName(int s) {
   switch (s) {
-    case 0: return "UNKNOWN";
-    case 1: return "SERVING";
-    case 2: return "NOT_SERVING";
-    case 3: return "SERVICE_UNKNOWN";
-    default: return "INVALID";
+    case 0:
+      return "UNKNOWN";
+    case 1:
+      return "SERVING";
+    case 2:
+      return "NOT_SERVING";
+    case 3:
+      return "SERVICE_UNKNOWN";
+    default:
+      return "INVALID";
   }
 }
 
@@ -111,13 +122,13 @@ int CmdHealth(int argc, char** argv) {
   // (services started with --open_health=false).
   auto security = ClientSecurityFromArgs(*args, {"HERD_API_KEY", "HERD_CLUSTER_KEY"});
   if (!security.ok()) {  // e.g. a CA file not mounted (yet): unhealthy, not a usage error
-    std::fprintf(stderr, "herd: health %s: error: %s\n", addr.c_str(), std::string(security.status().message()).c_str());
+    std::fprintf(stderr, "herd: health %s: error: %s\n", addr.c_str(),
+                 std::string(security.status().message()).c_str());
     return 1;
   }
   auto channel = serving::MakeChannel(addr, *security);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::microseconds(static_cast<int64_t>(*timeout * 1e6)));
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(static_cast<int64_t>(*timeout * 1e6)));
   grpc::Slice in_slice(req);
   grpc::ByteBuffer in(&in_slice, 1), out;
   grpc::Status st = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(

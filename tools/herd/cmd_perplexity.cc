@@ -37,7 +37,8 @@ int CmdPerplexity(int argc, char** argv) {
   const std::string usage = "usage: herd perplexity -m MODEL -f TEXT [-c N] [flags]\n" + Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) {
-    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(), usage.substr(0, usage.find('\n')).c_str());
+    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(),
+                 usage.substr(0, usage.find('\n')).c_str());
     return 2;
   }
   if (args->Has("-h")) {
@@ -54,7 +55,8 @@ int CmdPerplexity(int argc, char** argv) {
   auto threads = args->GetInt("-t");
   for (const absl::Status& s : {n_ctx.status(), n_batch.status(), chunks.status(), threads.status()}) {
     if (!s.ok()) {
-      std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(s.message()).c_str(), usage.substr(0, usage.find('\n')).c_str());
+      std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(s.message()).c_str(),
+                   usage.substr(0, usage.find('\n')).c_str());
       return 2;
     }
   }

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+
 #include "libs/gguf/gguf.h"
 #include "libs/quant/quantize.h"
 #include "libs/quant/type_rules.h"
@@ -53,14 +54,18 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-std::string Mib(uint64_t bytes) { return absl::StrCat(absl::SixDigits(static_cast<double>(bytes) / 1048576.0), " MiB"); }
+std::string Mib(uint64_t bytes) {
+  return absl::StrCat(absl::SixDigits(static_cast<double>(bytes) / 1048576.0), " MiB");
+}
 
 std::string Clock(double s) {
   if (s < 0) return "--:--";
   const int t = static_cast<int>(s + 0.5);
   char buf[32];
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%02d:%02d", t / 60, t % 60);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%02d:%02d", t / 60, t % 60);
   return buf;
 }
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "tests/shared_data.h"
 
 namespace herd::cli {

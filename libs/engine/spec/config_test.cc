@@ -1,11 +1,11 @@
 // SpecConfig validation names the field; type names; proto overlay; the factory.
-#include "libs/engine/spec/spec_config.h"
-
 #include <cmath>
 #include <string>
 
 #include "gtest/gtest.h"
+
 #include "libs/engine/spec/session.h"
+#include "libs/engine/spec/spec_config.h"
 #include "libs/engine/spec/spec_proto.h"
 
 namespace herd::engine::spec {
@@ -118,8 +118,8 @@ TEST(SpecProto, OverlaysSetFieldsOnDefaults) {
 }
 
 TEST(CreateDrafter, EveryTypeAndTheDraftModelPrecondition) {
-  for (SpecType t : {SpecType::kNone, SpecType::kNgramSimple, SpecType::kNgramMapK, SpecType::kNgramMapK4v,
-                     SpecType::kNgramCache}) {
+  for (SpecType t :
+       {SpecType::kNone, SpecType::kNgramSimple, SpecType::kNgramMapK, SpecType::kNgramMapK4v, SpecType::kNgramCache}) {
     SpecConfig c;
     c.type = t;
     auto d = CreateDrafter(c, {});

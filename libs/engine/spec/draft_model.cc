@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/log.h"
 
 namespace herd::engine::spec {
@@ -47,8 +48,7 @@ absl::Status CheckVocabCompatible(const tokenizer::Vocab& target, const tokenize
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& path,
-                                                             const DraftModelParams& params) {
+absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& path, const DraftModelParams& params) {
   if (params.top_k < 1) return absl::InvalidArgumentError(absl::StrCat("top_k: ", params.top_k, " must be >= 1"));
   if (params.n_threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("n_threads: ", params.n_threads, " must be >= 1"));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/spec/drafter.h"
@@ -82,8 +83,8 @@ class DraftModel {
 
  private:
   struct SeqState {
-    int64_t start = 0;                // history index of KV position 0
-    std::vector<int32_t> kv_tokens;   // tokens at KV positions 0..
+    int64_t start = 0;               // history index of KV position 0
+    std::vector<int32_t> kv_tokens;  // tokens at KV positions 0..
     uint64_t last_use = 0;
   };
   DraftModel() = default;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/session.h"

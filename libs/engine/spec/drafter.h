@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/engine/spec/spec_config.h"
 
 namespace herd::engine::spec {

@@ -79,14 +79,14 @@ class NgramMapDrafter : public Drafter {
 
   /// Statistics of one value m-gram of a key.
   struct Value {
-    int64_t pos = -1;         // history index of one occurrence of the m-gram; -1 = empty slot
-    int32_t count = 0;        // occurrences after the key
-    int32_t n_accepted = 0;   // accepted tokens of its last draft (starts at m)
+    int64_t pos = -1;        // history index of one occurrence of the m-gram; -1 = empty slot
+    int32_t count = 0;       // occurrences after the key
+    int32_t n_accepted = 0;  // accepted tokens of its last draft (starts at m)
   };
   /// Statistics of one key n-gram.
   struct Key {
-    int32_t hits = 0;         // lookups that found an earlier occurrence
-    int64_t scanned_to = 0;   // occurrences starting before this index are counted
+    int32_t hits = 0;        // lookups that found an earlier occurrence
+    int64_t scanned_to = 0;  // occurrences starting before this index are counted
     Value values[kNgramMaxValues];
   };
   /// The statistics of key `key` (n tokens), or nullptr if it was never found.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/base/mmap.h"
 
 namespace herd::engine::spec {
@@ -88,7 +89,8 @@ int32_t GetI32(const std::string& s, size_t off) {
 size_t NgramHash::operator()(const Ngram& g) const {
   // llama.cpp common_ngram_hash_function: Fibonacci hashing of each token, xor-ed.
   size_t h = 0;
-  for (int i = 0; i < kNgramCacheMax; ++i) h ^= static_cast<size_t>(static_cast<int64_t>(g.tokens[i])) * 11400714819323198485llu;
+  for (int i = 0; i < kNgramCacheMax; ++i)
+    h ^= static_cast<size_t>(static_cast<int64_t>(g.tokens[i])) * 11400714819323198485llu;
   return h;
 }
 

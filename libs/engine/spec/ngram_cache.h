@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "libs/engine/spec/drafter.h"
 
 namespace herd::engine::spec {

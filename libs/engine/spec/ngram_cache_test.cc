@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/mmap.h"
 
 namespace herd::engine::spec {
@@ -52,11 +53,15 @@ TEST(NgramCache, DraftsFromTheContext) {
 TEST(NgramCache, LaxThresholdsForShortNgrams) {
   NgramCache ctx, none;
   // The 1-gram (5) was followed by 6 once: one sample is too few for a 1-gram (needs 2).
-  EXPECT_TRUE(NgramCacheDraft({9, 5}, 3, 1, 4, [] {
-                NgramCache c;
-                c[G({5})][6] = 1;
-                return c;
-              }(), none, none).empty());
+  EXPECT_TRUE(NgramCacheDraft(
+                  {9, 5}, 3, 1, 4,
+                  [] {
+                    NgramCache c;
+                    c[G({5})][6] = 1;
+                    return c;
+                  }(),
+                  none, none)
+                  .empty());
   // Twice: drafts. A 3-gram needs only one sample.
   ctx[G({5})][6] = 2;
   EXPECT_EQ(NgramCacheDraft({9, 5}, 1, 1, 4, ctx, none, none), (Tokens{6}));
@@ -77,7 +82,7 @@ TEST(NgramCache, DynamicIsStrictAndStaticAloneNeedsTwoSamples) {
   EXPECT_EQ(NgramCacheDraft({4, 5}, 1, 1, 4, none, dyn, none), (Tokens{6}));
   st[G({4, 5})] = {{7, 3}, {8, 1}};
   EXPECT_EQ(NgramCacheDraft({4, 5}, 3, 1, 4, none, none, st), (Tokens{7}));  // then (5 7) is unknown
-  st[G({5, 7})][9] = 1;  // one sample: not enough
+  st[G({5, 7})][9] = 1;                                                      // one sample: not enough
   EXPECT_EQ(NgramCacheDraft({4, 5}, 3, 1, 4, none, none, st), (Tokens{7}));
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/engine/spec/session.h"
 
 namespace herd::engine::spec {
@@ -217,7 +218,7 @@ TEST(SpecSession, NMaxCapsAndNMinDropsEveryType) {
       EXPECT_EQ((*s)->Draft(/*n_max_cap=*/2).tokens, (Tokens{4, 5}));
     }
     if (t == SpecType::kNgramCache) continue;  // its drafts are not m long
-    {  // a draft of 3 (m) is dropped under n_min 4, kept under n_min 3
+    {                                          // a draft of 3 (m) is dropped under n_min 4, kept under n_min 3
       auto s = SpecSession::Create(Cfg(t, 2, 3, 4, 8), {});
       (*s)->Append(h);
       EXPECT_TRUE((*s)->Draft().tokens.empty());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/drafter.h"
 

@@ -44,8 +44,7 @@ TEST(RejectionSample, FirstTokenFollowsTheTargetWithASampledDraft) {
   constexpr int kV = 6;
   constexpr int64_t kTrials = 200000;
   std::mt19937 gen(1234);
-  const std::vector<float> p = RandomDist(kV, gen, /*zeros=*/1), q = RandomDist(kV, gen),
-                           p2 = RandomDist(kV, gen);
+  const std::vector<float> p = RandomDist(kV, gen, /*zeros=*/1), q = RandomDist(kV, gen), p2 = RandomDist(kV, gen);
   std::mt19937 rng(42);
   std::vector<int64_t> counts(kV, 0);
   int64_t accepted = 0;
@@ -82,9 +81,9 @@ TEST(RejectionSample, TwoTokenDraftJointDistribution) {
   std::vector<int64_t> counts(kV * kV, 0);
   for (int64_t t = 0; t < kTrials; ++t) {
     const int32_t x0 = Draw(q0, rng), x1 = Draw(q1[static_cast<size_t>(x0)], rng);
-    auto r = RejectionSample({DistFromDense(p0), DistFromDense(p1[static_cast<size_t>(x0)]),
-                              DistFromDense(p2[static_cast<size_t>(x1)])},
-                             {x0, x1}, {DistFromDense(q0), DistFromDense(q1[static_cast<size_t>(x0)])}, rng);
+    auto r = RejectionSample(
+        {DistFromDense(p0), DistFromDense(p1[static_cast<size_t>(x0)]), DistFromDense(p2[static_cast<size_t>(x1)])},
+        {x0, x1}, {DistFromDense(q0), DistFromDense(q1[static_cast<size_t>(x0)])}, rng);
     ASSERT_TRUE(r.ok()) << r.status();
     int32_t a, b;
     if (r->n_accepted == 0) {
@@ -98,7 +97,9 @@ TEST(RejectionSample, TwoTokenDraftJointDistribution) {
   }
   std::vector<double> pe;
   for (int a = 0; a < kV; ++a) {
-    for (int b = 0; b < kV; ++b) pe.push_back(static_cast<double>(p0[static_cast<size_t>(a)]) * p1[static_cast<size_t>(a)][static_cast<size_t>(b)]);
+    for (int b = 0; b < kV; ++b)
+      pe.push_back(static_cast<double>(p0[static_cast<size_t>(a)]) *
+                   p1[static_cast<size_t>(a)][static_cast<size_t>(b)]);
   }
   // 15 degrees of freedom: P(chi2 > 37.7) = 0.001.
   EXPECT_LT(ChiSquare(counts, pe, kTrials), 37.7);

@@ -19,7 +19,8 @@ absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const SpecConfig& c, cons
       return std::unique_ptr<Drafter>(new NgramCacheDrafter(resources.ngram_cache));
     case SpecType::kDraftModel:
       if (resources.draft_model == nullptr) {
-        return absl::FailedPreconditionError("type: draft-model needs a draft model (--model_draft) and none is loaded");
+        return absl::FailedPreconditionError(
+            "type: draft-model needs a draft model (--model_draft) and none is loaded");
       }
       return resources.draft_model->NewDrafter();
   }

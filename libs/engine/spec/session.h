@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "libs/engine/spec/draft_model.h"
 #include "libs/engine/spec/drafter.h"
 #include "libs/engine/spec/ngram.h"
@@ -37,8 +38,8 @@ class SpecSession : public DraftSource {
  public:
   /// Validates `config` and creates its drafter (errors as CreateDrafter). `seed`
   /// seeds the RNG used for temp > 0 draft-model drafting.
-  static absl::StatusOr<std::unique_ptr<SpecSession>> Create(const SpecConfig& config,
-                                                             const SpecResources& resources, uint32_t seed = 0);
+  static absl::StatusOr<std::unique_ptr<SpecSession>> Create(const SpecConfig& config, const SpecResources& resources,
+                                                             uint32_t seed = 0);
 
   /// Appends tokens the target produced (the prompt on the first call).
   void Append(const std::vector<int32_t>& tokens) override;

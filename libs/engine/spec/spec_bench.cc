@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/engine/spec/spec_generate.h"
 #include "libs/gguf/gguf.h"
@@ -98,8 +99,7 @@ absl::StatusOr<std::unique_ptr<model::Model>> RandomModel(const gguf::GgufFile& 
   return model::Model::FromGguf(*std::move(f));
 }
 
-int Run(const std::string& name, const model::Model& target, const std::string& draft_path,
-        const std::string& prompt) {
+int Run(const std::string& name, const model::Model& target, const std::string& draft_path, const std::string& prompt) {
   CpuBackend backend(absl::GetFlag(FLAGS_threads));
   auto vocab = tokenizer::Vocab::FromGguf(target.file());
   if (!vocab.ok()) return std::fprintf(stderr, "%s\n", vocab.status().ToString().c_str()), 1;
@@ -112,7 +112,8 @@ int Run(const std::string& name, const model::Model& target, const std::string& 
   dp.n_threads = absl::GetFlag(FLAGS_threads);
   auto draft = DraftModel::Load(draft_path, dp);
   if (!draft.ok()) return std::fprintf(stderr, "%s\n", draft.status().ToString().c_str()), 1;
-  if (absl::Status s = (*draft)->AttachTarget(**vocab); !s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
+  if (absl::Status s = (*draft)->AttachTarget(**vocab); !s.ok())
+    return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
 
   GenerateParams gp;
   gp.prompt = prompt;

@@ -12,12 +12,18 @@ namespace herd::engine::spec {
 
 const char* SpecTypeName(SpecType t) {
   switch (t) {
-    case SpecType::kNone: return "none";
-    case SpecType::kNgramSimple: return "ngram-simple";
-    case SpecType::kNgramMapK: return "ngram-map-k";
-    case SpecType::kNgramMapK4v: return "ngram-map-k4v";
-    case SpecType::kNgramCache: return "ngram-cache";
-    case SpecType::kDraftModel: return "draft-model";
+    case SpecType::kNone:
+      return "none";
+    case SpecType::kNgramSimple:
+      return "ngram-simple";
+    case SpecType::kNgramMapK:
+      return "ngram-map-k";
+    case SpecType::kNgramMapK4v:
+      return "ngram-map-k4v";
+    case SpecType::kNgramCache:
+      return "ngram-cache";
+    case SpecType::kDraftModel:
+      return "draft-model";
   }
   return "unknown";
 }
@@ -36,9 +42,9 @@ absl::StatusOr<SpecType> ParseSpecType(absl::string_view name, absl::string_view
 }
 
 bool SpecConfig::operator==(const SpecConfig& o) const {
-  return type == o.type && draft_max == o.draft_max && draft_min == o.draft_min &&
-         draft_p_min == o.draft_p_min && ngram_size_n == o.ngram_size_n && ngram_size_m == o.ngram_size_m &&
-         ngram_check_rate == o.ngram_check_rate && ngram_min_hits == o.ngram_min_hits;
+  return type == o.type && draft_max == o.draft_max && draft_min == o.draft_min && draft_p_min == o.draft_p_min &&
+         ngram_size_n == o.ngram_size_n && ngram_size_m == o.ngram_size_m && ngram_check_rate == o.ngram_check_rate &&
+         ngram_min_hits == o.ngram_min_hits;
 }
 
 namespace {

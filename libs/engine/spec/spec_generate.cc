@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+
 #include "libs/engine/spec/spec_loop.h"
 #include "libs/engine/spec/verify.h"
 
@@ -41,9 +42,8 @@ absl::StatusOr<SpecGenerateResult> GenerateSpeculative(Engine& engine, const tok
   }
   SpecGenerateResult out;
   GenerateResult& res = out.gen;
-  res.prompt_ids = params.prompt_ids.empty()
-                       ? vocab.Tokenize(params.prompt, params.add_special, params.parse_special)
-                       : params.prompt_ids;
+  res.prompt_ids = params.prompt_ids.empty() ? vocab.Tokenize(params.prompt, params.add_special, params.parse_special)
+                                             : params.prompt_ids;
   if (res.prompt_ids.empty()) {
     return absl::InvalidArgumentError("prompt: empty after tokenization and the vocabulary adds no BOS");
   }

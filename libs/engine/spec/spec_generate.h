@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/session.h"

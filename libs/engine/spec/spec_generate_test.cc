@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "tests/shared_data.h"
 
@@ -107,8 +108,7 @@ void CheckModel(Loaded& l, const std::vector<std::string>& prompts, int n_predic
           EXPECT_EQ(st.acc_tokens, st.gen_tokens) << st.ToString();
         }
         if (pi == repeat_prompt && n_min == 1 && n_max == 4) {
-          std::printf("%-14s %s, %.2f tokens/pass\n", SpecTypeName(t), st.ToString().c_str(),
-                      spec->tokens_per_pass());
+          std::printf("%-14s %s, %.2f tokens/pass\n", SpecTypeName(t), st.ToString().c_str(), spec->tokens_per_pass());
         }
       }
     }

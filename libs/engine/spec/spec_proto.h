@@ -2,6 +2,7 @@
 // SparseDist.
 #pragma once
 #include "absl/status/statusor.h"
+
 #include "libs/engine/spec/drafter.h"
 #include "libs/engine/spec/spec_config.h"
 #include "proto/herd/v1/common.pb.h"

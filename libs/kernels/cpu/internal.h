@@ -11,21 +11,33 @@ namespace herd::cpu::internal {
 
 // Weight types with dot-product kernels (index into IsaKernels tables).
 enum WType {
-  kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0,                // activations F32/F16/BF16/Q8_0
-  kWQ4_1, kWQ5_0, kWQ5_1, kWIQ4_NL,                          // Q8_1 / Q8_0 / Q8_1 / Q8_0
-  kWQ2_K, kWQ3_K, kWQ4_K, kWQ5_K, kWQ6_K, kWIQ4_XS,          // Q8_K
+  kWF32 = 0,
+  kWF16,
+  kWBF16,
+  kWQ8_0,
+  kWQ4_0,  // activations F32/F16/BF16/Q8_0
+  kWQ4_1,
+  kWQ5_0,
+  kWQ5_1,
+  kWIQ4_NL,  // Q8_1 / Q8_0 / Q8_1 / Q8_0
+  kWQ2_K,
+  kWQ3_K,
+  kWQ4_K,
+  kWQ5_K,
+  kWQ6_K,
+  kWIQ4_XS,  // Q8_K
   kNumWTypes
 };
 
 using VecDotFn = void (*)(int64_t n, float* s, const void* x, const void* y);
-using TileFn = void (*)(int64_t k, const void* w, size_t w_stride, const void* a, size_t a_stride,
-                        float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+using TileFn = void (*)(int64_t k, const void* w, size_t w_stride, const void* a, size_t a_stride, float* dst,
+                        size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 using FromFloatFn = void (*)(const float* x, void* y, int64_t n);
 
 struct IsaKernels {
   VecDotFn vec_dot[kNumWTypes];
   TileFn tile[kNumWTypes];
-  FromFloatFn to_f16;   // nullptr: use the scalar conversion
+  FromFloatFn to_f16;  // nullptr: use the scalar conversion
   FromFloatFn to_bf16;
   FromFloatFn to_q8_0;
   FromFloatFn to_q8_1;  // nullptr: QuantizeRowQ8_1X86
@@ -34,7 +46,7 @@ struct IsaKernels {
   void (*silu)(const float* x, float* y, int64_t n);
   void (*swiglu)(const float* a, const float* b, float* y, int64_t n);
   double (*softmax_exp)(const float* x, float* y, int64_t n, float max);  // y = exp(x - max), returns sum
-  double (*cvar)(const float* x, float* y, int64_t n, float mean);         // y = x - mean, returns sum(y^2)/n
+  double (*cvar)(const float* x, float* y, int64_t n, float mean);        // y = x - mean, returns sum(y^2)/n
   void (*mad_f16)(const uint16_t* x, float v, uint16_t* y, int64_t n);
   void (*scale_f16)(uint16_t* y, float v, int64_t n);
 };

@@ -18,22 +18,38 @@ namespace {
 
 int WIndex(GgmlType w) {
   switch (w) {
-    case GgmlType::F32: return internal::kWF32;
-    case GgmlType::F16: return internal::kWF16;
-    case GgmlType::BF16: return internal::kWBF16;
-    case GgmlType::Q8_0: return internal::kWQ8_0;
-    case GgmlType::Q4_0: return internal::kWQ4_0;
-    case GgmlType::Q4_1: return internal::kWQ4_1;
-    case GgmlType::Q5_0: return internal::kWQ5_0;
-    case GgmlType::Q5_1: return internal::kWQ5_1;
-    case GgmlType::IQ4_NL: return internal::kWIQ4_NL;
-    case GgmlType::Q2_K: return internal::kWQ2_K;
-    case GgmlType::Q3_K: return internal::kWQ3_K;
-    case GgmlType::Q4_K: return internal::kWQ4_K;
-    case GgmlType::Q5_K: return internal::kWQ5_K;
-    case GgmlType::Q6_K: return internal::kWQ6_K;
-    case GgmlType::IQ4_XS: return internal::kWIQ4_XS;
-    default: return -1;
+    case GgmlType::F32:
+      return internal::kWF32;
+    case GgmlType::F16:
+      return internal::kWF16;
+    case GgmlType::BF16:
+      return internal::kWBF16;
+    case GgmlType::Q8_0:
+      return internal::kWQ8_0;
+    case GgmlType::Q4_0:
+      return internal::kWQ4_0;
+    case GgmlType::Q4_1:
+      return internal::kWQ4_1;
+    case GgmlType::Q5_0:
+      return internal::kWQ5_0;
+    case GgmlType::Q5_1:
+      return internal::kWQ5_1;
+    case GgmlType::IQ4_NL:
+      return internal::kWIQ4_NL;
+    case GgmlType::Q2_K:
+      return internal::kWQ2_K;
+    case GgmlType::Q3_K:
+      return internal::kWQ3_K;
+    case GgmlType::Q4_K:
+      return internal::kWQ4_K;
+    case GgmlType::Q5_K:
+      return internal::kWQ5_K;
+    case GgmlType::Q6_K:
+      return internal::kWQ6_K;
+    case GgmlType::IQ4_XS:
+      return internal::kWIQ4_XS;
+    default:
+      return -1;
   }
 }
 
@@ -111,8 +127,8 @@ void VecDotQ4_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
       sumi1 += (x[b].qs[j] >> 4) * y[b].qs[j + 16];
     }
     const int sumi = sumi0 + sumi1;
-    sumf += (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) +
-            Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
+    sumf +=
+        (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) + Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
   }
   *s = sumf;
 }
@@ -160,8 +176,8 @@ void VecDotQ5_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
       sumi1 += x1 * y[b].qs[j + 16];
     }
     const int sumi = sumi0 + sumi1;
-    sumf += (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) +
-            Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
+    sumf +=
+        (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) + Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
   }
   *s = sumf;
 }
@@ -434,8 +450,8 @@ void VecDotIQ4_XSScalar(int64_t n, float* s, const void* vx, const void* vy) {
 }
 
 template <internal::VecDotFn kDot>
-void TileScalar(int64_t k, const void* w, size_t ws, const void* a, size_t as, float* dst, size_t ds,
-                int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+void TileScalar(int64_t k, const void* w, size_t ws, const void* a, size_t as, float* dst, size_t ds, int64_t i0,
+                int64_t i1, int64_t j0, int64_t j1) {
   const char* wb = static_cast<const char*>(w);
   const char* ab = static_cast<const char*>(a);
   for (int64_t j = j0; j < j1; ++j) {
@@ -454,7 +470,16 @@ const IsaKernels kScalarKernels = {
      TileScalar<VecDotQ5_0Scalar>, TileScalar<VecDotQ5_1Scalar>, TileScalar<VecDotIQ4_NLScalar>,
      TileScalar<VecDotQ2_KScalar>, TileScalar<VecDotQ3_KScalar>, TileScalar<VecDotQ45_KScalar<false>>,
      TileScalar<VecDotQ45_KScalar<true>>, TileScalar<VecDotQ6_KScalar>, TileScalar<VecDotIQ4_XSScalar>},
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr};
 
 // Highest supported Isa <= `isa`.
 Isa ClampIsa(Isa isa) {
@@ -464,9 +489,12 @@ Isa ClampIsa(Isa isa) {
 
 const IsaKernels& KernelsFor(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return internal::Avx512Kernels(GetCpuFeatures().avx512vnni);
-    case Isa::kAvx2: return internal::Avx2Kernels();
-    default: return kScalarKernels;
+    case Isa::kAvx512:
+      return internal::Avx512Kernels(GetCpuFeatures().avx512vnni);
+    case Isa::kAvx2:
+      return internal::Avx2Kernels();
+    default:
+      return kScalarKernels;
   }
 }
 
@@ -482,16 +510,20 @@ const IsaKernels& ScalarKernels() { return kScalarKernels; }
 
 GgmlType VecDotType(GgmlType w) {
   switch (w) {  // ggml-cpu type_traits_cpu[].vec_dot_type, also for types without kernels here yet
-    case GgmlType::F16: return GgmlType::F16;
-    case GgmlType::BF16: return GgmlType::BF16;
+    case GgmlType::F16:
+      return GgmlType::F16;
+    case GgmlType::BF16:
+      return GgmlType::BF16;
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
     case GgmlType::IQ4_NL:
-    case GgmlType::MXFP4: return GgmlType::Q8_0;
+    case GgmlType::MXFP4:
+      return GgmlType::Q8_0;
     case GgmlType::Q4_1:
     case GgmlType::Q5_1:
-    case GgmlType::Q8_1: return GgmlType::Q8_1;
+    case GgmlType::Q8_1:
+      return GgmlType::Q8_1;
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:
@@ -506,8 +538,10 @@ GgmlType VecDotType(GgmlType w) {
     case GgmlType::IQ4_XS:
     case GgmlType::IQ1_M:
     case GgmlType::TQ1_0:
-    case GgmlType::TQ2_0: return GgmlType::Q8_K;
-    default: return GgmlType::F32;
+    case GgmlType::TQ2_0:
+      return GgmlType::Q8_K;
+    default:
+      return GgmlType::F32;
   }
 }
 
@@ -517,9 +551,12 @@ bool IsaSupported(Isa isa) {
   const CpuFeatures& f = GetCpuFeatures();
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   switch (isa) {
-    case Isa::kScalar: return true;
-    case Isa::kAvx2: return avx2;
-    case Isa::kAvx512: return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return avx2;
+    case Isa::kAvx512:
+      return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
   }
   return false;
 }
@@ -567,8 +604,7 @@ VecDotFn GetVecDot(GgmlType w, Isa isa) {
 }
 
 void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_stride, const void* a_data,
-                size_t a_stride, float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0,
-                int64_t j1) {
+                size_t a_stride, float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const int t = WIndex(w);
   assert(t >= 0);
   if (t < 0 || i0 >= i1 || j0 >= j1) return;

@@ -59,9 +59,8 @@ VecDotFn GetVecDot(GgmlType w, Isa isa);
 /// bytes (type VecDotType(w)); dst_stride in floats. k as for VecDotFn. Thread-safe;
 /// callers split [i0,i1) x [j0,j1) among threads freely. Unsupported isa falls back to
 /// the best supported one below it.
-void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_stride,
-                const void* a_data, size_t a_stride, float* dst, size_t dst_stride,
-                int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_stride, const void* a_data,
+                size_t a_stride, float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
 // ---------------------------------------------------------------------------
 // Row / elementwise ops on F32. All work in place (y == x, or y == a / y == b).
@@ -79,8 +78,8 @@ void SoftMax(const float* x, float* y, int64_t n, float scale, const float* mask
 
 /// RoPE (ggml_rope_ext; ggml-cpu rope_f32 with rope_yarn / rope_yarn_corr_dims).
 struct RopeParams {
-  int n_dims;         // rotated dims (<= head_dim, even)
-  bool neox;          // false: pairs (2i, 2i+1); true: pairs (i, i + n_dims/2)
+  int n_dims;  // rotated dims (<= head_dim, even)
+  bool neox;   // false: pairs (2i, 2i+1); true: pairs (i, i + n_dims/2)
   int n_ctx_orig;
   float freq_base;
   float freq_scale;
@@ -97,17 +96,16 @@ void RopeCache(const RopeParams& p, float pos, const float* freq_factors, float*
 /// y0 = x0*cos - x1*sin, y1 = x0*sin + x1*cos; dims >= n_dims copied unchanged.
 void RopeApply(const RopeParams& p, const float* cos_sin, const float* x, float* y, int64_t head_dim);
 /// The YaRN correction dims ggml computes (ggml_rope_yarn_corr_dims).
-void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
-                      float dims[2]);
+void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);
 
-void Silu(const float* x, float* y, int64_t n);     // x/(1+expf(-x))
+void Silu(const float* x, float* y, int64_t n);  // x/(1+expf(-x))
 /// 0.5x(1+tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) evaluated in float with tanhf.
 void Gelu(const float* x, float* y, int64_t n);
 /// What ggml's CPU backend actually computes for GGML_UNARY_OP_GELU (GGML_GELU_FP16 is
 /// defined in ggml-cpu/vec.h): x <= -10 -> 0, x >= 10 -> x, otherwise the F16 table
 /// fp16(gelu_f32(fp16_to_f32(fp16(x)))). Use this one to match llama.cpp's logits.
 void GeluGgmlTable(const float* x, float* y, int64_t n);
-void GeluErf(const float* x, float* y, int64_t n);  // 0.5x(1+erff(x/sqrt2))
+void GeluErf(const float* x, float* y, int64_t n);                 // 0.5x(1+erff(x/sqrt2))
 void Swiglu(const float* a, const float* b, float* y, int64_t n);  // silu(a)*b
 void Add(const float* a, const float* b, float* y, int64_t n);
 void Mul(const float* a, const float* b, float* y, int64_t n);
@@ -133,7 +131,7 @@ void ScaleF16(uint16_t* y, float v, int64_t n);
 /// v + c * v_stride bytes; vkq16 is caller scratch of hd halves. (ggml computes the
 /// scores with ggml_vec_dot_f16 of K and Q converted to F16; for hd < 64 that is the
 /// double-accumulating scalar loop, i.e. GetVecDot(F16, Isa::kScalar).)
-void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd,
-                      uint16_t* vkq16, float* out);
+void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd, uint16_t* vkq16,
+                      float* out);
 
 }  // namespace herd::cpu

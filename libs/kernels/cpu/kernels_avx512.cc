@@ -76,7 +76,10 @@ struct NextRowsPrefetcher {
 // is prefetched into L2 kGemvPrefetchBytes ahead of where it is read.
 // GemvGroup(k, w, ss, pfd, a, d, ds): rows w + r*ss for r < kGR -> d[r*ds], prefetching
 // each row's bytes at +pfd.
-static size_t GemvPf() { static size_t v = getenv("HERD_PF") ? atol(getenv("HERD_PF")) : 4096; return v; }
+static size_t GemvPf() {
+  static size_t v = getenv("HERD_PF") ? atol(getenv("HERD_PF")) : 4096;
+  return v;
+}
 #define kGemvPrefetchBytes GemvPf()
 
 template <class K>
@@ -109,8 +112,8 @@ inline void Reduce8(const __m512 (&v)[8], float* d, size_t ds) {
   const __m512 e1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
   // f, 128-bit lane j: [row j: 2 sums, row 4 + j: 2 sums].
   const __m512d e0d = _mm512_castps_pd(e0), e1d = _mm512_castps_pd(e1);
-  const __m512 f = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(e0d, e1d)),
-                                 _mm512_castpd_ps(_mm512_unpackhi_pd(e0d, e1d)));
+  const __m512 f =
+      _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(e0d, e1d)), _mm512_castpd_ps(_mm512_unpackhi_pd(e0d, e1d)));
   // g: row j in lane 4j, row 4 + j in lane 4j + 2.
   const __m512 g = _mm512_add_ps(f, _mm512_shuffle_ps(f, f, _MM_SHUFFLE(2, 3, 0, 1)));
   alignas(64) float out[16];
@@ -245,21 +248,20 @@ struct KBf16 {
   static void Pack(int64_t, const char*, char*) {}
 
   template <int NR, int NC>
-  static void Step(const char* w, size_t ws, const char* a, size_t as, int64_t kk, int64_t rem,
-                   __m512 (&acc)[NR][NC]) {
+  static void Step(const char* w, size_t ws, const char* a, size_t as, int64_t kk, int64_t rem, __m512 (&acc)[NR][NC]) {
     const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     __m512 ae[NC], ao[NC];
     HERD_UNROLL for (int c = 0; c < NC; ++c) {
       const char* p = a + c * as + kk * 2;
-      const __m512i u = rem >= 32 ? _mm512_loadu_si512(p)
-                                  : _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1ull << rem) - 1), p);
+      const __m512i u =
+          rem >= 32 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1ull << rem) - 1), p);
       ae[c] = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
       ao[c] = _mm512_castsi512_ps(_mm512_and_si512(u, hi_mask));
     }
     HERD_UNROLL for (int r = 0; r < NR; ++r) {
       const char* p = w + r * ws + kk * 2;
-      const __m512i u = rem >= 32 ? _mm512_loadu_si512(p)
-                                  : _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1ull << rem) - 1), p);
+      const __m512i u =
+          rem >= 32 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1ull << rem) - 1), p);
       const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
       const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(u, hi_mask));
       HERD_UNROLL for (int c = 0; c < NC; ++c) {
@@ -356,8 +358,8 @@ struct KQ8_0 {
     HERD_UNROLL for (int r = 0; r < NR; ++r) {
       const char* b0 = w + r * ws;
       const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-      const __m256i q1 = kHalf ? _mm256_setzero_si256()
-                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kQ8BlockBytes + 2));
+      const __m256i q1 =
+          kHalf ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kQ8BlockBytes + 2));
       const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
       if (kVnni) {
         wq[r] = _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));  // q + 128 as u8
@@ -397,10 +399,10 @@ struct KQ8_0 {
     const int64_t nb = k / 32;
     const int64_t full = nb / 2;
     // z0 = bytes 0-63 (words 0-31), z1 = bytes 4-67 (word 32 + m = pair word m + 2).
-    const __m512i qidx = _mm512_set_epi16(32 + 31, 32 + 30, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
-                                          16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                          17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i qidx = _mm512_set_epi16(32 + 31, 32 + 30, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 16,
+                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17,
+                                          17, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int64_t p = 0; p < full; ++p) {
       const char* pa = a + p * kPairBytes;
       const __m512i aq = _mm512_load_si512(pa);
@@ -426,7 +428,7 @@ struct KQ8_0 {
       }
     }
     if (nb & 1) {
-      __m512 (&acc2)[kGR][1] = reinterpret_cast<__m512 (&)[kGR][1]>(acc);
+      __m512(&acc2)[kGR][1] = reinterpret_cast<__m512(&)[kGR][1]>(acc);
       Step<kGR, 1, true>(w + full * 2 * kQ8BlockBytes, ws, a + full * kPairBytes, 0, acc2);
     }
     Reduce8(acc, d, ds);
@@ -487,10 +489,22 @@ void PackQ8RowQuads(int64_t k, const char* a, char* out) {
       const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y));
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y + 16));
       switch (i) {
-        case 0: lo = _mm512_inserti32x4(lo, l, 0); hi = _mm512_inserti32x4(hi, h, 0); break;
-        case 1: lo = _mm512_inserti32x4(lo, l, 1); hi = _mm512_inserti32x4(hi, h, 1); break;
-        case 2: lo = _mm512_inserti32x4(lo, l, 2); hi = _mm512_inserti32x4(hi, h, 2); break;
-        default: lo = _mm512_inserti32x4(lo, l, 3); hi = _mm512_inserti32x4(hi, h, 3); break;
+        case 0:
+          lo = _mm512_inserti32x4(lo, l, 0);
+          hi = _mm512_inserti32x4(hi, h, 0);
+          break;
+        case 1:
+          lo = _mm512_inserti32x4(lo, l, 1);
+          hi = _mm512_inserti32x4(hi, h, 1);
+          break;
+        case 2:
+          lo = _mm512_inserti32x4(lo, l, 2);
+          hi = _mm512_inserti32x4(hi, h, 2);
+          break;
+        default:
+          lo = _mm512_inserti32x4(lo, l, 3);
+          hi = _mm512_inserti32x4(hi, h, 3);
+          break;
       }
     }
     const __m512i sums = _mm512_add_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(eight, lo), ones),
@@ -520,9 +534,9 @@ struct KQ4_0 {
       const char* b0 = w + r * ws;
       __m512i z;
       if (kBlocks == 4) {
-        const __m256i q01 = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQ4BlockBytes + 2)), 1);
+        const __m256i q01 =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQ4BlockBytes + 2)), 1);
         const __m256i q23 = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2 * kQ4BlockBytes + 2))),
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 3 * kQ4BlockBytes + 2)), 1);
@@ -530,8 +544,10 @@ struct KQ4_0 {
       } else {
         z = _mm512_setzero_si512();
         z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2)), 0);
-        if (kBlocks > 1) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQ4BlockBytes + 2)), 1);
-        if (kBlocks > 2) z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2 * kQ4BlockBytes + 2)), 2);
+        if (kBlocks > 1)
+          z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQ4BlockBytes + 2)), 1);
+        if (kBlocks > 2)
+          z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2 * kQ4BlockBytes + 2)), 2);
       }
       wlo[r] = _mm512_and_si512(z, low4);
       whi[r] = _mm512_and_si512(_mm512_srli_epi16(z, 4), low4);
@@ -572,8 +588,8 @@ struct KQ4_0 {
     // z0 = bytes 0-63 (words 0-31), z1 = bytes 8-71 (word 32 + m = quad word m + 4).
     const __m512i qidx = _mm512_set_epi16(32 + 31, 32 + 30, 32 + 29, 32 + 28, 31, 30, 29, 28, 26, 25, 24, 23, 22, 21,
                                           20, 19, 17, 16, 15, 14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                          27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27, 27, 27, 18, 18, 18,
+                                          18, 9, 9, 9, 9, 0, 0, 0, 0);
     for (int64_t q = 0; q < full; ++q) {
       const char* pa = a + q * kQuadBytes;
       const __m512i alo = _mm512_load_si512(pa);
@@ -603,14 +619,21 @@ struct KQ4_0 {
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd, ad), acc[r]);
       }
     }
-    __m512 (&acc2)[kGR][1] = reinterpret_cast<__m512 (&)[kGR][1]>(acc);
+    __m512(&acc2)[kGR][1] = reinterpret_cast<__m512(&)[kGR][1]>(acc);
     const char* wt = w + full * 4 * kQ4BlockBytes;
     const char* at = a + full * kQuadBytes;
     switch (nb & 3) {
-      case 1: Step<kGR, 1, 1>(wt, ws, at, 0, acc2); break;
-      case 2: Step<kGR, 1, 2>(wt, ws, at, 0, acc2); break;
-      case 3: Step<kGR, 1, 3>(wt, ws, at, 0, acc2); break;
-      default: break;
+      case 1:
+        Step<kGR, 1, 1>(wt, ws, at, 0, acc2);
+        break;
+      case 2:
+        Step<kGR, 1, 2>(wt, ws, at, 0, acc2);
+        break;
+      case 3:
+        Step<kGR, 1, 3>(wt, ws, at, 0, acc2);
+        break;
+      default:
+        break;
     }
     Reduce8(acc, d, ds);
   }
@@ -632,10 +655,17 @@ struct KQ4_0 {
     const char* wt = w + full * 4 * kQ4BlockBytes;
     const char* at = a + full * kQuadBytes;
     switch (nb & 3) {
-      case 1: Step<NR, NC, 1>(wt, ws, at, as, acc); break;
-      case 2: Step<NR, NC, 2>(wt, ws, at, as, acc); break;
-      case 3: Step<NR, NC, 3>(wt, ws, at, as, acc); break;
-      default: break;
+      case 1:
+        Step<NR, NC, 1>(wt, ws, at, as, acc);
+        break;
+      case 2:
+        Step<NR, NC, 2>(wt, ws, at, as, acc);
+        break;
+      case 3:
+        Step<NR, NC, 3>(wt, ws, at, as, acc);
+        break;
+      default:
+        break;
     }
     HERD_UNROLL for (int c = 0; c < NC; ++c) HERD_UNROLL for (int r = 0; r < NR; ++r) {
       d[c * ds + r] = _mm512_reduce_add_ps(acc[r][c]);
@@ -703,14 +733,13 @@ void ToQ8_0(const float* x, void* vy, int64_t n) {
   }
 }
 
-
 // ggml_v_expf, AVX512F+DQ branch (vec.h): max error 1.45358 + 0.5 ulp.
 inline __m512 VExpf(__m512 x) {
   const __m512 r = _mm512_set1_ps(0x1.8p23f);
   const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
   const __m512 n = _mm512_sub_ps(z, r);
-  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
-                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512 b =
+      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
   const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
   const __m512 u = _mm512_mul_ps(b, b);
   const __m512 j = _mm512_fmadd_ps(
@@ -739,7 +768,9 @@ inline __m512 Mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 inline float HAdd(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 inline __m512 Fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-inline __m512 LoadHalf(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 LoadHalf(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 inline void StoreHalf(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
@@ -759,8 +790,8 @@ using KIQ4_XS = KSuper512<DecIQ4_XS>;
 template <bool kVnni>
 constexpr IsaKernels kKernels = {
     {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, false>>, VecDot<KBf16>, VecDot<KQ8_0<kVnni>>,
-     VecDot<KQ4_0<kVnni>>, VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>,
-     VecDot<KQ3_K>, VecDot<KQ4_K>, VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
+     VecDot<KQ4_0<kVnni>>, VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>,
+     VecDot<KQ4_K>, VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
     {Tile<KFloat<LoadF32, false>>, Tile<KFloat<LoadF16, true>>, Tile<KBf16>, Tile<KQ8_0<kVnni>>, Tile<KQ4_0<kVnni>>,
      Tile<KQ4_1>, Tile<KQ5_0>, Tile<KQ5_1>, Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>,
      Tile<KQ6_K>, Tile<KIQ4_XS>},

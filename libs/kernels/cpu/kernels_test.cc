@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+
 #include "libs/base/cpu_features.h"
 #include "libs/base/fp16.h"
 #include "libs/kernels/cpu/internal.h"
@@ -17,13 +18,12 @@
 namespace herd::cpu {
 namespace {
 
-const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,  GgmlType::Q8_0,
-                                 GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,  GgmlType::Q5_1,
-                                 GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                                 GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
-const GgmlType kQuantWeightTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_0,
+                                 GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K,
+                                 GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,   GgmlType::IQ4_XS};
+const GgmlType kQuantWeightTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0,   GgmlType::Q4_1, GgmlType::Q5_0,
                                       GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K,
-                                      GgmlType::Q4_K, GgmlType::Q5_K,  GgmlType::Q6_K,  GgmlType::IQ4_XS};
+                                      GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K, GgmlType::IQ4_XS};
 
 std::vector<Isa> TestIsas() {
   std::vector<Isa> v;
@@ -65,8 +65,7 @@ struct Rows {
 };
 
 // Weights: reference quantizer. Activations (as_activation): FromFloat (scalar).
-Rows MakeRows(GgmlType t, const std::vector<float>& x, int64_t n_rows, int64_t k, bool as_activation,
-              size_t pad = 16) {
+Rows MakeRows(GgmlType t, const std::vector<float>& x, int64_t n_rows, int64_t k, bool as_activation, size_t pad = 16) {
   Rows r;
   r.type = t;
   r.n_rows = n_rows;
@@ -131,9 +130,22 @@ TEST(KernelsTest, VecDotTypes) {
 std::vector<float> FromFloatInputs(int64_t n, uint32_t seed) {
   std::vector<float> x = Random(n, seed, 2.0f);
   // Specials: F16/BF16 ties, F16 overflow/underflow, denormals, zeros.
-  const float specials[] = {0.0f, -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.0f + 1.0f / 256,
-                            65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-40f, -1e-39f,
-                            std::numeric_limits<float>::infinity(), 2.5f, -3.5f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f + 1.0f / 2048,
+                            1.0f + 3.0f / 2048,
+                            1.0f + 1.0f / 256,
+                            65504.0f,
+                            65520.0f,
+                            1e6f,
+                            -1e6f,
+                            6e-8f,
+                            3e-8f,
+                            1e-40f,
+                            -1e-39f,
+                            std::numeric_limits<float>::infinity(),
+                            2.5f,
+                            -3.5f};
   for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]) && i < x.size(); ++i) x[i * 3 % n] = specials[i];
   return x;
 }
@@ -145,7 +157,8 @@ TEST(KernelsTest, FromFloatF16Bf16BitExact) {
       std::vector<uint16_t> got(n + 1, 0x5555), want(n);
       FromFloat(GgmlType::F16, x.data(), got.data(), n, isa);
       for (int64_t i = 0; i < n; ++i) want[i] = Fp32ToFp16(x[i]);
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " f16 n=" << n << " i=" << i << " x=" << x[i];
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " f16 n=" << n << " i=" << i << " x=" << x[i];
       EXPECT_EQ(got[n], 0x5555) << "wrote past the end";
       FromFloat(GgmlType::BF16, x.data(), got.data(), n, isa);
       for (int64_t i = 0; i < n; ++i) want[i] = Fp32ToBf16(x[i]);
@@ -165,14 +178,19 @@ TEST(KernelsTest, FromFloatQ8_0BitExact) {
     for (int64_t n : {32, 64, 96, 4096, 4128}) {
       std::vector<float> x = Random(n, static_cast<uint32_t>(n) + 11, 0.7f);
       // A block with exact .5 ties after scaling (amax 127 -> multiplier 1), and a zero block.
-      x[0] = 127.0f; x[1] = 2.5f; x[2] = -2.5f; x[3] = 0.5f; x[4] = -1.5f;
-      if (n >= 64) for (int j = 32; j < 64; ++j) x[j] = 0.0f;
+      x[0] = 127.0f;
+      x[1] = 2.5f;
+      x[2] = -2.5f;
+      x[3] = 0.5f;
+      x[4] = -1.5f;
+      if (n >= 64)
+        for (int j = 32; j < 64; ++j) x[j] = 0.0f;
       std::vector<BlockQ8_0> got(n / 32 + 1), want(n / 32);
       std::memset(got.data(), 0x5A, got.size() * sizeof(BlockQ8_0));
       FromFloat(GgmlType::Q8_0, x.data(), got.data(), n, isa);
       QuantizeRowQ8_0X86(x.data(), want.data(), n);
       ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(BlockQ8_0)), 0) << IsaName(isa) << " n=" << n;
-      EXPECT_EQ(got[0].qs[1], 2);   // round half to even, as ggml's _mm256_round_ps
+      EXPECT_EQ(got[0].qs[1], 2);  // round half to even, as ggml's _mm256_round_ps
       EXPECT_EQ(got[0].qs[2], -2);
       EXPECT_EQ(got[0].qs[4], -2);
       const uint8_t* tail = reinterpret_cast<const uint8_t*>(&got[n / 32]);
@@ -248,7 +266,11 @@ TEST(KernelsTest, QuantVecDotIntegerExact) {
       for (int j = 0; j < 16; ++j) w4[b].qs[j] = static_cast<uint8_t>(nib(rng));
     }
     // Extremes in the first block: -127 * -127 and nibble 0 (-8) * -127.
-    for (int j = 0; j < 8; ++j) { w8[0].qs[j] = -31; a8[0].qs[j] = -127; w4[0].qs[j] = 0; }
+    for (int j = 0; j < 8; ++j) {
+      w8[0].qs[j] = -31;
+      a8[0].qs[j] = -127;
+      w4[0].qs[j] = 0;
+    }
     int64_t exact8 = 0, exact4 = 0;
     for (int64_t b = 0; b < nb; ++b) {
       for (int j = 0; j < 32; ++j) exact8 += w8[b].qs[j] * a8[b].qs[j];
@@ -280,13 +302,18 @@ std::vector<uint8_t> RawExactWeights(GgmlType t, int64_t k, std::mt19937& rng) {
   for (int64_t b = 0; b < nb; ++b) {
     switch (t) {
       case GgmlType::Q8_0:  // weights within +-31
-        for (int j = 0; j < 32; ++j) v[b * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(v[b * 34 + 2 + j]) / 4);
+        for (int j = 0; j < 32; ++j)
+          v[b * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(v[b * 34 + 2 + j]) / 4);
         set_half(b, 0, 0x3C00);
         break;
-      case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
+      case GgmlType::Q4_0:
+      case GgmlType::Q5_0:
+      case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS:
         set_half(b, 0, 0x3C00);
         break;
-      case GgmlType::Q4_1: case GgmlType::Q5_1:
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1:
         set_half(b, 0, 0x3C00);
         set_half(b, 2, b % 2 ? 0x4000 : 0xC200);  // m = 2 or -3
         break;
@@ -294,13 +321,19 @@ std::vector<uint8_t> RawExactWeights(GgmlType t, int64_t k, std::mt19937& rng) {
         set_half(b, offsetof(BlockQ2_K, d), 0x3C00);
         set_half(b, offsetof(BlockQ2_K, dmin), 0x4000);
         break;
-      case GgmlType::Q3_K: set_half(b, offsetof(BlockQ3_K, d), 0x3C00); break;
-      case GgmlType::Q4_K: case GgmlType::Q5_K:
+      case GgmlType::Q3_K:
+        set_half(b, offsetof(BlockQ3_K, d), 0x3C00);
+        break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
         set_half(b, 0, 0x3C00);
         set_half(b, 2, 0x4000);
         break;
-      case GgmlType::Q6_K: set_half(b, offsetof(BlockQ6_K, d), 0x3C00); break;
-      default: ADD_FAILURE() << "no raw generator for " << GgmlTypeName(t);
+      case GgmlType::Q6_K:
+        set_half(b, offsetof(BlockQ6_K, d), 0x3C00);
+        break;
+      default:
+        ADD_FAILURE() << "no raw generator for " << GgmlTypeName(t);
     }
   }
   return v;
@@ -371,9 +404,14 @@ TEST(KernelsTest, FromFloatQ8_1AndQ8_KBitExact) {
   for (Isa isa : TestIsas()) {
     for (int64_t n : {256, 512, 4096}) {
       std::vector<float> x = Random(n, static_cast<uint32_t>(n) + 31, 0.7f);
-      x[0] = 127.0f; x[1] = 2.5f; x[2] = -2.5f; x[3] = 0.5f; x[4] = -1.5f;  // ties
-      for (int j = 32; j < 64; ++j) x[j] = 0.0f;                            // a zero Q8_1 block
-      if (n >= 512) for (int j = 256; j < 512; ++j) x[j] = 0.0f;            // a zero Q8_K block
+      x[0] = 127.0f;
+      x[1] = 2.5f;
+      x[2] = -2.5f;
+      x[3] = 0.5f;
+      x[4] = -1.5f;                               // ties
+      for (int j = 32; j < 64; ++j) x[j] = 0.0f;  // a zero Q8_1 block
+      if (n >= 512)
+        for (int j = 256; j < 512; ++j) x[j] = 0.0f;  // a zero Q8_K block
       std::vector<BlockQ8_1> got1(n / 32 + 1), want1(n / 32);
       std::memset(got1.data(), 0x5A, got1.size() * sizeof(BlockQ8_1));
       FromFloat(GgmlType::Q8_1, x.data(), got1.data(), n, isa);
@@ -394,8 +432,10 @@ TEST(KernelsTest, FromFloatQ8_1AndQ8_KBitExact) {
 // ------------------------------------------------------------------ MulMatTile
 
 TEST(KernelsTest, MulMatTileMatchesVecDot) {
-  struct Shape { int64_t m, n, k; };
-  const Shape shapes[] = {{1, 1, 32},  {3, 1, 64},   {5, 2, 32},   {17, 3, 64},  {33, 7, 96},
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 32},  {3, 1, 64},     {5, 2, 32},    {17, 3, 64}, {33, 7, 96},
                           {8, 16, 64}, {13, 13, 4128}, {40, 1, 4128}, {6, 5, 1024}};
   for (GgmlType wt : kWeightTypes) {
     const GgmlType at = VecDotType(wt);
@@ -413,13 +453,13 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
         for (const auto& r : ranges) {
           const float sentinel = -12345.0f;
           std::vector<float> dst(ds * s.n, sentinel);
-          MulMatTile(wt, isa, s.k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, dst.data(), ds,
-                     r[0], r[1], r[2], r[3]);
+          MulMatTile(wt, isa, s.k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, dst.data(), ds, r[0], r[1], r[2],
+                     r[3]);
           for (int64_t j = 0; j < s.n; ++j) {
             for (size_t i = 0; i < ds; ++i) {
               const float got = dst[j * ds + i];
-              const bool inside = static_cast<int64_t>(i) >= r[0] && static_cast<int64_t>(i) < r[1] &&
-                                  j >= r[2] && j < r[3];
+              const bool inside =
+                  static_cast<int64_t>(i) >= r[0] && static_cast<int64_t>(i) < r[1] && j >= r[2] && j < r[3];
               if (!inside) {
                 ASSERT_EQ(got, sentinel) << Name(wt, isa) << " wrote outside the tile at i=" << i << " j=" << j;
                 continue;
@@ -428,10 +468,9 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
               dot(s.k, &same_isa, w.row(i), a.row(j));
               ref(s.k, &want, w.row(i), a.row(j));
               // Bit-exact with this ISA's vec_dot, whatever the tile shape.
-              ASSERT_EQ(got, same_isa) << Name(wt, isa) << " m=" << s.m << " n=" << s.n << " k=" << s.k
-                                       << " i=" << i << " j=" << j;
-              ExpectCloseToReference(got, want, AbsDot(wt, w.row(i), at, a.row(j), s.k),
-                                     Name(wt, isa) + " tile");
+              ASSERT_EQ(got, same_isa) << Name(wt, isa) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i
+                                       << " j=" << j;
+              ExpectCloseToReference(got, want, AbsDot(wt, w.row(i), at, a.row(j), s.k), Name(wt, isa) + " tile");
             }
           }
         }
@@ -526,7 +565,10 @@ std::vector<double> TextbookSoftMax(const std::vector<float>& x, float scale, co
     mx = std::max(mx, w[i]);
   }
   double sum = 0;
-  for (double& v : w) { v = std::exp(v - mx); sum += v; }
+  for (double& v : w) {
+    v = std::exp(v - mx);
+    sum += v;
+  }
   for (double& v : w) v /= sum;
   return w;
 }
@@ -559,8 +601,10 @@ TEST(OpsTest, SoftMaxMask) {
   SoftMax(x.data(), y.data(), n, 0.5f, mask.data(), 1.0f);
   const std::vector<double> want = TextbookSoftMax(x, 0.5f, mask.data(), 1.0f);
   for (int64_t i = 0; i < n; ++i) {
-    if (i >= 10) EXPECT_EQ(y[i], 0.0f);
-    else EXPECT_NEAR(y[i], want[i], 1e-6 * want[i] + 1e-9);
+    if (i >= 10)
+      EXPECT_EQ(y[i], 0.0f);
+    else
+      EXPECT_NEAR(y[i], want[i], 1e-6 * want[i] + 1e-9);
   }
   // Everything masked but one: exactly one-hot.
   std::vector<float> only(n, -INFINITY);
@@ -600,8 +644,8 @@ RopeParams Rope(int n_dims, bool neox) {
 std::vector<double> TextbookRope(const RopeParams& p, double pos, const float* ff, const std::vector<float>& x) {
   std::vector<double> y(x.begin(), x.end());
   for (int i = 0; i < p.n_dims / 2; ++i) {
-    const double theta = pos * p.freq_scale * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_dims) /
-                         (ff ? ff[i] : 1.0);
+    const double theta =
+        pos * p.freq_scale * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_dims) / (ff ? ff[i] : 1.0);
     const int a = p.neox ? i : 2 * i;
     const int b = p.neox ? i + p.n_dims / 2 : 2 * i + 1;
     y[a] = x[a] * std::cos(theta) - x[b] * std::sin(theta);
@@ -694,7 +738,12 @@ TEST(OpsTest, RopeYarn) {
 TEST(OpsTest, Activations) {
   const int64_t n = 257;
   std::vector<float> x = Random(n, 10, 4.0f);
-  x[0] = -12.0f; x[1] = 12.0f; x[2] = 0.0f; x[3] = 1.0f; x[4] = -80.0f; x[5] = 80.0f;
+  x[0] = -12.0f;
+  x[1] = 12.0f;
+  x[2] = 0.0f;
+  x[3] = 1.0f;
+  x[4] = -80.0f;
+  x[5] = 80.0f;
   const std::vector<float> b = Random(n, 11);
   std::vector<float> y(n);
   Silu(x.data(), y.data(), n);
@@ -710,8 +759,8 @@ TEST(OpsTest, Activations) {
   }
   std::vector<float> g(n);
   GeluGgmlTable(x.data(), g.data(), n);
-  EXPECT_EQ(g[0], 0.0f);     // x <= -10
-  EXPECT_EQ(g[1], 12.0f);    // x >= 10
+  EXPECT_EQ(g[0], 0.0f);   // x <= -10
+  EXPECT_EQ(g[1], 12.0f);  // x >= 10
   EXPECT_EQ(g[2], 0.0f);
   float gelu1;
   Gelu(&x[3], &gelu1, 1);
@@ -747,8 +796,8 @@ TEST(OpsTest, SimdRowOpsCloseToScalar) {
   if (IsaSupported(Isa::kAvx512)) tables.push_back(&internal::Avx512Kernels(GetCpuFeatures().avx512vnni));
   const int64_t n = 1000 + 7;  // vector body + scalar tail
   std::vector<float> x = Random(n, 31, 6.0f);
-  const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 88.0f, -87.0f, 89.0f, -89.0f,
-                            100.0f, -100.0f, 150.0f, -150.0f, 300.0f, -300.0f};
+  const float specials[] = {0.0f,  -0.0f,  1e-30f, -1e-30f, 20.0f,  -20.0f,  88.0f,  -87.0f,
+                            89.0f, -89.0f, 100.0f, -100.0f, 150.0f, -150.0f, 300.0f, -300.0f};
   for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) x[i] = specials[i];
   const std::vector<float> g = Random(n, 32);
   auto close = [](float got, float want) {
@@ -759,7 +808,8 @@ TEST(OpsTest, SimdRowOpsCloseToScalar) {
     ASSERT_NE(k->silu, nullptr);
     std::vector<float> y(n), z(n);
     k->silu(x.data(), y.data(), n);
-    for (int64_t i = 0; i < n; ++i) EXPECT_TRUE(close(y[i], x[i] / (1.0f + std::exp(-x[i])))) << "silu " << x[i] << " " << y[i];
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_TRUE(close(y[i], x[i] / (1.0f + std::exp(-x[i])))) << "silu " << x[i] << " " << y[i];
     k->swiglu(x.data(), g.data(), z.data(), n);
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[i], y[i] * g[i]) << "swiglu " << x[i];
     // exp(x - max) with max = 0 covers over/underflow of the polynomial path.
@@ -791,7 +841,10 @@ TEST(OpsTest, MadScaleF16MatchGgmlOnEveryIsa) {
   for (int64_t n : {1, 7, 64, 128, 131}) {
     const std::vector<float> xf = Random(n, 40), yf = Random(n, 41, 3.0f);
     std::vector<uint16_t> x(n), y0(n);
-    for (int64_t i = 0; i < n; ++i) { x[i] = Fp32ToFp16(xf[i]); y0[i] = Fp32ToFp16(yf[i]); }
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = Fp32ToFp16(xf[i]);
+      y0[i] = Fp32ToFp16(yf[i]);
+    }
     const float v = 0.3719f;
     std::vector<uint16_t> want = y0;
     for (int64_t i = 0; i < n; ++i) want[i] = Fp32ToFp16(std::fma(Fp16ToFp32(x[i]), v, Fp16ToFp32(want[i])));
@@ -825,7 +878,7 @@ TEST(OpsTest, FlashAttnF16VRowMatchesGgmlOneChunk) {
     std::vector<float> scores(n_kv);
     for (auto& x : scores) x = 2.0f * dist(rng);
     for (int64_t c = 5; c < n_kv; c += 9) scores[c] = -INFINITY;  // masked cells
-    const size_t stride = static_cast<size_t>(hd) * 2 + 6;         // padded rows
+    const size_t stride = static_cast<size_t>(hd) * 2 + 6;        // padded rows
     std::vector<uint8_t> v(stride * n_kv);
     for (int64_t c = 0; c < n_kv; ++c) {
       for (int64_t d = 0; d < hd; ++d) {

@@ -6,8 +6,8 @@
 // llama.cpp's CPU backend computes; HERD_ISA=scalar selects ggml's generic C.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "libs/base/fp16.h"
@@ -22,9 +22,7 @@ constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
 constexpr float kSqrt2Inv = 0.70710678118654752440084436210484f;
 
 inline float SiluF32(float x) { return x / (1.0f + std::exp(-x)); }
-inline float GeluF32(float x) {
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kGeluCoefA * x * x)));
-}
+inline float GeluF32(float x) { return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kGeluCoefA * x * x))); }
 
 const uint16_t* GeluTable() {
   static const std::vector<uint16_t>* table = [] {
@@ -100,8 +98,7 @@ void SoftMax(const float* x, float* y, int64_t n, float scale, const float* mask
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
 
-void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
-                      float dims[2]) {
+void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
   const float start = std::floor(YarnCorrDim(n_dims, n_ctx_orig, beta_fast, freq_base));
   const float end = std::ceil(YarnCorrDim(n_dims, n_ctx_orig, beta_slow, freq_base));
   dims[0] = std::max(0.0f, start);
@@ -209,8 +206,8 @@ void ScaleF16(uint16_t* y, float v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(Fp16ToFp32(y[i]) * v);
 }
 
-void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd,
-                      uint16_t* vkq16, float* out) {
+void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd, uint16_t* vkq16,
+                      float* out) {
   for (int64_t d = 0; d < hd; ++d) vkq16[d] = 0;
   float S = 0.0f;
   float M = -std::numeric_limits<float>::infinity();

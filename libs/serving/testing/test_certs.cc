@@ -18,8 +18,9 @@ absl::Status Run(const std::string& cmd) {
 }
 
 absl::Status MakeCa(const std::string& dir, const std::string& name) {
-  return Run(absl::StrCat("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=herd-test-", name,
-                          " -keyout ", dir, "/", name, ".key -out ", dir, "/", name, ".pem"));
+  return Run(absl::StrCat(
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=herd-test-", name,
+      " -keyout ", dir, "/", name, ".key -out ", dir, "/", name, ".pem"));
 }
 
 // A leaf signed by `ca`; servers and clients share one profile (both EKUs) as herd
@@ -32,11 +33,12 @@ absl::Status MakeLeaf(const std::string& dir, const std::string& ca, const std::
          "extendedKeyUsage=serverAuth,clientAuth\n"
          "basicConstraints=CA:FALSE\n";
   }
-  absl::Status s = Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=", name, " -keyout ", dir, "/",
-                                    name, ".key -out ", dir, "/", name, ".csr"));
+  absl::Status s =
+      Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=", name,
+                       " -keyout ", dir, "/", name, ".key -out ", dir, "/", name, ".csr"));
   if (!s.ok()) return s;
-  return Run(absl::StrCat("openssl x509 -req -in ", dir, "/", name, ".csr -CA ", dir, "/", ca, ".pem -CAkey ", dir,
-                          "/", ca, ".key -CAcreateserial -days 2 -extfile ", ext, " -out ", dir, "/", name, ".pem"));
+  return Run(absl::StrCat("openssl x509 -req -in ", dir, "/", name, ".csr -CA ", dir, "/", ca, ".pem -CAkey ", dir, "/",
+                          ca, ".key -CAcreateserial -days 2 -extfile ", ext, " -out ", dir, "/", name, ".pem"));
 }
 
 }  // namespace

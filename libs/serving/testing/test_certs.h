@@ -10,10 +10,10 @@ namespace herd::serving::testing {
 
 struct TestCerts {
   std::string dir;
-  std::string ca;                       // CA 1 certificate
-  std::string server_cert, server_key;  // signed by CA 1
-  std::string client_cert, client_key;  // signed by CA 1
-  std::string ca2;                      // CA 2 certificate
+  std::string ca;                         // CA 1 certificate
+  std::string server_cert, server_key;    // signed by CA 1
+  std::string client_cert, client_key;    // signed by CA 1
+  std::string ca2;                        // CA 2 certificate
   std::string server2_cert, server2_key;  // signed by CA 2 (for rotation tests)
   std::string client2_cert, client2_key;  // signed by CA 2 (a client the CA 1 server refuses)
 };
