@@ -52,6 +52,13 @@ class Loader {
   /// Layer tensor "blk.<il>.<name>".
   absl::Status GetL(int64_t il, const std::string& name, std::vector<int64_t> ne, Need need, Tensor** out);
 
+  /// Every layer of the GPT-2 / GPT-NeoX block (all required, each with its bias):
+  /// attn_norm, attn_qkv [n_embd, n_q + 2 * n_embd_k_gqa] (fused Q, K, V), attn_output
+  /// [n_q, n_embd], ffn_norm, ffn_up [n_embd, n_ff], ffn_down [n_ff, n_embd], where
+  /// n_q = n_embd_head_k * n_head (llama.cpp LLM_ARCH_GPT2 / LLM_ARCH_GPTNEOX tensors).
+  /// Errors as GetL.
+  absl::Status BiasedFusedQkvLayers();
+
   /// token_embd.weight [n_embd, n_vocab] (required).
   absl::Status TokEmbd();
   /// output_norm.weight (+ .bias per `norm_bias`), output.weight (per `output`; tied to

@@ -20,7 +20,7 @@ absl::Status LoadGpt2Family(Loader& ld, bool pos_embd, bool tok_norm, float max_
   HERD_RETURN_IF_ERROR(ld.SameHeadSizes());
   hp.f_max_alibi_bias = max_alibi_bias;
   Weights& w = ld.w();
-  const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff;
+  const int64_t n_embd = hp.n_embd;
   HERD_RETURN_IF_ERROR(ld.TokEmbd());
   if (pos_embd) {
     HERD_RETURN_IF_ERROR(ld.Get("position_embd.weight", {n_embd, hp.n_ctx_train}, Loader::kRequired, &w.pos_embd));
@@ -30,24 +30,7 @@ absl::Status LoadGpt2Family(Loader& ld, bool pos_embd, bool tok_norm, float max_
     HERD_RETURN_IF_ERROR(ld.Get("token_embd_norm.bias", {n_embd}, Loader::kRequired, &w.tok_norm_b));
   }
   HERD_RETURN_IF_ERROR(ld.Output(Loader::kRequired, Loader::kOptional));
-  const int64_t n_q = hp.n_embd_head_k * hp.n_head, n_qkv = n_q + 2 * hp.n_embd_k_gqa();
-  w.layers.resize(static_cast<size_t>(hp.n_layer));
-  const Loader::Need req = Loader::kRequired;
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_qkv.weight", {n_embd, n_qkv}, req, &L.wqkv));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_qkv.bias", {n_qkv}, req, &L.bqkv));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.bias", {n_embd}, req, &L.bo));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_norm.weight", {n_embd}, req, &L.ffn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_norm.bias", {n_embd}, req, &L.ffn_norm_b));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_up.weight", {n_embd, n_ff}, req, &L.ffn_up));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_up.bias", {n_ff}, req, &L.ffn_up_b));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_down.weight", {n_ff, n_embd}, req, &L.ffn_down));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_down.bias", {n_embd}, req, &L.ffn_down_b));
-  }
+  HERD_RETURN_IF_ERROR(ld.BiasedFusedQkvLayers());
   return absl::OkStatus();
 }
 

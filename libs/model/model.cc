@@ -202,6 +202,31 @@ absl::Status Loader::GetL(int64_t il, const std::string& name, std::vector<int64
   return Get(absl::StrCat("blk.", il, ".", name), std::move(ne), need, out);
 }
 
+absl::Status Loader::BiasedFusedQkvLayers() {
+  const Hparams& hp = m_->hp_;
+  Weights& w = m_->w_;
+  const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff;
+  const int64_t n_q = hp.n_embd_head_k * hp.n_head, n_qkv = n_q + 2 * hp.n_embd_k_gqa();
+  w.layers.resize(static_cast<size_t>(hp.n_layer));
+  const Loader::Need req = Loader::kRequired;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    Layer& L = w.layers[static_cast<size_t>(il)];
+    HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
+    HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(GetL(il, "attn_qkv.weight", {n_embd, n_qkv}, req, &L.wqkv));
+    HERD_RETURN_IF_ERROR(GetL(il, "attn_qkv.bias", {n_qkv}, req, &L.bqkv));
+    HERD_RETURN_IF_ERROR(GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));
+    HERD_RETURN_IF_ERROR(GetL(il, "attn_output.bias", {n_embd}, req, &L.bo));
+    HERD_RETURN_IF_ERROR(GetL(il, "ffn_norm.weight", {n_embd}, req, &L.ffn_norm));
+    HERD_RETURN_IF_ERROR(GetL(il, "ffn_norm.bias", {n_embd}, req, &L.ffn_norm_b));
+    HERD_RETURN_IF_ERROR(GetL(il, "ffn_up.weight", {n_embd, n_ff}, req, &L.ffn_up));
+    HERD_RETURN_IF_ERROR(GetL(il, "ffn_up.bias", {n_ff}, req, &L.ffn_up_b));
+    HERD_RETURN_IF_ERROR(GetL(il, "ffn_down.weight", {n_ff, n_embd}, req, &L.ffn_down));
+    HERD_RETURN_IF_ERROR(GetL(il, "ffn_down.bias", {n_embd}, req, &L.ffn_down_b));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Loader::TokEmbd() {
   return Get("token_embd.weight", {m_->hp_.n_embd, m_->hp_.n_vocab}, kRequired, &m_->w_.tok_embd);
 }
