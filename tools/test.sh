@@ -2,7 +2,8 @@
 # Runs every test (the README's test command; .ci/run calls it):
 #   1. bazel test //...            (all unit, conformance and e2e tests)
 #   2. bazel test --config=asan    (targets tagged asan: GGUF reader, tokenizer, ... under ASan + UBSan)
-#   3. bazel test --config=tsan    (targets tagged tsan: scheduler, HTTP server under ThreadSanitizer,
+#   3. bazel test --config=tsan    (targets tagged tsan: scheduler, HTTP server, worker, gateway and
+#                                   the e2e cluster test under ThreadSanitizer,
 #                                   tools/tsan.supp for the un-instrumented Debian gRPC/protobuf/abseil)
 #   4. tools/fuzz.sh               (each libFuzzer target of tests/fuzz for $HERD_FUZZ_SECONDS, default 20 s)
 # and ends with one plain line "N passed, N failed" over all of them. Our code builds with

@@ -93,7 +93,7 @@ class WorkerServiceTest : public ::testing::Test {
   std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, int32_t n) {
     engine::EngineParams ep;
     ep.n_ctx = 512;
-    auto e = engine::Engine::Create(*model_, ep, &backend_);
+    auto e = engine::Engine::Create(*model_, ep, &reference_backend_);
     EXPECT_TRUE(e.ok());
     engine::GenerateParams gp;
     gp.prompt_ids = prompt;
@@ -141,7 +141,10 @@ class WorkerServiceTest : public ::testing::Test {
 
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Vocab> vocab_;
-  CpuBackend backend_{2};
+  CpuBackend backend_{2};  // the server's (its scheduler thread computes on it)
+  // Expected outputs, computed on the test's thread while the server runs: a backend is
+  // used by one thread at a time.
+  CpuBackend reference_backend_{2};
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::Scheduler> scheduler_;
   serving::Registry registry_;
@@ -653,7 +656,7 @@ TEST_F(WorkerServiceTest, EmbedEqualsEngineAndLeavesSessionsAlone) {
   };
   engine::EngineParams ep;
   ep.n_ctx = 64;
-  auto fresh = engine::Engine::Create(*model_, ep, &backend_);
+  auto fresh = engine::Engine::Create(*model_, ep, &reference_backend_);
   ASSERT_TRUE(fresh.ok());
   for (auto [pp, ep_pool] :
        {std::pair{v1::POOLING_UNSPECIFIED, engine::Pooling::kLast}, std::pair{v1::POOLING_MEAN, engine::Pooling::kMean},

@@ -123,8 +123,7 @@ absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& rel) con
                                           "); `bazel build //tools/herd` builds them with herd, or pass --bin-dir"));
 }
 
-absl::Status LocalCluster::Spawn(Process* p,
-                                 std::shared_ptr<std::pair<std::mutex, std::condition_variable>>* ready_out) {
+absl::Status LocalCluster::Spawn(Process* p, std::shared_ptr<Announcement>* announced) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   p->expected_exit = false;
@@ -150,11 +149,12 @@ absl::Status LocalCluster::Spawn(Process* p,
   ::close(fds[1]);
   p->pid = pid;
   p->started = std::chrono::steady_clock::now();
-  auto ready = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
-  *ready_out = ready;
+  auto ann = std::make_shared<Announcement>();
+  *announced = ann;
   const bool quiet = opts_.quiet;
-  // Reader: parse the address lines, forward the logs.
-  std::thread([p, fd = fds[0], ready, quiet] {
+  // Reader: parse the address lines, forward the logs. It may outlive `p` (the cluster
+  // is destroyed while a child's output drains), so it touches only copies and `ann`.
+  std::thread([name = p->name, fd = fds[0], ann, quiet] {
     FILE* f = ::fdopen(fd, "r");
     char* line = nullptr;
     size_t cap = 0;
@@ -162,17 +162,21 @@ absl::Status LocalCluster::Spawn(Process* p,
     while ((n = ::getline(&line, &cap, f)) > 0) {
       std::string l(line, static_cast<size_t>(n));
       {
-        std::lock_guard<std::mutex> lk(ready->first);
-        if (p->grpc_addr.empty()) p->grpc_addr = AfterToken(l, "listening on ");
-        if (p->http_addr.empty()) p->http_addr = AfterToken(l, "http on ");
-        if (p->metrics_addr.empty()) p->metrics_addr = AfterToken(l, "metrics on ");
+        std::lock_guard<std::mutex> lk(ann->mu);
+        if (ann->grpc_addr.empty()) ann->grpc_addr = AfterToken(l, "listening on ");
+        if (ann->http_addr.empty()) ann->http_addr = AfterToken(l, "http on ");
+        if (ann->metrics_addr.empty()) ann->metrics_addr = AfterToken(l, "metrics on ");
       }
-      ready->second.notify_all();
-      if (!quiet) std::fprintf(stderr, "[%s] %s", p->name.c_str(), l.c_str());
+      ann->cv.notify_all();
+      if (!quiet) std::fprintf(stderr, "[%s] %s", name.c_str(), l.c_str());
     }
     std::free(line);
     std::fclose(f);
-    ready->second.notify_all();
+    {
+      std::lock_guard<std::mutex> lk(ann->mu);
+      ann->closed = true;
+    }
+    ann->cv.notify_all();
   }).detach();
   return absl::OkStatus();
 }
@@ -186,15 +190,13 @@ absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout)
     return false;
   };
   const bool want_http = wants("--http_port"), want_metrics = wants("--metrics_port");
-  p->grpc_addr.clear();
-  if (want_http) p->http_addr.clear();
-  if (want_metrics) p->metrics_addr.clear();
-  std::shared_ptr<std::pair<std::mutex, std::condition_variable>> ready;
-  if (absl::Status s = Spawn(p, &ready); !s.ok()) return s;
+  std::shared_ptr<Announcement> ann;
+  if (absl::Status s = Spawn(p, &ann); !s.ok()) return s;
   const pid_t pid = p->pid;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::unique_lock<std::mutex> lk(ready->first);
-  while (p->grpc_addr.empty() || (want_http && p->http_addr.empty()) || (want_metrics && p->metrics_addr.empty())) {
+  std::unique_lock<std::mutex> lk(ann->mu);
+  while (ann->grpc_addr.empty() || (want_http && ann->http_addr.empty()) ||
+         (want_metrics && ann->metrics_addr.empty())) {
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       p->pid = -1;
@@ -205,8 +207,11 @@ absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout)
       return absl::UnavailableError(
           absl::StrCat(p->name, " did not print its addresses within ", timeout.count(), " ms"));
     }
-    ready->second.wait_for(lk, std::chrono::milliseconds(50));
+    ann->cv.wait_for(lk, std::chrono::milliseconds(50));
   }
+  p->grpc_addr = ann->grpc_addr;
+  if (want_http) p->http_addr = ann->http_addr;
+  if (want_metrics) p->metrics_addr = ann->metrics_addr;
   return absl::OkStatus();
 }
 
@@ -376,8 +381,8 @@ void LocalCluster::Supervise() {
         p->backoff = std::min(p->backoff * 2, opts_.restart_backoff_max);
       } else if (p->restart_pending && now >= p->restart_at) {
         p->restart_pending = false;
-        std::shared_ptr<std::pair<std::mutex, std::condition_variable>> ready;
-        absl::Status s = Spawn(p, &ready);
+        std::shared_ptr<Announcement> announced;  // same ports: the addresses stay
+        absl::Status s = Spawn(p, &announced);
         if (!s.ok()) {  // fork failed: try again later
           std::fprintf(stderr, "herd up: restart of %s failed: %s\n", p->name.c_str(),
                        std::string(s.message()).c_str());

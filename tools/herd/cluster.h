@@ -68,7 +68,17 @@ struct ClusterOptions {
   std::vector<std::string> extra_draft_flags;
 };
 
-/// One child process and the addresses it printed.
+/// What a child printed on its output so far: its addresses ("listening on", "http on",
+/// "metrics on"). Written by the reader thread of one Spawn, read by Launch, under `mu`.
+struct Announcement {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string grpc_addr, http_addr, metrics_addr;
+  bool closed = false;  // the child's output reached EOF
+};
+
+/// One child process and the addresses it printed. The address fields are written only by
+/// LocalCluster::Launch (on the thread that calls Start/Restart*), never by reader threads.
 struct Process {
   std::string name;  // "loader", "worker-stories260K-0", "gateway"
   std::vector<std::string> argv;
@@ -127,9 +137,10 @@ class LocalCluster {
 
  private:
   absl::StatusOr<std::string> FindBinary(const std::string& rel) const;
-  /// Forks and execs p->argv; a reader thread parses the printed addresses into `p`
-  /// (those still empty) and forwards the output. Errors: INTERNAL (pipe, fork).
-  absl::Status Spawn(Process* p, std::shared_ptr<std::pair<std::mutex, std::condition_variable>>* ready);
+  /// Forks and execs p->argv; a reader thread (which owns only copies and the shared
+  /// announcement, never `p`) parses the printed addresses into `*announced` and forwards
+  /// the output. Errors: INTERNAL (pipe, fork).
+  absl::Status Spawn(Process* p, std::shared_ptr<Announcement>* announced);
   /// Spawn, then waits until the process printed its gRPC address (UNAVAILABLE when it
   /// exits first or `timeout` passes).
   absl::Status Launch(Process* p, std::chrono::milliseconds timeout);
