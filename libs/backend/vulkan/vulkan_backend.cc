@@ -694,19 +694,19 @@ struct Dispatch {
   uint64_t groups = 0;  // logical workgroups
 };
 
-// Push constants in declaration order.
+// Push constants in declaration order (at most kPushBytes; the largest block, flash
+// attention's, is 100 bytes).
 class Push {
  public:
   explicit Push(Dispatch* d) : d_(d) {}
   Push& U(uint64_t v) {
-    d_->push[d_->npush++] = static_cast<uint32_t>(v);
+    if (d_->npush < d_->push.size()) d_->push[d_->npush++] = static_cast<uint32_t>(v);
     return *this;
   }
   Push& F(float v) {
     uint32_t u;
     std::memcpy(&u, &v, 4);
-    d_->push[d_->npush++] = u;
-    return *this;
+    return U(u);
   }
 
  private:
