@@ -489,13 +489,16 @@ absl::StatusOr<DeviceBuffer> VulkanContext::CreateBuffer(VkDeviceSize size, bool
     }
     return vk::CallError("vkAllocateMemory", r);
   }
+  const char* call = "vkBindBufferMemory";
   r = a.vkBindBufferMemory(device_, b.buffer, b.memory, 0);
-  if (r == VK_SUCCESS && host_visible) r = a.vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped);
+  if (r == VK_SUCCESS && host_visible) {
+    call = "vkMapMemory";
+    r = a.vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped);
+  }
   if (r != VK_SUCCESS) {
     a.vkDestroyBuffer(device_, b.buffer, nullptr);
     a.vkFreeMemory(device_, b.memory, nullptr);
-    return vk::CallError(host_visible && b.mapped == nullptr ? "vkBindBufferMemory/vkMapMemory" : "vkBindBufferMemory",
-                         r);
+    return vk::CallError(call, r);
   }
   return b;
 }
