@@ -6,6 +6,7 @@
 
 #include "libs/backend/cpu_backend.h"
 #include "libs/backend/sched.h"
+#include "libs/backend/vulkan/vulkan_backend.h"
 
 namespace herd {
 namespace {
@@ -19,6 +20,9 @@ std::vector<BackendKind> MakeKinds() {
         if (o.n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads ", o.n_threads, " must be >= 1"));
         return std::unique_ptr<Backend>(new CpuBackend(o.n_threads));
       }});
+  kinds.push_back(BackendKind{
+      "vulkan", [] { return VulkanDevices(); },
+      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateVulkanBackend(o.device); }});
   return kinds;
 }
 

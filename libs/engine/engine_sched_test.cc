@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 
 #include "libs/backend/cpu_backend.h"
+#include "libs/backend/registry.h"
 #include "libs/backend/sched.h"
 #include "libs/backend/testing/fake_device.h"
 #include "libs/engine/engine.h"
@@ -106,6 +107,39 @@ TEST_F(EngineSchedTest, FakeDeviceWithCpuFallbackEqualsTheCpu) {
 
   // Placing the same weights in another backend's memory is refused.
   EXPECT_EQ(dev_model_->PlaceWeights(&cpu).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// stories260K through the Vulkan backend (lavapipe here, pinned by the test's
+// VK_ICD_FILENAMES) with the CPU fallback: the greedy ids of the CPU, logits close.
+TEST_F(EngineSchedTest, VulkanGreedyEqualsTheCpu) {
+  BackendOptions o;
+  o.n_threads = 2;
+  auto vk = CreateBackend("vulkan", o);
+  if (!vk.ok()) GTEST_SKIP() << "no Vulkan device here: " << vk.status();
+  CpuBackend cpu(2);
+  ASSERT_TRUE(cpu_model_->PlaceWeights(&cpu).ok());
+  ASSERT_TRUE(dev_model_->PlaceWeights(vk->get()).ok());
+  EngineParams ep;
+  ep.n_ctx = 256;
+  ep.n_batch = 64;
+  auto ref = Engine::Create(*cpu_model_, ep, &cpu);
+  auto dev = Engine::Create(*dev_model_, ep, vk->get());
+  ASSERT_TRUE(ref.ok() && dev.ok());
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 273, 411};
+  std::vector<float> want, got;
+  const std::vector<int32_t> want_ids = Greedy(**ref, prompt, 48, &want);
+  const std::vector<int32_t> got_ids = Greedy(**dev, prompt, 48, &got);
+  EXPECT_EQ(got_ids, want_ids);
+  ASSERT_EQ(got.size(), want.size());
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  EXPECT_LE(err / norm, 1e-5) << "NMSE of every logit";
+  const SchedStats& st = static_cast<Scheduler*>(vk->get())->last_stats();
+  std::printf("vulkan (%s): %d splits, %d copies per decode step; NMSE of logits %.3g\n",
+              (*vk)->device().description.c_str(), st.n_splits, st.n_copies, err / norm);
 }
 
 }  // namespace
