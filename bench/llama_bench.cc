@@ -3,7 +3,7 @@
 // llama.cpp was measured on (../shared/reference/perf), printed next to the peer's
 // figures and their ratio.
 //   bazel run --config=bench //bench:llama_bench -- [--model llama-110m|tinyllama-1.1b]
-//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg]
+//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg] [--backend cpu|vulkan]
 // Like llama-quantize, a Q4_0 model keeps its output tensor (token_embd when tied) in Q6_K.
 #include <algorithm>
 #include <chrono>
@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "libs/backend/registry.h"
 #include "libs/base/fp16.h"
 #include "libs/engine/engine.h"
 #include "libs/gguf/gguf.h"
@@ -123,7 +123,7 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   using namespace herd;
-  std::string model = "llama-110m", types = "f16,q8_0,q4_0", threads = "1,2";
+  std::string model = "llama-110m", types = "f16,q8_0,q4_0", threads = "1,2", backend_name = "cpu";
   std::string tests = "pp,tg";
   int reps = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
     if (a == "--model") model = argv[i + 1];
     if (a == "--types") types = argv[i + 1];
     if (a == "--threads") threads = argv[i + 1];
+    if (a == "--backend") backend_name = argv[i + 1];
     if (a == "--reps") reps = std::atoi(argv[i + 1]);
     if (a == "--tests") tests = argv[i + 1];
   }
@@ -165,7 +166,18 @@ int main(int argc, char** argv) {
     std::string upper = GgmlTypeName(wt);
     for (absl::string_view th : absl::StrSplit(threads, ',')) {
       int nt = std::atoi(std::string(th).c_str());
-      CpuBackend backend(nt);
+      BackendOptions bo;
+      bo.n_threads = nt;
+      auto made = CreateBackend(backend_name, bo);
+      if (!made.ok()) {
+        std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
+        return 1;
+      }
+      Backend& backend = **made;
+      if (absl::Status ps = (*m)->PlaceWeights(&backend); !ps.ok()) {
+        std::fprintf(stderr, "%s\n", ps.ToString().c_str());
+        return 1;
+      }
       engine::EngineParams ep;
       ep.n_ctx = 256;
       auto e = engine::Engine::Create(**m, ep, &backend);

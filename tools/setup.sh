@@ -11,6 +11,9 @@ PKGS=(
   clang-14 libclang-rt-14-dev
   # promtool: //k8s:rules_test checks the alerting rules, the *_main_tests every /metrics
   prometheus
+  # The Vulkan backend: headers, glslc (tools/glsl.bzl), and lavapipe (Mesa's CPU Vulkan
+  # driver) that //libs/backend/vulkan:vulkan_backend_test runs on
+  libvulkan-dev glslc mesa-vulkan-drivers
 )
 
 missing=()

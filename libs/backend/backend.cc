@@ -4,6 +4,10 @@
 
 namespace herd {
 
+absl::StatusOr<std::unique_ptr<Buffer>> BufferType::FromHostPtr(void*, size_t) {
+  return absl::UnimplementedError(absl::StrCat("buffer type ", name(), " cannot wrap host memory"));
+}
+
 absl::Status PlaceTensor(Tensor* t, Buffer* buf, size_t offset) {
   const size_t align = buf->type()->alignment();
   if (offset % align != 0) {

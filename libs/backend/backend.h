@@ -1,6 +1,12 @@
 // The Backend interface (after ggml-backend): buffer types allocate buffers,
 // buffers hold tensor data, a backend moves tensor bytes in and out and computes
-// graphs. One implementation per device kind (cpu here; cuda/hip/vulkan later).
+// graphs. One implementation per device kind (libs/backend/cpu_backend.h,
+// libs/backend/vulkan; cuda/hip later). Backends are created by name through
+// libs/backend/registry.h; libs/backend/sched.h splits a graph across several.
+//
+// Memory that is not host memory: a device buffer's base() is an opaque address
+// (never dereferenced by the host); a tensor placed in it has data = base() + offset,
+// and only its backend's SetTensor/GetTensor/CopyTensor and compute touch the bytes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +44,21 @@ class BufferType {
   virtual bool is_host() const = 0;
   /// RESOURCE_EXHAUSTED when the device cannot provide `size` bytes.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) = 0;
+  /// A buffer over host memory [ptr, ptr + size) that stays owned by the caller and
+  /// must outlive the buffer (ggml_backend_cpu_buffer_from_ptr: weights stay in the
+  /// file's mmap). UNIMPLEMENTED for memory kinds that cannot wrap host memory.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> FromHostPtr(void* ptr, size_t size);
+};
+
+/// One device a backend kind can drive (ggml_backend_dev_props).
+struct DeviceInfo {
+  std::string backend;      // the kind's registry name: "cpu", "vulkan", ...
+  int index = 0;            // --device N within the kind
+  std::string name;         // "CPU", "Vulkan0"
+  std::string description;  // "AMD EPYC ... (avx2)", "llvmpipe (LLVM 15.0.6, 256 bits)"
+  uint64_t memory_total = 0;  // bytes
+  uint64_t memory_free = 0;   // bytes (0 = unknown)
+  bool host_visible = false;  // whether its buffers are host memory (base() addressable)
 };
 
 /// Places `t` at `offset` inside `buf` (sets t->buffer and t->data).
@@ -49,20 +70,39 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  /// The device this backend computes on.
+  virtual DeviceInfo device() const = 0;
   virtual BufferType* default_buffer_type() = 0;
+  /// Whether this backend's compute can read and write tensors held in buffers of
+  /// `buft` directly (the CPU: any host buffer; a device: its own memory). The
+  /// scheduler copies a tensor into this backend's memory when not.
+  virtual bool CanUseBufferType(const BufferType* buft) const { return buft == const_cast<Backend*>(this)->default_buffer_type(); }
 
   /// Copies `size` bytes from host memory into tensor `t` at byte `offset`.
   virtual absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) = 0;
   /// Copies `size` bytes of `t` from byte `offset` into host memory.
   virtual absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) = 0;
-  /// Copies all bytes of src into dst (same type and shape).
+  /// Copies all bytes of src into dst (same type and shape), both in this backend's memory.
   virtual absl::Status CopyTensor(const Tensor* src, Tensor* dst) = 0;
+  /// Queued versions of SetTensor/GetTensor: the host memory must stay valid, and `data`
+  /// of a get is filled, only after Synchronize() (ggml_backend_tensor_set_async). The
+  /// defaults are synchronous.
+  virtual absl::Status SetTensorAsync(Tensor* t, const void* data, size_t offset, size_t size) {
+    return SetTensor(t, data, offset, size);
+  }
+  virtual absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
+    return GetTensor(t, data, offset, size);
+  }
+  /// Waits for every queued transfer and computation. Errors: the device's (e.g. a lost
+  /// device), naming the call.
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
 
   /// Whether this backend can compute `node` (its op, types and shapes).
   virtual bool SupportsOp(const Tensor& node) const = 0;
-  /// Computes every node of `ctx` in order. Leaves must have data; the backend plans
-  /// and owns the scratch memory for intermediate nodes. Unsupported ops give
-  /// UNIMPLEMENTED naming the op.
+  /// Computes every node of `ctx` in order. Leaves must have data in memory this backend
+  /// can use (CanUseBufferType). Unless ctx.placed() (the scheduler placed every node
+  /// already), the backend plans and owns the scratch memory for intermediate nodes.
+  /// Unsupported ops give UNIMPLEMENTED naming the op.
   virtual absl::Status GraphCompute(Graph& ctx) = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "libs/backend/cpu_backend.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -18,8 +19,10 @@ namespace {
 
 class CpuBuffer : public Buffer {
  public:
-  CpuBuffer(void* p, size_t size) : p_(p), size_(size) {}
-  ~CpuBuffer() override { std::free(p_); }
+  CpuBuffer(void* p, size_t size, bool owned = true) : p_(p), size_(size), owned_(owned) {}
+  ~CpuBuffer() override {
+    if (owned_) std::free(p_);
+  }
   BufferType* type() const override { return CpuBufferType::Get(); }
   void* base() const override { return p_; }
   size_t size() const override { return size_; }
@@ -28,6 +31,7 @@ class CpuBuffer : public Buffer {
  private:
   void* p_;
   size_t size_;
+  bool owned_;
 };
 
 void* AlignedAlloc(size_t size) {
@@ -55,6 +59,55 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::Allocate(size_t size) {
   std::memset(p, 0, size);
   return std::unique_ptr<Buffer>(new CpuBuffer(p, size));
 }
+
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBufferType::FromHostPtr(void* ptr, size_t size) {
+  if (ptr == nullptr) return absl::InvalidArgumentError("cannot wrap a null host pointer");
+  return std::unique_ptr<Buffer>(new CpuBuffer(ptr, size, /*owned=*/false));
+}
+
+namespace {
+// "model name" of /proc/cpuinfo ("CPU" when unreadable).
+std::string CpuModelName() {
+  std::string name = "CPU";
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      if (std::strncmp(line, "model name", 10) == 0) {
+        const char* colon = std::strchr(line, ':');
+        if (colon != nullptr) {
+          name = colon + 1;
+          while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.erase(name.begin());
+          while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+        }
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  return name;
+}
+}  // namespace
+
+DeviceInfo CpuBackend::HostDevice() {
+  DeviceInfo d;
+  d.backend = "cpu";
+  d.index = 0;
+  d.name = "CPU";
+  d.description = absl::StrCat(CpuModelName(), " (", IsaName(BestIsa()), ")");
+  d.host_visible = true;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char key[64];
+    unsigned long long kb = 0;
+    while (std::fscanf(f, "%63s %llu kB", key, &kb) == 2) {
+      if (std::strcmp(key, "MemTotal:") == 0) d.memory_total = kb * 1024;
+      if (std::strcmp(key, "MemAvailable:") == 0) d.memory_free = kb * 1024;
+    }
+    std::fclose(f);
+  }
+  return d;
+}
+
+DeviceInfo CpuBackend::device() const { return HostDevice(); }
 
 float AlibiSlope(int h, int n_head, float max_bias) {
   if (max_bias <= 0.0f) return 1.0f;
@@ -150,6 +203,13 @@ absl::Status CpuBackend::GraphCompute(Graph& ctx) {
       return absl::UnimplementedError(
           absl::StrCat("CPU backend does not support ", OpName(n->op), " for node '", n->name, "'"));
     }
+  }
+  if (ctx.placed()) {  // the scheduler placed every node
+    for (Tensor* n : ctx.nodes()) {
+      absl::Status s = ComputeNode(n);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
   GraphPlan plan = PlanGraph(ctx, 64);
   if (plan.arena_size > arena_size_) {

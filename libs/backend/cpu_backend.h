@@ -18,6 +18,8 @@ class CpuBufferType : public BufferType {
   size_t alignment() const override { return 64; }
   bool is_host() const override { return true; }
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override;
+  /// Wraps caller-owned host memory (INVALID_ARGUMENT for a null pointer).
+  absl::StatusOr<std::unique_ptr<Buffer>> FromHostPtr(void* ptr, size_t size) override;
 };
 
 class CpuBackend : public Backend {
@@ -25,10 +27,16 @@ class CpuBackend : public Backend {
   /// n_threads >= 1 worker threads (the caller's thread counts as one).
   /// isa defaults to the best the CPU supports (BestIsa()).
   explicit CpuBackend(int n_threads, Isa isa = BestIsa());
+  /// The host as a DeviceInfo (what device() returns), without creating a backend.
+  static DeviceInfo HostDevice();
   ~CpuBackend() override;
 
   std::string name() const override { return "CPU"; }
+  /// "cpu" device 0: the host (memory_total/free from /proc/meminfo).
+  DeviceInfo device() const override;
   BufferType* default_buffer_type() override { return CpuBufferType::Get(); }
+  /// Any host buffer.
+  bool CanUseBufferType(const BufferType* buft) const override { return buft->is_host(); }
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status CopyTensor(const Tensor* src, Tensor* dst) override;

@@ -13,6 +13,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   if (p.n_ctx < 0) return absl::InvalidArgumentError(absl::StrCat("n_ctx ", p.n_ctx, " must be >= 0"));
   if (p.n_batch < 1) return absl::InvalidArgumentError(absl::StrCat("n_batch ", p.n_batch, " must be >= 1"));
   if (p.n_ctx == 0) p.n_ctx = std::min<int64_t>(model.hparams().n_ctx_train, 4096);
+  const BufferType* weights = model.weights_buffer_type();
+  if (weights == nullptr ? !backend->default_buffer_type()->is_host() : !backend->CanUseBufferType(weights)) {
+    return absl::FailedPreconditionError(absl::StrCat("the model's weights are in ",
+                                                      weights == nullptr ? "the file mapping" : weights->name(),
+                                                      ", which backend ", backend->name(),
+                                                      " cannot use: place them first (Model::PlaceWeights)"));
+  }
   std::unique_ptr<Engine> e(new Engine(model, p, backend));
   auto kv = KvCache::Create(model.hparams(), p.n_ctx, p.kv_type, backend->default_buffer_type());
   if (!kv.ok()) return kv.status();
@@ -121,29 +128,28 @@ absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, b
   Graph g;
   model::ForwardInputs in;
   in.tokens = g.NewTensor(GgmlType::I32, {n_tokens}, "inp_tokens");
-  in.tokens->data = const_cast<int32_t*>(batch.tokens.data() + begin);
   in.pos = g.NewTensor(GgmlType::I32, {n_tokens}, "inp_pos");
-  in.pos->data = pos.data();
   in.kv_idx = g.NewTensor(GgmlType::I32, {n_tokens}, "inp_kv_idx");
-  in.kv_idx->data = idx->data();
   in.mask = g.NewTensor(GgmlType::F32, {n_kv, n_tokens}, "inp_mask");
-  in.mask->data = mask.data();
   in.k_cache = kv_->k_layers();
   in.v_cache = kv_->v_layers();
   in.n_kv = n_kv;
   in.embeddings = embd;
-  if (!out_ids.empty()) {
-    in.out_ids = g.NewTensor(GgmlType::I32, {static_cast<int64_t>(out_ids.size())}, "inp_out_ids");
-    in.out_ids->data = out_ids.data();
-  } else {
+  if (out_ids.empty()) {
     // Still run the pass (it fills the KV cache); ask for the last row to keep shapes valid.
     out_ids.push_back(static_cast<int32_t>(n_tokens - 1));
-    in.out_ids = g.NewTensor(GgmlType::I32, {1}, "inp_out_ids");
-    in.out_ids->data = out_ids.data();
   }
-  for (Tensor* t : g.leaves()) t->is_input = true;
+  in.out_ids = g.NewTensor(GgmlType::I32, {static_cast<int64_t>(out_ids.size())}, "inp_out_ids");
+  // The inputs go into the backend's memory like any tensor (ggml_backend_tensor_set).
+  const std::pair<Tensor*, const void*> inputs[] = {{in.tokens, batch.tokens.data() + begin},
+                                                     {in.pos, pos.data()},
+                                                     {in.kv_idx, idx->data()},
+                                                     {in.mask, mask.data()},
+                                                     {in.out_ids, out_ids.data()}};
+  absl::Status s = PlaceInputs(inputs);
+  if (!s.ok()) return s;
   Tensor* result = model_.BuildForward(g, in);  // logits, or hidden states with embd
-  absl::Status s = backend_->GraphCompute(g);
+  s = backend_->GraphCompute(g);
   if (!s.ok()) return s;
   bool any = false;
   for (size_t i = begin; i < end; ++i) any |= batch.logits[i];
@@ -152,9 +158,32 @@ absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, b
     int64_t& n_outputs = embd ? n_embd_outputs_ : n_outputs_;
     const size_t row = static_cast<size_t>(result->ne[0]);
     const size_t bytes = static_cast<size_t>(result->ne[1]) * row * sizeof(float);
-    s = backend_->GetTensor(result, out.data() + static_cast<size_t>(n_outputs) * row, 0, bytes);
+    s = backend_->GetTensorAsync(result, out.data() + static_cast<size_t>(n_outputs) * row, 0, bytes);
+    if (s.ok()) s = backend_->Synchronize();
     if (!s.ok()) return s;
     n_outputs += result->ne[1];
+    return absl::OkStatus();
+  }
+  return backend_->Synchronize();  // the inputs' host memory and buffer are reused next
+}
+
+absl::Status Engine::PlaceInputs(absl::Span<const std::pair<Tensor*, const void*>> inputs) {
+  BufferType* buft = backend_->default_buffer_type();
+  const size_t align = buft->alignment();
+  size_t total = 0;
+  for (const auto& [t, host] : inputs) total += (t->nbytes() + align - 1) / align * align;
+  if (inputs_ == nullptr || inputs_->size() < total) {
+    inputs_.reset();
+    absl::StatusOr<std::unique_ptr<Buffer>> b = buft->Allocate(total + total / 4);  // room to grow
+    if (!b.ok()) return b.status();
+    inputs_ = *std::move(b);
+  }
+  size_t offset = 0;
+  for (const auto& [t, host] : inputs) {
+    t->is_input = true;
+    if (absl::Status s = PlaceTensor(t, inputs_.get(), offset); !s.ok()) return s;
+    if (absl::Status s = backend_->SetTensorAsync(t, host, 0, t->nbytes()); !s.ok()) return s;
+    offset += (t->nbytes() + align - 1) / align * align;
   }
   return absl::OkStatus();
 }

@@ -4,9 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 #include "libs/backend/backend.h"
 #include "libs/engine/embedding.h"
@@ -46,8 +48,11 @@ struct EngineParams {
 
 class Engine {
  public:
-  /// The model and backend must outlive the engine. Errors: INVALID_ARGUMENT for bad
-  /// params (named), RESOURCE_EXHAUSTED when the KV cache cannot be allocated.
+  /// The model and backend must outlive the engine; the model's weights must be where
+  /// the backend can use them (Model::PlaceWeights; a host backend also reads them from
+  /// the file mapping). Errors: INVALID_ARGUMENT for bad params (named),
+  /// FAILED_PRECONDITION for weights the backend cannot use, RESOURCE_EXHAUSTED when the
+  /// KV cache cannot be allocated.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model, const EngineParams& params,
                                                         Backend* backend);
 
@@ -95,11 +100,15 @@ class Engine {
   Engine(const model::Model& m, const EngineParams& p, Backend* b) : model_(m), params_(p), backend_(b) {}
   absl::Status DecodeImpl(const Batch& batch, bool embd);
   absl::Status DecodeChunk(const Batch& batch, size_t begin, size_t end, bool embd, std::vector<int32_t>* cells);
+  /// Places the graph inputs (tensor, host bytes) in inputs_ (grown as needed) and
+  /// queues their upload. The host bytes must stay valid until the graph is computed.
+  absl::Status PlaceInputs(absl::Span<const std::pair<Tensor*, const void*>> inputs);
 
   const model::Model& model_;
   EngineParams params_;
   Backend* backend_;
   std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<Buffer> inputs_;  // the graph inputs, in the backend's memory
   std::vector<float> logits_;
   int64_t n_outputs_ = 0;
   std::vector<float> embd_;  // [n_embd, n_embd_outputs_]

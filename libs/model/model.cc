@@ -288,4 +288,65 @@ Tensor* Model::BuildForward(Graph& g, const ForwardInputs& in) const {
   return static_cast<const ArchDef*>(arch_)->build(*this, g, in);
 }
 
+absl::Status Model::PlaceWeights(Backend* backend) {
+  BufferType* buft = backend->default_buffer_type();
+  if (weights_buffer_ != nullptr) {
+    if (weights_buffer_->type() == buft) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("the weights of ", file_->path(), " are already in ",
+                                                      weights_buffer_->type()->name(), " memory, not ",
+                                                      buft->name()));
+  }
+  const std::vector<Tensor*>& leaves = weights_graph_.leaves();
+  if (leaves.empty()) return absl::OkStatus();
+  if (buft->is_host()) {
+    // One buffer over the span of the mapping that holds the weights.
+    const uint8_t* lo = nullptr;
+    const uint8_t* hi = nullptr;
+    for (const Tensor* t : leaves) {
+      const uint8_t* p = static_cast<const uint8_t*>(t->data);
+      if (lo == nullptr || p < lo) lo = p;
+      if (hi == nullptr || p + t->nbytes() > hi) hi = p + t->nbytes();
+    }
+    absl::StatusOr<std::unique_ptr<Buffer>> b = buft->FromHostPtr(const_cast<uint8_t*>(lo), static_cast<size_t>(hi - lo));
+    if (!b.ok()) return b.status();
+    weights_buffer_ = *std::move(b);
+    for (Tensor* t : leaves) t->buffer = weights_buffer_.get();
+    return absl::OkStatus();
+  }
+  const size_t align = buft->alignment();
+  size_t total = 0;
+  for (const Tensor* t : leaves) total += (t->nbytes() + align - 1) / align * align;
+  absl::StatusOr<std::unique_ptr<Buffer>> b = buft->Allocate(total);
+  if (!b.ok()) {
+    return absl::Status(b.status().code(), absl::StrCat("weights of ", file_->path(), " (", total, " bytes) in ",
+                                                        buft->name(), " memory: ", b.status().message()));
+  }
+  std::unique_ptr<Buffer> buf = *std::move(b);
+  std::vector<void*> host(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) host[i] = leaves[i]->data;
+  auto restore = [&] {  // on failure every weight stays in the mapping
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      leaves[i]->buffer = nullptr;
+      leaves[i]->data = host[i];
+    }
+  };
+  size_t offset = 0;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    Tensor* t = leaves[i];
+    absl::Status s = PlaceTensor(t, buf.get(), offset);
+    if (s.ok()) s = backend->SetTensor(t, host[i], 0, t->nbytes());
+    if (!s.ok()) {
+      restore();
+      return s;
+    }
+    offset += (t->nbytes() + align - 1) / align * align;
+  }
+  if (absl::Status s = backend->Synchronize(); !s.ok()) {
+    restore();
+    return s;
+  }
+  weights_buffer_ = std::move(buf);
+  return absl::OkStatus();
+}
+
 }  // namespace herd::model

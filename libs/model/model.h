@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 
+#include "libs/backend/backend.h"
 #include "libs/gguf/gguf.h"
 #include "libs/tensor/tensor.h"
 
@@ -148,6 +149,17 @@ class Model {
   /// Total bytes of weight data.
   size_t weight_bytes() const { return weight_bytes_; }
 
+  /// Puts the weights in the memory of `backend` (the placement of llama.cpp's
+  /// llama_model_loader::load_all_data): a host buffer type wraps the file mapping (no
+  /// copy, weights stay mmap'd); device memory gets one buffer with every weight
+  /// uploaded through SetTensor. Call once, before any engine uses the model with this
+  /// backend; the weights then live there (calling it again for the same buffer type
+  /// does nothing). Errors: RESOURCE_EXHAUSTED when the device lacks the memory;
+  /// FAILED_PRECONDITION when the weights were placed in another backend's memory.
+  absl::Status PlaceWeights(Backend* backend);
+  /// The buffer type the weights live in (nullptr before PlaceWeights: the file mapping).
+  const BufferType* weights_buffer_type() const { return weights_buffer_ ? weights_buffer_->type() : nullptr; }
+
  private:
   Model() = default;
   friend class Loader;
@@ -158,6 +170,7 @@ class Model {
   Weights w_;
   const void* arch_ = nullptr;  // the registry entry (arch.h ArchDef)
   size_t weight_bytes_ = 0;
+  std::unique_ptr<Buffer> weights_buffer_;  // after PlaceWeights
 };
 
 }  // namespace herd::model

@@ -72,6 +72,13 @@ void SetContiguousStrides(Tensor* t) {
   t->nb[3] = t->nb[2] * static_cast<size_t>(t->ne[2]);
 }
 
+std::unique_ptr<Graph> Graph::Placed(std::vector<Tensor*> nodes) {
+  auto g = std::make_unique<Graph>();
+  g->nodes_ = std::move(nodes);
+  g->placed_ = true;
+  return g;
+}
+
 Tensor* Graph::NewTensor(GgmlType type, std::vector<int64_t> ne, const std::string& name) {
   tensors_.emplace_back();
   Tensor* t = &tensors_.back();

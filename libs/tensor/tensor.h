@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,12 @@ class Graph {
   /// type FromFloat supports). Returns a view of dst that depends on the write.
   Tensor* SetRows(Tensor* dst, Tensor* src, Tensor* idx);
 
+  /// A graph over `nodes` owned by another graph, every one already placed in memory
+  /// (data set): a split of libs/backend/sched. Its leaves() are empty.
+  static std::unique_ptr<Graph> Placed(std::vector<Tensor*> nodes);
+  /// True for Placed() graphs: backends compute them without planning memory.
+  bool placed() const { return placed_; }
+
   /// Marks a tensor as an output (kept until the end of compute).
   void SetOutput(Tensor* t) { t->is_output = true; }
 
@@ -142,6 +149,7 @@ class Graph {
   std::deque<Tensor> tensors_;
   std::vector<Tensor*> nodes_;
   std::vector<Tensor*> leaves_;
+  bool placed_ = false;
 };
 
 }  // namespace herd

@@ -60,7 +60,9 @@ ABSL_FLAG(std::string, lookup_cache_static, "",
 ABSL_FLAG(std::string, lookup_cache_dynamic, "",
           "ngram-cache: dynamic n-gram cache file, read-only here (--lookup-cache-dynamic).");
 ABSL_FLAG(int, draft_ctx, 4096, "Draft model KV cells shared by all sessions (0 = model context, capped at 4096).");
-ABSL_FLAG(int, threads, 2, "Draft model compute threads.");
+ABSL_FLAG(int, threads, 2, "Draft model compute threads (CPU; with a device backend, its CPU fallback's).");
+ABSL_FLAG(std::string, backend, "cpu", "The draft model's compute backend: cpu, vulkan, ... (libs/backend/registry.h).");
+ABSL_FLAG(int, device, 0, "Device index within --backend.");
 ABSL_FLAG(int, max_sessions, 1024, "Most sessions held; the least recently used is evicted for a new one.");
 ABSL_FLAG(double, session_idle_s, 300, "Sessions unused this many seconds are evicted.");
 ABSL_FLAG(int64_t, max_history, 1 << 20, "Most history tokens per session.");
@@ -175,6 +177,8 @@ int main(int argc, char** argv) {
     spec::DraftModelParams dp;
     dp.n_ctx = absl::GetFlag(FLAGS_draft_ctx);
     dp.n_threads = absl::GetFlag(FLAGS_threads);
+    dp.backend = absl::GetFlag(FLAGS_backend);
+    dp.device = absl::GetFlag(FLAGS_device);
     auto dm = spec::DraftModel::Load(model_draft, dp);
     if (!dm.ok()) return Fail(std::string(dm.status().message()));
     if (absl::Status s = (*dm)->AttachTarget(*target_vocab); !s.ok()) {

@@ -1,6 +1,6 @@
 // herd-worker: one compute backend, one model, continuous batching over its KV cache
 // (service herd.v1.Worker), with grpc.health.v1, server reflection and Prometheus
-// metrics. The backend is the one this binary was linked with (backend_factory.h).
+// metrics. The backend is chosen by name (--backend, --device; libs/backend/registry.h).
 //
 //   worker --loader=HOST:PORT --model=NAME [--port=50053] [--metrics_port=9093]
 //   worker --model_path=FILE.gguf [...]
@@ -17,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/backend/registry.h"
 #include "libs/base/log.h"
 #include "libs/clients/loader_client.h"
 #include "libs/engine/engine.h"
@@ -28,7 +29,6 @@
 #include "libs/serving/server.h"
 #include "libs/serving/service_main.h"
 #include "libs/tokenizer/tokenizer.h"
-#include "services/worker/backend_factory.h"
 #include "services/worker/worker_service.h"
 
 ABSL_FLAG(std::string, loader, "",
@@ -43,7 +43,10 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "e.g. in a container).");
 ABSL_FLAG(int, port, 50053, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
-ABSL_FLAG(int, threads, 0, "Compute threads (0 = all hardware threads).");
+ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all hardware threads); with a device backend, the CPU fallback's.");
+ABSL_FLAG(std::string, backend, "cpu",
+          "Compute backend: cpu, vulkan, ... (what this build and machine have is listed when the name is wrong).");
+ABSL_FLAG(int, device, 0, "Device index within --backend (its devices are listed when the index is wrong).");
 ABSL_FLAG(int64_t, n_ctx, 0, "KV cache cells shared by all sequences (0 = the model's context length, at most 4096).");
 ABSL_FLAG(int64_t, n_ctx_seq, 0, "Most KV cells one sequence may use, its context (0 = n_ctx / max_sequences).");
 ABSL_FLAG(int64_t, n_batch, 512, "Most tokens in one forward pass (prompt chunks + decode tokens + drafts).");
@@ -143,11 +146,15 @@ int main(int argc, char** argv) {
   auto vocab = herd::tokenizer::Vocab::FromGguf(model->file());
   if (!vocab.ok()) return Fail(absl::StrCat("model ", model_name, " vocabulary: ", vocab.status().message()));
 
-  herd::worker::BackendOptions bopts;
-  bopts.threads = threads;
-  auto backend = herd::worker::CreateBackend(bopts);
-  if (!backend.ok())
-    return Fail(absl::StrCat("backend ", herd::worker::BackendKind(), ": ", backend.status().message()));
+  herd::BackendOptions bopts;
+  bopts.n_threads = threads;
+  bopts.device = absl::GetFlag(FLAGS_device);
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  auto backend = herd::CreateBackend(backend_name, bopts);
+  if (!backend.ok()) return Fail(absl::StrCat("--backend ", backend_name, ": ", backend.status().message()));
+  if (absl::Status s = model->PlaceWeights(backend->get()); !s.ok()) {
+    return Fail(absl::StrCat("model ", model_name, " on ", (*backend)->device().name, ": ", s.message()));
+  }
 
   herd::engine::EngineParams ep;
   ep.n_ctx = n_ctx;
@@ -174,7 +181,7 @@ int main(int argc, char** argv) {
   herd::worker::WorkerServiceOptions wopts;
   wopts.model_name = model_name;
   wopts.architecture = model->hparams().arch;
-  wopts.backend = herd::worker::BackendKind();
+  wopts.backend = backend_name;
   wopts.default_pooling = herd::engine::DefaultPooling(model->file(), model->hparams().arch);
   auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
 
@@ -192,7 +199,8 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(std::string(server.status().message()));
 
   HERD_LOG(Info) << "worker: model " << model_name << " (" << model->hparams().arch << ", n_vocab "
-                 << model->hparams().n_vocab << "), backend " << herd::worker::BackendKind() << " x" << threads
+                 << model->hparams().n_vocab << "), backend " << backend_name << " on " << (*backend)->device().name << " ("
+                 << (*backend)->device().description << "), " << threads << " CPU threads"
                  << ", n_ctx " << (*scheduler)->n_ctx() << ", n_ctx_seq " << (*scheduler)->n_ctx_seq() << ", n_batch "
                  << n_batch << ", " << (*scheduler)->capacity() << " sequences, queue " << policy;
   process.PrintListening(host);

@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-#include "libs/backend/cpu_backend.h"
 #include "libs/engine/embedding.h"
 #include "libs/engine/engine.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tools/herd/args.h"
+#include "tools/herd/backend_args.h"
 #include "tools/herd/commands.h"
 
 namespace herd::cli {
@@ -36,7 +36,7 @@ int Usage(const std::string& msg, const std::string& usage) {
 }
 
 const std::vector<FlagSpec>& EmbedFlags() {
-  static const std::vector<FlagSpec> specs = {
+  static const std::vector<FlagSpec> specs = WithBackendFlags({
       {{"-m", "--model"}, true, "GGUF model file", ""},
       {{"-p", "--prompt"}, true, "text to embed (split into inputs at --embd-separator)", ""},
       {{"--pooling"}, true, "mean, cls or last (default: the model's <arch>.pooling_type, else last)", ""},
@@ -47,7 +47,7 @@ const std::vector<FlagSpec>& EmbedFlags() {
       {{"-t", "--threads"}, true, "compute threads", "2"},
       {{"-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}, true, "KV cache type: f16 or f32", "f16"},
       {{"-h", "--help"}, false, "show this help", ""},
-  };
+  });
   return specs;
 }
 
@@ -115,8 +115,9 @@ int CmdEmbed(int argc, char** argv) {
   auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
   if (!vocab.ok()) return Fail(vocab.status());
   if (!opts->pooling_set) opts->pooling = engine::DefaultPooling((*model)->file(), (*model)->hparams().arch);
-  CpuBackend backend(opts->threads);
-  auto eng = engine::Engine::Create(**model, opts->engine, &backend);
+  auto backend = BackendFromArgs(*args, opts->threads, model->get());
+  if (!backend.ok()) return Fail(backend.status());
+  auto eng = engine::Engine::Create(**model, opts->engine, backend->get());
   if (!eng.ok()) return Fail(eng.status());
   std::string sep = args->Get("--embd-separator");
   if (sep == "\\n") sep = "\n";

@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <string>
 
-#include "libs/backend/cpu_backend.h"
 #include "libs/base/mmap.h"
 #include "libs/model/model.h"
 #include "libs/quant/perplexity.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tools/herd/args.h"
+#include "tools/herd/backend_args.h"
 #include "tools/herd/commands.h"
 
 namespace herd::cli {
@@ -24,7 +24,7 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int CmdPerplexity(int argc, char** argv) {
-  static const std::vector<FlagSpec> specs = {
+  static const std::vector<FlagSpec> specs = WithBackendFlags({
       {{"-m", "--model"}, true, "GGUF model file", ""},
       {{"-f", "--file"}, true, "text file to evaluate", ""},
       {{"-c", "--ctx-size"}, true, "tokens per chunk", "512"},
@@ -33,7 +33,7 @@ int CmdPerplexity(int argc, char** argv) {
       {{"-t", "--threads"}, true, "compute threads", "2"},
       {{"-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}, true, "KV cache type: f16 or f32", "f16"},
       {{"-h", "--help"}, false, "show this help", ""},
-  };
+  });
   const std::string usage = "usage: herd perplexity -m MODEL -f TEXT [-c N] [flags]\n" + Args::Usage(specs);
   auto args = Args::Parse(specs, argc, argv, 2);
   if (!args.ok()) {
@@ -84,11 +84,15 @@ int CmdPerplexity(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
   if (!vocab.ok()) return Fail(vocab.status());
-  CpuBackend backend(static_cast<int>(*threads));
-  std::fprintf(stderr, "herd: perplexity: %s over %s (%zu bytes), n_ctx %lld, n_batch %lld, KV cache %s, %d threads\n",
+  auto backend = BackendFromArgs(*args, static_cast<int>(*threads), model->get());
+  if (!backend.ok()) return Fail(backend.status());
+  std::fprintf(stderr,
+               "herd: perplexity: %s over %s (%zu bytes), n_ctx %lld, n_batch %lld, KV cache %s, backend %s, %lld "
+               "threads\n",
                args->Get("-m").c_str(), args->Get("-f").c_str(), text->size(), static_cast<long long>(o.n_ctx),
-               static_cast<long long>(o.n_batch), GgmlTypeName(o.kv_type).c_str(), backend.n_threads());
-  auto res = quant::Perplexity(**model, **vocab, &backend, *text, o, [](int64_t chunk, double ppl) {
+               static_cast<long long>(o.n_batch), GgmlTypeName(o.kv_type).c_str(),
+               DescribeBackend(args->Get("--backend"), **backend).c_str(), static_cast<long long>(*threads));
+  auto res = quant::Perplexity(**model, **vocab, backend->get(), *text, o, [](int64_t chunk, double ppl) {
     std::printf("[%lld]%.4f,", static_cast<long long>(chunk + 1), ppl);
     std::fflush(stdout);
   });

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "libs/backend/backend.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/mmap.h"
 #include "libs/base/version.h"
@@ -29,6 +29,7 @@
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tools/herd/args.h"
+#include "tools/herd/backend_args.h"
 #include "tools/herd/commands.h"
 #include "tools/herd/load_progress.h"
 
@@ -48,13 +49,14 @@ int UsageError(const std::string& msg, const std::string& usage) {
 }
 
 const std::vector<FlagSpec>& RunFlags() {
-  static const std::vector<FlagSpec> specs = {
+  static const std::vector<FlagSpec> specs = WithBackendFlags({
       {{"-m", "--model"}, true, "GGUF model file", ""},
       {{"-p", "--prompt"}, true, "prompt text", ""},
       {{"-f", "--file"}, true, "read the prompt from a file", ""},
       {{"-n", "--n-predict"}, true, "tokens to generate (-1 = until end of generation or a full context)", "-1"},
       {{"-c", "--ctx-size"}, true, "context size in tokens (0 = from the model, at most 4096)", "0"},
-      {{"-ngl", "--n-gpu-layers"}, true, "accepted for llama.cpp compatibility: herd run computes on the CPU", ""},
+      {{"-ngl", "--n-gpu-layers"}, true,
+       "accepted for llama.cpp compatibility: a --backend device computes every layer it supports", ""},
       {{"-b", "--batch-size"}, true, "prompt processing batch size", "512"},
       {{"-t", "--threads"}, true, "compute threads", "2"},
       {{"--temp"}, true, "temperature (0 = greedy)", "0.8"},
@@ -92,7 +94,7 @@ const std::vector<FlagSpec>& RunFlags() {
        "ngram-cache: dynamic n-gram cache file (read if present, updated with this generation and written back)",
        ""},
       {{"-h", "--help"}, false, "show this help", ""},
-  };
+  });
   return specs;
 }
 
@@ -158,6 +160,8 @@ struct RunOptions {
   std::string lookup_static;   // -lcs
   std::string lookup_dynamic;  // -lcd
   int threads = 0;             // -t
+  std::string backend = "cpu";  // --backend
+  int device = 0;               // --device
   bool display_prompt = false;
   engine::GenerateParams gp;
   engine::EngineParams ep;
@@ -187,7 +191,11 @@ EarlyExit ReadRunNumbers(const Args& args, const std::string& usage, RunOptions*
   }
   if (*threads < 1 || *threads > 256) return UsageError("-t: threads must be in [1, 256]", usage);
   if (*n_predict < -1) return UsageError("-n: must be >= -1", usage);
+  auto device = args.GetInt("--device");
+  if (!device.ok()) return UsageError(std::string(device.status().message()), usage);
   o->threads = static_cast<int>(*threads);
+  o->backend = args.Get("--backend");
+  o->device = static_cast<int>(*device);
   o->ep.n_ctx = *n_ctx;
   o->ep.n_batch = *n_batch;
   engine::GenerateParams& gp = o->gp;
@@ -231,8 +239,8 @@ EarlyExit ParseRunOptions(const Args& args, const std::string& usage, RunOptions
   if (o->model.empty()) return UsageError("run: -m MODEL is required", usage);
   if (args.Has("-ngl")) {
     std::fprintf(stderr,
-                 "herd: note: -ngl is accepted for llama.cpp compatibility; herd run computes on the CPU "
-                 "(GPU layers come with a GPU worker)\n");
+                 "herd: note: -ngl is accepted for llama.cpp compatibility; --backend picks the device, which "
+                 "computes every layer (ops it lacks run on the CPU)\n");
   }
   o->gp.prompt = args.Get("-p");
   if (args.Has("-f")) {
@@ -272,7 +280,7 @@ void PrintPiece(const std::string& piece) {
 double TokensPerSecond(int64_t n, double ms) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; }
 
 // The model and backend lines on stderr.
-void PrintRunSetup(const RunOptions& o, const model::Model& model, const CpuBackend& backend, engine::Engine& eng) {
+void PrintRunSetup(const RunOptions& o, const model::Model& model, const Backend& backend, engine::Engine& eng) {
   const model::Hparams& hp = model.hparams();
   std::fprintf(stderr,
                "herd: model %s: arch %s, n_vocab %lld, n_embd %lld, n_layer %lld, n_head %lld, n_head_kv %lld, "
@@ -280,9 +288,9 @@ void PrintRunSetup(const RunOptions& o, const model::Model& model, const CpuBack
                o.model.c_str(), hp.arch.c_str(), static_cast<long long>(hp.n_vocab), static_cast<long long>(hp.n_embd),
                static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_head),
                static_cast<long long>(hp.n_head_kv), model.weight_bytes() / 1048576.0);
-  std::fprintf(stderr, "herd: backend CPU, %d threads, isa %s, n_ctx %lld, KV cache %s (%.2f MiB)\n",
-               backend.n_threads(), IsaName(backend.isa()), static_cast<long long>(eng.n_ctx()),
-               GgmlTypeName(o.ep.kv_type).c_str(), eng.kv().bytes() / 1048576.0);
+  std::fprintf(stderr, "herd: backend %s, %d threads, isa %s, n_ctx %lld, KV cache %s (%.2f MiB)\n",
+               DescribeBackend(o.backend, backend).c_str(), o.threads, IsaName(BestIsa()),
+               static_cast<long long>(eng.n_ctx()), GgmlTypeName(o.ep.kv_type).c_str(), eng.kv().bytes() / 1048576.0);
 }
 
 // Plain generation (no speculation), then its stop and timing lines.
@@ -313,6 +321,8 @@ absl::Status LoadSpecResources(const RunOptions& o, const engine::Engine& eng, c
     spec::DraftModelParams dp;
     dp.n_ctx = eng.n_ctx();
     dp.n_threads = o.threads;
+    dp.backend = o.backend;
+    dp.device = o.device;
     auto dm = spec::DraftModel::Load(o.model_draft, dp);
     if (!dm.ok()) return dm.status();
     if (absl::Status s = (*dm)->AttachTarget(vocab); !s.ok()) {
@@ -403,10 +413,11 @@ int RunModel(const RunOptions& o) {
   PageInWithProgressBar((*model)->file(), o.model);
   auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
   if (!vocab.ok()) return Fail(vocab.status());
-  CpuBackend backend(o.threads);
-  auto eng = engine::Engine::Create(**model, o.ep, &backend);
+  auto backend = OpenBackend(o.backend, o.device, o.threads, model->get());
+  if (!backend.ok()) return Fail(backend.status());
+  auto eng = engine::Engine::Create(**model, o.ep, backend->get());
   if (!eng.ok()) return Fail(eng.status());
-  PrintRunSetup(o, **model, backend, **eng);
+  PrintRunSetup(o, **model, **backend, **eng);
   if (o.display_prompt) std::fwrite(o.gp.prompt.data(), 1, o.gp.prompt.size(), stdout);
   if (o.spec.type == engine::spec::SpecType::kNone) return RunPlain(**eng, **vocab, o.gp);
   return RunSpeculative(o, **eng, **vocab);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/backend/registry.h"
 #include "libs/base/log.h"
 
 namespace herd::engine::spec {
@@ -66,7 +67,18 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
     return absl::Status(vocab.status().code(), absl::StrCat("draft model ", path, ": ", vocab.status().message()));
   }
   dm->vocab_ = *std::move(vocab);
-  dm->backend_ = std::make_unique<CpuBackend>(params.n_threads);
+  BackendOptions bo;
+  bo.n_threads = params.n_threads;
+  bo.device = params.device;
+  auto backend = CreateBackend(params.backend, bo);
+  if (!backend.ok()) {
+    return absl::Status(backend.status().code(),
+                        absl::StrCat("draft model ", path, ": --backend ", params.backend, ": ", backend.status().message()));
+  }
+  dm->backend_ = *std::move(backend);
+  if (absl::Status s = dm->model_->PlaceWeights(dm->backend_.get()); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("draft model ", path, ": ", s.message()));
+  }
   EngineParams ep;
   ep.n_ctx = params.n_ctx;
   ep.n_batch = params.n_batch;

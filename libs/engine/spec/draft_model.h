@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "libs/backend/backend.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/spec/drafter.h"
 #include "libs/model/model.h"
@@ -40,6 +40,8 @@ struct DraftModelParams {
   int64_t n_ctx = 4096;
   int64_t n_batch = 512;
   int n_threads = 2;
+  std::string backend = "cpu";  // the draft model's own backend (libs/backend/registry.h)
+  int device = 0;
   GgmlType kv_type = GgmlType::F16;
   /// Candidates of the draft distribution (llama.cpp's draft sampler keeps top_k 10):
   /// the probability compared with p_min, and the distribution sampled when temp > 0,
@@ -96,7 +98,7 @@ class DraftModel {
   DraftModelParams params_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Vocab> vocab_;
-  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Backend> backend_;
   std::unique_ptr<Engine> engine_;
   int64_t seq_window_ = 0;
   int64_t n_vocab_ = 0;

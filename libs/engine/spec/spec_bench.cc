@@ -18,7 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "libs/backend/registry.h"
 #include "libs/engine/spec/spec_generate.h"
 #include "libs/gguf/gguf.h"
 #include "libs/tensor/quants.h"
@@ -31,6 +31,8 @@ ABSL_FLAG(double, draft_p_min, 0.75, "p_min (draft-model).");
 ABSL_FLAG(int, ngram_n, 4, "n-gram key size n.");
 ABSL_FLAG(int, ngram_m, 16, "n-gram draft size m.");
 ABSL_FLAG(int, threads, 2, "Compute threads (target and draft model each).");
+ABSL_FLAG(std::string, backend, "cpu", "Compute backend of the target and the draft model (libs/backend/registry.h).");
+ABSL_FLAG(int, device, 0, "Device index within --backend.");
 ABSL_FLAG(int, big_embd, 768, "Random model: embedding size.");
 ABSL_FLAG(int, big_layers, 12, "Random model: layers.");
 ABSL_FLAG(int, big_ff, 2048, "Random model: feed-forward size.");
@@ -99,8 +101,14 @@ absl::StatusOr<std::unique_ptr<model::Model>> RandomModel(const gguf::GgufFile& 
   return model::Model::FromGguf(*std::move(f));
 }
 
-int Run(const std::string& name, const model::Model& target, const std::string& draft_path, const std::string& prompt) {
-  CpuBackend backend(absl::GetFlag(FLAGS_threads));
+int Run(const std::string& name, model::Model& target, const std::string& draft_path, const std::string& prompt) {
+  BackendOptions bo;
+  bo.n_threads = absl::GetFlag(FLAGS_threads);
+  bo.device = absl::GetFlag(FLAGS_device);
+  auto made = CreateBackend(absl::GetFlag(FLAGS_backend), bo);
+  if (!made.ok()) return std::fprintf(stderr, "%s\n", made.status().ToString().c_str()), 1;
+  Backend& backend = **made;
+  if (absl::Status s = target.PlaceWeights(&backend); !s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
   auto vocab = tokenizer::Vocab::FromGguf(target.file());
   if (!vocab.ok()) return std::fprintf(stderr, "%s\n", vocab.status().ToString().c_str()), 1;
   EngineParams ep;
@@ -110,6 +118,8 @@ int Run(const std::string& name, const model::Model& target, const std::string& 
   DraftModelParams dp;
   dp.n_ctx = 1024;
   dp.n_threads = absl::GetFlag(FLAGS_threads);
+  dp.backend = absl::GetFlag(FLAGS_backend);
+  dp.device = absl::GetFlag(FLAGS_device);
   auto draft = DraftModel::Load(draft_path, dp);
   if (!draft.ok()) return std::fprintf(stderr, "%s\n", draft.status().ToString().c_str()), 1;
   if (absl::Status s = (*draft)->AttachTarget(**vocab); !s.ok())

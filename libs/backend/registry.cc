@@ -1,0 +1,84 @@
+#include "libs/backend/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+#include "libs/backend/cpu_backend.h"
+#include "libs/backend/sched.h"
+#include "libs/backend/vulkan/vulkan_backend.h"
+
+namespace herd {
+namespace {
+
+std::vector<BackendKind> MakeKinds() {
+  std::vector<BackendKind> kinds;
+  kinds.push_back(BackendKind{
+      "cpu",
+      [] { return std::vector<DeviceInfo>{CpuBackend::HostDevice()}; },
+      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
+        if (o.n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads ", o.n_threads, " must be >= 1"));
+        return std::unique_ptr<Backend>(new CpuBackend(o.n_threads));
+      }});
+  kinds.push_back(BackendKind{
+      "vulkan", [] { return VulkanDevices(); },
+      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateVulkanBackend(o.device); }});
+  return kinds;
+}
+
+std::string DescribeDevice(const DeviceInfo& d) {
+  std::string s = absl::StrCat(d.index, " ", d.name, " (", d.description);
+  if (d.memory_total > 0) absl::StrAppend(&s, absl::StrFormat(", %.1f GiB", d.memory_total / 1073741824.0));
+  return s + ")";
+}
+
+}  // namespace
+
+const std::vector<BackendKind>& BackendKinds() {
+  static const std::vector<BackendKind>* kinds = new std::vector<BackendKind>(MakeKinds());
+  return *kinds;
+}
+
+std::vector<DeviceInfo> ListDevices() {
+  std::vector<DeviceInfo> out;
+  for (const BackendKind& k : BackendKinds()) {
+    for (DeviceInfo& d : k.devices()) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string DescribeDevices() {
+  std::vector<std::string> parts;
+  for (const BackendKind& k : BackendKinds()) {
+    std::vector<DeviceInfo> devs = k.devices();
+    std::vector<std::string> ds;
+    for (const DeviceInfo& d : devs) ds.push_back(DescribeDevice(d));
+    parts.push_back(absl::StrCat(k.name, ": ", ds.empty() ? "no device found" : absl::StrJoin(ds, ", ")));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, const BackendOptions& opts) {
+  for (const BackendKind& k : BackendKinds()) {
+    if (k.name != name) continue;
+    const std::vector<DeviceInfo> devs = k.devices();
+    if (opts.device < 0 || opts.device >= static_cast<int>(devs.size())) {
+      return absl::NotFoundError(absl::StrCat("backend ", name, " has no device ", opts.device,
+                                              " on this machine (this build and machine have: ", DescribeDevices(), ")"));
+    }
+    absl::StatusOr<std::unique_ptr<Backend>> b = k.create(opts);
+    if (!b.ok() || name == "cpu") return b;
+    std::vector<std::unique_ptr<Backend>> chain;
+    chain.push_back(*std::move(b));
+    chain.push_back(std::unique_ptr<Backend>(new CpuBackend(std::max(1, opts.n_threads))));
+    absl::StatusOr<std::unique_ptr<Scheduler>> s = Scheduler::Create(std::move(chain));
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<Backend>(*std::move(s));
+  }
+  std::vector<std::string> names;
+  for (const BackendKind& k : BackendKinds()) names.push_back(k.name);
+  return absl::NotFoundError(absl::StrCat("unknown backend '", name, "': this build has ", absl::StrJoin(names, ", "),
+                                          " (devices: ", DescribeDevices(), ")"));
+}
+
+}  // namespace herd

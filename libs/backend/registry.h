@@ -1,0 +1,54 @@
+// The device registry (the role of ggml-backend-reg): every backend kind compiled
+// into this build, the devices each finds on this machine, and backends created by
+// name (`--backend cpu|vulkan|... --device N` on every binary).
+//
+// A new backend plugs in by adding one BackendKind entry to BackendKinds() in
+// registry.cc (behind its build condition) with a `devices` probe and a `create`
+// factory; everything else (flags, the scheduler's CPU fallback, backend_ops,
+// the worker) picks it up by name.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "libs/backend/backend.h"
+
+namespace herd {
+
+/// What creating a backend needs.
+struct BackendOptions {
+  int n_threads = 1;  // CPU threads (the CPU backend, and the CPU fallback of a device)
+  int device = 0;     // index among the kind's devices (--device N)
+};
+
+/// One backend kind compiled into this build.
+struct BackendKind {
+  std::string name;  // "cpu", "vulkan"
+  /// The devices present on this machine (empty when none, e.g. no Vulkan driver).
+  std::function<std::vector<DeviceInfo>()> devices;
+  /// Creates a backend on device opts.device (only called with a present index).
+  std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendOptions&)> create;
+};
+
+/// Every kind compiled in, "cpu" first.
+const std::vector<BackendKind>& BackendKinds();
+
+/// Every device present, kind by kind.
+std::vector<DeviceInfo> ListDevices();
+
+/// One line per kind compiled in: its devices, or why it has none
+/// ("cpu: 0 CPU (AMD EPYC 7B13, avx2, 23.4 GiB); vulkan: none found").
+std::string DescribeDevices();
+
+/// Creates backend kind `name` on device opts.device. A device kind other than the CPU
+/// comes wrapped in a Scheduler (libs/backend/sched.h) over it and a CPU backend of
+/// opts.n_threads threads, so that ops the device lacks run on the CPU.
+/// Errors: NOT_FOUND for a kind not compiled in or a device index not present, the
+/// message listing what this build and machine have (DescribeDevices); the kind's own
+/// errors otherwise (e.g. UNAVAILABLE when the Vulkan device cannot be opened).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, const BackendOptions& opts);
+
+}  // namespace herd

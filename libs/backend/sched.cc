@@ -1,0 +1,291 @@
+#include "libs/backend/sched.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#include "libs/tensor/graph_alloc.h"
+
+namespace herd {
+namespace {
+
+Tensor* Root(Tensor* t) { return t->view_src != nullptr ? t->view_src : t; }
+
+// The buffer holding t's bytes (a view's root's), or nullptr for host memory outside
+// any buffer (weights read straight from a file mapping).
+const Buffer* BufferOf(const Tensor* t) {
+  if (t->buffer != nullptr) return t->buffer;
+  return t->view_src != nullptr ? t->view_src->buffer : nullptr;
+}
+
+constexpr size_t kAlign = 256;  // every backend's alignment divides this
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<std::unique_ptr<Backend>> backends) {
+  if (backends.empty()) return absl::InvalidArgumentError("scheduler: no backends");
+  for (const auto& b : backends) {
+    if (b == nullptr) return absl::InvalidArgumentError("scheduler: null backend");
+    if (kAlign % b->default_buffer_type()->alignment() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("scheduler: backend ", b->name(), " needs alignment ",
+                                                     b->default_buffer_type()->alignment()));
+    }
+  }
+  if (!backends.back()->default_buffer_type()->is_host()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler: the last backend (", backends.back()->name(), ") must compute in host memory"));
+  }
+  std::unique_ptr<Scheduler> s(new Scheduler(std::move(backends)));
+  s->arenas_.resize(s->backends_.size());
+  s->copies_.resize(s->backends_.size());
+  return s;
+}
+
+std::string Scheduler::name() const { return backends_[0]->name(); }
+DeviceInfo Scheduler::device() const { return backends_[0]->device(); }
+BufferType* Scheduler::default_buffer_type() { return backends_[0]->default_buffer_type(); }
+bool Scheduler::CanUseBufferType(const BufferType* buft) const {
+  for (const auto& b : backends_) {
+    if (b->CanUseBufferType(buft)) return true;
+  }
+  return false;
+}
+
+size_t Scheduler::OwnerOf(const BufferType* buft) const {
+  if (buft != nullptr) {
+    for (size_t i = 0; i < backends_.size(); ++i) {
+      if (backends_[i]->default_buffer_type() == buft) return i;
+    }
+  }
+  return backends_.size() - 1;  // host memory: the CPU
+}
+
+size_t Scheduler::OwnerOfTensor(const Tensor* t) const {
+  const Buffer* b = BufferOf(t);
+  return OwnerOf(b != nullptr ? b->type() : nullptr);
+}
+
+absl::Status Scheduler::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
+  return backends_[OwnerOfTensor(t)]->SetTensor(t, data, offset, size);
+}
+
+absl::Status Scheduler::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  return backends_[OwnerOfTensor(t)]->GetTensor(t, data, offset, size);
+}
+
+absl::Status Scheduler::CopyTensor(const Tensor* src, Tensor* dst) {
+  const size_t a = OwnerOfTensor(src), b = OwnerOfTensor(dst);
+  if (a == b) return backends_[a]->CopyTensor(src, dst);
+  if (src->nbytes() != dst->nbytes() || src->type != dst->type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot copy '", src->name, "' into '", dst->name, "': type or size differ"));
+  }
+  std::vector<uint8_t> host(src->nbytes());
+  if (absl::Status s = backends_[a]->GetTensor(src, host.data(), 0, host.size()); !s.ok()) return s;
+  if (absl::Status s = backends_[a]->Synchronize(); !s.ok()) return s;
+  return backends_[b]->SetTensor(dst, host.data(), 0, host.size());
+}
+
+absl::Status Scheduler::Synchronize() {
+  for (const auto& b : backends_) {
+    if (absl::Status s = b->Synchronize(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool Scheduler::SupportsOp(const Tensor& node) const {
+  for (const auto& b : backends_) {
+    if (b->SupportsOp(node)) return true;
+  }
+  return false;
+}
+
+absl::Status Scheduler::Grow(std::vector<std::unique_ptr<Buffer>>& bufs, size_t i, size_t bytes) {
+  if (bytes == 0 || (bufs[i] != nullptr && bufs[i]->size() >= bytes)) return absl::OkStatus();
+  bufs[i].reset();  // free first: device memory may not hold both
+  absl::StatusOr<std::unique_ptr<Buffer>> b = backends_[i]->default_buffer_type()->Allocate(bytes);
+  if (!b.ok()) return b.status();
+  bufs[i] = *std::move(b);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::GraphCompute(Graph& g) {
+  if (g.placed()) return absl::InvalidArgumentError("scheduler: the graph is already placed");
+  const std::vector<Tensor*>& nodes = g.nodes();
+  const size_t nb = backends_.size();
+  stats_ = SchedStats();
+  stats_.nodes_per_backend.assign(nb, 0);
+
+  // 1. Assign every compute node to a backend (views: no compute, no backend).
+  std::unordered_map<const Tensor*, size_t> where;  // compute node -> backend
+  auto memory_of = [&](Tensor* t) -> size_t {      // backend whose memory holds t
+    Tensor* r = Root(t);
+    auto it = where.find(r);
+    return it != where.end() ? it->second : OwnerOfTensor(r);
+  };
+  for (Tensor* n : nodes) {
+    if (n->op == Op::kView) continue;
+    size_t pick = nb;
+    if (n->op == Op::kSetRows) {  // a write into a buffer: only its owner can do it
+      pick = memory_of(n->src[0]);
+      if (!backends_[pick]->SupportsOp(*n)) {
+        return absl::UnimplementedError(absl::StrCat("scheduler: ", backends_[pick]->name(), " owns the buffer '",
+                                                     n->src[0]->name, "' that ", OpName(n->op), " node '", n->name,
+                                                     "' writes, but cannot compute it"));
+      }
+    }
+    for (int i = 0; pick == nb && i < 4; ++i) {  // the backend holding a weight (leaf) it reads
+      Tensor* s = n->src[i];
+      if (s == nullptr || Root(s)->op != Op::kNone || BufferOf(s) == nullptr) continue;
+      const size_t owner = memory_of(s);
+      if (!BufferOf(s)->type()->is_host() && backends_[owner]->SupportsOp(*n)) pick = owner;
+    }
+    for (size_t b = 0; pick == nb && b < nb; ++b) {
+      if (backends_[b]->SupportsOp(*n)) pick = b;
+    }
+    if (pick == nb) {
+      return absl::UnimplementedError(
+          absl::StrCat("no backend supports ", OpName(n->op), " for node '", n->name, "'"));
+    }
+    where[n] = pick;
+    stats_.nodes_per_backend[pick]++;
+  }
+
+  // 2. Splits: maximal runs of compute nodes on one backend.
+  struct Split {
+    size_t backend;
+    std::vector<Tensor*> nodes;
+  };
+  std::vector<Split> splits;
+  for (Tensor* n : nodes) {
+    if (n->op == Op::kView) continue;
+    if (splits.empty() || splits.back().backend != where[n]) splits.push_back(Split{where[n], {}});
+    splits.back().nodes.push_back(n);
+  }
+  stats_.n_splits = static_cast<int>(splits.size());
+
+  // 3. Inputs each split must copy in: a source in memory its backend cannot use.
+  struct Copy {
+    Tensor* src;
+    Tensor header;  // the copy, in the split backend's memory
+    size_t offset;
+  };
+  std::vector<std::vector<Copy>> copies(splits.size());
+  std::vector<size_t> copy_bytes(nb, 0);
+  // Nodes read by another split are kept alive for the whole graph (never reused).
+  std::vector<std::pair<Tensor*, bool>> kept;
+  for (size_t si = 0; si < splits.size(); ++si) {
+    const size_t b = splits[si].backend;
+    for (Tensor* n : splits[si].nodes) {
+      for (Tensor* s : n->src) {
+        if (s == nullptr) continue;
+        Tensor* r = Root(s);
+        auto it = where.find(r);
+        const bool other_split = it != where.end() && (it->second != b || std::find(splits[si].nodes.begin(),
+                                                                                    splits[si].nodes.end(), r) ==
+                                                                               splits[si].nodes.end());
+        if (other_split && !r->is_output) {
+          kept.emplace_back(r, r->is_output);
+          r->is_output = true;
+        }
+        const size_t mem = memory_of(s);
+        const Buffer* buf = it != where.end() ? nullptr : BufferOf(r);
+        const BufferType* buft = it != where.end() ? backends_[mem]->default_buffer_type()
+                                                   : (buf != nullptr ? buf->type() : nullptr);
+        const bool usable = buft == nullptr ? backends_[b]->CanUseBufferType(backends_[nb - 1]->default_buffer_type())
+                                            : backends_[b]->CanUseBufferType(buft);
+        if (usable) continue;
+        bool seen = false;
+        for (const Copy& c : copies[si]) seen |= c.src == s;
+        if (seen) continue;
+        Copy c{s, *s, copy_bytes[b]};
+        copy_bytes[b] += AlignUp(s->nbytes());
+        copies[si].push_back(c);
+      }
+    }
+  }
+
+  // 4. Place: per backend, plan its nodes (liveness within its own nodes; nodes other
+  // splits read are kept), then views and copies.
+  absl::Status status = absl::OkStatus();
+  for (size_t b = 0; b < nb && status.ok(); ++b) {
+    std::vector<Tensor*> mine;
+    for (Tensor* n : nodes) {
+      if (n->op != Op::kView && where[n] == b) mine.push_back(n);
+    }
+    if (mine.empty()) continue;
+    std::unique_ptr<Graph> sub = Graph::Placed(mine);
+    GraphPlan plan = PlanGraph(*sub, kAlign);
+    status = Grow(arenas_, b, plan.arena_size);
+    if (!status.ok()) break;
+    if (plan.arena_size == 0) continue;
+    ApplyPlan(plan, *sub, arenas_[b]->base());
+    for (Tensor* t : plan.tensors) t->buffer = arenas_[b].get();
+  }
+  for (auto& [t, was] : kept) t->is_output = was;
+  if (!status.ok()) return status;
+  for (Tensor* n : nodes) {
+    if (n->view_src != nullptr) {
+      n->data = static_cast<uint8_t*>(n->view_src->data) + n->view_offs;
+      n->buffer = n->view_src->buffer;
+    }
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    if (absl::Status s = Grow(copies_, b, copy_bytes[b]); !s.ok()) return s;
+  }
+  for (size_t si = 0; si < splits.size(); ++si) {
+    const size_t b = splits[si].backend;
+    for (Copy& c : copies[si]) {
+      Tensor& h = c.header;
+      h.op = Op::kNone;
+      for (Tensor*& s : h.src) s = nullptr;
+      h.view_src = nullptr;
+      h.view_offs = 0;
+      h.buffer = copies_[b].get();
+      h.data = static_cast<uint8_t*>(copies_[b]->base()) + c.offset;
+      h.name = absl::StrCat(c.src->name, "#", backends_[b]->name());
+    }
+  }
+
+  // 5. Run the splits in order: copy the inputs in, point the nodes at the copies,
+  // compute, point them back.
+  std::vector<uint8_t> host;
+  for (size_t si = 0; si < splits.size(); ++si) {
+    Split& sp = splits[si];
+    Backend* be = backends_[sp.backend].get();
+    for (Copy& c : copies[si]) {
+      const size_t from = memory_of(c.src);
+      const size_t bytes = c.src->nbytes();
+      host.resize(bytes);
+      if (absl::Status s = backends_[from]->GetTensor(c.src, host.data(), 0, bytes); !s.ok()) return s;
+      if (absl::Status s = backends_[from]->Synchronize(); !s.ok()) return s;
+      if (absl::Status s = be->SetTensor(&c.header, host.data(), 0, bytes); !s.ok()) return s;
+      stats_.n_copies++;
+      stats_.bytes_copied += bytes;
+    }
+    std::vector<std::pair<Tensor**, Tensor*>> rewired;
+    for (Tensor* n : sp.nodes) {
+      for (Tensor*& s : n->src) {
+        for (Copy& c : copies[si]) {
+          if (s == c.src) {
+            rewired.emplace_back(&s, s);
+            s = &c.header;
+            break;
+          }
+        }
+      }
+    }
+    std::unique_ptr<Graph> part = Graph::Placed(sp.nodes);
+    absl::Status s = be->GraphCompute(*part);
+    if (s.ok()) s = be->Synchronize();
+    for (auto& [slot, orig] : rewired) *slot = orig;
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace herd
