@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Stages the root file system of a herd image: the given binaries in /usr/local/bin,
-# every shared library `ldd` lists for them (the dynamic loader included) at the path
-# ldd names, a minimal /etc/passwd + /etc/group with the non-root user herd
+# the given shared libraries (arguments named *.so*: libraries a binary opens at run
+# time, e.g. the Vulkan loader) at their own path, every shared library `ldd` lists for
+# all of them (the dynamic loader included) at the path ldd names, a minimal /etc/passwd + /etc/group with the non-root user herd
 # (65532:65532), and an empty /tmp. Nothing else: no shell, no package manager.
 # Used by the build stage of images/*/Containerfile and by tools/images.sh.
 #
-#   images/rootfs.sh DEST BINARY...
+#   images/rootfs.sh DEST BINARY|LIBRARY.so...
 set -euo pipefail
 if (($# < 2)); then
   echo "usage: images/rootfs.sh DEST BINARY..." >&2
@@ -19,9 +20,14 @@ chmod 1777 "$dest/tmp"
 
 libs=()
 for bin in "$@"; do
-  [[ -x "$bin" ]] || { echo "rootfs: $bin is not an executable file" >&2; exit 1; }
-  install -m 0755 "$bin" "$dest/usr/local/bin/$(basename "$bin")"
-  if command -v strip >/dev/null 2>&1; then strip --strip-unneeded "$dest/usr/local/bin/$(basename "$bin")"; fi
+  if [[ "$(basename "$bin")" == *.so* ]]; then
+    [[ -f "$bin" ]] || { echo "rootfs: $bin is not a file" >&2; exit 1; }
+    libs+=("$bin")
+  else
+    [[ -x "$bin" ]] || { echo "rootfs: $bin is not an executable file" >&2; exit 1; }
+    install -m 0755 "$bin" "$dest/usr/local/bin/$(basename "$bin")"
+    if command -v strip >/dev/null 2>&1; then strip --strip-unneeded "$dest/usr/local/bin/$(basename "$bin")"; fi
+  fi
   out="$(ldd "$bin")"
   if grep -q "not found" <<<"$out"; then
     echo "rootfs: $bin: missing libraries:" >&2

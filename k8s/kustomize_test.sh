@@ -66,6 +66,16 @@ done
 [[ " ${overlays[*]} " == *" cpu "* ]] || { echo "FAIL overlay cpu missing"; fail=1; }
 [[ $(count cpu Deployment herd-worker-cpu) == 1 ]] || { echo "FAIL [cpu] worker-cpu missing"; fail=1; }
 [[ $(count cpu HorizontalPodAutoscaler herd-worker-cpu) == 1 ]] || { echo "FAIL [cpu] worker HPA missing"; fail=1; }
+# The Vulkan overlay: GPU workers next to the CPU ones, each with its own HPA.
+[[ " ${overlays[*]} " == *" vulkan "* ]] || { echo "FAIL overlay vulkan missing"; fail=1; }
+for d in herd-worker-cpu herd-worker-vulkan; do
+  [[ $(count vulkan Deployment $d) == 1 ]] || { echo "FAIL [vulkan] Deployment $d missing"; fail=1; }
+  [[ $(count vulkan HorizontalPodAutoscaler $d) == 1 ]] || { echo "FAIL [vulkan] HPA $d missing"; fail=1; }
+done
+check vulkan "Vulkan workers run the Vulkan backend" "- --backend=vulkan$"
+check vulkan "Vulkan workers request a GPU" "nvidia.com/gpu: 1"
+check vulkan "the toolkit mounts the Vulkan ICD" "value: compute,utility,graphics"
+check vulkan "the Vulkan worker image" "image: ghcr.io/herd/herd-worker-vulkan:"
 if kubectl kustomize "$work/monitoring" > "$work/monitoring.yaml" 2> "$work/monitoring.err"; then
   [[ $(count monitoring PrometheusRule herd) == 1 ]] || { echo "FAIL [monitoring] PrometheusRule herd missing"; fail=1; }
 else

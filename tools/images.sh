@@ -18,10 +18,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# name        binary (under bazel-bin; the image's entrypoint, next to tools/herd/herd)
+# name           binary (under bazel-bin; the image's entrypoint, next to tools/herd/herd)
+#                [libraries it opens at run time, copied with their dependencies]
 IMAGES=(
-  "loader     services/loader/loader"
-  "worker-cpu services/worker/worker"
+  "loader        services/loader/loader"
+  "worker-cpu    services/worker/worker"
+  "worker-vulkan services/worker/worker /usr/lib/x86_64-linux-gnu/libvulkan.so.1"
   "draft      services/draft/draft"
   "gateway    services/gateway/gateway"
 )
@@ -70,11 +72,12 @@ bin_dir="$(bazel info -c opt bazel-bin 2>/dev/null)"
 [[ -x "$bin_dir/tools/herd/herd" ]] || { echo "images: $bin_dir/tools/herd/herd missing (bazel build -c opt //tools/herd)" >&2; exit 1; }
 
 for row in "${selected[@]}"; do
-  read -r name bin <<<"$row"
+  read -r name bin extra <<<"$row"
   ctx="$out/ctx-$name"
   rm -rf "$ctx"
   mkdir -p "$ctx"
-  images/rootfs.sh "$ctx/rootfs" "$bin_dir/$bin" "$bin_dir/tools/herd/herd" >&2
+  # shellcheck disable=SC2086  # extra: zero or more paths
+  images/rootfs.sh "$ctx/rootfs" "$bin_dir/$bin" "$bin_dir/tools/herd/herd" ${extra:-} >&2
   # The Containerfile's final stage, fed the rootfs staged here instead of by its build stage.
   sed -n '/^FROM scratch/,$p' "images/$name/Containerfile" \
     | sed 's#^COPY --from=build /rootfs/ /#COPY rootfs/ /#' >"$ctx/Containerfile"

@@ -8,11 +8,11 @@
 
 #include "gtest/gtest.h"
 
-#include "libs/backend/cpu_backend.h"
 #include "libs/backend/registry.h"
 #include "libs/backend/sched.h"
 #include "libs/backend/testing/fake_device.h"
 #include "libs/engine/engine.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd::engine {
@@ -55,7 +55,8 @@ class EngineSchedTest : public ::testing::Test {
 };
 
 TEST_F(EngineSchedTest, FakeDeviceWithCpuFallbackEqualsTheCpu) {
-  CpuBackend cpu(2);
+  std::unique_ptr<Backend> cpu_owner = CpuBackendForTests(2);
+  Backend& cpu = *cpu_owner;
   ASSERT_TRUE(cpu_model_->PlaceWeights(&cpu).ok());
   EngineParams ep;
   ep.n_ctx = 128;
@@ -67,7 +68,7 @@ TEST_F(EngineSchedTest, FakeDeviceWithCpuFallbackEqualsTheCpu) {
   std::vector<std::unique_ptr<Backend>> chain;
   chain.push_back(std::make_unique<testing::FakeDevice>(
       std::set<Op>{Op::kGetRows, Op::kMulMat, Op::kAdd, Op::kMul, Op::kRmsNorm, Op::kSetRows}, 2));
-  chain.push_back(std::make_unique<CpuBackend>(2));
+  chain.push_back(CpuBackendForTests(2));
   auto sched = Scheduler::Create(std::move(chain));
   ASSERT_TRUE(sched.ok()) << sched.status();
   Scheduler& s = **sched;
@@ -116,7 +117,8 @@ TEST_F(EngineSchedTest, VulkanGreedyEqualsTheCpu) {
   o.n_threads = 2;
   auto vk = CreateBackend("vulkan", o);
   if (!vk.ok()) GTEST_SKIP() << "no Vulkan device here: " << vk.status();
-  CpuBackend cpu(2);
+  std::unique_ptr<Backend> cpu_owner = CpuBackendForTests(2);
+  Backend& cpu = *cpu_owner;
   ASSERT_TRUE(cpu_model_->PlaceWeights(&cpu).ok());
   ASSERT_TRUE(dev_model_->PlaceWeights(vk->get()).ok());
   EngineParams ep;

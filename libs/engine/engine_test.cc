@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd::engine {
@@ -39,7 +39,8 @@ class EngineTest : public ::testing::Test {
     return m;
   }
   std::unique_ptr<model::Model> model_;
-  CpuBackend backend_{2};
+  std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);
+  Backend& backend_ = *backend_owner_;
   const std::vector<int32_t> prompt_ = {1, 403, 407, 261, 378, 432, 383, 286};
 };
 

@@ -15,7 +15,7 @@
 
 #include "gtest/gtest.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/rejection.h"
 #include "libs/gguf/gguf.h"
@@ -130,7 +130,8 @@ class SchedulerTest : public ::testing::Test {
 
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Vocab> vocab_;
-  CpuBackend backend_{2};
+  std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);
+  Backend& backend_ = *backend_owner_;
 };
 
 TEST_F(SchedulerTest, SixteenConcurrentSequencesEqualTheirSoloOutput) {

@@ -14,7 +14,7 @@
 
 #include "gtest/gtest.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/base/fp16.h"
 #include "libs/gguf/gguf.h"
 #include "libs/model/test_runner.h"
@@ -309,7 +309,8 @@ Synth MakeQwen(bool qwen3, int64_t n_kv) {
 // Runs the model on `toks` twice (one batch; then 3 tokens and one at a time through the
 // KV cache) and compares every logit with the reference.
 void ExpectMatches(const Model& m, const std::vector<Vec>& ref, const std::vector<int32_t>& toks, double tol) {
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
   SequenceRunner batch(m, &backend, kCtx);
   auto all = batch.Eval(toks, 0);
   ASSERT_TRUE(all.ok()) << all.status();
@@ -381,7 +382,8 @@ TEST(ModelArch, EmbeddingsOutputIsTheNormedHiddenState) {
   for (auto [synth, ref] : {std::pair<Synth*, const std::vector<Vec>*>{&q, &ref_q}, {&f, &ref_f}}) {
     auto m = synth->Load();
     ASSERT_TRUE(m.ok()) << m.status();
-    CpuBackend backend(2);
+    std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+    Backend& backend = *backend_owner;
     SequenceRunner run(**m, &backend, kCtx);
     auto h = run.Eval(kToks, 0, /*all_logits=*/true, /*embeddings=*/true);
     ASSERT_TRUE(h.ok()) << h.status();

@@ -23,7 +23,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
 #include "libs/model/model.h"
@@ -161,7 +161,8 @@ class RealWorkerTest : public ::testing::Test {
   serving::Registry registry_;
   std::unique_ptr<loader::LoaderServiceImpl> loader_;
   std::unique_ptr<grpc::Server> loader_server_;
-  CpuBackend backend_{2};
+  std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);
+  Backend& backend_ = *backend_owner_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Vocab> vocab_;
   std::unique_ptr<engine::Engine> engine_;

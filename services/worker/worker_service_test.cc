@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/generate.h"
 #include "libs/serving/server.h"
 #include "tests/shared_data.h"
@@ -141,10 +141,12 @@ class WorkerServiceTest : public ::testing::Test {
 
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Vocab> vocab_;
-  CpuBackend backend_{2};  // the server's (its scheduler thread computes on it)
+  std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);  // the server's (its scheduler thread computes on it)
+  Backend& backend_ = *backend_owner_;
   // Expected outputs, computed on the test's thread while the server runs: a backend is
   // used by one thread at a time.
-  CpuBackend reference_backend_{2};
+  std::unique_ptr<Backend> reference_backend_owner_ = CpuBackendForTests(2);
+  Backend& reference_backend_ = *reference_backend_owner_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::Scheduler> scheduler_;
   serving::Registry registry_;

@@ -34,7 +34,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/gguf/gguf.h"
@@ -179,7 +179,8 @@ TEST(ArchConformance, EveryReferenceModel) {
   if (dir.empty()) GTEST_SKIP() << kSharedDirMissing << " (needed for ../shared/reference/arch)";
   const std::vector<std::string> cases = Cases(dir);
   ASSERT_GE(cases.size(), 12u) << "expected the 12 synth-*.json cases in " << dir;
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
   std::set<std::string> archs;
   for (const std::string& path : cases) {
     SCOPED_TRACE(path);
@@ -286,7 +287,8 @@ TEST(ArchConformance, MptClampKqvIsOptionalAndApplied) {
   const auto out = alt["output_ids"].get<std::vector<int32_t>>();
   const auto positions = noclamp["logits"]["positions"].get<std::vector<int>>();
   const int64_t n_ctx = noclamp["settings"]["n_ctx"].get<int64_t>();
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
 
   auto clamp8 = model::Model::Load(dir + "/synth-mpt-clamp8.gguf");
   ASSERT_TRUE(clamp8.ok()) << clamp8.status();
@@ -353,7 +355,8 @@ TEST(ArchConformance, Qwen2FromPhi3WeightsMatchesPhi3Reference) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->hparams().arch, "qwen2");
   EXPECT_EQ((*m)->hparams().rope_type, model::kRopeNeox);
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
   model::SequenceRunner r(**m, &backend, ref["settings"]["n_ctx"].get<int64_t>());
   const json& alt = ref["alt_f32_kv_no_flash_attn"];
   const double d = MaxAbsDiff(

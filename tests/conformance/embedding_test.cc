@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/engine.h"
 #include "libs/model/model.h"
 #include "tests/shared_data.h"
@@ -54,7 +54,8 @@ TEST(EmbeddingReference, HiddenStatesReproduceLlamaCppLogits) {
   ASSERT_EQ(w.output_b, nullptr);
   const float* out_w = static_cast<const float*>(w.output->data);
   const int64_t n_embd = (*model)->hparams().n_embd, n_vocab = (*model)->hparams().n_vocab;
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
   for (const std::string& path : cases) {
     SCOPED_TRACE(path);
     std::ifstream in(path);

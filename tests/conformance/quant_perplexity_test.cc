@@ -23,7 +23,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/model/model.h"
 #include "libs/quant/perplexity.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -50,7 +50,8 @@ TEST(QuantPerplexity, MatchesLlamaPerplexity) {
   const json ref = json::parse(ReadAll(shared + "/reference/perplexity.json"));
   const std::string text = ReadAll(shared + "/" + ref["text_file"].get<std::string>());
   ASSERT_EQ(text.size(), ref["text_bytes"].get<size_t>());
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
   for (const json& r : ref["results"]) {
     const std::string path = shared + "/" + r["model_path"].get<std::string>();
     SCOPED_TRACE(path);

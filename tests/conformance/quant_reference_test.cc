@@ -30,7 +30,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
@@ -126,7 +126,8 @@ TEST(QuantReference, EveryQuantizedCase) {
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
   const std::vector<std::string> cases = Cases(shared + "/reference");
   ASSERT_GE(cases.size(), 31u);
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
   int exact_cases = 0;
   struct Measured {
     std::string path;

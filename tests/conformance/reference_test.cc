@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
@@ -114,7 +114,8 @@ TEST(Reference, EveryStoriesAndTinyRandomCase) {
   if (shared.empty()) GTEST_SKIP() << "../shared not found: set HERD_SHARED to run the llama.cpp conformance tests";
   const std::vector<std::string> cases = Cases(shared + "/reference");
   ASSERT_GE(cases.size(), 6u);
-  CpuBackend backend(2);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
+  Backend& backend = *backend_owner;
   for (const std::string& path : cases) {
     SCOPED_TRACE(path);
     std::ifstream in(path);

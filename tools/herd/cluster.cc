@@ -269,6 +269,9 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
                  absl::StrCat("--threads=", opts.threads_per_worker)};
       if (opts.n_ctx > 0) w->argv.push_back(absl::StrCat("--n_ctx=", opts.n_ctx));
       if (opts.max_sequences > 0) w->argv.push_back(absl::StrCat("--max_sequences=", opts.max_sequences));
+      if (!opts.worker_backends.empty()) {
+        w->argv.push_back("--backend=" + opts.worker_backends[static_cast<size_t>(i) % opts.worker_backends.size()]);
+      }
       for (const std::string& f : opts.extra_worker_flags) w->argv.push_back(f);
       for (const std::string& f : opts.extra_flags) w->argv.push_back(f);
       s = Launch(w.get(), timeout);

@@ -41,6 +41,10 @@ struct ClusterOptions {
   std::chrono::milliseconds restart_backoff_max{5000};
   std::chrono::milliseconds restart_backoff_reset{10000};
   std::vector<std::string> extra_worker_flags;
+  /// Compute backend of each worker of a model (--backend): worker i gets
+  /// worker_backends[i % size]; empty = every worker on the CPU. E.g. {"cpu", "vulkan"}
+  /// with workers_per_model = 2 serves each model from a CPU and a Vulkan worker.
+  std::vector<std::string> worker_backends;
   std::vector<std::string> extra_gateway_flags;
   /// Appended to every service's command line (loader, workers, draft workers, gateway),
   /// e.g. --tls_cert_file=... --tls_key_file=... --tls_ca_file=... Keys travel in the

@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/session.h"
 #include "tests/shared_data.h"
@@ -70,7 +70,8 @@ class DraftModelTest : public ::testing::Test {
   }
 
   std::string shared_, stories_path_;
-  CpuBackend backend_{2};
+  std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);
+  Backend& backend_ = *backend_owner_;
   std::unique_ptr<model::Model> target_;
   std::unique_ptr<tokenizer::Vocab> vocab_;
   Tokens prompt_, out_;

@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 
-#include "libs/backend/cpu_backend.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd::engine::spec {
@@ -67,7 +67,8 @@ class SpecGenerateTest : public ::testing::Test {
   }
 
   std::string shared_;
-  CpuBackend backend_{2};
+  std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);
+  Backend& backend_ = *backend_owner_;
 };
 
 void CheckModel(Loaded& l, const std::vector<std::string>& prompts, int n_predict, size_t repeat_prompt) {

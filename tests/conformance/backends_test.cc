@@ -1,0 +1,162 @@
+// Conformance of every device backend present (Vulkan on lavapipe here; the CPU is
+// covered by reference_test and arch_test) against llama.cpp's references: stories260K
+// and llama-2-tiny-random (../shared/reference/A-*, B-*) and the 12 synthetic models of
+// other families (../shared/reference/arch). Through the Engine with an F32 KV cache on
+// CreateBackend(kind) (the device with the CPU as fallback), the logits at the
+// reference positions are within the per-family tolerance below of llama.cpp's
+// alt_f32_kv_no_flash_attn run, and greedy ids equal its output up to the first fragile
+// id (greedy margin below twice the measured logit error). Backends compiled in without
+// a device here are skipped by name.
+#include <dirent.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+#include "libs/backend/registry.h"
+#include "libs/engine/engine.h"
+#include "libs/engine/generate.h"
+#include "libs/model/model.h"
+#include "libs/tokenizer/tokenizer.h"
+#include "tests/shared_data.h"
+
+namespace herd {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<std::string> Cases(const std::string& dir, const std::vector<std::string>& prefixes) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    for (const std::string& p : prefixes) {
+      if (n.rfind(p, 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".json") out.push_back(dir + "/" + n);
+    }
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// llama.cpp's CPU GELU goes through an F16 table (herd's CPU reproduces it; the CPU
+// tests allow 1e-3 for these families), so the same bound applies to a device.
+bool UsesGelu(const std::string& arch) {
+  static const std::set<std::string> kGelu = {"mpt",   "gpt2", "gptneox", "starcoder",
+                                              "bloom", "phi2", "gemma",   "falcon"};
+  return kGelu.count(arch) > 0;
+}
+
+std::vector<std::vector<float>> LogitsAt(engine::Engine& eng, const std::vector<int32_t>& prompt,
+                                         const std::vector<int32_t>& output, const std::vector<int>& positions) {
+  eng.kv().Clear();
+  engine::Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int32_t>(i), 0, true);
+  EXPECT_TRUE(eng.Decode(b).ok());
+  std::vector<std::vector<float>> by_pos;
+  for (int64_t j = 0; j < eng.n_outputs(); ++j) by_pos.emplace_back(eng.Logits(j), eng.Logits(j) + eng.n_vocab());
+  const int max_pos = *std::max_element(positions.begin(), positions.end());
+  for (int p = static_cast<int>(prompt.size()); p <= max_pos; ++p) {
+    b.Clear();
+    b.Add(output[static_cast<size_t>(p) - prompt.size()], p, 0, true);
+    EXPECT_TRUE(eng.Decode(b).ok());
+    by_pos.emplace_back(eng.Logits(0), eng.Logits(0) + eng.n_vocab());
+  }
+  std::vector<std::vector<float>> out;
+  for (int p : positions) out.push_back(by_pos.at(static_cast<size_t>(p)));
+  return out;
+}
+
+double MaxAbsDiff(const std::vector<std::vector<float>>& ours, const json& ref_values) {
+  double m = 0;
+  for (size_t k = 0; k < ours.size(); ++k) {
+    for (size_t i = 0; i < ours[k].size() && i < ref_values[k].size(); ++i) {
+      m = std::max(m, std::fabs(static_cast<double>(ours[k][i]) - ref_values[k][i].get<double>()));
+    }
+  }
+  return m;
+}
+
+size_t Comparable(const json& block, double logit_err) {
+  const auto margins = block["greedy_margins"].get<std::vector<double>>();
+  for (size_t j = 0; j < margins.size(); ++j) {
+    if (margins[j] < 2 * logit_err) return j;
+  }
+  return margins.size();
+}
+
+// One reference case on backend kind `kind`.
+void CheckCase(const std::string& kind, const std::string& path) {
+  SCOPED_TRACE(kind + ": " + path);
+  std::ifstream in(path);
+  const json ref = json::parse(in);
+  const json& alt = ref["alt_f32_kv_no_flash_attn"];
+  auto model = model::Model::Load(SharedDir() + "/" + ref["model_path"].get<std::string>());
+  ASSERT_TRUE(model.ok()) << model.status();
+  BackendOptions o;
+  o.n_threads = 2;
+  auto backend = CreateBackend(kind, o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_TRUE((*model)->PlaceWeights(backend->get()).ok());
+  auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  const std::string arch = (*model)->hparams().arch;
+  const double tol = UsesGelu(arch) ? 1e-3 : 1e-4;
+  const auto prompt_ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const auto positions = ref["logits"]["positions"].get<std::vector<int>>();
+  engine::EngineParams ep;
+  ep.n_ctx = ref["settings"]["n_ctx"].get<int64_t>();
+  ep.kv_type = GgmlType::F32;
+  auto eng = engine::Engine::Create(**model, ep, backend->get());
+  ASSERT_TRUE(eng.ok()) << eng.status();
+  const auto alt_out = alt["output_ids"].get<std::vector<int32_t>>();
+  const double d = MaxAbsDiff(LogitsAt(**eng, prompt_ids, alt_out, positions), alt["logits"]["values"]);
+  EXPECT_LE(d, tol);
+  engine::GenerateParams gp;
+  gp.prompt_ids = prompt_ids;
+  gp.n_predict = ref["n_predict"].get<int32_t>();
+  gp.sampling.temp = 0.0f;
+  gp.ignore_eos = true;
+  auto res = engine::Generate(**eng, **vocab, gp);
+  ASSERT_TRUE(res.ok()) << res.status();
+  const size_t comparable = Comparable(alt, std::max(d, 1e-5));
+  ASSERT_GE(res->output_ids.size(), comparable);
+  bool equal = true;
+  for (size_t j = 0; j < comparable; ++j) {
+    EXPECT_EQ(res->output_ids[j], alt_out[j]) << "output index " << j;
+    equal &= res->output_ids[j] == alt_out[j];
+  }
+  std::printf("%-8s %-44s %-9s F32 KV max |dlogit| %.2g (tol %.0e); greedy %zu/%zu ids%s\n", kind.c_str(),
+              path.substr(path.rfind('/') + 1).c_str(), arch.c_str(), d, tol, comparable, alt_out.size(),
+              equal ? " equal" : " DIFFER");
+}
+
+TEST(BackendsConformance, EveryDeviceBackendOnEveryReferenceModel) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  std::vector<std::string> cases = Cases(shared + "/reference", {"A-", "B-"});
+  for (const std::string& c : Cases(shared + "/reference/arch", {"synth-"})) cases.push_back(c);
+  ASSERT_FALSE(cases.empty());
+  int tested = 0;
+  for (const BackendKind& k : BackendKinds()) {
+    if (k.name == "cpu") continue;  // reference_test, arch_test
+    if (k.devices().empty()) {
+      std::printf("backend %s: no device here, skipped\n", k.name.c_str());
+      continue;
+    }
+    ++tested;
+    for (const std::string& c : cases) CheckCase(k.name, c);
+  }
+  if (tested == 0) GTEST_SKIP() << "no device backend here (" << DescribeDevices() << ")";
+}
+
+}  // namespace
+}  // namespace herd

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU check: build here, run on a machine with a GPU (the device tool's NVIDIA H200).
+#
+#   tools/gpu_check.sh pack   # here: bazel build, then copy the binaries, every shared
+#                             # library `ldd` lists (but glibc's and the C++ runtime, which
+#                             # the target's newer system has), the Vulkan loader package
+#                             # and the test data into .gpu/ (git-ignored, < 64 MiB)
+#   tools/gpu_check.sh run    # there, from the repo root with .gpu carried: backend_ops on
+#                             # every backend present, the Vulkan unit tests, the greedy
+#                             # checks (engine, reference models, a CPU + Vulkan cluster),
+#                             # then llama_bench on the device; exit status 0 when all pass
+#
+# With the device tool: run(command="bash tools/gpu_check.sh run", carry=[".gpu"],
+# timeout_s=600). `run` also works here (lavapipe), which is how the packing is tested.
+# A new GPU backend adds its test binaries to TESTS and its name to BACKENDS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PACK=.gpu
+BACKENDS=(vulkan)
+TESTS=(
+  tests/backend_ops/backend_ops_test
+  libs/backend/vulkan/vulkan_backend_test
+  libs/engine/engine_sched_test
+  tests/conformance/backends_test
+  tests/e2e/mixed_backends_test
+)
+BINARIES=(services/loader/loader services/worker/worker services/gateway/gateway tools/herd/herd bench/llama_bench)
+
+pack() {
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+  local targets=()
+  for t in "${TESTS[@]}" "${BINARIES[@]}"; do targets+=("//${t%/*}:${t##*/}"); done
+  bazel build --config=ci "${targets[@]}" || return 1
+  rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/shared/models" "$PACK/shared/reference/arch" "$PACK/debs"
+  for t in "${TESTS[@]}" "${BINARIES[@]}"; do
+    mkdir -p "$PACK/bin/${t%/*}"
+    cp -L "bazel-bin/$t" "$PACK/bin/$t"
+    ldd "bazel-bin/$t" | awk '/=> \// {print $3}' | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+        *) cp -Ln "$lib" "$PACK/lib/" 2>/dev/null || true ;;
+      esac
+    done
+  done
+  # Test data: stories260K and its references, the llama- and mpt-family synthetic models.
+  local S="${HERD_SHARED:-../shared}"
+  cp "$S"/models/stories260K.gguf "$S"/models/stories260K.run_c_t0_n256.txt "$PACK/shared/models/"
+  cp "$S"/reference/A-stories260K-*.json "$PACK/shared/reference/"
+  cp -r "$S"/reference/perf "$PACK/shared/reference/"
+  for m in mpt-clamp8 mpt-noclamp refact baichuan; do cp "$S/reference/arch/synth-$m".* "$PACK/shared/reference/arch/"; done
+  # The Vulkan loader, for a target without one (unpacked there only if missing).
+  (cd "$PACK/debs" && apt-get download libvulkan1 >/dev/null 2>&1) || echo "note: could not download libvulkan1" >&2
+  du -sh "$PACK"
+}
+
+run() {
+  [[ -d "$PACK/bin" ]] || { echo "no $PACK: run 'tools/gpu_check.sh pack' here first and carry $PACK"; return 2; }
+  if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1'; then
+    for f in "$PACK"/debs/*.deb; do [[ -e "$f" ]] && dpkg -x "$f" /; done
+    ldconfig 2>/dev/null || true
+  fi
+  # NVIDIA's ICD where the driver put it (the device tool's machines), else the system's.
+  for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
+             /etc/vulkan/icd.d/nvidia_icd.json; do
+    if [[ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" && -e "$icd" ]]; then export VK_DRIVER_FILES="$icd"; fi
+  done
+  export LD_LIBRARY_PATH="$PWD/$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export HERD_SHARED="$PWD/$PACK/shared" HERD_BIN_DIR="$PWD/$PACK/bin"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  "$PACK/bin/tools/herd/herd" --version 2>/dev/null
+  local failed=0
+  for t in "${TESTS[@]}"; do
+    echo "=== $t"
+    "$PACK/bin/$t" --gtest_brief=1 2>&1 | grep -vE '^\[( RUN|       OK) ' || true
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "FAILED: $t"; failed=1; }
+  done
+  for b in "${BACKENDS[@]}"; do
+    echo "=== llama_bench --backend $b"
+    "$PACK/bin/bench/llama_bench" --backend "$b" --model llama-110m --types f16,q8_0,q4_0 --threads 4 --reps 2 \
+      || { echo "FAILED: llama_bench --backend $b"; failed=1; }
+  done
+  echo "gpu_check: $([[ $failed -eq 0 ]] && echo passed || echo FAILED)"
+  return $failed
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) run ;;
+  *) echo "usage: tools/gpu_check.sh pack|run"; exit 2 ;;
+esac
