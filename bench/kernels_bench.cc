@@ -94,27 +94,28 @@ void RunTile(GgmlType t, Isa isa, int64_t k, uint8_t* w, size_t ws, uint8_t* a, 
   for (auto& x : th) x.join();
 }
 
-void BM_MulMat(benchmark::State& state, GgmlType t, Isa isa, int64_t n, int threads, bool hot) {
+void BM_MulMat(benchmark::State& state, GgmlType t, Isa isa, int64_t n, int threads, bool hot, int64_t k,
+               int64_t m_override) {
   if (!IsaSupported(isa)) {
     state.SkipWithError("ISA not supported");
     return;
   }
   // Scalar prompt: fewer rows to keep it short. Hot: 256 rows (L2-resident) = kernel speed.
-  const int64_t m = hot ? 256 : isa == Isa::kScalar && n > 1 ? 512 : kM;
-  Weights w = MakeWeights(t, m, kK, n == 1 && !hot ? (256u << 20) : 0);
-  Buffer a = MakeActivations(t, n, kK);
-  const size_t as = GgmlRowSize(VecDotType(t), kK);
+  const int64_t m = m_override > 0 ? m_override : hot ? 256 : isa == Isa::kScalar && n > 1 ? 512 : kM;
+  Weights w = MakeWeights(t, m, k, n == 1 && !hot ? (256u << 20) : 0);
+  Buffer a = MakeActivations(t, n, k);
+  const size_t as = GgmlRowSize(VecDotType(t), k);
   std::vector<float> dst(static_cast<size_t>(m * n));
   size_t c = 0;
   for (auto _ : state) {
-    RunTile(t, isa, kK, w.copies[c].data(), w.row_bytes, a.data(), as, dst.data(), m, n, threads);
+    RunTile(t, isa, k, w.copies[c].data(), w.row_bytes, a.data(), as, dst.data(), m, n, threads);
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
     if (++c == w.copies.size()) c = 0;
   }
   const double iters = static_cast<double>(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(iters * w.row_bytes * m / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * m * n * kK / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * m * n * k / 1e9, benchmark::Counter::kIsRate);
 }
 
 void BM_VecDot(benchmark::State& state, GgmlType t, Isa isa) {
@@ -300,18 +301,29 @@ int Register() {
       benchmark::RegisterBenchmark(("VecDot/" + name).c_str(), BM_VecDot, t, isa);
       for (int threads : {1, 2}) {
         benchmark::RegisterBenchmark(("Decode/" + name + "/threads:" + std::to_string(threads)).c_str(), BM_MulMat, t,
-                                     isa, int64_t{1}, threads, false)
+                                     isa, int64_t{1}, threads, false, kK, int64_t{0})
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
       {  // weights in L2: kernel speed without DRAM
-        benchmark::RegisterBenchmark(("DecodeHot/" + name).c_str(), BM_MulMat, t, isa, int64_t{1}, 1, true)
+        benchmark::RegisterBenchmark(("DecodeHot/" + name).c_str(), BM_MulMat, t, isa, int64_t{1}, 1, true, kK, int64_t{0})
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
-      benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1, false)
+      benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1, false, kK, int64_t{0})
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
+      // llama-110m's shapes (k x m): ffn_up/gate 768 x 2048, ffn_down 2048 x 768.
+      for (int64_t n : {8, 32, 128, 512}) {
+        for (const auto& km : {std::pair<int64_t, int64_t>{768, 2048}, {2048, 768}}) {
+          benchmark::RegisterBenchmark(("PromptShape/" + name + "/k" + std::to_string(km.first) + "m" +
+                                        std::to_string(km.second) + "n" + std::to_string(n))
+                                           .c_str(),
+                                       BM_MulMat, t, isa, n, 1, false, km.first, km.second)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
     }
   }
   return 0;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 
 #include "libs/backend/registry.h"
+#include "libs/base/cpu_features.h"
 #include "libs/base/fp16.h"
 #include "libs/engine/engine.h"
 #include "libs/gguf/gguf.h"
@@ -92,11 +93,18 @@ absl::Status WriteModel(const Shape& s, GgmlType wtype, const std::string& path)
   return w.WriteFile(path);
 }
 
-// Peer figures: "| llama-110m F16 | pp t1 | tg t1 | pp t2 | tg t2 |".
+// Peer figures: "| llama-110m F16 | pp t1 | tg t1 | pp t2 | tg t2 |". The reference
+// machines differ: README.md was measured with AVX-512, llamacpp-avx2.md on an
+// AVX2-only one; compare against the table of this CPU's kind.
+std::string PeerTable() {
+  const char* env = std::getenv("HERD_SHARED");
+  return std::string(env && *env ? env : "../shared") + "/reference/perf/" +
+         (GetCpuFeatures().avx512f ? "README.md" : "llamacpp-avx2.md");
+}
+
 std::map<std::string, std::vector<double>> PeerFigures() {
   std::map<std::string, std::vector<double>> out;
-  const char* env = std::getenv("HERD_SHARED");
-  std::string path = std::string(env && *env ? env : "../shared") + "/reference/perf/README.md";
+  const std::string path = PeerTable();
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -145,6 +153,7 @@ int main(int argc, char** argv) {
   const bool run_pp = tests.find("pp") != std::string::npos;
   const bool run_tg = tests.find("tg") != std::string::npos;
   auto peer = PeerFigures();
+  std::printf("llama.cpp figures: %s\n\n", PeerTable().c_str());
   std::printf("| model | type | threads | test | herd t/s | llama.cpp t/s | ratio |\n|---|---|---|---|---|---|---|\n");
   for (absl::string_view tname : absl::StrSplit(types, ',')) {
     GgmlType wt;

@@ -223,6 +223,7 @@ struct KQuant {
 };
 
 #include "libs/kernels/cpu/quant_avx2.inc"
+#include "libs/kernels/cpu/gemm_avx2.inc"
 
 // ---------------------------------------------------------------- from_float
 
@@ -367,7 +368,7 @@ constexpr IsaKernels kKernels = {
     {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQuant<false>>, VecDot<KQuant<true>>,
      VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>, VecDot<KQ4_K>,
      VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
-    {Tile<KFloat<LoadF32>>, Tile<KFloat<LoadF16>>, Tile<KBf16>, Tile<KQuant<false>>, Tile<KQuant<true>>, Tile<KQ4_1>,
+    {Tile<KFloat<LoadF32>>, GemmF16, Tile<KBf16>, GemmQ<false>, GemmQ<true>, Tile<KQ4_1>,
      Tile<KQ5_0>, Tile<KQ5_1>, Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>, Tile<KQ6_K>,
      Tile<KIQ4_XS>},
     ToF16,
