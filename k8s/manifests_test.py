@@ -241,7 +241,9 @@ def check_overlay(overlay, docs, table, bin_dir):
         return [d for d, p in pods.items() if all(p[3].get(k) == v for k, v in selector.items())]
 
     def reach(src, flag, want_headless, want_image):
-        """src's --flag=NAME:PORT leads to pods running want_image that listen there."""
+        """src's --flag=NAME:PORT leads to pods running want_image (or, for a tuple, any of
+        those images) that listen there."""
+        want_images = want_image if isinstance(want_image, tuple) else (want_image,)
         value = flag_value(pods[src][1], flag) if src in pods else None
         if value is None:
             fail(f"[{overlay}] {src} does not pass --{flag}")
@@ -263,8 +265,9 @@ def check_overlay(overlay, docs, table, bin_dir):
             fail(f"[{overlay}] {src} --{flag}={value}: Service {host} selects no Deployment's pods")
         for b in backends:
             name, args, ports, _, _ = pods[b]
-            if name != want_image:
-                fail(f"[{overlay}] Service {host} selects {b} (herd-{name}), expected herd-{want_image} pods")
+            if name not in want_images:
+                fail(f"[{overlay}] Service {host} selects {b} (herd-{name}), expected "
+                     f"{' or '.join('herd-' + w for w in want_images)} pods")
             cport = target if isinstance(target, int) else next((p for p, n in ports.items() if n == target), None)
             if cport is None or str(cport) != flag_value(args, "port"):
                 fail(f"[{overlay}] {src} --{flag}={value}: Service port {port} -> targetPort {target} is not the "
@@ -285,7 +288,8 @@ def check_overlay(overlay, docs, table, bin_dir):
         fail(f"[{overlay}] no gateway Deployment")
     for gw in gateways:
         reach(gw, "loader", False, "loader")
-        reach(gw, "workers_dns", True, "worker-cpu")
+        # Target workers of every backend (worker-cpu, worker-vulkan, ...) behind one Service.
+        reach(gw, "workers_dns", True, tuple(n for n, *_ in pods.values() if n.startswith("worker-")) or "worker-cpu")
         reach(gw, "draft_workers_dns", True, "draft")
         if flag_value(pods[gw][1], "spec_type") in (None, "none"):
             fail(f"[{overlay}] {gw}: --spec_type none: the draft workers are never asked")
