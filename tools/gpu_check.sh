@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check: build here, run on a machine with a GPU (the device tool's NVIDIA H200).
 #
-#   tools/gpu_check.sh pack   # here: bazel build, then copy the binaries, every shared
+#   tools/gpu_check.sh pack   # here: bazel build, then the binaries (stripped), every shared
 #                             # library `ldd` lists (but glibc's and the C++ runtime, which
 #                             # the target's newer system has), the Vulkan loader package
-#                             # and the test data into .gpu/ (git-ignored, < 64 MiB)
+#                             # and the test data, as one .gpu/herd-gpu.tar.xz (git-ignored,
+#                             # ~25 MiB: the device tool carries at most 64 MiB)
 #   tools/gpu_check.sh run    # there, from the repo root with .gpu carried: backend_ops on
 #                             # every backend present, the Vulkan unit tests, the greedy
 #                             # checks (engine, reference models, a CPU + Vulkan cluster),
@@ -13,9 +14,12 @@
 # With the device tool: run(command="bash tools/gpu_check.sh run", carry=[".gpu"],
 # timeout_s=600). `run` also works here (lavapipe), which is how the packing is tested.
 # A new GPU backend adds its test binaries to TESTS and its name to BACKENDS.
+# GPU_CHECK_TYPES=q4_0 narrows the benchmark (default f16,q8_0,q4_0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PACK=.gpu
+PACK=.gpu                                  # what travels: herd-gpu.tar.xz
+STAGE=.gpu-stage                           # staged here before compression
+UNPACKED="${HERD_GPU_DIR:-/tmp/herd-gpu}"  # where `run` unpacks it
 BACKENDS=(vulkan)
 TESTS=(
   tests/backend_ops/backend_ops_test
@@ -27,10 +31,11 @@ TESTS=(
 BINARIES=(services/loader/loader services/worker/worker services/gateway/gateway tools/herd/herd bench/llama_bench)
 
 pack() {
-  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+  for d in /.gpu/ /.gpu-stage/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
   local targets=()
   for t in "${TESTS[@]}" "${BINARIES[@]}"; do targets+=("//${t%/*}:${t##*/}"); done
   bazel build --config=ci "${targets[@]}" || return 1
+  local PACK="$STAGE"
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/shared/models" "$PACK/shared/reference/arch" "$PACK/debs"
   for t in "${TESTS[@]}" "${BINARIES[@]}"; do
     mkdir -p "$PACK/bin/${t%/*}"
@@ -50,11 +55,17 @@ pack() {
   for m in mpt-clamp8 mpt-noclamp refact baichuan; do cp "$S/reference/arch/synth-$m".* "$PACK/shared/reference/arch/"; done
   # The Vulkan loader, for a target without one (unpacked there only if missing).
   (cd "$PACK/debs" && apt-get download libvulkan1 >/dev/null 2>&1) || echo "note: could not download libvulkan1" >&2
-  du -sh "$PACK"
+  find "$PACK/bin" "$PACK/lib" -type f -exec strip --strip-unneeded {} \; 2>/dev/null
+  mkdir -p .gpu && rm -f .gpu/herd-gpu.tar.xz
+  tar -C "$PACK" -cf - . | xz -T2 -6 > .gpu/herd-gpu.tar.xz || return 1
+  rm -rf "$PACK"
+  ls -l .gpu/herd-gpu.tar.xz
 }
 
 run() {
-  [[ -d "$PACK/bin" ]] || { echo "no $PACK: run 'tools/gpu_check.sh pack' here first and carry $PACK"; return 2; }
+  [[ -f .gpu/herd-gpu.tar.xz ]] || { echo "no .gpu/herd-gpu.tar.xz: run 'tools/gpu_check.sh pack' here first and carry .gpu"; return 2; }
+  rm -rf "$UNPACKED" && mkdir -p "$UNPACKED" && xz -dc .gpu/herd-gpu.tar.xz | tar -C "$UNPACKED" -xf - || return 2
+  local PACK="$UNPACKED"
   if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1'; then
     for f in "$PACK"/debs/*.deb; do [[ -e "$f" ]] && dpkg -x "$f" /; done
     ldconfig 2>/dev/null || true
@@ -64,19 +75,22 @@ run() {
              /etc/vulkan/icd.d/nvidia_icd.json; do
     if [[ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" && -e "$icd" ]]; then export VK_DRIVER_FILES="$icd"; fi
   done
-  export LD_LIBRARY_PATH="$PWD/$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export HERD_SHARED="$PWD/$PACK/shared" HERD_BIN_DIR="$PWD/$PACK/bin"
+  export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export HERD_SHARED="$PACK/shared" HERD_BIN_DIR="$PACK/bin"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   "$PACK/bin/tools/herd/herd" --version 2>/dev/null
   local failed=0
   for t in "${TESTS[@]}"; do
     echo "=== $t"
-    "$PACK/bin/$t" --gtest_brief=1 2>&1 | grep -vE '^\[( RUN|       OK) ' || true
-    [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "FAILED: $t"; failed=1; }
+    local rc=0
+    "$PACK/bin/$t" --gtest_brief=1 > "$PACK/test.log" 2>&1 || rc=$?
+    grep -vE '^\[( RUN|       OK) ' "$PACK/test.log"
+    ((rc == 0)) || { echo "FAILED: $t (exit $rc)"; failed=1; }
   done
   for b in "${BACKENDS[@]}"; do
     echo "=== llama_bench --backend $b"
-    "$PACK/bin/bench/llama_bench" --backend "$b" --model llama-110m --types f16,q8_0,q4_0 --threads 4 --reps 2 \
+    "$PACK/bin/bench/llama_bench" --backend "$b" --model llama-110m --types "${GPU_CHECK_TYPES:-f16,q8_0,q4_0}" \
+      --threads 4 --reps 2 \
       || { echo "FAILED: llama_bench --backend $b"; failed=1; }
   done
   echo "gpu_check: $([[ $failed -eq 0 ]] && echo passed || echo FAILED)"
