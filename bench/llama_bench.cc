@@ -3,7 +3,8 @@
 // llama.cpp was measured on (../shared/reference/perf), printed next to the peer's
 // figures and their ratio.
 //   bazel run --config=bench //bench:llama_bench -- [--model llama-110m|tinyllama-1.1b]
-//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg] [--backend cpu|vulkan]
+//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan]
+// pp512 = one 512-token prompt; bd = batched decode at B = 1..32 sequences (see ExtraTests).
 // Like llama-quantize, a Q4_0 model keeps its output tensor (token_embd when tied) in Q6_K.
 #include <algorithm>
 #include <chrono>
@@ -121,6 +122,52 @@ std::map<std::string, std::vector<double>> PeerFigures() {
   return out;
 }
 
+double Median(std::vector<double> v);
+
+// pp512 (one 512-token prompt) and batched decode: B = 1, 2, 4, 8, 16, 32 sequences, each a
+// 1-token prompt then 64 steps of one token per sequence in one batch per step; prints
+// total generated tokens/s (llama-batched-bench's S_TG). No peer figures for these in
+// ../shared/reference/perf: the llama.cpp column reads 0 (build llama.cpp for a same-run
+// ratio: llama-bench -p 512, llama-batched-bench -npp 1 -ntg 64 -npl 1,2,4,8,16,32).
+bool ExtraTests(engine::Engine& e, const std::string& model, const std::string& type, int nt, int reps, bool pp512,
+                bool bd) {
+  std::mt19937 rng(11);
+  if (pp512) {
+    std::vector<double> v;
+    for (int r = 0; r < reps + 1; ++r) {
+      e.kv().Clear();
+      engine::Batch b;
+      for (int i = 0; i < 512; ++i) b.Add(static_cast<int32_t>(rng() % 32000), i, 0, i == 511);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!e.Decode(b).ok()) return false;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) v.push_back(512 / s);
+    }
+    std::printf("| %s | %s | %d | pp512 | %.1f | 0 | - |\n", model.c_str(), type.c_str(), nt, Median(v));
+  }
+  for (int B : {1, 2, 4, 8, 16, 32}) {
+    if (!bd) break;
+    std::vector<double> v;
+    for (int r = 0; r < reps + 1; ++r) {
+      e.kv().Clear();
+      engine::Batch b;
+      for (int q = 0; q < B; ++q) b.Add(static_cast<int32_t>(rng() % 32000), 0, q, true);
+      if (!e.Decode(b).ok()) return false;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 1; i <= 64; ++i) {
+        b.Clear();
+        for (int q = 0; q < B; ++q) b.Add(static_cast<int32_t>(rng() % 32000), i, q, true);
+        if (!e.Decode(b).ok()) return false;
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) v.push_back(B * 64 / s);
+    }
+    std::printf("| %s | %s | %d | tg64 B=%d | %.1f | 0 | - |\n", model.c_str(), type.c_str(), nt, B, Median(v));
+    std::fflush(stdout);
+  }
+  return true;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -150,8 +197,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown --model %s\n", model.c_str());
     return 2;
   }
-  const bool run_pp = tests.find("pp") != std::string::npos;
-  const bool run_tg = tests.find("tg") != std::string::npos;
+  const std::vector<std::string> test_list = absl::StrSplit(tests, ',');
+  auto wants = [&](const char* t) { return std::find(test_list.begin(), test_list.end(), t) != test_list.end(); };
+  const bool run_pp = wants("pp");
+  const bool run_tg = wants("tg");
+  const bool run_pp512 = wants("pp512");
+  const bool run_bd = wants("bd");  // batched decode, llama-batched-bench style
   auto peer = PeerFigures();
   std::printf("llama.cpp figures: %s\n\n", PeerTable().c_str());
   std::printf("| model | type | threads | test | herd t/s | llama.cpp t/s | ratio |\n|---|---|---|---|---|---|---|\n");
@@ -188,9 +239,13 @@ int main(int argc, char** argv) {
         return 1;
       }
       engine::EngineParams ep;
-      ep.n_ctx = 256;
+      ep.n_ctx = (run_pp512 || run_bd) ? 4096 : 256;
       auto e = engine::Engine::Create(**m, ep, &backend);
       if (!e.ok()) return 1;
+      if (run_pp512 || run_bd) {
+        if (!ExtraTests(**e, model, upper, nt, reps, run_pp512, run_bd)) return 1;
+        if (!run_pp && !run_tg) continue;
+      }
       std::mt19937 rng(7);
       std::vector<double> pp, tg;
       for (int r = 0; r < reps + 1; ++r) {

@@ -19,13 +19,14 @@
 //    GetVecDot(w, isa)(W_i, A_j) bit-for-bit (results never depend on how the caller
 //    splits the tiles).
 //  * One exception, the AVX2 batched path for Q4_0 and Q8_0 weights: a MulMatTile call
-//    with j1 - j0 >= 2 activation rows runs an 8-row interleaved kernel whose per-output
+//    with j1 - j0 >= kGemmMinRows (8) activation rows runs an 8-row interleaved kernel
+//    (fewer rows: the per-call repacking would cost more than it saves) whose per-output
 //    order is the scalar reference's (exact int32 block sums, sumf += float(sumi) *
 //    (dx*dy) in block order, multiply and add rounded separately), so every output
-//    equals GetVecDot(w, Isa::kScalar) bit-for-bit; a call with one activation row
+//    equals GetVecDot(w, Isa::kScalar) bit-for-bit; a call with fewer activation rows
 //    equals GetVecDot(w, Isa::kAvx2). Both are within the SIMD bound above, results
 //    still never depend on how the weight rows [i0,i1) are split, and splitting the
-//    activation rows changes a result only where a piece has a single row (as in
+//    activation rows changes a result only where a piece has fewer than 8 rows (as in
 //    ggml, whose repacked gemm and gemv paths also differ). F16 keeps the rule above:
 //    its batched AVX2 path has vec_dot's lanes.
 #pragma once
