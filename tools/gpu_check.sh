@@ -36,7 +36,10 @@ TESTS=(
 BINARIES=(services/loader/loader services/worker/worker services/gateway/gateway tools/herd/herd bench/llama_bench)
 
 pack() {
-  for d in /.gpu/ /.gpu-stage/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+  # The repository's exclude file (a worktree's .git is a file; its common dir holds info/).
+  local exclude; exclude="$(git rev-parse --git-common-dir 2>/dev/null || echo .git)/info/exclude"
+  mkdir -p "$(dirname "$exclude")"
+  for d in /.gpu/ /.gpu-stage/; do grep -qx "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
   local targets=()
   for t in "${TESTS[@]}" "${BINARIES[@]}"; do targets+=("//${t%/*}:${t##*/}"); done
   bazel build --config=ci "${targets[@]}" || return 1
