@@ -7,23 +7,28 @@
 #                             # and the test data, as one .gpu/herd-gpu.tar.xz (git-ignored,
 #                             # ~25 MiB: the device tool carries at most 64 MiB)
 #   tools/gpu_check.sh run    # there, from the repo root with .gpu carried: backend_ops on
-#                             # every backend present, the Vulkan unit tests, the greedy
+#                             # every backend present, the Vulkan and CUDA unit tests, the greedy
 #                             # checks (engine, reference models, a CPU + Vulkan cluster),
 #                             # then llama_bench on the device; exit status 0 when all pass
 #
 # With the device tool: run(command="bash tools/gpu_check.sh run", carry=[".gpu"],
 # timeout_s=600). `run` also works here (lavapipe), which is how the packing is tested.
 # A new GPU backend adds its test binaries to TESTS and its name to BACKENDS.
+# CUDA: the binaries link the CUDA runtime statically and need only the target's driver;
+# cuBLAS (dlopen'ed, ~600 MiB with cuBLASLt) is not packed, so unless the target has
+# libcublas.so.13 batched products run on the backend's own tiled kernel (the unit test
+# prints which).
 # GPU_CHECK_TYPES=q4_0 narrows the benchmark (default f16,q8_0,q4_0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.gpu                                  # what travels: herd-gpu.tar.xz
 STAGE=.gpu-stage                           # staged here before compression
 UNPACKED="${HERD_GPU_DIR:-/tmp/herd-gpu}"  # where `run` unpacks it
-BACKENDS=(vulkan)
+BACKENDS=(vulkan cuda)
 TESTS=(
   tests/backend_ops/backend_ops_test
   libs/backend/vulkan/vulkan_backend_test
+  libs/backend/cuda/cuda_backend_test
   libs/engine/engine_sched_test
   tests/conformance/backends_test
   tests/e2e/mixed_backends_test
@@ -31,7 +36,10 @@ TESTS=(
 BINARIES=(services/loader/loader services/worker/worker services/gateway/gateway tools/herd/herd bench/llama_bench)
 
 pack() {
-  for d in /.gpu/ /.gpu-stage/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+  # The repository's exclude file (a worktree's .git is a file; its common dir holds info/).
+  local exclude; exclude="$(git rev-parse --git-common-dir 2>/dev/null || echo .git)/info/exclude"
+  mkdir -p "$(dirname "$exclude")"
+  for d in /.gpu/ /.gpu-stage/; do grep -qx "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
   local targets=()
   for t in "${TESTS[@]}" "${BINARIES[@]}"; do targets+=("//${t%/*}:${t##*/}"); done
   bazel build --config=ci "${targets[@]}" || return 1

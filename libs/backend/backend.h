@@ -1,7 +1,7 @@
 // The Backend interface (after ggml-backend): buffer types allocate buffers,
 // buffers hold tensor data, a backend moves tensor bytes in and out and computes
 // graphs. One implementation per device kind (libs/backend/cpu_backend.h,
-// libs/backend/vulkan; cuda/hip later). Backends are created by name through
+// libs/backend/vulkan, libs/backend/cuda; hip later). Backends are created by name through
 // libs/backend/registry.h; libs/backend/sched.h splits a graph across several.
 //
 // Memory that is not host memory: a device buffer's base() is an opaque address

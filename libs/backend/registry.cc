@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 
 #include "libs/backend/cpu_backend.h"
+#include "libs/backend/cuda/cuda_backend.h"
 #include "libs/backend/sched.h"
 #include "libs/backend/vulkan/vulkan_backend.h"
 
@@ -23,6 +24,9 @@ std::vector<BackendKind> MakeKinds() {
   kinds.push_back(BackendKind{
       "vulkan", [] { return VulkanDevices(); },
       [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateVulkanBackend(o.device); }});
+  kinds.push_back(BackendKind{
+      "cuda", [] { return CudaDevices(); },
+      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateCudaBackend(o.device); }});
   return kinds;
 }
 

@@ -26,7 +26,7 @@ struct BackendOptions {
 
 /// One backend kind compiled into this build.
 struct BackendKind {
-  std::string name;  // "cpu", "vulkan"
+  std::string name;  // "cpu", "vulkan", "cuda"
   /// The devices present on this machine (empty when none, e.g. no Vulkan driver).
   std::function<std::vector<DeviceInfo>()> devices;
   /// Creates a backend on device opts.device (only called with a present index).

@@ -1,0 +1,985 @@
+#include "libs/backend/cuda/cuda_backend.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+
+#include "libs/backend/cuda/kernels.h"
+#include "libs/base/log.h"
+#include "libs/tensor/graph_alloc.h"
+
+namespace herd {
+namespace {
+
+static_assert(kCudaMatVecMaxCols == cuda::kMatVecMaxCols, "one mat-vec limit");
+
+using cuda::DevTensor;
+using cuda::WType;
+
+// Opaque base address of every device buffer (never dereferenced).
+void* const kFakeBase = reinterpret_cast<void*>(uintptr_t{0x1000});
+// cudaMalloc returns 256-byte aligned memory; tensors are placed at this alignment.
+constexpr size_t kAlignment = 256;
+// Pinned staging for async transfers: blocks of at least this size, at most this much
+// in all; larger transfers run synchronously.
+constexpr size_t kStagingBlock = size_t{64} << 20;
+constexpr size_t kStagingMax = size_t{512} << 20;
+
+size_t RoundUp(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+// A failed CUDA call as a status naming it; clears the (non-sticky) error state.
+absl::Status CudaError(const char* call, cudaError_t e) {
+  cudaGetLastError();
+  const std::string msg = absl::StrCat(call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+#define HERD_CUDA_RETURN_IF_ERROR(call, expr)         \
+  do {                                                \
+    const cudaError_t herd_cuda_e_ = (expr);          \
+    if (herd_cuda_e_ != cudaSuccess) return CudaError(call, herd_cuda_e_); \
+  } while (0)
+
+// ---------------------------------------------------------------------------
+// cuBLAS through dlopen (binaries must run where it is not installed).
+
+// cublasGemmEx with a cublasComputeType_t (the header also declares a C++ overload).
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+
+struct Cublas {
+  void* lib = nullptr;
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  GemmExFn gemm_ex = nullptr;
+  decltype(&cublasGetStatusName) status_name = nullptr;  // optional
+
+  std::string StatusName(cublasStatus_t s) const {
+    if (status_name != nullptr) return status_name(s);
+    return absl::StrCat("cublasStatus ", static_cast<int>(s));
+  }
+};
+
+// The process-wide cuBLAS library, or nullptr when it cannot be opened (loaded once).
+const Cublas* LoadCublas() {
+  static const Cublas* loaded = []() -> const Cublas* {
+    void* lib = nullptr;
+    for (const char* name : {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13"}) {
+      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (lib != nullptr) break;
+    }
+    if (lib == nullptr) {
+      HERD_LOG(Info) << "CUDA backend: libcublas.so.13 not found; batched mul_mat uses the built-in tiled kernel";
+      return nullptr;
+    }
+    auto* c = new Cublas();
+    c->lib = lib;
+    const auto sym = [lib](const char* n) { return dlsym(lib, n); };
+    c->create = reinterpret_cast<decltype(c->create)>(sym("cublasCreate_v2"));
+    c->destroy = reinterpret_cast<decltype(c->destroy)>(sym("cublasDestroy_v2"));
+    c->set_stream = reinterpret_cast<decltype(c->set_stream)>(sym("cublasSetStream_v2"));
+    c->sgemm = reinterpret_cast<decltype(c->sgemm)>(sym("cublasSgemm_v2"));
+    c->gemm_ex = reinterpret_cast<decltype(c->gemm_ex)>(sym("cublasGemmEx"));
+    c->status_name = reinterpret_cast<decltype(c->status_name)>(sym("cublasGetStatusName"));
+    if (c->create == nullptr || c->destroy == nullptr || c->set_stream == nullptr || c->sgemm == nullptr ||
+        c->gemm_ex == nullptr) {
+      HERD_LOG(Warning) << "CUDA backend: libcublas.so.13 lacks an expected symbol; not using it";
+      dlclose(lib);
+      delete c;
+      return nullptr;
+    }
+    return c;
+  }();
+  return loaded;
+}
+
+// ---------------------------------------------------------------------------
+// Devices.
+
+struct Probe {
+  int count = 0;
+  std::string reason;  // why count is 0
+};
+
+Probe ProbeDevices() {
+  Probe p;
+  const cudaError_t e = cudaGetDeviceCount(&p.count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    p.count = 0;
+    p.reason = absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  } else if (p.count == 0) {
+    p.reason = "cudaGetDeviceCount: no CUDA device";
+  }
+  return p;
+}
+
+absl::StatusOr<DeviceInfo> MakeDeviceInfo(int index) {
+  cudaDeviceProp prop;
+  HERD_CUDA_RETURN_IF_ERROR("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, index));
+  DeviceInfo d;
+  d.backend = "cuda";
+  d.index = index;
+  d.name = absl::StrCat("CUDA", index);
+  d.description = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");
+  d.memory_total = prop.totalGlobalMem;
+  d.memory_free = 0;
+  d.host_visible = false;
+  return d;
+}
+
+// ---------------------------------------------------------------------------
+// Buffers.
+
+class CudaBufferType : public BufferType, public std::enable_shared_from_this<CudaBufferType> {
+ public:
+  CudaBufferType(int device, std::string name) : device_(device), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  size_t alignment() const override { return kAlignment; }
+  bool is_host() const override { return false; }
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t size) override;
+  int device() const { return device_; }
+
+ private:
+  int device_;
+  std::string name_;
+};
+
+/// A cudaMalloc allocation; keeps its buffer type alive.
+class CudaBuffer : public Buffer {
+ public:
+  CudaBuffer(std::shared_ptr<CudaBufferType> type, void* dev, size_t size)
+      : type_(std::move(type)), dev_(dev), size_(size) {}
+  ~CudaBuffer() override {
+    // cudaFree waits for work using the memory.
+    if (cudaSetDevice(type_->device()) != cudaSuccess || cudaFree(dev_) != cudaSuccess) {
+      const cudaError_t e = cudaGetLastError();
+      HERD_LOG(Error) << "CUDA buffer free: " << cudaGetErrorName(e);
+    }
+  }
+  BufferType* type() const override { return type_.get(); }
+  void* base() const override { return kFakeBase; }
+  size_t size() const override { return size_; }
+  void Clear(uint8_t value) override {
+    // On the legacy default stream, which orders with every backend's (blocking) stream.
+    cudaError_t e = cudaSetDevice(type_->device());
+    if (e == cudaSuccess) e = cudaMemsetAsync(dev_, value, size_, nullptr);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
+    if (e != cudaSuccess) {
+      HERD_LOG(Error) << "CUDA buffer clear: " << CudaError("cudaMemsetAsync", e);
+    }
+  }
+  uint8_t* dev() const { return static_cast<uint8_t*>(dev_); }
+
+ private:
+  std::shared_ptr<CudaBufferType> type_;
+  void* dev_;
+  size_t size_;
+};
+
+absl::StatusOr<std::unique_ptr<Buffer>> CudaBufferType::Allocate(size_t size) {
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(device_));
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max(RoundUp(size, kAlignment), kAlignment));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    const std::string msg = absl::StrCat("cudaMalloc of ", size, " bytes on ", name_, " failed: ", cudaGetErrorName(e),
+                                         " (", cudaGetErrorString(e), ")");
+    if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
+    return absl::UnavailableError(msg);
+  }
+  return std::unique_ptr<Buffer>(new CudaBuffer(shared_from_this(), p, size));
+}
+
+// ---------------------------------------------------------------------------
+// The backend.
+
+bool IsF32(const Tensor* t) { return t != nullptr && t->type == GgmlType::F32; }
+
+int WTypeOf(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return static_cast<int>(WType::kF32);
+    case GgmlType::F16:
+      return static_cast<int>(WType::kF16);
+    case GgmlType::Q4_0:
+      return static_cast<int>(WType::kQ4_0);
+    case GgmlType::Q8_0:
+      return static_cast<int>(WType::kQ8_0);
+    case GgmlType::Q4_K:
+      return static_cast<int>(WType::kQ4_K);
+    case GgmlType::Q6_K:
+      return static_cast<int>(WType::kQ6_K);
+    default:
+      return -1;
+  }
+}
+
+int64_t BlockSize(GgmlType t) { return GetGgmlTypeTraits(t)->block_size; }
+
+// Shape and strides the kernels can index: positive extents; for F32 / F16 / I32 rows of
+// contiguous elements and element-aligned strides and view offsets; for block types
+// even row strides (the kernels read 16-bit halves of blocks).
+bool Fits(const Tensor* t) {
+  if (t == nullptr) return false;
+  for (int i = 0; i < 4; ++i) {
+    if (t->ne[i] <= 0) return false;
+  }
+  size_t unit = 2;
+  if (t->type == GgmlType::F32 || t->type == GgmlType::I32) unit = 4;
+  const bool plain = t->type == GgmlType::F32 || t->type == GgmlType::I32 || t->type == GgmlType::F16;
+  if (plain && t->ne[0] > 1 && t->nb[0] != unit) return false;
+  for (int i = 1; i < 4; ++i) {
+    if (t->nb[i] % unit != 0) return false;
+  }
+  if (t->view_src != nullptr && t->view_offs % unit != 0) return false;
+  return true;
+}
+
+// The columns of t (dims 1..3) lie nb[1] apart: dims 2 and 3 continue dim 1's stride.
+bool UniformColumns(const Tensor* t) {
+  return (t->ne[2] == 1 || t->nb[2] == t->nb[1] * static_cast<size_t>(t->ne[1])) &&
+         (t->ne[3] == 1 || t->nb[3] == t->nb[2] * static_cast<size_t>(t->ne[2]));
+}
+
+cuda::Alibi AlibiParams(int64_t n_head, float max_bias) {
+  cuda::Alibi a;
+  if (max_bias <= 0.0f) return a;
+  a.use = 1;
+  a.n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(static_cast<float>(n_head))));
+  a.m0 = std::pow(2.0f, -max_bias / a.n_head_log2);
+  a.m1 = std::pow(2.0f, -(max_bias / 2.0f) / a.n_head_log2);
+  return a;
+}
+
+// ggml_rope_yarn_corr_dims (the CPU's RopeYarnCorrDims, same float operations).
+void YarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
+  const auto corr_dim = [&](float n_rot) {
+    return n_dims * std::log(n_ctx_orig / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(freq_base));
+  };
+  dims[0] = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+  dims[1] = std::min(static_cast<float>(n_dims - 1), std::ceil(corr_dim(beta_slow)));
+}
+
+// How a batched mul_mat runs and the scratch it needs.
+struct GemmPlan {
+  enum Kind { kMatVec, kTiled, kSgemm, kGemmEx } kind = kTiled;
+  size_t w_bytes = 0;  // dequantized F16 weights (kGemmEx, unless the weights are F16 already)
+  size_t x_bytes = 0;  // packed activations (F16 for kGemmEx; F32 for kSgemm with strided columns)
+};
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(DeviceInfo info, std::shared_ptr<CudaBufferType> buft) : info_(std::move(info)), buft_(std::move(buft)) {}
+  ~CudaBackend() override;
+  absl::Status Init(const CudaBackendOptions& opts);
+
+  std::string name() const override { return info_.name; }
+  DeviceInfo device() const override;
+  BufferType* default_buffer_type() override { return buft_.get(); }
+  absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
+  absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
+  absl::Status CopyTensor(const Tensor* src, Tensor* dst) override;
+  absl::Status SetTensorAsync(Tensor* t, const void* data, size_t offset, size_t size) override;
+  absl::Status GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) override;
+  absl::Status Synchronize() override;
+  bool SupportsOp(const Tensor& node) const override;
+  absl::Status GraphCompute(Graph& g) override;
+
+  bool uses_cublas() const { return cublas_ != nullptr; }
+
+ private:
+  struct Staging {
+    uint8_t* p = nullptr;
+    size_t size = 0, used = 0;
+  };
+  struct PendingGet {
+    const uint8_t* staged;
+    void* dst;
+    size_t n;
+  };
+
+  int dev() const { return buft_->device(); }
+  // The device address of t's first byte (t in one of this backend's buffers, whole).
+  absl::StatusOr<uint8_t*> Locate(const Tensor* t) const;
+  absl::StatusOr<DevTensor> Dev(const Tensor* t, size_t elem_align) const;
+  // Checks [offset, offset + size) against t and returns the device address of offset.
+  absl::StatusOr<uint8_t*> Range(const Tensor* t, size_t offset, size_t size, const char* what) const;
+  GemmPlan PlanMulMat(const Tensor* n) const;
+  absl::Status Encode(Tensor* n);
+  absl::Status EncodeMulMat(Tensor* n);
+  absl::Status EnsureScratch(size_t bytes);
+  absl::Status EnsureWork(size_t bytes);
+  absl::Status SyncLocked(const char* what);
+  // Pinned staging of n bytes for a queued transfer (nullptr: none; go synchronous).
+  uint8_t* StagingAlloc(size_t n);
+  void FinishPending();
+
+  DeviceInfo info_;
+  std::shared_ptr<CudaBufferType> buft_;
+  mutable std::mutex mu_;
+  cudaStream_t stream_ = nullptr;
+  unsigned* err_dev_ = nullptr;   // the kernels' error word
+  unsigned* err_host_ = nullptr;  // pinned copy
+  std::unique_ptr<Buffer> scratch_;  // planned intermediate tensors
+  void* work_ = nullptr;             // mul_mat scratch (dequantized weights, packed activations)
+  size_t work_size_ = 0;
+  const Cublas* cublas_ = nullptr;
+  cublasHandle_t handle_ = nullptr;
+  std::vector<Staging> staging_;
+  std::vector<PendingGet> pending_;
+};
+
+absl::Status CudaBackend::Init(const CudaBackendOptions& opts) {
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  HERD_CUDA_RETURN_IF_ERROR("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
+  HERD_CUDA_RETURN_IF_ERROR("cudaMalloc", cudaMalloc(reinterpret_cast<void**>(&err_dev_), sizeof(unsigned)));
+  HERD_CUDA_RETURN_IF_ERROR("cudaHostAlloc",
+                            cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(unsigned), cudaHostAllocDefault));
+  const char* env = std::getenv("HERD_CUDA_NO_CUBLAS");
+  const bool want = opts.use_cublas && !(env != nullptr && std::strcmp(env, "1") == 0);
+  if (want) {
+    const Cublas* c = LoadCublas();
+    if (c != nullptr) {
+      cublasStatus_t s = c->create(&handle_);
+      if (s != CUBLAS_STATUS_SUCCESS) {
+        HERD_LOG(Warning) << "CUDA backend: cublasCreate failed (" << c->StatusName(s) << "); using the tiled kernel";
+        handle_ = nullptr;
+      } else if ((s = c->set_stream(handle_, stream_)) != CUBLAS_STATUS_SUCCESS) {
+        return absl::UnavailableError(absl::StrCat("cublasSetStream failed: ", c->StatusName(s)));
+      } else {
+        cublas_ = c;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cudaSetDevice(dev()) != cudaSuccess) return;
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  pending_.clear();
+  scratch_.reset();
+  if (handle_ != nullptr && cublas_ != nullptr) cublas_->destroy(handle_);
+  if (work_ != nullptr) cudaFree(work_);
+  for (Staging& s : staging_) cudaFreeHost(s.p);
+  if (err_dev_ != nullptr) cudaFree(err_dev_);
+  if (err_host_ != nullptr) cudaFreeHost(err_host_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  cudaGetLastError();
+}
+
+DeviceInfo CudaBackend::device() const {
+  DeviceInfo d = info_;
+  size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(dev()) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    d.memory_free = free_b;
+    d.memory_total = total_b;
+  } else {
+    cudaGetLastError();
+  }
+  return d;
+}
+
+absl::StatusOr<uint8_t*> CudaBackend::Locate(const Tensor* t) const {
+  const Buffer* b = t->buffer != nullptr ? t->buffer : (t->view_src != nullptr ? t->view_src->buffer : nullptr);
+  if (t->data == nullptr || b == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data in a buffer"));
+  }
+  if (b->type() != buft_.get()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(),
+                                                   " buffer, not in ", name(), " memory"));
+  }
+  const auto* cb = static_cast<const CudaBuffer*>(b);
+  const uint8_t* base = static_cast<const uint8_t*>(cb->base());
+  const uint8_t* p = static_cast<const uint8_t*>(t->data);
+  if (p < base || static_cast<size_t>(p - base) + t->nbytes() > cb->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t->name, "' (", t->nbytes(), " bytes) lies outside its ", cb->size(), "-byte buffer"));
+  }
+  return cb->dev() + (p - base);
+}
+
+absl::StatusOr<DevTensor> CudaBackend::Dev(const Tensor* t, size_t elem_align) const {
+  absl::StatusOr<uint8_t*> p = Locate(t);
+  if (!p.ok()) return p.status();
+  if (reinterpret_cast<uintptr_t>(*p) % elem_align != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t->name, "' starts at a device address that is not a multiple of ", elem_align));
+  }
+  DevTensor d;
+  d.data = *p;
+  for (int i = 0; i < 4; ++i) {
+    d.ne[i] = t->ne[i];
+    d.nb[i] = static_cast<int64_t>(t->nb[i]);
+  }
+  return d;
+}
+
+absl::StatusOr<uint8_t*> CudaBackend::Range(const Tensor* t, size_t offset, size_t size, const char* what) const {
+  absl::StatusOr<uint8_t*> p = Locate(t);
+  if (!p.ok()) return p.status();
+  if (offset + size > t->nbytes()) {
+    return absl::OutOfRangeError(absl::StrCat(what, " of ", size, " bytes at ", offset, " past tensor '", t->name,
+                                              "' (", t->nbytes(), " bytes)"));
+  }
+  return *p + offset;
+}
+
+absl::Status CudaBackend::SyncLocked(const char* what) {
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) {
+    pending_.clear();
+    for (Staging& s : staging_) s.used = 0;
+    return CudaError(what, e);
+  }
+  FinishPending();
+  return absl::OkStatus();
+}
+
+void CudaBackend::FinishPending() {
+  for (const PendingGet& g : pending_) std::memcpy(g.dst, g.staged, g.n);
+  pending_.clear();
+  for (Staging& s : staging_) s.used = 0;
+}
+
+uint8_t* CudaBackend::StagingAlloc(size_t n) {
+  n = RoundUp(std::max<size_t>(n, 1), 64);
+  size_t total = 0;
+  for (Staging& s : staging_) {
+    if (s.size - s.used >= n) {
+      uint8_t* p = s.p + s.used;
+      s.used += n;
+      return p;
+    }
+    total += s.size;
+  }
+  const size_t size = std::max(n, kStagingBlock);
+  if (total + size > kStagingMax) return nullptr;
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, size, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  staging_.push_back(Staging{static_cast<uint8_t*>(p), size, n});
+  return static_cast<uint8_t*>(p);
+}
+
+absl::Status CudaBackend::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<uint8_t*> p = Range(t, offset, size, "write");
+  if (!p.ok()) return p.status();
+  if (size == 0) return absl::OkStatus();
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync", cudaMemcpyAsync(*p, data, size, cudaMemcpyHostToDevice, stream_));
+  return SyncLocked("cudaStreamSynchronize (after a host-to-device copy)");
+}
+
+absl::Status CudaBackend::GetTensor(const Tensor* t, void* data, size_t offset, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<uint8_t*> p = Range(t, offset, size, "read");
+  if (!p.ok()) return p.status();
+  if (size == 0) return absl::OkStatus();
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync", cudaMemcpyAsync(data, *p, size, cudaMemcpyDeviceToHost, stream_));
+  return SyncLocked("cudaStreamSynchronize (after a device-to-host copy)");
+}
+
+absl::Status CudaBackend::SetTensorAsync(Tensor* t, const void* data, size_t offset, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<uint8_t*> p = Range(t, offset, size, "write");
+  if (!p.ok()) return p.status();
+  if (size == 0) return absl::OkStatus();
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  uint8_t* staged = StagingAlloc(size);
+  if (staged == nullptr) {  // too large to stage: the caller's memory, synchronously
+    HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync", cudaMemcpyAsync(*p, data, size, cudaMemcpyHostToDevice, stream_));
+    return SyncLocked("cudaStreamSynchronize (after a host-to-device copy)");
+  }
+  std::memcpy(staged, data, size);
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync", cudaMemcpyAsync(*p, staged, size, cudaMemcpyHostToDevice, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::GetTensorAsync(const Tensor* t, void* data, size_t offset, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<uint8_t*> p = Range(t, offset, size, "read");
+  if (!p.ok()) return p.status();
+  if (size == 0) return absl::OkStatus();
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  uint8_t* staged = StagingAlloc(size);
+  if (staged == nullptr) {
+    HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync", cudaMemcpyAsync(data, *p, size, cudaMemcpyDeviceToHost, stream_));
+    return SyncLocked("cudaStreamSynchronize (after a device-to-host copy)");
+  }
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync", cudaMemcpyAsync(staged, *p, size, cudaMemcpyDeviceToHost, stream_));
+  pending_.push_back(PendingGet{staged, data, size});
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Synchronize() {
+  std::lock_guard<std::mutex> lock(mu_);
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  return SyncLocked("cudaStreamSynchronize");
+}
+
+absl::Status CudaBackend::CopyTensor(const Tensor* src, Tensor* dst) {
+  if (src->nbytes() != dst->nbytes() || src->type != dst->type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot copy '", src->name, "' into '", dst->name, "': type or size differ"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<uint8_t*> s = Locate(src);
+  if (!s.ok()) return s.status();
+  absl::StatusOr<uint8_t*> d = Locate(dst);
+  if (!d.ok()) return d.status();
+  const size_t n = src->nbytes();
+  if (*s < *d + n && *d < *s + n) {
+    if (*s == *d) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot copy '", src->name, "' into '", dst->name, "': their bytes overlap"));
+  }
+  if (n == 0) return absl::OkStatus();
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync", cudaMemcpyAsync(*d, *s, n, cudaMemcpyDeviceToDevice, stream_));
+  return SyncLocked("cudaStreamSynchronize (after a device-to-device copy)");
+}
+
+bool CudaBackend::SupportsOp(const Tensor& n) const {
+  const Tensor* a = n.src[0];
+  const Tensor* b = n.src[1];
+  switch (n.op) {
+    case Op::kNone:
+    case Op::kView:
+      return true;
+    case Op::kGetRows:
+      return a != nullptr && b != nullptr && WTypeOf(a->type) >= 0 && b->type == GgmlType::I32 &&
+             a->ne[0] % BlockSize(a->type) == 0 && Fits(a) && Fits(b) && Fits(&n);
+    case Op::kMulMat:
+      return a != nullptr && IsF32(b) && WTypeOf(a->type) >= 0 && a->ne[2] == 1 && a->ne[3] == 1 &&
+             a->ne[0] == b->ne[0] && a->ne[0] % BlockSize(a->type) == 0 && Fits(a) && Fits(b) && Fits(&n);
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kSwiglu:
+      return IsF32(a) && IsF32(b) && a->ne[0] == b->ne[0] && Fits(a) && Fits(b) && Fits(&n);
+    case Op::kScale:
+    case Op::kRmsNorm:
+    case Op::kNorm:
+    case Op::kSilu:
+    case Op::kGelu:
+    case Op::kGeluErf:
+    case Op::kClamp:
+      return IsF32(a) && Fits(a) && Fits(&n);
+    case Op::kCont:
+      return IsF32(a) && a->nb[0] == sizeof(float) && Fits(a) && Fits(&n);
+    case Op::kSoftMax:
+      return IsF32(a) && Fits(a) && Fits(&n) && (b == nullptr || (IsF32(b) && b->ne[0] >= a->ne[0] && Fits(b)));
+    case Op::kRope: {
+      const Tensor* ff = n.src[2];
+      return IsF32(a) && b != nullptr && b->type == GgmlType::I32 && n.i_params[0] <= a->ne[0] &&
+             n.i_params[0] % 2 == 0 && n.i_params[0] > 0 && b->ne[0] >= a->ne[2] && Fits(a) && Fits(b) && Fits(&n) &&
+             (ff == nullptr || (IsF32(ff) && ff->ne[0] >= n.i_params[0] / 2 && Fits(ff)));
+    }
+    case Op::kFlashAttnExt: {
+      const Tensor* k = n.src[1];
+      const Tensor* v = n.src[2];
+      const Tensor* mask = n.src[3];
+      return IsF32(a) && k != nullptr && v != nullptr && (k->type == GgmlType::F32 || k->type == GgmlType::F16) &&
+             v->type == k->type && k->ne[0] == a->ne[0] && v->ne[0] == a->ne[0] && a->ne[0] <= 256 &&
+             k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && v->ne[1] == k->ne[1] && v->ne[2] >= k->ne[2] && Fits(a) &&
+             Fits(k) && Fits(v) && Fits(&n) &&
+             (mask == nullptr || (IsF32(mask) && mask->ne[0] >= k->ne[2] && mask->ne[1] >= a->ne[2] && Fits(mask)));
+    }
+    case Op::kSetRows: {
+      const Tensor* idx = n.src[2];
+      return a != nullptr && (a->type == GgmlType::F32 || a->type == GgmlType::F16) && IsF32(b) && idx != nullptr &&
+             idx->type == GgmlType::I32 && idx->ne[0] >= b->ne[1] && b->ne[0] <= a->ne[0] && Fits(a) && Fits(b) &&
+             Fits(idx);
+    }
+    default:
+      return false;
+  }
+}
+
+GemmPlan CudaBackend::PlanMulMat(const Tensor* n) const {
+  GemmPlan p;
+  const Tensor* w = n->src[0];
+  const Tensor* x = n->src[1];
+  const int64_t K = w->ne[0], M = w->ne[1];
+  const int64_t ncols = x->ne[1] * x->ne[2] * x->ne[3];
+  if (ncols <= cuda::kMatVecMaxCols) {
+    p.kind = GemmPlan::kMatVec;
+    return p;
+  }
+  constexpr int64_t kIntMax = 0x7FFFFFFF;
+  // cuBLAS takes int sizes and leading dimensions; the output's columns must be evenly
+  // spaced (ldc), as must F32 weights' rows.
+  if (cublas_ == nullptr || K > kIntMax || M > kIntMax || ncols > kIntMax || !UniformColumns(n) ||
+      n->nb[1] / sizeof(float) > static_cast<size_t>(kIntMax) || w->nb[1] / 2 > static_cast<size_t>(kIntMax) ||
+      x->nb[1] / sizeof(float) > static_cast<size_t>(kIntMax)) {
+    p.kind = GemmPlan::kTiled;
+    return p;
+  }
+  if (w->type == GgmlType::F32) {
+    p.kind = GemmPlan::kSgemm;
+    if (!UniformColumns(x)) p.x_bytes = static_cast<size_t>(K * ncols) * sizeof(float);
+    return p;
+  }
+  p.kind = GemmPlan::kGemmEx;
+  if (w->type != GgmlType::F16) p.w_bytes = static_cast<size_t>(K * M) * 2;
+  p.x_bytes = static_cast<size_t>(K * ncols) * 2;
+  return p;
+}
+
+absl::Status CudaBackend::EnsureScratch(size_t bytes) {
+  if (scratch_ != nullptr && scratch_->size() >= bytes) return absl::OkStatus();
+  absl::Status s = SyncLocked("cudaStreamSynchronize (before growing the compute scratch)");
+  if (!s.ok()) return s;
+  scratch_.reset();
+  absl::StatusOr<std::unique_ptr<Buffer>> b = buft_->Allocate(bytes);
+  if (!b.ok()) return b.status();
+  scratch_ = std::move(*b);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EnsureWork(size_t bytes) {
+  if (bytes <= work_size_) return absl::OkStatus();
+  absl::Status s = SyncLocked("cudaStreamSynchronize (before growing the mul_mat scratch)");
+  if (!s.ok()) return s;
+  if (work_ != nullptr) {
+    HERD_CUDA_RETURN_IF_ERROR("cudaFree", cudaFree(work_));
+    work_ = nullptr;
+    work_size_ = 0;
+  }
+  const size_t size = RoundUp(bytes, size_t{1} << 20);
+  const cudaError_t e = cudaMalloc(&work_, size);
+  if (e != cudaSuccess) {
+    work_ = nullptr;
+    return CudaError("cudaMalloc (mul_mat scratch)", e);
+  }
+  work_size_ = size;
+  return absl::OkStatus();
+}
+
+#define HERD_LAUNCH(kernel, expr)                                           \
+  do {                                                                      \
+    const cudaError_t herd_cuda_e_ = (expr);                                \
+    if (herd_cuda_e_ != cudaSuccess) return CudaError("launch of " kernel, herd_cuda_e_); \
+  } while (0)
+
+absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
+  const Tensor* w = n->src[0];
+  const Tensor* x = n->src[1];
+  const WType wt = static_cast<WType>(WTypeOf(w->type));
+  absl::StatusOr<DevTensor> dw = Dev(w, w->type == GgmlType::F32 ? 4 : 2);
+  if (!dw.ok()) return dw.status();
+  absl::StatusOr<DevTensor> dx = Dev(x, 4);
+  if (!dx.ok()) return dx.status();
+  absl::StatusOr<DevTensor> dd = Dev(n, 4);
+  if (!dd.ok()) return dd.status();
+  const GemmPlan plan = PlanMulMat(n);
+  const int64_t K = w->ne[0], M = w->ne[1];
+  const int64_t ncols = x->ne[1] * x->ne[2] * x->ne[3];
+  switch (plan.kind) {
+    case GemmPlan::kMatVec:
+      HERD_LAUNCH("mul_mat_vec", cuda::MulMatVec(wt, *dw, *dx, *dd, stream_));
+      return absl::OkStatus();
+    case GemmPlan::kTiled:
+      HERD_LAUNCH("mul_mat_tiled", cuda::MulMatTiled(wt, *dw, *dx, *dd, stream_));
+      return absl::OkStatus();
+    case GemmPlan::kSgemm: {
+      const float* xp = reinterpret_cast<const float*>(dx->data);
+      int64_t ldx = static_cast<int64_t>(x->nb[1] / sizeof(float));
+      if (plan.x_bytes > 0) {
+        HERD_LAUNCH("pack_rows", cuda::PackRows(*dx, /*to_f16=*/false, work_, stream_));
+        xp = static_cast<const float*>(work_);
+        ldx = K;
+      }
+      const float alpha = 1.0f, beta = 0.0f;
+      // Column-major: dst (M x ncols) = W^T (W is K x M with ld nb1) * X (K x ncols).
+      const cublasStatus_t s = cublas_->sgemm(
+          handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(M), static_cast<int>(ncols), static_cast<int>(K), &alpha,
+          reinterpret_cast<const float*>(dw->data), static_cast<int>(w->nb[1] / sizeof(float)), xp,
+          static_cast<int>(ldx), &beta, reinterpret_cast<float*>(dd->data), static_cast<int>(n->nb[1] / sizeof(float)));
+      if (s != CUBLAS_STATUS_SUCCESS) {
+        return absl::UnavailableError(absl::StrCat("cublasSgemm failed: ", cublas_->StatusName(s)));
+      }
+      return absl::OkStatus();
+    }
+    case GemmPlan::kGemmEx: {
+      uint8_t* work = static_cast<uint8_t*>(work_);
+      const void* wp = dw->data;
+      int64_t ldw = static_cast<int64_t>(w->nb[1] / 2);
+      if (plan.w_bytes > 0) {
+        HERD_LAUNCH("dequantize_f16", cuda::DequantizeToF16(wt, *dw, work, stream_));
+        wp = work;
+        ldw = K;
+      }
+      void* xp = work + RoundUp(plan.w_bytes, kAlignment);
+      HERD_LAUNCH("pack_rows", cuda::PackRows(*dx, /*to_f16=*/true, xp, stream_));
+      const float alpha = 1.0f, beta = 0.0f;
+      const cublasStatus_t s = cublas_->gemm_ex(
+          handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(M), static_cast<int>(ncols), static_cast<int>(K), &alpha,
+          wp, CUDA_R_16F, static_cast<int>(ldw), xp, CUDA_R_16F, static_cast<int>(K), &beta, dd->data, CUDA_R_32F,
+          static_cast<int>(n->nb[1] / sizeof(float)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (s != CUBLAS_STATUS_SUCCESS) {
+        return absl::UnavailableError(absl::StrCat("cublasGemmEx failed: ", cublas_->StatusName(s)));
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::InternalError("mul_mat: unknown plan");
+}
+
+absl::Status CudaBackend::Encode(Tensor* n) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  switch (n->op) {
+    case Op::kGetRows: {
+      absl::StatusOr<DevTensor> da = Dev(a, a->type == GgmlType::F32 ? 4 : 2);
+      if (!da.ok()) return da.status();
+      absl::StatusOr<DevTensor> db = Dev(b, 4);
+      if (!db.ok()) return db.status();
+      absl::StatusOr<DevTensor> dn = Dev(n, 4);
+      if (!dn.ok()) return dn.status();
+      HERD_LAUNCH("get_rows",
+                  cuda::GetRows(static_cast<WType>(WTypeOf(a->type)), *da, *db, *dn, err_dev_, stream_));
+      return absl::OkStatus();
+    }
+    case Op::kMulMat:
+      return EncodeMulMat(n);
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kSwiglu: {
+      absl::StatusOr<DevTensor> da = Dev(a, 4);
+      if (!da.ok()) return da.status();
+      absl::StatusOr<DevTensor> db = Dev(b, 4);
+      if (!db.ok()) return db.status();
+      absl::StatusOr<DevTensor> dn = Dev(n, 4);
+      if (!dn.ok()) return dn.status();
+      const cuda::BinaryOp op = n->op == Op::kAdd   ? cuda::BinaryOp::kAdd
+                                : n->op == Op::kMul ? cuda::BinaryOp::kMul
+                                                    : cuda::BinaryOp::kSwiglu;
+      HERD_LAUNCH("binary", cuda::Binary(op, *da, *db, *dn, stream_));
+      return absl::OkStatus();
+    }
+    case Op::kScale:
+    case Op::kSilu:
+    case Op::kGelu:
+    case Op::kGeluErf:
+    case Op::kClamp:
+    case Op::kCont: {
+      absl::StatusOr<DevTensor> da = Dev(a, 4);
+      if (!da.ok()) return da.status();
+      absl::StatusOr<DevTensor> dn = Dev(n, 4);
+      if (!dn.ok()) return dn.status();
+      cuda::UnaryOp op = cuda::UnaryOp::kCopy;
+      if (n->op == Op::kScale) op = cuda::UnaryOp::kScale;
+      if (n->op == Op::kSilu) op = cuda::UnaryOp::kSilu;
+      if (n->op == Op::kGelu) op = cuda::UnaryOp::kGelu;
+      if (n->op == Op::kGeluErf) op = cuda::UnaryOp::kGeluErf;
+      if (n->op == Op::kClamp) op = cuda::UnaryOp::kClamp;
+      HERD_LAUNCH("unary", cuda::Unary(op, *da, *dn, n->f_params[0], n->f_params[1], stream_));
+      return absl::OkStatus();
+    }
+    case Op::kRmsNorm:
+    case Op::kNorm: {
+      absl::StatusOr<DevTensor> da = Dev(a, 4);
+      if (!da.ok()) return da.status();
+      absl::StatusOr<DevTensor> dn = Dev(n, 4);
+      if (!dn.ok()) return dn.status();
+      HERD_LAUNCH("norm", cuda::Norm(n->op == Op::kRmsNorm, *da, *dn, n->f_params[0], stream_));
+      return absl::OkStatus();
+    }
+    case Op::kSoftMax: {
+      absl::StatusOr<DevTensor> da = Dev(a, 4);
+      if (!da.ok()) return da.status();
+      absl::StatusOr<DevTensor> dn = Dev(n, 4);
+      if (!dn.ok()) return dn.status();
+      DevTensor dm;
+      if (b != nullptr) {
+        absl::StatusOr<DevTensor> r = Dev(b, 4);
+        if (!r.ok()) return r.status();
+        dm = *r;
+      }
+      HERD_LAUNCH("soft_max", cuda::SoftMax(*da, b != nullptr ? &dm : nullptr, *dn, n->f_params[0],
+                                            AlibiParams(n->ne[2], n->f_params[1]), stream_));
+      return absl::OkStatus();
+    }
+    case Op::kRope: {
+      const Tensor* ff = n->src[2];
+      absl::StatusOr<DevTensor> da = Dev(a, 4);
+      if (!da.ok()) return da.status();
+      absl::StatusOr<DevTensor> dpos = Dev(b, 4);
+      if (!dpos.ok()) return dpos.status();
+      absl::StatusOr<DevTensor> dn = Dev(n, 4);
+      if (!dn.ok()) return dn.status();
+      DevTensor dff;
+      if (ff != nullptr) {
+        absl::StatusOr<DevTensor> r = Dev(ff, 4);
+        if (!r.ok()) return r.status();
+        dff = *r;
+      }
+      cuda::RopeConsts rc;
+      rc.n_dims = n->i_params[0];
+      rc.neox = (n->i_params[1] & 2) ? 1 : 0;
+      const float freq_base = n->f_params[0];
+      rc.freq_scale = n->f_params[1];
+      rc.ext_factor = n->f_params[2];
+      rc.theta_scale = std::pow(freq_base, -2.0f / rc.n_dims);
+      float corr[2];
+      YarnCorrDims(rc.n_dims, n->i_params[2], freq_base, n->f_params[4], n->f_params[5], corr);
+      rc.corr0 = corr[0];
+      rc.corr1 = corr[1];
+      rc.mscale = n->f_params[3];
+      if (rc.ext_factor != 0.0f) rc.mscale *= 1.0f + 0.1f * std::log(1.0f / rc.freq_scale);
+      HERD_LAUNCH("rope", cuda::Rope(*da, *dpos, ff != nullptr ? &dff : nullptr, *dn, rc, stream_));
+      return absl::OkStatus();
+    }
+    case Op::kSetRows: {
+      const Tensor* idx = n->src[2];
+      const bool f16 = a->type == GgmlType::F16;
+      absl::StatusOr<DevTensor> dd = Dev(a, f16 ? 2 : 4);
+      if (!dd.ok()) return dd.status();
+      absl::StatusOr<DevTensor> ds = Dev(b, 4);
+      if (!ds.ok()) return ds.status();
+      absl::StatusOr<DevTensor> di = Dev(idx, 4);
+      if (!di.ok()) return di.status();
+      HERD_LAUNCH("set_rows", cuda::SetRows(*dd, f16, *ds, *di, err_dev_, stream_));
+      return absl::OkStatus();
+    }
+    case Op::kFlashAttnExt: {
+      const Tensor* k = n->src[1];
+      const Tensor* v = n->src[2];
+      const Tensor* mask = n->src[3];
+      const bool f16 = k->type == GgmlType::F16;
+      absl::StatusOr<DevTensor> dq = Dev(a, 4);
+      if (!dq.ok()) return dq.status();
+      absl::StatusOr<DevTensor> dk = Dev(k, f16 ? 2 : 4);
+      if (!dk.ok()) return dk.status();
+      absl::StatusOr<DevTensor> dv = Dev(v, f16 ? 2 : 4);
+      if (!dv.ok()) return dv.status();
+      absl::StatusOr<DevTensor> dn = Dev(n, 4);
+      if (!dn.ok()) return dn.status();
+      DevTensor dm;
+      if (mask != nullptr) {
+        absl::StatusOr<DevTensor> r = Dev(mask, 4);
+        if (!r.ok()) return r.status();
+        dm = *r;
+      }
+      HERD_LAUNCH("flash_attn_ext",
+                  cuda::FlashAttn(*dq, *dk, *dv, mask != nullptr ? &dm : nullptr, *dn, f16, n->f_params[0],
+                                  AlibiParams(a->ne[1], n->f_params[1]), stream_));
+      return absl::OkStatus();
+    }
+    default:
+      return absl::UnimplementedError(absl::StrCat(name(), " does not support ", OpName(n->op)));
+  }
+}
+
+absl::Status CudaBackend::GraphCompute(Graph& g) {
+  for (Tensor* n : g.nodes()) {
+    if (!SupportsOp(*n)) {
+      return absl::UnimplementedError(
+          absl::StrCat(name(), " does not support ", OpName(n->op), " for node '", n->name, "'"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
+  if (!g.placed()) {
+    GraphPlan plan = PlanGraph(g, buft_->alignment());
+    if (plan.arena_size > 0) {
+      absl::Status s = EnsureScratch(plan.arena_size);
+      if (!s.ok()) return s;
+    }
+    ApplyPlan(plan, g, kFakeBase);
+    for (Tensor* t : plan.tensors) t->buffer = scratch_.get();
+    for (Tensor* t : g.nodes()) {
+      if (t->view_src != nullptr) t->buffer = t->view_src->buffer;
+    }
+  }
+  size_t work = 0;
+  for (Tensor* n : g.nodes()) {
+    if (n->op != Op::kMulMat) continue;
+    const GemmPlan p = PlanMulMat(n);
+    work = std::max(work, RoundUp(p.w_bytes, kAlignment) + p.x_bytes);
+  }
+  absl::Status s = EnsureWork(work);
+  if (!s.ok()) return s;
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemsetAsync", cudaMemsetAsync(err_dev_, 0, sizeof(unsigned), stream_));
+  for (Tensor* n : g.nodes()) {
+    if (n->op == Op::kNone || n->op == Op::kView) continue;
+    s = Encode(n);
+    if (!s.ok()) {
+      // Let what was queued finish before the caller touches the memory again.
+      cudaStreamSynchronize(stream_);
+      cudaGetLastError();
+      return absl::Status(s.code(), absl::StrCat(OpName(n->op), " '", n->name, "': ", s.message()));
+    }
+  }
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync",
+                            cudaMemcpyAsync(err_host_, err_dev_, sizeof(unsigned), cudaMemcpyDeviceToHost, stream_));
+  s = SyncLocked("cudaStreamSynchronize (after the graph)");
+  if (!s.ok()) return s;
+  const unsigned flags = *err_host_;
+  if (flags & cuda::kErrGetRowsIndex) {
+    return absl::InvalidArgumentError("get_rows: an id is outside the rows of its source (zeros written)");
+  }
+  if (flags & cuda::kErrSetRowsIndex) {
+    return absl::InvalidArgumentError("set_rows: a row index is outside the destination (row skipped)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<DeviceInfo> CudaDevices() {
+  std::vector<DeviceInfo> out;
+  const Probe p = ProbeDevices();
+  for (int i = 0; i < p.count; ++i) {
+    absl::StatusOr<DeviceInfo> d = MakeDeviceInfo(i);
+    if (d.ok()) out.push_back(*std::move(d));
+  }
+  return out;
+}
+
+std::string CudaUnavailableReason() { return ProbeDevices().reason; }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, const CudaBackendOptions& opts) {
+  const Probe p = ProbeDevices();
+  if (device < 0 || device >= p.count) {
+    return absl::NotFoundError(absl::StrCat("no CUDA device ", device, " (", p.count, " found",
+                                            p.reason.empty() ? "" : absl::StrCat("; ", p.reason), ")"));
+  }
+  absl::StatusOr<DeviceInfo> info = MakeDeviceInfo(device);
+  if (!info.ok()) return info.status();
+  auto buft = std::make_shared<CudaBufferType>(device, info->name);
+  auto backend = std::make_unique<CudaBackend>(*info, buft);
+  absl::Status s = backend->Init(opts);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+bool CudaBackendUsesCublas(const Backend* backend) {
+  const auto* b = dynamic_cast<const CudaBackend*>(backend);
+  return b != nullptr && b->uses_cublas();
+}
+
+}  // namespace herd
