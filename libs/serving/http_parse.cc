@@ -109,6 +109,12 @@ ParseResult ParseRequest(absl::string_view bytes, const ParseLimits& limits) {
   }
   parser.body_limit(limits.max_body_bytes);
   if (!feed([&] { return parser.is_done(); })) return r;
+  // A chunked body's trailer fields join the head: the same rules again.
+  std::tie(r.status, r.message) = CheckHead(parser.get(), limits.max_header_count);
+  if (r.status != 0) {
+    r.message += " (chunked trailer)";
+    return r;
+  }
   r.complete = true;
   r.consumed = used;
   BeastRequest msg = parser.release();

@@ -406,6 +406,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void OnBody(beast::error_code ec) {
     if (ec) return OnReadError(ec);
+    // A chunked body's trailer fields join the head: the same rules again (count,
+    // control bytes, framing fields).
+    if (auto [status, msg] = CheckHead(parser_->get(), srv_->opts.max_header_count); status != 0) {
+      srv_->Reject(status == 431 ? "header_too_large" : "bad_request");
+      return SendError(status, absl::StrCat(msg, " (chunked trailer)"), /*close=*/true);
+    }
     bhttp::request<bhttp::string_body> msg = parser_->release();
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
