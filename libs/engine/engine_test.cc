@@ -156,6 +156,41 @@ TEST_F(EngineTest, SequenceCellRanges) {
   EXPECT_EQ(*g, std::vector<int32_t>{8});
 }
 
+// The pool: a sequence's new cells come after its last one (so its cells ascend with
+// its positions) while there is room, else the lowest free cell; SeqCopy shares cells
+// (stored once, counted once) and CellsOnlyInSeqsFrom counts cells no lower id holds.
+TEST_F(EngineTest, PoolKeepsEachSequenceInPositionOrderAndSharesPrefixes) {
+  auto e = Make(8, 512);
+  KvCache& kv = e->kv();
+  auto a = kv.Allocate({0, 0, 1, 1}, {0, 1, 0, 1});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, (std::vector<int32_t>{0, 1, 2, 3}));
+  kv.SeqRemove(0, 1, -1);  // a rejected draft token: cell 1 is free again
+  auto b = kv.Allocate({0}, {1});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, std::vector<int32_t>{1});  // the lowest free cell after its last one (0)
+  kv.SeqCopy(1, 5, 0, 1);  // sequence 5 shares sequence 1's position 0 (cell 2)
+  EXPECT_EQ(kv.SeqCells(5), 1);
+  EXPECT_EQ(kv.used(), 4);
+  EXPECT_EQ(kv.CellsOnlyInSeqsFrom(5), 0);  // cell 2 is also sequence 1's
+  kv.SeqRemove(1, 0, -1);
+  EXPECT_EQ(kv.used(), 3);                  // cell 2 stays: sequence 5 holds it
+  EXPECT_EQ(kv.CellsOnlyInSeqsFrom(5), 1);
+  auto c = kv.Allocate({5, 5}, {1, 2});     // after its last cell (2), lowest free first
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, (std::vector<int32_t>{3, 4}));
+  std::vector<float> mask(8);
+  kv.FillMask({5}, {2}, 8, mask.data());
+  const float ninf = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(mask, (std::vector<float>{ninf, ninf, 0, 0, 0, ninf, ninf, ninf}));
+  kv.SeqRemove(0, 0, 1);  // frees cell 0
+  // Cells 5, 6, 7 after sequence 5's last one, then the lowest free anywhere (0).
+  auto d = kv.Allocate({5, 5, 5, 5}, {3, 4, 5, 6});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*d, (std::vector<int32_t>{5, 6, 7, 0}));
+  EXPECT_TRUE(absl::IsResourceExhausted(kv.Allocate({0}, {9}).status()));
+}
+
 // Embeddings: pooled vectors equal the pooling of DecodeEmbeddings rows, any n_batch
 // (one pass, chunks, one token at a time) gives the same vector, and the temporary
 // sequence leaves the KV cache -- and a sequence running beside it -- untouched.

@@ -61,6 +61,30 @@ void KvCache::SetSeqRange(int32_t seq, int64_t begin, int64_t end) {
       end > begin ? std::make_pair(begin, end) : std::make_pair<int64_t, int64_t>(0, -1);
 }
 
+int64_t KvCache::LastCell(int32_t seq) {
+  if (seq < 0) return -1;
+  if (static_cast<size_t>(seq) >= seq_last_.size()) seq_last_.resize(static_cast<size_t>(seq) + 1, -2);
+  int64_t& last = seq_last_[static_cast<size_t>(seq)];
+  if (last == -2) {
+    last = -1;
+    for (int64_t c = n_cells() - 1; c >= 0; --c) {
+      if (pos_[static_cast<size_t>(c)] >= 0 && Has(c, seq)) {
+        last = c;
+        break;
+      }
+    }
+  }
+  return last;
+}
+
+void KvCache::MarkStale(int32_t seq) {
+  if (seq < 0) {
+    std::fill(seq_last_.begin(), seq_last_.end(), -2);
+  } else if (static_cast<size_t>(seq) < seq_last_.size()) {
+    seq_last_[static_cast<size_t>(seq)] = -2;
+  }
+}
+
 absl::StatusOr<std::vector<int32_t>> KvCache::Allocate(const std::vector<int32_t>& seq,
                                                        const std::vector<int32_t>& pos) {
   const size_t n = seq.size();
@@ -68,40 +92,75 @@ absl::StatusOr<std::vector<int32_t>> KvCache::Allocate(const std::vector<int32_t
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache full: ", n, " tokens need cells, ", n_cells() - used_, " of ", n_cells(), " free"));
   }
-  // Token i takes the lowest free cell of its sequence's range (the whole cache when
-  // none is set), in batch order. Cells are marked as they are taken (and released again
-  // if a range runs out).
+  // Token i takes the lowest free cell after its sequence's highest cell (so that the
+  // sequence's cells ascend with its positions), else the lowest free cell, within the
+  // sequence's range (the whole cache when none is set), in batch order. Cells are marked
+  // as they are taken (and released again if a range runs out).
   std::vector<int32_t> idx;
   idx.reserve(n);
-  std::vector<std::pair<std::pair<int64_t, int64_t>, int64_t>> cursors;  // range -> next cell to look at
+  std::vector<int32_t> touched;
+  const auto rollback = [&] {
+    for (int32_t t : idx) {
+      pos_[static_cast<size_t>(t)] = -1;
+      seqs_[static_cast<size_t>(t)].clear();
+    }
+    for (int32_t s : touched) MarkStale(s);
+  };
   for (size_t i = 0; i < n; ++i) {
     std::pair<int64_t, int64_t> range(0, n_cells());
     if (seq[i] >= 0 && static_cast<size_t>(seq[i]) < seq_range_.size() &&
         seq_range_[static_cast<size_t>(seq[i])].second >= 0) {
       range = seq_range_[static_cast<size_t>(seq[i])];
     }
-    auto cur = std::find_if(cursors.begin(), cursors.end(), [&](const auto& e) { return e.first == range; });
-    if (cur == cursors.end()) {
-      cursors.push_back({range, range.first});
-      cur = cursors.end() - 1;
-    }
-    int64_t c = cur->second;
+    const int64_t last = LastCell(seq[i]);
+    int64_t c = std::max(range.first, last + 1);
     while (c < range.second && pos_[static_cast<size_t>(c)] >= 0) ++c;
+    if (c >= range.second) {  // nothing free after the sequence's cells: any free cell
+      c = range.first;
+      while (c < range.second && pos_[static_cast<size_t>(c)] >= 0) ++c;
+    }
     if (c >= range.second) {
-      for (int32_t t : idx) {
-        pos_[static_cast<size_t>(t)] = -1;
-        seqs_[static_cast<size_t>(t)].clear();
-      }
+      rollback();
       return absl::ResourceExhaustedError(absl::StrCat("KV cache full: no free cell for sequence ", seq[i],
                                                        " in its cells [", range.first, ", ", range.second, ")"));
     }
-    cur->second = c + 1;
     pos_[static_cast<size_t>(c)] = pos[i];
     seqs_[static_cast<size_t>(c)] = {seq[i]};
     idx.push_back(static_cast<int32_t>(c));
+    if (seq[i] >= 0) {
+      touched.push_back(seq[i]);
+      seq_last_[static_cast<size_t>(seq[i])] = std::max(last, c);
+    }
   }
   used_ += static_cast<int64_t>(n);
   return idx;
+}
+
+void KvCache::SeqCopy(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+  if (src < 0 || dst < 0 || src == dst) return;
+  if (p1 < 0) p1 = std::numeric_limits<int32_t>::max();
+  for (int64_t c = 0; c < n_cells(); ++c) {
+    const size_t ci = static_cast<size_t>(c);
+    if (pos_[ci] < p0 || pos_[ci] >= p1 || !Has(c, src) || Has(c, dst)) continue;
+    seqs_[ci].push_back(dst);
+  }
+  MarkStale(dst);
+}
+
+int64_t KvCache::SeqCells(int32_t seq) const {
+  int64_t n = 0;
+  for (int64_t c = 0; c < n_cells(); ++c) n += pos_[static_cast<size_t>(c)] >= 0 && Has(c, seq);
+  return n;
+}
+
+int64_t KvCache::CellsOnlyInSeqsFrom(int32_t min_seq) const {
+  int64_t n = 0;
+  for (int64_t c = 0; c < n_cells(); ++c) {
+    const size_t ci = static_cast<size_t>(c);
+    if (pos_[ci] < 0) continue;
+    n += std::all_of(seqs_[ci].begin(), seqs_[ci].end(), [&](int32_t s) { return s >= min_seq; });
+  }
+  return n;
 }
 
 void KvCache::SeqRemove(int32_t seq, int32_t p0, int32_t p1) {
@@ -120,6 +179,7 @@ void KvCache::SeqRemove(int32_t seq, int32_t p0, int32_t p1) {
       --used_;
     }
   }
+  MarkStale(seq);
 }
 
 int32_t KvCache::SeqPosMax(int32_t seq) const {
@@ -133,6 +193,7 @@ int32_t KvCache::SeqPosMax(int32_t seq) const {
 void KvCache::Clear() {
   std::fill(pos_.begin(), pos_.end(), -1);
   for (auto& s : seqs_) s.clear();
+  std::fill(seq_last_.begin(), seq_last_.end(), -1);
   used_ = 0;
 }
 
@@ -144,6 +205,7 @@ void KvCache::FreeCells(const std::vector<int32_t>& idx) {
     seqs_[ci].clear();
     --used_;
   }
+  MarkStale(-1);
 }
 
 void KvCache::FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv, float* mask,

@@ -1,6 +1,14 @@
 // The KV cache: n_cells rows per layer of K and V (F16 by default, F32 option),
-// shared by several sequences (llama.cpp's unified llama_kv_cache). Each cell
-// holds one token's K/V for one position and the set of sequences it belongs to.
+// one pool shared by all sequences (llama.cpp's unified llama_kv_cache). Each cell
+// holds one token's K/V for one position and the set of sequences it belongs to; a
+// cell in several sequences is a shared prefix (llama_kv_cache seq_cp), stored once.
+//
+// Cell order. Attention visits a sequence's cells in index order (the CPU kernels skip
+// masked cells exactly), so a sequence whose cells ascend with its positions gets the
+// same sums as when it runs alone in cells 0, 1, 2, ... Allocate keeps that order: a
+// token takes the lowest free cell after its sequence's last one, and only when none is
+// free there the lowest free cell anywhere (still correct; sums may then round
+// differently from a solo run).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -29,10 +37,14 @@ class KvCache {
   int64_t n_kv() const;
   size_t bytes() const;
 
-  /// Finds n free cells (lowest indices first, within each token's sequence range when
-  /// one is set) for tokens of (seq[i], pos[i]), marks them used and returns their
-  /// indices. RESOURCE_EXHAUSTED when fewer than n cells are free (or a range is full;
-  /// nothing is changed then).
+  /// Cells holding no sequence.
+  int64_t n_free() const { return n_cells() - used_; }
+
+  /// Finds n free cells for tokens of (seq[i], pos[i]), in batch order: the lowest free
+  /// cell after the sequence's highest cell, else the lowest free cell (within the
+  /// sequence's range when one is set); marks them used and returns their indices.
+  /// RESOURCE_EXHAUSTED when fewer than n cells are free (or a range is full; nothing is
+  /// changed then).
   absl::StatusOr<std::vector<int32_t>> Allocate(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos);
 
   /// Restricts the cells of sequence `seq` to [begin, end) (clamped to the cache);
@@ -46,6 +58,15 @@ class KvCache {
   /// Removes `seq` from cells with pos in [p0, p1) (p1 < 0 = to the end); frees cells
   /// left without sequences. seq < 0 removes every sequence.
   void SeqRemove(int32_t seq, int32_t p0, int32_t p1);
+  /// Adds `dst` to every cell of `src` with pos in [p0, p1) (p1 < 0 = to the end): dst
+  /// then shares those tokens' K/V with src (llama_kv_cache::seq_cp). No-op when src ==
+  /// dst or either is negative.
+  void SeqCopy(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+  /// Cells of `seq`.
+  int64_t SeqCells(int32_t seq) const;
+  /// Used cells whose every sequence id is >= min_seq (e.g. held only by cached prefixes
+  /// whose ids are allocated from min_seq up).
+  int64_t CellsOnlyInSeqsFrom(int32_t min_seq) const;
   /// Highest position stored for `seq`, or -1.
   int32_t SeqPosMax(int32_t seq) const;
   void Clear();
@@ -67,6 +88,9 @@ class KvCache {
  private:
   KvCache() = default;
   bool Has(int64_t c, int32_t seq) const;
+  /// Highest cell index of `seq` (-1: none), recomputed when marked stale.
+  int64_t LastCell(int32_t seq);
+  void MarkStale(int32_t seq);
 
   GgmlType type_ = GgmlType::F16;
   Graph tensors_;
@@ -75,6 +99,7 @@ class KvCache {
   std::vector<int32_t> pos_;                            // -1 = empty
   std::vector<std::vector<int32_t>> seqs_;              // sequences of each cell
   std::vector<std::pair<int64_t, int64_t>> seq_range_;  // per sequence id; second < 0 = unrestricted
+  std::vector<int64_t> seq_last_;                       // per sequence id: highest cell, -1 none, -2 stale
   int64_t used_ = 0;
 };
 

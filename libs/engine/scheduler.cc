@@ -50,6 +50,8 @@ struct SeqState {
 
   // Scheduler thread only (set on admission).
   int32_t kv_seq = -1;
+  bool started = false;           // admitted once (kStarted sent; a preempted sequence is re-admitted)
+  std::vector<int32_t> tokens;    // prompt, then accepted tokens; tokens[n_past] is the pending one
   int32_t n_past = 0;             // tokens of this sequence in the KV cache (positions 0..n_past-1)
   int32_t pending = -1;           // the next token to evaluate, at position n_past
   bool pending_is_prompt = true;  // pending is still the last prompt token
@@ -67,9 +69,10 @@ struct SeqState {
   std::function<void()> notify;
 
   int32_t n_prompt() const { return static_cast<int32_t>(prompt.size()); }
-  // Prefill covers prompt tokens 0..n-2; the last one is the first pending token.
-  bool PrefillDone() const { return n_past >= n_prompt() - 1; }
-  int32_t PrefillRemaining() const { return std::max(0, n_prompt() - 1 - n_past); }
+  // Prefill covers tokens 0..n-2 (the prompt's, or after a preemption the prompt and
+  // the tokens accepted so far); the last one is the pending token.
+  bool PrefillDone() const { return n_past >= static_cast<int32_t>(tokens.size()) - 1; }
+  int32_t PrefillRemaining() const { return std::max(0, static_cast<int32_t>(tokens.size()) - 1 - n_past); }
 
   void Post(SequenceEvent ev) {
     {
@@ -124,6 +127,22 @@ struct EmbedJob {
   Scheduler::EmbedCallback done;
 };
 
+// The KV cells of an ended sequence kept for prefix caching, under their own sequence
+// id (>= Core::cache_base); tokens[i] is the token at position i.
+struct CachedPrefix {
+  int32_t kv_seq = -1;
+  std::vector<int32_t> tokens;
+  uint64_t last_use = 0;
+};
+
+// Length of the common prefix of a and b[0..b_len).
+static int32_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b, size_t b_len) {
+  const size_t n = std::min({a.size(), b.size(), b_len});
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<int32_t>(i);
+}
+
 struct Core {
   Engine* engine = nullptr;
   const tokenizer::Vocab* vocab = nullptr;
@@ -138,7 +157,13 @@ struct Core {
   uint64_t next_id = 1;
   std::deque<std::shared_ptr<SeqState>> queue;    // admission order
   std::vector<std::shared_ptr<SeqState>> active;  // admission order
-  std::vector<int32_t> free_ids;
+  std::vector<int32_t> free_ids;   // KV sequence ids of free slots: 0..capacity-1
+  int32_t embed_seq = 0;           // KV sequence id of embedding jobs (= capacity)
+  int32_t cache_base = 0;          // cached prefixes use ids cache_base, cache_base + 1, ...
+  std::vector<CachedPrefix> cached;
+  std::vector<int32_t> free_cache_ids;
+  int32_t next_cache_id = 0;
+  uint64_t use_clock = 0;
   std::deque<EmbedJob> embed_jobs;
   size_t rr = 0;  // round-robin start of the decode scan
   SchedulerStats stats;
@@ -161,6 +186,17 @@ struct Core {
   bool ReleaseCancelledLocked(Outbox* out);
   void ReleaseLocked(const std::shared_ptr<SeqState>& s, absl::Status status, Outbox* out);
   bool AdmitLocked(Outbox* out);
+  // Prefix caching and the cell pool.
+  int32_t FindPrefixLocked(const SeqState& s, int32_t* src) const;
+  int64_t NeedCellsLocked(const SeqState& s, int32_t reuse) const;
+  int64_t DecodeDemandLocked() const;
+  bool CanAdmitLocked(const SeqState& s) const;
+  void RetainLocked(SeqState* s);
+  void DropCachedLocked(size_t i);
+  bool EvictOneLocked();
+  bool EnsureFreeCellsLocked(int64_t n);
+  void PreemptLocked(const std::shared_ptr<SeqState>& s);
+  void UpdateKvStatsLocked();
   std::vector<Work> PlanLocked();
   absl::Status Execute(std::vector<Work>* plan, double* seconds);
   void VerifyDraft(Work* w);
@@ -176,7 +212,7 @@ bool Core::HasWorkLocked() const {
   for (const auto& s : queue) {
     if (s->cancel) return true;
   }
-  if (!queue.empty() && static_cast<int32_t>(active.size()) < capacity) return true;
+  if (!queue.empty() && static_cast<int32_t>(active.size()) < capacity && CanAdmitLocked(*queue.front())) return true;
   for (const auto& s : active) {
     if (s->cancel || !s->PrefillDone()) return true;
     if (!s->requests.empty() && !s->context_full) return true;
@@ -186,7 +222,7 @@ bool Core::HasWorkLocked() const {
 
 void Core::ReleaseLocked(const std::shared_ptr<SeqState>& s, absl::Status status, Outbox* out) {
   if (s->phase == SeqState::Phase::kActive) {
-    engine->kv().SeqRemove(s->kv_seq, 0, -1);
+    RetainLocked(s.get());
     free_ids.push_back(s->kv_seq);
     s->kv_seq = -1;
     s->sampler.reset();
@@ -196,7 +232,7 @@ void Core::ReleaseLocked(const std::shared_ptr<SeqState>& s, absl::Status status
   }
   s->phase = SeqState::Phase::kEnded;
   s->requests.clear();
-  stats.kv_cells_used = engine->kv().used();
+  UpdateKvStatsLocked();
   out->Add(s, Ended(std::move(status)));
 }
 
@@ -212,36 +248,187 @@ bool Core::ReleaseCancelledLocked(Outbox* out) {
   return !gone.empty();
 }
 
+// The longest prefix of s's tokens (at most all but the pending one) whose K/V some
+// active sequence or cached prefix holds; *src is that sequence's KV id (-1: none).
+int32_t Core::FindPrefixLocked(const SeqState& s, int32_t* src) const {
+  *src = -1;
+  if (!cfg.prefix_cache || s.tokens.size() < 2) return 0;
+  const size_t limit = s.tokens.size() - 1;
+  int32_t best = 0;
+  for (const auto& a : active) {
+    const int32_t n = CommonPrefix(s.tokens, a->tokens, std::min<size_t>(limit, static_cast<size_t>(a->n_past)));
+    if (n > best) best = n, *src = a->kv_seq;
+  }
+  for (const CachedPrefix& e : cached) {
+    const int32_t n = CommonPrefix(s.tokens, e.tokens, limit);
+    if (n > best) best = n, *src = e.kv_seq;
+  }
+  return best;
+}
+
+// Cells a sequence needs to be admitted: its prefill beyond the reused prefix, and the
+// pending token's cell.
+int64_t Core::NeedCellsLocked(const SeqState& s, int32_t reuse) const {
+  return static_cast<int64_t>(s.tokens.size()) - reuse;
+}
+
+// Cells the next iteration's decode and verification steps take at most.
+int64_t Core::DecodeDemandLocked() const {
+  int64_t n = 0;
+  for (const auto& a : active) {
+    if (!a->PrefillDone() || a->requests.empty() || a->context_full) continue;
+    n += 1 + std::min<int64_t>(static_cast<int64_t>(a->requests.front().draft.size()), std::max<int64_t>(0, n_batch - 1));
+  }
+  return n;
+}
+
+// Whether the pool has room for s beside the running sequences' next steps (cells held
+// only by cached prefixes count as free: they are evicted on demand).
+bool Core::CanAdmitLocked(const SeqState& s) const {
+  if (free_ids.empty()) return false;
+  int32_t src = -1;
+  const int32_t reuse = FindPrefixLocked(s, &src);
+  const int64_t avail = engine->kv().n_free() + engine->kv().CellsOnlyInSeqsFrom(cache_base);
+  return NeedCellsLocked(s, reuse) + DecodeDemandLocked() <= avail;
+}
+
 bool Core::AdmitLocked(Outbox* out) {
   bool any = false;
-  while (!queue.empty() && static_cast<int32_t>(active.size()) < capacity && !free_ids.empty()) {
+  while (!queue.empty() && static_cast<int32_t>(active.size()) < capacity && CanAdmitLocked(*queue.front())) {
     std::shared_ptr<SeqState> s = queue.front();
     queue.pop_front();
+    int32_t src = -1;
+    const int32_t reuse = FindPrefixLocked(*s, &src);
     s->kv_seq = free_ids.back();
     free_ids.pop_back();
     s->phase = SeqState::Phase::kActive;
+    s->n_past = 0;
+    if (cfg.prefix_cache) ++stats.prefix_cache_lookups;
+    if (reuse > 0) {
+      // Share the prefix's cells (their K/V are this sequence's too: same tokens at the
+      // same positions) and prefill only the rest.
+      engine->kv().SeqCopy(src, s->kv_seq, 0, reuse);
+      s->n_past = reuse;
+      ++stats.prefix_cache_hits;
+      stats.prefix_tokens_reused += static_cast<uint64_t>(reuse);
+      for (CachedPrefix& e : cached) {
+        if (e.kv_seq == src) e.last_use = ++use_clock;
+      }
+    }
+    active.push_back(s);
+    any = true;
+    if (s->started) continue;  // re-admitted after a preemption: tokens, sampler and pending kept
+    s->started = true;
     // The sampler was built by Start(); penalties see the prompt, the grammar does not.
     for (int32_t t : s->prompt) (void)s->sampler->Accept(t, /*accept_grammar=*/false);
     s->spec_rng.seed(s->sampler->seed() ^ 0x5bd1e995u);
-    s->n_past = 0;
     s->pending = s->prompt.back();
     s->pending_is_prompt = true;
-    active.push_back(s);
     ++stats.sequences_started;
     SequenceEvent ev;
     ev.kind = SequenceEvent::Kind::kStarted;
     ev.n_prompt = s->n_prompt();
     ev.queue_ms = MsSince(s->t_start, Clock::now());
     out->Add(s, std::move(ev));
-    any = true;
   }
+  if (any) UpdateKvStatsLocked();
   return any;
+}
+
+// Called as an active sequence ends: with prefix caching its cells stay, as a cached
+// prefix of tokens[0..n_past), unless a cached prefix already covers them; cached
+// prefixes that are prefixes of the new one are dropped (it covers them). Then frees the
+// sequence's own id.
+void Core::RetainLocked(SeqState* s) {
+  KvCache& kv = engine->kv();
+  if (cfg.prefix_cache && cfg.max_cached_prefixes > 0 && s->n_past > 0) {
+    const size_t n = static_cast<size_t>(s->n_past);
+    bool covered = false;
+    for (size_t i = cached.size(); i-- > 0;) {
+      const CachedPrefix& e = cached[i];
+      const size_t common = static_cast<size_t>(CommonPrefix(s->tokens, e.tokens, n));
+      if (common == n && e.tokens.size() >= n) {
+        covered = true;
+        cached[i].last_use = ++use_clock;
+        break;
+      }
+      if (common == e.tokens.size()) DropCachedLocked(i);
+    }
+    if (!covered) {
+      while (static_cast<int32_t>(cached.size()) >= cfg.max_cached_prefixes && EvictOneLocked()) {
+      }
+      CachedPrefix e;
+      if (!free_cache_ids.empty()) {
+        e.kv_seq = free_cache_ids.back();
+        free_cache_ids.pop_back();
+      } else {
+        e.kv_seq = cache_base + next_cache_id++;
+      }
+      e.tokens.assign(s->tokens.begin(), s->tokens.begin() + static_cast<long>(n));
+      e.last_use = ++use_clock;
+      kv.SeqCopy(s->kv_seq, e.kv_seq, 0, s->n_past);
+      cached.push_back(std::move(e));
+    }
+  }
+  kv.SeqRemove(s->kv_seq, 0, -1);
+}
+
+void Core::DropCachedLocked(size_t i) {
+  engine->kv().SeqRemove(cached[i].kv_seq, 0, -1);
+  free_cache_ids.push_back(cached[i].kv_seq);
+  cached.erase(cached.begin() + static_cast<long>(i));
+}
+
+// Drops the least recently used cached prefix (its cells shared with running sequences
+// stay theirs). False when none is cached.
+bool Core::EvictOneLocked() {
+  if (cached.empty()) return false;
+  size_t lru = 0;
+  for (size_t i = 1; i < cached.size(); ++i) {
+    if (cached[i].last_use < cached[lru].last_use) lru = i;
+  }
+  DropCachedLocked(lru);
+  ++stats.prefix_evictions;
+  return true;
+}
+
+// Evicts cached prefixes until n cells are free; false if that is not enough.
+bool Core::EnsureFreeCellsLocked(int64_t n) {
+  while (engine->kv().n_free() < n) {
+    if (!EvictOneLocked()) return false;
+  }
+  return true;
+}
+
+// Takes an active sequence back to the head of the queue, freeing its cells (vLLM's
+// preemption by recomputation): on re-admission it prefills its prompt and the tokens
+// accepted so far again and continues with the same pending token, sampler and requests.
+void Core::PreemptLocked(const std::shared_ptr<SeqState>& s) {
+  engine->kv().SeqRemove(s->kv_seq, 0, -1);
+  free_ids.push_back(s->kv_seq);
+  s->kv_seq = -1;
+  s->n_past = 0;
+  s->phase = SeqState::Phase::kQueued;
+  active.erase(std::find(active.begin(), active.end(), s));
+  queue.push_front(s);
+  ++stats.preemptions;
+  HERD_LOG(Info) << "scheduler: KV cache full, sequence " << s->id << " preempted (" << s->tokens.size()
+                 << " tokens to recompute)";
+}
+
+void Core::UpdateKvStatsLocked() {
+  stats.kv_cells_used = engine->kv().used();
+  stats.kv_cells_cached = engine->kv().CellsOnlyInSeqsFrom(cache_base);
+  stats.cached_prefixes = static_cast<int32_t>(cached.size());
 }
 
 std::vector<Work> Core::PlanLocked() {
   std::vector<Work> plan;
   const int64_t budget = n_batch;
   int64_t used = 0;
+  // Room for this iteration's decode steps: evict cached prefixes, then preempt the
+  // most recently admitted sequences until the rest fit.
+  while (!active.empty() && !EnsureFreeCellsLocked(DecodeDemandLocked())) PreemptLocked(active.back());
   bool prefill_pending = false;
   for (const auto& s : active) prefill_pending |= !s->PrefillDone();
   // Decode and verification steps first (they are latency-bound), but leave at least a
@@ -273,7 +460,9 @@ std::vector<Work> Core::PlanLocked() {
   if (n > 0) rr = (rr + 1) % n;
   for (const auto& s : active) {
     if (s->PrefillDone()) continue;
-    const int64_t chunk = std::min<int64_t>(s->PrefillRemaining(), budget - used);
+    const int64_t want = std::min<int64_t>(s->PrefillRemaining(), budget - used);
+    (void)EnsureFreeCellsLocked(used + want);  // evicts cached prefixes; never preempts for prefill
+    const int64_t chunk = std::min<int64_t>(want, engine->kv().n_free() - used);
     if (chunk <= 0) break;
     Work w;
     w.s = s;
@@ -306,6 +495,7 @@ void Core::VerifyDraft(Work* w) {
   const int32_t keep_end = s.n_past + 1 + r.n_accepted;
   if (static_cast<size_t>(r.n_accepted) < n_draft) engine->kv().SeqRemove(s.kv_seq, keep_end, -1);
   s.n_past = keep_end;
+  s.tokens.insert(s.tokens.end(), r.tokens.begin(), r.tokens.end());
   s.pending = r.tokens.back();
   s.pending_is_prompt = false;
   // The sequence now holds n_past tokens plus the pending one: full at n_ctx_seq.
@@ -321,7 +511,7 @@ absl::Status Core::Execute(std::vector<Work>* plan, double* seconds) {
     if (w.prefill) {
       for (int32_t i = 0; i < w.n_prefill; ++i) {
         const int32_t p = s.n_past + i;
-        b.Add(s.prompt[static_cast<size_t>(p)], p, s.kv_seq, false);
+        b.Add(s.tokens[static_cast<size_t>(p)], p, s.kv_seq, false);
       }
     } else {
       w.out_begin = n_out;
@@ -361,6 +551,7 @@ void Core::FillGaugesLocked(IterationStats* it) const {
   it->active = static_cast<int32_t>(active.size());
   it->queued = static_cast<int32_t>(queue.size());
   it->kv_cells_used = stats.kv_cells_used;
+  it->kv_cells_cached = stats.kv_cells_cached;
   it->kv_cells_total = n_ctx;
 }
 
@@ -385,16 +576,15 @@ std::deque<EmbedJob> Core::TakeEmbedJobsLocked() {
 }
 
 // Runs on the scheduler thread between iterations: nothing else touches the engine.
-// temp_seq: a free slot's id (its region of cells is empty) or `capacity` (no slot
-// uses it; no range, so any free cells). Every job frees its cells (Engine::Embed).
+// temp_seq: the id no slot uses (Core::embed_seq); the caller made room for the
+// largest job by evicting cached prefixes. Every job frees its cells (Engine::Embed).
 void Core::RunEmbedJobs(std::deque<EmbedJob> jobs, int32_t temp_seq) {
   uint64_t tokens = 0;
   for (EmbedJob& j : jobs) {
     auto r = engine->Embed(j.tokens, j.pooling, temp_seq);
     if (absl::IsResourceExhausted(r.status())) {
       r = absl::ResourceExhaustedError(
-          absl::StrCat("embedding: every sequence slot is busy and the KV cache has "
-                       "too few free cells for ",
+          absl::StrCat("embedding: the KV cache has too few free cells for ",
                        j.tokens.size(), " tokens; retry later (", r.status().message(), ")"));
     }
     tokens += j.tokens.size();
@@ -414,11 +604,13 @@ void Core::Run() {
     bool changed = ReleaseCancelledLocked(&out);
     changed |= AdmitLocked(&out);
     std::deque<EmbedJob> jobs = TakeEmbedJobsLocked();
-    const int32_t temp_seq = free_ids.empty() ? capacity : free_ids.back();
+    int64_t largest_job = 0;
+    for (const EmbedJob& j : jobs) largest_job = std::max<int64_t>(largest_job, static_cast<int64_t>(j.tokens.size()));
+    if (largest_job > 0) (void)EnsureFreeCellsLocked(largest_job);
     std::vector<Work> plan = PlanLocked();
     l.unlock();
     out.Deliver();
-    if (!jobs.empty()) RunEmbedJobs(std::move(jobs), temp_seq);
+    if (!jobs.empty()) RunEmbedJobs(std::move(jobs), embed_seq);
 
     IterationStats it;
     absl::Status st;
@@ -451,7 +643,7 @@ void Core::Run() {
       stats.batch_tokens_total += static_cast<uint64_t>(it.batch_tokens);
       stats.tokens_generated += static_cast<uint64_t>(it.generated_tokens);
       stats.prompt_tokens += static_cast<uint64_t>(it.prompt_tokens);
-      stats.kv_cells_used = engine->kv().used();
+      UpdateKvStatsLocked();
       for (Work& w : plan) {
         SeqState& s = *w.s;
         if (w.prefill || s.cancel || s.phase != SeqState::Phase::kActive) continue;
@@ -481,8 +673,9 @@ void Core::Run() {
   std::vector<std::shared_ptr<SeqState>> all(active.begin(), active.end());
   all.insert(all.end(), queue.begin(), queue.end());
   for (const auto& s : all) ReleaseLocked(s, absl::UnavailableError("scheduler shut down"), &out);
+  cached.clear();
   engine->kv().Clear();
-  stats.kv_cells_used = 0;
+  UpdateKvStatsLocked();
   std::deque<EmbedJob> jobs;
   jobs.swap(embed_jobs);
   l.unlock();
@@ -623,12 +816,14 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
     return absl::InvalidArgumentError(absl::StrCat("max_sequences: ", config.max_sequences, " must be >= 1"));
   }
   int64_t n_ctx_seq = config.n_ctx_seq;
-  if (n_ctx_seq == 0) n_ctx_seq = n_ctx / config.max_sequences;
+  if (n_ctx_seq == 0) n_ctx_seq = n_ctx;
   if (n_ctx_seq < 1 || n_ctx_seq > n_ctx) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "]",
-        config.n_ctx_seq == 0 ? absl::StrCat(" (n_ctx / max_sequences; lower max_sequences ", config.max_sequences, ")")
-                              : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "] (0: n_ctx)"));
+  }
+  if (config.max_cached_prefixes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_cached_prefixes: ", config.max_cached_prefixes, " must be >= 0"));
   }
   if (config.max_queue < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_queue: ", config.max_queue, " must be >= 0"));
@@ -647,20 +842,16 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   core->n_ctx_seq = n_ctx_seq;
   core->n_vocab = engine->n_vocab();
   core->n_batch = engine->n_batch();
-  core->capacity = static_cast<int32_t>(std::min<int64_t>(config.max_sequences, n_ctx / n_ctx_seq));
+  core->capacity = config.max_sequences;
   core->max_draft = config.max_draft;
-  if (core->capacity < config.max_sequences) {
-    HERD_LOG(Warning) << "scheduler: " << config.max_sequences << " sequences of " << n_ctx_seq
-                      << " cells do not fit in n_ctx = " << n_ctx << "; at most " << core->capacity << " run at once";
-  }
   for (int32_t i = core->capacity - 1; i >= 0; --i) core->free_ids.push_back(i);
+  core->embed_seq = core->capacity;
+  core->cache_base = core->capacity + 1;
   core->stats.kv_cells_total = n_ctx;
   engine->kv().Clear();
-  // One region of n_ctx_seq cells per slot: a sequence's cells stay in position order
-  // whatever the others free (draft rejections), so batched outputs equal solo ones.
-  for (int32_t i = 0; i < core->capacity; ++i) {
-    engine->kv().SetSeqRange(i, static_cast<int64_t>(i) * n_ctx_seq, static_cast<int64_t>(i + 1) * n_ctx_seq);
-  }
+  // One pool: every sequence may take any free cell (KvCache::Allocate keeps each
+  // sequence's cells in position order while the pool has room after them).
+  for (int32_t i = 0; i <= core->capacity; ++i) engine->kv().SetSeqRange(i, 0, 0);
   core->thread = std::thread([c = core.get()] { c->Run(); });
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(core)));
 }
@@ -706,6 +897,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
   auto st = std::make_shared<SeqState>();
   st->sampler = std::move(*sampler);
   st->prompt = std::move(params.prompt);
+  st->tokens = st->prompt;
   st->sampling = params.sampling;
   st->logprobs = params.logprobs;
   st->ignore_eos = params.ignore_eos;

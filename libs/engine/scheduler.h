@@ -34,28 +34,49 @@
 // steps still requested; Step() after context_full is FAILED_PRECONDITION, after eos it
 // continues generating (the consumer decides).
 //
-// Admission. At most `capacity()` = min(max_sequences, n_ctx / n_ctx_seq) sequences are
-// active at once, and each active sequence has n_ctx_seq KV cells reserved, so a running
-// sequence never finds the cache full. When no slot is free a new sequence waits in a
-// FIFO queue (QueuePolicy::kWait, at most max_queue waiting, beyond that
-// RESOURCE_EXHAUSTED) or is refused at once with RESOURCE_EXHAUSTED (kReject).
+// The KV pool. All sequences take cells from the engine's one KV cache as they grow (no
+// fixed share: a sequence may hold up to n_ctx_seq cells, n_ctx by default). At most
+// `capacity()` = max_sequences sequences are active at once; the queue's head is admitted
+// when a slot is free and the pool has room for its prompt beside the running
+// sequences' next steps. When no slot or no room is free a new sequence waits in a FIFO
+// queue (QueuePolicy::kWait, at most max_queue waiting, beyond that RESOURCE_EXHAUSTED)
+// or is refused at once with RESOURCE_EXHAUSTED when no slot is free (kReject). When
+// running sequences outgrow the pool, cached prefixes are evicted first (least recently
+// used), then the most recently admitted sequence is preempted (vLLM's preemption by
+// recomputation): its cells are freed and it goes back to the head of the queue; on
+// re-admission it prefills its prompt and the tokens it has generated again, and
+// continues with the same sampler and requests (its consumer sees only a pause). A
+// sequence is never corrupted and never ended for lack of cells: alone it always fits
+// (n_ctx_seq <= n_ctx).
+//
+// Prefix caching (config.prefix_cache; vLLM's automatic prefix caching, llama-server's
+// cache_prompt). An ended (or cancelled) sequence's cells stay in the pool as a cached
+// prefix (its tokens, up to max_cached_prefixes of them, least recently used dropped
+// first). A new sequence shares the cells of the longest prefix of its prompt (all but
+// the last token) that a cached prefix or a running sequence holds
+// (KvCache::SeqCopy: the same tokens at the same positions have the same K/V) and
+// prefills only the rest. Cells held only by cached prefixes count as free for
+// admission and are evicted on demand. Stats: prefix_cache_lookups/hits,
+// prefix_tokens_reused, prefix_evictions, preemptions, kv_cells_cached.
 //
 // Determinism. Every sequence has its own Sampler (penalty history seeded with the
 // prompt), and the engine computes each token's logits from its own sequence's cells
 // only, so with greedy sampling a sequence's tokens equal its solo output whatever else
-// shares the batch (verified by scheduler_test). Each slot owns a region of n_ctx_seq
-// KV cells (KvCache::SetSeqRange), so a sequence's cells stay in position order even
-// when other sequences free cells (rejected drafts, ends) and attention sums its keys
-// in the same order as alone. With a
+// shares the batch (verified by scheduler_test). KvCache::Allocate gives each sequence
+// cells that ascend with its positions while the pool has free cells after its last
+// one, and the CPU attention skips other sequences' (masked) cells exactly, so attention
+// sums its keys in the same order as alone; a shared prefix's cells hold the values the
+// sequence would have computed itself. (After a preemption the recomputed cells come
+// from a batched prefill, and in a fragmented pool the order may differ: outputs then
+// agree within rounding, not bit for bit.) With a
 // fixed seed and a deterministic draft, the sampled tokens also equal the no-draft ones:
 // one Sample() call per emitted token, in the same order. Drafts with probabilities
 // draw from a second per-sequence RNG seeded with Sampler::seed() ^ 0x5bd1e995 (as
 // spec::GenerateSpeculative does), so a fixed seed gives the same output again.
 //
 // Embeddings. Embed() queues a job that the scheduler thread runs between two
-// iterations (never inside one), with Engine::Embed on a temporary sequence: the KV
-// cells of a free slot when one is free (its region is empty, so an input of up to
-// n_ctx_seq tokens always fits), else any free cells under an id no slot uses. The
+// iterations (never inside one), with Engine::Embed on a temporary sequence id no slot
+// uses, in free cells of the pool (cached prefixes are evicted to make room). The
 // cells are freed before the next forward pass, so running sequences see neither the
 // job's cells nor a change in their own cell order: their outputs are unchanged. Each
 // iteration runs queued jobs of up to n_batch tokens in total (at least one job) before
@@ -98,6 +119,7 @@ struct IterationStats {
   int32_t active = 0;
   int32_t queued = 0;
   int64_t kv_cells_used = 0;
+  int64_t kv_cells_cached = 0;  // held only by cached prefixes (evictable)
   int64_t kv_cells_total = 0;
 };
 
@@ -105,8 +127,10 @@ struct IterationStats {
 struct SchedulerStats {
   int32_t active = 0;                      // admitted sequences (prefilling or generating)
   int32_t queued = 0;                      // waiting for admission
-  int64_t kv_cells_used = 0;               // KV cells holding tokens
+  int64_t kv_cells_used = 0;               // KV cells holding tokens (running or cached)
+  int64_t kv_cells_cached = 0;             // KV cells held only by cached prefixes (evictable)
   int64_t kv_cells_total = 0;              // n_ctx
+  int32_t cached_prefixes = 0;             // ended sequences kept for prefix caching
   uint64_t iterations = 0;                 // forward passes run
   uint64_t multi_sequence_iterations = 0;  // forward passes with > 1 sequence
   int32_t max_batch_sequences = 0;         // most sequences in one forward pass
@@ -117,14 +141,23 @@ struct SchedulerStats {
   uint64_t sequences_started = 0;          // admitted so far
   uint64_t embeddings = 0;                 // Embed() jobs run (successful or not)
   uint64_t embedding_tokens = 0;           // tokens evaluated by Embed() jobs
+  uint64_t prefix_cache_lookups = 0;       // admissions with prefix caching on
+  uint64_t prefix_cache_hits = 0;          // admissions that reused cached/running cells
+  uint64_t prefix_tokens_reused = 0;       // prompt tokens not recomputed thanks to them
+  uint64_t prefix_evictions = 0;           // cached prefixes dropped for room
+  uint64_t preemptions = 0;                // sequences sent back to the queue for room
 };
 
 struct SchedulerConfig {
   /// Most sequences active at once (>= 1).
   int32_t max_sequences = 8;
-  /// Most KV cells one sequence may use (its context); 0 = n_ctx / max_sequences.
-  /// Must be in [1, n_ctx].
+  /// Most KV cells one sequence may use (its context); 0 = n_ctx (the whole pool).
+  /// Must be in [0, n_ctx].
   int64_t n_ctx_seq = 0;
+  /// Keep ended sequences' cells and share prompt prefixes (see the file comment).
+  bool prefix_cache = true;
+  /// Most cached prefixes kept (>= 0; least recently used dropped first).
+  int32_t max_cached_prefixes = 64;
   /// Most sequences waiting for admission under QueuePolicy::kWait (>= 0).
   int32_t max_queue = 64;
   QueuePolicy queue_policy = QueuePolicy::kWait;
@@ -260,7 +293,7 @@ class Scheduler {
   /// without calling `done` on errors: INVALID_ARGUMENT naming "tokens" (empty, longer
   /// than n_ctx_seq, an id outside the vocabulary); RESOURCE_EXHAUSTED when max_queue
   /// jobs wait already; UNAVAILABLE after StopAdmitting()/Shutdown(). A job that finds
-  /// no free slot and not enough free cells ends with RESOURCE_EXHAUSTED (retry).
+  /// too few free cells (running sequences hold them) ends with RESOURCE_EXHAUSTED (retry).
   absl::Status Embed(std::vector<int32_t> tokens, Pooling pooling, EmbedCallback done);
 
   /// New Start() calls fail with UNAVAILABLE; active and queued sequences continue.
@@ -278,7 +311,7 @@ class Scheduler {
   int64_t n_ctx() const;
   int64_t n_ctx_seq() const;
   int32_t max_sequences() const;
-  /// Sequences that can be active at once: min(max_sequences, n_ctx / n_ctx_seq).
+  /// Sequences that can be active at once: max_sequences.
   int32_t capacity() const;
   int32_t max_draft() const;
   int64_t n_vocab() const;

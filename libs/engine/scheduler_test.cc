@@ -121,6 +121,9 @@ class SchedulerTest : public ::testing::Test {
     return out;
   }
 
+  // Cells held by running sequences (shared ones included), not only by cached prefixes.
+  static int64_t RunningCells(const SchedulerStats& s) { return s.kv_cells_used - s.kv_cells_cached; }
+
   static std::vector<int32_t> RandomPrompt(std::mt19937& rng, int len) {
     std::vector<int32_t> p = {1};
     std::uniform_int_distribution<int32_t> tok(3, 511);
@@ -189,11 +192,16 @@ TEST_F(SchedulerTest, SixteenConcurrentSequencesEqualTheirSoloOutput) {
     want_prompt += prompts[i].size();
   }
   EXPECT_EQ(st.tokens_generated, want_gen);
-  EXPECT_EQ(st.prompt_tokens, want_prompt);
+  // Every prompt starts with BOS: the prefix cache serves it to all but the first.
+  EXPECT_EQ(st.prompt_tokens + st.prefix_tokens_reused, want_prompt);
+  EXPECT_EQ(st.prefix_cache_lookups, static_cast<uint64_t>(kSeqs));
+  EXPECT_GE(st.prefix_tokens_reused, st.prefix_cache_hits);
   EXPECT_EQ(st.sequences_started, static_cast<uint64_t>(kSeqs));
-  // Handles are gone: every cell is free again (by the next iteration at the latest).
-  for (int i = 0; i < 100 && sched->Stats().kv_cells_used != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
-  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  // Handles are gone: no running sequence holds a cell (by the next iteration at the
+  // latest); what stays is the prefix cache's, within the pool.
+  for (int i = 0; i < 100 && RunningCells(sched->Stats()) != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(RunningCells(sched->Stats()), 0);
+  EXPECT_GT(sched->Stats().cached_prefixes, 0);
   EXPECT_EQ(sched->Stats().active, 0);
   std::printf(
       "16 sequences: %llu forward passes, %llu with >1 sequence, max %d sequences / %d tokens per pass; "
@@ -455,7 +463,7 @@ TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
       }
       if (want->n_accepted > 0) ++some_accepted;
       // The sequence goes on normally afterwards (rejected cells are gone).
-      EXPECT_EQ(sched->Stats().kv_cells_used, static_cast<int64_t>(prompt.size() + ev.step.tokens.size() - 1));
+      EXPECT_EQ(RunningCells(sched->Stats()), static_cast<int64_t>(prompt.size() + ev.step.tokens.size() - 1));
       ASSERT_TRUE((*seq)->Step(2).ok());
       for (int k = 0; k < 2; ++k) EXPECT_EQ(NextEvent(seq->get()).kind, SequenceEvent::Kind::kStep);
     }
@@ -496,8 +504,8 @@ TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
 
 // Sequences verifying drafts side by side free KV cells all the time (rejected
 // draft tokens) and start and end at different times; each still produces exactly its
-// solo greedy output (each slot owns a region of cells, so a sequence's cells stay in
-// position order and attention sums its keys in the same order as alone).
+// solo greedy output (a sequence's new cells come after its last one, so its cells stay
+// in position order and attention sums its keys in the same order as alone).
 TEST_F(SchedulerTest, InterleavedDraftRejectionsKeepSoloOutputs) {
   std::mt19937 rng(7);
   const int n_seq = 10;
@@ -574,7 +582,8 @@ TEST_F(SchedulerTest, CancelAndCloseFreeKvCells) {
   } while (ev.kind == SequenceEvent::Kind::kStep);
   ASSERT_EQ(ev.kind, SequenceEvent::Kind::kEnded);
   EXPECT_TRUE(absl::IsCancelled(ev.status)) << ev.status;
-  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  EXPECT_EQ(RunningCells(sched->Stats()), 0);
+  EXPECT_EQ(sched->Stats().kv_cells_cached, 9);  // kept for prefix caching
   EXPECT_EQ(sched->Stats().active, 0);
   EXPECT_TRUE(absl::IsFailedPrecondition((*seq)->Step(1)));
 
@@ -583,10 +592,16 @@ TEST_F(SchedulerTest, CancelAndCloseFreeKvCells) {
   ASSERT_TRUE(seq2.ok());
   ExpectStarted(seq2->get());
   EXPECT_EQ(Collect(seq2->get(), 3).size(), 3u);
-  EXPECT_EQ(sched->Stats().kv_cells_used, 7);
+  // 4 of its 7 cells are the cached prompt's (shared): 3 more cells in use.
+  EXPECT_EQ(RunningCells(sched->Stats()), 7);
+  EXPECT_EQ(sched->Stats().kv_cells_used, 12);
+  EXPECT_EQ(sched->Stats().prefix_tokens_reused, 4u);
   seq2->reset();
-  for (int i = 0; i < 100 && sched->Stats().kv_cells_used != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
-  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  for (int i = 0; i < 100 && RunningCells(sched->Stats()) != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(RunningCells(sched->Stats()), 0);
+  // seq2's prefix is covered by the first's cached one: nothing new cached.
+  EXPECT_EQ(sched->Stats().kv_cells_used, 9);
+  EXPECT_EQ(sched->Stats().cached_prefixes, 1);
   EXPECT_EQ(sched->Stats().active, 0);
 }
 
@@ -603,7 +618,7 @@ TEST_F(SchedulerTest, AdmissionQueuesOrRejects) {
     cfg.queue_policy = QueuePolicy::kWait;
     auto sched = MakeScheduler(engine.get(), cfg);
     ASSERT_NE(sched, nullptr);
-    EXPECT_EQ(sched->n_ctx_seq(), 128);
+    EXPECT_EQ(sched->n_ctx_seq(), 256);  // 0 = the whole pool
     auto a = sched->Start(p);
     auto b = sched->Start(p);
     ASSERT_TRUE(a.ok() && b.ok());
@@ -665,7 +680,8 @@ TEST_F(SchedulerTest, AdmissionQueuesOrRejects) {
 TEST_F(SchedulerTest, ValidationErrorsNameTheField) {
   auto engine = MakeEngine(256, 64);
   SchedulerConfig cfg;
-  cfg.max_sequences = 4;  // n_ctx_seq = 64
+  cfg.max_sequences = 4;
+  cfg.n_ctx_seq = 64;
   cfg.max_draft = 64;
   auto sched = MakeScheduler(engine.get(), cfg);
   ASSERT_NE(sched, nullptr);
@@ -733,7 +749,8 @@ TEST_F(SchedulerTest, ValidationErrorsNameTheField) {
 TEST_F(SchedulerTest, ContextFullAfterNCtxSeqTokens) {
   auto engine = MakeEngine(64, 64);
   SchedulerConfig cfg;
-  cfg.max_sequences = 4;  // n_ctx_seq = 16
+  cfg.max_sequences = 4;
+  cfg.n_ctx_seq = 16;
   auto sched = MakeScheduler(engine.get(), cfg);
   ASSERT_NE(sched, nullptr);
   SequenceParams p;
@@ -867,9 +884,10 @@ TEST_F(SchedulerTest, EosEndsPendingStepsUnlessIgnored) {
   EXPECT_EQ(ev.step.n_accepted, static_cast<int32_t>(k));
   EXPECT_EQ(ev.step.tokens, std::vector<int32_t>(cont.begin(), cont.begin() + static_cast<long>(k) + 1));
   // Cells: s2 keeps its prompt and k accepted tokens; seq its prompt and out + 2 tokens
-  // but the pending one.
-  EXPECT_EQ((*sched)->Stats().kv_cells_used,
-            static_cast<int64_t>(prompt.size() + k) + static_cast<int64_t>(prompt.size() + out.size() + 2 - 1));
+  // but the pending one; s2's first prompt.size() - 1 cells are seq's (a shared prefix).
+  EXPECT_EQ(RunningCells((*sched)->Stats()), static_cast<int64_t>(prompt.size() + k) +
+                                                  static_cast<int64_t>(prompt.size() + out.size() + 2 - 1) -
+                                                  static_cast<int64_t>(prompt.size() - 1));
   s2->reset();
 
   // ignore_eos: never flagged.
@@ -941,13 +959,18 @@ TEST_F(SchedulerTest, EmbeddingsBesideRunningSequences) {
     for (size_t i = 0; i < r->size(); ++i) d = std::max(d, std::fabs(static_cast<double>((*r)[i]) - (*want_emb)[i]));
     EXPECT_LT(d, 1e-3);  // F16 KV here and in `fresh`, same cells order
   }
-  EXPECT_EQ(sched->Stats().kv_cells_used, static_cast<int64_t>(p1.size() + p2.size() + 2 * 24 - 2));
+  // Embedding cells are gone; the two sequences' cells remain (a prefix they share,
+  // when the second was admitted after the first's prefill, is stored once).
+  const SchedulerStats st = sched->Stats();
+  EXPECT_EQ(RunningCells(st) + static_cast<int64_t>(st.prefix_tokens_reused),
+            static_cast<int64_t>(p1.size() + p2.size() + 2 * 24 - 2));
 }
 
 TEST_F(SchedulerTest, EmbedValidationAndShutdown) {
   auto e = MakeEngine(64, 512);
   SchedulerConfig cfg;
-  cfg.max_sequences = 2;  // n_ctx_seq 32
+  cfg.max_sequences = 2;
+  cfg.n_ctx_seq = 32;
   auto sched = MakeScheduler(e.get(), cfg);
   auto noop = [](absl::StatusOr<std::vector<float>>) {};
   EXPECT_EQ(sched->Embed({}, Pooling::kMean, noop).code(), absl::StatusCode::kInvalidArgument);
@@ -1058,4 +1081,191 @@ TEST_F(SchedulerTest, GrammarAndLogitBiasValidation) {
 }
 
 }  // namespace
+}  // namespace herd::engine
+
+namespace herd::engine {
+namespace {
+
+// Runs `prompt` for n greedy tokens on `sched` and returns them.
+std::vector<int32_t> RunOne(Scheduler* sched, const std::vector<int32_t>& prompt, int32_t n) {
+  SequenceParams p;
+  p.prompt = prompt;
+  p.sampling.temp = 0.0f;
+  p.ignore_eos = true;
+  auto seq = sched->Start(p);
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return {};
+  std::vector<int32_t> out;
+  EXPECT_TRUE((*seq)->Step(n).ok());
+  SequenceEvent ev;
+  while (static_cast<int32_t>(out.size()) < n && (*seq)->Next(&ev, std::chrono::seconds(60))) {
+    if (ev.kind == SequenceEvent::Kind::kStarted) continue;
+    if (ev.kind != SequenceEvent::Kind::kStep) break;
+    out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+  }
+  const uint64_t id = (*seq)->id();
+  seq->reset();  // ends the sequence: its cells are released by the next iteration
+  // Wait for that release (stats count sequences ended by then).
+  for (int i = 0; i < 500; ++i) {
+    const SchedulerStats st = sched->Stats();
+    if (st.active == 0 || st.sequences_started > id + 64) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return out;
+}
+
+}  // namespace
+
+// Prefix caching: a prompt that shares a cached (ended) sequence's prefix, or a running
+// sequence's, reuses its cells and prefills only the rest; its output equals its solo
+// output; the cached prefix is kept and counted as evictable.
+TEST_F(SchedulerTest, PrefixCacheReusesCellsAndKeepsSoloOutputs) {
+  std::mt19937 rng(77);
+  const std::vector<int32_t> system = RandomPrompt(rng, 40);  // a shared "system prompt"
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = system;
+    for (int k = 0; k < 5 + i; ++k) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+    prompts.push_back(p);
+  }
+  std::vector<std::vector<int32_t>> solo;
+  for (const auto& p : prompts) solo.push_back(Solo(p, 12, Greedy()));
+
+  auto engine = MakeEngine(512, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 4;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  EXPECT_EQ(RunOne(sched.get(), prompts[0], 12), solo[0]);
+  SchedulerStats st = sched->Stats();
+  EXPECT_EQ(st.prefix_cache_hits, 0u);
+  EXPECT_EQ(st.cached_prefixes, 1);
+  // prompt + 12 tokens but the last (pending) one are cached.
+  EXPECT_EQ(st.kv_cells_cached, static_cast<int64_t>(prompts[0].size() + 11));
+  EXPECT_EQ(RunOne(sched.get(), prompts[1], 12), solo[1]);
+  st = sched->Stats();
+  EXPECT_EQ(st.prefix_cache_hits, 1u);
+  EXPECT_EQ(st.prefix_tokens_reused, system.size());
+  EXPECT_EQ(st.prompt_tokens, prompts[0].size() + prompts[1].size() - system.size());
+  // The same prompt again: everything but its last token comes from the cache.
+  EXPECT_EQ(RunOne(sched.get(), prompts[1], 12), solo[1]);
+  EXPECT_EQ(sched->Stats().prefix_tokens_reused, system.size() + prompts[1].size() - 1);
+
+  // Concurrent sequences share a running one's prefix.
+  SequenceParams p;
+  p.prompt = prompts[2];
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  auto a = sched->Start(p);
+  ASSERT_TRUE(a.ok());
+  ExpectStarted(a->get());
+  p.prompt = prompts[3];
+  auto b = sched->Start(p);
+  ASSERT_TRUE(b.ok());
+  ExpectStarted(b->get());
+  std::vector<int32_t> got_b = Collect(b->get(), 12);
+  std::vector<int32_t> got_a = Collect(a->get(), 12);
+  EXPECT_EQ(got_a, solo[2]);
+  EXPECT_EQ(got_b, solo[3]);
+  st = sched->Stats();
+  EXPECT_EQ(st.prefix_cache_lookups, 5u);
+  EXPECT_EQ(st.prefix_cache_hits, 4u);
+  EXPECT_LE(st.kv_cells_used, st.kv_cells_total);
+}
+
+// A pool too small for every sequence at once: sequences are preempted (their cells
+// freed, recomputed on re-admission) instead of corrupted or failed; all finish with
+// their solo output, and no cell leaks.
+TEST_F(SchedulerTest, PreemptionWhenThePoolRunsOutKeepsOutputs) {
+  std::mt19937 rng(5);
+  constexpr int kSeqs = 4;
+  constexpr int32_t kGen = 40;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> solo;
+  for (int i = 0; i < kSeqs; ++i) {
+    prompts.push_back(RandomPrompt(rng, 12 + i));
+    solo.push_back(Solo(prompts.back(), kGen, Greedy()));
+  }
+  auto engine = MakeEngine(96, 64);  // 4 x (~14 + 40) cells do not fit in 96
+  SchedulerConfig cfg;
+  cfg.max_sequences = kSeqs;
+  cfg.prefix_cache = false;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  int64_t max_used = 0;
+  std::mutex mu;
+  sched->SetIterationObserver([&](const IterationStats& it) {
+    std::lock_guard<std::mutex> l(mu);
+    max_used = std::max(max_used, it.kv_cells_used);
+  });
+  std::vector<std::vector<int32_t>> got(kSeqs);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSeqs; ++i) {
+    threads.emplace_back([&, i] { got[i] = RunOne(sched.get(), prompts[i], kGen); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kSeqs; ++i) EXPECT_EQ(got[i], solo[i]) << "sequence " << i;
+  const SchedulerStats st = sched->Stats();
+  EXPECT_GT(st.preemptions, 0u);
+  EXPECT_EQ(st.tokens_generated, static_cast<uint64_t>(kSeqs * kGen));
+  sched->SetIterationObserver(nullptr);
+  EXPECT_LE(max_used, 96);
+  for (int i = 0; i < 100 && sched->Stats().kv_cells_used != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  EXPECT_EQ(sched->Stats().active, 0);
+}
+
+// Cached prefixes: at most max_cached_prefixes (least recently used dropped), evicted
+// for room when a new sequence needs their cells; cancelling a sequence keeps its
+// cells as a cached prefix, which leaves nothing when the scheduler shuts down.
+TEST_F(SchedulerTest, CachedPrefixesAreEvictedLeastRecentlyUsedFirst) {
+  std::mt19937 rng(9);
+  auto engine = MakeEngine(64, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  cfg.max_cached_prefixes = 2;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> p = {3 + i};  // no common first token
+    while (p.size() < 10) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+    prompts.push_back(p);
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(RunOne(sched.get(), prompts[i], 4).size(), 4u);
+  SchedulerStats st = sched->Stats();
+  EXPECT_EQ(st.cached_prefixes, 2);  // the first was dropped for the third
+  EXPECT_EQ(st.prefix_evictions, 1u);
+  EXPECT_EQ(st.kv_cells_cached, 2 * 13);
+  // prompts[0] is no longer cached; prompts[2] is.
+  (void)RunOne(sched.get(), prompts[2], 2);
+  EXPECT_EQ(sched->Stats().prefix_cache_hits, 1u);
+
+  // A sequence needing most of the pool evicts cached cells instead of waiting.
+  std::vector<int32_t> big = {1};
+  while (big.size() < 50) big.push_back(3 + static_cast<int32_t>(rng() % 500));
+  EXPECT_EQ(RunOne(sched.get(), big, 8).size(), 8u);
+  st = sched->Stats();
+  EXPECT_GE(st.prefix_evictions, 2u);
+  EXPECT_LE(st.kv_cells_used, 64);
+
+  // Cancel mid-generation: the cells become a cached prefix (none leak), reusable.
+  SequenceParams p;
+  p.prompt = prompts[1];
+  p.sampling = Greedy();
+  p.ignore_eos = true;
+  auto s = sched->Start(p);
+  ASSERT_TRUE(s.ok());
+  ExpectStarted(s->get());
+  ASSERT_TRUE((*s)->Step(3).ok());
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(NextEvent(s->get()).kind, SequenceEvent::Kind::kStep);
+  (*s)->Cancel();
+  EXPECT_EQ(NextEvent(s->get()).kind, SequenceEvent::Kind::kEnded);
+  st = sched->Stats();
+  EXPECT_EQ(RunningCells(st), 0);
+  EXPECT_EQ(st.kv_cells_used, st.kv_cells_cached);
+  sched->Shutdown();
+  EXPECT_EQ(engine->kv().used(), 0);
+}
+
 }  // namespace herd::engine

@@ -48,9 +48,13 @@ ABSL_FLAG(std::string, backend, "cpu",
           "Compute backend: cpu, vulkan, ... (what this build and machine have is listed when the name is wrong).");
 ABSL_FLAG(int, device, 0, "Device index within --backend (its devices are listed when the index is wrong).");
 ABSL_FLAG(int64_t, n_ctx, 0, "KV cache cells shared by all sequences (0 = the model's context length, at most 4096).");
-ABSL_FLAG(int64_t, n_ctx_seq, 0, "Most KV cells one sequence may use, its context (0 = n_ctx / max_sequences).");
+ABSL_FLAG(int64_t, n_ctx_seq, 0, "Most KV cells one sequence may use, its context (0 = n_ctx, the whole pool).");
 ABSL_FLAG(int64_t, n_batch, 512, "Most tokens in one forward pass (prompt chunks + decode tokens + drafts).");
-ABSL_FLAG(int, max_sequences, 8, "Most sequences active at once (each reserves n_ctx_seq KV cells).");
+ABSL_FLAG(int, max_sequences, 8,
+          "Most sequences active at once; they share the n_ctx KV cells as they grow (preempted when full).");
+ABSL_FLAG(bool, prefix_cache, true,
+          "Keep ended sequences' KV cells and reuse them for prompts sharing a prefix (evicted when room is needed).");
+ABSL_FLAG(int, max_cached_prefixes, 64, "Most cached prompt prefixes kept (least recently used dropped first).");
 ABSL_FLAG(int, max_queue, 64, "Most sequences waiting for admission with --queue_policy=wait.");
 ABSL_FLAG(std::string, queue_policy, "wait",
           "When every slot is busy: wait (FIFO queue of --max_queue) or reject (RESOURCE_EXHAUSTED).");
@@ -76,7 +80,8 @@ int main(int argc, char** argv) {
       argc, argv, "herd-worker",
       "herd-worker (--loader=HOST:PORT --model=NAME | --model_path=FILE.gguf) [--port=N] [--metrics_port=N]\n"
       "  [--threads=N] [--n_ctx=N] [--n_ctx_seq=N] [--n_batch=N] [--max_sequences=N] [--max_queue=N]\n"
-      "  [--queue_policy=wait|reject] [--kv_type=f16|f32] [--grace_ms=N]: a herd compute worker",
+      "  [--queue_policy=wait|reject] [--prefix_cache=true|false] [--max_cached_prefixes=N] [--kv_type=f16|f32]\n"
+      "  [--grace_ms=N]: a herd compute worker",
       "services/worker/");
   // SIGTERM/SIGINT before the server's handlers are installed (while the model loads)
   // must not kill the process: remember it (exit after loading, or Wait() returns).
@@ -166,6 +171,8 @@ int main(int argc, char** argv) {
   herd::engine::SchedulerConfig sc;
   sc.max_sequences = max_sequences;
   sc.n_ctx_seq = n_ctx_seq;
+  sc.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  sc.max_cached_prefixes = absl::GetFlag(FLAGS_max_cached_prefixes);
   sc.max_queue = max_queue;
   sc.queue_policy = policy == "reject" ? herd::engine::QueuePolicy::kReject : herd::engine::QueuePolicy::kWait;
   sc.max_draft = absl::GetFlag(FLAGS_max_draft);

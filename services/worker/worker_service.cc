@@ -287,8 +287,21 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
                                   "Worker RPCs (Info, Session, Embed) by final status code.", {"code"});
     active_ = registry->Gauge("herd_worker_active_sequences", "Sequences admitted (prefilling or generating).");
     queued_ = registry->Gauge("herd_worker_queued_sequences", "Sequences waiting for admission.");
-    kv_used_ = registry->Gauge("herd_worker_kv_cells_used", "KV cache cells holding tokens.");
+    kv_used_ = registry->Gauge("herd_worker_kv_cells_used",
+                               "KV cache cells running sequences hold (a shared prefix counts once).");
     kv_total_ = registry->Gauge("herd_worker_kv_cells_capacity", "KV cache cells in total (n_ctx).");
+    kv_cached_ = registry->Gauge("herd_worker_kv_cells_cached",
+                                 "KV cache cells only cached prompt prefixes hold (evicted on demand).");
+    prefix_lookups_ = registry->Counter("herd_worker_prefix_cache_lookups_total",
+                                        "Admitted sequences whose prompt was looked up in the prefix cache.");
+    prefix_hits_ = registry->Counter("herd_worker_prefix_cache_hits_total",
+                                     "Admitted sequences that reused cached or running sequences' KV cells.");
+    prefix_tokens_ = registry->Counter("herd_worker_prefix_cache_tokens_total",
+                                       "Prompt tokens not recomputed thanks to the prefix cache.");
+    prefix_evictions_ = registry->Counter("herd_worker_prefix_cache_evictions_total",
+                                          "Cached prompt prefixes dropped (least recently used) for room.");
+    preemptions_ = registry->Counter("herd_worker_preemptions_total",
+                                     "Sequences sent back to the queue (cells freed, recomputed later) for room.");
     std::vector<double> pow2;
     for (double b = 1; b <= 8192; b *= 2) pow2.push_back(b);
     batch_tokens_ = registry->Histogram("herd_worker_batch_tokens", "Tokens per forward pass.", {}, pow2);
@@ -299,7 +312,8 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
     step_seconds_ = registry->Histogram("herd_worker_step_seconds",
                                         "Wall time of one scheduler iteration (forward pass + sampling).");
     const engine::SchedulerStats st = scheduler_->Stats();
-    UpdateGauges(st.active, st.queued, st.kv_cells_used, st.kv_cells_total);
+    UpdateGauges(st.active, st.queued, st.kv_cells_used, st.kv_cells_cached, st.kv_cells_total);
+    UpdatePoolCounters();
     scheduler_->SetIterationObserver([this](const engine::IterationStats& it) {
       if (it.batch_tokens > 0) {
         batch_tokens_->Observe(it.batch_tokens);
@@ -308,7 +322,8 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
         tokens_generated_->Add(it.generated_tokens);
         prompt_tokens_->Add(it.prompt_tokens);
       }
-      UpdateGauges(it.active, it.queued, it.kv_cells_used, it.kv_cells_total);
+      UpdateGauges(it.active, it.queued, it.kv_cells_used, it.kv_cells_cached, it.kv_cells_total);
+      UpdatePoolCounters();  // the observer runs without scheduler locks held
     });
   }
 }
@@ -324,11 +339,27 @@ WorkerServiceImpl::~WorkerServiceImpl() {
   }
 }
 
-void WorkerServiceImpl::UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_total) {
+void WorkerServiceImpl::UpdatePoolCounters() {
+  if (prefix_hits_ == nullptr) return;
+  const engine::SchedulerStats st = scheduler_->Stats();
+  const auto add = [](serving::MetricFamily* m, uint64_t now, uint64_t* seen) {
+    if (now > *seen) m->Add(static_cast<double>(now - *seen));
+    *seen = std::max(*seen, now);
+  };
+  add(prefix_lookups_, st.prefix_cache_lookups, &counted_.prefix_cache_lookups);
+  add(prefix_hits_, st.prefix_cache_hits, &counted_.prefix_cache_hits);
+  add(prefix_tokens_, st.prefix_tokens_reused, &counted_.prefix_tokens_reused);
+  add(prefix_evictions_, st.prefix_evictions, &counted_.prefix_evictions);
+  add(preemptions_, st.preemptions, &counted_.preemptions);
+}
+
+void WorkerServiceImpl::UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_cached,
+                                     int64_t kv_total) {
   if (active_ == nullptr) return;
   active_->Set(active);
   queued_->Set(queued);
-  kv_used_->Set(static_cast<double>(kv_used));
+  kv_used_->Set(static_cast<double>(kv_used - kv_cached));
+  kv_cached_->Set(static_cast<double>(kv_cached));
   kv_total_->Set(static_cast<double>(kv_total));
 }
 
@@ -350,7 +381,8 @@ v1::WorkerInfo WorkerServiceImpl::MakeInfo() const {
   info.set_max_sequences(scheduler_->capacity());
   info.set_active_sequences(st.active);
   info.set_queued_sequences(st.queued);
-  info.set_kv_cells_used(st.kv_cells_used);
+  info.set_kv_cells_used(st.kv_cells_used - st.kv_cells_cached);
+  info.set_kv_cells_cached(st.kv_cells_cached);
   info.set_max_draft(scheduler_->max_draft());
   return info;
 }

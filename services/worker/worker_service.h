@@ -79,7 +79,9 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
  private:
   friend class SessionReactor;
   void CountRequest(grpc::StatusCode code);
-  void UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_total);
+  void UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_cached, int64_t kv_total);
+  /// Adds the scheduler's cumulative prefix-cache and preemption counts since the last call.
+  void UpdatePoolCounters();
 
   engine::Scheduler* scheduler_;
   WorkerServiceOptions opts_;
@@ -91,6 +93,13 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   serving::MetricFamily* queued_ = nullptr;
   serving::MetricFamily* kv_used_ = nullptr;
   serving::MetricFamily* kv_total_ = nullptr;
+  serving::MetricFamily* kv_cached_ = nullptr;
+  serving::MetricFamily* prefix_lookups_ = nullptr;
+  serving::MetricFamily* prefix_hits_ = nullptr;
+  serving::MetricFamily* prefix_tokens_ = nullptr;
+  serving::MetricFamily* prefix_evictions_ = nullptr;
+  serving::MetricFamily* preemptions_ = nullptr;
+  engine::SchedulerStats counted_;  // what UpdatePoolCounters has added so far (scheduler thread)
   serving::MetricFamily* batch_tokens_ = nullptr;
   serving::MetricFamily* batch_sequences_ = nullptr;
   serving::MetricFamily* tokens_generated_ = nullptr;

@@ -159,6 +159,7 @@ class WorkerServiceTest : public ::testing::Test {
 TEST_F(WorkerServiceTest, SessionRoundTripEqualsSoloGreedy) {
   engine::SchedulerConfig cfg;
   cfg.max_sequences = 4;
+  cfg.n_ctx_seq = 128;
   StartServer(cfg);
   const std::vector<int32_t> solo = Solo(prompt_, 40);
 
@@ -242,6 +243,36 @@ TEST_F(WorkerServiceTest, SessionRoundTripEqualsSoloGreedy) {
   EXPECT_NE(metrics.find("herd_worker_batch_tokens_count"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_batch_sequences_bucket"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_step_seconds_count"), std::string::npos) << metrics;
+  // The cancelled sequence's cells stay as a cached prefix: the prompt and the 40
+  // generated tokens but the last (pending) one.
+  EXPECT_NE(metrics.find("herd_worker_kv_cells_cached " + std::to_string(prompt_.size() + 39)), std::string::npos)
+      << metrics;
+  EXPECT_EQ(Info().kv_cells_cached(), static_cast<int64_t>(prompt_.size() + 39));
+  EXPECT_NE(metrics.find("herd_worker_prefix_cache_lookups_total 1"), std::string::npos) << metrics;
+
+  // The same prompt again reuses all of it but its last token.
+  grpc::ClientContext ctx2;
+  std::unique_ptr<Stream> st2 = stub_->Session(&ctx2);
+  ASSERT_TRUE(st2->Write(StartReq(prompt_)));
+  ASSERT_TRUE(st2->Read(&resp));
+  ASSERT_TRUE(st2->Write(StepReq(5)));
+  std::vector<int32_t> again;
+  while (again.size() < 5 && st2->Read(&resp)) again.insert(again.end(), resp.step().tokens().begin(), resp.step().tokens().end());
+  EXPECT_EQ(again, std::vector<int32_t>(solo.begin(), solo.begin() + 5));
+  st2->WritesDone();
+  while (st2->Read(&resp)) {
+  }
+  EXPECT_TRUE(st2->Finish().ok());
+  std::string m2;
+  for (int i = 0; i < 200; ++i) {
+    m2 = registry_.Render();
+    if (m2.find("herd_worker_prefix_cache_hits_total 1") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_NE(m2.find("herd_worker_prefix_cache_hits_total 1"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("herd_worker_prefix_cache_tokens_total " + std::to_string(prompt_.size() - 1)), std::string::npos)
+      << m2;
+  EXPECT_NE(m2.find("# TYPE herd_worker_preemptions_total counter"), std::string::npos) << m2;
 }
 
 // Drafts with their distributions (SessionStep.draft_probs): a sampling sequence
@@ -346,6 +377,7 @@ TEST_F(WorkerServiceTest, ConcurrentSessionsEqualSolo) {
 TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
   engine::SchedulerConfig cfg;
   cfg.max_sequences = 4;
+  cfg.n_ctx_seq = 128;
   cfg.max_draft = 16;
   StartServer(cfg);
   struct Case {
@@ -472,7 +504,8 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
 
 TEST_F(WorkerServiceTest, ContextFullThenStepIsFailedPrecondition) {
   engine::SchedulerConfig cfg;
-  cfg.max_sequences = 32;  // n_ctx_seq = 16
+  cfg.max_sequences = 32;
+  cfg.n_ctx_seq = 16;
   StartServer(cfg);
   std::vector<v1::SessionResponse> out;
   grpc::ClientContext ctx;
@@ -646,6 +679,7 @@ TEST(WorkerServiceConversion, SamplingDefaultsAndNames) {
 TEST_F(WorkerServiceTest, EmbedEqualsEngineAndLeavesSessionsAlone) {
   engine::SchedulerConfig cfg;
   cfg.max_sequences = 2;
+  cfg.n_ctx_seq = 256;
   StartServer(cfg, 512, 64);
   const std::vector<int32_t> text = {1, 403, 407, 261, 378, 432};
   auto embed = [&](const std::vector<int32_t>& toks, v1::Pooling p, v1::WorkerEmbedResponse* out) {

@@ -100,7 +100,7 @@ class ClusterTest : public ::testing::Test {
     o.models = {"stories260K"};
     o.workers_per_model = 1;
     o.max_sequences = 16;
-    o.n_ctx = 8192;  // 512 cells per sequence with 16 sequences
+    o.n_ctx = 8192;  // one pool: any sequence may use all of it
     o.quiet = true;
     start_status_ = cluster_->Start(o, std::chrono::seconds(120));
   }
@@ -291,7 +291,7 @@ TEST_F(ClusterTest, MalformedRequestsGetInvalidArgumentAndEverythingStaysUp) {
   }
   {
     auto r = base();
-    for (int i = 0; i < 5000; ++i) r.mutable_tokens()->add_ids(300);
+    for (int i = 0; i < 9000; ++i) r.mutable_tokens()->add_ids(300);  // n_ctx is 8192
     bad.emplace_back("prompt longer than n_ctx", r);
   }
   for (const auto& [what, req] : bad) {
