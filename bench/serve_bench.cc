@@ -1,0 +1,558 @@
+// Serving throughput and latency of a local herd cluster (`herd up`'s LocalCluster:
+// loader, workers, gateway as processes), driven the way llama-server was measured in
+// ../shared/reference/perf/llamacpp-avx2.md ("Serving: llama-server vs herd"): C
+// concurrent clients stream POST /v1/completions (stream, temperature 0, ignore_eos,
+// max_tokens 64, ~24-word prompts that differ per request), 3 x C requests per level.
+// Prints aggregate generated tokens/s, TTFT p50/p99 and inter-token latency p50/p99 per
+// level next to the llama-server figures, with herd/llama-server ratios.
+//
+//   bazel build //bench:serve_bench && bazel-bin/bench/serve_bench --concurrency=1,8,16
+//
+// The model is a random-weight llama-110m Q4_0 (llama_bench's weights) with the Llama-2
+// vocabulary of ../shared/models/vocab/ggml-vocab-llama-spm.gguf, written once into
+// --cache_dir and reused. --server=HOST:PORT measures a server that is already running
+// (llama-server too: it speaks the same API) instead of starting a cluster.
+// Any failed request (connection, HTTP status, an "error" event, a missing [DONE], fewer
+// tokens than max_tokens) ends the run with exit status 1 and the cause on stderr.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+#include "bench/bench_models.h"
+#include "bench/serve_stats.h"
+#include "libs/gguf/gguf.h"
+#include "tests/shared_data.h"
+#include "tools/herd/cluster.h"
+
+ABSL_FLAG(std::string, concurrency, "1,8,16,32", "comma-separated concurrent streaming clients, one level each");
+ABSL_FLAG(int, requests_per_client, 3, "requests per level = this x concurrency");
+ABSL_FLAG(int, max_tokens, 64, "max_tokens of each request (ignore_eos: each generates exactly this many)");
+ABSL_FLAG(int, prompt_words, 24, "words of each request's own prompt (~30 tokens with the Llama-2 vocab for 24)");
+ABSL_FLAG(bool, shared_prefix, false, "start every prompt with the same --prefix_words words (prefix caching)");
+ABSL_FLAG(int, prefix_words, 200, "length of the --shared_prefix prefix in words");
+ABSL_FLAG(std::string, model, "llama-110m", "random-weight model shape: llama-110m or tinyllama-1.1b");
+ABSL_FLAG(std::string, type, "q4_0", "weight type of the model (f16, q8_0, q4_0, ...)");
+ABSL_FLAG(int, workers, 1, "workers (herd up --workers)");
+ABSL_FLAG(int, threads, 2, "compute threads per worker (herd up -t)");
+ABSL_FLAG(int, max_seqs, 0, "sequences per worker (herd up --max-seqs); 0 = the larger of 16 and the highest level");
+ABSL_FLAG(int64_t, ctx, 16384, "KV cells per worker (herd up -c)");
+ABSL_FLAG(std::string, cache_dir, "",
+          "where the model GGUF is written once and reused (default $XDG_CACHE_HOME/herd-bench, "
+          "~/.cache/herd-bench, or /tmp/herd-bench)");
+ABSL_FLAG(std::string, vocab, "", "GGUF whose tokenizer the model gets (default SHARED/models/vocab/ggml-vocab-llama-spm.gguf)");
+ABSL_FLAG(std::string, reference, "",
+          "markdown with the llama-server figures (default SHARED/reference/perf/llamacpp-avx2.md; SHARED = "
+          "$HERD_SHARED or ../shared)");
+ABSL_FLAG(std::string, server, "", "HOST:PORT of a running OpenAI-compatible server to measure instead of a new cluster");
+ABSL_FLAG(std::string, server_model, "", "model name to request with --server (default: the model's file name)");
+ABSL_FLAG(int, timeout_s, 600, "per-request limit in seconds (no byte for this long, or the whole request)");
+ABSL_FLAG(bool, verbose, false, "forward the services' logs to stderr");
+
+namespace herd::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a.empty() ? "?" : absl::StrCat(a, " ", b, " ", c);
+}
+
+// ---- prompts ----
+
+const char* const kWords[] = {
+    "the",    "a",      "small",  "river",  "runs",   "through", "green",   "valley", "where",   "old",
+    "trees",  "grow",   "near",   "stone",  "bridge", "and",     "children", "play",   "every",   "summer",
+    "day",    "while",  "their",  "parents", "work",  "in",      "fields",  "of",     "wheat",   "corn",
+    "under",  "bright", "blue",   "sky",    "birds",  "sing",    "songs",   "about",  "distant", "mountains",
+    "snow",   "falls",  "winter", "people", "gather", "around",  "warm",    "fires",  "tell",    "stories",
+    "long",   "ago",    "brave",  "knight", "rode",   "across",  "land",    "to",     "find",    "lost",
+    "city",   "gold",   "silver", "light",  "dark",   "forest",  "quiet",   "morning", "evening", "rain",
+};
+constexpr size_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
+
+// `n` words drawn with `seed`, in sentences of 5 to 8 words ("Old trees grow near the
+// river. ..."). 24 words are ~30 tokens with the Llama-2 vocabulary (with BOS), most of
+// these words one token each.
+std::string Words(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string out;
+  int sentence_left = 0;
+  for (int i = 0; i < n; ++i) {
+    std::string w = kWords[rng() % kNumWords];
+    if (sentence_left == 0) {
+      sentence_left = 5 + static_cast<int>(rng() % 4);
+      w[0] = absl::ascii_toupper(w[0]);
+    }
+    absl::StrAppend(&out, i ? " " : "", w, --sentence_left == 0 || i == n - 1 ? "." : "");
+  }
+  return out;
+}
+
+// ---- one streaming request ----
+
+struct Target {
+  std::string host;
+  int port = 0;
+  std::string model;
+};
+
+struct RequestResult {
+  std::string error;  // "" = success
+  double ttft_ms = 0;
+  std::vector<double> itl_ms;
+  int64_t completion_tokens = 0;
+  int64_t prompt_tokens = 0;
+};
+
+// Connects to host:port (numeric or resolvable). Returns the socket or -1 with *err set.
+int ConnectTo(const Target& t, std::string* err) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(t.host.c_str(), std::to_string(t.port).c_str(), &hints, &res);
+  if (rc != 0) {
+    *err = absl::StrCat("resolve ", t.host, ": ", ::gai_strerror(rc));
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      *err = absl::StrCat("connect ", t.host, ":", t.port, ": ", std::strerror(errno));
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd >= 0) {
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  return fd;
+}
+
+// POSTs `body` to /v1/completions and reads the event stream. Times are taken when the
+// bytes carrying an event arrive; TTFT = request start -> first event with text; ITL =
+// the gaps between consecutive events with text (one token each, except when the
+// gateway held back a token's bytes, e.g. half a UTF-8 character, and sent two at once).
+RequestResult StreamCompletion(const Target& t, const std::string& body, int max_tokens, int timeout_s) {
+  RequestResult r;
+  const Clock::time_point t0 = Clock::now();
+  const Clock::time_point deadline = t0 + std::chrono::seconds(timeout_s);
+  int fd = ConnectTo(t, &r.error);
+  if (fd < 0) return r;
+  const std::string req = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: ", t.host, ":", t.port,
+                                       "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
+                                       "Content-Length: ",
+                                       body.size(), "\r\nConnection: close\r\n\r\n", body);
+  for (size_t sent = 0; sent < req.size();) {
+    const ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      r.error = absl::StrCat("send: ", std::strerror(errno));
+      ::close(fd);
+      return r;
+    }
+    sent += static_cast<size_t>(n);
+  }
+
+  Clock::time_point now = t0, last_text{};
+  bool first = true, done_event = false;
+  std::string raw_body;  // kept for error messages (non-200 answers)
+  std::string finish_reason;
+  bool have_usage = false;
+  int text_events = 0;
+  SseSplitter sse([&](const std::string& data) {
+    if (!r.error.empty()) return;
+    if (data == "[DONE]") {
+      done_event = true;
+      return;
+    }
+    json j = json::parse(data, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      r.error = absl::StrCat("event is not a JSON object: ", data.substr(0, 200));
+      return;
+    }
+    if (j.contains("error")) {
+      r.error = absl::StrCat("error event: ", j["error"].dump());
+      return;
+    }
+    if (j.contains("usage") && j["usage"].is_object()) {
+      r.completion_tokens = j["usage"].value("completion_tokens", int64_t{0});
+      r.prompt_tokens = j["usage"].value("prompt_tokens", int64_t{0});
+      have_usage = true;
+    }
+    if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
+    const json& c = j["choices"][0];
+    if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish_reason = c["finish_reason"];
+    const bool has_text = c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty();
+    if (!has_text) return;
+    ++text_events;
+    if (first) {
+      r.ttft_ms = Ms(now - t0);
+      first = false;
+    } else {
+      r.itl_ms.push_back(Ms(now - last_text));
+    }
+    last_text = now;
+  });
+  HttpResponseReader* rp = nullptr;
+  HttpResponseReader reader([&](absl::string_view b) {
+    if (rp->status() == 200) {
+      sse.Feed(b);
+    } else if (raw_body.size() < 4096) {
+      raw_body.append(b.data(), std::min<size_t>(b.size(), 4096 - raw_body.size()));
+    }
+  });
+  rp = &reader;
+  std::vector<char> buf(64 << 10);
+  absl::Status st;
+  while (r.error.empty() && !reader.done()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    const int pr = left <= 0 ? 0 : ::poll(&p, 1, static_cast<int>(left));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) {
+      r.error = absl::StrCat("no complete answer within --timeout_s=", timeout_s);
+      break;
+    }
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    now = Clock::now();
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      r.error = absl::StrCat("recv: ", std::strerror(errno));
+      break;
+    }
+    st = n == 0 ? reader.Finish() : reader.Feed(absl::string_view(buf.data(), static_cast<size_t>(n)));
+    if (!st.ok()) {
+      r.error = absl::StrCat("bad HTTP response: ", st.message());
+      break;
+    }
+    if (n == 0) break;
+  }
+  ::close(fd);
+  if (!r.error.empty()) return r;
+  if (reader.status() != 200) {
+    r.error = absl::StrCat("HTTP ", reader.status(), ": ", raw_body);
+    return r;
+  }
+  if (!done_event) {
+    r.error = "the stream ended without data: [DONE]";
+  } else if (text_events == 0) {
+    r.error = "no text in the stream";
+  } else if (!have_usage) {
+    r.error = "no usage in the last chunk";
+  } else if (r.completion_tokens != max_tokens) {
+    r.error = absl::StrCat(r.completion_tokens, " tokens generated, not max_tokens ", max_tokens,
+                           " (finish_reason ", finish_reason.empty() ? "none" : finish_reason, ")");
+  }
+  return r;
+}
+
+// ---- a level: C clients, requests_per_client x C requests ----
+
+struct Level {
+  LevelResult result;
+  int64_t prompt_tokens = 0;  // summed
+  std::string error;          // the first failed request's
+};
+
+Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atomic<bool>* abort) {
+  const int n_requests = absl::GetFlag(FLAGS_requests_per_client) * concurrency;
+  const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  const std::string prefix =
+      absl::GetFlag(FLAGS_shared_prefix) ? Words(absl::GetFlag(FLAGS_prefix_words), 4242) + " " : "";
+  std::vector<std::string> bodies;
+  for (int i = 0; i < n_requests; ++i) {
+    const json j = {{"model", t.model},
+                    {"prompt", prefix + Words(absl::GetFlag(FLAGS_prompt_words),
+                                              static_cast<uint32_t>(first_request_id + i))},
+                    {"max_tokens", max_tokens},
+                    {"temperature", 0},
+                    {"stream", true},
+                    {"ignore_eos", true}};
+    bodies.push_back(j.dump());
+  }
+  std::vector<RequestResult> results(static_cast<size_t>(n_requests));
+  std::atomic<int> next{0};
+  std::mutex mu;
+  Level out;
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::thread> clients;
+  for (int c = 0; c < concurrency; ++c) {
+    clients.emplace_back([&] {
+      for (int i = next++; i < n_requests && !abort->load(); i = next++) {
+        RequestResult r = StreamCompletion(t, bodies[static_cast<size_t>(i)], max_tokens, timeout_s);
+        if (!r.error.empty()) {
+          std::lock_guard<std::mutex> l(mu);
+          if (out.error.empty()) out.error = absl::StrCat("request ", i + 1, " of ", n_requests, ": ", r.error);
+          abort->store(true);
+        }
+        results[static_cast<size_t>(i)] = std::move(r);
+      }
+    });
+  }
+  for (std::thread& th : clients) th.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!out.error.empty()) return out;
+  std::vector<double> ttft, itl;
+  int64_t tokens = 0;
+  for (const RequestResult& r : results) {
+    ttft.push_back(r.ttft_ms);
+    itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+    tokens += r.completion_tokens;
+    out.prompt_tokens += r.prompt_tokens;
+  }
+  out.result = Summarize(concurrency, n_requests, tokens, seconds, ttft, itl);
+  return out;
+}
+
+// ---- setup ----
+
+std::string CacheDir() {
+  if (!absl::GetFlag(FLAGS_cache_dir).empty()) return absl::GetFlag(FLAGS_cache_dir);
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') return absl::StrCat(x, "/herd-bench");
+  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/') return absl::StrCat(h, "/.cache/herd-bench");
+  return "/tmp/herd-bench";
+}
+
+bool MakeDirs(const std::string& path) {
+  std::string cur;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&cur, "/", part);
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+constexpr char kStampKey[] = "herd.bench.recipe";
+
+// The model GGUF in DIR/models/NAME.gguf, written unless a file with the same recipe
+// stamp is there already. Returns its models dir and name.
+absl::Status PrepareModel(const std::string& shared, std::string* models_dir, std::string* name) {
+  const Shape* shape = FindShape(absl::GetFlag(FLAGS_model));
+  if (shape == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--model ", absl::GetFlag(FLAGS_model), ": not one of ", ShapeNames()));
+  }
+  GgmlType wt;
+  const std::string type = absl::AsciiStrToLower(absl::GetFlag(FLAGS_type));
+  if (!ParseGgmlType(type, &wt)) return absl::InvalidArgumentError(absl::StrCat("--type ", type, ": unknown"));
+  std::string vocab = absl::GetFlag(FLAGS_vocab);
+  if (vocab.empty()) {
+    if (shared.empty()) return absl::NotFoundError("../shared not found: set HERD_SHARED or pass --vocab");
+    vocab = shared + "/models/vocab/ggml-vocab-llama-spm.gguf";
+  }
+  struct stat vs;
+  if (::stat(vocab.c_str(), &vs) != 0) return absl::NotFoundError(absl::StrCat("vocab ", vocab, ": ", std::strerror(errno)));
+  *models_dir = CacheDir() + "/models";
+  if (!MakeDirs(*models_dir)) return absl::InternalError(absl::StrCat("mkdir ", *models_dir, ": ", std::strerror(errno)));
+  *name = absl::StrCat(shape->name, "-", type);
+  const std::string path = absl::StrCat(*models_dir, "/", *name, ".gguf");
+  // What the bytes depend on: bench_models' recipe (v1), the shape, the type, the vocab.
+  const std::string stamp = absl::StrCat("v1 ", shape->name, " ", GgmlTypeName(wt), " vocab ",
+                                         vocab.substr(vocab.rfind('/') + 1), " ", vs.st_size);
+  if (auto f = gguf::GgufFile::Open(path); f.ok()) {
+    auto got = (*f)->GetString(kStampKey);
+    if (got.ok() && *got == stamp) {
+      std::fprintf(stderr, "serve_bench: reusing %s\n", path.c_str());
+      return absl::OkStatus();
+    }
+  }
+  std::fprintf(stderr, "serve_bench: writing %s (random weights, vocab %s; reused next time)\n", path.c_str(),
+               vocab.c_str());
+  return WriteModel(*shape, wt, path, vocab, kStampKey, stamp);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "serve_bench: error: %s\n", msg.c_str());
+  return 1;
+}
+
+int Main() {
+  std::vector<int> levels;
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',', absl::SkipEmpty())) {
+    int v;
+    if (!absl::SimpleAtoi(c, &v) || v < 1 || v > 4096) {
+      std::fprintf(stderr, "serve_bench: --concurrency: '%s' is not a number in [1, 4096]\n", std::string(c).c_str());
+      return 2;
+    }
+    levels.push_back(v);
+  }
+  if (levels.empty() || absl::GetFlag(FLAGS_requests_per_client) < 1 || absl::GetFlag(FLAGS_max_tokens) < 2 ||
+      absl::GetFlag(FLAGS_prompt_words) < 1) {
+    std::fprintf(stderr, "serve_bench: need --concurrency levels, --requests_per_client >= 1, --max_tokens >= 2, "
+                         "--prompt_words >= 1\n");
+    return 2;
+  }
+  const std::string shared = SharedDir();
+  std::string ref_path = absl::GetFlag(FLAGS_reference);
+  if (ref_path.empty() && !shared.empty()) ref_path = shared + "/reference/perf/llamacpp-avx2.md";
+  const std::map<int, ServingRef> ref = ParseServingReference(ReadFile(ref_path));
+  if (ref.empty()) {
+    std::fprintf(stderr, "serve_bench: warning: no llama-server figures in '%s' (the table shows -)\n",
+                 ref_path.c_str());
+  }
+
+  Target target;
+  cli::LocalCluster cluster;
+  bool own_cluster = false;
+  const int max_level = *std::max_element(levels.begin(), levels.end());
+  const int max_seqs = absl::GetFlag(FLAGS_max_seqs) > 0 ? absl::GetFlag(FLAGS_max_seqs) : std::max(16, max_level);
+  std::string setup;
+  if (!absl::GetFlag(FLAGS_server).empty()) {
+    const std::string s = absl::GetFlag(FLAGS_server);
+    const size_t colon = s.rfind(':');
+    if (colon == std::string::npos || !absl::SimpleAtoi(s.substr(colon + 1), &target.port)) {
+      std::fprintf(stderr, "serve_bench: --server: '%s' is not HOST:PORT\n", s.c_str());
+      return 2;
+    }
+    target.host = s.substr(0, colon);
+    target.model = absl::GetFlag(FLAGS_server_model);
+    setup = absl::StrCat("server ", s);
+  } else {
+    cli::ClusterOptions o;
+    if (absl::Status st = PrepareModel(shared, &o.models_dir, &target.model); !st.ok()) return Fail(st.ToString());
+    o.models = {target.model};
+    o.workers_per_model = absl::GetFlag(FLAGS_workers);
+    o.threads_per_worker = absl::GetFlag(FLAGS_threads);
+    o.n_ctx = absl::GetFlag(FLAGS_ctx);
+    o.max_sequences = max_seqs;
+    o.extra_worker_flags = {"--kv_type=f16"};  // herd up's default -ctk
+    o.restart = false;                         // a crash is an error here, not a restart
+    o.quiet = !absl::GetFlag(FLAGS_verbose);
+    std::fprintf(stderr, "serve_bench: starting loader, %d worker(s) (-t %d, --max-seqs %d, -c %lld), gateway\n",
+                 o.workers_per_model, o.threads_per_worker, o.max_sequences, static_cast<long long>(o.n_ctx));
+    own_cluster = true;
+    if (absl::Status st = cluster.Start(o, std::chrono::seconds(300)); !st.ok()) {
+      cluster.Stop();
+      return Fail(absl::StrCat("cluster did not start: ", st.message()));
+    }
+    const std::string http = cluster.gateway_http_addr();
+    const size_t colon = http.rfind(':');
+    target.host = http.substr(0, colon);
+    if (colon == std::string::npos || !absl::SimpleAtoi(http.substr(colon + 1), &target.port)) {
+      cluster.Stop();
+      return Fail(absl::StrCat("gateway HTTP address '", http, "' is not HOST:PORT"));
+    }
+    setup = absl::StrCat("herd up --workers ", o.workers_per_model, " -t ", o.threads_per_worker, " --max-seqs ",
+                         o.max_sequences, " -c ", o.n_ctx, "; gateway http://", http);
+  }
+  auto stop = [&] {
+    if (own_cluster) cluster.Stop();
+  };
+
+  // Warm-up (not measured): the first request pages the weights in.
+  {
+    const json j = {{"model", target.model}, {"prompt", Words(8, 1)}, {"max_tokens", 4}, {"temperature", 0},
+                    {"stream", true},        {"ignore_eos", true}};
+    RequestResult r = StreamCompletion(target, j.dump(), 4, absl::GetFlag(FLAGS_timeout_s));
+    if (!r.error.empty()) {
+      stop();
+      return Fail(absl::StrCat("warm-up request: ", r.error));
+    }
+  }
+
+  std::vector<LevelResult> results;
+  std::vector<std::string> notes;
+  std::atomic<bool> abort{false};
+  int request_id = 1000;
+  for (int c : levels) {
+    const std::string load_before = LoadAverage();
+    std::fprintf(stderr, "serve_bench: concurrency %d: %d requests (load average %s)\n", c,
+                 c * absl::GetFlag(FLAGS_requests_per_client), load_before.c_str());
+    Level l = RunLevel(target, c, request_id, &abort);
+    request_id += c * absl::GetFlag(FLAGS_requests_per_client);
+    if (!l.error.empty()) {
+      stop();
+      return Fail(absl::StrCat("concurrency ", c, ": ", l.error));
+    }
+    const LevelResult& r = l.result;
+    std::fprintf(stderr,
+                 "serve_bench: concurrency %d: %lld tokens in %.2f s = %.1f tok/s, TTFT p50 %.0f ms, ITL p50 %.1f ms, "
+                 "%.1f prompt tokens/request\n",
+                 c, static_cast<long long>(r.tokens), r.seconds, r.tok_s, r.ttft_p50_ms, r.itl_p50_ms,
+                 static_cast<double>(l.prompt_tokens) / r.requests);
+    notes.push_back(absl::StrCat("C=", c, ": load ", load_before, " -> ", LoadAverage(), ", ",
+                                 absl::StrFormat("%.1f", static_cast<double>(l.prompt_tokens) / r.requests),
+                                 " prompt tokens/request"));
+    results.push_back(r);
+  }
+  stop();
+
+  const std::string what = absl::GetFlag(FLAGS_server).empty()
+                               ? absl::StrCat(absl::GetFlag(FLAGS_model), " ",
+                                              absl::AsciiStrToUpper(absl::GetFlag(FLAGS_type)))
+                               : absl::StrCat("model '", target.model, "'");
+  const std::string prefix =
+      absl::GetFlag(FLAGS_shared_prefix) ? absl::StrCat(", shared prefix of ", absl::GetFlag(FLAGS_prefix_words), " words")
+                                         : "";
+  std::printf("## serve_bench: %s%s, %s\n\n", what.c_str(), prefix.c_str(), setup.c_str());
+  std::printf("streaming POST /v1/completions, %d-word prompts, max_tokens %d, temperature 0, ignore_eos, %d x C "
+              "requests per level; llama-server figures: %s\n\n",
+              absl::GetFlag(FLAGS_prompt_words), absl::GetFlag(FLAGS_max_tokens),
+              absl::GetFlag(FLAGS_requests_per_client), ref_path.empty() ? "none" : ref_path.c_str());
+  std::fputs(FormatTable(results, ref).c_str(), stdout);
+  std::printf("\n%s\n", absl::StrJoin(notes, "; ").c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace herd::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "serving benchmark: a local herd cluster (or --server) under C concurrent streaming /v1/completions "
+      "clients, next to llama-server's figures.\n  serve_bench [--concurrency=1,8,16,32] [--shared_prefix] "
+      "[--model=llama-110m] [--type=q4_0] [--server=HOST:PORT]");
+  absl::ParseCommandLine(argc, argv);
+  return herd::bench::Main();
+}
