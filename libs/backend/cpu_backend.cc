@@ -543,6 +543,12 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   const int64_t n_work = n_tokens * n_head;
   pool_.Run([&](int ith, int nth) {
     std::vector<float> scores(static_cast<size_t>(n_kv));
+    // The cells token t may see (mask != -inf), shared by its heads: a batch of many
+    // sequences in a large pool masks most cells, so each (token, head) visits only its
+    // own (in cell order, as the full scan did).
+    std::vector<int32_t> vis;
+    vis.reserve(static_cast<size_t>(n_kv));
+    int64_t vis_t = -1;
     std::vector<uint8_t> qconv(q_row + 64);
     std::vector<float> acc(static_cast<size_t>(hd));
     std::vector<float> vrow(static_cast<size_t>(hd));
@@ -557,31 +563,39 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
       const float* qv = F32Row(q, h, t);
       cpu::FromFloat(kt, qv, qconv.data(), hd, isa_);
       const float* mrow = mask ? F32Row(mask, t) : nullptr;
+      if (t != vis_t) {
+        vis.clear();
+        for (int64_t c = 0; c < n_kv; ++c) {
+          // slope > 0, so slope * mask is -inf exactly where the mask is.
+          if (mrow == nullptr || mrow[c] != -std::numeric_limits<float>::infinity()) {
+            vis.push_back(static_cast<int32_t>(c));
+          }
+        }
+        vis_t = t;
+      }
+      const int64_t n_vis = static_cast<int64_t>(vis.size());
       float mx = -std::numeric_limits<float>::infinity();
       // K rows are nb[2] apart and in decode mostly not cached: request them ahead.
       const size_t k_row_bytes = GgmlRowSize(kt, hd);
-      const auto prefetch_k = [&](int64_t c) {
-        const uint8_t* p = k->row(hk, c);
+      const auto prefetch_k = [&](int64_t i) {
+        const uint8_t* p = k->row(hk, vis[static_cast<size_t>(i)]);
         for (size_t b = 0; b < k_row_bytes; b += 64) __builtin_prefetch(p + b);
       };
-      for (int64_t c = 0; c < 8 && c < n_kv; ++c) prefetch_k(c);
-      for (int64_t c = 0; c < n_kv; ++c) {
-        if (c + 8 < n_kv) prefetch_k(c + 8);
+      for (int64_t i = 0; i < 8 && i < n_vis; ++i) prefetch_k(i);
+      for (int64_t i = 0; i < n_vis; ++i) {
+        if (i + 8 < n_vis) prefetch_k(i + 8);
+        const int64_t c = vis[static_cast<size_t>(i)];
         const float mv = mrow ? slope * mrow[c] : 0.0f;
-        if (mv == -std::numeric_limits<float>::infinity()) {
-          scores[c] = mv;
-          continue;
-        }
         float s;
         dot(hd, &s, k->row(hk, c), qconv.data());
         s = s * scale + mv;
-        scores[c] = s;
+        scores[i] = s;
         if (s > mx) mx = s;
       }
       float* out = F32Row(n, h, t);
       if (v->type == GgmlType::F16) {
         // llama.cpp's path for an F16 V: online softmax with the accumulator in F16.
-        cpu::FlashAttnF16VRow(scores.data(), n_kv, v->row(hk, 0), v->nb[2], hd, vkq16.data(), out);
+        cpu::FlashAttnF16VRowIdx(scores.data(), vis.data(), n_vis, v->row(hk, 0), v->nb[2], hd, vkq16.data(), out);
         continue;
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
@@ -590,11 +604,11 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
         std::fill(out, out + hd, 0.0f);
         continue;
       }
-      for (int64_t c = 0; c < n_kv; ++c) {
-        if (scores[c] == -std::numeric_limits<float>::infinity()) continue;
-        const float p = std::exp(scores[c] - mx);
+      for (int64_t i = 0; i < n_vis; ++i) {
+        if (scores[i] == -std::numeric_limits<float>::infinity()) continue;
+        const float p = std::exp(scores[i] - mx);
         sum += p;
-        const uint8_t* vr = v->row(hk, c);
+        const uint8_t* vr = v->row(hk, vis[static_cast<size_t>(i)]);
         if (v->type == GgmlType::F32) {
           const float* vf = reinterpret_cast<const float*>(vr);
           for (int64_t d = 0; d < hd; ++d) acc[d] += p * vf[d];

@@ -144,5 +144,10 @@ void ScaleF16(uint16_t* y, float v, int64_t n);
 /// double-accumulating scalar loop, i.e. GetVecDot(F16, Isa::kScalar).)
 void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd, uint16_t* vkq16,
                       float* out);
+/// FlashAttnF16VRow over the cells idx[0..n) only (ascending; the others masked): score
+/// i belongs to V row idx[i]. Same result as FlashAttnF16VRow on the full row with -inf
+/// elsewhere, bit for bit (masked cells are skipped there too).
+void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, const uint8_t* v, size_t v_stride,
+                         int64_t hd, uint16_t* vkq16, float* out);
 
 }  // namespace herd::cpu

@@ -918,6 +918,18 @@ TEST(OpsTest, FlashAttnF16VRowMatchesGgmlOneChunk) {
     for (int64_t d = 0; d < hd; ++d) {
       ASSERT_EQ(got[d], Fp16ToFp32(acc[d]) * (1.0f / S)) << "hd=" << hd << " d=" << d;
     }
+    // The same over the visible cells only (an index list) is the same, bit for bit.
+    std::vector<int32_t> idx;
+    std::vector<float> compact;
+    for (int64_t c = 0; c < n_kv; ++c) {
+      if (scores[c] == -INFINITY) continue;
+      idx.push_back(static_cast<int32_t>(c));
+      compact.push_back(scores[c]);
+    }
+    std::vector<float> got_idx(hd);
+    FlashAttnF16VRowIdx(compact.data(), idx.data(), static_cast<int64_t>(idx.size()), v.data(), stride, hd,
+                        scratch.data(), got_idx.data());
+    ASSERT_EQ(got_idx, got) << "hd=" << hd;
     // Close to exact softmax attention (F16 accumulation: ~1e-3 relative).
     double mx = -INFINITY, sum = 0;
     for (float s : scores) mx = std::max(mx, static_cast<double>(s));

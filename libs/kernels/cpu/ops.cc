@@ -240,4 +240,36 @@ void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_
   for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(vkq16[d]) * s_inv;
 }
 
+void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, const uint8_t* v, size_t v_stride,
+                         int64_t hd, uint16_t* vkq16, float* out) {
+  for (int64_t d = 0; d < hd; ++d) vkq16[d] = 0;
+  float S = 0.0f;
+  float M = -std::numeric_limits<float>::infinity();
+  constexpr int64_t kAhead = 8;
+  const size_t row_bytes = static_cast<size_t>(hd) * 2;
+  const auto prefetch_row = [&](int64_t i) {
+    const uint8_t* p = v + static_cast<size_t>(idx[i]) * v_stride;
+    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b);
+  };
+  for (int64_t i = 0; i < kAhead && i < n; ++i) prefetch_row(i);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) prefetch_row(i + kAhead);
+    const float s = scores[i];
+    if (s == -std::numeric_limits<float>::infinity()) continue;
+    const float Mold = M;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > M) {
+      M = s;
+      ms = std::exp(Mold - M);
+      ScaleF16(vkq16, ms, hd);
+    } else {
+      vs = std::exp(s - M);
+    }
+    MadF16(reinterpret_cast<const uint16_t*>(v + static_cast<size_t>(idx[i]) * v_stride), vs, vkq16, hd);
+    S = std::fma(S, ms, vs);
+  }
+  const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+  for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(vkq16[d]) * s_inv;
+}
+
 }  // namespace herd::cpu
