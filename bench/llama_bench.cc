@@ -3,7 +3,8 @@
 // llama.cpp was measured on (../shared/reference/perf), printed next to the peer's
 // figures and their ratio.
 //   bazel run --config=bench //bench:llama_bench -- [--model llama-110m|tinyllama-1.1b]
-//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan]
+//       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda]
+//   //bench:llama_bench_hip is the same with --backend hip (AMD GPUs, ROCm's runtime linked).
 // pp512 = one 512-token prompt; bd = batched decode at B = 1..32 sequences (see ExtraTests).
 // Like llama-quantize, a Q4_0 model keeps its output tensor (token_embd when tied) in Q6_K.
 #include <algorithm>

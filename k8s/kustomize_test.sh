@@ -76,6 +76,20 @@ check vulkan "Vulkan workers run the Vulkan backend" "- --backend=vulkan$"
 check vulkan "Vulkan workers request a GPU" "nvidia.com/gpu: 1"
 check vulkan "the toolkit mounts the Vulkan ICD" "value: compute,utility,graphics"
 check vulkan "the Vulkan worker image" "image: ghcr.io/herd/herd-worker-vulkan:"
+# The CUDA and HIP overlays: the same shape, one NVIDIA / AMD GPU per worker.
+for b in cuda hip; do
+  [[ " ${overlays[*]} " == *" $b "* ]] || { echo "FAIL overlay $b missing"; fail=1; continue; }
+  for d in herd-worker-cpu herd-worker-$b; do
+    [[ $(count $b Deployment $d) == 1 ]] || { echo "FAIL [$b] Deployment $d missing"; fail=1; }
+    [[ $(count $b HorizontalPodAutoscaler $d) == 1 ]] || { echo "FAIL [$b] HPA $d missing"; fail=1; }
+  done
+  check $b "$b workers run the $b backend" "- --backend=$b$"
+  check $b "the $b worker image" "image: ghcr.io/herd/herd-worker-$b:"
+done
+check cuda "CUDA workers request an NVIDIA GPU" "nvidia.com/gpu: 1"
+check cuda "the toolkit mounts the CUDA driver" "value: compute,utility$"
+check hip "HIP workers request an AMD GPU" "amd.com/gpu: 1"
+if grep -q "nvidia.com" "$work/hip.yaml"; then echo "FAIL [hip] asks for NVIDIA resources"; fail=1; fi
 if kubectl kustomize "$work/monitoring" > "$work/monitoring.yaml" 2> "$work/monitoring.err"; then
   [[ $(count monitoring PrometheusRule herd) == 1 ]] || { echo "FAIL [monitoring] PrometheusRule herd missing"; fail=1; }
 else

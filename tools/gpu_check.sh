@@ -1,30 +1,41 @@
 #!/usr/bin/env bash
-# The GPU check: build here, run on a machine with a GPU (the device tool's NVIDIA H200).
+# The GPU check: build here, run on a machine with a GPU (the device tool's NVIDIA H200,
+# or an AMD machine with a gfx90a / gfx940 GPU).
 #
 #   tools/gpu_check.sh pack   # here: bazel build, then the binaries (stripped), every shared
 #                             # library `ldd` lists (but glibc's and the C++ runtime, which
 #                             # the target's newer system has), the Vulkan loader package
 #                             # and the test data, as one .gpu/herd-gpu.tar.xz (git-ignored,
-#                             # ~25 MiB: the device tool carries at most 64 MiB)
+#                             # ~30 MiB: the device tool carries at most 64 MiB)
+#   tools/gpu_check.sh pack amd   # the same plus what the HIP runtime opens at run time
+#                             # (libamd_comgr.so.2 with LLVM 15: larger), for an AMD machine
+#                             # without ROCm 5's comgr installed
 #   tools/gpu_check.sh run    # there, from the repo root with .gpu carried: backend_ops on
-#                             # every backend present, the Vulkan and CUDA unit tests, the greedy
-#                             # checks (engine, reference models, a CPU + Vulkan cluster),
-#                             # then llama_bench on the device; exit status 0 when all pass
+#                             # every backend present, the Vulkan, CUDA and HIP unit tests, the
+#                             # greedy checks (engine, reference models, a CPU + Vulkan cluster,
+#                             # the reference models on hip), then llama_bench on each device
+#                             # backend this machine has; exit status 0 when all pass
 #
 # With the device tool: run(command="bash tools/gpu_check.sh run", carry=[".gpu"],
-# timeout_s=600). `run` also works here (lavapipe), which is how the packing is tested.
-# A new GPU backend adds its test binaries to TESTS and its name to BACKENDS.
+# timeout_s=600). `run` also works here (lavapipe; GPU_CHECK_BACKENDS=vulkan to benchmark
+# it), which is how the packing is tested.
+# A new GPU backend adds its test binaries to TESTS, its name to BACKENDS and its device
+# test to has_device (and, for a kind only some binaries link, its bench to bench_for).
 # CUDA: the binaries link the CUDA runtime statically and need only the target's driver;
 # cuBLAS (dlopen'ed, ~600 MiB with cuBLASLt) is not packed, so unless the target has
 # libcublas.so.13 batched products run on the backend's own tiled kernel (the unit test
 # prints which).
+# HIP: the tests and llama_bench_hip link ROCm's libamdhip64 (packed with its libraries);
+# on an NVIDIA machine the HIP tests skip. The kernels are gfx90a and gfx940 code objects
+# only: on other AMD GPUs the HIP runtime refuses to start the HIP binaries.
 # GPU_CHECK_TYPES=q4_0 narrows the benchmark (default f16,q8_0,q4_0).
+# GPU_CHECK_BACKENDS="hip vulkan" picks the benchmarked backends (default: has_device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.gpu                                  # what travels: herd-gpu.tar.xz
 STAGE=.gpu-stage                           # staged here before compression
 UNPACKED="${HERD_GPU_DIR:-/tmp/herd-gpu}"  # where `run` unpacks it
-BACKENDS=(vulkan cuda)
+BACKENDS=(vulkan cuda hip)
 TESTS=(
   tests/backend_ops/backend_ops_test
   libs/backend/vulkan/vulkan_backend_test
@@ -32,10 +43,29 @@ TESTS=(
   libs/engine/engine_sched_test
   tests/conformance/backends_test
   tests/e2e/mixed_backends_test
+  libs/backend/hip/hip_backend_test
+  tests/backend_ops/backend_ops_hip_test
+  tests/conformance/backends_hip_test
 )
-BINARIES=(services/loader/loader services/worker/worker services/gateway/gateway tools/herd/herd bench/llama_bench)
+BINARIES=(services/loader/loader services/worker/worker services/gateway/gateway tools/herd/herd bench/llama_bench
+          bench/llama_bench_hip)
+
+# The llama_bench binary that has a backend kind (hip is linked only into *_hip binaries).
+bench_for() { if [[ "$1" == hip ]]; then echo bench/llama_bench_hip; else echo bench/llama_bench; fi; }
+
+# Whether this machine has a device for a backend (which llama_bench runs). NVIDIA: cuda
+# and vulkan (the driver's ICD); AMD: hip (/dev/kfd, the amdgpu kernel driver).
+has_device() {
+  case "$1" in
+    cuda | vulkan) [[ -e /dev/nvidiactl ]] || { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; } ;;
+    hip) [[ -e /dev/kfd ]] ;;
+    *) return 1 ;;
+  esac
+}
 
 pack() {
+  local amd="${1:-}"
+  [[ -z "$amd" || "$amd" == amd ]] || { echo "usage: tools/gpu_check.sh pack [amd]"; return 2; }
   # The repository's exclude file (a worktree's .git is a file; its common dir holds info/).
   local exclude; exclude="$(git rev-parse --git-common-dir 2>/dev/null || echo .git)/info/exclude"
   mkdir -p "$(dirname "$exclude")"
@@ -45,10 +75,17 @@ pack() {
   bazel build --config=ci "${targets[@]}" || return 1
   local PACK="$STAGE"
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/shared/models" "$PACK/shared/reference/arch" "$PACK/debs"
-  for t in "${TESTS[@]}" "${BINARIES[@]}"; do
-    mkdir -p "$PACK/bin/${t%/*}"
-    cp -L "bazel-bin/$t" "$PACK/bin/$t"
-    ldd "bazel-bin/$t" | awk '/=> \// {print $3}' | while read -r lib; do
+  local extra=()
+  # The HIP runtime opens its code-object library (and that its LLVM) at run time.
+  [[ "$amd" == amd ]] && extra+=(/usr/lib/x86_64-linux-gnu/libamd_comgr.so.2)
+  for lib in "${extra[@]}"; do cp -Ln "$lib" "$PACK/lib/" || return 1; done
+  for t in "${TESTS[@]}" "${BINARIES[@]}" "${extra[@]}"; do
+    if [[ "$t" != /* ]]; then
+      mkdir -p "$PACK/bin/${t%/*}"
+      cp -L "bazel-bin/$t" "$PACK/bin/$t"
+      t="bazel-bin/$t"
+    fi
+    ldd "$t" | awk '/=> \// {print $3}' | while read -r lib; do
       case "$(basename "$lib")" in
         libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
         *) cp -Ln "$lib" "$PACK/lib/" 2>/dev/null || true ;;
@@ -86,6 +123,12 @@ run() {
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export HERD_SHARED="$PACK/shared" HERD_BIN_DIR="$PACK/bin"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  if [[ -e /dev/kfd ]]; then
+    echo "AMD GPU (/dev/kfd): $(cat /sys/class/kfd/kfd/topology/nodes/*/name 2>/dev/null | grep -v '^$' | sort -u | tr '\n' ' ')"
+    if [[ ! -e "$PACK/lib/libamd_comgr.so.2" ]] && ! ldconfig -p 2>/dev/null | grep -q 'libamd_comgr.so.2'; then
+      echo "note: libamd_comgr.so.2 is neither packed ('tools/gpu_check.sh pack amd') nor installed: HIP kernels will not load"
+    fi
+  fi
   "$PACK/bin/tools/herd/herd" --version 2>/dev/null
   local failed=0
   for t in "${TESTS[@]}"; do
@@ -95,9 +138,17 @@ run() {
     grep -vE '^\[( RUN|       OK) ' "$PACK/test.log"
     ((rc == 0)) || { echo "FAILED: $t (exit $rc)"; failed=1; }
   done
-  for b in "${BACKENDS[@]}"; do
+  local benched=()
+  if [[ -n "${GPU_CHECK_BACKENDS:-}" ]]; then
+    read -r -a benched <<<"$GPU_CHECK_BACKENDS"
+  else
+    for b in "${BACKENDS[@]}"; do
+      if has_device "$b"; then benched+=("$b"); else echo "=== llama_bench --backend $b: skipped (no $b device here)"; fi
+    done
+  fi
+  for b in "${benched[@]}"; do
     echo "=== llama_bench --backend $b"
-    "$PACK/bin/bench/llama_bench" --backend "$b" --model llama-110m --types "${GPU_CHECK_TYPES:-f16,q8_0,q4_0}" \
+    "$PACK/bin/$(bench_for "$b")" --backend "$b" --model llama-110m --types "${GPU_CHECK_TYPES:-f16,q8_0,q4_0}" \
       --threads 4 --reps 2 \
       || { echo "FAILED: llama_bench --backend $b"; failed=1; }
   done
@@ -106,7 +157,7 @@ run() {
 }
 
 case "${1:-}" in
-  pack) pack ;;
+  pack) pack "${2:-}" ;;
   run) run ;;
-  *) echo "usage: tools/gpu_check.sh pack|run"; exit 2 ;;
+  *) echo "usage: tools/gpu_check.sh pack [amd] | run"; exit 2 ;;
 esac

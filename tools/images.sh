@@ -20,10 +20,15 @@ cd "$(dirname "$0")/.."
 
 # name           binary (under bazel-bin; the image's entrypoint, next to tools/herd/herd)
 #                [libraries it opens at run time, copied with their dependencies]
+# worker-cuda: cuBLAS (dlopen'ed from /usr/local/cuda/lib64 by the CUDA backend);
+# worker-hip: worker_hip (the HIP backend; ROCm's libamdhip64 is linked) and the code-object
+# library libamd_comgr.so.2 that the HIP runtime opens.
 IMAGES=(
   "loader        services/loader/loader"
   "worker-cpu    services/worker/worker"
   "worker-vulkan services/worker/worker /usr/lib/x86_64-linux-gnu/libvulkan.so.1"
+  "worker-cuda   services/worker/worker /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda/lib64/libcublasLt.so.13"
+  "worker-hip    services/worker/worker_hip /usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"
   "draft      services/draft/draft"
   "gateway    services/gateway/gateway"
 )
@@ -66,7 +71,8 @@ if [[ "$rev" != unknown && -n "$(git status --porcelain --untracked-files=no 2>/
 
 if ((build)); then
   tools/setup.sh >&2
-  bazel build -c opt $(printf "%s\n" "${IMAGES[@]}" | awk '{sub(/\/[^/]*$/, "", $2); print "//" $2}') //tools/herd >&2
+  # services/worker/worker_hip -> //services/worker:worker_hip (only the selected images)
+  bazel build -c opt $(printf "%s\n" "${selected[@]}" | awk '{n = split($2, p, "/"); d = $2; sub(/\/[^/]*$/, "", d); print "//" d ":" p[n]}' | sort -u) //tools/herd >&2
 fi
 bin_dir="$(bazel info -c opt bazel-bin 2>/dev/null)"
 [[ -x "$bin_dir/tools/herd/herd" ]] || { echo "images: $bin_dir/tools/herd/herd missing (bazel build -c opt //tools/herd)" >&2; exit 1; }

@@ -14,6 +14,9 @@ PKGS=(
   # The Vulkan backend: headers, glslc (tools/glsl.bzl), and lavapipe (Mesa's CPU Vulkan
   # driver) that //libs/backend/vulkan:vulkan_backend_test runs on
   libvulkan-dev glslc mesa-vulkan-drivers
+  # The HIP backend (//libs/backend/hip, worker_hip): hipcc (ROCm 5.2.3, clang-15;
+  # tools/hip.bzl), the HIP runtime libamdhip64 and the AMD GPU device libraries
+  hipcc libamdhip64-dev rocm-device-libs
 )
 
 missing=()

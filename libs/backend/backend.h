@@ -1,8 +1,9 @@
 // The Backend interface (after ggml-backend): buffer types allocate buffers,
 // buffers hold tensor data, a backend moves tensor bytes in and out and computes
 // graphs. One implementation per device kind (libs/backend/cpu_backend.h,
-// libs/backend/vulkan, libs/backend/cuda; hip later). Backends are created by name through
-// libs/backend/registry.h; libs/backend/sched.h splits a graph across several.
+// libs/backend/vulkan, libs/backend/cuda, libs/backend/hip: the CUDA sources built as
+// HIP). Backends are created by name through libs/backend/registry.h;
+// libs/backend/sched.h splits a graph across several.
 //
 // Memory that is not host memory: a device buffer's base() is an opaque address
 // (never dereferenced by the host); a tensor placed in it has data = base() + offset,

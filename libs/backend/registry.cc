@@ -1,5 +1,9 @@
 #include "libs/backend/registry.h"
 
+#include <cstdio>
+#include <mutex>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -12,6 +16,17 @@
 namespace herd {
 namespace {
 
+// Kinds added by RegisterBackendKind, and whether BackendKinds() has been built.
+struct Registered {
+  std::mutex mu;
+  std::vector<BackendKind> kinds;
+  bool frozen = false;
+};
+Registered& Registrations() {
+  static Registered* r = new Registered();
+  return *r;
+}
+
 std::vector<BackendKind> MakeKinds() {
   std::vector<BackendKind> kinds;
   kinds.push_back(BackendKind{
@@ -20,13 +35,21 @@ std::vector<BackendKind> MakeKinds() {
       [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
         if (o.n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads ", o.n_threads, " must be >= 1"));
         return std::unique_ptr<Backend>(new CpuBackend(o.n_threads));
-      }});
+      },
+      nullptr});
   kinds.push_back(BackendKind{
       "vulkan", [] { return VulkanDevices(); },
-      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateVulkanBackend(o.device); }});
+      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateVulkanBackend(o.device); },
+      nullptr});
   kinds.push_back(BackendKind{
       "cuda", [] { return CudaDevices(); },
-      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateCudaBackend(o.device); }});
+      [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateCudaBackend(o.device); },
+      [] { return CudaUnavailableReason(); }});
+  Registered& r = Registrations();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (BackendKind& k : r.kinds) kinds.push_back(std::move(k));
+  r.kinds.clear();
+  r.frozen = true;
   return kinds;
 }
 
@@ -43,6 +66,26 @@ const std::vector<BackendKind>& BackendKinds() {
   return *kinds;
 }
 
+bool RegisterBackendKind(BackendKind kind) {
+  Registered& r = Registrations();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const char* why = nullptr;
+  if (r.frozen) why = "registered after BackendKinds() was first used";
+  for (const char* builtin : {"cpu", "vulkan", "cuda"}) {
+    if (kind.name == builtin) why = "a built-in kind has this name";
+  }
+  for (const BackendKind& k : r.kinds) {
+    if (k.name == kind.name) why = "registered twice";
+  }
+  if (why != nullptr) {
+    // stderr directly: this runs in static initializers, before logging is set up.
+    std::fprintf(stderr, "herd: backend kind '%s' not registered: %s\n", kind.name.c_str(), why);
+    return false;
+  }
+  r.kinds.push_back(std::move(kind));
+  return true;
+}
+
 std::vector<DeviceInfo> ListDevices() {
   std::vector<DeviceInfo> out;
   for (const BackendKind& k : BackendKinds()) {
@@ -57,7 +100,12 @@ std::string DescribeDevices() {
     std::vector<DeviceInfo> devs = k.devices();
     std::vector<std::string> ds;
     for (const DeviceInfo& d : devs) ds.push_back(DescribeDevice(d));
-    parts.push_back(absl::StrCat(k.name, ": ", ds.empty() ? "no device found" : absl::StrJoin(ds, ", ")));
+    std::string none = "no device found";
+    if (ds.empty() && k.why_none) {
+      const std::string why = k.why_none();
+      if (!why.empty()) absl::StrAppend(&none, " (", why, ")");
+    }
+    parts.push_back(absl::StrCat(k.name, ": ", ds.empty() ? none : absl::StrJoin(ds, ", ")));
   }
   return absl::StrJoin(parts, "; ");
 }

@@ -6,6 +6,11 @@
 // registry.cc (behind its build condition) with a `devices` probe and a `create`
 // factory; everything else (flags, the scheduler's CPU fallback, backend_ops,
 // the worker) picks it up by name.
+//
+// A kind that needs a shared library not every binary should depend on (hip:
+// libamdhip64 from ROCm) registers itself instead: its `register` library (alwayslink,
+// e.g. //libs/backend/hip:register) calls RegisterBackendKind from a static initializer,
+// so exactly the binaries that link it have the kind (//services/worker:worker_hip).
 #pragma once
 #include <functional>
 #include <memory>
@@ -26,21 +31,32 @@ struct BackendOptions {
 
 /// One backend kind compiled into this build.
 struct BackendKind {
-  std::string name;  // "cpu", "vulkan", "cuda"
+  std::string name;  // "cpu", "vulkan", "cuda", "hip"
   /// The devices present on this machine (empty when none, e.g. no Vulkan driver).
   std::function<std::vector<DeviceInfo>()> devices;
   /// Creates a backend on device opts.device (only called with a present index).
   std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendOptions&)> create;
+  /// Optional: why `devices` is empty ("hipGetDeviceCount: hipErrorNoDevice (...)"),
+  /// shown by DescribeDevices.
+  std::function<std::string()> why_none;
 };
 
-/// Every kind compiled in, "cpu" first.
+/// Every kind compiled in, "cpu" first, then "vulkan", "cuda", then the registered ones
+/// (RegisterBackendKind) in registration order.
 const std::vector<BackendKind>& BackendKinds();
+
+/// Adds a kind to BackendKinds(). For static initializers of kinds linked only into some
+/// binaries; must run before the first BackendKinds() call (before main). False, with an
+/// error logged, for a name already present or a registration after BackendKinds() was
+/// first used.
+bool RegisterBackendKind(BackendKind kind);
 
 /// Every device present, kind by kind.
 std::vector<DeviceInfo> ListDevices();
 
-/// One line per kind compiled in: its devices, or why it has none
-/// ("cpu: 0 CPU (AMD EPYC 7B13, avx2, 23.4 GiB); vulkan: none found").
+/// One line per kind compiled in: its devices, or that it has none (with the kind's
+/// reason when it gives one): "cpu: 0 CPU (AMD EPYC 7B13 (avx2), 23.4 GiB); vulkan: no
+/// device found; hip: no device found (hipGetDeviceCount: ...)".
 std::string DescribeDevices();
 
 /// Creates backend kind `name` on device opts.device. A device kind other than the CPU

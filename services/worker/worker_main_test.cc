@@ -345,6 +345,35 @@ TEST_F(WorkerMainTest, WaitsForALoaderThatStartsLater) {
   EXPECT_NE(gone->Stderr().find(absl::StrCat("127.0.0.1:", lport)), std::string::npos) << gone->Stderr();
 }
 
+// worker_hip is the worker plus the hip kind; the generic worker has no hip. Without an
+// AMD GPU, --backend hip exits 1 naming the kind and why it has no device.
+TEST_F(WorkerMainTest, OnlyWorkerHipHasTheHipBackend) {
+  auto plain = Spawn({"services/worker/worker", "--model_path=" + model_, "--port=0", "--metrics_port=-1",
+                      "--backend=hip"});
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->Wait(std::chrono::seconds(20)), 1) << plain->Stderr();
+  EXPECT_NE(plain->Stderr().find("unknown backend 'hip'"), std::string::npos) << plain->Stderr();
+  auto hip = Spawn({"services/worker/worker_hip", "--model_path=" + model_, "--port=0", "--metrics_port=-1",
+                    "--threads=1", "--n_ctx=256", "--backend=hip", "--device=7"});
+  ASSERT_NE(hip, nullptr);
+  EXPECT_EQ(hip->Wait(std::chrono::seconds(30)), 1) << hip->Stderr();
+  EXPECT_NE(hip->Stderr().find("--backend hip: backend hip has no device 7"), std::string::npos) << hip->Stderr();
+  EXPECT_NE(hip->Stderr().find("; hip: "), std::string::npos) << hip->Stderr();
+  // And it serves on the CPU like the generic worker.
+  auto cpu = Spawn({"services/worker/worker_hip", "--model_path=" + model_, "--host=127.0.0.1", "--port=0",
+                    "--metrics_port=-1", "--threads=1", "--n_ctx=256", "--max_sequences=2"});
+  ASSERT_NE(cpu, nullptr);
+  const int port = ReadPort(cpu->out, "worker listening on ");
+  ASSERT_GT(port, 0) << cpu->Stderr();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::WorkerInfo info;
+  ASSERT_TRUE(Connect(port)->Info(&ctx, v1::WorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.backend(), "cpu");
+  ASSERT_EQ(::kill(cpu->pid, SIGTERM), 0);
+  EXPECT_EQ(cpu->Wait(std::chrono::seconds(20)), 0) << cpu->Stderr();
+}
+
 TEST_F(WorkerMainTest, BadFlagsExitWithAMessageNamingTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{}, "--model_path"},

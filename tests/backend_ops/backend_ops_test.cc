@@ -5,8 +5,16 @@
 // mean squared error, NMSE = sum((a - b)^2) / sum(b^2), against a per-op threshold
 // written below. Backends compiled in but without a device here are skipped by name.
 // Prints a table op x backend: cases passed / run and the worst NMSE.
+//
+// backend_ops_test has the kinds of the generic binaries (cpu, vulkan, cuda);
+// backend_ops_hip_test is this file linked with the hip kind (//libs/backend/hip:register)
+// and compiled with HERD_BACKEND_OPS_HIP_ONLY: it tests hip alone (the others are
+// backend_ops_test's) and skips, naming it, without an AMD GPU. The environment variable
+// HERD_BACKEND_OPS_BACKENDS=kind,kind,... (or "all") overrides the selection.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,6 +24,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 #include "libs/backend/cpu_backend.h"
@@ -307,14 +317,30 @@ std::vector<Case> Cases() {
   return cs;
 }
 
-// The backends under test: every present device of every kind, uncombined (no
+// The kinds selected (empty: all): HERD_BACKEND_OPS_BACKENDS, else the build's default.
+std::vector<std::string> SelectedKinds() {
+  const char* env = std::getenv("HERD_BACKEND_OPS_BACKENDS");
+#ifdef HERD_BACKEND_OPS_HIP_ONLY
+  std::string want = "hip";
+#else
+  std::string want = "all";
+#endif
+  if (env != nullptr && *env != '\0') want = env;
+  if (want == "all") return {};
+  return absl::StrSplit(want, ',', absl::SkipEmpty());
+}
+
+// The backends under test: every present device of every selected kind, uncombined (no
 // scheduler: a device must compute the ops itself); "cpu" is the best ISA here.
 std::vector<std::pair<std::string, std::unique_ptr<Backend>>> PresentBackends(std::vector<std::string>* skipped) {
   std::vector<std::pair<std::string, std::unique_ptr<Backend>>> out;
+  const std::vector<std::string> selected = SelectedKinds();
   for (const BackendKind& k : BackendKinds()) {
+    if (!selected.empty() && std::find(selected.begin(), selected.end(), k.name) == selected.end()) continue;
     const std::vector<DeviceInfo> devs = k.devices();
     if (devs.empty()) {
-      skipped->push_back(k.name);
+      const std::string why = k.why_none ? k.why_none() : "";
+      skipped->push_back(absl::StrCat(k.name, ": no device here", why.empty() ? "" : absl::StrCat(" (", why, ")")));
       continue;
     }
     for (const DeviceInfo& d : devs) {
@@ -337,7 +363,11 @@ TEST(BackendOpsTest, EveryOpOnEveryBackendMatchesTheCpuReference) {
   CpuBackend reference(1, Isa::kScalar);
   std::vector<std::string> skipped;
   auto backends = PresentBackends(&skipped);
-  for (const std::string& s : skipped) std::printf("backend %s: no device here, skipped\n", s.c_str());
+  for (const std::string& s : skipped) std::printf("backend %s, skipped\n", s.c_str());
+  if (backends.empty() && !SelectedKinds().empty()) {
+    GTEST_SKIP() << "no device for the selected backend(s) " << absl::StrJoin(SelectedKinds(), ",")
+                 << " here; skipped: " << absl::StrJoin(skipped, "; ");
+  }
   ASSERT_FALSE(backends.empty());
   const std::vector<Case> cases = Cases();
   struct Row {

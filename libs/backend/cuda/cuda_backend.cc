@@ -1,4 +1,14 @@
+// The CUDA backend, and from the same source the HIP backend: //libs/backend/hip
+// compiles this file with HERD_HIP defined (gpu_compat.h maps the CUDA runtime names to
+// HIP's). The build differences are confined to the "Build" block below (names, the
+// public entry points at the end) and to cuBLAS (HERD_GPU_HAS_BLAS: CUDA only).
+#include "libs/backend/cuda/gpu_compat.h"
+
+#if HERD_GPU_HIP
+#include "libs/backend/hip/hip_backend.h"
+#else
 #include "libs/backend/cuda/cuda_backend.h"
+#endif
 
 #include <dlfcn.h>
 
@@ -11,10 +21,13 @@
 #include <string>
 #include <utility>
 
+#if HERD_GPU_HAS_BLAS
 #include <cublas_v2.h>
-#include <cuda_runtime_api.h>
+#endif
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 #include "libs/backend/cuda/kernels.h"
 #include "libs/base/log.h"
@@ -23,7 +36,21 @@
 namespace herd {
 namespace {
 
+// ---------------------------------------------------------------------------
+// Build: CUDA (backend "cuda", devices CUDA0...) or HIP (backend "hip", devices HIP0...).
+#if HERD_GPU_HIP
+constexpr char kKind[] = "hip";
+constexpr char kDevicePrefix[] = "HIP";
+static_assert(kHipMatVecMaxCols == cuda::kMatVecMaxCols, "one mat-vec limit");
+struct GpuOptions {
+  bool use_cublas = false;  // no BLAS library in the HIP build
+};
+#else
+constexpr char kKind[] = "cuda";
+constexpr char kDevicePrefix[] = "CUDA";
 static_assert(kCudaMatVecMaxCols == cuda::kMatVecMaxCols, "one mat-vec limit");
+using GpuOptions = CudaBackendOptions;
+#endif
 
 using cuda::DevTensor;
 using cuda::WType;
@@ -39,10 +66,20 @@ constexpr size_t kStagingMax = size_t{512} << 20;
 
 size_t RoundUp(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
-// A failed CUDA call as a status naming it; clears the (non-sticky) error state.
+// The runtime call named in a message ("cudaMalloc (mul_mat scratch)"), as the HIP
+// build really calls it ("hipMalloc (mul_mat scratch)"; gpu_compat.h's mapping).
+std::string ApiCall(absl::string_view call) {
+  if (!HERD_GPU_HIP || !absl::ConsumePrefix(&call, "cuda")) return std::string(call);
+  if (absl::ConsumePrefix(&call, "HostAlloc")) return absl::StrCat("hipHostMalloc", call);
+  if (absl::ConsumePrefix(&call, "FreeHost")) return absl::StrCat("hipHostFree", call);
+  return absl::StrCat("hip", call);
+}
+
+// A failed CUDA (HIP) call as a status naming it; clears the (non-sticky) error state.
 absl::Status CudaError(const char* call, cudaError_t e) {
-  cudaGetLastError();
-  const std::string msg = absl::StrCat(call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  (void)cudaGetLastError();
+  const std::string msg =
+      absl::StrCat(ApiCall(call), " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
   if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
   return absl::UnavailableError(msg);
 }
@@ -54,7 +91,10 @@ absl::Status CudaError(const char* call, cudaError_t e) {
   } while (0)
 
 // ---------------------------------------------------------------------------
-// cuBLAS through dlopen (binaries must run where it is not installed).
+// cuBLAS through dlopen (binaries must run where it is not installed). The HIP build has
+// none (no hipBLAS / rocBLAS in Debian 12): Cublas is empty there and LoadCublas never
+// runs, so batched products take the tiled kernel.
+#if HERD_GPU_HAS_BLAS
 
 // cublasGemmEx with a cublasComputeType_t (the header also declares a C++ overload).
 using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
@@ -108,6 +148,10 @@ const Cublas* LoadCublas() {
   }();
   return loaded;
 }
+#else
+struct Cublas {};
+using cublasHandle_t = void*;
+#endif  // HERD_GPU_HAS_BLAS
 
 // ---------------------------------------------------------------------------
 // Devices.
@@ -121,11 +165,11 @@ Probe ProbeDevices() {
   Probe p;
   const cudaError_t e = cudaGetDeviceCount(&p.count);
   if (e != cudaSuccess) {
-    cudaGetLastError();
+    (void)cudaGetLastError();
     p.count = 0;
-    p.reason = absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+    p.reason = absl::StrCat(ApiCall("cudaGetDeviceCount"), ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
   } else if (p.count == 0) {
-    p.reason = "cudaGetDeviceCount: no CUDA device";
+    p.reason = absl::StrCat(ApiCall("cudaGetDeviceCount"), ": no ", HERD_GPU_API, " device");
   }
   return p;
 }
@@ -134,10 +178,14 @@ absl::StatusOr<DeviceInfo> MakeDeviceInfo(int index) {
   cudaDeviceProp prop;
   HERD_CUDA_RETURN_IF_ERROR("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, index));
   DeviceInfo d;
-  d.backend = "cuda";
+  d.backend = kKind;
   d.index = index;
-  d.name = absl::StrCat("CUDA", index);
+  d.name = absl::StrCat(kDevicePrefix, index);
+#if HERD_GPU_HIP
+  d.description = absl::StrCat(prop.name, " (", prop.gcnArchName, ")");  // "... (gfx90a:sramecc+:xnack-)"
+#else
   d.description = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");
+#endif
   d.memory_total = prop.totalGlobalMem;
   d.memory_free = 0;
   d.host_visible = false;
@@ -170,7 +218,7 @@ class CudaBuffer : public Buffer {
     // cudaFree waits for work using the memory.
     if (cudaSetDevice(type_->device()) != cudaSuccess || cudaFree(dev_) != cudaSuccess) {
       const cudaError_t e = cudaGetLastError();
-      HERD_LOG(Error) << "CUDA buffer free: " << cudaGetErrorName(e);
+      HERD_LOG(Error) << HERD_GPU_API " buffer free: " << cudaGetErrorName(e);
     }
   }
   BufferType* type() const override { return type_.get(); }
@@ -182,7 +230,7 @@ class CudaBuffer : public Buffer {
     if (e == cudaSuccess) e = cudaMemsetAsync(dev_, value, size_, nullptr);
     if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
     if (e != cudaSuccess) {
-      HERD_LOG(Error) << "CUDA buffer clear: " << CudaError("cudaMemsetAsync", e);
+      HERD_LOG(Error) << HERD_GPU_API " buffer clear: " << CudaError("cudaMemsetAsync", e);
     }
   }
   uint8_t* dev() const { return static_cast<uint8_t*>(dev_); }
@@ -198,8 +246,8 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBufferType::Allocate(size_t size) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, std::max(RoundUp(size, kAlignment), kAlignment));
   if (e != cudaSuccess) {
-    cudaGetLastError();
-    const std::string msg = absl::StrCat("cudaMalloc of ", size, " bytes on ", name_, " failed: ", cudaGetErrorName(e),
+    (void)cudaGetLastError();
+    const std::string msg = absl::StrCat(ApiCall("cudaMalloc"), " of ", size, " bytes on ", name_, " failed: ", cudaGetErrorName(e),
                                          " (", cudaGetErrorString(e), ")");
     if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
     return absl::UnavailableError(msg);
@@ -288,7 +336,7 @@ class CudaBackend : public Backend {
  public:
   CudaBackend(DeviceInfo info, std::shared_ptr<CudaBufferType> buft) : info_(std::move(info)), buft_(std::move(buft)) {}
   ~CudaBackend() override;
-  absl::Status Init(const CudaBackendOptions& opts);
+  absl::Status Init(const GpuOptions& opts);
 
   std::string name() const override { return info_.name; }
   DeviceInfo device() const override;
@@ -346,12 +394,13 @@ class CudaBackend : public Backend {
   std::vector<PendingGet> pending_;
 };
 
-absl::Status CudaBackend::Init(const CudaBackendOptions& opts) {
+absl::Status CudaBackend::Init(const GpuOptions& opts) {
   HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
   HERD_CUDA_RETURN_IF_ERROR("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   HERD_CUDA_RETURN_IF_ERROR("cudaMalloc", cudaMalloc(reinterpret_cast<void**>(&err_dev_), sizeof(unsigned)));
   HERD_CUDA_RETURN_IF_ERROR("cudaHostAlloc",
                             cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(unsigned), cudaHostAllocDefault));
+#if HERD_GPU_HAS_BLAS
   const char* env = std::getenv("HERD_CUDA_NO_CUBLAS");
   const bool want = opts.use_cublas && !(env != nullptr && std::strcmp(env, "1") == 0);
   if (want) {
@@ -368,22 +417,27 @@ absl::Status CudaBackend::Init(const CudaBackendOptions& opts) {
       }
     }
   }
+#else
+  (void)opts;
+#endif
   return absl::OkStatus();
 }
 
 CudaBackend::~CudaBackend() {
   std::lock_guard<std::mutex> lock(mu_);
   if (cudaSetDevice(dev()) != cudaSuccess) return;
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   pending_.clear();
   scratch_.reset();
+#if HERD_GPU_HAS_BLAS
   if (handle_ != nullptr && cublas_ != nullptr) cublas_->destroy(handle_);
-  if (work_ != nullptr) cudaFree(work_);
-  for (Staging& s : staging_) cudaFreeHost(s.p);
-  if (err_dev_ != nullptr) cudaFree(err_dev_);
-  if (err_host_ != nullptr) cudaFreeHost(err_host_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  cudaGetLastError();
+#endif
+  if (work_ != nullptr) (void)cudaFree(work_);
+  for (Staging& s : staging_) (void)cudaFreeHost(s.p);
+  if (err_dev_ != nullptr) (void)cudaFree(err_dev_);
+  if (err_host_ != nullptr) (void)cudaFreeHost(err_host_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  (void)cudaGetLastError();
 }
 
 DeviceInfo CudaBackend::device() const {
@@ -393,7 +447,7 @@ DeviceInfo CudaBackend::device() const {
     d.memory_free = free_b;
     d.memory_total = total_b;
   } else {
-    cudaGetLastError();
+    (void)cudaGetLastError();
   }
   return d;
 }
@@ -475,7 +529,7 @@ uint8_t* CudaBackend::StagingAlloc(size_t n) {
   if (total + size > kStagingMax) return nullptr;
   void* p = nullptr;
   if (cudaHostAlloc(&p, size, cudaHostAllocDefault) != cudaSuccess) {
-    cudaGetLastError();
+    (void)cudaGetLastError();
     return nullptr;
   }
   staging_.push_back(Staging{static_cast<uint8_t*>(p), size, n});
@@ -695,8 +749,8 @@ absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
   absl::StatusOr<DevTensor> dd = Dev(n, 4);
   if (!dd.ok()) return dd.status();
   const GemmPlan plan = PlanMulMat(n);
-  const int64_t K = w->ne[0], M = w->ne[1];
-  const int64_t ncols = x->ne[1] * x->ne[2] * x->ne[3];
+  [[maybe_unused]] const int64_t K = w->ne[0], M = w->ne[1];  // unused without BLAS
+  [[maybe_unused]] const int64_t ncols = x->ne[1] * x->ne[2] * x->ne[3];
   switch (plan.kind) {
     case GemmPlan::kMatVec:
       HERD_LAUNCH("mul_mat_vec", cuda::MulMatVec(wt, *dw, *dx, *dd, stream_));
@@ -704,6 +758,7 @@ absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
     case GemmPlan::kTiled:
       HERD_LAUNCH("mul_mat_tiled", cuda::MulMatTiled(wt, *dw, *dx, *dd, stream_));
       return absl::OkStatus();
+#if HERD_GPU_HAS_BLAS
     case GemmPlan::kSgemm: {
       const float* xp = reinterpret_cast<const float*>(dx->data);
       int64_t ldx = static_cast<int64_t>(x->nb[1] / sizeof(float));
@@ -744,6 +799,11 @@ absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
       }
       return absl::OkStatus();
     }
+#else
+    case GemmPlan::kSgemm:
+    case GemmPlan::kGemmEx:
+      break;  // never planned without a BLAS library
+#endif
   }
   return absl::InternalError("mul_mat: unknown plan");
 }
@@ -929,8 +989,8 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
     s = Encode(n);
     if (!s.ok()) {
       // Let what was queued finish before the caller touches the memory again.
-      cudaStreamSynchronize(stream_);
-      cudaGetLastError();
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaGetLastError();
       return absl::Status(s.code(), absl::StrCat(OpName(n->op), " '", n->name, "': ", s.message()));
     }
   }
@@ -948,9 +1008,7 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-std::vector<DeviceInfo> CudaDevices() {
+std::vector<DeviceInfo> GpuDevices() {
   std::vector<DeviceInfo> out;
   const Probe p = ProbeDevices();
   for (int i = 0; i < p.count; ++i) {
@@ -960,12 +1018,10 @@ std::vector<DeviceInfo> CudaDevices() {
   return out;
 }
 
-std::string CudaUnavailableReason() { return ProbeDevices().reason; }
-
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, const CudaBackendOptions& opts) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateGpuBackend(int device, const GpuOptions& opts) {
   const Probe p = ProbeDevices();
   if (device < 0 || device >= p.count) {
-    return absl::NotFoundError(absl::StrCat("no CUDA device ", device, " (", p.count, " found",
+    return absl::NotFoundError(absl::StrCat("no ", HERD_GPU_API, " device ", device, " (", p.count, " found",
                                             p.reason.empty() ? "" : absl::StrCat("; ", p.reason), ")"));
   }
   absl::StatusOr<DeviceInfo> info = MakeDeviceInfo(device);
@@ -977,9 +1033,31 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, const Cud
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+}  // namespace
+
+#if HERD_GPU_HIP
+
+std::vector<DeviceInfo> HipDevices() { return GpuDevices(); }
+
+std::string HipUnavailableReason() { return ProbeDevices().reason; }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateHipBackend(int device) { return CreateGpuBackend(device, GpuOptions()); }
+
+#else
+
+std::vector<DeviceInfo> CudaDevices() { return GpuDevices(); }
+
+std::string CudaUnavailableReason() { return ProbeDevices().reason; }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, const CudaBackendOptions& opts) {
+  return CreateGpuBackend(device, opts);
+}
+
 bool CudaBackendUsesCublas(const Backend* backend) {
   const auto* b = dynamic_cast<const CudaBackend*>(backend);
   return b != nullptr && b->uses_cublas();
 }
+
+#endif  // HERD_GPU_HIP
 
 }  // namespace herd

@@ -1,5 +1,7 @@
 // The CUDA compute backend: kernels compiled by nvcc (libs/backend/cuda/*.cu, sm_90
 // SASS plus compute_90 PTX; tools/cuda.bzl) on NVIDIA GPUs.
+// The same sources are the HIP backend (libs/backend/hip/hip_backend.h; gpu_compat.h maps
+// the CUDA runtime names to HIP's): what follows holds for both unless it says cuBLAS.
 //
 // Running without CUDA: the CUDA runtime is linked statically and loads the driver
 // (libcuda.so.1) itself, so binaries start on machines without one; CudaDevices() is

@@ -4,7 +4,15 @@
 // libs/backend/vulkan/vulkan_backend_test.cc). Batched products run both through cuBLAS
 // (when libcublas.so.13 is present) and through the built-in tiled kernel. Skips, saying
 // why, when there is no CUDA device (no driver, or none present).
+//
+// The same file tests the HIP backend (//libs/backend/hip:hip_backend_test compiles it
+// with HERD_HIP: no BLAS there, so every product runs on the backend's own kernels;
+// skips without an AMD GPU).
+#if defined(HERD_HIP)
+#include "libs/backend/hip/hip_backend.h"
+#else
 #include "libs/backend/cuda/cuda_backend.h"
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -28,6 +36,31 @@ namespace herd {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The build under test.
+#if defined(HERD_HIP)
+constexpr char kKind[] = "hip";
+constexpr char kDevice0[] = "HIP0";
+constexpr char kApi[] = "HIP";
+std::vector<DeviceInfo> GpuDevices() { return HipDevices(); }
+std::string GpuUnavailableReason() { return HipUnavailableReason(); }
+absl::StatusOr<std::unique_ptr<Backend>> CreateGpu(int device, bool /*use_blas*/) { return CreateHipBackend(device); }
+bool UsesBlas(const Backend* /*backend*/) { return false; }
+constexpr char kBlasName[] = "BLAS";
+#else
+constexpr char kKind[] = "cuda";
+constexpr char kDevice0[] = "CUDA0";
+constexpr char kApi[] = "CUDA";
+std::vector<DeviceInfo> GpuDevices() { return CudaDevices(); }
+std::string GpuUnavailableReason() { return CudaUnavailableReason(); }
+absl::StatusOr<std::unique_ptr<Backend>> CreateGpu(int device, bool use_blas) {
+  CudaBackendOptions o;
+  o.use_cublas = use_blas;
+  return CreateCudaBackend(device, o);
+}
+bool UsesBlas(const Backend* backend) { return CudaBackendUsesCublas(backend); }
+constexpr char kBlasName[] = "cuBLAS";
+#endif
 
 // Thresholds.
 constexpr double kExact = 1e-7;     // F32 ops that agree to float rounding
@@ -165,18 +198,16 @@ struct Row {
 class CudaBackendTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    devices_ = new std::vector<DeviceInfo>(CudaDevices());
+    devices_ = new std::vector<DeviceInfo>(GpuDevices());
     if (devices_->empty()) return;
-    absl::StatusOr<std::unique_ptr<Backend>> be = CreateCudaBackend(0);
+    absl::StatusOr<std::unique_ptr<Backend>> be = CreateGpu(0, true);
     ASSERT_TRUE(be.ok()) << be.status();
     cuda_ = be->release();
-    CudaBackendOptions no_blas;
-    no_blas.use_cublas = false;
-    be = CreateCudaBackend(0, no_blas);
+    be = CreateGpu(0, false);
     ASSERT_TRUE(be.ok()) << be.status();
     tiled_ = be->release();
-    std::printf("CUDA device: %s; cuBLAS %s\n", (*devices_)[0].description.c_str(),
-                CudaBackendUsesCublas(cuda_) ? "loaded" : "not available (tiled kernel only)");
+    std::printf("%s device: %s; %s %s\n", kApi, (*devices_)[0].description.c_str(), kBlasName,
+                UsesBlas(cuda_) ? "loaded" : "not available (tiled kernel only)");
     cpu_ = new CpuBackend(2);
     rows_ = new std::vector<Row>();
   }
@@ -204,7 +235,8 @@ class CudaBackendTest : public ::testing::Test {
   }
   void SetUp() override {
     if (devices_->empty()) {
-      GTEST_SKIP() << "no CUDA device (" << CudaUnavailableReason() << "): the CUDA backend is not tested";
+      GTEST_SKIP() << "no " << kApi << " device (" << GpuUnavailableReason() << "): the " << kApi
+                   << " backend is not tested";
     }
     ASSERT_NE(cuda_, nullptr);
   }
@@ -217,7 +249,7 @@ class CudaBackendTest : public ::testing::Test {
     absl::StatusOr<std::vector<float>> want = RunOn(cpu_, fn, placed);
     ASSERT_TRUE(want.ok()) << want.status();
     std::vector<std::pair<Backend*, std::string>> runs = {{cuda_, ""}};
-    if (both && CudaBackendUsesCublas(cuda_)) {
+    if (both && UsesBlas(cuda_)) {
       runs[0].second = " cublas";
       runs.push_back({tiled_, " tiled"});
     }
@@ -225,7 +257,7 @@ class CudaBackendTest : public ::testing::Test {
       absl::StatusOr<std::vector<float>> got = RunOn(be, fn, placed);
       ASSERT_TRUE(got.ok()) << got.status() << label;
       ASSERT_EQ(got->size(), want->size());
-      for (float v : *got) ASSERT_FALSE(std::isnan(v)) << "NaN in the CUDA result" << label;
+      for (float v : *got) ASSERT_FALSE(std::isnan(v)) << "NaN in the " << kApi << " result" << label;
       const double e = Nmse(*got, *want);
       rows_->push_back({op, type, shape + label, e, limit});
       EXPECT_LE(e, limit) << label;
@@ -257,13 +289,13 @@ std::string Shape(std::initializer_list<int64_t> ne) {
 
 TEST_F(CudaBackendTest, DeviceInfo) {
   const DeviceInfo& d = (*devices_)[0];
-  EXPECT_EQ(d.backend, "cuda");
+  EXPECT_EQ(d.backend, kKind);
   EXPECT_EQ(d.index, 0);
-  EXPECT_EQ(d.name, "CUDA0");
+  EXPECT_EQ(d.name, kDevice0);
   EXPECT_FALSE(d.description.empty());
   EXPECT_GT(d.memory_total, 0u);
   EXPECT_FALSE(d.host_visible);
-  EXPECT_EQ(cuda_->name(), "CUDA0");
+  EXPECT_EQ(cuda_->name(), kDevice0);
   EXPECT_EQ(cuda_->device().description, d.description);
   EXPECT_GT(cuda_->device().memory_free, 0u);  // cudaMemGetInfo
   EXPECT_FALSE(cuda_->default_buffer_type()->is_host());
@@ -272,8 +304,24 @@ TEST_F(CudaBackendTest, DeviceInfo) {
 }
 
 TEST_F(CudaBackendTest, MissingDeviceIsNotFound) {
-  absl::StatusOr<std::unique_ptr<Backend>> be = CreateCudaBackend(static_cast<int>(devices_->size()) + 5);
+  absl::StatusOr<std::unique_ptr<Backend>> be = CreateGpu(static_cast<int>(devices_->size()) + 5, true);
   EXPECT_EQ(be.status().code(), absl::StatusCode::kNotFound) << be.status();
+}
+
+// Runs on every machine: with no device (no driver, no GPU) the runtime still loads and
+// creating a backend is NOT_FOUND with the reason, never a crash.
+TEST(CudaBackendNoDeviceTest, CreatingAMissingDeviceIsNotFound) {
+  const std::vector<DeviceInfo> devs = GpuDevices();
+  const int missing = static_cast<int>(devs.size());
+  absl::StatusOr<std::unique_ptr<Backend>> be = CreateGpu(missing, true);
+  ASSERT_EQ(be.status().code(), absl::StatusCode::kNotFound) << be.status();
+  EXPECT_NE(be.status().message().find(std::string("no ") + kApi + " device " + std::to_string(missing)),
+            std::string::npos)
+      << be.status();
+  if (devs.empty()) {
+    EXPECT_FALSE(GpuUnavailableReason().empty());
+    std::printf("no %s device here: %s\n", kApi, std::string(be.status().message()).c_str());
+  }
 }
 
 TEST_F(CudaBackendTest, TransfersRoundTrip) {

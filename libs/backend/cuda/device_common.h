@@ -16,13 +16,14 @@
 #pragma once
 #include <cstdint>
 
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
+#include "libs/backend/cuda/gpu_compat.h"
 #include "libs/backend/cuda/kernels.h"
 
 namespace herd::cuda {
+inline namespace HERD_GPU_ABI {
 
+// Lanes of a warp as the kernels use them: 32 on NVIDIA and on AMD, where it is half a
+// 64-lane wavefront (gpu_compat.h, "Warp size"); every shuffle is 32 wide.
 constexpr int kWarp = 32;
 
 __device__ __forceinline__ uint32_t LdU16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
@@ -156,12 +157,12 @@ __device__ __forceinline__ uint8_t* RowPtr(const DevTensor& t, int64_t r) {
 template <typename F>
 __device__ __forceinline__ float WarpReduce(float v, F op) {
 #pragma unroll
-  for (int o = kWarp / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  for (int o = kWarp / 2; o > 0; o >>= 1) v = op(v, HERD_SHFL_XOR(v, o, kWarp));
   return v;
 }
 __device__ __forceinline__ double WarpSumD(double v) {
 #pragma unroll
-  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += HERD_SHFL_XOR(v, o, kWarp);
   return v;
 }
 
@@ -211,4 +212,5 @@ inline unsigned GridFor(int64_t n, int threads) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > (1 << 20) ? (1 << 20) : b));
 }
 
+}  // namespace HERD_GPU_ABI
 }  // namespace herd::cuda

@@ -1,6 +1,8 @@
-// Host-side launchers of herd's CUDA kernels (libs/backend/cuda/*.cu, compiled by
-// nvcc through tools/cuda.bzl), called by cuda_backend.cc. This header is plain C++:
-// it is included by nvcc-compiled and by gcc-compiled code.
+// Host-side launchers of herd's GPU kernels (libs/backend/cuda/*.cu, compiled by nvcc
+// through tools/cuda.bzl, or as HIP by hipcc through tools/hip.bzl for
+// //libs/backend/hip), called by cuda_backend.cc. This header is plain C++: it is
+// included by nvcc- / hipcc-compiled and by gcc-compiled code. CUDA names map to HIP's
+// in the HIP build (gpu_compat.h).
 //
 // Conventions (ggml's): a tensor is ne[0..3] elements, ne[0] innermost, with byte
 // strides nb[0..3]; rows (ne[0] elements) are contiguous for F32/F16/I32 (nb[0] is the
@@ -11,9 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <cuda_runtime_api.h>
+#include "libs/backend/cuda/gpu_compat.h"
 
 namespace herd::cuda {
+inline namespace HERD_GPU_ABI {  // cuda_rt or hip_rt: both builds link into one binary
 
 /// One tensor as the kernels see it: the device address of element (0, 0, 0, 0), the
 /// shape in ggml order and the byte strides.
@@ -80,8 +83,8 @@ cudaError_t DequantizeToF16(WType t, const DevTensor& w, void* out, cudaStream_t
 cudaError_t PackRows(const DevTensor& x, bool to_f16, void* out, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------
-// kernels_ops.cu (element-wise and row ops; compiled with --fmad=false so that float
-// expressions round as the CPU backend's)
+// kernels_ops.cu (element-wise and row ops; compiled with --fmad=false, or
+// -ffp-contract=off by hipcc, so that float expressions round as the CPU backend's)
 
 enum class UnaryOp : int {
   kScale = 0,  // x * f0
@@ -130,4 +133,5 @@ cudaError_t SetRows(const DevTensor& dst, bool dst_f16, const DevTensor& src, co
 cudaError_t FlashAttn(const DevTensor& q, const DevTensor& k, const DevTensor& v, const DevTensor* mask,
                       const DevTensor& out, bool kv_f16, float scale, const Alibi& alibi, cudaStream_t stream);
 
+}  // namespace HERD_GPU_ABI
 }  // namespace herd::cuda

@@ -7,13 +7,11 @@
 // e^(M_old - M) when M grows, as ggml-cuda fattn-vec and ggml-cpu flash_attn_ext_f16
 // keep it) and each thread accumulates its own output dimensions over the chunk's V
 // rows (coalesced across threads).
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include "libs/backend/cuda/device_common.h"
 #include "libs/backend/cuda/kernels.h"
 
 namespace herd::cuda {
+inline namespace HERD_GPU_ABI {
 namespace {
 
 constexpr int kThreads = 128;
@@ -124,4 +122,5 @@ cudaError_t FlashAttn(const DevTensor& q, const DevTensor& k, const DevTensor& v
   return cudaGetLastError();
 }
 
+}  // namespace HERD_GPU_ABI
 }  // namespace herd::cuda

@@ -1,13 +1,12 @@
 // Element-wise and row kernels (launchers declared in libs/backend/cuda/kernels.h).
-// Built with --fmad=false: every float expression rounds as the CPU backend's
+// Built with --fmad=false (nvcc) / -ffp-contract=off (hipcc): every float expression
+// rounds as the CPU backend's
 // (libs/kernels/cpu/ops.cc, compiled without FMA contraction).
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include "libs/backend/cuda/device_common.h"
 #include "libs/backend/cuda/kernels.h"
 
 namespace herd::cuda {
+inline namespace HERD_GPU_ABI {
 namespace {
 
 constexpr int kThreads = 256;
@@ -275,4 +274,5 @@ cudaError_t SetRows(const DevTensor& dst, bool dst_f16, const DevTensor& src, co
   return cudaGetLastError();
 }
 
+}  // namespace HERD_GPU_ABI
 }  // namespace herd::cuda

@@ -1,12 +1,10 @@
 // get_rows and mul_mat kernels for F32 / F16 / Q4_0 / Q8_0 / Q4_K / Q6_K sources
 // (launchers declared in libs/backend/cuda/kernels.h).
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include "libs/backend/cuda/device_common.h"
 #include "libs/backend/cuda/kernels.h"
 
 namespace herd::cuda {
+inline namespace HERD_GPU_ABI {
 namespace {
 
 // ---------------------------------------------------------------------------
@@ -319,4 +317,5 @@ cudaError_t PackRows(const DevTensor& x, bool to_f16, void* out, cudaStream_t st
   return cudaGetLastError();
 }
 
+}  // namespace HERD_GPU_ABI
 }  // namespace herd::cuda
