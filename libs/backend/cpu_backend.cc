@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/kernels/cpu/kernels.h"
+#include "libs/base/fp16.h"
 #include "libs/kernels/cpu/model_ops.h"
 #include "libs/tensor/graph_alloc.h"
 #include "libs/tensor/quants.h"
@@ -540,6 +541,9 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   cpu::VecDotFn dot = cpu::GetVecDot(kt, (kt == GgmlType::F16 && q->ne[0] < 64) ? Isa::kScalar : isa_);
   if (dot == nullptr) return absl::UnimplementedError("flash_attn_ext: no vec_dot for K type");
   const size_t q_row = GgmlRowSize(kt, hd);
+  if (kt == GgmlType::F16 && v->type == GgmlType::F16 && k->nb[1] == q_row && v->nb[1] == q_row) {
+    return FlashAttnF16(n, dot);
+  }
   const int64_t n_work = n_tokens * n_head;
   pool_.Run([&](int ith, int nth) {
     std::vector<float> scores(static_cast<size_t>(n_kv));
@@ -577,13 +581,15 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
       float mx = -std::numeric_limits<float>::infinity();
       // K rows are nb[2] apart and in decode mostly not cached: request them ahead.
       const size_t k_row_bytes = GgmlRowSize(kt, hd);
+      // Far enough ahead to cover a DRAM miss (a decode's K/V rows are rarely cached).
+      constexpr int64_t kAheadK = 24;
       const auto prefetch_k = [&](int64_t i) {
         const uint8_t* p = k->row(hk, vis[static_cast<size_t>(i)]);
         for (size_t b = 0; b < k_row_bytes; b += 64) __builtin_prefetch(p + b);
       };
-      for (int64_t i = 0; i < 8 && i < n_vis; ++i) prefetch_k(i);
+      for (int64_t i = 0; i < kAheadK && i < n_vis; ++i) prefetch_k(i);
       for (int64_t i = 0; i < n_vis; ++i) {
-        if (i + 8 < n_vis) prefetch_k(i + 8);
+        if (i + kAheadK < n_vis) prefetch_k(i + kAheadK);
         const int64_t c = vis[static_cast<size_t>(i)];
         const float mv = mrow ? slope * mrow[c] : 0.0f;
         float s;
@@ -619,6 +625,117 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
       }
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+    }
+  });
+  return absl::OkStatus();
+}
+
+// F16 K and V (the KV cache's default), llama.cpp's F16 one_chunk numerics: token-major.
+// A work item is one token and a group of KV heads; it walks the token's visible cells
+// once for all heads of the group, so each cell's K (then V) rows of those heads are
+// read as one contiguous run instead of one 2*hd-byte piece per head visit (decode
+// attention is bound by these reads). For every head the operations and their order
+// are those of FlashAttnF16VRowIdx over the same cells: results are bit-identical.
+absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
+  Tensor* q = n->src[0];
+  Tensor* k = n->src[1];
+  Tensor* v = n->src[2];
+  Tensor* mask = n->src[3];
+  const float scale = n->f_params[0];
+  const float max_bias = n->f_params[1];
+  const int64_t hd = q->ne[0];
+  const int64_t n_head = q->ne[1];
+  const int64_t n_tokens = q->ne[2];
+  const int64_t n_kv = k->ne[2];
+  const int64_t n_head_kv = k->ne[1];
+  const int64_t gqa = n_head / n_head_kv;
+  const size_t q_row = GgmlRowSize(GgmlType::F16, hd);
+  // Enough work items for every thread even for one token (groups of KV heads).
+  const int64_t nth_pool = pool_.size();
+  const int64_t n_groups = std::min<int64_t>(n_head_kv, std::max<int64_t>(1, (4 * nth_pool + n_tokens - 1) / n_tokens));
+  const int64_t n_work = n_tokens * n_groups;
+  constexpr int64_t kAhead = 6;  // cells prefetched ahead (each a run of heads x 2*hd bytes)
+  const float ninf = -std::numeric_limits<float>::infinity();
+  pool_.Run([&](int ith, int nth) {
+    std::vector<int32_t> vis;
+    vis.reserve(static_cast<size_t>(n_kv));
+    int64_t vis_t = -1;
+    std::vector<uint8_t> qconv;
+    std::vector<float> scores, M, S, slope;
+    std::vector<uint16_t> vkq16;
+    int64_t w0, w1;
+    SplitRange(n_work, ith, nth, &w0, &w1);
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t t = w / n_groups;
+      const int64_t g = w % n_groups;
+      const int64_t hk0 = g * n_head_kv / n_groups, hk1 = (g + 1) * n_head_kv / n_groups;
+      const int64_t h0 = hk0 * gqa, nh = (hk1 - hk0) * gqa;
+      const float* mrow = mask ? F32Row(mask, t) : nullptr;
+      if (t != vis_t) {
+        vis.clear();
+        for (int64_t c = 0; c < n_kv; ++c) {
+          if (mrow == nullptr || mrow[c] != ninf) vis.push_back(static_cast<int32_t>(c));
+        }
+        vis_t = t;
+      }
+      const int64_t n_vis = static_cast<int64_t>(vis.size());
+      qconv.resize(static_cast<size_t>(nh) * q_row + 64);
+      scores.resize(static_cast<size_t>(nh * std::max<int64_t>(1, n_vis)));
+      slope.resize(static_cast<size_t>(nh));
+      for (int64_t j = 0; j < nh; ++j) {
+        cpu::FromFloat(GgmlType::F16, F32Row(q, h0 + j, t), qconv.data() + j * q_row, hd, isa_);
+        slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(h0 + j), static_cast<int>(n_head), max_bias);
+      }
+      // The heads [hk0, hk1) of one cell are contiguous (nb[1] == 2*hd).
+      const size_t run = static_cast<size_t>(hk1 - hk0) * q_row;
+      const auto prefetch = [&](const Tensor* kv, int64_t i) {
+        const uint8_t* p = kv->row(hk0, vis[static_cast<size_t>(i)]);
+        for (size_t b = 0; b < run; b += 64) __builtin_prefetch(p + b);
+      };
+      for (int64_t i = 0; i < kAhead && i < n_vis; ++i) prefetch(k, i);
+      for (int64_t i = 0; i < n_vis; ++i) {
+        if (i + kAhead < n_vis) prefetch(k, i + kAhead);
+        const int64_t c = vis[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < nh; ++j) {
+          const int64_t hk = (h0 + j) / gqa;
+          float s;
+          dot(hd, &s, k->row(hk, c), qconv.data() + j * q_row);
+          const float mv = mrow ? slope[static_cast<size_t>(j)] * mrow[c] : 0.0f;
+          scores[static_cast<size_t>(j * n_vis + i)] = s * scale + mv;
+        }
+      }
+      M.assign(static_cast<size_t>(nh), ninf);
+      S.assign(static_cast<size_t>(nh), 0.0f);
+      vkq16.assign(static_cast<size_t>(nh * hd), 0);
+      for (int64_t i = 0; i < kAhead && i < n_vis; ++i) prefetch(v, i);
+      for (int64_t i = 0; i < n_vis; ++i) {
+        if (i + kAhead < n_vis) prefetch(v, i + kAhead);
+        const int64_t c = vis[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < nh; ++j) {
+          const float s = scores[static_cast<size_t>(j * n_vis + i)];
+          if (s == ninf) continue;
+          uint16_t* acc = vkq16.data() + j * hd;
+          float& Mj = M[static_cast<size_t>(j)];
+          const float Mold = Mj;
+          float ms = 1.0f, vs = 1.0f;
+          if (s > Mj) {
+            Mj = s;
+            ms = std::exp(Mold - Mj);
+            cpu::ScaleF16(acc, ms, hd);
+          } else {
+            vs = std::exp(s - Mj);
+          }
+          cpu::MadF16(reinterpret_cast<const uint16_t*>(v->row((h0 + j) / gqa, c)), vs, acc, hd);
+          S[static_cast<size_t>(j)] = std::fma(S[static_cast<size_t>(j)], ms, vs);
+        }
+      }
+      for (int64_t j = 0; j < nh; ++j) {
+        const float Sj = S[static_cast<size_t>(j)];
+        const float s_inv = Sj == 0.0f ? 0.0f : 1.0f / Sj;
+        float* out = F32Row(n, h0 + j, t);
+        const uint16_t* acc = vkq16.data() + j * hd;
+        for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(acc[d]) * s_inv;
+      }
     }
   });
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "libs/backend/backend.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/thread_pool.h"
+#include "libs/kernels/cpu/kernels.h"
 
 namespace herd {
 
@@ -52,6 +53,7 @@ class CpuBackend : public Backend {
   absl::Status ComputeNode(Tensor* node);
   absl::Status ComputeMulMat(Tensor* node);
   absl::Status ComputeFlashAttn(Tensor* node);
+  absl::Status FlashAttnF16(Tensor* node, cpu::VecDotFn dot);
   uint8_t* Work(size_t bytes);  // shared scratch for one op (reallocated as needed)
 
   ThreadPool pool_;

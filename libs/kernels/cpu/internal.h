@@ -9,6 +9,9 @@
 
 namespace herd::cpu::internal {
 
+/// = cpu::kGemmMinRows (kernels.h; kernels.cc checks they agree), for the SIMD units.
+inline constexpr int64_t kGemmMinRows = 12;
+
 // Weight types with dot-product kernels (index into IsaKernels tables).
 enum WType {
   kWF32 = 0,

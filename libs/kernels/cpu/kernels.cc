@@ -11,6 +11,8 @@
 
 namespace herd::cpu {
 
+static_assert(kGemmMinRows == internal::kGemmMinRows, "kernels.h and internal.h disagree");
+
 using internal::IsaKernels;
 using internal::kNumWTypes;
 

@@ -19,7 +19,7 @@
 //    GetVecDot(w, isa)(W_i, A_j) bit-for-bit (results never depend on how the caller
 //    splits the tiles).
 //  * One exception, the AVX2 batched path for Q4_0 and Q8_0 weights: a MulMatTile call
-//    with j1 - j0 >= kGemmMinRows (8) activation rows runs an 8-row interleaved kernel
+//    with j1 - j0 >= kGemmMinRows (12) activation rows runs an 8-row interleaved kernel
 //    (fewer rows: the per-call repacking would cost more than it saves) whose per-output
 //    order is the scalar reference's (exact int32 block sums, sumf += float(sumi) *
 //    (dx*dy) in block order, multiply and add rounded separately), so every output
@@ -37,6 +37,12 @@
 #include "libs/gguf/ggml_type.h"
 
 namespace herd::cpu {
+
+/// Fewest activation rows of a MulMatTile call for the AVX2 batched Q4_0/Q8_0/F16 paths
+/// (see the numerics contract above). Measured with bench/llama_bench --tests bd on
+/// llama-110m Q4_0, 2 threads: 8 rows ran at 215 tok/s batched vs 260 through the
+/// single-row tiles, 16 rows at 309 vs 259 (the batched path repacks weights per call).
+inline constexpr int64_t kGemmMinRows = 12;
 
 /// Activation format a weight type's dot product consumes (ggml type_traits_cpu[].vec_dot_type):
 /// F32->F32, F16->F16, BF16->BF16; Q4_0, Q5_0, Q8_0, IQ4_NL -> Q8_0; Q4_1, Q5_1 -> Q8_1;

@@ -468,8 +468,8 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
               dot(s.k, &same_isa, w.row(i), a.row(j));
               ref(s.k, &want, w.row(i), a.row(j));
               // Bit-exact with this ISA's vec_dot, whatever the tile shape; AVX2's batched
-              // Q4_0/Q8_0 kernel (8+ activation rows) follows the scalar reference instead.
-              const bool scalar_order = isa == Isa::kAvx2 && r[3] - r[2] >= 8 &&
+              // Q4_0/Q8_0 kernel (kGemmMinRows+ activation rows) follows the scalar reference.
+              const bool scalar_order = isa == Isa::kAvx2 && r[3] - r[2] >= kGemmMinRows &&
                                         (wt == GgmlType::Q4_0 || wt == GgmlType::Q8_0);
               if (scalar_order) same_isa = want;
               ASSERT_EQ(got, same_isa) << Name(wt, isa) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i

@@ -213,7 +213,7 @@ void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_
   float M = -std::numeric_limits<float>::infinity();
   // V rows are v_stride apart and (in decode) rarely still cached: request them a few
   // rows ahead so their misses overlap instead of serialising the F16 accumulator chain.
-  constexpr int64_t kAhead = 8;
+  constexpr int64_t kAhead = 24;
   const size_t row_bytes = static_cast<size_t>(hd) * 2;
   const auto prefetch_row = [&](int64_t c) {
     const uint8_t* p = v + static_cast<size_t>(c) * v_stride;
@@ -245,7 +245,7 @@ void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, con
   for (int64_t d = 0; d < hd; ++d) vkq16[d] = 0;
   float S = 0.0f;
   float M = -std::numeric_limits<float>::infinity();
-  constexpr int64_t kAhead = 8;
+  constexpr int64_t kAhead = 24;
   const size_t row_bytes = static_cast<size_t>(hd) * 2;
   const auto prefetch_row = [&](int64_t i) {
     const uint8_t* p = v + static_cast<size_t>(idx[i]) * v_stride;
