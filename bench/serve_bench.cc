@@ -80,6 +80,8 @@ ABSL_FLAG(std::string, server, "", "HOST:PORT of a running OpenAI-compatible ser
 ABSL_FLAG(std::string, server_model, "", "model name to request with --server (default: the model's file name)");
 ABSL_FLAG(int, timeout_s, 600, "per-request limit in seconds (no byte for this long, or the whole request)");
 ABSL_FLAG(bool, verbose, false, "forward the services' logs to stderr");
+ABSL_FLAG(std::vector<std::string>, worker_flags, {},
+          "extra flags for the worker, comma-separated (e.g. --worker_flags=--n_batch=256,--prefix_cache=false)");
 
 namespace herd::bench {
 namespace {
@@ -467,6 +469,7 @@ int Main() {
     o.n_ctx = absl::GetFlag(FLAGS_ctx);
     o.max_sequences = max_seqs;
     o.extra_worker_flags = {"--kv_type=f16"};  // herd up's default -ctk
+    for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) o.extra_worker_flags.push_back(f);
     o.restart = false;                         // a crash is an error here, not a restart
     o.quiet = !absl::GetFlag(FLAGS_verbose);
     std::fprintf(stderr, "serve_bench: starting loader, %d worker(s) (-t %d, --max-seqs %d, -c %lld), gateway\n",

@@ -458,12 +458,17 @@ std::vector<Work> Core::PlanLocked() {
     plan.push_back(std::move(w));
   }
   if (n > 0) rr = (rr + 1) % n;
+  const int64_t prefill_budget =
+      active.size() > 1 && cfg.max_prefill_tokens > 0 ? std::min<int64_t>(budget, cfg.max_prefill_tokens) : budget;
+  int64_t prefill_used = 0;
   for (const auto& s : active) {
     if (s->PrefillDone()) continue;
-    const int64_t want = std::min<int64_t>(s->PrefillRemaining(), budget - used);
+    const int64_t want =
+        std::min<int64_t>({s->PrefillRemaining(), budget - used, prefill_budget - prefill_used});
     (void)EnsureFreeCellsLocked(used + want);  // evicts cached prefixes; never preempts for prefill
     const int64_t chunk = std::min<int64_t>(want, engine->kv().n_free() - used);
     if (chunk <= 0) break;
+    prefill_used += chunk;
     Work w;
     w.s = s;
     w.prefill = true;
@@ -820,6 +825,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   if (n_ctx_seq < 1 || n_ctx_seq > n_ctx) {
     return absl::InvalidArgumentError(
         absl::StrCat("n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "] (0: n_ctx)"));
+  }
+  if (config.max_prefill_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_prefill_tokens: ", config.max_prefill_tokens, " must be >= 0"));
   }
   if (config.max_cached_prefixes < 0) {
     return absl::InvalidArgumentError(

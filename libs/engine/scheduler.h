@@ -158,6 +158,11 @@ struct SchedulerConfig {
   bool prefix_cache = true;
   /// Most cached prefixes kept (>= 0; least recently used dropped first).
   int32_t max_cached_prefixes = 64;
+  /// Most prompt tokens one iteration prefills while more than one sequence is active
+  /// (0 = n_batch): prompts that arrive together are prefilled over several iterations,
+  /// so the first of them start streaming sooner and running streams keep their pace
+  /// (vLLM's chunked-prefill token budget). A sequence alone prefills n_batch at a time.
+  int32_t max_prefill_tokens = 256;
   /// Most sequences waiting for admission under QueuePolicy::kWait (>= 0).
   int32_t max_queue = 64;
   QueuePolicy queue_policy = QueuePolicy::kWait;

@@ -55,6 +55,9 @@ ABSL_FLAG(int, max_sequences, 8,
 ABSL_FLAG(bool, prefix_cache, true,
           "Keep ended sequences' KV cells and reuse them for prompts sharing a prefix (evicted when room is needed).");
 ABSL_FLAG(int, max_cached_prefixes, 64, "Most cached prompt prefixes kept (least recently used dropped first).");
+ABSL_FLAG(int, max_prefill_tokens, 256,
+          "Most prompt tokens one forward pass prefills while several sequences are active (0 = n_batch): prompts "
+          "arriving together start streaming sooner.");
 ABSL_FLAG(int, max_queue, 64, "Most sequences waiting for admission with --queue_policy=wait.");
 ABSL_FLAG(std::string, queue_policy, "wait",
           "When every slot is busy: wait (FIFO queue of --max_queue) or reject (RESOURCE_EXHAUSTED).");
@@ -173,6 +176,7 @@ int main(int argc, char** argv) {
   sc.n_ctx_seq = n_ctx_seq;
   sc.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   sc.max_cached_prefixes = absl::GetFlag(FLAGS_max_cached_prefixes);
+  sc.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   sc.max_queue = max_queue;
   sc.queue_policy = policy == "reject" ? herd::engine::QueuePolicy::kReject : herd::engine::QueuePolicy::kWait;
   sc.max_draft = absl::GetFlag(FLAGS_max_draft);
