@@ -1004,7 +1004,14 @@ bool WriteAll(int fd, const void* p, size_t n) {
 }
 }  // namespace
 
-absl::Status GgufWriter::WriteFile(const std::string& path) const {
+absl::Status GgufWriter::WriteFile(const std::string& path) const { return Write(path, nullptr); }
+
+absl::Status GgufWriter::WriteFileStreaming(const std::string& path, const TensorFiller& fill) const {
+  if (!fill) return absl::InvalidArgumentError(absl::StrCat(path, ": WriteFileStreaming without a filler"));
+  return Write(path, &fill);
+}
+
+absl::Status GgufWriter::Write(const std::string& path, const TensorFiller* fill) const {
   if (version_ != 2 && version_ != 3) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": GGUF version ", version_, " cannot be written (2 or 3)"));
   }
@@ -1031,8 +1038,20 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
   };
   if (!WriteAll(fd, header.data(), header.size())) return fail("write");
   static const char kZeros[kMaxAlignment] = {};
-  for (const PendingTensor& t : tensors_) {
-    if (!WriteAll(fd, t.data, t.nbytes)) return fail("write");
+  std::vector<uint8_t> filled;  // WriteFileStreaming: the current tensor's bytes
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const PendingTensor& t = tensors_[i];
+    const void* data = t.data;
+    if (fill != nullptr) {
+      filled.resize(t.nbytes);
+      if (absl::Status s = (*fill)(i, filled.data()); !s.ok()) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return s;
+      }
+      data = filled.data();
+    }
+    if (!WriteAll(fd, data, t.nbytes)) return fail("write");
     const size_t pad = AlignUp(t.nbytes, alignment_) - t.nbytes;
     if (pad > 0 && !WriteAll(fd, kZeros, pad)) return fail("write");
   }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -244,6 +245,15 @@ class GgufWriter {
   /// Errors: INVALID_ARGUMENT for a version other than 2/3 or a bad general.alignment;
   /// NOT_FOUND / PERMISSION_DENIED / INTERNAL (naming the path, errno text) for I/O.
   absl::Status WriteFile(const std::string& path) const;
+  /// Fills the `nbytes` bytes of tensor `index` (insertion order) at `dst`.
+  using TensorFiller = std::function<absl::Status(size_t index, uint8_t* dst)>;
+  /// WriteFile for files larger than memory: each tensor's bytes come from `fill`, called
+  /// once per tensor in insertion order with a buffer of that tensor's size (reused, so
+  /// at most the largest tensor is held), and the data pointers given to AddTensor are
+  /// not read (any non-null pointer). The same bytes as WriteFile would write with data
+  /// pointers to what `fill` produces. An error of `fill` is returned as it is, and
+  /// nothing is left on any failure.
+  absl::Status WriteFileStreaming(const std::string& path, const TensorFiller& fill) const;
   /// The whole file image: header, key/values, tensor infos, zero padding to the
   /// alignment, then each tensor's data at offsets assigned in insertion order, each
   /// followed by zero padding to the alignment (ggml gguf_write_out / gguf-py).
@@ -260,6 +270,8 @@ class GgufWriter {
   /// Header, key/values, tensor infos (offsets assigned in order, each tensor's data
   /// padded to the alignment) and the zero padding before the data section.
   std::string HeaderBytes() const;
+  /// WriteFile (fill == nullptr: the tensors' own data) or WriteFileStreaming.
+  absl::Status Write(const std::string& path, const TensorFiller* fill) const;
 
   uint32_t version_;
   uint32_t alignment_ = 32;

@@ -224,5 +224,44 @@ TEST(GgufWriter, WriteFileErrorsLeaveNothing) {
   EXPECT_EQ(*(*f)->GetUint32("k"), 1u);
 }
 
+TEST(GgufWriter, WriteFileStreamingMatchesWriteFile) {
+  const std::string dir = TempDir();
+  // Two tensors of different sizes (the second smaller: the fill buffer is reused) and
+  // odd sizes (padding after each).
+  std::vector<float> a(37), b(5);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
+  GgufWriter w;
+  w.SetValue("general.name", Value::String("streamed"));
+  ASSERT_TRUE(w.AddTensor("a", GgmlType::F32, {37}, a.data(), a.size() * 4).ok());
+  ASSERT_TRUE(w.AddTensor("b", GgmlType::F32, {5}, b.data(), b.size() * 4).ok());
+  ASSERT_TRUE(w.WriteFile(dir + "/whole.gguf").ok());
+  static const uint8_t kUnread = 0;  // WriteFileStreaming never reads AddTensor's pointers
+  GgufWriter s;
+  s.SetValue("general.name", Value::String("streamed"));
+  ASSERT_TRUE(s.AddTensor("a", GgmlType::F32, {37}, &kUnread, a.size() * 4).ok());
+  ASSERT_TRUE(s.AddTensor("b", GgmlType::F32, {5}, &kUnread, b.size() * 4).ok());
+  std::vector<size_t> calls;
+  ASSERT_TRUE(s.WriteFileStreaming(dir + "/streamed.gguf", [&](size_t i, uint8_t* dst) {
+                 calls.push_back(i);
+                 const std::vector<float>& src = i == 0 ? a : b;
+                 std::memcpy(dst, src.data(), src.size() * 4);
+                 return absl::OkStatus();
+               }).ok());
+  EXPECT_EQ(calls, (std::vector<size_t>{0, 1}));
+  absl::StatusOr<std::string> x = ReadFileToString(dir + "/whole.gguf");
+  absl::StatusOr<std::string> y = ReadFileToString(dir + "/streamed.gguf");
+  ASSERT_TRUE(x.ok() && y.ok());
+  EXPECT_TRUE(*x == *y);
+  // A failing filler: its status, and no file (nor temp file) left.
+  absl::Status st = s.WriteFileStreaming(dir + "/failed.gguf", [](size_t i, uint8_t*) {
+    return i == 1 ? absl::CancelledError("stop") : absl::OkStatus();
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(ListPrefix(dir, "failed.gguf").empty());
+  EXPECT_EQ(s.WriteFileStreaming(dir + "/nofill.gguf", nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ListPrefix(dir, "nofill.gguf").empty());
+}
+
 }  // namespace
 }  // namespace herd::gguf
