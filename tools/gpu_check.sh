@@ -6,7 +6,7 @@
 #                             # library `ldd` lists (but glibc's and the C++ runtime, which
 #                             # the target's newer system has), the Vulkan loader package
 #                             # and the test data, as one .gpu/herd-gpu.tar.xz (git-ignored,
-#                             # ~30 MiB: the device tool carries at most 64 MiB)
+#                             # ~33 MiB: the device tool carries at most 64 MiB)
 #   tools/gpu_check.sh pack amd   # the same plus what the HIP runtime opens at run time
 #                             # (libamd_comgr.so.2 with LLVM 15: larger), for an AMD machine
 #                             # without ROCm 5's comgr installed
@@ -14,13 +14,17 @@
 #                             # every backend present, the Vulkan, CUDA and HIP unit tests, the
 #                             # greedy checks (engine, reference models, a CPU + Vulkan cluster,
 #                             # the reference models on hip), then llama_bench on each device
-#                             # backend this machine has; exit status 0 when all pass
+#                             # backend this machine has, then gpu_bench (random-weight 7B:
+#                             # pp512, tg128, batched decode, decode as a fraction of the
+#                             # bandwidth) on cuda / hip where that device is; exit status 0
+#                             # when all pass
 #
 # With the device tool: run(command="bash tools/gpu_check.sh run", carry=[".gpu"],
 # timeout_s=600). `run` also works here (lavapipe; GPU_CHECK_BACKENDS=vulkan to benchmark
 # it), which is how the packing is tested.
 # A new GPU backend adds its test binaries to TESTS, its name to BACKENDS and its device
-# test to has_device (and, for a kind only some binaries link, its bench to bench_for).
+# test to has_device (and, for a kind only some binaries link, its bench to bench_for), and
+# to GPU_BENCH_BACKENDS (with gpu_bench_for) to be benchmarked by gpu_bench.
 # CUDA: the binaries link the CUDA runtime statically and need only the target's driver;
 # cuBLAS (dlopen'ed, ~600 MiB with cuBLASLt) is not packed, so unless the target has
 # libcublas.so.13 batched products run on the backend's own tiled kernel (the unit test
@@ -30,6 +34,17 @@
 # only: on other AMD GPUs the HIP runtime refuses to start the HIP binaries.
 # GPU_CHECK_TYPES=q4_0 narrows the benchmark (default f16,q8_0,q4_0).
 # GPU_CHECK_BACKENDS="hip vulkan" picks the benchmarked backends (default: has_device).
+# Time: the device tool gives one command at most 600 s, and the whole run must fit in
+# ~10 minutes on an H200, so gpu_bench gets what is left of GPU_CHECK_SECONDS (default 540)
+# after the tests and llama_bench, less 30 s for a step in flight, as its --max_seconds
+# (it starts nothing new once that is spent and lists what it skipped), and runs only when
+# 60 s or more are left. By default it runs 7B Q4_0 alone (3.6 GiB, written on the
+# machine first; estimated from this machine's writer speed at ~10-20 s on 16 cores and
+# about a minute with its tests, not yet timed on the H200): GPU_CHECK_GPU_BENCH_MODELS=
+# "tinyllama-1.1b,7b" and GPU_CHECK_GPU_BENCH_TYPES=q4_0,f16 widen it (7B F16 writes
+# 12.6 GiB first: ask for it only in a run with time to spare), GPU_CHECK_GPU_BENCH=0
+# skips it. Its peak column is 4500 GB/s on cuda (the H200's measured 4.50 TB/s) and
+# absent on hip, unless GPU_CHECK_PEAK_GBPS says otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.gpu                                  # what travels: herd-gpu.tar.xz
@@ -48,10 +63,13 @@ TESTS=(
   tests/conformance/backends_hip_test
 )
 BINARIES=(services/loader/loader services/worker/worker services/gateway/gateway tools/herd/herd bench/llama_bench
-          bench/llama_bench_hip)
+          bench/llama_bench_hip bench/gpu_bench bench/gpu_bench_hip)
+GPU_BENCH_BACKENDS=(cuda hip)              # where gpu_bench runs (when has_device)
 
-# The llama_bench binary that has a backend kind (hip is linked only into *_hip binaries).
+# The llama_bench / gpu_bench binary that has a backend kind (hip is linked only into
+# *_hip binaries).
 bench_for() { if [[ "$1" == hip ]]; then echo bench/llama_bench_hip; else echo bench/llama_bench; fi; }
+gpu_bench_for() { if [[ "$1" == hip ]]; then echo bench/gpu_bench_hip; else echo bench/gpu_bench; fi; }
 
 # Whether this machine has a device for a backend (which llama_bench runs). NVIDIA: cuda
 # and vulkan (the driver's ICD); AMD: hip (/dev/kfd, the amdgpu kernel driver).
@@ -151,6 +169,22 @@ run() {
     "$PACK/bin/$(bench_for "$b")" --backend "$b" --model llama-110m --types "${GPU_CHECK_TYPES:-f16,q8_0,q4_0}" \
       --threads 4 --reps 2 \
       || { echo "FAILED: llama_bench --backend $b"; failed=1; }
+  done
+  for b in "${GPU_BENCH_BACKENDS[@]}"; do
+    [[ "${GPU_CHECK_GPU_BENCH:-1}" == 0 ]] && { echo "=== gpu_bench: skipped (GPU_CHECK_GPU_BENCH=0)"; break; }
+    has_device "$b" || { echo "=== gpu_bench --backend $b: skipped (no $b device here)"; continue; }
+    local left=$(( ${GPU_CHECK_SECONDS:-540} - SECONDS ))
+    if (( left < 60 )); then
+      echo "=== gpu_bench --backend $b: skipped (${left} s left of GPU_CHECK_SECONDS=${GPU_CHECK_SECONDS:-540})"
+      continue
+    fi
+    local peak="${GPU_CHECK_PEAK_GBPS:-}"
+    [[ -n "$peak" ]] || { [[ "$b" == cuda ]] && peak=4500 || peak=0; }
+    echo "=== gpu_bench --backend $b (--max_seconds $((left - 30)))"
+    "$PACK/bin/$(gpu_bench_for "$b")" --backend "$b" --models "${GPU_CHECK_GPU_BENCH_MODELS:-7b}" \
+      --types "${GPU_CHECK_GPU_BENCH_TYPES:-q4_0}" --reps 3 --threads 4 --peak_gbps "$peak" \
+      --max_seconds $((left - 30)) --cache_dir "${TMPDIR:-/tmp}/herd-bench" \
+      || { echo "FAILED: gpu_bench --backend $b"; failed=1; }
   done
   echo "gpu_check: $([[ $failed -eq 0 ]] && echo passed || echo FAILED)"
   return $failed
