@@ -1,12 +1,19 @@
 #include "bench/bench_models.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 #include "libs/base/thread_pool.h"
 #include "libs/gguf/gguf.h"
@@ -173,6 +180,43 @@ absl::Status WriteModel(const Shape& s, GgmlType wtype, const std::string& path,
     });
     return absl::OkStatus();
   });
+}
+
+std::string DefaultCacheDir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') return absl::StrCat(x, "/herd-bench");
+  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/') return absl::StrCat(h, "/.cache/herd-bench");
+  return "/tmp/herd-bench";
+}
+
+absl::StatusOr<std::string> CachedModel(const Shape& s, GgmlType wtype, const std::string& cache_dir,
+                                        const std::string& vocab_path, bool* reused) {
+  *reused = false;
+  struct stat vs;
+  if (::stat(vocab_path.c_str(), &vs) != 0) {
+    return absl::NotFoundError(absl::StrCat("vocab ", vocab_path, ": ", std::strerror(errno)));
+  }
+  const std::string dir = cache_dir + "/models";
+  std::string cur;
+  for (absl::string_view part : absl::StrSplit(dir, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&cur, "/", part);
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("mkdir ", cur, ": ", std::strerror(errno)));
+    }
+  }
+  const std::string path = absl::StrCat(dir, "/", s.name, "-", absl::AsciiStrToLower(GgmlTypeName(wtype)), ".gguf");
+  constexpr char kStampKey[] = "herd.bench.recipe";
+  // What the bytes depend on: this file's recipe (v1), the shape, the type, the vocab.
+  const std::string stamp = absl::StrCat("v1 ", s.name, " ", GgmlTypeName(wtype), " vocab ",
+                                         vocab_path.substr(vocab_path.rfind('/') + 1), " ", vs.st_size);
+  if (auto f = gguf::GgufFile::Open(path); f.ok()) {
+    auto got = (*f)->GetString(kStampKey);
+    if (got.ok() && *got == stamp) {
+      *reused = true;
+      return path;
+    }
+  }
+  if (absl::Status st = WriteModel(s, wtype, path, vocab_path, kStampKey, stamp); !st.ok()) return st;
+  return path;
 }
 
 }  // namespace herd::bench

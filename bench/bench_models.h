@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 #include "libs/gguf/ggml_type.h"
 
@@ -50,5 +51,15 @@ absl::Status WriteModel(const Shape& s, GgmlType wtype, const std::string& path,
 /// Bytes of tensor data WriteModel writes for (s, wtype), alignment padding included
 /// (the file adds its header: metadata, tensor table, and the vocabulary if copied).
 uint64_t ModelDataBytes(const Shape& s, GgmlType wtype);
+
+/// The first of $XDG_CACHE_HOME/herd-bench, ~/.cache/herd-bench, /tmp/herd-bench.
+std::string DefaultCacheDir();
+/// CACHE_DIR/models/<shape>-<type>.gguf (type in lower case, e.g. llama-110m-q4_0.gguf)
+/// with `vocab_path`'s tokenizer (so llama.cpp loads it too), written unless a file with
+/// the same recipe stamp (the herd.bench.recipe key: recipe version, shape, type, vocab
+/// name and size) is there already; *reused says which. Creates the directories.
+/// Errors: NOT_FOUND for a missing vocab; WriteModel's.
+absl::StatusOr<std::string> CachedModel(const Shape& s, GgmlType wtype, const std::string& cache_dir,
+                                        const std::string& vocab_path, bool* reused);
 
 }  // namespace herd::bench

@@ -7,9 +7,13 @@
 //   //bench:llama_bench_hip is the same with --backend hip (AMD GPUs, ROCm's runtime linked).
 // pp512 = one 512-token prompt; bd = batched decode at B = 1..32 sequences (see ExtraTests).
 // Like llama-quantize, a Q4_0 model keeps its output tensor (token_embd when tied) in Q6_K.
+// With ../shared's Llama-2 vocabulary present the models are written once into
+// [--cache_dir, default ~/.cache/herd-bench]/models/<model>-<type>.gguf (path printed on
+// stderr), the files serve_bench uses and llama.cpp's llama-bench loads.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <random>
@@ -120,6 +124,7 @@ int main(int argc, char** argv) {
   std::string model = "llama-110m", types = "f16,q8_0,q4_0", threads = "1,2", backend_name = "cpu";
   std::string tests = "pp,tg";
   int reps = 3;
+  std::string cache_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--model") model = argv[i + 1];
@@ -128,6 +133,7 @@ int main(int argc, char** argv) {
     if (a == "--backend") backend_name = argv[i + 1];
     if (a == "--reps") reps = std::atoi(argv[i + 1]);
     if (a == "--tests") tests = argv[i + 1];
+    if (a == "--cache_dir") cache_dir = argv[i + 1];
   }
   const bench::Shape* shape = bench::FindShape(model);
   if (shape == nullptr) {
@@ -149,12 +155,28 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown type %s\n", std::string(tname).c_str());
       return 2;
     }
-    const std::string path = absl::StrCat("/tmp/herd-bench-", model, "-", tname, ".gguf");
-    absl::Status st = bench::WriteModel(*shape, wt, path);
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-      return 1;
+    // With ../shared's Llama-2 vocabulary the file is cached (shared with serve_bench)
+    // and llama.cpp's llama-bench loads the same file for a same-run comparison.
+    std::string path;
+    const char* env = std::getenv("HERD_SHARED");
+    const std::string vocab = std::string(env && *env ? env : "../shared") + "/models/vocab/ggml-vocab-llama-spm.gguf";
+    if (std::ifstream(vocab).good()) {
+      bool reused = false;
+      absl::StatusOr<std::string> p =
+          bench::CachedModel(*shape, wt, cache_dir.empty() ? bench::DefaultCacheDir() : cache_dir, vocab, &reused);
+      if (!p.ok()) {
+        std::fprintf(stderr, "%s\n", p.status().ToString().c_str());
+        return 1;
+      }
+      path = *p;
+    } else {
+      path = absl::StrCat("/tmp/herd-bench-", model, "-", tname, ".gguf");
+      if (absl::Status st = bench::WriteModel(*shape, wt, path); !st.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+        return 1;
+      }
     }
+    std::fprintf(stderr, "llama_bench: %s\n", path.c_str());
     auto m = model::Model::Load(path);
     if (!m.ok()) {
       std::fprintf(stderr, "%s\n", std::string(m.status().message()).c_str());

@@ -354,24 +354,11 @@ Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atom
 
 std::string CacheDir() {
   if (!absl::GetFlag(FLAGS_cache_dir).empty()) return absl::GetFlag(FLAGS_cache_dir);
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') return absl::StrCat(x, "/herd-bench");
-  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/') return absl::StrCat(h, "/.cache/herd-bench");
-  return "/tmp/herd-bench";
+  return DefaultCacheDir();
 }
 
-bool MakeDirs(const std::string& path) {
-  std::string cur;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&cur, "/", part);
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
-  }
-  return true;
-}
-
-constexpr char kStampKey[] = "herd.bench.recipe";
-
-// The model GGUF in DIR/models/NAME.gguf, written unless a file with the same recipe
-// stamp is there already. Returns its models dir and name.
+// The model GGUF in DIR/models/NAME.gguf (bench_models CachedModel: written unless the
+// same recipe is there already). Returns its models dir and name.
 absl::Status PrepareModel(const std::string& shared, std::string* models_dir, std::string* name) {
   const Shape* shape = FindShape(absl::GetFlag(FLAGS_model));
   if (shape == nullptr) {
@@ -385,25 +372,14 @@ absl::Status PrepareModel(const std::string& shared, std::string* models_dir, st
     if (shared.empty()) return absl::NotFoundError("../shared not found: set HERD_SHARED or pass --vocab");
     vocab = shared + "/models/vocab/ggml-vocab-llama-spm.gguf";
   }
-  struct stat vs;
-  if (::stat(vocab.c_str(), &vs) != 0) return absl::NotFoundError(absl::StrCat("vocab ", vocab, ": ", std::strerror(errno)));
-  *models_dir = CacheDir() + "/models";
-  if (!MakeDirs(*models_dir)) return absl::InternalError(absl::StrCat("mkdir ", *models_dir, ": ", std::strerror(errno)));
-  *name = absl::StrCat(shape->name, "-", type);
-  const std::string path = absl::StrCat(*models_dir, "/", *name, ".gguf");
-  // What the bytes depend on: bench_models' recipe (v1), the shape, the type, the vocab.
-  const std::string stamp = absl::StrCat("v1 ", shape->name, " ", GgmlTypeName(wt), " vocab ",
-                                         vocab.substr(vocab.rfind('/') + 1), " ", vs.st_size);
-  if (auto f = gguf::GgufFile::Open(path); f.ok()) {
-    auto got = (*f)->GetString(kStampKey);
-    if (got.ok() && *got == stamp) {
-      std::fprintf(stderr, "serve_bench: reusing %s\n", path.c_str());
-      return absl::OkStatus();
-    }
-  }
-  std::fprintf(stderr, "serve_bench: writing %s (random weights, vocab %s; reused next time)\n", path.c_str(),
+  bool reused = false;
+  std::fprintf(stderr, "serve_bench: model in %s/models (random weights, vocab %s; written once)\n", CacheDir().c_str(),
                vocab.c_str());
-  return WriteModel(*shape, wt, path, vocab, kStampKey, stamp);
+  absl::StatusOr<std::string> path = CachedModel(*shape, wt, CacheDir(), vocab, &reused);
+  if (!path.ok()) return path.status();
+  *models_dir = path->substr(0, path->rfind('/'));
+  *name = absl::StrCat(shape->name, "-", absl::AsciiStrToLower(GgmlTypeName(wt)));
+  return absl::OkStatus();
 }
 
 std::string ReadFile(const std::string& path) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -98,6 +99,14 @@ class Backend {
   /// device), naming the call.
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
 
+  /// Called once a model's weights are in memory this backend uses and will not change:
+  /// a backend may attach a layout its kernels prefer (Tensor::extra; ggml's "extra"
+  /// buffer types such as the CPU repack). Errors: RESOURCE_EXHAUSTED when the memory
+  /// for it cannot be had. The default does nothing.
+  virtual absl::Status PrepareWeights(const std::vector<Tensor*>& weights) {
+    (void)weights;
+    return absl::OkStatus();
+  }
   /// Whether this backend can compute `node` (its op, types and shapes).
   virtual bool SupportsOp(const Tensor& node) const = 0;
   /// Computes every node of `ctx` in order. Leaves must have data in memory this backend

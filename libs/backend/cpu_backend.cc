@@ -120,7 +120,59 @@ float AlibiSlope(int h, int n_head, float max_bias) {
              : std::pow(m1, static_cast<float>(2 * (h - static_cast<int>(n_head_log2)) + 1));
 }
 
-CpuBackend::CpuBackend(int n_threads, Isa isa) : pool_(n_threads), isa_(isa) {}
+CpuBackend::CpuBackend(int n_threads, Isa isa, bool repack) : pool_(n_threads), isa_(isa), repack_(repack) {}
+
+namespace {
+
+// A weight's copy in cpu::PackWeights's layout (Tensor::extra). `src`, `type`, `k` and
+// `m` record what it was made from: a tensor placed elsewhere since is not served from it.
+struct CpuPackedWeight : TensorExtra {
+  GgmlType type = GgmlType::F32;
+  int64_t k = 0, m = 0;
+  const void* src = nullptr;
+  std::unique_ptr<uint8_t[], void (*)(void*)> data{nullptr, std::free};
+};
+
+const CpuPackedWeight* PackedFor(const Tensor* w) {
+  const auto* p = dynamic_cast<const CpuPackedWeight*>(w->extra.get());
+  if (p == nullptr || p->src != w->data || p->type != w->type || p->k != w->ne[0] || p->m != w->ne[1]) return nullptr;
+  return p;
+}
+
+}  // namespace
+
+absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
+  if (!repack_) return absl::OkStatus();
+  for (Tensor* t : weights) {
+    if (t->data == nullptr || !cpu::SupportsPacked(t->type, isa_) || t->ne[2] != 1 || t->ne[3] != 1 ||
+        t->ne[0] % 32 != 0 || t->ne[1] < cpu::kPackRows || t->name.find("embd") != std::string::npos ||
+        PackedFor(t) != nullptr) {
+      continue;
+    }
+    const int64_t k = t->ne[0], m = t->ne[1];
+    const size_t bytes = cpu::PackedWeightBytes(t->type, k, m);
+    auto packed = std::make_shared<CpuPackedWeight>();
+    packed->type = t->type;
+    packed->k = k;
+    packed->m = m;
+    packed->src = t->data;
+    packed->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (packed->data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("repacking weight '", t->name, "': cannot allocate ", bytes, " bytes"));
+    }
+    const int64_t panels = (m + cpu::kPackRows - 1) / cpu::kPackRows;
+    uint8_t* dst = packed->data.get();
+    pool_.Run([&](int ith, int nth) {
+      int64_t p0, p1;
+      SplitRange(panels, ith, nth, &p0, &p1);
+      cpu::PackWeights(t->type, k, m, t->data, t->nb[1], dst, p0, p1);
+    });
+    packed_bytes_ += bytes;
+    t->extra = std::move(packed);
+  }
+  return absl::OkStatus();
+}
 CpuBackend::~CpuBackend() = default;
 
 absl::Status CpuBackend::SetTensor(Tensor* t, const void* data, size_t offset, size_t size) {
@@ -130,6 +182,7 @@ absl::Status CpuBackend::SetTensor(Tensor* t, const void* data, size_t offset, s
                                               t->nbytes(), " bytes)"));
   }
   std::memcpy(static_cast<uint8_t*>(t->data) + offset, data, size);
+  t->extra.reset();  // a packed copy would be stale
   return absl::OkStatus();
 }
 
@@ -508,6 +561,18 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   float* dst = static_cast<float*>(n->data);
   const size_t dst_stride = static_cast<size_t>(m);
   const uint8_t* wdata = static_cast<const uint8_t*>(w->data);
+  if (const CpuPackedWeight* packed = cpu::SupportsPacked(w->type, isa_) ? PackedFor(w) : nullptr) {
+    // Rows split in whole 16-row pieces (two packed panels).
+    pool_.Run([&](int ith, int nth) {
+      const int64_t per = ((m + nth - 1) / nth + 15) / 16 * 16;
+      const int64_t r0 = std::min<int64_t>(m, per * ith);
+      const int64_t r1 = std::min<int64_t>(m, r0 + per);
+      if (r0 < r1) {
+        cpu::MulMatPacked(w->type, isa_, k, packed->data.get(), act, a_stride, dst, dst_stride, r0, r1, 0, cols);
+      }
+    });
+    return absl::OkStatus();
+  }
   // Weight rows split across threads; each thread makes one tile call over all columns
   // (the kernel does its own cache blocking and packs the activations once).
   pool_.Run([&](int ith, int nth) {

@@ -27,7 +27,8 @@ class CpuBackend : public Backend {
  public:
   /// n_threads >= 1 worker threads (the caller's thread counts as one).
   /// isa defaults to the best the CPU supports (BestIsa()).
-  explicit CpuBackend(int n_threads, Isa isa = BestIsa());
+  /// repack: whether PrepareWeights repacks weights (see there).
+  explicit CpuBackend(int n_threads, Isa isa = BestIsa(), bool repack = true);
   /// The host as a DeviceInfo (what device() returns), without creating a backend.
   static DeviceInfo HostDevice();
   ~CpuBackend() override;
@@ -41,6 +42,15 @@ class CpuBackend : public Backend {
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status CopyTensor(const Tensor* src, Tensor* dst) override;
+  /// Repacks every 2-D Q4_0 / Q8_0 weight that MulMat may read (not embeddings, which
+  /// GetRows reads) into cpu::PackWeights's 8-row panels, attached as Tensor::extra, so
+  /// matmuls of every batch size stream them without per-call repacking (llama.cpp's
+  /// CPU_REPACK buffer type). Needs an ISA with packed kernels (cpu::SupportsPacked) and
+  /// `repack`; otherwise nothing. The mapped originals are then not read by MulMat.
+  /// RESOURCE_EXHAUSTED when the copy cannot be allocated.
+  absl::Status PrepareWeights(const std::vector<Tensor*>& weights) override;
+  /// Bytes held by packed weight copies this backend made.
+  size_t packed_bytes() const { return packed_bytes_; }
   bool SupportsOp(const Tensor& node) const override;
   absl::Status GraphCompute(Graph& ctx) override;
 
@@ -58,6 +68,8 @@ class CpuBackend : public Backend {
 
   ThreadPool pool_;
   Isa isa_;
+  bool repack_;
+  size_t packed_bytes_ = 0;
   std::unique_ptr<uint8_t[], void (*)(void*)> arena_{nullptr, nullptr};
   size_t arena_size_ = 0;
   std::vector<uint8_t> work_;

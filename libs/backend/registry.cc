@@ -34,7 +34,7 @@ std::vector<BackendKind> MakeKinds() {
       [] { return std::vector<DeviceInfo>{CpuBackend::HostDevice()}; },
       [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
         if (o.n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads ", o.n_threads, " must be >= 1"));
-        return std::unique_ptr<Backend>(new CpuBackend(o.n_threads));
+        return std::unique_ptr<Backend>(new CpuBackend(o.n_threads, BestIsa(), o.repack));
       },
       nullptr});
   kinds.push_back(BackendKind{

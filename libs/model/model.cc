@@ -291,7 +291,7 @@ Tensor* Model::BuildForward(Graph& g, const ForwardInputs& in) const {
 absl::Status Model::PlaceWeights(Backend* backend) {
   BufferType* buft = backend->default_buffer_type();
   if (weights_buffer_ != nullptr) {
-    if (weights_buffer_->type() == buft) return absl::OkStatus();
+    if (weights_buffer_->type() == buft) return backend->PrepareWeights(weights_graph_.leaves());
     return absl::FailedPreconditionError(absl::StrCat("the weights of ", file_->path(), " are already in ",
                                                       weights_buffer_->type()->name(), " memory, not ",
                                                       buft->name()));
@@ -311,7 +311,7 @@ absl::Status Model::PlaceWeights(Backend* backend) {
     if (!b.ok()) return b.status();
     weights_buffer_ = *std::move(b);
     for (Tensor* t : leaves) t->buffer = weights_buffer_.get();
-    return absl::OkStatus();
+    return backend->PrepareWeights(leaves);
   }
   const size_t align = buft->alignment();
   size_t total = 0;
@@ -346,7 +346,7 @@ absl::Status Model::PlaceWeights(Backend* backend) {
     return s;
   }
   weights_buffer_ = std::move(buf);
-  return absl::OkStatus();
+  return backend->PrepareWeights(leaves);
 }
 
 }  // namespace herd::model

@@ -43,6 +43,13 @@ enum class Op : int {
 
 const char* OpName(Op op);
 
+/// Backend-specific data attached to a tensor (ggml_tensor::extra), e.g. the CPU
+/// backend's copy of a weight matrix repacked for its batched kernels. Owned by the
+/// tensor; a backend that finds one it did not make (dynamic_cast) ignores it.
+struct TensorExtra {
+  virtual ~TensorExtra() = default;
+};
+
 /// A tensor header. Data lives in a Buffer (or, for mmapped weights, in the file).
 struct Tensor {
   GgmlType type = GgmlType::F32;
@@ -59,6 +66,9 @@ struct Tensor {
   std::string name;
   bool is_input = false;   // set by the caller before compute (never reused by the allocator)
   bool is_output = false;  // kept alive until the end of the graph
+  /// Set by Backend::PrepareWeights on weights (see TensorExtra); dropped when the
+  /// tensor's bytes are written through its backend.
+  std::shared_ptr<const TensorExtra> extra;
 
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t nrows() const { return ne[1] * ne[2] * ne[3]; }

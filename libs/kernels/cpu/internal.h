@@ -54,6 +54,11 @@ struct IsaKernels {
   void (*scale_f16)(uint16_t* y, float v, int64_t n);
 };
 
+// Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc), q4: Q4_0, else Q8_0.
+using PackedTileFn = void (*)(int64_t k, const void* packed, const void* a, size_t a_stride, float* dst,
+                              size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+PackedTileFn Avx2PackedTile(bool q4);
+
 // Defined in kernels_avx2.cc / kernels_avx512.cc. Only call them when the CPU
 // supports the ISA. `vnni` selects the AVX512-VNNI integer dot product.
 const IsaKernels& Avx2Kernels();

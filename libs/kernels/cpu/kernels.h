@@ -80,6 +80,38 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
                 size_t a_stride, float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
 // ---------------------------------------------------------------------------
+// Weights repacked once at load (ggml-cpu's "repack" extra buffer type: block_q4_0x8 /
+// block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). Q4_0 and Q8_0 matrices are
+// laid out in panels of kPackRows weight rows: panel p holds rows [8p, 8p+8) (rows past
+// ne1 are zero), block b of a panel = 8 F16 scales (row order) followed by the quants of
+// the 8 rows interleaved in 4-byte groups:
+//   Q4_0 (144 bytes): 4 x 32 bytes, vector h = rows 0..7 of quant bytes [4h, 4h+4), each
+//                     byte the two nibbles of elements 4h+i (low) and 4h+i+16 (high);
+//   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4).
+// Same size as the original rows (plus the zero rows of a last partial panel), so a
+// model holds its matmul weights once, in this layout, as llama.cpp does.
+
+/// Rows per panel of a packed weight.
+inline constexpr int64_t kPackRows = 8;
+/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0 and Q8_0 from AVX2 up;
+/// k a multiple of 32).
+bool SupportsPacked(GgmlType w, Isa isa);
+/// Bytes of the packed copy of an m x k weight (k a multiple of 32).
+size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
+/// Writes panels [p0, p1) of the packed copy of the m rows at w_data (row stride
+/// w_stride bytes) into `packed` (PackedWeightBytes, any alignment); callers split the
+/// panels among threads freely. Q4_0 / Q8_0 only (others: nothing written).
+void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
+                 int64_t p1);
+/// MulMatTile over a packed weight: dst[j * dst_stride + i] = dot_k(W row i, A row j) for
+/// i in [i0, i1) (i0 a multiple of kPackRows; i1 <= m), j in [j0, j1); A rows Q8_0 as for
+/// MulMatTile. Every output equals GetVecDot(w, Isa::kScalar) on the original row
+/// bit-for-bit (exact int32 block sums, sumf += float(sumi) * (dx*dy) in block order),
+/// whatever the number of activation rows or the split. Requires SupportsPacked(w, isa).
+void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride,
+                  float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+// ---------------------------------------------------------------------------
 // Row / elementwise ops on F32. All work in place (y == x, or y == a / y == b).
 
 /// ggml_compute_forward_rms_norm_f32: sum of float squares in double,

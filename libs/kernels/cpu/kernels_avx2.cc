@@ -386,4 +386,6 @@ constexpr IsaKernels kKernels = {
 
 const IsaKernels& Avx2Kernels() { return kKernels; }
 
+PackedTileFn Avx2PackedTile(bool q4) { return q4 ? PackedGemmQ<true> : PackedGemmQ<false>; }
+
 }  // namespace herd::cpu::internal

@@ -483,6 +483,65 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
   }
 }
 
+// Weights packed at load (PackWeights + MulMatPacked): every output equals the scalar
+// reference on the original row bit for bit, for any number of activation rows, any
+// split of the panels, a partial last panel, and raw quants of every value (-128 too).
+TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
+  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+    EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
+    if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+    for (int64_t m : {8, 27, 64}) {
+      for (int64_t k : {32, 96, 2048}) {
+        std::mt19937 rng(static_cast<uint32_t>(m * 131 + k));
+        const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
+        std::vector<uint8_t> w(ws * m);
+        for (int64_t r = 0; r < m; ++r) {
+          const std::vector<uint8_t> row = r % 3 == 0 ? RawExactWeights(wt, k, rng)
+                                                      : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
+          std::memcpy(w.data() + r * ws, row.data(), GgmlRowSize(wt, k));
+          if (wt == GgmlType::Q8_0 && r % 5 == 4) {  // the extreme quant a file may hold
+            for (int64_t b = 0; b < k / 32; ++b) std::memset(w.data() + r * ws + b * 34 + 2, 0x80, 32);
+          }
+        }
+        const size_t bytes = PackedWeightBytes(wt, k, m);
+        ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8 * 8) * GgmlRowSize(wt, k));
+        std::vector<uint8_t> packed(bytes, 0xCD);
+        const int64_t panels = (m + kPackRows - 1) / kPackRows;
+        // Two pieces, as two threads would write them.
+        PackWeights(wt, k, m, w.data(), ws, packed.data(), 0, panels / 2);
+        PackWeights(wt, k, m, w.data(), ws, packed.data(), panels / 2, panels);
+        const int64_t n = 19;
+        const Rows a = MakeRows(GgmlType::Q8_0, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
+        const VecDotFn ref = GetVecDot(wt, Isa::kScalar);
+        for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+          if (!IsaSupported(isa)) continue;
+          for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
+            const size_t ds = static_cast<size_t>(m) + 1;
+            std::vector<float> dst(ds * n, -7.0f);
+            // Panels split at 8 (when there are two) and activation rows [n - nj, n).
+            const int64_t mid = m > 8 ? 8 : m;
+            MulMatPacked(wt, isa, k, packed.data(), a.bytes.data(), a.stride, dst.data(), ds, 0, mid, n - nj, n);
+            MulMatPacked(wt, isa, k, packed.data(), a.bytes.data(), a.stride, dst.data(), ds, mid, m, n - nj, n);
+            for (int64_t j = 0; j < n; ++j) {
+              for (int64_t i = 0; i < static_cast<int64_t>(ds); ++i) {
+                const float got = dst[j * ds + i];
+                if (j < n - nj || i >= m) {
+                  ASSERT_EQ(got, -7.0f) << "wrote outside the tile at i=" << i << " j=" << j;
+                  continue;
+                }
+                float want = 0;
+                ref(k, &want, w.data() + i * ws, a.row(j));
+                ASSERT_EQ(got, want) << Name(wt, isa) << " m=" << m << " k=" << k << " nj=" << nj << " i=" << i
+                                     << " j=" << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The AVX-512 integer kernels without VNNI (maddubs/madd) must give the same int32
 // lanes as vpdpbusd, hence bit-identical results. Both run here when the CPU has VNNI.
 TEST(KernelsTest, Avx512NonVnniMatchesVnni) {
