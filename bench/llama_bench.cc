@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -240,7 +241,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    std::remove(path.c_str());
+    if (absl::StartsWith(path, "/tmp/herd-bench-")) std::remove(path.c_str());  // uncached (no vocabulary)
   }
   return 0;
 }

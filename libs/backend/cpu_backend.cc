@@ -622,9 +622,8 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
     std::vector<float> acc(static_cast<size_t>(hd));
     std::vector<float> vrow(static_cast<size_t>(hd));
     std::vector<uint16_t> vkq16(static_cast<size_t>(hd));
-    int64_t w0, w1;
-    SplitRange(n_work, ith, nth, &w0, &w1);
-    for (int64_t w = w0; w < w1; ++w) {
+    // Round-robin, as in FlashAttnF16 (causal masks make later tokens dearer).
+    for (int64_t w = ith; w < n_work; w += nth) {
       const int64_t t = w / n_head;
       const int64_t h = w % n_head;
       const int64_t hk = h / gqa;
@@ -728,9 +727,9 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
     std::vector<uint8_t> qconv;
     std::vector<float> scores, M, S, slope;
     std::vector<uint16_t> vkq16;
-    int64_t w0, w1;
-    SplitRange(n_work, ith, nth, &w0, &w1);
-    for (int64_t w = w0; w < w1; ++w) {
+    // Tokens dealt round-robin: under a causal mask later tokens see more cells, so
+    // contiguous ranges would leave the first threads idle while the last ones work.
+    for (int64_t w = ith; w < n_work; w += nth) {
       const int64_t t = w / n_groups;
       const int64_t g = w % n_groups;
       const int64_t hk0 = g * n_head_kv / n_groups, hk1 = (g + 1) * n_head_kv / n_groups;
