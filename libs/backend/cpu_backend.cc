@@ -726,6 +726,7 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
     int64_t vis_t = -1;
     std::vector<uint8_t> qconv;
     std::vector<float> scores, M, S, slope;
+    std::vector<size_t> kv_row;  // byte offset of head j's KV head within a cell
     std::vector<uint16_t> vkq16;
     // Tokens dealt round-robin: under a causal mask later tokens see more cells, so
     // contiguous ranges would leave the first threads idle while the last ones work.
@@ -746,7 +747,9 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
       qconv.resize(static_cast<size_t>(nh) * q_row + 64);
       scores.resize(static_cast<size_t>(nh * std::max<int64_t>(1, n_vis)));
       slope.resize(static_cast<size_t>(nh));
+      kv_row.resize(static_cast<size_t>(nh));
       for (int64_t j = 0; j < nh; ++j) {
+        kv_row[static_cast<size_t>(j)] = static_cast<size_t>((h0 + j) / gqa) * k->nb[1];  // no division per cell
         cpu::FromFloat(GgmlType::F16, F32Row(q, h0 + j, t), qconv.data() + j * q_row, hd, isa_);
         slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(h0 + j), static_cast<int>(n_head), max_bias);
       }
@@ -760,10 +763,10 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
       for (int64_t i = 0; i < n_vis; ++i) {
         if (i + kAhead < n_vis) prefetch(k, i + kAhead);
         const int64_t c = vis[static_cast<size_t>(i)];
+        const uint8_t* kc = static_cast<const uint8_t*>(k->data) + static_cast<size_t>(c) * k->nb[2];
         for (int64_t j = 0; j < nh; ++j) {
-          const int64_t hk = (h0 + j) / gqa;
           float s;
-          dot(hd, &s, k->row(hk, c), qconv.data() + j * q_row);
+          dot(hd, &s, kc + kv_row[static_cast<size_t>(j)], qconv.data() + j * q_row);
           const float mv = mrow ? slope[static_cast<size_t>(j)] * mrow[c] : 0.0f;
           scores[static_cast<size_t>(j * n_vis + i)] = s * scale + mv;
         }
@@ -775,6 +778,7 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
       for (int64_t i = 0; i < n_vis; ++i) {
         if (i + kAhead < n_vis) prefetch(v, i + kAhead);
         const int64_t c = vis[static_cast<size_t>(i)];
+        const uint8_t* vc = static_cast<const uint8_t*>(v->data) + static_cast<size_t>(c) * v->nb[2];
         for (int64_t j = 0; j < nh; ++j) {
           const float s = scores[static_cast<size_t>(j * n_vis + i)];
           if (s == ninf) continue;
@@ -789,7 +793,7 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
           } else {
             vs = std::exp(s - Mj);
           }
-          cpu::MadF16(reinterpret_cast<const uint16_t*>(v->row((h0 + j) / gqa, c)), vs, acc, hd);
+          cpu::MadF16(reinterpret_cast<const uint16_t*>(vc + kv_row[static_cast<size_t>(j)]), vs, acc, hd);
           S[static_cast<size_t>(j)] = std::fma(S[static_cast<size_t>(j)], ms, vs);
         }
       }

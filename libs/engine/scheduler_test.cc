@@ -518,7 +518,10 @@ TEST_F(SchedulerTest, InterleavedDraftRejectionsKeepSoloOutputs) {
                                  : RandomPrompt(rng, 5 + 7 * i));
     solo.push_back(Solo(prompts.back(), n_out, Greedy()));
   }
-  auto engine = MakeEngine(1024, 128);
+  // A pool the 10 sequences (~1700 cells in all, kept as cached prefixes when they end)
+  // never wrap around: a sequence whose next cell had to come from below its last one
+  // would sum its attention in another order than alone (kv_cache.h, "Cell order").
+  auto engine = MakeEngine(4096, 128);
   SchedulerConfig cfg;
   cfg.max_sequences = 4;  // 10 sequences through 4 slots: some wait, then take freed slots
   auto sched = MakeScheduler(engine.get(), cfg);
