@@ -122,7 +122,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, 
     if (!b.ok() || name == "cpu") return b;
     std::vector<std::unique_ptr<Backend>> chain;
     chain.push_back(*std::move(b));
-    chain.push_back(std::unique_ptr<Backend>(new CpuBackend(std::max(1, opts.n_threads))));
+    chain.push_back(std::unique_ptr<Backend>(new CpuBackend(std::max(1, opts.n_threads), BestIsa(), opts.repack)));
     absl::StatusOr<std::unique_ptr<Scheduler>> s = Scheduler::Create(std::move(chain));
     if (!s.ok()) return s.status();
     return std::unique_ptr<Backend>(*std::move(s));
