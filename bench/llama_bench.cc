@@ -34,6 +34,7 @@
 #include "libs/engine/engine.h"
 #include "libs/gguf/ggml_type.h"
 #include "libs/model/model.h"
+#include "tests/shared_data.h"
 
 namespace herd {
 namespace {
@@ -42,8 +43,10 @@ namespace {
 // machines differ: README.md was measured with AVX-512, llamacpp-avx2.md on an
 // AVX2-only one; compare against the table of this CPU's kind.
 std::string PeerTable() {
-  const char* env = std::getenv("HERD_SHARED");
-  return std::string(env && *env ? env : "../shared") + "/reference/perf/" +
+  // SharedDir: $HERD_SHARED, else ../shared found from here or from the workspace
+  // (`bazel run` starts in the runfiles tree).
+  const std::string shared = SharedDir();
+  return (shared.empty() ? std::string("../shared") : shared) + "/reference/perf/" +
          (GetCpuFeatures().avx512f ? "README.md" : "llamacpp-avx2.md");
 }
 
@@ -148,7 +151,8 @@ int main(int argc, char** argv) {
   const bool run_pp512 = wants("pp512");
   const bool run_bd = wants("bd");  // batched decode, llama-batched-bench style
   auto peer = PeerFigures();
-  std::printf("llama.cpp figures: %s\n\n", PeerTable().c_str());
+  std::printf("llama.cpp figures: %s%s\n\n", PeerTable().c_str(),
+              peer.empty() ? " (not found: set HERD_SHARED; the llama.cpp column reads 0)" : "");
   std::printf("| model | type | threads | test | herd t/s | llama.cpp t/s | ratio |\n|---|---|---|---|---|---|---|\n");
   for (absl::string_view tname : absl::StrSplit(types, ',')) {
     GgmlType wt;
@@ -159,8 +163,9 @@ int main(int argc, char** argv) {
     // With ../shared's Llama-2 vocabulary the file is cached (shared with serve_bench)
     // and llama.cpp's llama-bench loads the same file for a same-run comparison.
     std::string path;
-    const char* env = std::getenv("HERD_SHARED");
-    const std::string vocab = std::string(env && *env ? env : "../shared") + "/models/vocab/ggml-vocab-llama-spm.gguf";
+    const std::string shared = SharedDir();
+    const std::string vocab = (shared.empty() ? std::string("../shared") : shared) +
+                              "/models/vocab/ggml-vocab-llama-spm.gguf";
     if (std::ifstream(vocab).good()) {
       bool reused = false;
       absl::StatusOr<std::string> p =
