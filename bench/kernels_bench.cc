@@ -6,6 +6,7 @@
 // Decode cycles through enough weight copies (>= 256 MiB) that weights come
 // from DRAM, as in a real model (DecodeHot: 256 x 4096, L2-resident: pure kernel speed).
 // "/threads:2" splits the weight rows over 2 threads.
+// PromptShapePacked / DecodePacked: the same over weights packed at load (MulMatPacked).
 // DecodeModel: the mat-vecs of one decode step of llama-110m / tinyllama-1.1b (every
 // weight matrix its own buffer, output tensor Q6_K for Q4_0 as llama-quantize writes it),
 // split over a ThreadPool like the CPU backend does -> GB/s and mat-vec-only tokens/s.
@@ -80,35 +81,51 @@ Buffer MakeActivations(GgmlType w, int64_t n, int64_t k) {
   return a;
 }
 
+// packed: w holds PackWeights's copy (MulMatPacked), else the rows (MulMatTile).
 void RunTile(GgmlType t, Isa isa, int64_t k, uint8_t* w, size_t ws, uint8_t* a, size_t as, float* dst, int64_t m,
-             int64_t n, int threads) {
+             int64_t n, int threads, bool packed) {
+  const auto tile = [=](int64_t i0, int64_t i1) {
+    if (packed) {
+      MulMatPacked(t, isa, k, w, a, as, dst, m, i0, i1, 0, n);
+    } else {
+      MulMatTile(t, isa, k, w, ws, a, as, dst, m, i0, i1, 0, n);
+    }
+  };
   if (threads == 1) {
-    MulMatTile(t, isa, k, w, ws, a, as, dst, m, 0, m, 0, n);
+    tile(0, m);
     return;
   }
   std::vector<std::thread> th;
   for (int t_i = 0; t_i < threads; ++t_i) {
     const int64_t i0 = m * t_i / threads / 16 * 16, i1 = t_i + 1 == threads ? m : m * (t_i + 1) / threads / 16 * 16;
-    th.emplace_back([=] { MulMatTile(t, isa, k, w, ws, a, as, dst, m, i0, i1, 0, n); });
+    th.emplace_back([=] { tile(i0, i1); });
   }
   for (auto& x : th) x.join();
 }
 
 void BM_MulMat(benchmark::State& state, GgmlType t, Isa isa, int64_t n, int threads, bool hot, int64_t k,
-               int64_t m_override) {
-  if (!IsaSupported(isa)) {
+               int64_t m_override, bool packed) {
+  if (!IsaSupported(isa) || (packed && !SupportsPacked(t, isa))) {
     state.SkipWithError("ISA not supported");
     return;
   }
   // Scalar prompt: fewer rows to keep it short. Hot: 256 rows (L2-resident) = kernel speed.
   const int64_t m = m_override > 0 ? m_override : hot ? 256 : isa == Isa::kScalar && n > 1 ? 512 : kM;
   Weights w = MakeWeights(t, m, k, n == 1 && !hot ? (256u << 20) : 0);
+  if (packed) {  // the copies in the layout the CPU backend packs them to at load
+    const int64_t panels = (m + kPackRows - 1) / kPackRows;
+    for (Buffer& b : w.copies) {
+      Buffer pb(PackedWeightBytes(t, k, m));
+      PackWeights(t, k, m, b.data(), w.row_bytes, pb.data(), 0, panels);
+      b = std::move(pb);
+    }
+  }
   Buffer a = MakeActivations(t, n, k);
   const size_t as = GgmlRowSize(VecDotType(t), k);
   std::vector<float> dst(static_cast<size_t>(m * n));
   size_t c = 0;
   for (auto _ : state) {
-    RunTile(t, isa, k, w.copies[c].data(), w.row_bytes, a.data(), as, dst.data(), m, n, threads);
+    RunTile(t, isa, k, w.copies[c].data(), w.row_bytes, a.data(), as, dst.data(), m, n, threads, packed);
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
     if (++c == w.copies.size()) c = 0;
@@ -301,16 +318,16 @@ int Register() {
       benchmark::RegisterBenchmark(("VecDot/" + name).c_str(), BM_VecDot, t, isa);
       for (int threads : {1, 2}) {
         benchmark::RegisterBenchmark(("Decode/" + name + "/threads:" + std::to_string(threads)).c_str(), BM_MulMat, t,
-                                     isa, int64_t{1}, threads, false, kK, int64_t{0})
+                                     isa, int64_t{1}, threads, false, kK, int64_t{0}, false)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
       {  // weights in L2: kernel speed without DRAM
-        benchmark::RegisterBenchmark(("DecodeHot/" + name).c_str(), BM_MulMat, t, isa, int64_t{1}, 1, true, kK, int64_t{0})
+        benchmark::RegisterBenchmark(("DecodeHot/" + name).c_str(), BM_MulMat, t, isa, int64_t{1}, 1, true, kK, int64_t{0}, false)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
-      benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1, false, kK, int64_t{0})
+      benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1, false, kK, int64_t{0}, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
       // llama-110m's shapes (k x m): ffn_up/gate 768 x 2048, ffn_down 2048 x 768.
@@ -319,9 +336,25 @@ int Register() {
           benchmark::RegisterBenchmark(("PromptShape/" + name + "/k" + std::to_string(km.first) + "m" +
                                         std::to_string(km.second) + "n" + std::to_string(n))
                                            .c_str(),
-                                       BM_MulMat, t, isa, n, 1, false, km.first, km.second)
+                                       BM_MulMat, t, isa, n, 1, false, km.first, km.second, false)
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
+          if (SupportsPacked(t, Isa::kAvx2) && isa != Isa::kScalar) {  // weights packed at load
+            benchmark::RegisterBenchmark(("PromptShapePacked/" + name + "/k" + std::to_string(km.first) + "m" +
+                                          std::to_string(km.second) + "n" + std::to_string(n))
+                                             .c_str(),
+                                         BM_MulMat, t, isa, n, 1, false, km.first, km.second, true)
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+          }
+        }
+      }
+      if (SupportsPacked(t, Isa::kAvx2) && isa != Isa::kScalar) {
+        for (int threads : {1, 2}) {
+          benchmark::RegisterBenchmark(("DecodePacked/" + name + "/threads:" + std::to_string(threads)).c_str(),
+                                       BM_MulMat, t, isa, int64_t{1}, threads, false, kK, int64_t{0}, true)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
         }
       }
     }

@@ -66,35 +66,37 @@ TEST_P(CpuBackendTest, MulMatEveryWeightTypeMatchesDequantizedReference) {
   }
 }
 
-// PrepareWeights repacks Q4_0 / Q8_0 matrices (not embeddings, not other types) and
-// matmuls then give the scalar reference bit for bit at every batch size; writing a
+// PrepareWeights repacks Q4_0 / Q8_0 / F16 matrices (not embeddings, not other types) and
+// matmuls then give the reference bit for bit at every batch size (Q4_0 / Q8_0: the
+// scalar vec_dot; F16: the AVX2 one); writing a
 // weight through SetTensor drops its packed copy; a backend with repack off packs nothing.
 TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
   if (!cpu::SupportsPacked(GgmlType::Q4_0, backend_.isa())) GTEST_SKIP() << "no packed kernels on this CPU";
   const int64_t k = 128, m = 45;
-  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16}) {
     std::vector<float> wf = Rand(static_cast<size_t>(k * m), 3);
     const size_t rs = GgmlRowSize(wt, k);
     std::vector<uint8_t> wq(rs * static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) QuantizeRow(wt, wf.data() + i * k, wq.data() + i * rs, k);
-    std::vector<uint8_t> fq(GgmlRowSize(GgmlType::F16, k) * static_cast<size_t>(m));
+    std::vector<float> f32w(static_cast<size_t>(k * m), 0.5f);
     Graph weights;
     Tensor* w = weights.NewTensor(wt, {k, m}, "blk.0.ffn_up.weight");
     w->data = wq.data();
     Tensor* embd = weights.NewTensor(wt, {k, m}, "token_embd.weight");
     embd->data = wq.data();
-    Tensor* wf16 = weights.NewTensor(GgmlType::F16, {k, m}, "blk.0.ffn_down.weight");
-    wf16->data = fq.data();
+    Tensor* wf32 = weights.NewTensor(GgmlType::F32, {k, m}, "blk.0.ffn_down.weight");
+    wf32->data = f32w.data();
     CpuBackend off(GetParam(), backend_.isa(), /*repack=*/false);
-    ASSERT_TRUE(off.PrepareWeights({w, embd, wf16}).ok());
+    ASSERT_TRUE(off.PrepareWeights({w, embd, wf32}).ok());
     EXPECT_EQ(w->extra, nullptr);
     const size_t packed_before = backend_.packed_bytes();
-    ASSERT_TRUE(backend_.PrepareWeights({w, embd, wf16}).ok());
+    ASSERT_TRUE(backend_.PrepareWeights({w, embd, wf32}).ok());
     ASSERT_NE(w->extra, nullptr) << GgmlTypeName(wt);
     EXPECT_EQ(embd->extra, nullptr);
-    EXPECT_EQ(wf16->extra, nullptr);
+    EXPECT_EQ(wf32->extra, nullptr);
     EXPECT_EQ(backend_.packed_bytes() - packed_before, static_cast<size_t>((m + 7) / 8 * 8) * rs);
-    const cpu::VecDotFn ref = cpu::GetVecDot(wt, Isa::kScalar);
+    const GgmlType at = cpu::VecDotType(wt);
+    const cpu::VecDotFn ref = cpu::GetVecDot(wt, wt == GgmlType::F16 ? Isa::kAvx2 : Isa::kScalar);
     for (int64_t n : {1, 3, 16, 33}) {
       std::vector<float> xf = Rand(static_cast<size_t>(k * n), 4 + static_cast<uint32_t>(n));
       Graph g;
@@ -103,9 +105,9 @@ TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
       Tensor* y = g.MulMat(w, x);
       g.SetOutput(y);
       ASSERT_TRUE(backend_.GraphCompute(g).ok());
-      std::vector<uint8_t> xq(GgmlRowSize(GgmlType::Q8_0, k));
+      std::vector<uint8_t> xq(GgmlRowSize(at, k));
       for (int64_t j = 0; j < n; ++j) {
-        cpu::FromFloat(GgmlType::Q8_0, xf.data() + j * k, xq.data(), k, Isa::kScalar);
+        cpu::FromFloat(at, xf.data() + j * k, xq.data(), k, Isa::kScalar);
         for (int64_t i = 0; i < m; ++i) {
           float want = 0;
           ref(k, &want, wq.data() + i * rs, xq.data());

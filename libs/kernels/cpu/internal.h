@@ -52,12 +52,16 @@ struct IsaKernels {
   double (*cvar)(const float* x, float* y, int64_t n, float mean);        // y = x - mean, returns sum(y^2)/n
   void (*mad_f16)(const uint16_t* x, float v, uint16_t* y, int64_t n);
   void (*scale_f16)(uint16_t* y, float v, int64_t n);
+  // C[m][n] += A[m][k] * B[k][n] (kernels.h GemmF32). nullptr: scalar reference.
+  void (*gemm_f32)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m,
+                   int64_t k, int64_t n);
 };
 
-// Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc), q4: Q4_0, else Q8_0.
+// Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc) for Q4_0, Q8_0 and F16.
 using PackedTileFn = void (*)(int64_t k, const void* packed, const void* a, size_t a_stride, float* dst,
                               size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
-PackedTileFn Avx2PackedTile(bool q4);
+enum class PackedKind { kQ4_0, kQ8_0, kF16 };
+PackedTileFn Avx2PackedTile(PackedKind w);
 
 // Defined in kernels_avx2.cc / kernels_avx512.cc. Only call them when the CPU
 // supports the ISA. `vnni` selects the AVX512-VNNI integer dot product.

@@ -481,6 +481,7 @@ const IsaKernels kScalarKernels = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
     nullptr};
 
 // Highest supported Isa <= `isa`.
@@ -626,25 +627,44 @@ int64_t PackedBlockBytes(GgmlType w) { return w == GgmlType::Q4_0 ? 16 + 8 * 16 
 }  // namespace
 
 bool SupportsPacked(GgmlType w, Isa isa) {
-  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0) && isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
+  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::F16) && isa != Isa::kScalar &&
+         ClampIsa(isa) != Isa::kScalar;
 }
 
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
-  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return 0;
   const int64_t panels = (m + kPackRows - 1) / kPackRows;
+  if (w == GgmlType::F16) return static_cast<size_t>(panels * kPackRows * (k / 8) * 16);
+  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
 
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
                  int64_t p1) {
+  const uint8_t* src = static_cast<const uint8_t*>(w_data);
+  uint8_t* out = static_cast<uint8_t*>(packed);
+  if (w == GgmlType::F16) {
+    const int64_t steps = k / 8;
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t s = 0; s < steps; ++s) {
+        uint8_t* o = out + (p * steps + s) * kPackRows * 16;
+        for (int64_t r = 0; r < kPackRows; ++r) {
+          const int64_t row = p * kPackRows + r;
+          if (row < m) {
+            std::memcpy(o + 16 * r, src + static_cast<size_t>(row) * w_stride + s * 16, 16);
+          } else {
+            std::memset(o + 16 * r, 0, 16);
+          }
+        }
+      }
+    }
+    return;
+  }
   if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return;
   const bool q4 = w == GgmlType::Q4_0;
   const int64_t nb = k / 32;
   const int64_t bb = PackedBlockBytes(w);
   const int64_t src_block = q4 ? 18 : 34;  // block_q4_0 / block_q8_0: F16 d, then the quants
   const int64_t groups = q4 ? 4 : 8;       // 4-byte groups per row in a block
-  const uint8_t* src = static_cast<const uint8_t*>(w_data);
-  uint8_t* out = static_cast<uint8_t*>(packed);
   for (int64_t p = p0; p < p1; ++p) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* o = out + (p * nb + b) * bb;
@@ -664,7 +684,10 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                   float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   assert(SupportsPacked(w, isa) && i0 % kPackRows == 0);
   if (i0 >= i1 || j0 >= j1 || !SupportsPacked(w, isa)) return;
-  internal::Avx2PackedTile(w == GgmlType::Q4_0)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
+  const internal::PackedKind kind = w == GgmlType::Q4_0   ? internal::PackedKind::kQ4_0
+                                    : w == GgmlType::Q8_0 ? internal::PackedKind::kQ8_0
+                                                          : internal::PackedKind::kF16;
+  internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }
 
 }  // namespace herd::cpu

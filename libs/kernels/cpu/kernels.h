@@ -81,33 +81,38 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 
 // ---------------------------------------------------------------------------
 // Weights repacked once at load (ggml-cpu's "repack" extra buffer type: block_q4_0x8 /
-// block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). Q4_0 and Q8_0 matrices are
-// laid out in panels of kPackRows weight rows: panel p holds rows [8p, 8p+8) (rows past
-// ne1 are zero), block b of a panel = 8 F16 scales (row order) followed by the quants of
-// the 8 rows interleaved in 4-byte groups:
+// block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). Q4_0, Q8_0 and F16 matrices
+// are laid out in panels of kPackRows weight rows: panel p holds rows [8p, 8p+8) (rows
+// past ne1 are zero), block b of a panel = 8 F16 scales (row order) followed by the
+// quants of the 8 rows interleaved in 4-byte groups:
 //   Q4_0 (144 bytes): 4 x 32 bytes, vector h = rows 0..7 of quant bytes [4h, 4h+4), each
 //                     byte the two nibbles of elements 4h+i (low) and 4h+i+16 (high);
-//   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4).
+//   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4);
+//   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes).
 // Same size as the original rows (plus the zero rows of a last partial panel), so a
 // model holds its matmul weights once, in this layout, as llama.cpp does.
 
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
-/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0 and Q8_0 from AVX2 up;
-/// k a multiple of 32).
+/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0 and F16 from AVX2
+/// up; k a multiple of 32 for Q4_0 / Q8_0, of 8 for F16).
 bool SupportsPacked(GgmlType w, Isa isa);
-/// Bytes of the packed copy of an m x k weight (k a multiple of 32).
+/// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
 /// Writes panels [p0, p1) of the packed copy of the m rows at w_data (row stride
 /// w_stride bytes) into `packed` (PackedWeightBytes, any alignment); callers split the
-/// panels among threads freely. Q4_0 / Q8_0 only (others: nothing written).
+/// panels among threads freely. Q4_0 / Q8_0 / F16 only (others: nothing written).
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
                  int64_t p1);
 /// MulMatTile over a packed weight: dst[j * dst_stride + i] = dot_k(W row i, A row j) for
-/// i in [i0, i1) (i0 a multiple of kPackRows; i1 <= m), j in [j0, j1); A rows Q8_0 as for
-/// MulMatTile. Every output equals GetVecDot(w, Isa::kScalar) on the original row
-/// bit-for-bit (exact int32 block sums, sumf += float(sumi) * (dx*dy) in block order),
-/// whatever the number of activation rows or the split. Requires SupportsPacked(w, isa).
+/// i in [i0, i1) (i0 a multiple of kPackRows; i1 <= m), j in [j0, j1); A rows in
+/// VecDotType(w) as for MulMatTile. Every output,
+/// whatever the number of activation rows or the split, equals bit-for-bit:
+///   Q4_0 / Q8_0: GetVecDot(w, Isa::kScalar) on the original row (exact int32 block sums,
+///                sumf += float(sumi) * (dx*dy) in block order);
+///   F16: GetVecDot(F16, Isa::kAvx2) (8 lanes, lane l summing elements l, l+8, ... by
+///        FMA, then the lanes pairwise).
+/// Requires SupportsPacked(w, isa).
 void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride,
                   float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
@@ -160,6 +165,15 @@ void Add(const float* a, const float* b, float* y, int64_t n);
 void Mul(const float* a, const float* b, float* y, int64_t n);
 void Scale(const float* x, float s, float* y, int64_t n);
 
+/// C[i][j] += sum_l A[i][l] * B[l][j] for i < m, j < n, l < k: row-major F32 with row
+/// strides lda, ldb, ldc in floats (ggml-cpu simd_gemm, the products of its tiled flash
+/// attention). Each C element is one fmaf chain in l order, so every ISA gives the scalar
+/// reference (isa = Isa::kScalar) bit for bit; other values of isa pick the best kernel.
+void GemmF32(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t k,
+             int64_t n, Isa isa);
+/// y[i] = exp(x[i] - max) for i < n (y == x allowed); returns the sum of the y in double
+/// (ggml_vec_soft_max_f32: ggml_v_expf on SIMD ISAs, expf otherwise).
+double ExpSubMax(const float* x, float* y, int64_t n, float max);
 /// F16 vector ops of ggml's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16
 /// keeps its V accumulator in F16 when V is F16): bit-exact with the SIMD paths of
 /// ggml_vec_mad_f16 / ggml_vec_scale_f16, identical on every ISA.

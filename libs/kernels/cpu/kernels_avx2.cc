@@ -380,12 +380,23 @@ constexpr IsaKernels kKernels = {
     SoftMaxExpRow,
     CvarRow,
     MadF16Row,
-    ScaleF16Row};
+    ScaleF16Row,
+    GemmF32};
 
 }  // namespace
 
 const IsaKernels& Avx2Kernels() { return kKernels; }
 
-PackedTileFn Avx2PackedTile(bool q4) { return q4 ? PackedGemmQ<true> : PackedGemmQ<false>; }
+PackedTileFn Avx2PackedTile(PackedKind w) {
+  switch (w) {
+    case PackedKind::kQ4_0:
+      return PackedGemmQ<true>;
+    case PackedKind::kQ8_0:
+      return PackedGemmQ<false>;
+    case PackedKind::kF16:
+      break;
+  }
+  return PackedGemmF16;
+}
 
 }  // namespace herd::cpu::internal

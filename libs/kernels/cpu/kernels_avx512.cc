@@ -804,7 +804,8 @@ constexpr IsaKernels kKernels = {
     SoftMaxExpRow,
     CvarRow,
     MadF16Row,
-    ScaleF16Row};
+    ScaleF16Row,
+    GemmF32};
 
 }  // namespace
 

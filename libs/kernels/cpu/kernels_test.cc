@@ -1,5 +1,6 @@
 #include "libs/kernels/cpu/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -484,20 +485,24 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
 }
 
 // Weights packed at load (PackWeights + MulMatPacked): every output equals the scalar
-// reference on the original row bit for bit, for any number of activation rows, any
-// split of the panels, a partial last panel, and raw quants of every value (-128 too).
+// reference on the original row bit for bit (F16: the AVX2 vec_dot, and the scalar
+// reference within the SIMD bound), for any number of activation rows, any split of the
+// panels, a partial last panel, and raw quants of every value (-128 too).
 TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
-  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16}) {
     EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
     if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+    const bool f16 = wt == GgmlType::F16;
+    const GgmlType at = VecDotType(wt);
     for (int64_t m : {8, 27, 64}) {
-      for (int64_t k : {32, 96, 2048}) {
+      for (int64_t k : {32, 40, 96, 2048}) {
+        if (!f16 && k % 32 != 0) continue;
         std::mt19937 rng(static_cast<uint32_t>(m * 131 + k));
         const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
         std::vector<uint8_t> w(ws * m);
         for (int64_t r = 0; r < m; ++r) {
-          const std::vector<uint8_t> row = r % 3 == 0 ? RawExactWeights(wt, k, rng)
-                                                      : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
+          const std::vector<uint8_t> row = !f16 && r % 3 == 0 ? RawExactWeights(wt, k, rng)
+                                                              : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
           std::memcpy(w.data() + r * ws, row.data(), GgmlRowSize(wt, k));
           if (wt == GgmlType::Q8_0 && r % 5 == 4) {  // the extreme quant a file may hold
             for (int64_t b = 0; b < k / 32; ++b) std::memset(w.data() + r * ws + b * 34 + 2, 0x80, 32);
@@ -505,14 +510,16 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
         }
         const size_t bytes = PackedWeightBytes(wt, k, m);
         ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8 * 8) * GgmlRowSize(wt, k));
-        std::vector<uint8_t> packed(bytes, 0xCD);
+        std::vector<uint8_t> packed(bytes + 1, 0xCD);
+        uint8_t* pk = packed.data() + 1;  // any alignment
         const int64_t panels = (m + kPackRows - 1) / kPackRows;
         // Two pieces, as two threads would write them.
-        PackWeights(wt, k, m, w.data(), ws, packed.data(), 0, panels / 2);
-        PackWeights(wt, k, m, w.data(), ws, packed.data(), panels / 2, panels);
+        PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2);
+        PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels);
         const int64_t n = 19;
-        const Rows a = MakeRows(GgmlType::Q8_0, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
-        const VecDotFn ref = GetVecDot(wt, Isa::kScalar);
+        const Rows a = MakeRows(at, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
+        const VecDotFn ref = GetVecDot(wt, f16 ? Isa::kAvx2 : Isa::kScalar);
+        const VecDotFn scalar = GetVecDot(wt, Isa::kScalar);
         for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
           if (!IsaSupported(isa)) continue;
           for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
@@ -520,8 +527,8 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
             std::vector<float> dst(ds * n, -7.0f);
             // Panels split at 8 (when there are two) and activation rows [n - nj, n).
             const int64_t mid = m > 8 ? 8 : m;
-            MulMatPacked(wt, isa, k, packed.data(), a.bytes.data(), a.stride, dst.data(), ds, 0, mid, n - nj, n);
-            MulMatPacked(wt, isa, k, packed.data(), a.bytes.data(), a.stride, dst.data(), ds, mid, m, n - nj, n);
+            MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, 0, mid, n - nj, n);
+            MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, mid, m, n - nj, n);
             for (int64_t j = 0; j < n; ++j) {
               for (int64_t i = 0; i < static_cast<int64_t>(ds); ++i) {
                 const float got = dst[j * ds + i];
@@ -529,10 +536,13 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
                   ASSERT_EQ(got, -7.0f) << "wrote outside the tile at i=" << i << " j=" << j;
                   continue;
                 }
-                float want = 0;
+                float want = 0, want_scalar = 0;
                 ref(k, &want, w.data() + i * ws, a.row(j));
                 ASSERT_EQ(got, want) << Name(wt, isa) << " m=" << m << " k=" << k << " nj=" << nj << " i=" << i
                                      << " j=" << j;
+                scalar(k, &want_scalar, w.data() + i * ws, a.row(j));
+                ASSERT_NEAR(got, want_scalar, 1e-5 * AbsDot(wt, w.data() + i * ws, at, a.row(j), k) + 1e-30)
+                    << Name(wt, isa) << " m=" << m << " k=" << k << " i=" << i << " j=" << j;
               }
             }
           }
@@ -542,8 +552,6 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
   }
 }
 
-// The AVX-512 integer kernels without VNNI (maddubs/madd) must give the same int32
-// lanes as vpdpbusd, hence bit-identical results. Both run here when the CPU has VNNI.
 TEST(KernelsTest, Avx512NonVnniMatchesVnni) {
   if (!IsaSupported(Isa::kAvx512) || !GetCpuFeatures().avx512vnni) GTEST_SKIP() << "needs AVX512-VNNI";
   const internal::IsaKernels& vnni = internal::Avx512Kernels(true);
@@ -1033,6 +1041,64 @@ TEST(OpsTest, AddMulScale) {
   z = a;
   Scale(z.data(), -2.0f, z.data(), n);
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[i], -2.0f * a[i]);
+}
+
+}  // namespace
+}  // namespace herd::cpu
+
+namespace herd::cpu {
+namespace {
+
+// GemmF32 (the tiled flash attention's products): the SIMD kernels equal the scalar
+// reference bit for bit (one fmaf chain per element) for every tile shape and tail, and
+// the reference matches a double-precision product; C is accumulated into, and nothing
+// outside the m x n block (row stride ldc) is written.
+TEST(KernelsTest, GemmF32MatchesScalarReference) {
+  for (int64_t m : {1, 5, 6, 7, 13, 64}) {
+    for (int64_t k : {1, 8, 64, 100}) {
+      for (int64_t n : {3, 8, 16, 24, 64, 67}) {
+        const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
+        const std::vector<float> a = Random(m * lda, 1 + static_cast<uint32_t>(m));
+        const std::vector<float> b = Random(k * ldb, 2 + static_cast<uint32_t>(k));
+        const std::vector<float> c0 = Random(m * ldc, 3 + static_cast<uint32_t>(n));
+        std::vector<float> want = c0, got = c0;
+        GemmF32(a.data(), lda, b.data(), ldb, want.data(), ldc, m, k, n, Isa::kScalar);
+        GemmF32(a.data(), lda, b.data(), ldb, got.data(), ldc, m, k, n, Isa::kAvx512);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const size_t at = static_cast<size_t>(i * ldc + j);
+            if (j >= n) {
+              ASSERT_EQ(got[at], c0[at]) << "wrote outside the block at " << i << "," << j;
+              ASSERT_EQ(want[at], c0[at]);
+              continue;
+            }
+            ASSERT_EQ(got[at], want[at]) << "m=" << m << " k=" << k << " n=" << n << " at " << i << "," << j;
+            double ref = c0[at], mag = std::fabs(c0[at]);
+            for (int64_t l = 0; l < k; ++l) {
+              ref += static_cast<double>(a[i * lda + l]) * b[l * ldb + j];
+              mag += std::fabs(static_cast<double>(a[i * lda + l]) * b[l * ldb + j]);
+            }
+            ASSERT_NEAR(want[at], ref, 1e-6 * mag) << "m=" << m << " k=" << k << " n=" << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ExpSubMax: y = exp(x - max) within ggml_v_expf's error of expf, sum returned.
+TEST(KernelsTest, ExpSubMaxMatchesExpf) {
+  const std::vector<float> x = Random(77, 9, 8.0f);
+  std::vector<float> y(x.size());
+  const float mx = *std::max_element(x.begin(), x.end());
+  const double sum = ExpSubMax(x.data(), y.data(), static_cast<int64_t>(x.size()), mx);
+  double want_sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = std::exp(x[i] - mx);
+    want_sum += want;
+    ASSERT_NEAR(y[i], want, 2e-6 * want + 1e-30) << i;
+  }
+  EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum);
 }
 
 }  // namespace

@@ -200,6 +200,31 @@ void MadF16(const uint16_t* x, float v, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(std::fma(Fp16ToFp32(x[i]), v, Fp16ToFp32(y[i])));
 }
 
+void GemmF32(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t k,
+             int64_t n, Isa isa) {
+  const internal::IsaKernels& kern = isa == Isa::kScalar ? internal::ScalarKernels() : internal::BestKernels();
+  if (kern.gemm_f32 != nullptr) return kern.gemm_f32(a, lda, b, ldb, c, ldc, m, k, n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float s = c[i * ldc + j];
+      for (int64_t l = 0; l < k; ++l) s = std::fma(a[i * lda + l], b[l * ldb + j], s);
+      c[i * ldc + j] = s;
+    }
+  }
+}
+
+double ExpSubMax(const float* x, float* y, int64_t n, float max) {
+  const internal::IsaKernels& k = internal::BestKernels();
+  if (k.softmax_exp != nullptr) return k.softmax_exp(x, y, n, max);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {  // ggml_vec_soft_max_f32, generic C
+    const float v = std::exp(x[i] - max);
+    sum += static_cast<double>(v);
+    y[i] = v;
+  }
+  return sum;
+}
+
 void ScaleF16(uint16_t* y, float v, int64_t n) {
   const internal::IsaKernels& k = internal::BestKernels();
   if (k.scale_f16 != nullptr) return k.scale_f16(y, v, n);
