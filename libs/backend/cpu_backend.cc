@@ -45,6 +45,14 @@ float* F32Row(const Tensor* t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {
   return reinterpret_cast<float*>(t->row(i1, i2, i3));
 }
 
+// Tiled flash attention (FlashAttnTiled; ggml-cpu's GGML_FA_TILE_Q / GGML_FA_TILE_KV):
+// batches of at least kFlashAttnTileTokens query tokens take it, with at most
+// kFlashAttnTileRows query rows (tokens x heads of one KV head) and kFlashAttnTileKv KV
+// cells per tile.
+constexpr int64_t kFlashAttnTileTokens = 64;
+constexpr int64_t kFlashAttnTileRows = 64;
+constexpr int64_t kFlashAttnTileKv = 64;
+
 }  // namespace
 
 CpuBufferType* CpuBufferType::Get() {
@@ -606,6 +614,13 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   cpu::VecDotFn dot = cpu::GetVecDot(kt, (kt == GgmlType::F16 && q->ne[0] < 64) ? Isa::kScalar : isa_);
   if (dot == nullptr) return absl::UnimplementedError("flash_attn_ext: no vec_dot for K type");
   const size_t q_row = GgmlRowSize(kt, hd);
+  // Prompt-sized batches: llama.cpp's tiled path (its condition: >= 64 query rows, F16 or
+  // F32 K and V of one type, head size a multiple of the SIMD width: 8 floats on AVX2, 16
+  // on AVX-512; herd takes 16 on every CPU, so which path runs never depends on the CPU).
+  if (n_tokens >= kFlashAttnTileTokens && kt == v->type && (kt == GgmlType::F16 || kt == GgmlType::F32) &&
+      hd % 16 == 0 && v->ne[0] == hd && q->type == GgmlType::F32 && n->type == GgmlType::F32) {
+    return FlashAttnTiled(n);
+  }
   if (kt == GgmlType::F16 && v->type == GgmlType::F16 && k->nb[1] == q_row && v->nb[1] == q_row) {
     return FlashAttnF16(n, dot);
   }
@@ -700,6 +715,126 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
 // read as one contiguous run instead of one 2*hd-byte piece per head visit (decode
 // attention is bound by these reads). For every head the operations and their order
 // are those of FlashAttnF16VRowIdx over the same cells: results are bit-identical.
+// ggml's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled), per work item
+// = (tile of query tokens, KV head): the rows are those tokens x the KV head's gqa query
+// heads (at most kFlashAttnTileRows), Q kept in F32. For each tile of kFlashAttnTileKv KV
+// cells that some row sees: S = Q K^T (GemmF32 over the tile's K, converted to F32 and
+// transposed), S = S * scale + slope * mask, per row the tile max M', if M' > M: O *= expf(M
+// - M'), L *= that, M = M'; P = exp(S - M) (ExpSubMax), L += sum P; then O += P V
+// (GemmF32). Out = O / L (0 where L is 0). Accumulation in F32 throughout, as llama.cpp's
+// tiled path does (its one-chunk path, FlashAttnF16, keeps V in F16).
+namespace {
+// One row of an F16 or F32 K/V tensor as F32.
+void ToF32Row(const Tensor* t, const uint8_t* row, float* out, int64_t n) {
+  if (t->type == GgmlType::F16) {
+    cpu::F16ToF32(reinterpret_cast<const uint16_t*>(row), out, n);
+  } else {
+    std::memcpy(out, row, static_cast<size_t>(n) * 4);
+  }
+}
+}  // namespace
+
+absl::Status CpuBackend::FlashAttnTiled(Tensor* n) {
+  Tensor* q = n->src[0];
+  Tensor* k = n->src[1];
+  Tensor* v = n->src[2];
+  Tensor* mask = n->src[3];
+  const float scale = n->f_params[0];
+  const float max_bias = n->f_params[1];
+  const int64_t hd = q->ne[0];
+  const int64_t n_head = q->ne[1];
+  const int64_t n_tokens = q->ne[2];
+  const int64_t n_kv = k->ne[2];
+  const int64_t n_head_kv = k->ne[1];
+  const int64_t gqa = n_head / n_head_kv;
+  constexpr int64_t kt = kFlashAttnTileKv;
+  const int64_t qt = std::max<int64_t>(1, kFlashAttnTileRows / gqa);  // query tokens per tile
+  const int64_t rows_max = qt * gqa;
+  const int64_t n_work = (n_tokens + qt - 1) / qt * n_head_kv;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  pool_.Run([&](int ith, int nth) {
+    std::vector<float> Q(static_cast<size_t>(rows_max * hd)), O(static_cast<size_t>(rows_max * hd));
+    std::vector<float> P(static_cast<size_t>(rows_max * kt)), Kt(static_cast<size_t>(hd * kt));
+    std::vector<float> V(static_cast<size_t>(kt * hd)), krow(static_cast<size_t>(hd));
+    std::vector<float> M(static_cast<size_t>(rows_max)), L(static_cast<size_t>(rows_max));
+    std::vector<float> slope(static_cast<size_t>(gqa));
+    // Items dealt round-robin: under a causal mask later token tiles see more cells.
+    for (int64_t w = ith; w < n_work; w += nth) {
+      const int64_t t0 = w / n_head_kv * qt, hk = w % n_head_kv;
+      const int64_t nt = std::min(qt, n_tokens - t0), rows = nt * gqa;
+      for (int64_t j = 0; j < gqa; ++j) {
+        slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(hk * gqa + j), static_cast<int>(n_head), max_bias);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(Q.data() + r * hd, F32Row(q, hk * gqa + r % gqa, t0 + r / gqa), static_cast<size_t>(hd) * 4);
+      }
+      std::fill(M.begin(), M.end(), ninf);
+      std::fill(L.begin(), L.end(), 0.0f);
+      std::fill(O.begin(), O.end(), 0.0f);
+      for (int64_t c0 = 0; c0 < n_kv; c0 += kt) {
+        const int64_t nc = std::min(kt, n_kv - c0);
+        if (mask != nullptr) {  // skip a tile every row masks entirely
+          bool seen = false;
+          for (int64_t tt = 0; tt < nt && !seen; ++tt) {
+            const float* mrow = F32Row(mask, t0 + tt) + c0;
+            for (int64_t c = 0; c < nc && !seen; ++c) seen = mrow[c] != ninf;
+          }
+          if (!seen) continue;
+        }
+        for (int64_t c = 0; c < kt; ++c) {
+          if (c < nc) {
+            ToF32Row(k, k->row(hk, c0 + c), krow.data(), hd);
+            for (int64_t d = 0; d < hd; ++d) Kt[static_cast<size_t>(d * kt + c)] = krow[static_cast<size_t>(d)];
+            ToF32Row(v, v->row(hk, c0 + c), V.data() + c * hd, hd);
+          } else {
+            for (int64_t d = 0; d < hd; ++d) Kt[static_cast<size_t>(d * kt + c)] = 0.0f;
+            std::fill(V.data() + c * hd, V.data() + (c + 1) * hd, 0.0f);
+          }
+        }
+        std::fill(P.begin(), P.begin() + rows * kt, 0.0f);
+        cpu::GemmF32(Q.data(), hd, Kt.data(), kt, P.data(), kt, rows, hd, kt, isa_);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* pr = P.data() + r * kt;
+          const float* mrow = mask != nullptr ? F32Row(mask, t0 + r / gqa) + c0 : nullptr;
+          const float sl = slope[static_cast<size_t>(r % gqa)];
+          float mx = ninf;
+          for (int64_t c = 0; c < kt; ++c) {
+            float s = ninf;
+            if (c < nc) {
+              s = pr[c] * scale;
+              if (mrow != nullptr) s += sl * mrow[c];
+            }
+            pr[c] = s;
+            mx = std::max(mx, s);
+          }
+          if (mx == ninf) {  // nothing seen in this tile: no contribution
+            std::fill(pr, pr + kt, 0.0f);
+            continue;
+          }
+          float& Mr = M[static_cast<size_t>(r)];
+          if (mx > Mr) {
+            const float ms = std::exp(Mr - mx);
+            float* orow = O.data() + r * hd;
+            for (int64_t d = 0; d < hd; ++d) orow[d] *= ms;
+            L[static_cast<size_t>(r)] *= ms;
+            Mr = mx;
+          }
+          L[static_cast<size_t>(r)] += static_cast<float>(cpu::ExpSubMax(pr, pr, kt, Mr));
+        }
+        cpu::GemmF32(P.data(), kt, V.data(), hd, O.data(), hd, rows, kt, hd, isa_);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const float Lr = L[static_cast<size_t>(r)];
+        const float inv = Lr == 0.0f ? 0.0f : 1.0f / Lr;
+        float* out = F32Row(n, hk * gqa + r % gqa, t0 + r / gqa);
+        const float* orow = O.data() + r * hd;
+        for (int64_t d = 0; d < hd; ++d) out[d] = orow[d] * inv;
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
   Tensor* q = n->src[0];
   Tensor* k = n->src[1];

@@ -64,6 +64,7 @@ class CpuBackend : public Backend {
   absl::Status ComputeMulMat(Tensor* node);
   absl::Status ComputeFlashAttn(Tensor* node);
   absl::Status FlashAttnF16(Tensor* node, cpu::VecDotFn dot);
+  absl::Status FlashAttnTiled(Tensor* node);
   uint8_t* Work(size_t bytes);  // shared scratch for one op (reallocated as needed)
 
   ThreadPool pool_;

@@ -55,6 +55,7 @@ struct IsaKernels {
   // C[m][n] += A[m][k] * B[k][n] (kernels.h GemmF32). nullptr: scalar reference.
   void (*gemm_f32)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m,
                    int64_t k, int64_t n);
+  void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);
 };
 
 // Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc) for Q4_0, Q8_0 and F16.

@@ -482,6 +482,7 @@ const IsaKernels kScalarKernels = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
     nullptr};
 
 // Highest supported Isa <= `isa`.

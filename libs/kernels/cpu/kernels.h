@@ -171,6 +171,8 @@ void Scale(const float* x, float s, float* y, int64_t n);
 /// reference (isa = Isa::kScalar) bit for bit; other values of isa pick the best kernel.
 void GemmF32(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t k,
              int64_t n, Isa isa);
+/// y[i] = f32(x[i]) for n F16 values (exact; F16C where the CPU has it).
+void F16ToF32(const uint16_t* x, float* y, int64_t n);
 /// y[i] = exp(x[i] - max) for i < n (y == x allowed); returns the sum of the y in double
 /// (ggml_vec_soft_max_f32: ggml_v_expf on SIMD ISAs, expf otherwise).
 double ExpSubMax(const float* x, float* y, int64_t n, float max);

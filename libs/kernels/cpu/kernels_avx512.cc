@@ -805,7 +805,8 @@ constexpr IsaKernels kKernels = {
     CvarRow,
     MadF16Row,
     ScaleF16Row,
-    GemmF32};
+    GemmF32,
+    F16ToF32Row};
 
 }  // namespace
 

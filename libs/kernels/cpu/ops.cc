@@ -213,6 +213,12 @@ void GemmF32(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
   }
 }
 
+void F16ToF32(const uint16_t* x, float* y, int64_t n) {
+  const internal::IsaKernels& k = internal::BestKernels();
+  if (k.f16_to_f32 != nullptr) return k.f16_to_f32(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = Fp16ToFp32(x[i]);
+}
+
 double ExpSubMax(const float* x, float* y, int64_t n, float max) {
   const internal::IsaKernels& k = internal::BestKernels();
   if (k.softmax_exp != nullptr) return k.softmax_exp(x, y, n, max);
