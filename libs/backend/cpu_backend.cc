@@ -614,15 +614,16 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   cpu::VecDotFn dot = cpu::GetVecDot(kt, (kt == GgmlType::F16 && q->ne[0] < 64) ? Isa::kScalar : isa_);
   if (dot == nullptr) return absl::UnimplementedError("flash_attn_ext: no vec_dot for K type");
   const size_t q_row = GgmlRowSize(kt, hd);
-  // Prompt-sized batches: llama.cpp's tiled path (its condition: >= 64 query rows, F16 or
-  // F32 K and V of one type, head size a multiple of the SIMD width: 8 floats on AVX2, 16
-  // on AVX-512; herd takes 16 on every CPU, so which path runs never depends on the CPU).
-  if (n_tokens >= kFlashAttnTileTokens && kt == v->type && (kt == GgmlType::F16 || kt == GgmlType::F32) &&
-      hd % 16 == 0 && v->ne[0] == hd && q->type == GgmlType::F32 && n->type == GgmlType::F32) {
-    return FlashAttnTiled(n);
-  }
+  // F16 K/V (the KV cache's type). Prompt-sized batches: llama.cpp's tiled path (its
+  // condition: >= 64 query rows, F16 or F32 K and V of one type, head size a multiple of
+  // the SIMD width: 8 floats on AVX2, 16 on AVX-512; herd takes 16 on every CPU, so which
+  // path runs never depends on the CPU).
   if (kt == GgmlType::F16 && v->type == GgmlType::F16 && k->nb[1] == q_row && v->nb[1] == q_row) {
-    return FlashAttnF16(n, dot);
+    if (n_tokens >= kFlashAttnTileTokens && hd % 16 == 0 && v->ne[0] == hd && q->type == GgmlType::F32 &&
+        n->type == GgmlType::F32) {
+      return FlashAttnTiled(n, dot);
+    }
+    return FlashAttnF16(n, dot, nullptr);
   }
   const int64_t n_work = n_tokens * n_head;
   pool_.Run([&](int ith, int nth) {
@@ -734,7 +735,7 @@ void ToF32Row(const Tensor* t, const uint8_t* row, float* out, int64_t n) {
 }
 }  // namespace
 
-absl::Status CpuBackend::FlashAttnTiled(Tensor* n) {
+absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
   Tensor* q = n->src[0];
   Tensor* k = n->src[1];
   Tensor* v = n->src[2];
@@ -750,8 +751,47 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n) {
   constexpr int64_t kt = kFlashAttnTileKv;
   const int64_t qt = std::max<int64_t>(1, kFlashAttnTileRows / gqa);  // query tokens per tile
   const int64_t rows_max = qt * gqa;
-  const int64_t n_work = (n_tokens + qt - 1) / qt * n_head_kv;
+  const int64_t n_qtiles = (n_tokens + qt - 1) / qt;
+  const int64_t n_kvtiles = (n_kv + kt - 1) / kt;
   const float ninf = -std::numeric_limits<float>::infinity();
+  // Which KV tiles each query tile sees, and whether tiling pays: a batch of many
+  // sequences (decode tokens, several prompts) puts tokens of different sequences in one
+  // query tile, whose union of cells is far more than what each token sees; those tiles'
+  // tokens take the one-chunk path over their own cells instead.
+  std::vector<uint8_t> kv_seen(static_cast<size_t>(n_qtiles * n_kvtiles), mask == nullptr ? 1 : 0);
+  std::vector<uint8_t> tiled(static_cast<size_t>(n_qtiles), 1);
+  if (mask != nullptr) {
+    pool_.Run([&](int ith, int nth) {
+      for (int64_t qi = ith; qi < n_qtiles; qi += nth) {
+        const int64_t t0 = qi * qt, nt = std::min(qt, n_tokens - t0);
+        int64_t exact = 0, tiles = 0;
+        for (int64_t tt = 0; tt < nt; ++tt) {
+          const float* mrow = F32Row(mask, t0 + tt);
+          for (int64_t c = 0; c < n_kv; ++c) {
+            if (mrow[c] == ninf) continue;
+            ++exact;
+            kv_seen[static_cast<size_t>(qi * n_kvtiles + c / kt)] = 1;
+          }
+        }
+        for (int64_t ct = 0; ct < n_kvtiles; ++ct) tiles += kv_seen[static_cast<size_t>(qi * n_kvtiles + ct)];
+        // A causal prompt tile computes about twice the cells its tokens see.
+        tiled[static_cast<size_t>(qi)] = tiles * kt * nt <= 3 * exact + 2 * kt * nt;
+      }
+    });
+  }
+  std::vector<int64_t> one_chunk;  // tokens of the query tiles that do not tile
+  std::vector<int64_t> work;       // query tile x KV head items
+  for (int64_t qi = 0; qi < n_qtiles; ++qi) {
+    if (tiled[static_cast<size_t>(qi)]) {
+      for (int64_t hk = 0; hk < n_head_kv; ++hk) work.push_back(qi * n_head_kv + hk);
+    } else {
+      for (int64_t t = qi * qt; t < std::min(n_tokens, (qi + 1) * qt); ++t) one_chunk.push_back(t);
+    }
+  }
+  if (!one_chunk.empty()) {
+    if (absl::Status st = FlashAttnF16(n, dot, &one_chunk); !st.ok()) return st;
+  }
+  const int64_t n_work = static_cast<int64_t>(work.size());
   pool_.Run([&](int ith, int nth) {
     std::vector<float> Q(static_cast<size_t>(rows_max * hd)), O(static_cast<size_t>(rows_max * hd));
     std::vector<float> P(static_cast<size_t>(rows_max * kt)), Kt(static_cast<size_t>(hd * kt));
@@ -760,7 +800,8 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n) {
     std::vector<float> slope(static_cast<size_t>(gqa));
     // Items dealt round-robin: under a causal mask later token tiles see more cells.
     for (int64_t w = ith; w < n_work; w += nth) {
-      const int64_t t0 = w / n_head_kv * qt, hk = w % n_head_kv;
+      const int64_t qi = work[static_cast<size_t>(w)] / n_head_kv, hk = work[static_cast<size_t>(w)] % n_head_kv;
+      const int64_t t0 = qi * qt;
       const int64_t nt = std::min(qt, n_tokens - t0), rows = nt * gqa;
       for (int64_t j = 0; j < gqa; ++j) {
         slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(hk * gqa + j), static_cast<int>(n_head), max_bias);
@@ -773,14 +814,7 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n) {
       std::fill(O.begin(), O.end(), 0.0f);
       for (int64_t c0 = 0; c0 < n_kv; c0 += kt) {
         const int64_t nc = std::min(kt, n_kv - c0);
-        if (mask != nullptr) {  // skip a tile every row masks entirely
-          bool seen = false;
-          for (int64_t tt = 0; tt < nt && !seen; ++tt) {
-            const float* mrow = F32Row(mask, t0 + tt) + c0;
-            for (int64_t c = 0; c < nc && !seen; ++c) seen = mrow[c] != ninf;
-          }
-          if (!seen) continue;
-        }
+        if (!kv_seen[static_cast<size_t>(qi * n_kvtiles + c0 / kt)]) continue;  // every row masks it
         for (int64_t c = 0; c < kt; ++c) {
           if (c < nc) {
             ToF32Row(k, k->row(hk, c0 + c), krow.data(), hd);
@@ -835,7 +869,7 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n) {
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
+absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::vector<int64_t>* tokens) {
   Tensor* q = n->src[0];
   Tensor* k = n->src[1];
   Tensor* v = n->src[2];
@@ -852,7 +886,7 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
   // Enough work items for every thread even for one token (groups of KV heads).
   const int64_t nth_pool = pool_.size();
   const int64_t n_groups = std::min<int64_t>(n_head_kv, std::max<int64_t>(1, (4 * nth_pool + n_tokens - 1) / n_tokens));
-  const int64_t n_work = n_tokens * n_groups;
+  const int64_t n_work = (tokens != nullptr ? static_cast<int64_t>(tokens->size()) : n_tokens) * n_groups;
   constexpr int64_t kAhead = 6;  // cells prefetched ahead (each a run of heads x 2*hd bytes)
   const float ninf = -std::numeric_limits<float>::infinity();
   pool_.Run([&](int ith, int nth) {
@@ -866,7 +900,7 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot) {
     // Tokens dealt round-robin: under a causal mask later tokens see more cells, so
     // contiguous ranges would leave the first threads idle while the last ones work.
     for (int64_t w = ith; w < n_work; w += nth) {
-      const int64_t t = w / n_groups;
+      const int64_t t = tokens != nullptr ? (*tokens)[static_cast<size_t>(w / n_groups)] : w / n_groups;
       const int64_t g = w % n_groups;
       const int64_t hk0 = g * n_head_kv / n_groups, hk1 = (g + 1) * n_head_kv / n_groups;
       const int64_t h0 = hk0 * gqa, nh = (hk1 - hk0) * gqa;

@@ -63,8 +63,9 @@ class CpuBackend : public Backend {
   absl::Status ComputeNode(Tensor* node);
   absl::Status ComputeMulMat(Tensor* node);
   absl::Status ComputeFlashAttn(Tensor* node);
-  absl::Status FlashAttnF16(Tensor* node, cpu::VecDotFn dot);
-  absl::Status FlashAttnTiled(Tensor* node);
+  // tokens: the query tokens to compute (nullptr: all).
+  absl::Status FlashAttnF16(Tensor* node, cpu::VecDotFn dot, const std::vector<int64_t>* tokens);
+  absl::Status FlashAttnTiled(Tensor* node, cpu::VecDotFn dot);
   uint8_t* Work(size_t bytes);  // shared scratch for one op (reallocated as needed)
 
   ThreadPool pool_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -259,8 +260,9 @@ TEST_P(CpuBackendTest, FlashAttnMatchesPlainAttentionWithMaskAndGqa) {
 // in double to F32 rounding (an F16 accumulator, as on the one-chunk path, could not), over
 // a partial last query tile, a partial last KV tile, GQA, ALiBi, KV tiles some rows skip,
 // and a token that sees no cell at all (output 0).
-TEST_P(CpuBackendTest, TiledFlashAttnMatchesPlainAttention) {
-  const int64_t hd = 64, n_head = 4, n_head_kv = 2, n_kv = 150, n_tok = 70;
+void CheckFlashAttnAgainstPlain(CpuBackend& backend, int64_t n_kv, int64_t n_tok,
+                                const std::function<bool(int64_t t, int64_t c)>& seen, float mdist, double tol_f16) {
+  const int64_t hd = 64, n_head = 4, n_head_kv = 2;
   const float ninf = -std::numeric_limits<float>::infinity();
   for (GgmlType kt : {GgmlType::F32, GgmlType::F16}) {
     for (float max_bias : {0.0f, 8.0f}) {
@@ -274,13 +276,10 @@ TEST_P(CpuBackendTest, TiledFlashAttnMatchesPlainAttention) {
       std::vector<float> kr(kf.size()), vr(vf.size());
       DequantizeRow(kt, kb.data(), kr.data(), static_cast<int64_t>(kf.size()));
       DequantizeRow(kt, vb.data(), vr.data(), static_cast<int64_t>(vf.size()));
-      // Causal over cells [0, 80 + t) with holes; token 5 sees nothing; ALiBi-style
-      // distances in the mask values.
       std::vector<float> mask(static_cast<size_t>(n_kv * n_tok));
       for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t c = 0; c < n_kv; ++c) {
-          const bool seen = t != 5 && c < 80 + t && c % 7 != 3;
-          mask[static_cast<size_t>(t * n_kv + c)] = seen ? -static_cast<float>(80 + t - c) / 16.0f : ninf;
+          mask[static_cast<size_t>(t * n_kv + c)] = seen(t, c) ? -std::fabs(static_cast<float>(c - t)) / mdist : ninf;
         }
       }
       Graph g;
@@ -295,7 +294,7 @@ TEST_P(CpuBackendTest, TiledFlashAttnMatchesPlainAttention) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
       Tensor* out = g.FlashAttnExt(tq, tk, tv, tm, scale, max_bias);
       g.SetOutput(out);
-      ASSERT_TRUE(backend_.GraphCompute(g).ok());
+      ASSERT_TRUE(backend.GraphCompute(g).ok());
       for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t h = 0; h < n_head; ++h) {
           const int64_t hk = h / (n_head / n_head_kv);
@@ -320,13 +319,29 @@ TEST_P(CpuBackendTest, TiledFlashAttnMatchesPlainAttention) {
               ref += sc[static_cast<size_t>(c)] * vr[static_cast<size_t>((c * n_head_kv + hk) * hd + i)];
             }
             ref = sum == 0 ? 0 : ref / sum;
-            ASSERT_NEAR(F(out)[(t * n_head + h) * hd + i], ref, 2e-5 * (1 + std::fabs(ref)))
+            const double tol = kt == GgmlType::F16 ? tol_f16 : 2e-5;
+            ASSERT_NEAR(F(out)[(t * n_head + h) * hd + i], ref, tol * (1 + std::fabs(ref)))
                 << GgmlTypeName(kt) << " max_bias " << max_bias << " t=" << t << " h=" << h << " i=" << i;
           }
         }
       }
     }
   }
+}
+
+TEST_P(CpuBackendTest, TiledFlashAttnMatchesPlainAttention) {
+  // One prompt: causal over cells [0, 80 + t) with holes; token 5 sees nothing.
+  CheckFlashAttnAgainstPlain(
+      backend_, 150, 70, [](int64_t t, int64_t c) { return t != 5 && c < 80 + t && c % 7 != 3; }, 16.0f, 2e-5);
+}
+
+// A batch of 8 sequences, tokens interleaved (as decode steps and prompt chunks of many
+// streams are): each query tile's union of cells is many times what its tokens see, so its
+// tokens take the one-chunk path (F16 accumulator: F16 tolerance), each computed once.
+TEST_P(CpuBackendTest, FlashAttnOfManySequencesInOneBatch) {
+  CheckFlashAttnAgainstPlain(
+      backend_, 600, 100,
+      [](int64_t t, int64_t c) { return c / 75 == t % 8 && c % 75 <= 40 + t / 8; }, 32.0f, 4e-3);
 }
 
 TEST_P(CpuBackendTest, SoftMaxWithMaskScaleAndAlibi) {
