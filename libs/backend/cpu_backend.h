@@ -42,7 +42,7 @@ class CpuBackend : public Backend {
   absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) override;
   absl::Status GetTensor(const Tensor* t, void* data, size_t offset, size_t size) override;
   absl::Status CopyTensor(const Tensor* src, Tensor* dst) override;
-  /// Repacks every 2-D Q4_0 / Q8_0 weight that MulMat may read (not embeddings, which
+  /// Repacks every 2-D Q4_0 / Q8_0 / F16 weight that MulMat may read (not embeddings, which
   /// GetRows reads) into cpu::PackWeights's 8-row panels, attached as Tensor::extra, so
   /// matmuls of every batch size stream them without per-call repacking (llama.cpp's
   /// CPU_REPACK buffer type). Needs an ISA with packed kernels (cpu::SupportsPacked) and

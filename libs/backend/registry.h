@@ -27,7 +27,7 @@ namespace herd {
 struct BackendOptions {
   int n_threads = 1;  // CPU threads (the CPU backend, and the CPU fallback of a device)
   int device = 0;     // index among the kind's devices (--device N)
-  /// CPU: repack Q4_0 / Q8_0 matmul weights at load for the batched kernels
+  /// CPU: repack Q4_0 / Q8_0 / F16 matmul weights at load for the batched kernels
   /// (CpuBackend::PrepareWeights; llama.cpp's --no-repack turns its equivalent off).
   bool repack = true;
 };

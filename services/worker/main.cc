@@ -64,7 +64,7 @@ ABSL_FLAG(std::string, queue_policy, "wait",
 ABSL_FLAG(int, max_draft, 1024, "Longest draft a Step may carry (longer: INVALID_ARGUMENT).");
 ABSL_FLAG(std::string, kv_type, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(bool, repack, true,
-          "CPU: repack Q4_0/Q8_0 matmul weights at load into the batched kernels' 8-row panels (llama.cpp's "
+          "CPU: repack Q4_0/Q8_0/F16 matmul weights at load into the batched kernels' 8-row panels (llama.cpp's "
           "CPU_REPACK; --norepack is llama.cpp's --no-repack: the kernels then repack per call).");
 ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight sessions may run before they are cancelled (ms).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
