@@ -570,11 +570,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   // After an error answered before the request's body was read (413, 401, framing):
   // stop sending, then read and discard what the client is still sending for a while
-  // (bounded in bytes and time) so that it reads our answer instead of a reset.
+  // (bounded in bytes and time) so that it reads our answer instead of a reset. The bound
+  // is 16 MiB past the body limit: a body just over the limit (rejected from its
+  // Content-Length before any of it was read) is drained whole, as long as it keeps coming.
   void LingeringClose() {
     beast::error_code ec;
     Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
-    linger_left_ = std::max<size_t>(srv_->opts.max_body_bytes, 16 << 20);
+    linger_left_ = srv_->opts.max_body_bytes + (size_t{16} << 20);
     Lowest().expires_after(std::chrono::seconds(3));
     DrainSome();
   }
