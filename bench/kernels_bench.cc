@@ -356,6 +356,11 @@ int Register() {
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
         }
+        // weights in L2: the packed kernel's own speed
+        benchmark::RegisterBenchmark(("DecodePackedHot/" + name).c_str(), BM_MulMat, t, isa, int64_t{1}, 1, true, kK,
+                                     int64_t{0}, true)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }
