@@ -10,6 +10,7 @@
 // DecodeModel: the mat-vecs of one decode step of llama-110m / tinyllama-1.1b (every
 // weight matrix its own buffer, output tensor Q6_K for Q4_0 as llama-quantize writes it),
 // split over a ThreadPool like the CPU backend does -> GB/s and mat-vec-only tokens/s.
+// MemReadAvx2 / FmaPeak: the machine's DRAM read bandwidth and one core's F32 FMA peak.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <immintrin.h>
 
 #include "libs/base/cpu_features.h"
 #include "libs/base/thread_pool.h"
@@ -197,6 +200,83 @@ void BM_MemRead(benchmark::State& state, int threads) {
       benchmark::Counter(static_cast<double>(state.iterations()) * n * 8 / 1e9, benchmark::Counter::kIsRate);
 }
 
+// The machine's ceilings, to read the figures above against: DRAM read bandwidth with
+// 256-bit loads (4 streams of 32 B per 128 B step; the hardware prefetcher alone), and one
+// core's peak F32 FMA rate (12 independent 8-lane FMA chains: no loads, FMA latency hidden).
+// Decode is bound by the first, F16 prompt processing by the second.
+__attribute__((target("avx2"))) uint64_t ReadAvx2(const char* b, const char* e) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (const char* q = b; q + 128 <= e; q += 128) {
+    a0 = _mm256_add_epi32(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(q)));
+    a1 = _mm256_add_epi32(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32)));
+    a2 = _mm256_add_epi32(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64)));
+    a3 = _mm256_add_epi32(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 96)));
+  }
+  a0 = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
+  return static_cast<uint64_t>(_mm256_extract_epi64(a0, 0));
+}
+
+void BM_MemReadAvx2(benchmark::State& state, int threads) {
+  if (!IsaSupported(Isa::kAvx2)) {
+    state.SkipWithError("ISA not supported");
+    return;
+  }
+  const size_t bytes = size_t{1} << 30;
+  Buffer buf(bytes);
+  std::memset(buf.data(), 1, bytes);
+  const char* p = reinterpret_cast<const char*>(buf.data());
+  uint64_t total = 0;
+  for (auto _ : state) {
+    std::vector<std::thread> th;
+    std::vector<uint64_t> part(threads);
+    for (int t = 0; t < threads; ++t) {
+      th.emplace_back([&, t] { part[t] = ReadAvx2(p + bytes / threads * t, p + bytes / threads * (t + 1)); });
+    }
+    for (auto& x : th) x.join();
+    for (uint64_t v : part) total += v;
+  }
+  benchmark::DoNotOptimize(total);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * bytes / 1e9, benchmark::Counter::kIsRate);
+}
+
+__attribute__((target("avx2,fma"), noinline)) float FmaChains(int64_t iters, float mul, float add) {
+  __m256 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(mul), c = _mm256_set1_ps(add);
+  for (int64_t i = 0; i < iters; ++i) {
+    a[0] = _mm256_fmadd_ps(a[0], m, c);
+    a[1] = _mm256_fmadd_ps(a[1], m, c);
+    a[2] = _mm256_fmadd_ps(a[2], m, c);
+    a[3] = _mm256_fmadd_ps(a[3], m, c);
+    a[4] = _mm256_fmadd_ps(a[4], m, c);
+    a[5] = _mm256_fmadd_ps(a[5], m, c);
+    a[6] = _mm256_fmadd_ps(a[6], m, c);
+    a[7] = _mm256_fmadd_ps(a[7], m, c);
+    a[8] = _mm256_fmadd_ps(a[8], m, c);
+    a[9] = _mm256_fmadd_ps(a[9], m, c);
+    a[10] = _mm256_fmadd_ps(a[10], m, c);
+    a[11] = _mm256_fmadd_ps(a[11], m, c);
+  }
+  __m256 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
+  return _mm256_cvtss_f32(s);
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  if (!IsaSupported(Isa::kAvx2)) {
+    state.SkipWithError("ISA not supported");
+    return;
+  }
+  constexpr int64_t kIters = 1 << 20;
+  float sink = 0;
+  volatile float mul = 0.999999f, add = 1e-6f;
+  for (auto _ : state) sink += FmaChains(kIters, mul, add);
+  benchmark::DoNotOptimize(sink);
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * kIters * 12 * 16 / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+
 struct ModelMat {
   GgmlType type;
   int64_t k, m;
@@ -309,6 +389,9 @@ int Register() {
   const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
   benchmark::RegisterBenchmark("MemRead/threads:1", BM_MemRead, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("MemRead/threads:2", BM_MemRead, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("MemReadAvx2/threads:1", BM_MemReadAvx2, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("MemReadAvx2/threads:2", BM_MemReadAvx2, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("FmaPeak/avx2", BM_FmaPeak)->Unit(benchmark::kMillisecond);
   for (GgmlType t : types) {
     benchmark::RegisterBenchmark(("Dequantize/" + GgmlTypeName(t)).c_str(), BM_Dequantize, t);
   }
