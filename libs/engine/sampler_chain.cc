@@ -39,6 +39,22 @@ void FillCandidates(const float* logits, int32_t n_vocab, TokenDataArray* cur) {
   cur->selected = -1;
 }
 
+int32_t GreedyArgmax(const float* logits, int32_t n_vocab) {
+  if (n_vocab <= 0) return -1;
+  int32_t best = 0;
+  float best_l = Sanitize(logits[0]);
+  for (int32_t i = 1; i < n_vocab; ++i) {
+    // NaN (-inf once sanitized) never compares greater; +inf counts as FLT_MAX, so the
+    // first of several +inf / FLT_MAX logits stays selected, as in the candidate array.
+    const float l = logits[i];
+    if (l > best_l && !(l == INFINITY && best_l == FLT_MAX)) {
+      best = i;
+      best_l = Sanitize(l);
+    }
+  }
+  return best;
+}
+
 void SoftmaxCandidates(TokenDataArray* cur) {
   auto& d = cur->data;
   if (d.empty()) return;

@@ -71,6 +71,11 @@ inline bool CandidateBefore(const TokenData& a, const TokenData& b) {
 /// The array llama_sampler_sample builds: the `n_vocab` logits in id order, NaN read as
 /// -inf and +inf as FLT_MAX; unsorted, nothing selected.
 void FillCandidates(const float* logits, int32_t n_vocab, TokenDataArray* cur);
+
+/// The id GreedySampler selects from FillCandidates(logits, n_vocab): the first maximum
+/// of the `n_vocab` logits with NaN read as -inf and +inf as FLT_MAX (0 when every logit is
+/// NaN or -inf), without building the candidate array. -1 when n_vocab <= 0.
+int32_t GreedyArgmax(const float* logits, int32_t n_vocab);
 /// llama_sampler_softmax_impl: sorts (if needed) and sets p = softmax(logit).
 void SoftmaxCandidates(TokenDataArray* cur);
 /// llama_sampler_top_k_impl: keeps the k highest logits (sorted); k <= 0 = no-op.

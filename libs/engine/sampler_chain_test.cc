@@ -1,5 +1,6 @@
 #include "libs/engine/sampler_chain.h"
 
+#include <cfloat>
 #include <cmath>
 #include <random>
 #include <set>
@@ -42,6 +43,33 @@ TEST(SamplerChainTest, DefaultChainIsLlamaCppOrder) {
 
 // The chain order matters: min-p before temperature keeps more than after (temperature
 // 0.5 doubles the logit gaps).
+// GreedyArgmax (the plain-greedy fast path of Sampler::Sample) selects what the greedy
+// chain selects from the full candidate array, NaN / +-inf / FLT_MAX / ties included.
+TEST(SamplerChainTest, GreedyArgmaxEqualsGreedyChain) {
+  std::mt19937 g(11);
+  const float specials[] = {NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 4.0f, 0.0f};
+  std::uniform_int_distribution<int> pick(0, 6), coin(0, 9);
+  SamplingParams p;
+  p.temp = 0.0f;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 1 + trial % 40;
+    std::vector<float> logits = RandomLogits(&g, n);
+    for (float& x : logits) {
+      if (coin(g) < 3) x = specials[pick(g)];
+    }
+    SamplerChain chain = DefaultSamplerChain(p, n);
+    const int32_t want = chain.Sample(logits.data(), n);
+    ASSERT_EQ(GreedyArgmax(logits.data(), n), want) << "trial " << trial;
+    Sampler s(p, n);
+    ASSERT_EQ(s.Sample(logits.data()), want) << "trial " << trial;
+  }
+  EXPECT_EQ(GreedyArgmax(nullptr, 0), -1);
+  const std::vector<float> all_nan(5, NAN);
+  EXPECT_EQ(GreedyArgmax(all_nan.data(), 5), 0);
+  const std::vector<float> inf_after_max = {1.0f, FLT_MAX, INFINITY};
+  EXPECT_EQ(GreedyArgmax(inf_after_max.data(), 3), 1);  // +inf reads as FLT_MAX: first wins
+}
+
 TEST(SamplerChainTest, CustomOrder) {
   const std::vector<float> logits = {0.0f, -1.0f, -2.0f, -3.0f};
   TokenDataArray a, b;

@@ -91,6 +91,11 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
   if (params_.penalty_last_n < -1) params_.penalty_last_n = 0;
   if (params_.n_probs < 0) params_.n_probs = 0;
   chain_ = DefaultSamplerChain(params_, n_vocab_);
+  const bool penalties = params_.penalty_last_n != 0 &&
+                         !(params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+                           params_.presence_penalty == 0.0f);  // PenaltiesSampler::Active
+  plain_greedy_ = IsGreedy() && params_.logit_bias.empty() && !penalties && params_.n_probs == 0 &&
+                  params_.grammar.empty();
   if (!chain_.Seed()) seed_cur_ = ResolveSeed(params_.seed);
   if (!params_.grammar.empty()) {
     status_ = absl::FailedPreconditionError("sampler: a grammar needs the vocabulary (use Sampler::Create)");
@@ -151,6 +156,7 @@ TokenDataArray Sampler::Candidates(const float* logits) const {
 int32_t Sampler::Sample(const float* logits) {
   top_logprobs_.clear();
   if (n_vocab_ <= 0 || !status_.ok()) return -1;
+  if (plain_greedy_) return GreedyArgmax(logits, n_vocab_);
   TokenDataArray& cur = scratch_;
   Prepare(logits, &cur);
   if (!matcher_) return SampleFrom(&cur);

@@ -196,6 +196,10 @@ class Sampler {
 
   SamplingParams params_;
   int32_t n_vocab_;
+  // Greedy with no logit bias, no active penalties, no grammar and no logprobs: Sample()
+  // is GreedyArgmax over the logits (the same id the chain selects, without filling and
+  // scanning an n_vocab candidate array per token).
+  bool plain_greedy_ = false;
   uint32_t seed_cur_ = 0;  // reported by seed() when the chain draws no random numbers
   // Candidates() runs only the stages that keep no state in Apply (all but the last).
   mutable SamplerChain chain_;
