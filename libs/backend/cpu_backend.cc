@@ -595,6 +595,30 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   return absl::OkStatus();
 }
 
+namespace {
+// Appends to `vis` the cells c in [0, n) a token sees: those whose mask value is not -inf,
+// in cell order. In a batch of many sequences over a large KV pool almost every cell is
+// masked, and every layer scans the mask again: runs of 8 -inf cells (compared as bit
+// patterns; only -inf has 0xff800000) are skipped at once.
+void AppendVisibleCells(const float* mrow, int64_t n, std::vector<int32_t>* vis) {
+  constexpr uint64_t kNinf2 = 0xff800000ff800000ull;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    uint64_t w[4];
+    std::memcpy(w, mrow + c, sizeof(w));
+    if (((w[0] ^ kNinf2) | (w[1] ^ kNinf2) | (w[2] ^ kNinf2) | (w[3] ^ kNinf2)) == 0) continue;
+    for (int64_t i = c; i < c + 8; ++i) {
+      if (mrow[i] != ninf) vis->push_back(static_cast<int32_t>(i));
+    }
+  }
+  for (; c < n; ++c) {
+    if (mrow[c] != ninf) vis->push_back(static_cast<int32_t>(c));
+  }
+}
+
+}  // namespace
+
 absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   Tensor* q = n->src[0];
   Tensor* k = n->src[1];
@@ -649,11 +673,11 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
       const float* mrow = mask ? F32Row(mask, t) : nullptr;
       if (t != vis_t) {
         vis.clear();
-        for (int64_t c = 0; c < n_kv; ++c) {
-          // slope > 0, so slope * mask is -inf exactly where the mask is.
-          if (mrow == nullptr || mrow[c] != -std::numeric_limits<float>::infinity()) {
-            vis.push_back(static_cast<int32_t>(c));
-          }
+        // slope > 0, so slope * mask is -inf exactly where the mask is.
+        if (mrow != nullptr) {
+          AppendVisibleCells(mrow, n_kv, &vis);
+        } else {
+          for (int64_t c = 0; c < n_kv; ++c) vis.push_back(static_cast<int32_t>(c));
         }
         vis_t = t;
       }
@@ -762,16 +786,15 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
   std::vector<uint8_t> tiled(static_cast<size_t>(n_qtiles), 1);
   if (mask != nullptr) {
     pool_.Run([&](int ith, int nth) {
+      std::vector<int32_t> vis;
       for (int64_t qi = ith; qi < n_qtiles; qi += nth) {
         const int64_t t0 = qi * qt, nt = std::min(qt, n_tokens - t0);
         int64_t exact = 0, tiles = 0;
         for (int64_t tt = 0; tt < nt; ++tt) {
-          const float* mrow = F32Row(mask, t0 + tt);
-          for (int64_t c = 0; c < n_kv; ++c) {
-            if (mrow[c] == ninf) continue;
-            ++exact;
-            kv_seen[static_cast<size_t>(qi * n_kvtiles + c / kt)] = 1;
-          }
+          vis.clear();
+          AppendVisibleCells(F32Row(mask, t0 + tt), n_kv, &vis);
+          exact += static_cast<int64_t>(vis.size());
+          for (int32_t c : vis) kv_seen[static_cast<size_t>(qi * n_kvtiles + c / kt)] = 1;
         }
         for (int64_t ct = 0; ct < n_kvtiles; ++ct) tiles += kv_seen[static_cast<size_t>(qi * n_kvtiles + ct)];
         // A causal prompt tile computes about twice the cells its tokens see.
@@ -907,8 +930,10 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::v
       const float* mrow = mask ? F32Row(mask, t) : nullptr;
       if (t != vis_t) {
         vis.clear();
-        for (int64_t c = 0; c < n_kv; ++c) {
-          if (mrow == nullptr || mrow[c] != ninf) vis.push_back(static_cast<int32_t>(c));
+        if (mrow != nullptr) {
+          AppendVisibleCells(mrow, n_kv, &vis);
+        } else {
+          for (int64_t c = 0; c < n_kv; ++c) vis.push_back(static_cast<int32_t>(c));
         }
         vis_t = t;
       }
