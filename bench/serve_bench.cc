@@ -59,6 +59,9 @@
 
 ABSL_FLAG(std::string, concurrency, "1,8,16,32", "comma-separated concurrent streaming clients, one level each");
 ABSL_FLAG(int, requests_per_client, 3, "requests per level = this x concurrency");
+ABSL_FLAG(int, rounds, 1,
+          "measure every level this many times, the order of the levels reversed every other round; the table "
+          "gives each level's median round figures (this machine's speed drifts between minutes)");
 ABSL_FLAG(int, max_tokens, 64, "max_tokens of each request (ignore_eos: each generates exactly this many)");
 ABSL_FLAG(int, prompt_words, 24, "words of each request's own prompt (~30 tokens with the Llama-2 vocab for 24)");
 ABSL_FLAG(bool, shared_prefix, false, "start every prompt with the same --prefix_words words (prefix caching)");
@@ -406,9 +409,9 @@ int Main() {
     levels.push_back(v);
   }
   if (levels.empty() || absl::GetFlag(FLAGS_requests_per_client) < 1 || absl::GetFlag(FLAGS_max_tokens) < 2 ||
-      absl::GetFlag(FLAGS_prompt_words) < 1) {
+      absl::GetFlag(FLAGS_prompt_words) < 1 || absl::GetFlag(FLAGS_rounds) < 1) {
     std::fprintf(stderr, "serve_bench: need --concurrency levels, --requests_per_client >= 1, --max_tokens >= 2, "
-                         "--prompt_words >= 1\n");
+                         "--prompt_words >= 1, --rounds >= 1\n");
     return 2;
   }
   const std::string shared = SharedDir();
@@ -480,13 +483,21 @@ int Main() {
     }
   }
 
-  std::vector<LevelResult> results;
+  const int n_rounds = absl::GetFlag(FLAGS_rounds);
+  std::vector<std::vector<LevelResult>> rounds_of(levels.size());  // per listed level, its rounds
   std::vector<std::string> notes;
   std::atomic<bool> abort{false};
   int request_id = 1000;
-  for (int c : levels) {
+  std::vector<size_t> order;  // indices into levels, round after round
+  for (int round = 0; round < n_rounds; ++round) {
+    for (size_t i = 0; i < levels.size(); ++i) order.push_back(round % 2 == 0 ? i : levels.size() - 1 - i);
+  }
+  for (size_t step = 0; step < order.size(); ++step) {
+    const int c = levels[order[step]];
+    const int round = static_cast<int>(step / levels.size()) + 1;
     const std::string load_before = LoadAverage();
-    std::fprintf(stderr, "serve_bench: concurrency %d: %d requests (load average %s)\n", c,
+    std::fprintf(stderr, "serve_bench: concurrency %d%s: %d requests (load average %s)\n", c,
+                 n_rounds > 1 ? absl::StrCat(", round ", round).c_str() : "",
                  c * absl::GetFlag(FLAGS_requests_per_client), load_before.c_str());
     Level l = RunLevel(target, c, request_id, &abort);
     request_id += c * absl::GetFlag(FLAGS_requests_per_client);
@@ -500,12 +511,20 @@ int Main() {
                  "%.1f prompt tokens/request\n",
                  c, static_cast<long long>(r.tokens), r.seconds, r.tok_s, r.ttft_p50_ms, r.itl_p50_ms,
                  static_cast<double>(l.prompt_tokens) / r.requests);
-    notes.push_back(absl::StrCat("C=", c, ": load ", load_before, " -> ", LoadAverage(), ", ",
+    notes.push_back(absl::StrCat("C=", c, n_rounds > 1 ? absl::StrCat(" round ", round) : "", ": ",
+                                 absl::StrFormat("%.1f", r.tok_s), " tok/s, load ", load_before, " -> ",
+                                 LoadAverage(), ", ",
                                  absl::StrFormat("%.1f", static_cast<double>(l.prompt_tokens) / r.requests),
                                  " prompt tokens/request"));
-    results.push_back(r);
+    rounds_of[order[step]].push_back(r);
   }
   stop();
+  std::vector<LevelResult> results;
+  for (const std::vector<LevelResult>& rounds : rounds_of) {
+    auto m = MedianOfRounds(rounds);
+    if (!m.ok()) return Fail(m.status().ToString());
+    results.push_back(*m);
+  }
 
   const std::string what = absl::GetFlag(FLAGS_server).empty()
                                ? absl::StrCat(absl::GetFlag(FLAGS_model), " ",
@@ -516,9 +535,11 @@ int Main() {
                                          : "";
   std::printf("## serve_bench: %s%s, %s\n\n", what.c_str(), prefix.c_str(), setup.c_str());
   std::printf("streaming POST /v1/completions, %d-word prompts, max_tokens %d, temperature 0, ignore_eos, %d x C "
-              "requests per level; llama-server figures: %s\n\n",
+              "requests per level%s; llama-server figures: %s\n\n",
               absl::GetFlag(FLAGS_prompt_words), absl::GetFlag(FLAGS_max_tokens),
-              absl::GetFlag(FLAGS_requests_per_client), ref_path.empty() ? "none" : ref_path.c_str());
+              absl::GetFlag(FLAGS_requests_per_client),
+              n_rounds > 1 ? absl::StrCat(" in each of ", n_rounds, " rounds (medians)").c_str() : "",
+              ref_path.empty() ? "none" : ref_path.c_str());
   std::fputs(FormatTable(results, ref).c_str(), stdout);
   std::printf("\n%s\n", absl::StrJoin(notes, "; ").c_str());
   return 0;

@@ -213,6 +213,33 @@ LevelResult Summarize(int concurrency, int requests, int64_t tokens, double seco
   return r;
 }
 
+absl::StatusOr<LevelResult> MedianOfRounds(const std::vector<LevelResult>& rounds) {
+  if (rounds.empty()) return absl::InvalidArgumentError("MedianOfRounds: no rounds");
+  LevelResult r;
+  r.concurrency = rounds.front().concurrency;
+  std::vector<double> tok_s, ttft50, ttft99, itl50, itl99;
+  for (const LevelResult& l : rounds) {
+    if (l.concurrency != r.concurrency) {
+      return absl::InvalidArgumentError(absl::StrCat("MedianOfRounds: rounds of concurrency ", r.concurrency,
+                                                     " and ", l.concurrency));
+    }
+    r.requests += l.requests;
+    r.tokens += l.tokens;
+    r.seconds += l.seconds;
+    tok_s.push_back(l.tok_s);
+    ttft50.push_back(l.ttft_p50_ms);
+    ttft99.push_back(l.ttft_p99_ms);
+    itl50.push_back(l.itl_p50_ms);
+    itl99.push_back(l.itl_p99_ms);
+  }
+  r.tok_s = Percentile(tok_s, 50);
+  r.ttft_p50_ms = Percentile(ttft50, 50);
+  r.ttft_p99_ms = Percentile(ttft99, 50);
+  r.itl_p50_ms = Percentile(itl50, 50);
+  r.itl_p99_ms = Percentile(itl99, 50);
+  return r;
+}
+
 // ---- the reference ----
 
 namespace {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace herd::bench {
@@ -105,6 +106,12 @@ struct LevelResult {
 /// Summarizes one level: per-request TTFTs and all inter-token gaps (ms).
 LevelResult Summarize(int concurrency, int requests, int64_t tokens, double seconds,
                       const std::vector<double>& ttft_ms, const std::vector<double>& itl_ms);
+
+/// One level measured in several rounds: requests, tokens and seconds summed; tok/s,
+/// TTFT p50/p99 and ITL p50/p99 each the median (nearest rank) of the rounds' values, so
+/// a round caught in a slow minute of the machine does not decide the row. INVALID_ARGUMENT
+/// when `rounds` is empty or mixes concurrency levels.
+absl::StatusOr<LevelResult> MedianOfRounds(const std::vector<LevelResult>& rounds);
 
 /// The markdown table: one row per level with herd's tok/s, TTFT p50/p99, ITL p50/p99,
 /// the reference's llama-server figures and herd/llama-server ratios (tok/s: > 1 is

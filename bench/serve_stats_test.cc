@@ -176,5 +176,24 @@ TEST(FormatTableTest, RatiosAndDashesForMissingLevels) {
   EXPECT_EQ(lines[3], "| 32 | 96 | 153.6 | - | - | 100 ms | - | - | 200 ms | 20.0 ms | 20.0 ms |");
 }
 
+TEST(MedianOfRoundsTest, MediansPerMetricAndSums) {
+  const std::vector<LevelResult> rounds = {
+      Summarize(8, 24, 1536, 3.0, {100}, {10}),  // 512 tok/s
+      Summarize(8, 24, 1536, 6.0, {300}, {30}),  // 256 tok/s: a slow round
+      Summarize(8, 24, 1536, 4.0, {200}, {20}),  // 384 tok/s
+  };
+  auto m = MedianOfRounds(rounds);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->concurrency, 8);
+  EXPECT_EQ(m->requests, 72);
+  EXPECT_EQ(m->tokens, 3 * 1536);
+  EXPECT_DOUBLE_EQ(m->seconds, 13.0);
+  EXPECT_DOUBLE_EQ(m->tok_s, 384);
+  EXPECT_EQ(m->ttft_p50_ms, 200);
+  EXPECT_EQ(m->itl_p99_ms, 20);
+  EXPECT_FALSE(MedianOfRounds({}).ok());
+  EXPECT_FALSE(MedianOfRounds({rounds[0], Summarize(16, 48, 3072, 6.0, {1}, {1})}).ok());
+}
+
 }  // namespace
 }  // namespace herd::bench
