@@ -735,11 +735,11 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
 }
 
 // F16 K and V (the KV cache's default), llama.cpp's F16 one_chunk numerics: token-major.
-// A work item is one token and a group of KV heads; it walks the token's visible cells
-// once for all heads of the group, so each cell's K (then V) rows of those heads are
-// read as one contiguous run instead of one 2*hd-byte piece per head visit (decode
-// attention is bound by these reads). For every head the operations and their order
-// are those of FlashAttnF16VRowIdx over the same cells: results are bit-identical.
+// A work item is one token and a group of KV heads: cpu::FlashAttnF16Heads over the
+// token's visible cells for all heads of the group (fused on AVX2: the cells' K / V runs
+// of those heads read together, several cells' dots at once). For every head the
+// operations and their order are those of FlashAttnF16VRowIdx over the same cells:
+// results are bit-identical.
 // ggml's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled), per work item
 // = (tile of query tokens, KV head): the rows are those tokens x the KV head's gqa query
 // heads (at most kFlashAttnTileRows), Q kept in F32. For each tile of kFlashAttnTileKv KV
@@ -910,14 +910,12 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::v
   const int64_t nth_pool = pool_.size();
   const int64_t n_groups = std::min<int64_t>(n_head_kv, std::max<int64_t>(1, (4 * nth_pool + n_tokens - 1) / n_tokens));
   const int64_t n_work = (tokens != nullptr ? static_cast<int64_t>(tokens->size()) : n_tokens) * n_groups;
-  constexpr int64_t kAhead = 6;  // cells prefetched ahead (each a run of heads x 2*hd bytes)
-  const float ninf = -std::numeric_limits<float>::infinity();
   pool_.Run([&](int ith, int nth) {
     std::vector<int32_t> vis;
     vis.reserve(static_cast<size_t>(n_kv));
     int64_t vis_t = -1;
     std::vector<uint8_t> qconv;
-    std::vector<float> scores, M, S, slope;
+    std::vector<float> scores, slope;
     std::vector<size_t> kv_row;  // byte offset of head j's KV head within a cell
     std::vector<uint16_t> vkq16;
     // Tokens dealt round-robin: under a causal mask later tokens see more cells, so
@@ -942,62 +940,31 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::v
       scores.resize(static_cast<size_t>(nh * std::max<int64_t>(1, n_vis)));
       slope.resize(static_cast<size_t>(nh));
       kv_row.resize(static_cast<size_t>(nh));
+      vkq16.resize(static_cast<size_t>(nh * hd));
       for (int64_t j = 0; j < nh; ++j) {
         kv_row[static_cast<size_t>(j)] = static_cast<size_t>((h0 + j) / gqa) * k->nb[1];  // no division per cell
         cpu::FromFloat(GgmlType::F16, F32Row(q, h0 + j, t), qconv.data() + j * q_row, hd, isa_);
         slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(h0 + j), static_cast<int>(n_head), max_bias);
       }
-      // The heads [hk0, hk1) of one cell are contiguous (nb[1] == 2*hd).
-      const size_t run = static_cast<size_t>(hk1 - hk0) * q_row;
-      const auto prefetch = [&](const Tensor* kv, int64_t i) {
-        const uint8_t* p = kv->row(hk0, vis[static_cast<size_t>(i)]);
-        for (size_t b = 0; b < run; b += 64) __builtin_prefetch(p + b);
-      };
-      for (int64_t i = 0; i < kAhead && i < n_vis; ++i) prefetch(k, i);
-      for (int64_t i = 0; i < n_vis; ++i) {
-        if (i + kAhead < n_vis) prefetch(k, i + kAhead);
-        const int64_t c = vis[static_cast<size_t>(i)];
-        const uint8_t* kc = static_cast<const uint8_t*>(k->data) + static_cast<size_t>(c) * k->nb[2];
-        for (int64_t j = 0; j < nh; ++j) {
-          float s;
-          dot(hd, &s, kc + kv_row[static_cast<size_t>(j)], qconv.data() + j * q_row);
-          const float mv = mrow ? slope[static_cast<size_t>(j)] * mrow[c] : 0.0f;
-          scores[static_cast<size_t>(j * n_vis + i)] = s * scale + mv;
-        }
-      }
-      M.assign(static_cast<size_t>(nh), ninf);
-      S.assign(static_cast<size_t>(nh), 0.0f);
-      vkq16.assign(static_cast<size_t>(nh * hd), 0);
-      for (int64_t i = 0; i < kAhead && i < n_vis; ++i) prefetch(v, i);
-      for (int64_t i = 0; i < n_vis; ++i) {
-        if (i + kAhead < n_vis) prefetch(v, i + kAhead);
-        const int64_t c = vis[static_cast<size_t>(i)];
-        const uint8_t* vc = static_cast<const uint8_t*>(v->data) + static_cast<size_t>(c) * v->nb[2];
-        for (int64_t j = 0; j < nh; ++j) {
-          const float s = scores[static_cast<size_t>(j * n_vis + i)];
-          if (s == ninf) continue;
-          uint16_t* acc = vkq16.data() + j * hd;
-          float& Mj = M[static_cast<size_t>(j)];
-          const float Mold = Mj;
-          float ms = 1.0f, vs = 1.0f;
-          if (s > Mj) {
-            Mj = s;
-            ms = std::exp(Mold - Mj);
-            cpu::ScaleF16(acc, ms, hd);
-          } else {
-            vs = std::exp(s - Mj);
-          }
-          cpu::MadF16(reinterpret_cast<const uint16_t*>(vc + kv_row[static_cast<size_t>(j)]), vs, acc, hd);
-          S[static_cast<size_t>(j)] = std::fma(S[static_cast<size_t>(j)], ms, vs);
-        }
-      }
-      for (int64_t j = 0; j < nh; ++j) {
-        const float Sj = S[static_cast<size_t>(j)];
-        const float s_inv = Sj == 0.0f ? 0.0f : 1.0f / Sj;
-        float* out = F32Row(n, h0 + j, t);
-        const uint16_t* acc = vkq16.data() + j * hd;
-        for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(acc[d]) * s_inv;
-      }
+      cpu::FlashAttnF16Token fa;
+      fa.hd = hd;
+      fa.nh = nh;
+      fa.q = reinterpret_cast<const uint16_t*>(qconv.data());
+      fa.k = static_cast<const uint8_t*>(k->data);
+      fa.v = static_cast<const uint8_t*>(v->data);
+      fa.k_stride = k->nb[2];
+      fa.v_stride = v->nb[2];
+      fa.head_off = kv_row.data();
+      fa.idx = vis.data();
+      fa.n = n_vis;
+      fa.mask = mrow;
+      fa.slope = slope.data();
+      fa.scale = scale;
+      fa.out = F32Row(n, h0, t);
+      fa.out_stride = n->nb[1] / sizeof(float);
+      fa.scores = scores.data();
+      fa.vkq16 = vkq16.data();
+      cpu::FlashAttnF16Heads(fa, dot);
     }
   });
   return absl::OkStatus();

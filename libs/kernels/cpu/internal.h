@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "libs/kernels/cpu/flash_attn_token.h"
+
 namespace herd::cpu::internal {
 
 /// = cpu::kGemmMinRows (kernels.h; kernels.cc checks they agree), for the SIMD units.
@@ -68,6 +70,13 @@ PackedTileFn Avx2PackedTile(PackedKind w);
 // supports the ISA. `vnni` selects the AVX512-VNNI integer dot product.
 const IsaKernels& Avx2Kernels();
 const IsaKernels& Avx512Kernels(bool vnni);
+
+// cpu::FlashAttnF16Heads with GetVecDot(F16, kAvx2) and Avx2Kernels()' MadF16 / ScaleF16,
+// bit for bit, for hd a multiple of 8 (kernels_avx2.cc): dots of four cells at once, the
+// V accumulator kept in registers (rounded to F16 after every step, as stored there).
+void FlashAttnF16HeadsAvx2(const FlashAttnF16Token& a);
+// The reference loop of cpu::FlashAttnF16Heads (ops.cc), for tests.
+void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot);
 
 // Kernel table of BestIsa() (kernels.cc); the row ops in ops.cc dispatch through it.
 const IsaKernels& BestKernels();

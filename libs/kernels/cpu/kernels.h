@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "libs/base/cpu_features.h"
+#include "libs/kernels/cpu/flash_attn_token.h"
 #include "libs/gguf/ggml_type.h"
 
 namespace herd::cpu {
@@ -203,5 +204,12 @@ void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_
 /// elsewhere, bit for bit (masked cells are skipped there too).
 void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, const uint8_t* v, size_t v_stride,
                          int64_t hd, uint16_t* vkq16, float* out);
+/// One query token of F16 flash attention for a.nh heads (flash_attn_token.h), llama.cpp's
+/// one-chunk numerics: per head, score i = dot(K row idx[i], q) * scale + slope * mask[idx[i]]
+/// with dot = `dot` (GetVecDot(F16, isa), or the scalar one for hd < 64 as ggml), then
+/// FlashAttnF16VRowIdx over those scores into the head's output. Bit-identical whichever
+/// path runs: with dot == GetVecDot(F16, Isa::kAvx2), BestIsa() AVX2 and hd % 8 == 0 a
+/// fused AVX2 kernel (several cells' dots at once, no call per cell and head).
+void FlashAttnF16Heads(const FlashAttnF16Token& a, VecDotFn dot);
 
 }  // namespace herd::cpu

@@ -400,4 +400,146 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
   return PackedGemmF16;
 }
 
+// ---------------------------------------------------------------- F16 flash attention, one token
+
+namespace {
+
+inline __m256 Round16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+inline __m256 LoadF16x8(const void* p) { return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
+
+inline void PrefetchRun(const uint8_t* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + b, _MM_HINT_T0);
+}
+
+// Cells per block: its K and V runs (every head of the call) stay in L2 from the KQ pass,
+// which walks cells and prefetches, to the V pass, which walks heads.
+constexpr int64_t kAttnBlock = 64;
+// Cells ahead whose K runs the KQ pass prefetches.
+constexpr int64_t kAttnAheadK = 8;
+
+// One head's V pass over cells [b0, b1) of a block: the accumulator (NV vectors; NV = 0:
+// a.hd / 8 at run time, kept in memory) in F32 registers holding F16 values, rounded after
+// each step exactly as MadF16Row / ScaleF16Row store it.
+template <int NV>
+void VPass(const FlashAttnF16Token& a, int64_t j, int64_t b0, int64_t b1, float* m_io, float* s_io) {
+  const int64_t nv = NV > 0 ? NV : a.hd / 8;
+  const float ninf = -INFINITY;
+  const float* sc = a.scores + j * a.n;
+  uint16_t* acc16 = a.vkq16 + j * a.hd;
+  const size_t off = a.head_off[j];
+  float m = *m_io, ssum = *s_io;
+  __m256 acc[NV > 0 ? NV : 1];
+  if constexpr (NV > 0) {
+    HERD_UNROLL for (int v = 0; v < NV; ++v) acc[v] = LoadF16x8(acc16 + 8 * v);
+  }
+  for (int64_t i = b0; i < b1; ++i) {
+    const float s = sc[i];
+    if (s == ninf) continue;
+    const uint16_t* vr = reinterpret_cast<const uint16_t*>(a.v + static_cast<size_t>(a.idx[i]) * a.v_stride + off);
+    float ms = 1.0f, vs = 1.0f;
+    if (s > m) {
+      const float m_old = m;
+      m = s;
+      ms = expf(m_old - m);
+      const __m256 msv = _mm256_set1_ps(ms);
+      if constexpr (NV > 0) {
+        HERD_UNROLL for (int v = 0; v < NV; ++v) acc[v] = Round16(_mm256_mul_ps(acc[v], msv));
+      } else {
+        for (int64_t v = 0; v < nv; ++v) StoreHalf(acc16 + 8 * v, _mm256_mul_ps(LoadF16x8(acc16 + 8 * v), msv));
+      }
+    } else {
+      vs = expf(s - m);
+    }
+    const __m256 vsv = _mm256_set1_ps(vs);
+    if constexpr (NV > 0) {
+      HERD_UNROLL for (int v = 0; v < NV; ++v) acc[v] = Round16(_mm256_fmadd_ps(LoadF16x8(vr + 8 * v), vsv, acc[v]));
+    } else {
+      for (int64_t v = 0; v < nv; ++v) {
+        StoreHalf(acc16 + 8 * v, _mm256_fmadd_ps(LoadF16x8(vr + 8 * v), vsv, LoadF16x8(acc16 + 8 * v)));
+      }
+    }
+    ssum = fmaf(ssum, ms, vs);
+  }
+  if constexpr (NV > 0) {
+    HERD_UNROLL for (int v = 0; v < NV; ++v) StoreHalf(acc16 + 8 * v, acc[v]);  // exact: F16 values
+  }
+  *m_io = m;
+  *s_io = ssum;
+}
+
+template <int NV>
+void FlashAttnF16HeadsImpl(const FlashAttnF16Token& a) {
+  constexpr int kMaxHeads = 256;  // FlashAttnF16Heads sends no more
+  float m_head[kMaxHeads], s_head[kMaxHeads];
+  const int64_t nv = a.hd / 8;
+  size_t lo = a.head_off[0], hi = a.head_off[0];
+  for (int64_t j = 0; j < a.nh; ++j) {
+    lo = a.head_off[j] < lo ? a.head_off[j] : lo;
+    const size_t end = a.head_off[j] + static_cast<size_t>(a.hd) * 2;
+    hi = end > hi ? end : hi;
+    m_head[j] = -INFINITY;
+    s_head[j] = 0.0f;
+    for (int64_t d = 0; d < a.hd; ++d) a.vkq16[j * a.hd + d] = 0;
+  }
+  const size_t run = hi - lo;  // bytes of one cell that the heads read
+  for (int64_t i = 0; i < kAttnAheadK && i < a.n; ++i) {
+    PrefetchRun(a.k + static_cast<size_t>(a.idx[i]) * a.k_stride + lo, run);
+  }
+  for (int64_t b0 = 0; b0 < a.n; b0 += kAttnBlock) {
+    const int64_t b1 = b0 + kAttnBlock < a.n ? b0 + kAttnBlock : a.n;
+    // KQ, four cells at a time for every head: four independent FMA chains, each in
+    // KFloat<LoadF16>'s order (lane l: elements l, l + 8, ... of K row x q), then Hsum8.
+    for (int64_t i = b0; i < b1; i += 4) {
+      const int64_t nc = b1 - i < 4 ? b1 - i : 4;
+      for (int64_t p = i + kAttnAheadK; p < i + kAttnAheadK + 4 && p < a.n; ++p) {
+        PrefetchRun(a.k + static_cast<size_t>(a.idx[p]) * a.k_stride + lo, run);
+      }
+      for (int64_t c = 0; c < nc; ++c) PrefetchRun(a.v + static_cast<size_t>(a.idx[i + c]) * a.v_stride + lo, run);
+      const uint8_t* kc[4];
+      for (int64_t c = 0; c < 4; ++c) {
+        kc[c] = a.k + static_cast<size_t>(a.idx[i + (c < nc ? c : nc - 1)]) * a.k_stride;
+      }
+      for (int64_t j = 0; j < a.nh; ++j) {
+        const uint16_t* q = a.q + j * a.hd;
+        const size_t off = a.head_off[j];
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        for (int64_t v = 0; v < nv; ++v) {
+          const __m256 qv = LoadF16x8(q + 8 * v);
+          const size_t o = off + static_cast<size_t>(16 * v);
+          acc0 = _mm256_fmadd_ps(LoadF16x8(kc[0] + o), qv, acc0);
+          acc1 = _mm256_fmadd_ps(LoadF16x8(kc[1] + o), qv, acc1);
+          acc2 = _mm256_fmadd_ps(LoadF16x8(kc[2] + o), qv, acc2);
+          acc3 = _mm256_fmadd_ps(LoadF16x8(kc[3] + o), qv, acc3);
+        }
+        const float dots[4] = {Hsum8(acc0), Hsum8(acc1), Hsum8(acc2), Hsum8(acc3)};
+        float* sc = a.scores + j * a.n;
+        for (int64_t c = 0; c < nc; ++c) {
+          const float mv = a.mask != nullptr ? a.slope[j] * a.mask[a.idx[i + c]] : 0.0f;
+          sc[i + c] = dots[c] * a.scale + mv;
+        }
+      }
+    }
+    for (int64_t j = 0; j < a.nh; ++j) VPass<NV>(a, j, b0, b1, &m_head[j], &s_head[j]);
+  }
+  for (int64_t j = 0; j < a.nh; ++j) {
+    const float s_inv = s_head[j] == 0.0f ? 0.0f : 1.0f / s_head[j];
+    const __m256 inv = _mm256_set1_ps(s_inv);
+    float* out = a.out + static_cast<size_t>(j) * a.out_stride;
+    for (int64_t v = 0; v < nv; ++v) _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(LoadF16x8(a.vkq16 + j * a.hd + 8 * v), inv));
+  }
+}
+
+}  // namespace
+
+void FlashAttnF16HeadsAvx2(const FlashAttnF16Token& a) {
+  switch (a.hd) {
+    case 64:
+      return FlashAttnF16HeadsImpl<8>(a);
+    case 128:
+      return FlashAttnF16HeadsImpl<16>(a);
+    default:
+      return FlashAttnF16HeadsImpl<0>(a);
+  }
+}
+
 }  // namespace herd::cpu::internal

@@ -303,4 +303,57 @@ void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, con
   for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(vkq16[d]) * s_inv;
 }
 
+namespace internal {
+
+void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const size_t q_row = static_cast<size_t>(a.hd) * 2;
+  for (int64_t j = 0; j < a.nh; ++j) {
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(a.q) + static_cast<size_t>(j) * q_row;
+    float* sc = a.scores + j * a.n;
+    for (int64_t i = 0; i < a.n; ++i) {
+      const int64_t c = a.idx[i];
+      float s;
+      dot(a.hd, &s, a.k + static_cast<size_t>(c) * a.k_stride + a.head_off[j], q);
+      const float mv = a.mask != nullptr ? a.slope[j] * a.mask[c] : 0.0f;
+      sc[i] = s * a.scale + mv;
+    }
+  }
+  for (int64_t j = 0; j < a.nh; ++j) {
+    const float* sc = a.scores + j * a.n;
+    uint16_t* acc = a.vkq16 + j * a.hd;
+    for (int64_t d = 0; d < a.hd; ++d) acc[d] = 0;
+    float M = ninf, S = 0.0f;
+    for (int64_t i = 0; i < a.n; ++i) {
+      const float s = sc[i];
+      if (s == ninf) continue;
+      const float Mold = M;
+      float ms = 1.0f, vs = 1.0f;
+      if (s > M) {
+        M = s;
+        ms = std::exp(Mold - M);
+        ScaleF16(acc, ms, a.hd);
+      } else {
+        vs = std::exp(s - M);
+      }
+      MadF16(reinterpret_cast<const uint16_t*>(a.v + static_cast<size_t>(a.idx[i]) * a.v_stride + a.head_off[j]), vs,
+             acc, a.hd);
+      S = std::fma(S, ms, vs);
+    }
+    const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+    float* out = a.out + static_cast<size_t>(j) * a.out_stride;
+    for (int64_t d = 0; d < a.hd; ++d) out[d] = Fp16ToFp32(acc[d]) * s_inv;
+  }
+}
+
+}  // namespace internal
+
+void FlashAttnF16Heads(const FlashAttnF16Token& a, VecDotFn dot) {
+  if (a.hd % 8 == 0 && a.hd > 0 && a.nh <= 256 && dot == GetVecDot(GgmlType::F16, Isa::kAvx2) &&
+      &internal::BestKernels() == &internal::Avx2Kernels()) {
+    return internal::FlashAttnF16HeadsAvx2(a);
+  }
+  internal::FlashAttnF16HeadsGeneric(a, dot);
+}
+
 }  // namespace herd::cpu
