@@ -627,14 +627,19 @@ namespace {
 int64_t PackedBlockBytes(GgmlType w) { return w == GgmlType::Q4_0 ? 16 + 8 * 16 : 16 + 8 * 32; }
 }  // namespace
 
+// Bytes of one packed Q4_K super-block of 8 rows: 8 F16 d, 8 F16 dmin, 8 x 8 scales and
+// mins (one byte each), 8 x 128 quant bytes.
+constexpr int64_t kPackedQ4KBlockBytes = 32 + 128 + 1024;
+
 bool SupportsPacked(GgmlType w, Isa isa) {
-  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::F16) && isa != Isa::kScalar &&
-         ClampIsa(isa) != Isa::kScalar;
+  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::F16 || w == GgmlType::Q4_K) &&
+         isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   const int64_t panels = (m + kPackRows - 1) / kPackRows;
   if (w == GgmlType::F16) return static_cast<size_t>(panels * kPackRows * (k / 8) * 16);
+  if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
   if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
@@ -654,6 +659,41 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
             std::memcpy(o + 16 * r, src + static_cast<size_t>(row) * w_stride + s * 16, 16);
           } else {
             std::memset(o + 16 * r, 0, 16);
+          }
+        }
+      }
+    }
+    return;
+  }
+  if (w == GgmlType::Q4_K) {
+    const int64_t nb = k / kQK_K;
+    constexpr int64_t kSrcBlock = 144;  // block_q4_K: F16 d, F16 dmin, 12 scale bytes, 128 quant bytes
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = out + (p * nb + b) * kPackedQ4KBlockBytes;
+        std::memset(o, 0, static_cast<size_t>(kPackedQ4KBlockBytes));
+        for (int64_t r = 0; r < kPackRows; ++r) {
+          const int64_t row = p * kPackRows + r;
+          if (row >= m) break;
+          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+          std::memcpy(o + 2 * r, blk, 2);
+          std::memcpy(o + 16 + 2 * r, blk + 2, 2);
+          uint8_t scales[8], mins[8];
+          UnpackScalesMinsK(blk + 4, scales, mins);
+          const uint8_t* qs = blk + 16;
+          for (int64_t g = 0; g < 8; ++g) {
+            o[32 + 8 * g + r] = scales[g];
+            o[96 + 8 * g + r] = mins[g];
+            // Group g: the low (g even) or high (g odd) nibbles of qs[32 * (g / 2) ...].
+            const auto q = [&](int64_t e) {
+              const uint8_t byte = qs[32 * (g / 2) + e];
+              return static_cast<uint8_t>(g % 2 == 0 ? byte & 0x0F : byte >> 4);
+            };
+            for (int64_t h = 0; h < 4; ++h) {
+              for (int64_t i = 0; i < 4; ++i) {
+                o[160 + 128 * g + 32 * h + 4 * r + i] = static_cast<uint8_t>(q(4 * h + i) | (q(4 * h + 16 + i) << 4));
+              }
+            }
           }
         }
       }
@@ -687,6 +727,7 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
   if (i0 >= i1 || j0 >= j1 || !SupportsPacked(w, isa)) return;
   const internal::PackedKind kind = w == GgmlType::Q4_0   ? internal::PackedKind::kQ4_0
                                     : w == GgmlType::Q8_0 ? internal::PackedKind::kQ8_0
+                                    : w == GgmlType::Q4_K ? internal::PackedKind::kQ4_K
                                                           : internal::PackedKind::kF16;
   internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }

@@ -90,19 +90,23 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 //                     byte the two nibbles of elements 4h+i (low) and 4h+i+16 (high);
 //   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4);
 //   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes).
-// Same size as the original rows (plus the zero rows of a last partial panel), so a
-// model holds its matmul weights once, in this layout, as llama.cpp does.
+//   Q4_K (1184 bytes per 256-element super-block, as block_q4_Kx8): 8 F16 d, 8 F16 dmin,
+//                     the unpacked 6-bit scales then mins (byte 8g + r: group g of row r),
+//                     then per 32-element group g four vectors as Q4_0's over the group.
+// Same size as the original rows (Q4_K: 2.8% more, the scales unpacked; plus the zero rows
+// of a last partial panel), so a model holds its matmul weights once, in this layout, as
+// llama.cpp does.
 
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
-/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0 and F16 from AVX2
-/// up; k a multiple of 32 for Q4_0 / Q8_0, of 8 for F16).
+/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, F16 and Q4_K from
+/// AVX2 up; k a multiple of 32 for Q4_0 / Q8_0, of 8 for F16, of 256 for Q4_K).
 bool SupportsPacked(GgmlType w, Isa isa);
 /// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
 /// Writes panels [p0, p1) of the packed copy of the m rows at w_data (row stride
 /// w_stride bytes) into `packed` (PackedWeightBytes, any alignment); callers split the
-/// panels among threads freely. Q4_0 / Q8_0 / F16 only (others: nothing written).
+/// panels among threads freely. Q4_0 / Q8_0 / F16 / Q4_K only (others: nothing written).
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
                  int64_t p1);
 /// MulMatTile over a packed weight: dst[j * dst_stride + i] = dot_k(W row i, A row j) for
@@ -112,7 +116,12 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
 ///   Q4_0 / Q8_0: GetVecDot(w, Isa::kScalar) on the original row (exact int32 block sums,
 ///                sumf += float(sumi) * (dx*dy) in block order);
 ///   F16: GetVecDot(F16, Isa::kAvx2) (8 lanes, lane l summing elements l, l+8, ... by
-///        FMA, then the lanes pairwise).
+///        FMA, then the lanes pairwise);
+///   Q4_K: per super-block the exact integer sums sumi = sum_g scale_g * sum(q * y) and
+///        msum = sum_g min_g * (bsums[2g] + bsums[2g+1]), then sumf = sumf + float(sumi) *
+///        (d*dy) and sumf = sumf - float(msum) * (dmin*dy) in super-block order (one
+///        rounding order of ggml_vec_dot_q4_K_q8_K's sum; its scalar and AVX2 versions
+///        round per lane, within 1e-5 of the magnitude of the products).
 /// Requires SupportsPacked(w, isa).
 void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride,
                   float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);

@@ -394,6 +394,8 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
       return PackedGemmQ<true>;
     case PackedKind::kQ8_0:
       return PackedGemmQ<false>;
+    case PackedKind::kQ4_K:
+      return PackedGemmQ4_K;
     case PackedKind::kF16:
       break;
   }

@@ -488,6 +488,120 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
 // reference on the original row bit for bit (F16: the AVX2 vec_dot, and the scalar
 // reference within the SIMD bound), for any number of activation rows, any split of the
 // panels, a partial last panel, and raw quants of every value (-128 too).
+// ggml's get_scale_min_k4: scale and min of 32-element group j of a Q4_K block.
+void ScaleMinK4(int j, const uint8_t* q, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *mn = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// MulMatPacked's Q4_K numerics (kernels.h), from the block_q4_K and block_q8_K bytes.
+float PackedQ4_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
+  float sumf = 0;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* x = w + b * 144;
+    const uint8_t* y = a + b * 292;
+    uint16_t dh, dmh;
+    std::memcpy(&dh, x, 2);
+    std::memcpy(&dmh, x + 2, 2);
+    float dy;
+    std::memcpy(&dy, y, 4);
+    int64_t sumi = 0, msum = 0;
+    for (int g = 0; g < 8; ++g) {
+      int sc, mn;
+      ScaleMinK4(g, x + 4, &sc, &mn);
+      int64_t gs = 0;
+      for (int e = 0; e < 32; ++e) {
+        const uint8_t byte = x[16 + 32 * (g / 2) + e];
+        const int q = g % 2 == 0 ? byte & 0xF : byte >> 4;
+        gs += q * static_cast<int8_t>(y[4 + 32 * g + e]);
+      }
+      sumi += sc * gs;
+      int16_t bs[2];
+      std::memcpy(bs, y + 260 + 4 * g, 4);
+      msum += mn * (bs[0] + bs[1]);
+    }
+    const float d = Fp16ToFp32(dh) * dy, dmin = Fp16ToFp32(dmh) * dy;
+    sumf = sumf + static_cast<float>(sumi) * d;
+    sumf = sumf - static_cast<float>(msum) * dmin;
+  }
+  return sumf;
+}
+
+// Packed Q4_K (8-row panels, super-block integer sums) equals its reference bit for bit for
+// every tile shape and split, and stays within the SIMD bound of ggml's scalar dot product.
+TEST(KernelsTest, PackedQ4_KMatchesReference) {
+  const GgmlType wt = GgmlType::Q4_K;
+  EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
+  if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+  for (int64_t m : {8, 27, 64}) {
+    for (int64_t k : {256, 768, 2048}) {
+      std::mt19937 rng(static_cast<uint32_t>(m * 131 + k));
+      const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
+      std::vector<uint8_t> w(ws * m);
+      for (int64_t r = 0; r < m; ++r) {
+        const std::vector<uint8_t> row =
+            r % 3 == 0 ? RawExactWeights(wt, k, rng) : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
+        std::memcpy(w.data() + r * ws, row.data(), GgmlRowSize(wt, k));
+        if (r % 7 == 6) {  // the largest scales and mins and every quant 15
+          std::memset(w.data() + r * ws + 4, 0xFF, 12);
+          std::memset(w.data() + r * ws + 16, 0xFF, 128);
+        }
+      }
+      const size_t bytes = PackedWeightBytes(wt, k, m);
+      ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) * 1184);
+      std::vector<uint8_t> packed(bytes + 1, 0xCD);
+      uint8_t* pk = packed.data() + 1;  // any alignment
+      const int64_t panels = (m + kPackRows - 1) / kPackRows;
+      PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2);
+      PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels);
+      const int64_t n = 19;
+      Rows a = MakeRows(GgmlType::Q8_K, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
+      // An activation row at the quant extremes (-128 .. 127).
+      for (int64_t b = 0; b < k / 256; ++b) {
+        uint8_t* blk = a.bytes.data() + 3 * a.stride + b * 292;
+        int16_t bs[16] = {};
+        for (int e = 0; e < 256; ++e) {
+          const int8_t q = e % 2 ? -128 : 127;
+          blk[4 + e] = static_cast<uint8_t>(q);
+          bs[e / 16] = static_cast<int16_t>(bs[e / 16] + q);
+        }
+        std::memcpy(blk + 260, bs, sizeof(bs));
+      }
+      const VecDotFn scalar = GetVecDot(wt, Isa::kScalar);
+      for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+        if (!IsaSupported(isa)) continue;
+        for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
+          const size_t ds = static_cast<size_t>(m) + 1;
+          std::vector<float> dst(ds * n, -7.0f);
+          const int64_t mid = m > 8 ? 8 : m;
+          MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, 0, mid, n - nj, n);
+          MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, mid, m, n - nj, n);
+          for (int64_t j = 0; j < n; ++j) {
+            for (int64_t i = 0; i < static_cast<int64_t>(ds); ++i) {
+              const float got = dst[j * ds + i];
+              if (j < n - nj || i >= m) {
+                ASSERT_EQ(got, -7.0f) << "wrote outside the tile at i=" << i << " j=" << j;
+                continue;
+              }
+              ASSERT_EQ(got, PackedQ4_KReference(w.data() + i * ws, a.row(j), k))
+                  << Name(wt, isa) << " m=" << m << " k=" << k << " nj=" << nj << " i=" << i << " j=" << j;
+              float want_scalar = 0;
+              scalar(k, &want_scalar, w.data() + i * ws, a.row(j));
+              ASSERT_NEAR(got, want_scalar, 1e-5 * AbsDot(wt, w.data() + i * ws, GgmlType::Q8_K, a.row(j), k) + 1e-30)
+                  << Name(wt, isa) << " m=" << m << " k=" << k << " i=" << i << " j=" << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
   for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16}) {
     EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
