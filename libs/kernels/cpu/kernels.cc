@@ -630,9 +630,14 @@ int64_t PackedBlockBytes(GgmlType w) { return w == GgmlType::Q4_0 ? 16 + 8 * 16 
 // Bytes of one packed Q4_K super-block of 8 rows: 8 F16 d, 8 F16 dmin, 8 x 8 scales and
 // mins (one byte each), 8 x 128 quant bytes.
 constexpr int64_t kPackedQ4KBlockBytes = 32 + 128 + 1024;
+// Packed Q6_K super-block of 8 rows: 8 F16 d, 16 x 8 int8 scales (per group, row-major
+// pairs of the group's two sub-blocks), per 32-element group 4
+// nibble vectors and 2 vectors of high bits (192 bytes); the size of the 8 original blocks.
+constexpr int64_t kPackedQ6KBlockBytes = 16 + 128 + 8 * 192;
 
 bool SupportsPacked(GgmlType w, Isa isa) {
-  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::F16 || w == GgmlType::Q4_K) &&
+  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::F16 || w == GgmlType::Q4_K ||
+          w == GgmlType::Q6_K) &&
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
@@ -640,6 +645,7 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   const int64_t panels = (m + kPackRows - 1) / kPackRows;
   if (w == GgmlType::F16) return static_cast<size_t>(panels * kPackRows * (k / 8) * 16);
   if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
+  if (w == GgmlType::Q6_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ6KBlockBytes);
   if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
@@ -700,6 +706,42 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
     }
     return;
   }
+  if (w == GgmlType::Q6_K) {
+    const int64_t nb = k / kQK_K;
+    constexpr int64_t kSrcBlock = 210;  // block_q6_K: ql[128], qh[64], int8 scales[16], F16 d
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = out + (p * nb + b) * kPackedQ6KBlockBytes;
+        std::memset(o, 0, static_cast<size_t>(kPackedQ6KBlockBytes));
+        for (int64_t r = 0; r < kPackRows; ++r) {
+          const int64_t row = p * kPackRows + r;
+          if (row >= m) break;
+          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+          std::memcpy(o + 2 * r, blk + 208, 2);
+          for (int64_t j = 0; j < 16; ++j) o[16 + 16 * (j / 2) + 2 * r + j % 2] = blk[192 + j];
+          // Quant e (0..63) as dequantize_row_q6_K reads it: half n, l = e % 32, t = e / 32 % 4.
+          const auto q = [&](int64_t e) {
+            const int64_t n = e / 128, l = e % 32, t = e % 128 / 32;
+            const uint8_t lq = blk[64 * n + l + 32 * (t % 2)];
+            const int lo = t < 2 ? lq & 0x0F : lq >> 4;
+            return static_cast<uint8_t>(lo | (((blk[128 + 32 * n + l] >> (2 * t)) & 3) << 4));
+          };
+          for (int64_t g = 0; g < 8; ++g) {
+            uint8_t* og = o + 144 + 192 * g;
+            for (int64_t h = 0; h < 4; ++h) {
+              for (int64_t i = 0; i < 4; ++i) {
+                const uint8_t a = q(32 * g + 4 * h + i), c = q(32 * g + 4 * h + 16 + i);
+                og[32 * h + 4 * r + i] = static_cast<uint8_t>((a & 0x0F) | ((c & 0x0F) << 4));
+                og[128 + 4 * r + i] = static_cast<uint8_t>(og[128 + 4 * r + i] | ((a >> 4) << (2 * h)));
+                og[160 + 4 * r + i] = static_cast<uint8_t>(og[160 + 4 * r + i] | ((c >> 4) << (2 * h)));
+              }
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return;
   const bool q4 = w == GgmlType::Q4_0;
   const int64_t nb = k / 32;
@@ -728,6 +770,7 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
   const internal::PackedKind kind = w == GgmlType::Q4_0   ? internal::PackedKind::kQ4_0
                                     : w == GgmlType::Q8_0 ? internal::PackedKind::kQ8_0
                                     : w == GgmlType::Q4_K ? internal::PackedKind::kQ4_K
+                                    : w == GgmlType::Q6_K ? internal::PackedKind::kQ6_K
                                                           : internal::PackedKind::kF16;
   internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }

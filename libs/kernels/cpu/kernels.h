@@ -92,21 +92,24 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 //   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes).
 //   Q4_K (1184 bytes per 256-element super-block, as block_q4_Kx8): 8 F16 d, 8 F16 dmin,
 //                     the unpacked 6-bit scales then mins (byte 8g + r: group g of row r),
-//                     then per 32-element group g four vectors as Q4_0's over the group.
+//                     then per 32-element group g four vectors as Q4_0's over the group;
+//   Q6_K (1680 bytes per super-block, the size of the 8 blocks): 8 F16 d, the int8 scales
+//                     (byte 16 + 16g + 2r + i: sub-block 2g + i of row r), per group g the low 4 bits
+//                     of the quants as Q4_K's, then two vectors of their high 2 bits.
 // Same size as the original rows (Q4_K: 2.8% more, the scales unpacked; plus the zero rows
 // of a last partial panel), so a model holds its matmul weights once, in this layout, as
 // llama.cpp does.
 
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
-/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, F16 and Q4_K from
-/// AVX2 up; k a multiple of 32 for Q4_0 / Q8_0, of 8 for F16, of 256 for Q4_K).
+/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, F16, Q4_K and Q6_K
+/// from AVX2 up; k a multiple of 32 for Q4_0 / Q8_0, of 8 for F16, of 256 for the K types).
 bool SupportsPacked(GgmlType w, Isa isa);
 /// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
 /// Writes panels [p0, p1) of the packed copy of the m rows at w_data (row stride
 /// w_stride bytes) into `packed` (PackedWeightBytes, any alignment); callers split the
-/// panels among threads freely. Q4_0 / Q8_0 / F16 / Q4_K only (others: nothing written).
+/// panels among threads freely. Q4_0 / Q8_0 / F16 / Q4_K / Q6_K only (others: nothing written).
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
                  int64_t p1);
 /// MulMatTile over a packed weight: dst[j * dst_stride + i] = dot_k(W row i, A row j) for
@@ -121,7 +124,9 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
 ///        msum = sum_g min_g * (bsums[2g] + bsums[2g+1]), then sumf = sumf + float(sumi) *
 ///        (d*dy) and sumf = sumf - float(msum) * (dmin*dy) in super-block order (one
 ///        rounding order of ggml_vec_dot_q4_K_q8_K's sum; its scalar and AVX2 versions
-///        round per lane, within 1e-5 of the magnitude of the products).
+///        round per lane, within 1e-5 of the magnitude of the products);
+///   Q6_K: per super-block the exact sumi = sum_j scale_j * sum(q * y) - 32 * sum_j scale_j *
+///        bsums[j] (q = 0..63), sumf = sumf + float(sumi) * (d*dy) in super-block order.
 /// Requires SupportsPacked(w, isa).
 void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride,
                   float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);

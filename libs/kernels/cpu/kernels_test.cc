@@ -436,8 +436,8 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
   struct Shape {
     int64_t m, n, k;
   };
-  const Shape shapes[] = {{1, 1, 32},  {3, 1, 64},     {5, 2, 32},    {17, 3, 64},  {33, 7, 96},
-                          {8, 16, 64}, {13, 13, 4128}, {40, 1, 4128}, {6, 5, 1024}, {19, 9, 2080}, {9, 41, 4128}};
+  const Shape shapes[] = {{1, 1, 32},     {3, 1, 64},    {5, 2, 32},   {17, 3, 64},   {33, 7, 96},  {8, 16, 64},
+                          {13, 13, 4128}, {40, 1, 4128}, {6, 5, 1024}, {19, 9, 2080}, {9, 41, 4128}};
   for (GgmlType wt : kWeightTypes) {
     const GgmlType at = VecDotType(wt);
     for (Shape s : shapes) {
@@ -470,8 +470,8 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
               ref(s.k, &want, w.row(i), a.row(j));
               // Bit-exact with this ISA's vec_dot, whatever the tile shape; AVX2's batched
               // Q4_0/Q8_0 kernel (kGemmMinRows+ activation rows) follows the scalar reference.
-              const bool scalar_order = isa == Isa::kAvx2 && r[3] - r[2] >= kGemmMinRows &&
-                                        (wt == GgmlType::Q4_0 || wt == GgmlType::Q8_0);
+              const bool scalar_order =
+                  isa == Isa::kAvx2 && r[3] - r[2] >= kGemmMinRows && (wt == GgmlType::Q4_0 || wt == GgmlType::Q8_0);
               if (scalar_order) same_isa = want;
               ASSERT_EQ(got, same_isa) << Name(wt, isa) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i
                                        << " j=" << j;
@@ -532,68 +532,116 @@ float PackedQ4_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
   return sumf;
 }
 
+// MulMatPacked's Q6_K numerics (kernels.h), from the block_q6_K and block_q8_K bytes; the
+// quants in dequantize_row_q6_K's order.
+float PackedQ6_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
+  float sumf = 0;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* x = w + b * 210;
+    const uint8_t* yb = a + b * 292;
+    int q[256];
+    const uint8_t* ql = x;
+    const uint8_t* qh = x + 128;
+    for (int n = 0; n < 256; n += 128) {
+      for (int l = 0; l < 32; ++l) {
+        q[n + l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+        q[n + l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+        q[n + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+        q[n + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+      }
+      ql += 64;
+      qh += 32;
+    }
+    float dy;
+    std::memcpy(&dy, yb, 4);
+    int64_t sumi = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int sc = static_cast<int8_t>(x[192 + j]);
+      int64_t qs = 0;
+      for (int e = 16 * j; e < 16 * j + 16; ++e) qs += q[e] * static_cast<int8_t>(yb[4 + e]);
+      int16_t bs;
+      std::memcpy(&bs, yb + 260 + 2 * j, 2);
+      sumi += sc * qs - 32 * sc * bs;
+    }
+    uint16_t dh;
+    std::memcpy(&dh, x + 208, 2);
+    sumf = sumf + static_cast<float>(sumi) * (Fp16ToFp32(dh) * dy);
+  }
+  return sumf;
+}
+
 // Packed Q4_K (8-row panels, super-block integer sums) equals its reference bit for bit for
 // every tile shape and split, and stays within the SIMD bound of ggml's scalar dot product.
-TEST(KernelsTest, PackedQ4_KMatchesReference) {
-  const GgmlType wt = GgmlType::Q4_K;
-  EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
-  if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
-  for (int64_t m : {8, 27, 64}) {
-    for (int64_t k : {256, 768, 2048}) {
-      std::mt19937 rng(static_cast<uint32_t>(m * 131 + k));
-      const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
-      std::vector<uint8_t> w(ws * m);
-      for (int64_t r = 0; r < m; ++r) {
-        const std::vector<uint8_t> row =
-            r % 3 == 0 ? RawExactWeights(wt, k, rng) : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
-        std::memcpy(w.data() + r * ws, row.data(), GgmlRowSize(wt, k));
-        if (r % 7 == 6) {  // the largest scales and mins and every quant 15
-          std::memset(w.data() + r * ws + 4, 0xFF, 12);
-          std::memset(w.data() + r * ws + 16, 0xFF, 128);
-        }
-      }
-      const size_t bytes = PackedWeightBytes(wt, k, m);
-      ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) * 1184);
-      std::vector<uint8_t> packed(bytes + 1, 0xCD);
-      uint8_t* pk = packed.data() + 1;  // any alignment
-      const int64_t panels = (m + kPackRows - 1) / kPackRows;
-      PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2);
-      PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels);
-      const int64_t n = 19;
-      Rows a = MakeRows(GgmlType::Q8_K, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
-      // An activation row at the quant extremes (-128 .. 127).
-      for (int64_t b = 0; b < k / 256; ++b) {
-        uint8_t* blk = a.bytes.data() + 3 * a.stride + b * 292;
-        int16_t bs[16] = {};
-        for (int e = 0; e < 256; ++e) {
-          const int8_t q = e % 2 ? -128 : 127;
-          blk[4 + e] = static_cast<uint8_t>(q);
-          bs[e / 16] = static_cast<int16_t>(bs[e / 16] + q);
-        }
-        std::memcpy(blk + 260, bs, sizeof(bs));
-      }
-      const VecDotFn scalar = GetVecDot(wt, Isa::kScalar);
-      for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
-        if (!IsaSupported(isa)) continue;
-        for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
-          const size_t ds = static_cast<size_t>(m) + 1;
-          std::vector<float> dst(ds * n, -7.0f);
-          const int64_t mid = m > 8 ? 8 : m;
-          MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, 0, mid, n - nj, n);
-          MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, mid, m, n - nj, n);
-          for (int64_t j = 0; j < n; ++j) {
-            for (int64_t i = 0; i < static_cast<int64_t>(ds); ++i) {
-              const float got = dst[j * ds + i];
-              if (j < n - nj || i >= m) {
-                ASSERT_EQ(got, -7.0f) << "wrote outside the tile at i=" << i << " j=" << j;
-                continue;
+TEST(KernelsTest, PackedKQuantsMatchReference) {
+  for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const bool q6 = wt == GgmlType::Q6_K;
+    const auto reference = q6 ? PackedQ6_KReference : PackedQ4_KReference;
+    EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
+    if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+    for (int64_t m : {8, 27, 64}) {
+      for (int64_t k : {256, 768, 2048}) {
+        std::mt19937 rng(static_cast<uint32_t>(m * 131 + k));
+        const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
+        std::vector<uint8_t> w(ws * m);
+        for (int64_t r = 0; r < m; ++r) {
+          const std::vector<uint8_t> row =
+              r % 3 == 0 ? RawExactWeights(wt, k, rng) : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
+          std::memcpy(w.data() + r * ws, row.data(), GgmlRowSize(wt, k));
+          if (r % 7 == 6) {  // the largest quants and scales (Q6_K: -128)
+            for (int64_t b = 0; b < k / 256; ++b) {
+              uint8_t* blk = w.data() + r * ws + b * GgmlRowSize(wt, 256);
+              if (q6) {
+                std::memset(blk, 0xFF, 192);
+                std::memset(blk + 192, 0x80, 16);
+              } else {
+                std::memset(blk + 4, 0xFF, 12 + 128);
               }
-              ASSERT_EQ(got, PackedQ4_KReference(w.data() + i * ws, a.row(j), k))
-                  << Name(wt, isa) << " m=" << m << " k=" << k << " nj=" << nj << " i=" << i << " j=" << j;
-              float want_scalar = 0;
-              scalar(k, &want_scalar, w.data() + i * ws, a.row(j));
-              ASSERT_NEAR(got, want_scalar, 1e-5 * AbsDot(wt, w.data() + i * ws, GgmlType::Q8_K, a.row(j), k) + 1e-30)
-                  << Name(wt, isa) << " m=" << m << " k=" << k << " i=" << i << " j=" << j;
+            }
+          }
+        }
+        const size_t bytes = PackedWeightBytes(wt, k, m);
+        ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) * (q6 ? 1680 : 1184));
+        std::vector<uint8_t> packed(bytes + 1, 0xCD);
+        uint8_t* pk = packed.data() + 1;  // any alignment
+        const int64_t panels = (m + kPackRows - 1) / kPackRows;
+        PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2);
+        PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels);
+        const int64_t n = 19;
+        Rows a = MakeRows(GgmlType::Q8_K, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
+        // An activation row at the quant extremes (-128 .. 127).
+        for (int64_t b = 0; b < k / 256; ++b) {
+          uint8_t* blk = a.bytes.data() + 3 * a.stride + b * 292;
+          int16_t bs[16] = {};
+          for (int e = 0; e < 256; ++e) {
+            const int8_t q = e % 2 ? -128 : 127;
+            blk[4 + e] = static_cast<uint8_t>(q);
+            bs[e / 16] = static_cast<int16_t>(bs[e / 16] + q);
+          }
+          std::memcpy(blk + 260, bs, sizeof(bs));
+        }
+        const VecDotFn scalar = GetVecDot(wt, Isa::kScalar);
+        for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+          if (!IsaSupported(isa)) continue;
+          for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
+            const size_t ds = static_cast<size_t>(m) + 1;
+            std::vector<float> dst(ds * n, -7.0f);
+            const int64_t mid = m > 8 ? 8 : m;
+            MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, 0, mid, n - nj, n);
+            MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, mid, m, n - nj, n);
+            for (int64_t j = 0; j < n; ++j) {
+              for (int64_t i = 0; i < static_cast<int64_t>(ds); ++i) {
+                const float got = dst[j * ds + i];
+                if (j < n - nj || i >= m) {
+                  ASSERT_EQ(got, -7.0f) << "wrote outside the tile at i=" << i << " j=" << j;
+                  continue;
+                }
+                ASSERT_EQ(got, reference(w.data() + i * ws, a.row(j), k))
+                    << Name(wt, isa) << " m=" << m << " k=" << k << " nj=" << nj << " i=" << i << " j=" << j;
+                float want_scalar = 0;
+                scalar(k, &want_scalar, w.data() + i * ws, a.row(j));
+                ASSERT_NEAR(got, want_scalar, 1e-5 * AbsDot(wt, w.data() + i * ws, GgmlType::Q8_K, a.row(j), k) + 1e-30)
+                    << Name(wt, isa) << " m=" << m << " k=" << k << " i=" << i << " j=" << j;
+              }
             }
           }
         }
@@ -615,8 +663,8 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
         const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
         std::vector<uint8_t> w(ws * m);
         for (int64_t r = 0; r < m; ++r) {
-          const std::vector<uint8_t> row = !f16 && r % 3 == 0 ? RawExactWeights(wt, k, rng)
-                                                              : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
+          const std::vector<uint8_t> row =
+              !f16 && r % 3 == 0 ? RawExactWeights(wt, k, rng) : MakeRows(wt, Random(k, 5 + r), 1, k, false).bytes;
           std::memcpy(w.data() + r * ws, row.data(), GgmlRowSize(wt, k));
           if (wt == GgmlType::Q8_0 && r % 5 == 4) {  // the extreme quant a file may hold
             for (int64_t b = 0; b < k / 32; ++b) std::memset(w.data() + r * ws + b * 34 + 2, 0x80, 32);
@@ -1215,7 +1263,6 @@ TEST(KernelsTest, ExpSubMaxMatchesExpf) {
   EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum);
 }
 
-
 // The fused AVX2 one-token F16 flash attention equals the reference loop (GetVecDot(F16,
 // kAvx2) dots, MadF16 / ScaleF16 accumulation) bit for bit: head sizes with and without a
 // register-resident accumulator, one to many heads in a cell, masked cells, ALiBi slopes,
@@ -1230,9 +1277,9 @@ TEST(OpsTest, FlashAttnF16HeadsAvx2MatchesReference) {
     int64_t hd, nh, n_cells, n_vis;
     bool mask, alibi;
   };
-  const Case cases[] = {{64, 1, 1, 1, false, false},   {64, 12, 100, 63, true, false}, {64, 4, 300, 150, true, true},
+  const Case cases[] = {{64, 1, 1, 1, false, false},    {64, 12, 100, 63, true, false}, {64, 4, 300, 150, true, true},
                         {128, 8, 80, 80, false, false}, {128, 3, 200, 130, true, true}, {80, 5, 70, 66, true, false},
-                        {64, 2, 10, 0, true, false},   {32, 6, 40, 17, true, true}};
+                        {64, 2, 10, 0, true, false},    {32, 6, 40, 17, true, true}};
   for (const Case& cs : cases) {
     const size_t row = static_cast<size_t>(cs.hd) * 2;
     // Each cell: nh head rows (some heads share a row, as under GQA) plus padding.
