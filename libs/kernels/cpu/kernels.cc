@@ -630,6 +630,8 @@ int64_t PackedBlockBytes(GgmlType w) { return w == GgmlType::Q4_0 ? 16 + 8 * 16 
 // Bytes of one packed Q4_K super-block of 8 rows: 8 F16 d, 8 F16 dmin, 8 x 8 scales and
 // mins (one byte each), 8 x 128 quant bytes.
 constexpr int64_t kPackedQ4KBlockBytes = 32 + 128 + 1024;
+// Q5_K: the Q4_K layout of its low 4 bits, then per group one vector of the fifth bits.
+constexpr int64_t kPackedQ5KBlockBytes = kPackedQ4KBlockBytes + 8 * 32;
 // Packed Q6_K super-block of 8 rows: 8 F16 d, 16 x 8 int8 scales (per group, row-major
 // pairs of the group's two sub-blocks), per 32-element group 4
 // nibble vectors and 2 vectors of high bits (192 bytes); the size of the 8 original blocks.
@@ -637,7 +639,7 @@ constexpr int64_t kPackedQ6KBlockBytes = 16 + 128 + 8 * 192;
 
 bool SupportsPacked(GgmlType w, Isa isa) {
   return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::F16 || w == GgmlType::Q4_K ||
-          w == GgmlType::Q6_K) &&
+          w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
@@ -645,6 +647,7 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   const int64_t panels = (m + kPackRows - 1) / kPackRows;
   if (w == GgmlType::F16) return static_cast<size_t>(panels * kPackRows * (k / 8) * 16);
   if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
+  if (w == GgmlType::Q5_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ5KBlockBytes);
   if (w == GgmlType::Q6_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ6KBlockBytes);
   if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
@@ -671,22 +674,27 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
     }
     return;
   }
-  if (w == GgmlType::Q4_K) {
+  if (w == GgmlType::Q4_K || w == GgmlType::Q5_K) {
+    const bool q5 = w == GgmlType::Q5_K;
     const int64_t nb = k / kQK_K;
-    constexpr int64_t kSrcBlock = 144;  // block_q4_K: F16 d, F16 dmin, 12 scale bytes, 128 quant bytes
+    // block_q4_K: F16 d, F16 dmin, 12 scale bytes, 128 quant bytes; block_q5_K: 32 bytes of
+    // fifth bits (qh) before the quants.
+    const int64_t src_block = q5 ? 176 : 144;
+    const int64_t bb = q5 ? kPackedQ5KBlockBytes : kPackedQ4KBlockBytes;
     for (int64_t p = p0; p < p1; ++p) {
       for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = out + (p * nb + b) * kPackedQ4KBlockBytes;
-        std::memset(o, 0, static_cast<size_t>(kPackedQ4KBlockBytes));
+        uint8_t* o = out + (p * nb + b) * bb;
+        std::memset(o, 0, static_cast<size_t>(bb));
         for (int64_t r = 0; r < kPackRows; ++r) {
           const int64_t row = p * kPackRows + r;
           if (row >= m) break;
-          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * src_block;
           std::memcpy(o + 2 * r, blk, 2);
           std::memcpy(o + 16 + 2 * r, blk + 2, 2);
           uint8_t scales[8], mins[8];
           UnpackScalesMinsK(blk + 4, scales, mins);
-          const uint8_t* qs = blk + 16;
+          const uint8_t* qh = blk + 16;  // Q5_K: bit g of qh[e] is element e of group g's fifth bit
+          const uint8_t* qs = blk + (q5 ? 48 : 16);
           for (int64_t g = 0; g < 8; ++g) {
             o[32 + 8 * g + r] = scales[g];
             o[96 + 8 * g + r] = mins[g];
@@ -698,6 +706,11 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
             for (int64_t h = 0; h < 4; ++h) {
               for (int64_t i = 0; i < 4; ++i) {
                 o[160 + 128 * g + 32 * h + 4 * r + i] = static_cast<uint8_t>(q(4 * h + i) | (q(4 * h + 16 + i) << 4));
+                if (q5) {
+                  uint8_t& hb = o[kPackedQ4KBlockBytes + 32 * g + 4 * r + i];
+                  hb = static_cast<uint8_t>(hb | (((qh[4 * h + i] >> g) & 1) << h) |
+                                            (((qh[4 * h + 16 + i] >> g) & 1) << (4 + h)));
+                }
               }
             }
           }
@@ -770,6 +783,7 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
   const internal::PackedKind kind = w == GgmlType::Q4_0   ? internal::PackedKind::kQ4_0
                                     : w == GgmlType::Q8_0 ? internal::PackedKind::kQ8_0
                                     : w == GgmlType::Q4_K ? internal::PackedKind::kQ4_K
+                                    : w == GgmlType::Q5_K ? internal::PackedKind::kQ5_K
                                     : w == GgmlType::Q6_K ? internal::PackedKind::kQ6_K
                                                           : internal::PackedKind::kF16;
   internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);

@@ -93,6 +93,9 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 //   Q4_K (1184 bytes per 256-element super-block, as block_q4_Kx8): 8 F16 d, 8 F16 dmin,
 //                     the unpacked 6-bit scales then mins (byte 8g + r: group g of row r),
 //                     then per 32-element group g four vectors as Q4_0's over the group;
+//   Q5_K (1440 bytes): Q4_K's layout of the low 4 bits, then per group g one vector of
+//                     the fifth bits (row r's byte 4r + i: bit h = element 4h + i, bit
+//                     4 + h = element 4h + 16 + i);
 //   Q6_K (1680 bytes per super-block, the size of the 8 blocks): 8 F16 d, the int8 scales
 //                     (byte 16 + 16g + 2r + i: sub-block 2g + i of row r), per group g the low 4 bits
 //                     of the quants as Q4_K's, then two vectors of their high 2 bits.
@@ -102,14 +105,15 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
-/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, F16, Q4_K and Q6_K
+/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, F16, Q4_K, Q5_K and Q6_K
 /// from AVX2 up; k a multiple of 32 for Q4_0 / Q8_0, of 8 for F16, of 256 for the K types).
 bool SupportsPacked(GgmlType w, Isa isa);
 /// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
 /// Writes panels [p0, p1) of the packed copy of the m rows at w_data (row stride
 /// w_stride bytes) into `packed` (PackedWeightBytes, any alignment); callers split the
-/// panels among threads freely. Q4_0 / Q8_0 / F16 / Q4_K / Q6_K only (others: nothing written).
+/// panels among threads freely. Q4_0 / Q8_0 / F16 / Q4_K / Q5_K / Q6_K only (others: nothing
+/// written).
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
                  int64_t p1);
 /// MulMatTile over a packed weight: dst[j * dst_stride + i] = dot_k(W row i, A row j) for
@@ -120,7 +124,7 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
 ///                sumf += float(sumi) * (dx*dy) in block order);
 ///   F16: GetVecDot(F16, Isa::kAvx2) (8 lanes, lane l summing elements l, l+8, ... by
 ///        FMA, then the lanes pairwise);
-///   Q4_K: per super-block the exact integer sums sumi = sum_g scale_g * sum(q * y) and
+///   Q4_K / Q5_K: per super-block the exact integer sums sumi = sum_g scale_g * sum(q * y) and
 ///        msum = sum_g min_g * (bsums[2g] + bsums[2g+1]), then sumf = sumf + float(sumi) *
 ///        (d*dy) and sumf = sumf - float(msum) * (dmin*dy) in super-block order (one
 ///        rounding order of ggml_vec_dot_q4_K_q8_K's sum; its scalar and AVX2 versions

@@ -396,6 +396,8 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
       return PackedGemmQ<false>;
     case PackedKind::kQ4_K:
       return PackedGemmQ4_K;
+    case PackedKind::kQ5_K:
+      return PackedGemmQ5_K;
     case PackedKind::kQ6_K:
       return PackedGemmQ6_K;
     case PackedKind::kF16:

@@ -499,11 +499,11 @@ void ScaleMinK4(int j, const uint8_t* q, int* sc, int* mn) {
   }
 }
 
-// MulMatPacked's Q4_K numerics (kernels.h), from the block_q4_K and block_q8_K bytes.
-float PackedQ4_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
+// MulMatPacked's Q4_K / Q5_K numerics (kernels.h), from the block_q4_K / block_q5_K and block_q8_K bytes.
+float PackedQ45_KReference(const uint8_t* w, const uint8_t* a, int64_t k, bool q5) {
   float sumf = 0;
   for (int64_t b = 0; b < k / 256; ++b) {
-    const uint8_t* x = w + b * 144;
+    const uint8_t* x = w + b * (q5 ? 176 : 144);
     const uint8_t* y = a + b * 292;
     uint16_t dh, dmh;
     std::memcpy(&dh, x, 2);
@@ -516,8 +516,8 @@ float PackedQ4_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
       ScaleMinK4(g, x + 4, &sc, &mn);
       int64_t gs = 0;
       for (int e = 0; e < 32; ++e) {
-        const uint8_t byte = x[16 + 32 * (g / 2) + e];
-        const int q = g % 2 == 0 ? byte & 0xF : byte >> 4;
+        const uint8_t byte = x[(q5 ? 48 : 16) + 32 * (g / 2) + e];
+        const int q = (g % 2 == 0 ? byte & 0xF : byte >> 4) + (q5 ? ((x[16 + e] >> g) & 1) << 4 : 0);
         gs += q * static_cast<int8_t>(y[4 + 32 * g + e]);
       }
       sumi += sc * gs;
@@ -531,6 +531,10 @@ float PackedQ4_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
   }
   return sumf;
 }
+float PackedQ4_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
+  return PackedQ45_KReference(w, a, k, false);
+}
+float PackedQ5_KReference(const uint8_t* w, const uint8_t* a, int64_t k) { return PackedQ45_KReference(w, a, k, true); }
 
 // MulMatPacked's Q6_K numerics (kernels.h), from the block_q6_K and block_q8_K bytes; the
 // quants in dequantize_row_q6_K's order.
@@ -573,9 +577,10 @@ float PackedQ6_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
 // Packed Q4_K (8-row panels, super-block integer sums) equals its reference bit for bit for
 // every tile shape and split, and stays within the SIMD bound of ggml's scalar dot product.
 TEST(KernelsTest, PackedKQuantsMatchReference) {
-  for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const bool q6 = wt == GgmlType::Q6_K;
-    const auto reference = q6 ? PackedQ6_KReference : PackedQ4_KReference;
+    const bool q5 = wt == GgmlType::Q5_K;
+    const auto reference = q6 ? PackedQ6_KReference : q5 ? PackedQ5_KReference : PackedQ4_KReference;
     EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
     if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
     for (int64_t m : {8, 27, 64}) {
@@ -594,13 +599,16 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
                 std::memset(blk, 0xFF, 192);
                 std::memset(blk + 192, 0x80, 16);
               } else {
-                std::memset(blk + 4, 0xFF, 12 + 128);
+                std::memset(blk + 4, 0xFF, GgmlRowSize(wt, 256) - 4);  // scales, (qh,) quants
               }
             }
           }
         }
         const size_t bytes = PackedWeightBytes(wt, k, m);
-        ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) * (q6 ? 1680 : 1184));
+        ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) *
+                             (q6   ? 1680
+                              : q5 ? 1440
+                                   : 1184));
         std::vector<uint8_t> packed(bytes + 1, 0xCD);
         uint8_t* pk = packed.data() + 1;  // any alignment
         const int64_t panels = (m + kPackRows - 1) / kPackRows;
