@@ -624,7 +624,17 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 namespace herd::cpu {
 namespace {
 // Bytes of one packed block (8 rows): 8 F16 scales + the rows' quants.
-int64_t PackedBlockBytes(GgmlType w) { return w == GgmlType::Q4_0 ? 16 + 8 * 16 : 16 + 8 * 32; }
+int64_t PackedBlockBytes(GgmlType w) {
+  switch (w) {
+    case GgmlType::Q4_0:
+    case GgmlType::IQ4_NL:
+      return 16 + 8 * 16;
+    case GgmlType::Q5_0:
+      return 16 + 8 * 16 + 32;
+    default:
+      return 16 + 8 * 32;
+  }
+}
 }  // namespace
 
 // Bytes of one packed Q4_K super-block of 8 rows: 8 F16 d, 8 F16 dmin, 8 x 8 scales and
@@ -638,8 +648,8 @@ constexpr int64_t kPackedQ5KBlockBytes = kPackedQ4KBlockBytes + 8 * 32;
 constexpr int64_t kPackedQ6KBlockBytes = 16 + 128 + 8 * 192;
 
 bool SupportsPacked(GgmlType w, Isa isa) {
-  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::F16 || w == GgmlType::Q4_K ||
-          w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
+  return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::Q5_0 || w == GgmlType::IQ4_NL ||
+          w == GgmlType::F16 || w == GgmlType::Q4_K || w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
@@ -649,7 +659,7 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
   if (w == GgmlType::Q5_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ5KBlockBytes);
   if (w == GgmlType::Q6_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ6KBlockBytes);
-  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return 0;
+  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0 && w != GgmlType::Q5_0 && w != GgmlType::IQ4_NL) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
 
@@ -755,12 +765,15 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
     }
     return;
   }
-  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0) return;
-  const bool q4 = w == GgmlType::Q4_0;
+  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0 && w != GgmlType::Q5_0 && w != GgmlType::IQ4_NL) return;
+  const bool q8 = w == GgmlType::Q8_0, q5 = w == GgmlType::Q5_0;
   const int64_t nb = k / 32;
   const int64_t bb = PackedBlockBytes(w);
-  const int64_t src_block = q4 ? 18 : 34;  // block_q4_0 / block_q8_0: F16 d, then the quants
-  const int64_t groups = q4 ? 4 : 8;       // 4-byte groups per row in a block
+  // block_q4_0 / block_iq4_nl: F16 d, 16 nibble bytes; block_q5_0: F16 d, 4 bytes of fifth
+  // bits (qh), 16 nibble bytes; block_q8_0: F16 d, 32 quants.
+  const int64_t src_block = q8 ? 34 : q5 ? 22 : 18;
+  const int64_t qs_at = q5 ? 6 : 2;
+  const int64_t groups = q8 ? 8 : 4;  // 4-byte groups per row in a block
   for (int64_t p = p0; p < p1; ++p) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* o = out + (p * nb + b) * bb;
@@ -770,7 +783,18 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
         if (row >= m) break;
         const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * src_block;
         std::memcpy(o + 2 * r, blk, 2);
-        for (int64_t g = 0; g < groups; ++g) std::memcpy(o + 16 + 32 * g + 4 * r, blk + 2 + 4 * g, 4);
+        for (int64_t g = 0; g < groups; ++g) std::memcpy(o + 16 + 32 * g + 4 * r, blk + qs_at + 4 * g, 4);
+        if (q5) {
+          uint32_t qh;
+          std::memcpy(&qh, blk + 2, 4);  // bit e: element e's fifth bit
+          for (int64_t h = 0; h < 4; ++h) {
+            for (int64_t i = 0; i < 4; ++i) {
+              uint8_t& hb = o[16 + 128 + 4 * r + i];
+              hb = static_cast<uint8_t>(hb | (((qh >> (4 * h + i)) & 1) << h) |
+                                        (((qh >> (4 * h + 16 + i)) & 1) << (4 + h)));
+            }
+          }
+        }
       }
     }
   }
@@ -780,12 +804,14 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                   float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   assert(SupportsPacked(w, isa) && i0 % kPackRows == 0);
   if (i0 >= i1 || j0 >= j1 || !SupportsPacked(w, isa)) return;
-  const internal::PackedKind kind = w == GgmlType::Q4_0   ? internal::PackedKind::kQ4_0
-                                    : w == GgmlType::Q8_0 ? internal::PackedKind::kQ8_0
-                                    : w == GgmlType::Q4_K ? internal::PackedKind::kQ4_K
-                                    : w == GgmlType::Q5_K ? internal::PackedKind::kQ5_K
-                                    : w == GgmlType::Q6_K ? internal::PackedKind::kQ6_K
-                                                          : internal::PackedKind::kF16;
+  const internal::PackedKind kind = w == GgmlType::Q4_0     ? internal::PackedKind::kQ4_0
+                                    : w == GgmlType::Q8_0   ? internal::PackedKind::kQ8_0
+                                    : w == GgmlType::Q5_0   ? internal::PackedKind::kQ5_0
+                                    : w == GgmlType::IQ4_NL ? internal::PackedKind::kIQ4_NL
+                                    : w == GgmlType::Q4_K   ? internal::PackedKind::kQ4_K
+                                    : w == GgmlType::Q5_K   ? internal::PackedKind::kQ5_K
+                                    : w == GgmlType::Q6_K   ? internal::PackedKind::kQ6_K
+                                                            : internal::PackedKind::kF16;
   internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }
 

@@ -82,12 +82,16 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 
 // ---------------------------------------------------------------------------
 // Weights repacked once at load (ggml-cpu's "repack" extra buffer type: block_q4_0x8 /
-// block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). Q4_0, Q8_0 and F16 matrices
-// are laid out in panels of kPackRows weight rows: panel p holds rows [8p, 8p+8) (rows
+// block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). Q4_0, Q8_0, Q5_0, IQ4_NL, F16 and
+// the K matrices below are laid out in panels of kPackRows weight rows: panel p holds rows [8p, 8p+8) (rows
 // past ne1 are zero), block b of a panel = 8 F16 scales (row order) followed by the
 // quants of the 8 rows interleaved in 4-byte groups:
 //   Q4_0 (144 bytes): 4 x 32 bytes, vector h = rows 0..7 of quant bytes [4h, 4h+4), each
 //                     byte the two nibbles of elements 4h+i (low) and 4h+i+16 (high);
+//   IQ4_NL (144 bytes): as Q4_0 (the nibbles index kvalues_iq4nl);
+//   Q5_0 (176 bytes, the size of the 8 blocks): Q4_0's layout of the low 4 bits, then one
+//                     vector of the fifth bits (row r's byte 4r + i: bit h = element
+//                     4h + i, bit 4 + h = element 4h + 16 + i);
 //   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4);
 //   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes).
 //   Q4_K (1184 bytes per 256-element super-block, as block_q4_Kx8): 8 F16 d, 8 F16 dmin,
@@ -105,23 +109,23 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
-/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, F16, Q4_K, Q5_K and Q6_K
-/// from AVX2 up; k a multiple of 32 for Q4_0 / Q8_0, of 8 for F16, of 256 for the K types).
+/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, Q5_0, IQ4_NL, F16, Q4_K,
+/// Q5_K and Q6_K from AVX2 up; k a multiple of 32 for the 32-element block types, of 8 for
+/// F16, of 256 for the K types).
 bool SupportsPacked(GgmlType w, Isa isa);
 /// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
 /// Writes panels [p0, p1) of the packed copy of the m rows at w_data (row stride
 /// w_stride bytes) into `packed` (PackedWeightBytes, any alignment); callers split the
-/// panels among threads freely. Q4_0 / Q8_0 / F16 / Q4_K / Q5_K / Q6_K only (others: nothing
-/// written).
+/// panels among threads freely. The SupportsPacked types only (others: nothing written).
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
                  int64_t p1);
 /// MulMatTile over a packed weight: dst[j * dst_stride + i] = dot_k(W row i, A row j) for
 /// i in [i0, i1) (i0 a multiple of kPackRows; i1 <= m), j in [j0, j1); A rows in
 /// VecDotType(w) as for MulMatTile. Every output,
 /// whatever the number of activation rows or the split, equals bit-for-bit:
-///   Q4_0 / Q8_0: GetVecDot(w, Isa::kScalar) on the original row (exact int32 block sums,
-///                sumf += float(sumi) * (dx*dy) in block order);
+///   Q4_0 / Q8_0 / Q5_0 / IQ4_NL: GetVecDot(w, Isa::kScalar) on the original row (exact
+///                int32 block sums, sumf += float(sumi) * (dx*dy) in block order);
 ///   F16: GetVecDot(F16, Isa::kAvx2) (8 lanes, lane l summing elements l, l+8, ... by
 ///        FMA, then the lanes pairwise);
 ///   Q4_K / Q5_K: per super-block the exact integer sums sumi = sum_g scale_g * sum(q * y) and

@@ -391,9 +391,13 @@ const IsaKernels& Avx2Kernels() { return kKernels; }
 PackedTileFn Avx2PackedTile(PackedKind w) {
   switch (w) {
     case PackedKind::kQ4_0:
-      return PackedGemmQ<true>;
+      return PackedGemmQ<QKind::kQ4_0>;
     case PackedKind::kQ8_0:
-      return PackedGemmQ<false>;
+      return PackedGemmQ<QKind::kQ8_0>;
+    case PackedKind::kQ5_0:
+      return PackedGemmQ<QKind::kQ5_0>;
+    case PackedKind::kIQ4_NL:
+      return PackedGemmQ<QKind::kIQ4_NL>;
     case PackedKind::kQ4_K:
       return PackedGemmQ4_K;
     case PackedKind::kQ5_K:
