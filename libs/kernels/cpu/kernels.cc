@@ -631,8 +631,14 @@ int64_t PackedBlockBytes(GgmlType w) {
       return 16 + 8 * 16;
     case GgmlType::Q5_0:
       return 16 + 8 * 16 + 32;
-    default:
+    case GgmlType::Q4_1:
+      return 32 + 8 * 16;
+    case GgmlType::Q5_1:
+      return 32 + 8 * 16 + 32;
+    case GgmlType::Q8_0:
       return 16 + 8 * 32;
+    default:
+      return 0;
   }
 }
 }  // namespace
@@ -649,7 +655,8 @@ constexpr int64_t kPackedQ6KBlockBytes = 16 + 128 + 8 * 192;
 
 bool SupportsPacked(GgmlType w, Isa isa) {
   return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::Q5_0 || w == GgmlType::IQ4_NL ||
-          w == GgmlType::F16 || w == GgmlType::Q4_K || w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
+          w == GgmlType::Q4_1 || w == GgmlType::Q5_1 || w == GgmlType::F16 || w == GgmlType::Q4_K ||
+          w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
@@ -659,7 +666,7 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
   if (w == GgmlType::Q5_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ5KBlockBytes);
   if (w == GgmlType::Q6_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ6KBlockBytes);
-  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0 && w != GgmlType::Q5_0 && w != GgmlType::IQ4_NL) return 0;
+  if (PackedBlockBytes(w) == 0) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
 
@@ -765,15 +772,19 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
     }
     return;
   }
-  if (w != GgmlType::Q4_0 && w != GgmlType::Q8_0 && w != GgmlType::Q5_0 && w != GgmlType::IQ4_NL) return;
-  const bool q8 = w == GgmlType::Q8_0, q5 = w == GgmlType::Q5_0;
-  const int64_t nb = k / 32;
   const int64_t bb = PackedBlockBytes(w);
-  // block_q4_0 / block_iq4_nl: F16 d, 16 nibble bytes; block_q5_0: F16 d, 4 bytes of fifth
-  // bits (qh), 16 nibble bytes; block_q8_0: F16 d, 32 quants.
-  const int64_t src_block = q8 ? 34 : q5 ? 22 : 18;
-  const int64_t qs_at = q5 ? 6 : 2;
-  const int64_t groups = q8 ? 8 : 4;  // 4-byte groups per row in a block
+  if (bb == 0) return;
+  const bool q8 = w == GgmlType::Q8_0;
+  const bool fifth = w == GgmlType::Q5_0 || w == GgmlType::Q5_1;
+  const bool with_min = w == GgmlType::Q4_1 || w == GgmlType::Q5_1;
+  const int64_t nb = k / 32;
+  // block_q4_0 / block_iq4_nl: F16 d, 16 nibble bytes; block_q4_1: F16 d, F16 m, 16 nibble
+  // bytes; block_q5_0 / block_q5_1: F16 d (F16 m), 4 bytes of fifth bits (qh), 16 nibble
+  // bytes; block_q8_0: F16 d, 32 quants.
+  const int64_t head = (with_min ? 4 : 2) + (fifth ? 4 : 0);
+  const int64_t src_block = head + (q8 ? 32 : 16);
+  const int64_t qs_out = with_min ? 32 : 16;  // packed: 8 d (8 m), then the quant vectors
+  const int64_t groups = q8 ? 8 : 4;          // 4-byte groups per row in a block
   for (int64_t p = p0; p < p1; ++p) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* o = out + (p * nb + b) * bb;
@@ -783,13 +794,14 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
         if (row >= m) break;
         const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * src_block;
         std::memcpy(o + 2 * r, blk, 2);
-        for (int64_t g = 0; g < groups; ++g) std::memcpy(o + 16 + 32 * g + 4 * r, blk + qs_at + 4 * g, 4);
-        if (q5) {
+        if (with_min) std::memcpy(o + 16 + 2 * r, blk + 2, 2);
+        for (int64_t g = 0; g < groups; ++g) std::memcpy(o + qs_out + 32 * g + 4 * r, blk + head + 4 * g, 4);
+        if (fifth) {
           uint32_t qh;
-          std::memcpy(&qh, blk + 2, 4);  // bit e: element e's fifth bit
+          std::memcpy(&qh, blk + head - 4, 4);  // bit e: element e's fifth bit
           for (int64_t h = 0; h < 4; ++h) {
             for (int64_t i = 0; i < 4; ++i) {
-              uint8_t& hb = o[16 + 128 + 4 * r + i];
+              uint8_t& hb = o[qs_out + 128 + 4 * r + i];
               hb = static_cast<uint8_t>(hb | (((qh >> (4 * h + i)) & 1) << h) |
                                         (((qh >> (4 * h + 16 + i)) & 1) << (4 + h)));
             }
@@ -808,6 +820,8 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                                     : w == GgmlType::Q8_0   ? internal::PackedKind::kQ8_0
                                     : w == GgmlType::Q5_0   ? internal::PackedKind::kQ5_0
                                     : w == GgmlType::IQ4_NL ? internal::PackedKind::kIQ4_NL
+                                    : w == GgmlType::Q4_1   ? internal::PackedKind::kQ4_1
+                                    : w == GgmlType::Q5_1   ? internal::PackedKind::kQ5_1
                                     : w == GgmlType::Q4_K   ? internal::PackedKind::kQ4_K
                                     : w == GgmlType::Q5_K   ? internal::PackedKind::kQ5_K
                                     : w == GgmlType::Q6_K   ? internal::PackedKind::kQ6_K

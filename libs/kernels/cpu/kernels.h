@@ -82,8 +82,8 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 
 // ---------------------------------------------------------------------------
 // Weights repacked once at load (ggml-cpu's "repack" extra buffer type: block_q4_0x8 /
-// block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). Q4_0, Q8_0, Q5_0, IQ4_NL, F16 and
-// the K matrices below are laid out in panels of kPackRows weight rows: panel p holds rows [8p, 8p+8) (rows
+// block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). The 32-element block types, F16
+// and the K matrices below are laid out in panels of kPackRows weight rows: panel p holds rows [8p, 8p+8) (rows
 // past ne1 are zero), block b of a panel = 8 F16 scales (row order) followed by the
 // quants of the 8 rows interleaved in 4-byte groups:
 //   Q4_0 (144 bytes): 4 x 32 bytes, vector h = rows 0..7 of quant bytes [4h, 4h+4), each
@@ -92,6 +92,8 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 //   Q5_0 (176 bytes, the size of the 8 blocks): Q4_0's layout of the low 4 bits, then one
 //                     vector of the fifth bits (row r's byte 4r + i: bit h = element
 //                     4h + i, bit 4 + h = element 4h + 16 + i);
+//   Q4_1 / Q5_1 (160 / 192 bytes): as Q4_0 / Q5_0 with the 8 rows' F16 mins after the
+//                     scales;
 //   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4);
 //   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes).
 //   Q4_K (1184 bytes per 256-element super-block, as block_q4_Kx8): 8 F16 d, 8 F16 dmin,
@@ -109,8 +111,8 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
-/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q8_0, Q5_0, IQ4_NL, F16, Q4_K,
-/// Q5_K and Q6_K from AVX2 up; k a multiple of 32 for the 32-element block types, of 8 for
+/// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
+/// F16, Q4_K, Q5_K and Q6_K from AVX2 up; k a multiple of 32 for the 32-element block types, of 8 for
 /// F16, of 256 for the K types).
 bool SupportsPacked(GgmlType w, Isa isa);
 /// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
@@ -124,8 +126,9 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
 /// i in [i0, i1) (i0 a multiple of kPackRows; i1 <= m), j in [j0, j1); A rows in
 /// VecDotType(w) as for MulMatTile. Every output,
 /// whatever the number of activation rows or the split, equals bit-for-bit:
-///   Q4_0 / Q8_0 / Q5_0 / IQ4_NL: GetVecDot(w, Isa::kScalar) on the original row (exact
-///                int32 block sums, sumf += float(sumi) * (dx*dy) in block order);
+///   Q4_0 / Q8_0 / Q5_0 / IQ4_NL / Q4_1 / Q5_1: GetVecDot(w, Isa::kScalar) on the original
+///                row (exact int32 block sums, sumf += float(sumi) * (dx*dy) in block order;
+///                Q4_1 / Q5_1 add mx*sy to that product before adding it to sumf);
 ///   F16: GetVecDot(F16, Isa::kAvx2) (8 lanes, lane l summing elements l, l+8, ... by
 ///        FMA, then the lanes pairwise);
 ///   Q4_K / Q5_K: per super-block the exact integer sums sumi = sum_g scale_g * sum(q * y) and

@@ -398,6 +398,10 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
       return PackedGemmQ<QKind::kQ5_0>;
     case PackedKind::kIQ4_NL:
       return PackedGemmQ<QKind::kIQ4_NL>;
+    case PackedKind::kQ4_1:
+      return PackedGemmQ<QKind::kQ4_1>;
+    case PackedKind::kQ5_1:
+      return PackedGemmQ<QKind::kQ5_1>;
     case PackedKind::kQ4_K:
       return PackedGemmQ4_K;
     case PackedKind::kQ5_K:

@@ -659,7 +659,8 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
 }
 
 TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
-  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::F16}) {
+  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::Q4_1, GgmlType::Q5_1,
+                      GgmlType::F16}) {
     EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
     if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
     const bool f16 = wt == GgmlType::F16;
@@ -677,11 +678,13 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
           if (wt == GgmlType::Q8_0 && r % 5 == 4) {  // the extreme quant a file may hold
             for (int64_t b = 0; b < k / 32; ++b) std::memset(w.data() + r * ws + b * 34 + 2, 0x80, 32);
           }
-          // Q5_0 / IQ4_NL: every quant at one end (-16 and 15; kvalues_iq4nl's -127 and 113).
-          if ((wt == GgmlType::Q5_0 || wt == GgmlType::IQ4_NL) && r % 5 >= 3) {
+          // Every quant at one end (Q5_0: -16 and 15; kvalues_iq4nl's -127 and 113; Q4_1 /
+          // Q5_1: 0 and 15 / 31, after the min).
+          if (wt != GgmlType::Q4_0 && wt != GgmlType::Q8_0 && !f16 && r % 5 >= 3) {
             const size_t bs = GgmlRowSize(wt, 32);
+            const size_t head = wt == GgmlType::Q4_1 || wt == GgmlType::Q5_1 ? 4 : 2;
             for (int64_t b = 0; b < k / 32; ++b)
-              std::memset(w.data() + r * ws + b * bs + 2, r % 5 == 3 ? 0 : 0xFF, bs - 2);
+              std::memset(w.data() + r * ws + b * bs + head, r % 5 == 3 ? 0 : 0xFF, bs - head);
           }
         }
         const size_t bytes = PackedWeightBytes(wt, k, m);
