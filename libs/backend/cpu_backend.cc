@@ -1,5 +1,6 @@
 #include "libs/backend/cpu_backend.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "libs/kernels/cpu/kernels.h"
 #include "libs/base/fp16.h"
+#include "libs/kernels/cpu/kernels.h"
 #include "libs/kernels/cpu/model_ops.h"
 #include "libs/tensor/graph_alloc.h"
 #include "libs/tensor/quants.h"
@@ -570,12 +571,18 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   const size_t dst_stride = static_cast<size_t>(m);
   const uint8_t* wdata = static_cast<const uint8_t*>(w->data);
   if (const CpuPackedWeight* packed = cpu::SupportsPacked(w->type, isa_) ? PackedFor(w) : nullptr) {
-    // Rows split in whole 16-row pieces (two packed panels).
-    pool_.Run([&](int ith, int nth) {
-      const int64_t per = ((m + nth - 1) / nth + 15) / 16 * 16;
-      const int64_t r0 = std::min<int64_t>(m, per * ith);
-      const int64_t r1 = std::min<int64_t>(m, r0 + per);
-      if (r0 < r1) {
+    // Rows in whole 16-row pieces (two packed panels). Batches: chunks taken from a shared
+    // counter (as ggml's mul_mat does), so a thread slowed by the other tenants of its core
+    // does less of the work instead of holding the others at the end; a few chunks per
+    // thread, each call packs its activations once.
+    const int nth = pool_.size();
+    const int64_t nchunks = cols == 1 || nth == 1 ? nth : 4 * nth;
+    const int64_t per = ((m + nchunks - 1) / nchunks + 15) / 16 * 16;
+    std::atomic<int64_t> next{0};
+    pool_.Run([&](int, int) {
+      for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c * per < m;
+           c = next.fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t r0 = c * per, r1 = std::min<int64_t>(m, r0 + per);
         cpu::MulMatPacked(w->type, isa_, k, packed->data.get(), act, a_stride, dst, dst_stride, r0, r1, 0, cols);
       }
     });

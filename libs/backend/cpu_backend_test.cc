@@ -67,14 +67,16 @@ TEST_P(CpuBackendTest, MulMatEveryWeightTypeMatchesDequantizedReference) {
   }
 }
 
-// PrepareWeights repacks Q4_0 / Q8_0 / F16 matrices (not embeddings, not other types) and
-// matmuls then give the reference bit for bit at every batch size (Q4_0 / Q8_0: the
-// scalar vec_dot; F16: the AVX2 one); writing a
+// PrepareWeights repacks the 32-block types and F16 (not embeddings, not F32) and matmuls
+// then give the reference bit for bit at every batch size and thread count, however the
+// rows are split among threads (the block types: the scalar vec_dot; F16: the AVX2 one);
+// writing a
 // weight through SetTensor drops its packed copy; a backend with repack off packs nothing.
 TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
   if (!cpu::SupportsPacked(GgmlType::Q4_0, backend_.isa())) GTEST_SKIP() << "no packed kernels on this CPU";
   const int64_t k = 128, m = 45;
-  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16}) {
+  for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
+                      GgmlType::F16}) {
     std::vector<float> wf = Rand(static_cast<size_t>(k * m), 3);
     const size_t rs = GgmlRowSize(wt, k);
     std::vector<uint8_t> wq(rs * static_cast<size_t>(m));
