@@ -69,14 +69,15 @@ TEST_P(CpuBackendTest, MulMatEveryWeightTypeMatchesDequantizedReference) {
 
 // PrepareWeights repacks the 32-block types and F16 (not embeddings, not F32) and matmuls
 // then give the reference bit for bit at every batch size and thread count, however the
-// rows are split among threads (the block types: the scalar vec_dot; F16: the AVX2 one);
+// rows are split among threads (the block types: the scalar vec_dot; F16 / BF16: the AVX2
+// one);
 // writing a
 // weight through SetTensor drops its packed copy; a backend with repack off packs nothing.
 TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
   if (!cpu::SupportsPacked(GgmlType::Q4_0, backend_.isa())) GTEST_SKIP() << "no packed kernels on this CPU";
   const int64_t k = 128, m = 45;
   for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
-                      GgmlType::F16}) {
+                      GgmlType::F16, GgmlType::BF16}) {
     std::vector<float> wf = Rand(static_cast<size_t>(k * m), 3);
     const size_t rs = GgmlRowSize(wt, k);
     std::vector<uint8_t> wq(rs * static_cast<size_t>(m));
@@ -99,7 +100,8 @@ TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
     EXPECT_EQ(wf32->extra, nullptr);
     EXPECT_EQ(backend_.packed_bytes() - packed_before, static_cast<size_t>((m + 7) / 8 * 8) * rs);
     const GgmlType at = cpu::VecDotType(wt);
-    const cpu::VecDotFn ref = cpu::GetVecDot(wt, wt == GgmlType::F16 ? Isa::kAvx2 : Isa::kScalar);
+    const bool floats = wt == GgmlType::F16 || wt == GgmlType::BF16;
+    const cpu::VecDotFn ref = cpu::GetVecDot(wt, floats ? Isa::kAvx2 : Isa::kScalar);
     for (int64_t n : {1, 3, 16, 33}) {
       std::vector<float> xf = Rand(static_cast<size_t>(k * n), 4 + static_cast<uint32_t>(n));
       Graph g;

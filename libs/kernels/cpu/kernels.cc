@@ -655,14 +655,15 @@ constexpr int64_t kPackedQ6KBlockBytes = 16 + 128 + 8 * 192;
 
 bool SupportsPacked(GgmlType w, Isa isa) {
   return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::Q5_0 || w == GgmlType::IQ4_NL ||
-          w == GgmlType::Q4_1 || w == GgmlType::Q5_1 || w == GgmlType::F16 || w == GgmlType::Q4_K ||
-          w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
+          w == GgmlType::Q4_1 || w == GgmlType::Q5_1 || w == GgmlType::BF16 || w == GgmlType::F16 ||
+          w == GgmlType::Q4_K || w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   const int64_t panels = (m + kPackRows - 1) / kPackRows;
   if (w == GgmlType::F16) return static_cast<size_t>(panels * kPackRows * (k / 8) * 16);
+  if (w == GgmlType::BF16) return static_cast<size_t>(panels * kPackRows * (k / 16) * 32);
   if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
   if (w == GgmlType::Q5_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ5KBlockBytes);
   if (w == GgmlType::Q6_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ6KBlockBytes);
@@ -674,17 +675,20 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
                  int64_t p1) {
   const uint8_t* src = static_cast<const uint8_t*>(w_data);
   uint8_t* out = static_cast<uint8_t*>(packed);
-  if (w == GgmlType::F16) {
-    const int64_t steps = k / 8;
+  if (w == GgmlType::F16 || w == GgmlType::BF16) {
+    // Per step (8 F16 / 16 BF16 elements, 16 / 32 bytes) the 8 rows' values.
+    const int64_t step_bytes = w == GgmlType::F16 ? 16 : 32;
+    const int64_t steps = k * 2 / step_bytes;
     for (int64_t p = p0; p < p1; ++p) {
       for (int64_t s = 0; s < steps; ++s) {
-        uint8_t* o = out + (p * steps + s) * kPackRows * 16;
+        uint8_t* o = out + (p * steps + s) * kPackRows * step_bytes;
         for (int64_t r = 0; r < kPackRows; ++r) {
           const int64_t row = p * kPackRows + r;
           if (row < m) {
-            std::memcpy(o + 16 * r, src + static_cast<size_t>(row) * w_stride + s * 16, 16);
+            std::memcpy(o + step_bytes * r, src + static_cast<size_t>(row) * w_stride + s * step_bytes,
+                        static_cast<size_t>(step_bytes));
           } else {
-            std::memset(o + 16 * r, 0, 16);
+            std::memset(o + step_bytes * r, 0, static_cast<size_t>(step_bytes));
           }
         }
       }
@@ -825,6 +829,7 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                                     : w == GgmlType::Q4_K   ? internal::PackedKind::kQ4_K
                                     : w == GgmlType::Q5_K   ? internal::PackedKind::kQ5_K
                                     : w == GgmlType::Q6_K   ? internal::PackedKind::kQ6_K
+                                    : w == GgmlType::BF16   ? internal::PackedKind::kBF16
                                                             : internal::PackedKind::kF16;
   internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }

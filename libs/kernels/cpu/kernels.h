@@ -96,6 +96,7 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 //                     scales;
 //   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4);
 //   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes).
+//   BF16: no scales; per 16-element step s, the 8 rows' elements [16s, 16s+16) (256 bytes).
 //   Q4_K (1184 bytes per 256-element super-block, as block_q4_Kx8): 8 F16 d, 8 F16 dmin,
 //                     the unpacked 6-bit scales then mins (byte 8g + r: group g of row r),
 //                     then per 32-element group g four vectors as Q4_0's over the group;
@@ -112,7 +113,7 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
 /// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
-/// F16, Q4_K, Q5_K and Q6_K from AVX2 up; k a multiple of 32 for the 32-element block types, of 8 for
+/// F16, BF16, Q4_K, Q5_K and Q6_K from AVX2 up; k a multiple of 32 for the 32-element block types, of 8 for
 /// F16, of 256 for the K types).
 bool SupportsPacked(GgmlType w, Isa isa);
 /// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
@@ -131,6 +132,8 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
 ///                Q4_1 / Q5_1 add mx*sy to that product before adding it to sumf);
 ///   F16: GetVecDot(F16, Isa::kAvx2) (8 lanes, lane l summing elements l, l+8, ... by
 ///        FMA, then the lanes pairwise);
+///   BF16: GetVecDot(BF16, Isa::kAvx2) (8 lanes over 16-element steps, lane l adding
+///        element 2l then 2l + 1 by FMA, then the lanes pairwise);
 ///   Q4_K / Q5_K: per super-block the exact integer sums sumi = sum_g scale_g * sum(q * y) and
 ///        msum = sum_g min_g * (bsums[2g] + bsums[2g+1]), then sumf = sumf + float(sumi) *
 ///        (d*dy) and sumf = sumf - float(msum) * (dmin*dy) in super-block order (one

@@ -408,6 +408,8 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
       return PackedGemmQ5_K;
     case PackedKind::kQ6_K:
       return PackedGemmQ6_K;
+    case PackedKind::kBF16:
+      return PackedGemmBF16;
     case PackedKind::kF16:
       break;
   }

@@ -660,14 +660,16 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
 
 TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
   for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::Q4_1, GgmlType::Q5_1,
-                      GgmlType::F16}) {
+                      GgmlType::F16, GgmlType::BF16}) {
     EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
     if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
-    const bool f16 = wt == GgmlType::F16;
+    // F16 / BF16: held to their AVX2 dot product (the packed kernels keep its lanes).
+    const bool f16 = wt == GgmlType::F16 || wt == GgmlType::BF16;
     const GgmlType at = VecDotType(wt);
     for (int64_t m : {8, 27, 64}) {
       for (int64_t k : {32, 40, 96, 2048}) {
         if (!f16 && k % 32 != 0) continue;
+        if (wt == GgmlType::BF16 && k % 16 != 0) continue;
         std::mt19937 rng(static_cast<uint32_t>(m * 131 + k));
         const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
         std::vector<uint8_t> w(ws * m);
