@@ -653,10 +653,14 @@ constexpr int64_t kPackedQ5KBlockBytes = kPackedQ4KBlockBytes + 8 * 32;
 // nibble vectors and 2 vectors of high bits (192 bytes); the size of the 8 original blocks.
 constexpr int64_t kPackedQ6KBlockBytes = 16 + 128 + 8 * 192;
 
+// Packed IQ4_XS super-block of 8 rows: 8 F16 d, 8 x 8 int8 sub-block scales (ls - 32),
+// 8 x 128 nibble bytes.
+constexpr int64_t kPackedIQ4XSBlockBytes = 16 + 64 + 1024;
+
 bool SupportsPacked(GgmlType w, Isa isa) {
   return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::Q5_0 || w == GgmlType::IQ4_NL ||
-          w == GgmlType::Q4_1 || w == GgmlType::Q5_1 || w == GgmlType::BF16 || w == GgmlType::F16 ||
-          w == GgmlType::Q4_K || w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
+          w == GgmlType::Q4_1 || w == GgmlType::Q5_1 || w == GgmlType::BF16 || w == GgmlType::IQ4_XS ||
+          w == GgmlType::F16 || w == GgmlType::Q4_K || w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
@@ -667,6 +671,7 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
   if (w == GgmlType::Q5_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ5KBlockBytes);
   if (w == GgmlType::Q6_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ6KBlockBytes);
+  if (w == GgmlType::IQ4_XS) return static_cast<size_t>(panels * (k / kQK_K) * kPackedIQ4XSBlockBytes);
   if (PackedBlockBytes(w) == 0) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
@@ -734,6 +739,31 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
                 }
               }
             }
+          }
+        }
+      }
+    }
+    return;
+  }
+  if (w == GgmlType::IQ4_XS) {
+    const int64_t nb = k / kQK_K;
+    constexpr int64_t kSrcBlock = 136;  // block_iq4_xs: F16 d, u16 scales_h, scales_l[4], qs[128]
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = out + (p * nb + b) * kPackedIQ4XSBlockBytes;
+        std::memset(o, 0, static_cast<size_t>(kPackedIQ4XSBlockBytes));
+        for (int64_t r = 0; r < kPackRows; ++r) {
+          const int64_t row = p * kPackRows + r;
+          if (row >= m) break;
+          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+          std::memcpy(o + 2 * r, blk, 2);
+          uint16_t scales_h;
+          std::memcpy(&scales_h, blk + 2, 2);
+          for (int64_t g = 0; g < 8; ++g) {
+            const int ls = ((blk[4 + g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
+            o[16 + 8 * g + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+            // Sub-block g: qs[16g + j] holds elements j (low nibble) and 16 + j (high), as Q4_0.
+            for (int64_t h = 0; h < 4; ++h) std::memcpy(o + 80 + 128 * g + 32 * h + 4 * r, blk + 8 + 16 * g + 4 * h, 4);
           }
         }
       }
@@ -830,6 +860,7 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                                     : w == GgmlType::Q5_K   ? internal::PackedKind::kQ5_K
                                     : w == GgmlType::Q6_K   ? internal::PackedKind::kQ6_K
                                     : w == GgmlType::BF16   ? internal::PackedKind::kBF16
+                                    : w == GgmlType::IQ4_XS ? internal::PackedKind::kIQ4_XS
                                                             : internal::PackedKind::kF16;
   internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }

@@ -410,6 +410,8 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
       return PackedGemmQ6_K;
     case PackedKind::kBF16:
       return PackedGemmBF16;
+    case PackedKind::kIQ4_XS:
+      return PackedGemmIQ4_XS;
     case PackedKind::kF16:
       break;
   }

@@ -574,13 +574,45 @@ float PackedQ6_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
   return sumf;
 }
 
+// MulMatPacked's IQ4_XS rounding (kernels.h): sumi = sum_g (ls_g - 32) * sum(kvalues_iq4nl[q] *
+// y) exact per super-block, sumf = sumf + float(sumi) * (d*dy).
+float PackedIQ4_XSReference(const uint8_t* w, const uint8_t* a, int64_t k) {
+  float sumf = 0;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* x = w + b * 136;
+    const uint8_t* yb = a + b * 292;
+    uint16_t dh, scales_h;
+    std::memcpy(&dh, x, 2);
+    std::memcpy(&scales_h, x + 2, 2);
+    int64_t sumi = 0;
+    for (int g = 0; g < 8; ++g) {
+      const int ls = ((x[4 + g / 2] >> (4 * (g % 2))) & 0xF) | (((scales_h >> (2 * g)) & 3) << 4);
+      int64_t qs = 0;
+      for (int j = 0; j < 16; ++j) {
+        const uint8_t q = x[8 + 16 * g + j];
+        qs += kIq4nlValues[q & 0xF] * static_cast<int8_t>(yb[4 + 32 * g + j]);
+        qs += kIq4nlValues[q >> 4] * static_cast<int8_t>(yb[4 + 32 * g + 16 + j]);
+      }
+      sumi += (ls - 32) * qs;
+    }
+    float dy;
+    std::memcpy(&dy, yb, 4);
+    sumf = sumf + static_cast<float>(sumi) * (Fp16ToFp32(dh) * dy);
+  }
+  return sumf;
+}
+
 // Packed Q4_K (8-row panels, super-block integer sums) equals its reference bit for bit for
 // every tile shape and split, and stays within the SIMD bound of ggml's scalar dot product.
 TEST(KernelsTest, PackedKQuantsMatchReference) {
-  for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
     const bool q6 = wt == GgmlType::Q6_K;
     const bool q5 = wt == GgmlType::Q5_K;
-    const auto reference = q6 ? PackedQ6_KReference : q5 ? PackedQ5_KReference : PackedQ4_KReference;
+    const bool xs = wt == GgmlType::IQ4_XS;
+    const auto reference = xs   ? PackedIQ4_XSReference
+                           : q6 ? PackedQ6_KReference
+                           : q5 ? PackedQ5_KReference
+                                : PackedQ4_KReference;
     EXPECT_FALSE(SupportsPacked(wt, Isa::kScalar));
     if (!SupportsPacked(wt, Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
     for (int64_t m : {8, 27, 64}) {
@@ -595,7 +627,9 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
           if (r % 7 == 6) {  // the largest quants and scales (Q6_K: -128)
             for (int64_t b = 0; b < k / 256; ++b) {
               uint8_t* blk = w.data() + r * ws + b * GgmlRowSize(wt, 256);
-              if (q6) {
+              if (xs) {  // scales 31 and levels 113, or scales -32 and levels -127
+                std::memset(blk + 2, r % 2 ? 0xFF : 0x00, 134);
+              } else if (q6) {
                 std::memset(blk, 0xFF, 192);
                 std::memset(blk + 192, 0x80, 16);
               } else {
@@ -606,7 +640,8 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
         }
         const size_t bytes = PackedWeightBytes(wt, k, m);
         ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) *
-                             (q6   ? 1680
+                             (xs   ? 1104
+                              : q6 ? 1680
                               : q5 ? 1440
                                    : 1184));
         std::vector<uint8_t> packed(bytes + 1, 0xCD);
@@ -616,12 +651,13 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
         PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels);
         const int64_t n = 19;
         Rows a = MakeRows(GgmlType::Q8_K, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
-        // An activation row at the quant extremes (-128 .. 127).
+        // An activation row at the quant extremes (-128 .. 127; IQ4_XS's signed levels take
+        // -127, as ggml's sign-trick dot does: quantize_row_q8_K never writes -128).
         for (int64_t b = 0; b < k / 256; ++b) {
           uint8_t* blk = a.bytes.data() + 3 * a.stride + b * 292;
           int16_t bs[16] = {};
           for (int e = 0; e < 256; ++e) {
-            const int8_t q = e % 2 ? -128 : 127;
+            const int8_t q = e % 2 ? (xs ? -127 : -128) : 127;
             blk[4 + e] = static_cast<uint8_t>(q);
             bs[e / 16] = static_cast<int16_t>(bs[e / 16] + q);
           }
