@@ -412,6 +412,8 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
       return PackedGemmBF16;
     case PackedKind::kIQ4_XS:
       return PackedGemmIQ4_XS;
+    case PackedKind::kQ3_K:
+      return PackedGemmQ3_K;
     case PackedKind::kF16:
       break;
   }
