@@ -63,7 +63,22 @@ struct IsaKernels {
 // Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc) for Q4_0, Q8_0, F16, Q4_K, Q5_K and Q6_K.
 using PackedTileFn = void (*)(int64_t k, const void* packed, const void* a, size_t a_stride, float* dst,
                               size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
-enum class PackedKind { kQ4_0, kQ8_0, kF16, kQ4_K, kQ5_K, kQ6_K, kQ5_0, kIQ4_NL, kQ4_1, kQ5_1, kBF16, kIQ4_XS, kQ3_K };
+enum class PackedKind {
+  kQ4_0,
+  kQ8_0,
+  kF16,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ5_0,
+  kIQ4_NL,
+  kQ4_1,
+  kQ5_1,
+  kBF16,
+  kIQ4_XS,
+  kQ3_K,
+  kQ2_K
+};
 PackedTileFn Avx2PackedTile(PackedKind w);
 
 // Defined in kernels_avx2.cc / kernels_avx512.cc. Only call them when the CPU

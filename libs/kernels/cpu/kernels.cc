@@ -659,12 +659,15 @@ constexpr int64_t kPackedIQ4XSBlockBytes = 16 + 64 + 1024;
 // Packed Q3_K super-block of 8 rows: 8 F16 d, 8 x 16 int8 sub-block scales (sc - 32) in
 // pairs, per 32-element group 2 vectors of low 2 bits and one of high bits (96 bytes).
 constexpr int64_t kPackedQ3KBlockBytes = 16 + 128 + 8 * 96;
+// Packed Q2_K super-block of 8 rows: 8 F16 d, 8 F16 dmin, 8 x 16 scale/min bytes in pairs,
+// per 32-element group 2 vectors of 2-bit quants (64 bytes): the size of the 8 blocks.
+constexpr int64_t kPackedQ2KBlockBytes = 32 + 128 + 8 * 64;
 
 bool SupportsPacked(GgmlType w, Isa isa) {
   return (w == GgmlType::Q4_0 || w == GgmlType::Q8_0 || w == GgmlType::Q5_0 || w == GgmlType::IQ4_NL ||
           w == GgmlType::Q4_1 || w == GgmlType::Q5_1 || w == GgmlType::BF16 || w == GgmlType::IQ4_XS ||
-          w == GgmlType::Q3_K || w == GgmlType::F16 || w == GgmlType::Q4_K || w == GgmlType::Q5_K ||
-          w == GgmlType::Q6_K) &&
+          w == GgmlType::Q2_K || w == GgmlType::Q3_K || w == GgmlType::F16 || w == GgmlType::Q4_K ||
+          w == GgmlType::Q5_K || w == GgmlType::Q6_K) &&
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
@@ -677,6 +680,7 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   if (w == GgmlType::Q6_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ6KBlockBytes);
   if (w == GgmlType::IQ4_XS) return static_cast<size_t>(panels * (k / kQK_K) * kPackedIQ4XSBlockBytes);
   if (w == GgmlType::Q3_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ3KBlockBytes);
+  if (w == GgmlType::Q2_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ2KBlockBytes);
   if (PackedBlockBytes(w) == 0) return 0;
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
@@ -742,6 +746,37 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
                   hb = static_cast<uint8_t>(hb | (((qh[4 * h + i] >> g) & 1) << h) |
                                             (((qh[4 * h + 16 + i] >> g) & 1) << (4 + h)));
                 }
+              }
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+  if (w == GgmlType::Q2_K) {
+    const int64_t nb = k / kQK_K;
+    constexpr int64_t kSrcBlock = 84;  // block_q2_K: scales[16], qs[64], F16 d, F16 dmin
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = out + (p * nb + b) * kPackedQ2KBlockBytes;
+        std::memset(o, 0, static_cast<size_t>(kPackedQ2KBlockBytes));
+        for (int64_t r = 0; r < kPackRows; ++r) {
+          const int64_t row = p * kPackRows + r;
+          if (row >= m) break;
+          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+          std::memcpy(o + 2 * r, blk + 80, 2);
+          std::memcpy(o + 16 + 2 * r, blk + 82, 2);
+          for (int64_t j = 0; j < 16; ++j) o[32 + 16 * (j / 2) + 2 * r + j % 2] = blk[j];
+          // Element e: half n = e / 128, shift j = e % 128 / 32, l = e % 32 (dequantize_row_q2_K).
+          const auto q = [&](int64_t e) { return (blk[16 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; };
+          for (int64_t g = 0; g < 8; ++g) {
+            uint8_t* og = o + 160 + 64 * g;
+            for (int64_t h = 0; h < 4; ++h) {
+              for (int64_t i = 0; i < 4; ++i) {
+                const int64_t ea = 32 * g + 4 * h + i;
+                og[4 * r + i] = static_cast<uint8_t>(og[4 * r + i] | (q(ea) << (2 * h)));
+                og[32 + 4 * r + i] = static_cast<uint8_t>(og[32 + 4 * r + i] | (q(ea + 16) << (2 * h)));
               }
             }
           }
@@ -909,6 +944,7 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                                     : w == GgmlType::BF16   ? internal::PackedKind::kBF16
                                     : w == GgmlType::IQ4_XS ? internal::PackedKind::kIQ4_XS
                                     : w == GgmlType::Q3_K   ? internal::PackedKind::kQ3_K
+                                    : w == GgmlType::Q2_K   ? internal::PackedKind::kQ2_K
                                                             : internal::PackedKind::kF16;
   internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }

@@ -106,6 +106,10 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 //   Q6_K (1680 bytes per super-block, the size of the 8 blocks): 8 F16 d, the int8 scales
 //                     (byte 16 + 16g + 2r + i: sub-block 2g + i of row r), per group g the low 4 bits
 //                     of the quants as Q4_K's, then two vectors of their high 2 bits.
+//   Q2_K (672 bytes per super-block, the size of the 8 blocks): 8 F16 d, 8 F16 dmin, the
+//                     scale / min bytes (byte 32 + 16g + 2r + i: sub-block 2g + i of row r),
+//                     per group g two vectors of 2-bit quants (bits 2h..2h+1 of row r's byte
+//                     4r + i: element 4h + i, then 4h + 16 + i);
 //   Q3_K (912 bytes per super-block): 8 F16 d, the sub-block scales sc - 32 as int8 (byte
 //                     16 + 16g + 2r + i: sub-block 2g + i of row r), per group g two vectors
 //                     of the quants' low 2 bits (bits 2h..2h+1 of row r's byte 4r + i:
@@ -120,8 +124,8 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 /// Rows per panel of a packed weight.
 inline constexpr int64_t kPackRows = 8;
 /// Whether MulMatPacked runs for weight type `w` on `isa` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
-/// F16, BF16, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS from AVX2 up; k a multiple of 32 for the 32-element block types, of 8
-/// for F16, of 256 for the K types).
+/// F16, BF16, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS from AVX2 up; k a multiple of 32 for the 32-element block types,
+/// of 8 for F16, of 256 for the K types).
 bool SupportsPacked(GgmlType w, Isa isa);
 /// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
@@ -148,6 +152,9 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
 ///        round per lane, within 1e-5 of the magnitude of the products);
 ///   Q6_K: per super-block the exact sumi = sum_j scale_j * sum(q * y) - 32 * sum_j scale_j *
 ///        bsums[j] (q = 0..63), sumf = sumf + float(sumi) * (d*dy) in super-block order.
+///   Q2_K: per super-block the exact sumi = sum_j sc_j * sum(q * y) and msum = sum_j m_j *
+///        bsums[j], sumf = sumf + float(sumi) * (d*dy), then sumf = sumf - float(msum) *
+///        (dmin*dy);
 ///   Q3_K: per super-block the exact sumi = sum_j sc_j * sum(q * y) - 4 * sum_j sc_j * bsums[j]
 ///        (q = 0..7, sc_j = scale - 32), sumf = sumf + float(sumi) * (d*dy);
 ///   IQ4_XS: per super-block the exact sumi = sum_g (ls_g - 32) * sum(kvalues_iq4nl[q] * y),

@@ -414,6 +414,8 @@ PackedTileFn Avx2PackedTile(PackedKind w) {
       return PackedGemmIQ4_XS;
     case PackedKind::kQ3_K:
       return PackedGemmQ3_K;
+    case PackedKind::kQ2_K:
+      return PackedGemmQ2_K;
     case PackedKind::kF16:
       break;
   }

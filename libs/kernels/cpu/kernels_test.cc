@@ -574,6 +574,40 @@ float PackedQ6_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
   return sumf;
 }
 
+// MulMatPacked's Q2_K rounding (kernels.h): sumi = sum_j sc_j * sum(q * y) and msum = sum_j
+// m_j * bsums[j] exact per super-block, sumf = sumf + float(sumi) * (d*dy), then sumf = sumf -
+// float(msum) * (dmin*dy). Quants as dequantize_row_q2_K reads them.
+float PackedQ2_KReference(const uint8_t* w, const uint8_t* a, int64_t k) {
+  float sumf = 0;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* x = w + b * 84;
+    const uint8_t* yb = a + b * 292;
+    int q[256];
+    for (int n = 0; n < 2; ++n) {
+      for (int j = 0; j < 4; ++j) {
+        for (int l = 0; l < 32; ++l) q[128 * n + 32 * j + l] = (x[16 + 32 * n + l] >> (2 * j)) & 3;
+      }
+    }
+    float dy;
+    std::memcpy(&dy, yb, 4);
+    int64_t sumi = 0, msum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int64_t qs = 0;
+      for (int e = 16 * j; e < 16 * j + 16; ++e) qs += q[e] * static_cast<int8_t>(yb[4 + e]);
+      int16_t bs;
+      std::memcpy(&bs, yb + 260 + 2 * j, 2);
+      sumi += (x[j] & 0xF) * qs;
+      msum += (x[j] >> 4) * bs;
+    }
+    uint16_t dh, mh;
+    std::memcpy(&dh, x + 80, 2);
+    std::memcpy(&mh, x + 82, 2);
+    sumf = sumf + static_cast<float>(sumi) * (Fp16ToFp32(dh) * dy);
+    sumf = sumf - static_cast<float>(msum) * (Fp16ToFp32(mh) * dy);
+  }
+  return sumf;
+}
+
 // MulMatPacked's Q3_K rounding (kernels.h): sumi = sum_j sc_j * sum(q * y) - 4 * sum_j sc_j *
 // bsums[j] exact per super-block (q = 0..7, sc_j = 6-bit scale - 32), sumf = sumf +
 // float(sumi) * (d*dy). Quants and scales decoded as dequantize_row_q3_K does.
@@ -644,12 +678,15 @@ float PackedIQ4_XSReference(const uint8_t* w, const uint8_t* a, int64_t k) {
 // Packed Q4_K (8-row panels, super-block integer sums) equals its reference bit for bit for
 // every tile shape and split, and stays within the SIMD bound of ggml's scalar dot product.
 TEST(KernelsTest, PackedKQuantsMatchReference) {
-  for (GgmlType wt : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::Q3_K}) {
+  for (GgmlType wt :
+       {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K}) {
+    const bool q2 = wt == GgmlType::Q2_K;
     const bool q6 = wt == GgmlType::Q6_K;
     const bool q5 = wt == GgmlType::Q5_K;
     const bool xs = wt == GgmlType::IQ4_XS;
     const bool q3 = wt == GgmlType::Q3_K;
-    const auto reference = q3   ? PackedQ3_KReference
+    const auto reference = q2   ? PackedQ2_KReference
+                           : q3 ? PackedQ3_KReference
                            : xs ? PackedIQ4_XSReference
                            : q6 ? PackedQ6_KReference
                            : q5 ? PackedQ5_KReference
@@ -668,7 +705,9 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
           if (r % 7 == 6) {  // the largest quants and scales (Q6_K: -128)
             for (int64_t b = 0; b < k / 256; ++b) {
               uint8_t* blk = w.data() + r * ws + b * GgmlRowSize(wt, 256);
-              if (q3) {  // quants 3 (7) and scales 31, or quants -4 (0) and scales -32
+              if (q2) {  // quants 3, scales and mins 15 (d, dmin as they are)
+                std::memset(blk, 0xFF, 80);
+              } else if (q3) {  // quants 3 (7) and scales 31, or quants -4 (0) and scales -32
                 std::memset(blk, r % 2 ? 0xFF : 0x00, 110 - 2);
               } else if (xs) {  // scales 31 and levels 113, or scales -32 and levels -127
                 std::memset(blk + 2, r % 2 ? 0xFF : 0x00, 134);
@@ -683,7 +722,8 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
         }
         const size_t bytes = PackedWeightBytes(wt, k, m);
         ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) *
-                             (q3   ? 912
+                             (q2   ? 672
+                              : q3 ? 912
                               : xs ? 1104
                               : q6 ? 1680
                               : q5 ? 1440
