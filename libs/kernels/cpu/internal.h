@@ -80,6 +80,9 @@ enum class PackedKind {
   kQ2_K
 };
 PackedTileFn Avx2PackedTile(PackedKind w);
+// The same tiles built for AVX512-VNNI (kernels_avx512_vnni.cc): vpdpbusd int8 dot
+// products, the same packed layout and results. Only call it when the CPU has AVX512-VNNI.
+PackedTileFn Avx512VnniPackedTile(PackedKind w);
 
 // Defined in kernels_avx2.cc / kernels_avx512.cc. Only call them when the CPU
 // supports the ISA. `vnni` selects the AVX512-VNNI integer dot product.

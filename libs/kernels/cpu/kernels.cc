@@ -946,7 +946,9 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                                     : w == GgmlType::Q3_K   ? internal::PackedKind::kQ3_K
                                     : w == GgmlType::Q2_K   ? internal::PackedKind::kQ2_K
                                                             : internal::PackedKind::kF16;
-  internal::Avx2PackedTile(kind)(k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
+  const bool vnni = ClampIsa(isa) == Isa::kAvx512 && GetCpuFeatures().avx512vnni;
+  (vnni ? internal::Avx512VnniPackedTile(kind) : internal::Avx2PackedTile(kind))(k, packed, a_data, a_stride, dst,
+                                                                                 dst_stride, i0, i1, j0, j1);
 }
 
 }  // namespace herd::cpu
