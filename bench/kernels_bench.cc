@@ -75,8 +75,8 @@ Weights MakeWeights(GgmlType t, int64_t m, int64_t k, size_t min_total) {
   return w;
 }
 
-Buffer MakeActivations(GgmlType w, int64_t n, int64_t k) {
-  const GgmlType at = VecDotType(w);
+// Activation rows in `at` (VecDotType or PackedActType of the weight type).
+Buffer MakeActivations(GgmlType at, int64_t n, int64_t k) {
   const size_t rb = GgmlRowSize(at, k);
   Buffer a(rb * n);
   const std::vector<float> x = Random(n * k, 2);
@@ -123,8 +123,9 @@ void BM_MulMat(benchmark::State& state, GgmlType t, Isa isa, int64_t n, int thre
       b = std::move(pb);
     }
   }
-  Buffer a = MakeActivations(t, n, k);
-  const size_t as = GgmlRowSize(VecDotType(t), k);
+  const GgmlType at = packed ? PackedActType(t, isa) : VecDotType(t);
+  Buffer a = MakeActivations(at, n, k);
+  const size_t as = GgmlRowSize(at, k);
   std::vector<float> dst(static_cast<size_t>(m * n));
   size_t c = 0;
   for (auto _ : state) {
@@ -145,7 +146,7 @@ void BM_VecDot(benchmark::State& state, GgmlType t, Isa isa) {
     return;
   }
   Weights w = MakeWeights(t, 1, kK, 0);
-  Buffer a = MakeActivations(t, 1, kK);
+  Buffer a = MakeActivations(VecDotType(t), 1, kK);
   float s = 0;
   for (auto _ : state) {
     f(kK, &s, w.copies[0].data(), a.data());
@@ -367,7 +368,7 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads)
     Weights w = MakeWeights(mm.type, mm.m, mm.k, 0);
     total += w.row_bytes * mm.m;
     ws.push_back(std::move(w.copies[0]));
-    as.push_back(MakeActivations(mm.type, 1, mm.k));
+    as.push_back(MakeActivations(VecDotType(mm.type), 1, mm.k));
     max_m = std::max(max_m, mm.m);
   }
   std::vector<float> dst(static_cast<size_t>(max_m));
@@ -397,7 +398,7 @@ void BM_DecodeK(benchmark::State& state, GgmlType t, int64_t k, int threads) {
   const size_t row = GgmlRowSize(t, k);
   const int64_t m = static_cast<int64_t>((32u << 20) / row) / 16 * 16;
   Weights w = MakeWeights(t, m, k, 256u << 20);
-  Buffer a = MakeActivations(t, 1, k);
+  Buffer a = MakeActivations(VecDotType(t), 1, k);
   const size_t as = GgmlRowSize(VecDotType(t), k);
   std::vector<float> dst(static_cast<size_t>(m));
   ThreadPool pool(threads);

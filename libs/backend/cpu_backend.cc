@@ -544,20 +544,31 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   const int64_t k = w->ne[0];
   const int64_t m = w->ne[1];
   const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
-  const GgmlType vt = cpu::VecDotType(w->type);
+  const CpuPackedWeight* packed = cpu::SupportsPacked(w->type, isa_) ? PackedFor(w) : nullptr;
+  const GgmlType vt = packed != nullptr ? cpu::PackedActType(w->type, isa_) : cpu::VecDotType(w->type);
+  // Packed F16 kernels that read F32 (AVX-512): the activations rounded to F16 as ggml's
+  // vec_dot_f16 takes them, kept in F32, once for all threads.
+  const bool f16_in_f32 = w->type == GgmlType::F16 && vt == GgmlType::F32;
   const size_t a_stride = GgmlRowSize(vt, k);
   // Activations in the weight type's dot-product format (as ggml does before vec_dot).
   uint8_t* act = nullptr;
-  if (vt == GgmlType::F32 && x->is_contiguous()) {
+  if (vt == GgmlType::F32 && x->is_contiguous() && !f16_in_f32) {
     act = static_cast<uint8_t*>(x->data);
   } else {
     act = Work(a_stride * static_cast<size_t>(cols));
     const auto convert = [&](int ith, int nth) {
       int64_t c0, c1;
       SplitRange(cols, ith, nth, &c0, &c1);
+      std::vector<uint16_t> half(f16_in_f32 ? static_cast<size_t>(k) : 0);
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
-        cpu::FromFloat(vt, F32Row(x, i1, i2, i3), act + a_stride * static_cast<size_t>(c), k, isa_);
+        uint8_t* row = act + a_stride * static_cast<size_t>(c);
+        if (f16_in_f32) {
+          cpu::FromFloat(GgmlType::F16, F32Row(x, i1, i2, i3), half.data(), k, isa_);
+          cpu::F16ToF32(half.data(), reinterpret_cast<float*>(row), k);
+        } else {
+          cpu::FromFloat(vt, F32Row(x, i1, i2, i3), row, k, isa_);
+        }
       }
     };
     // A decode step converts one short row: cheaper here than a pool round trip.
@@ -570,7 +581,7 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   float* dst = static_cast<float*>(n->data);
   const size_t dst_stride = static_cast<size_t>(m);
   const uint8_t* wdata = static_cast<const uint8_t*>(w->data);
-  if (const CpuPackedWeight* packed = cpu::SupportsPacked(w->type, isa_) ? PackedFor(w) : nullptr) {
+  if (packed != nullptr) {
     // Rows in whole 16-row pieces (two packed panels). Batches: chunks taken from a shared
     // counter (as ggml's mul_mat does), so a thread slowed by the other tenants of its core
     // does less of the work instead of holding the others at the end; a few chunks per

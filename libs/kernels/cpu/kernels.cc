@@ -671,6 +671,16 @@ bool SupportsPacked(GgmlType w, Isa isa) {
          isa != Isa::kScalar && ClampIsa(isa) != Isa::kScalar;
 }
 
+// Whether MulMatPacked runs the AVX-512 build of the packed tiles (kernels_avx512_vnni.cc,
+// compiled for AVX512-VNNI): VNNI dot products, F16 panels over F32 activations.
+namespace {
+bool PackedAvx512(Isa isa) { return ClampIsa(isa) == Isa::kAvx512 && GetCpuFeatures().avx512vnni; }
+}  // namespace
+
+GgmlType PackedActType(GgmlType w, Isa isa) {
+  return w == GgmlType::F16 && PackedAvx512(isa) ? GgmlType::F32 : VecDotType(w);
+}
+
 size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
   const int64_t panels = (m + kPackRows - 1) / kPackRows;
   if (w == GgmlType::F16) return static_cast<size_t>(panels * kPackRows * (k / 8) * 16);
@@ -946,9 +956,8 @@ void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void
                                     : w == GgmlType::Q3_K   ? internal::PackedKind::kQ3_K
                                     : w == GgmlType::Q2_K   ? internal::PackedKind::kQ2_K
                                                             : internal::PackedKind::kF16;
-  const bool vnni = ClampIsa(isa) == Isa::kAvx512 && GetCpuFeatures().avx512vnni;
-  (vnni ? internal::Avx512VnniPackedTile(kind) : internal::Avx2PackedTile(kind))(k, packed, a_data, a_stride, dst,
-                                                                                 dst_stride, i0, i1, j0, j1);
+  (PackedAvx512(isa) ? internal::Avx512VnniPackedTile(kind) : internal::Avx2PackedTile(kind))(
+      k, packed, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);
 }
 
 }  // namespace herd::cpu

@@ -134,9 +134,15 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
 /// panels among threads freely. The SupportsPacked types only (others: nothing written).
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
                  int64_t p1);
+/// Row format of MulMatPacked's activations for weight type w on `isa`: VecDotType(w),
+/// except F16 weights on AVX-512, whose kernels read F32 rows holding F16 values (FromFloat
+/// to F16, then F16ToF32: the same products, converted once per batch by the caller instead
+/// of once per tile call by every thread).
+GgmlType PackedActType(GgmlType w, Isa isa);
+
 /// MulMatTile over a packed weight: dst[j * dst_stride + i] = dot_k(W row i, A row j) for
 /// i in [i0, i1) (i0 a multiple of kPackRows; i1 <= m), j in [j0, j1); A rows in
-/// VecDotType(w) as for MulMatTile. Every output,
+/// PackedActType(w, isa). Every output,
 /// whatever the number of activation rows or the split, equals bit-for-bit:
 ///   Q4_0 / Q8_0 / Q5_0 / IQ4_NL / Q4_1 / Q5_1: GetVecDot(w, Isa::kScalar) on the original
 ///                row (exact int32 block sums, sumf += float(sumi) * (dx*dy) in block order;

@@ -823,13 +823,25 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
         const VecDotFn scalar = GetVecDot(wt, Isa::kScalar);
         for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
           if (!IsaSupported(isa)) continue;
+          // The kernel's own activation rows: F16 packed on AVX-512 takes the same values in F32.
+          Rows pa = a;
+          if (PackedActType(wt, isa) != at) {
+            ASSERT_EQ(PackedActType(wt, isa), GgmlType::F32);
+            ASSERT_EQ(at, GgmlType::F16);
+            pa.stride = static_cast<size_t>(k) * 4 + 12;
+            pa.bytes.assign(pa.stride * n, 0xAB);
+            for (int64_t j = 0; j < n; ++j) {
+              F16ToF32(reinterpret_cast<const uint16_t*>(a.row(j)), reinterpret_cast<float*>(&pa.bytes[j * pa.stride]),
+                       k);
+            }
+          }
           for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
             const size_t ds = static_cast<size_t>(m) + 1;
             std::vector<float> dst(ds * n, -7.0f);
             // Panels split at 8 (when there are two) and activation rows [n - nj, n).
             const int64_t mid = m > 8 ? 8 : m;
-            MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, 0, mid, n - nj, n);
-            MulMatPacked(wt, isa, k, pk, a.bytes.data(), a.stride, dst.data(), ds, mid, m, n - nj, n);
+            MulMatPacked(wt, isa, k, pk, pa.bytes.data(), pa.stride, dst.data(), ds, 0, mid, n - nj, n);
+            MulMatPacked(wt, isa, k, pk, pa.bytes.data(), pa.stride, dst.data(), ds, mid, m, n - nj, n);
             for (int64_t j = 0; j < n; ++j) {
               for (int64_t i = 0; i < static_cast<int64_t>(ds); ++i) {
                 const float got = dst[j * ds + i];
