@@ -76,11 +76,7 @@ struct NextRowsPrefetcher {
 // is prefetched into L2 kGemvPrefetchBytes ahead of where it is read.
 // GemvGroup(k, w, ss, pfd, a, d, ds): rows w + r*ss for r < kGR -> d[r*ds], prefetching
 // each row's bytes at +pfd.
-static size_t GemvPf() {
-  static size_t v = getenv("HERD_PF") ? atol(getenv("HERD_PF")) : 4096;
-  return v;
-}
-#define kGemvPrefetchBytes GemvPf()
+constexpr size_t kGemvPrefetchBytes = 4096;
 
 template <class K>
 void GemvRows(int64_t k, const char* w, size_t ws, const char* a, float* d, int64_t i0, int64_t i1) {
