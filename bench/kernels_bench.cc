@@ -7,7 +7,7 @@
 // from DRAM, as in a real model (DecodeHot: 256 x 4096, L2-resident: pure kernel speed).
 // "/threads:2" splits the weight rows over 2 threads.
 // PromptShapePacked / DecodePacked: the same over weights packed at load (MulMatPacked).
-// DecodeModel: the mat-vecs of one decode step of llama-110m / tinyllama-1.1b (every
+// DecodeModel[Packed]: the mat-vecs of one decode step of llama-110m / tinyllama-1.1b (every
 // weight matrix its own buffer, output tensor Q6_K for Q4_0 as llama-quantize writes it),
 // split over a ThreadPool like the CPU backend does -> GB/s and mat-vec-only tokens/s.
 // MemReadAvx2 / FmaPeak: the machine's DRAM read bandwidth and one core's F32 FMA peak.
@@ -358,31 +358,50 @@ std::vector<ModelMat> ModelMats(GgmlType t, bool tiny) {
   return v;
 }
 
-void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads) {
+void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads, bool packed) {
   const std::vector<ModelMat> mats = ModelMats(t, tiny);
+  const Isa isa = BestIsa();
   std::vector<Buffer> ws;
   std::vector<Buffer> as;
+  std::vector<bool> is_packed;
   size_t total = 0;
   int64_t max_m = 0;
   for (const ModelMat& mm : mats) {
     Weights w = MakeWeights(mm.type, mm.m, mm.k, 0);
     total += w.row_bytes * mm.m;
-    ws.push_back(std::move(w.copies[0]));
-    as.push_back(MakeActivations(VecDotType(mm.type), 1, mm.k));
+    // As the CPU backend does: the packed layout where the type has one (the output
+    // matrix too; the engine leaves a tied token_embd unpacked).
+    const bool p = packed && SupportsPacked(mm.type, isa);
+    is_packed.push_back(p);
+    if (p) {
+      Buffer b(PackedWeightBytes(mm.type, mm.k, mm.m));
+      PackWeights(mm.type, mm.k, mm.m, w.copies[0].data(), w.row_bytes, b.data(), 0,
+                  (mm.m + kPackRows - 1) / kPackRows);
+      ws.push_back(std::move(b));
+      as.push_back(MakeActivations(PackedActType(mm.type, isa), 1, mm.k));
+    } else {
+      ws.push_back(std::move(w.copies[0]));
+      as.push_back(MakeActivations(VecDotType(mm.type), 1, mm.k));
+    }
     max_m = std::max(max_m, mm.m);
   }
   std::vector<float> dst(static_cast<size_t>(max_m));
   ThreadPool pool(threads);
-  const Isa isa = BestIsa();
   for (auto _ : state) {
     for (size_t i = 0; i < mats.size(); ++i) {
       const ModelMat& mm = mats[i];
-      const size_t wrow = GgmlRowSize(mm.type, mm.k), arow = GgmlRowSize(VecDotType(mm.type), mm.k);
+      const size_t wrow = GgmlRowSize(mm.type, mm.k);
+      const GgmlType at = is_packed[i] ? PackedActType(mm.type, isa) : VecDotType(mm.type);
+      const size_t arow = GgmlRowSize(at, mm.k);
       pool.Run([&](int ith, int nth) {
         const int64_t per = ((mm.m + nth - 1) / nth + 15) / 16 * 16;
         const int64_t r0 = std::min<int64_t>(mm.m, per * ith), r1 = std::min<int64_t>(mm.m, r0 + per);
-        if (r0 < r1)
+        if (r0 >= r1) return;
+        if (is_packed[i]) {
+          MulMatPacked(mm.type, isa, mm.k, ws[i].data(), as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, 1);
+        } else {
           MulMatTile(mm.type, isa, mm.k, ws[i].data(), wrow, as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, 1);
+        }
       });
     }
     benchmark::DoNotOptimize(dst.data());
@@ -394,21 +413,38 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads)
 }
 
 // One mat-vec of k-element rows, ~32 MiB of weights per call (cycling through >= 256 MiB).
-void BM_DecodeK(benchmark::State& state, GgmlType t, int64_t k, int threads) {
+void BM_DecodeK(benchmark::State& state, GgmlType t, int64_t k, int threads, bool packed) {
+  const Isa isa = BestIsa();
+  if (packed && !SupportsPacked(t, isa)) {
+    state.SkipWithError("no packed kernel");
+    return;
+  }
   const size_t row = GgmlRowSize(t, k);
   const int64_t m = static_cast<int64_t>((32u << 20) / row) / 16 * 16;
   Weights w = MakeWeights(t, m, k, 256u << 20);
-  Buffer a = MakeActivations(VecDotType(t), 1, k);
-  const size_t as = GgmlRowSize(VecDotType(t), k);
+  if (packed) {
+    for (Buffer& b : w.copies) {
+      Buffer pb(PackedWeightBytes(t, k, m));
+      PackWeights(t, k, m, b.data(), row, pb.data(), 0, (m + kPackRows - 1) / kPackRows);
+      b = std::move(pb);
+    }
+  }
+  const GgmlType at = packed ? PackedActType(t, isa) : VecDotType(t);
+  Buffer a = MakeActivations(at, 1, k);
+  const size_t as = GgmlRowSize(at, k);
   std::vector<float> dst(static_cast<size_t>(m));
   ThreadPool pool(threads);
-  const Isa isa = BestIsa();
   size_t c = 0;
   for (auto _ : state) {
     pool.Run([&](int ith, int nth) {
       const int64_t per = ((m + nth - 1) / nth + 15) / 16 * 16;
       const int64_t r0 = std::min<int64_t>(m, per * ith), r1 = std::min<int64_t>(m, r0 + per);
-      if (r0 < r1) MulMatTile(t, isa, k, w.copies[c].data(), row, a.data(), as, dst.data(), m, r0, r1, 0, 1);
+      if (r0 >= r1) return;
+      if (packed) {
+        MulMatPacked(t, isa, k, w.copies[c].data(), a.data(), as, dst.data(), m, r0, r1, 0, 1);
+      } else {
+        MulMatTile(t, isa, k, w.copies[c].data(), row, a.data(), as, dst.data(), m, r0, r1, 0, 1);
+      }
     });
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
@@ -423,23 +459,29 @@ int Register() {
     for (int64_t k : {768, 2048, 5632}) {
       for (int threads : {1, 2}) {
         if (t == GgmlType::Q6_K && k % 256 != 0) continue;
-        benchmark::RegisterBenchmark(
-            ("DecodeK/" + GgmlTypeName(t) + "/" + std::to_string(k) + "/threads:" + std::to_string(threads)).c_str(),
-            BM_DecodeK, t, k, threads)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        for (bool packed : {false, true}) {
+          benchmark::RegisterBenchmark((std::string(packed ? "DecodeKPacked/" : "DecodeK/") + GgmlTypeName(t) + "/" +
+                                        std::to_string(k) + "/threads:" + std::to_string(threads))
+                                           .c_str(),
+                                       BM_DecodeK, t, k, threads, packed)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
   }
   for (bool tiny : {false, true}) {
     for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
       for (int threads : {1, 2}) {
-        benchmark::RegisterBenchmark(("DecodeModel/" + std::string(tiny ? "tinyllama-1.1b/" : "llama-110m/") +
-                                      GgmlTypeName(t) + "/threads:" + std::to_string(threads))
-                                         .c_str(),
-                                     BM_DecodeModel, t, tiny, threads)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        for (bool packed : {false, true}) {
+          benchmark::RegisterBenchmark(("DecodeModel" + std::string(packed ? "Packed/" : "/") +
+                                        std::string(tiny ? "tinyllama-1.1b/" : "llama-110m/") + GgmlTypeName(t) +
+                                        "/threads:" + std::to_string(threads))
+                                           .c_str(),
+                                       BM_DecodeModel, t, tiny, threads, packed)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
       }
     }
   }

@@ -786,7 +786,7 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
     // F16 / BF16: held to their AVX2 dot product (the packed kernels keep its lanes).
     const bool f16 = wt == GgmlType::F16 || wt == GgmlType::BF16;
     const GgmlType at = VecDotType(wt);
-    for (int64_t m : {8, 27, 64}) {
+    for (int64_t m : {8, 27, 64, 131}) {  // 131: decode stripes of several panels, then the rest
       for (int64_t k : {32, 40, 96, 2048}) {
         if (!f16 && k % 32 != 0) continue;
         if (wt == GgmlType::BF16 && k % 16 != 0) continue;
