@@ -172,18 +172,17 @@ struct KFloat {
     return kWidenA ? _mm512_load_ps(reinterpret_cast<const float*>(p) + kk) : L::LoadTail(p, kk, rem);
   }
 
+  // The 8 streams without software prefetch (pfd unused): the hardware prefetcher alone
+  // streamed faster (llama-110m F16, whose tied output matrix takes this path, tg64 on
+  // Zen 5 in 4 interleaved pairs of runs: 122-124 -> 129-140 t/s at 1 thread, 203-214 ->
+  // 222-229 at 2).
   static constexpr int kGR = 8;
-  static void GemvGroup(int64_t k, const char* w, size_t ws, size_t pfd, const char* a, float* d, size_t ds) {
-    const char* pf = w + pfd;
-    constexpr int64_t kS = L::kStep;
-    const size_t es = L::RowBytes(1);
+  static void GemvGroup(int64_t k, const char* w, size_t ws, size_t /*pfd*/, const char* a, float* d, size_t ds) {
     __m512 acc[kGR];
     HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_setzero_ps();
     int64_t kk = 0;
+    constexpr int64_t kS = L::kStep;
     for (; kk + 2 * kS <= k; kk += 2 * kS) {
-      HERD_UNROLL for (int r = 0; r < kGR; ++r) {
-        for (size_t b = 0; b < 2 * kS * es; b += 64) _mm_prefetch(pf + r * ws + kk * es + b, _MM_HINT_T1);
-      }
       const __m512 a0 = LoadA(a, kk), a1 = LoadA(a, kk + kS);
       HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_fmadd_ps(L::Load(w + r * ws, kk), a0, acc[r]);
       HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_fmadd_ps(L::Load(w + r * ws, kk + kS), a1, acc[r]);
