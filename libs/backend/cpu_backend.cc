@@ -1,5 +1,7 @@
 #include "libs/backend/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -139,8 +141,26 @@ struct CpuPackedWeight : TensorExtra {
   GgmlType type = GgmlType::F32;
   int64_t k = 0, m = 0;
   const void* src = nullptr;
-  std::unique_ptr<uint8_t[], void (*)(void*)> data{nullptr, std::free};
+  std::shared_ptr<uint8_t> arena;  // the PackedArena holding `data`
+  uint8_t* data = nullptr;
 };
+
+// One allocation for all the weights one PrepareWeights call packs, aligned to and sized in
+// 2 MiB and advised as transparent huge pages (madvise(MADV_HUGEPAGE); advisory, no error
+// when the kernel declines). Decode streams every packed byte once per token: over 4 KiB
+// pages on a Zen 5 EPYC VM, tinyllama-1.1b F16 tg64 ran 2.5-10.6 t/s at 1 thread and
+// 11.8-25.8 at 2, over huge pages 14.2-18.6 and 22.9-32.9 (3 interleaved pairs of runs;
+// llama-110m, whose matrices are 1-3 MiB each: +0-20% in most cells). One arena rather
+// than one per tensor: 2 MiB rounding per 1 MiB matrix would waste half.
+// nullptr when the memory cannot be had.
+std::shared_ptr<uint8_t> PackedArena(size_t bytes) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* mem = std::aligned_alloc(kHugePage, size);
+  if (mem == nullptr) return nullptr;
+  madvise(mem, size, MADV_HUGEPAGE);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(mem), std::free);
+}
 
 const CpuPackedWeight* PackedFor(const Tensor* w) {
   const auto* p = dynamic_cast<const CpuPackedWeight*>(w->extra.get());
@@ -152,12 +172,25 @@ const CpuPackedWeight* PackedFor(const Tensor* w) {
 
 absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
   if (!repack_) return absl::OkStatus();
+  std::vector<Tensor*> todo;
+  size_t total = 0;
   for (Tensor* t : weights) {
     if (t->data == nullptr || !cpu::SupportsPacked(t->type, isa_) || t->ne[2] != 1 || t->ne[3] != 1 ||
         t->ne[0] % 32 != 0 || t->ne[1] < cpu::kPackRows || t->name.find("embd") != std::string::npos ||
         PackedFor(t) != nullptr) {
       continue;
     }
+    todo.push_back(t);
+    total += (cpu::PackedWeightBytes(t->type, t->ne[0], t->ne[1]) + 63) / 64 * 64;
+  }
+  if (todo.empty()) return absl::OkStatus();
+  std::shared_ptr<uint8_t> arena = PackedArena(total);
+  if (arena == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("repacking ", todo.size(), " weights (first: '", todo[0]->name,
+                                                     "'): cannot allocate ", total, " bytes"));
+  }
+  size_t offset = 0;
+  for (Tensor* t : todo) {
     const int64_t k = t->ne[0], m = t->ne[1];
     const size_t bytes = cpu::PackedWeightBytes(t->type, k, m);
     auto packed = std::make_shared<CpuPackedWeight>();
@@ -165,13 +198,11 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
     packed->k = k;
     packed->m = m;
     packed->src = t->data;
-    packed->data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-    if (packed->data == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("repacking weight '", t->name, "': cannot allocate ", bytes, " bytes"));
-    }
+    packed->arena = arena;
+    packed->data = arena.get() + offset;
+    offset += (bytes + 63) / 64 * 64;
     const int64_t panels = (m + cpu::kPackRows - 1) / cpu::kPackRows;
-    uint8_t* dst = packed->data.get();
+    uint8_t* dst = packed->data;
     pool_.Run([&](int ith, int nth) {
       int64_t p0, p1;
       SplitRange(panels, ith, nth, &p0, &p1);
@@ -594,7 +625,7 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
       for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c * per < m;
            c = next.fetch_add(1, std::memory_order_relaxed)) {
         const int64_t r0 = c * per, r1 = std::min<int64_t>(m, r0 + per);
-        cpu::MulMatPacked(w->type, isa_, k, packed->data.get(), act, a_stride, dst, dst_stride, r0, r1, 0, cols);
+        cpu::MulMatPacked(w->type, isa_, k, packed->data, act, a_stride, dst, dst_stride, r0, r1, 0, cols);
       }
     });
     return absl::OkStatus();
