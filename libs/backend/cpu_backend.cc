@@ -55,6 +55,9 @@ float* F32Row(const Tensor* t, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {
 constexpr int64_t kFlashAttnTileTokens = 64;
 constexpr int64_t kFlashAttnTileRows = 64;
 constexpr int64_t kFlashAttnTileKv = 64;
+// Most bytes of F32 K / V tiles a tiled flash attention converts once for all its query
+// tiles (beyond: each query tile converts the tiles it reads itself).
+constexpr size_t kFlashAttnSharedKvBytes = size_t{32} << 20;
 
 }  // namespace
 
@@ -863,6 +866,44 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
   if (!one_chunk.empty()) {
     if (absl::Status st = FlashAttnF16(n, dot, &one_chunk); !st.ok()) return st;
   }
+  // One KV tile in F32: K transposed (Kt[d * kt + c]) and V (V[c * hd + d]), cells past
+  // n_kv zero.
+  const size_t tile_floats = static_cast<size_t>(hd * kt);
+  const auto fill_tile = [&](int64_t hk, int64_t c0, float* Kt, float* V, float* krow) {
+    const int64_t nc = std::min(kt, n_kv - c0);
+    for (int64_t c = 0; c < kt; ++c) {
+      if (c < nc) {
+        ToF32Row(k, k->row(hk, c0 + c), krow, hd);
+        for (int64_t d = 0; d < hd; ++d) Kt[d * kt + c] = krow[d];
+        ToF32Row(v, v->row(hk, c0 + c), V + c * hd, hd);
+      } else {
+        for (int64_t d = 0; d < hd; ++d) Kt[d * kt + c] = 0.0f;
+        std::fill(V + c * hd, V + (c + 1) * hd, 0.0f);
+      }
+    }
+  };
+  // Every query tile of a prompt reads the KV tiles before it: converted once per call for
+  // all of them (within kFlashAttnSharedKvBytes) instead of once per query tile (llama-110m
+  // F16 pp512: 8 query tiles per KV head).
+  std::vector<uint8_t> kv_used(static_cast<size_t>(n_kvtiles), 0);
+  for (int64_t w : work) {
+    const int64_t qi = w / n_head_kv;
+    for (int64_t ct = 0; ct < n_kvtiles; ++ct)
+      kv_used[static_cast<size_t>(ct)] |= kv_seen[static_cast<size_t>(qi * n_kvtiles + ct)];
+  }
+  const bool shared_kv =
+      n_qtiles > 1 && 2 * static_cast<size_t>(n_head_kv * n_kvtiles) * tile_floats * 4 <= kFlashAttnSharedKvBytes;
+  std::vector<float> kv32(shared_kv ? 2 * static_cast<size_t>(n_head_kv * n_kvtiles) * tile_floats : 0);
+  if (shared_kv) {
+    pool_.Run([&](int ith, int nth) {
+      std::vector<float> krow(static_cast<size_t>(hd));
+      for (int64_t w = ith; w < n_head_kv * n_kvtiles; w += nth) {
+        if (!kv_used[static_cast<size_t>(w % n_kvtiles)]) continue;
+        float* kt32 = kv32.data() + 2 * static_cast<size_t>(w) * tile_floats;
+        fill_tile(w / n_kvtiles, (w % n_kvtiles) * kt, kt32, kt32 + tile_floats, krow.data());
+      }
+    });
+  }
   const int64_t n_work = static_cast<int64_t>(work.size());
   pool_.Run([&](int ith, int nth) {
     std::vector<float> Q(static_cast<size_t>(rows_max * hd)), O(static_cast<size_t>(rows_max * hd));
@@ -887,18 +928,16 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
       for (int64_t c0 = 0; c0 < n_kv; c0 += kt) {
         const int64_t nc = std::min(kt, n_kv - c0);
         if (!kv_seen[static_cast<size_t>(qi * n_kvtiles + c0 / kt)]) continue;  // every row masks it
-        for (int64_t c = 0; c < kt; ++c) {
-          if (c < nc) {
-            ToF32Row(k, k->row(hk, c0 + c), krow.data(), hd);
-            for (int64_t d = 0; d < hd; ++d) Kt[static_cast<size_t>(d * kt + c)] = krow[static_cast<size_t>(d)];
-            ToF32Row(v, v->row(hk, c0 + c), V.data() + c * hd, hd);
-          } else {
-            for (int64_t d = 0; d < hd; ++d) Kt[static_cast<size_t>(d * kt + c)] = 0.0f;
-            std::fill(V.data() + c * hd, V.data() + (c + 1) * hd, 0.0f);
-          }
+        const float* ktile = Kt.data();
+        const float* vtile = V.data();
+        if (shared_kv) {
+          ktile = kv32.data() + 2 * static_cast<size_t>(hk * n_kvtiles + c0 / kt) * tile_floats;
+          vtile = ktile + tile_floats;
+        } else {
+          fill_tile(hk, c0, Kt.data(), V.data(), krow.data());
         }
         std::fill(P.begin(), P.begin() + rows * kt, 0.0f);
-        cpu::GemmF32(Q.data(), hd, Kt.data(), kt, P.data(), kt, rows, hd, kt, isa_);
+        cpu::GemmF32(Q.data(), hd, ktile, kt, P.data(), kt, rows, hd, kt, isa_);
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = P.data() + r * kt;
           const float* mrow = mask != nullptr ? F32Row(mask, t0 + r / gqa) + c0 : nullptr;
@@ -927,7 +966,7 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
           }
           L[static_cast<size_t>(r)] += static_cast<float>(cpu::ExpSubMax(pr, pr, kt, Mr));
         }
-        cpu::GemmF32(P.data(), kt, V.data(), hd, O.data(), hd, rows, kt, hd, isa_);
+        cpu::GemmF32(P.data(), kt, vtile, hd, O.data(), hd, rows, kt, hd, isa_);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const float Lr = L[static_cast<size_t>(r)];
