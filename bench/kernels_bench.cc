@@ -412,7 +412,11 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads,
   state.counters["tok/s"] = benchmark::Counter(iters, benchmark::Counter::kIsRate);
 }
 
-// One mat-vec of k-element rows, ~32 MiB of weights per call (cycling through >= 256 MiB).
+// DecodeK[Packed]: one mat-vec of k-element rows, ~32 MiB of weights per call (cycling through
+// >= 256 MiB), over the rows as they are or packed (MulMatPacked). On the Zen 5 VM of
+// 2026-12-03 some (type, k) cells read at 1-9 GB/s, steadily within a run, where their
+// neighbours read 20-35 (not explained: giving every page distinct bytes did not change it);
+// DecodeModel[Packed] and llama_bench are the figures to trust there.
 void BM_DecodeK(benchmark::State& state, GgmlType t, int64_t k, int threads, bool packed) {
   const Isa isa = BestIsa();
   if (packed && !SupportsPacked(t, isa)) {
