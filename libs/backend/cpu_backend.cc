@@ -942,16 +942,8 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
           float* pr = P.data() + r * kt;
           const float* mrow = mask != nullptr ? F32Row(mask, t0 + r / gqa) + c0 : nullptr;
           const float sl = slope[static_cast<size_t>(r % gqa)];
-          float mx = ninf;
-          for (int64_t c = 0; c < kt; ++c) {
-            float s = ninf;
-            if (c < nc) {
-              s = pr[c] * scale;
-              if (mrow != nullptr) s += sl * mrow[c];
-            }
-            pr[c] = s;
-            mx = std::max(mx, s);
-          }
+          const float mx = cpu::ScaleMaskMax(pr, mrow, scale, sl, pr, nc, isa_);
+          std::fill(pr + nc, pr + kt, ninf);
           if (mx == ninf) {  // nothing seen in this tile: no contribution
             std::fill(pr, pr + kt, 0.0f);
             continue;

@@ -58,6 +58,8 @@ struct IsaKernels {
   void (*gemm_f32)(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m,
                    int64_t k, int64_t n);
   void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);
+  // kernels.h ScaleMaskMax. nullptr: scalar reference.
+  float (*scale_mask_max)(const float* x, const float* mask, float scale, float slope, float* y, int64_t n);
 };
 
 // Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc) for Q4_0, Q8_0, F16, Q4_K, Q5_K and Q6_K.

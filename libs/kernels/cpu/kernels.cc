@@ -483,6 +483,7 @@ const IsaKernels kScalarKernels = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
     nullptr};
 
 // Highest supported Isa <= `isa`.

@@ -225,6 +225,12 @@ void Scale(const float* x, float s, float* y, int64_t n);
 /// reference (isa = Isa::kScalar) bit for bit; other values of isa pick the best kernel.
 void GemmF32(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t k,
              int64_t n, Isa isa);
+/// y[i] = x[i] * scale + slope * mask[i] for i < n (mask nullptr: x[i] * scale; y == x
+/// allowed), each operation rounded to F32 (no fused multiply-add); returns max_i y[i]
+/// (-inf for n = 0). The score step of a flash attention tile (ggml-cpu
+/// ggml_compute_forward_flash_attn_ext_tiled: KQ * scale + slope * mask, then the row max).
+/// Bit-identical on every ISA; isa = Isa::kScalar runs the scalar reference.
+float ScaleMaskMax(const float* x, const float* mask, float scale, float slope, float* y, int64_t n, Isa isa);
 /// y[i] = f32(x[i]) for n F16 values (exact; F16C where the CPU has it).
 void F16ToF32(const uint16_t* x, float* y, int64_t n);
 /// y[i] = exp(x[i] - max) for i < n (y == x allowed); returns the sum of the y in double

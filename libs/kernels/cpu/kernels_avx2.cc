@@ -342,6 +342,13 @@ inline __m256 Set1(float v) { return _mm256_set1_ps(v); }
 inline __m256 Sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
 inline __m256 Mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 inline float HAdd(__m256 v) { return Hsum8(v); }
+inline __m256 Add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+inline __m256 Max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+inline float HMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
 
 inline __m256 Fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 inline __m256 LoadHalf(const uint16_t* p) {
@@ -368,9 +375,8 @@ constexpr IsaKernels kKernels = {
     {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQuant<false>>, VecDot<KQuant<true>>,
      VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>, VecDot<KQ4_K>,
      VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
-    {Tile<KFloat<LoadF32>>, GemmF16, Tile<KBf16>, GemmQ<false>, GemmQ<true>, Tile<KQ4_1>,
-     Tile<KQ5_0>, Tile<KQ5_1>, Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>, Tile<KQ6_K>,
-     Tile<KIQ4_XS>},
+    {Tile<KFloat<LoadF32>>, GemmF16, Tile<KBf16>, GemmQ<false>, GemmQ<true>, Tile<KQ4_1>, Tile<KQ5_0>, Tile<KQ5_1>,
+     Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>, Tile<KQ6_K>, Tile<KIQ4_XS>},
     ToF16,
     ToBf16,
     ToQ8_0,
@@ -382,7 +388,8 @@ constexpr IsaKernels kKernels = {
     MadF16Row,
     ScaleF16Row,
     GemmF32,
-    F16ToF32Row};
+    F16ToF32Row,
+    ScaleMaskMaxRow};
 
 }  // namespace
 

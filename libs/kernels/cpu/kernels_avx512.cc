@@ -761,6 +761,9 @@ inline __m512 Set1(float v) { return _mm512_set1_ps(v); }
 inline __m512 Sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
 inline __m512 Mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 inline float HAdd(__m512 v) { return _mm512_reduce_add_ps(v); }
+inline __m512 Add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+inline __m512 Max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+inline float HMax(__m512 v) { return _mm512_reduce_max_ps(v); }
 
 inline __m512 Fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 inline __m512 LoadHalf(const uint16_t* p) {
@@ -801,7 +804,8 @@ constexpr IsaKernels kKernels = {
     MadF16Row,
     ScaleF16Row,
     GemmF32,
-    F16ToF32Row};
+    F16ToF32Row,
+    ScaleMaskMaxRow};
 
 }  // namespace
 

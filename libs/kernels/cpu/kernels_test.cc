@@ -1399,6 +1399,40 @@ TEST(KernelsTest, GemmF32MatchesScalarReference) {
   }
 }
 
+// ScaleMaskMax (the tiled flash attention's score step): the SIMD kernel equals the scalar
+// reference bit for bit, with and without a mask (0 / -inf cells and ALiBi-style
+// distances, a slope != 1), for every tail, in place; the max is that of the outputs and
+// each output is x * scale + slope * mask rounded per operation.
+TEST(KernelsTest, ScaleMaskMaxMatchesScalarReference) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 64, 100}) {
+    const std::vector<float> x = Random(n, 11 + static_cast<uint32_t>(n));
+    std::vector<float> mask(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) mask[i] = i % 3 == 1 ? ninf : -0.1f * static_cast<float>(i % 7);
+    for (bool with_mask : {false, true}) {
+      for (float slope : {1.0f, 0.375f}) {
+        const float* m = with_mask ? mask.data() : nullptr;
+        std::vector<float> want(static_cast<size_t>(n)), got = x;
+        const float mw = ScaleMaskMax(x.data(), m, 0.125f, slope, want.data(), n, Isa::kScalar);
+        const float mg = ScaleMaskMax(got.data(), m, 0.125f, slope, got.data(), n, Isa::kAvx512);
+        float mx = ninf;
+        for (int64_t i = 0; i < n; ++i) {
+          float v = x[i] * 0.125f;
+          if (with_mask) v += slope * mask[i];
+          ASSERT_EQ(want[i], v) << "n=" << n << " i=" << i;
+          ASSERT_EQ(got[i], want[i]) << "n=" << n << " i=" << i << " mask=" << with_mask;
+          mx = std::max(mx, v);
+        }
+        EXPECT_EQ(mw, mx) << "n=" << n;
+        EXPECT_EQ(mg, mx) << "n=" << n << " mask=" << with_mask;
+      }
+    }
+  }
+  std::vector<float> all_masked(20, ninf), y(20);
+  const std::vector<float> x = Random(20, 5);
+  EXPECT_EQ(ScaleMaskMax(x.data(), all_masked.data(), 1.0f, 1.0f, y.data(), 20, Isa::kAvx512), ninf);
+}
+
 // ExpSubMax: y = exp(x - max) within ggml_v_expf's error of expf, sum returned.
 TEST(KernelsTest, ExpSubMaxMatchesExpf) {
   const std::vector<float> x = Random(77, 9, 8.0f);

@@ -213,6 +213,19 @@ void GemmF32(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
   }
 }
 
+float ScaleMaskMax(const float* x, const float* mask, float scale, float slope, float* y, int64_t n, Isa isa) {
+  const internal::IsaKernels& k = isa == Isa::kScalar ? internal::ScalarKernels() : internal::BestKernels();
+  if (k.scale_mask_max != nullptr) return k.scale_mask_max(x, mask, scale, slope, y, n);
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i] * scale;
+    if (mask != nullptr) v += slope * mask[i];
+    y[i] = v;
+    m = std::max(m, v);
+  }
+  return m;
+}
+
 void F16ToF32(const uint16_t* x, float* y, int64_t n) {
   const internal::IsaKernels& k = internal::BestKernels();
   if (k.f16_to_f32 != nullptr) return k.f16_to_f32(x, y, n);
