@@ -593,13 +593,11 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
     const auto convert = [&](int ith, int nth) {
       int64_t c0, c1;
       SplitRange(cols, ith, nth, &c0, &c1);
-      std::vector<uint16_t> half(f16_in_f32 ? static_cast<size_t>(k) : 0);
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i1 = c % x->ne[1], i2 = (c / x->ne[1]) % x->ne[2], i3 = c / (x->ne[1] * x->ne[2]);
         uint8_t* row = act + a_stride * static_cast<size_t>(c);
         if (f16_in_f32) {
-          cpu::FromFloat(GgmlType::F16, F32Row(x, i1, i2, i3), half.data(), k, isa_);
-          cpu::F16ToF32(half.data(), reinterpret_cast<float*>(row), k);
+          cpu::RoundF16(F32Row(x, i1, i2, i3), reinterpret_cast<float*>(row), k, isa_);
         } else {
           cpu::FromFloat(vt, F32Row(x, i1, i2, i3), row, k, isa_);
         }

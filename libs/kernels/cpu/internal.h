@@ -60,6 +60,7 @@ struct IsaKernels {
   void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n);
   // kernels.h ScaleMaskMax. nullptr: scalar reference.
   float (*scale_mask_max)(const float* x, const float* mask, float scale, float slope, float* y, int64_t n);
+  void (*round_f16)(const float* x, float* y, int64_t n);  // kernels.h RoundF16. nullptr: scalar.
 };
 
 // Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc) for Q4_0, Q8_0, F16, Q4_K, Q5_K and Q6_K.

@@ -484,6 +484,7 @@ const IsaKernels kScalarKernels = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
     nullptr};
 
 // Highest supported Isa <= `isa`.

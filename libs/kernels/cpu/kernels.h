@@ -231,6 +231,10 @@ void GemmF32(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
 /// ggml_compute_forward_flash_attn_ext_tiled: KQ * scale + slope * mask, then the row max).
 /// Bit-identical on every ISA; isa = Isa::kScalar runs the scalar reference.
 float ScaleMaskMax(const float* x, const float* mask, float scale, float slope, float* y, int64_t n, Isa isa);
+/// y[i] = f32(f16(x[i])) for i < n (y == x allowed): x rounded to F16 precision (nearest
+/// even, ggml_compute_fp32_to_fp16) and kept in F32, in one pass: the activations of ggml's
+/// vec_dot_f16 for kernels that read them as F32. Identical on every ISA.
+void RoundF16(const float* x, float* y, int64_t n, Isa isa);
 /// y[i] = f32(x[i]) for n F16 values (exact; F16C where the CPU has it).
 void F16ToF32(const uint16_t* x, float* y, int64_t n);
 /// y[i] = exp(x[i] - max) for i < n (y == x allowed); returns the sum of the y in double

@@ -389,7 +389,8 @@ constexpr IsaKernels kKernels = {
     ScaleF16Row,
     GemmF32,
     F16ToF32Row,
-    ScaleMaskMaxRow};
+    ScaleMaskMaxRow,
+    RoundF16Row};
 
 }  // namespace
 

@@ -1399,6 +1399,29 @@ TEST(KernelsTest, GemmF32MatchesScalarReference) {
   }
 }
 
+// RoundF16 (F16 weights' activations kept in F32): every ISA equals the scalar reference
+// and ToF16 then F16ToF32 bit for bit, ties and overflow included, for every tail.
+TEST(KernelsTest, RoundF16MatchesTwoPassConversion) {
+  for (int64_t n : {1, 7, 8, 16, 17, 100}) {
+    std::vector<float> x = Random(n, 21 + static_cast<uint32_t>(n));
+    for (int64_t i = 0; i < n; i += 3) x[static_cast<size_t>(i)] *= 70000.0f * static_cast<float>(i % 2);  // inf, 0
+    if (n > 4) x[4] = 1.0f + 1.0f / 2048.0f;  // a tie: rounds to even (1.0)
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    std::vector<float> want(static_cast<size_t>(n)), ref(static_cast<size_t>(n)), got = x;
+    FromFloat(GgmlType::F16, x.data(), h.data(), n, Isa::kScalar);
+    F16ToF32(h.data(), want.data(), n);
+    RoundF16(x.data(), ref.data(), n, Isa::kScalar);
+    RoundF16(got.data(), got.data(), n, Isa::kAvx512);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(ref[i], want[i]) << "n=" << n << " i=" << i << " x=" << x[i];
+      ASSERT_EQ(got[i], want[i]) << "n=" << n << " i=" << i << " x=" << x[i];
+    }
+    if (n > 4) {
+      EXPECT_EQ(got[4], 1.0f);
+    }
+  }
+}
+
 // ScaleMaskMax (the tiled flash attention's score step): the SIMD kernel equals the scalar
 // reference bit for bit, with and without a mask (0 / -inf cells and ALiBi-style
 // distances, a slope != 1), for every tail, in place; the max is that of the outputs and

@@ -226,6 +226,12 @@ float ScaleMaskMax(const float* x, const float* mask, float scale, float slope, 
   return m;
 }
 
+void RoundF16(const float* x, float* y, int64_t n, Isa isa) {
+  const internal::IsaKernels& k = isa == Isa::kScalar ? internal::ScalarKernels() : internal::BestKernels();
+  if (k.round_f16 != nullptr) return k.round_f16(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = Fp16ToFp32(Fp32ToFp16(x[i]));
+}
+
 void F16ToF32(const uint16_t* x, float* y, int64_t n) {
   const internal::IsaKernels& k = internal::BestKernels();
   if (k.f16_to_f32 != nullptr) return k.f16_to_f32(x, y, n);
