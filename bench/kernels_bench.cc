@@ -521,9 +521,10 @@ int Register() {
       benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1, false, kK, int64_t{0}, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
-      // llama-110m's shapes (k x m): ffn_up/gate 768 x 2048, ffn_down 2048 x 768.
+      // llama-110m's shapes (k x m): ffn_up/gate 768 x 2048, ffn_down 2048 x 768; tinyllama's
+      // ffn_up/gate 2048 x 5632 and ffn_down 5632 x 2048 (rows longer than L1 holds).
       for (int64_t n : {8, 32, 128, 512}) {
-        for (const auto& km : {std::pair<int64_t, int64_t>{768, 2048}, {2048, 768}}) {
+        for (const auto& km : {std::pair<int64_t, int64_t>{768, 2048}, {2048, 768}, {2048, 5632}, {5632, 2048}}) {
           benchmark::RegisterBenchmark(("PromptShape/" + name + "/k" + std::to_string(km.first) + "m" +
                                         std::to_string(km.second) + "n" + std::to_string(n))
                                            .c_str(),
