@@ -614,19 +614,28 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   const size_t dst_stride = static_cast<size_t>(m);
   const uint8_t* wdata = static_cast<const uint8_t*>(w->data);
   if (packed != nullptr) {
-    // Rows in whole 16-row pieces (two packed panels). Batches: chunks taken from a shared
-    // counter (as ggml's mul_mat does), so a thread slowed by the other tenants of its core
-    // does less of the work instead of holding the others at the end; a few chunks per
-    // thread, each call packs its activations once.
+    // Rows in whole 16-row pieces (two packed panels). Decode: one equal part per thread.
+    // Batches: chunks taken from a shared counter (as ggml's mul_mat does), so a thread
+    // slowed by the other tenants of its core does less of the work instead of holding the
+    // others at the end; guided sizes (GuidedChunks, at least 32 rows) leave it a short
+    // last chunk for a dozen or so calls per matmul. Each call packs its activations once.
     const int nth = pool_.size();
-    const int64_t nchunks = cols == 1 || nth == 1 ? nth : 4 * nth;
-    const int64_t per = ((m + nchunks - 1) / nchunks + 15) / 16 * 16;
+    if (cols == 1 || nth == 1) {
+      const int64_t per = ((m + nth - 1) / nth + 15) / 16 * 16;
+      pool_.Run([&](int ith, int) {
+        const int64_t r0 = std::min<int64_t>(m, ith * per), r1 = std::min<int64_t>(m, r0 + per);
+        if (r0 < r1) cpu::MulMatPacked(w->type, isa_, k, packed->data, act, a_stride, dst, dst_stride, r0, r1, 0, cols);
+      });
+      return absl::OkStatus();
+    }
+    const std::vector<int64_t> starts = GuidedChunks(m, nth, 16, 32);
+    const int64_t nchunks = static_cast<int64_t>(starts.size()) - 1;
     std::atomic<int64_t> next{0};
     pool_.Run([&](int, int) {
-      for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c * per < m;
+      for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < nchunks;
            c = next.fetch_add(1, std::memory_order_relaxed)) {
-        const int64_t r0 = c * per, r1 = std::min<int64_t>(m, r0 + per);
-        cpu::MulMatPacked(w->type, isa_, k, packed->data, act, a_stride, dst, dst_stride, r0, r1, 0, cols);
+        cpu::MulMatPacked(w->type, isa_, k, packed->data, act, a_stride, dst, dst_stride, starts[c], starts[c + 1], 0,
+                          cols);
       }
     });
     return absl::OkStatus();

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -60,6 +61,38 @@ TEST(SplitRange, CoversAll) {
     covered += e - b;
   }
   EXPECT_EQ(covered, 10);
+}
+
+TEST(GuidedChunks, CoversAllInShrinkingAlignedChunks) {
+  for (int64_t n : {0, 1, 16, 17, 256, 768, 2048, 5632, 32000, 32001}) {
+    for (int nth : {1, 2, 3, 8}) {
+      const std::vector<int64_t> s = GuidedChunks(n, nth, 16, 32);
+      ASSERT_GE(s.size(), 1u);
+      EXPECT_EQ(s.front(), 0) << n;
+      EXPECT_EQ(s.back(), n) << n;
+      for (size_t c = 0; c + 1 < s.size(); ++c) {
+        const int64_t len = s[c + 1] - s[c];
+        ASSERT_GT(len, 0) << "n=" << n << " chunk " << c;
+        // Every chunk but the last starts and ends on a unit; none is below min_chunk
+        // unless it is the remainder.
+        if (c + 2 < s.size()) {
+          EXPECT_EQ(len % 16, 0) << "n=" << n << " chunk " << c;
+          EXPECT_GE(len, 32) << "n=" << n << " chunk " << c;
+        }
+        // Non-increasing: the first chunks are the large ones.
+        if (c > 0) {
+          EXPECT_LE(len, s[c] - s[c - 1]) << "n=" << n << " chunk " << c;
+        }
+        // A share of the rest: at most 1/(2 nth) of it, rounded up to the unit (or min_chunk).
+        EXPECT_LE(len, std::max<int64_t>(32, ((n - s[c] + 2 * nth - 1) / (2 * nth) + 15) / 16 * 16));
+      }
+    }
+  }
+  // 5632 rows on 2 threads (tinyllama's ffn_up): 1408 rows first, then smaller.
+  const std::vector<int64_t> s = GuidedChunks(5632, 2, 16, 32);
+  EXPECT_EQ(s[1], 1408);
+  EXPECT_EQ(s[s.size() - 1] - s[s.size() - 2], 32);
+  EXPECT_LT(s.size(), 24u);
 }
 
 TEST(MappedFile, MapsAndReportsMissing) {

@@ -1,5 +1,6 @@
 // A fixed pool of worker threads for data-parallel kernels.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -50,6 +51,28 @@ inline void SplitRange(int64_t n, int ith, int nth, int64_t* begin, int64_t* end
   const int64_t per = (n + nth - 1) / nth;
   *begin = std::min<int64_t>(n, per * ith);
   *end = std::min<int64_t>(n, *begin + per);
+}
+
+/// Guided self-scheduling (Polychronopoulos & Kuck, 1987; OpenMP's schedule(guided)):
+/// splits [0, n) into chunks taken in order from a shared counter, each a 1/(2 nth) share
+/// of what is left (rounded up to a multiple of `unit`, at least `min_chunk`), so the early
+/// chunks are large and the last ones small: a thread that another tenant of its core
+/// slows down holds the others at the end for at most a small chunk, with far fewer chunks
+/// (calls) than an equal split that fine. Returns the chunk starts followed by n (so chunk c
+/// is [starts[c], starts[c + 1])). unit >= 1; min_chunk is rounded up to a multiple of unit.
+inline std::vector<int64_t> GuidedChunks(int64_t n, int nth, int64_t unit, int64_t min_chunk) {
+  if (unit < 1) unit = 1;
+  if (nth < 1) nth = 1;
+  min_chunk = std::max<int64_t>(unit, (min_chunk + unit - 1) / unit * unit);
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  while (at < n) {
+    starts.push_back(at);
+    const int64_t share = (n - at + 2 * nth - 1) / (2 * nth);
+    at = std::min<int64_t>(n, at + std::max<int64_t>(min_chunk, (share + unit - 1) / unit * unit));
+  }
+  starts.push_back(n);
+  return starts;
 }
 
 }  // namespace herd
