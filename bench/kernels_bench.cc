@@ -118,8 +118,8 @@ void BM_MulMat(benchmark::State& state, GgmlType t, Isa isa, int64_t n, int thre
   if (packed) {  // the copies in the layout the CPU backend packs them to at load
     const int64_t panels = (m + kPackRows - 1) / kPackRows;
     for (Buffer& b : w.copies) {
-      Buffer pb(PackedWeightBytes(t, k, m));
-      PackWeights(t, k, m, b.data(), w.row_bytes, pb.data(), 0, panels);
+      Buffer pb(PackedWeightBytes(t, k, m, isa));
+      PackWeights(t, k, m, b.data(), w.row_bytes, pb.data(), 0, panels, isa);
       b = std::move(pb);
     }
   }
@@ -374,9 +374,9 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads,
     const bool p = packed && SupportsPacked(mm.type, isa);
     is_packed.push_back(p);
     if (p) {
-      Buffer b(PackedWeightBytes(mm.type, mm.k, mm.m));
+      Buffer b(PackedWeightBytes(mm.type, mm.k, mm.m, isa));
       PackWeights(mm.type, mm.k, mm.m, w.copies[0].data(), w.row_bytes, b.data(), 0,
-                  (mm.m + kPackRows - 1) / kPackRows);
+                  (mm.m + kPackRows - 1) / kPackRows, isa);
       ws.push_back(std::move(b));
       as.push_back(MakeActivations(PackedActType(mm.type, isa), 1, mm.k));
     } else {
@@ -428,8 +428,8 @@ void BM_DecodeK(benchmark::State& state, GgmlType t, int64_t k, int threads, boo
   Weights w = MakeWeights(t, m, k, 256u << 20);
   if (packed) {
     for (Buffer& b : w.copies) {
-      Buffer pb(PackedWeightBytes(t, k, m));
-      PackWeights(t, k, m, b.data(), row, pb.data(), 0, (m + kPackRows - 1) / kPackRows);
+      Buffer pb(PackedWeightBytes(t, k, m, isa));
+      PackWeights(t, k, m, b.data(), row, pb.data(), 0, (m + kPackRows - 1) / kPackRows, isa);
       b = std::move(pb);
     }
   }

@@ -184,7 +184,7 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
       continue;
     }
     todo.push_back(t);
-    total += (cpu::PackedWeightBytes(t->type, t->ne[0], t->ne[1]) + 63) / 64 * 64;
+    total += (cpu::PackedWeightBytes(t->type, t->ne[0], t->ne[1], isa_) + 63) / 64 * 64;
   }
   if (todo.empty()) return absl::OkStatus();
   std::shared_ptr<uint8_t> arena = PackedArena(total);
@@ -195,7 +195,7 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
   size_t offset = 0;
   for (Tensor* t : todo) {
     const int64_t k = t->ne[0], m = t->ne[1];
-    const size_t bytes = cpu::PackedWeightBytes(t->type, k, m);
+    const size_t bytes = cpu::PackedWeightBytes(t->type, k, m, isa_);
     auto packed = std::make_shared<CpuPackedWeight>();
     packed->type = t->type;
     packed->k = k;
@@ -209,7 +209,7 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
     pool_.Run([&](int ith, int nth) {
       int64_t p0, p1;
       SplitRange(panels, ith, nth, &p0, &p1);
-      cpu::PackWeights(t->type, k, m, t->data, t->nb[1], dst, p0, p1);
+      cpu::PackWeights(t->type, k, m, t->data, t->nb[1], dst, p0, p1, isa_);
     });
     packed_bytes_ += bytes;
     t->extra = std::move(packed);

@@ -98,7 +98,9 @@ TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
     ASSERT_NE(w->extra, nullptr) << GgmlTypeName(wt);
     EXPECT_EQ(embd->extra, nullptr);
     EXPECT_EQ(wf32->extra, nullptr);
-    EXPECT_EQ(backend_.packed_bytes() - packed_before, static_cast<size_t>((m + 7) / 8 * 8) * rs);
+    // F16 on AVX-512: 16-row slabs (cpu::F16SlabLayout), each output one FMA sum in element order.
+    const bool slab = wt == GgmlType::F16 && cpu::F16SlabLayout(backend_.isa());
+    EXPECT_EQ(backend_.packed_bytes() - packed_before, static_cast<size_t>(slab ? (m + 15) / 16 * 16 : (m + 7) / 8 * 8) * rs);
     const GgmlType at = cpu::VecDotType(wt);
     const bool floats = wt == GgmlType::F16 || wt == GgmlType::BF16;
     const cpu::VecDotFn ref = cpu::GetVecDot(wt, floats ? Isa::kAvx2 : Isa::kScalar);
@@ -115,7 +117,13 @@ TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
         cpu::FromFloat(at, xf.data() + j * k, xq.data(), k, Isa::kScalar);
         for (int64_t i = 0; i < m; ++i) {
           float want = 0;
-          ref(k, &want, wq.data() + i * rs, xq.data());
+          if (slab) {
+            const uint16_t* wr = reinterpret_cast<const uint16_t*>(wq.data() + i * rs);
+            const uint16_t* xr = reinterpret_cast<const uint16_t*>(xq.data());
+            for (int64_t e = 0; e < k; ++e) want = std::fma(Fp16ToFp32(wr[e]), Fp16ToFp32(xr[e]), want);
+          } else {
+            ref(k, &want, wq.data() + i * rs, xq.data());
+          }
           ASSERT_EQ(F(y)[j * m + i], want) << GgmlTypeName(wt) << " n=" << n << " " << i << "," << j;
         }
       }

@@ -683,8 +683,11 @@ GgmlType PackedActType(GgmlType w, Isa isa) {
   return w == GgmlType::F16 && PackedAvx512(isa) ? GgmlType::F32 : VecDotType(w);
 }
 
-size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
+bool F16SlabLayout(Isa isa) { return PackedAvx512(isa); }
+
+size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m, Isa isa) {
   const int64_t panels = (m + kPackRows - 1) / kPackRows;
+  if (w == GgmlType::F16 && F16SlabLayout(isa)) return static_cast<size_t>((m + 15) / 16 * 16 * k * 2);
   if (w == GgmlType::F16) return static_cast<size_t>(panels * kPackRows * (k / 8) * 16);
   if (w == GgmlType::BF16) return static_cast<size_t>(panels * kPackRows * (k / 16) * 32);
   if (w == GgmlType::Q4_K) return static_cast<size_t>(panels * (k / kQK_K) * kPackedQ4KBlockBytes);
@@ -698,9 +701,29 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m) {
 }
 
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
-                 int64_t p1) {
+                 int64_t p1, Isa isa) {
   const uint8_t* src = static_cast<const uint8_t*>(w_data);
   uint8_t* out = static_cast<uint8_t*>(packed);
+  if (w == GgmlType::F16 && F16SlabLayout(isa)) {
+    // Panel p is half h = p % 2 of slab p / 2: lanes 8h..8h+7 of each element's 16. The
+    // last panel also zeroes the other half of its slab when it is the first half.
+    const int64_t panels = (m + kPackRows - 1) / kPackRows;
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t* slab = out + static_cast<size_t>(p / 2) * static_cast<size_t>(k) * 32;
+      const int64_t lanes = p == panels - 1 && p % 2 == 0 ? 16 : 8;
+      for (int64_t l = 0; l < lanes; ++l) {
+        const int64_t lane = 8 * (p % 2) + l;
+        const int64_t row = p * kPackRows + l;
+        if (row < m && l < 8) {
+          const uint8_t* r = src + static_cast<size_t>(row) * w_stride;
+          for (int64_t e = 0; e < k; ++e) std::memcpy(slab + e * 32 + lane * 2, r + e * 2, 2);
+        } else {
+          for (int64_t e = 0; e < k; ++e) std::memset(slab + e * 32 + lane * 2, 0, 2);
+        }
+      }
+    }
+    return;
+  }
   if (w == GgmlType::F16 || w == GgmlType::BF16) {
     // Per step (8 F16 / 16 BF16 elements, 16 / 32 bytes) the 8 rows' values.
     const int64_t step_bytes = w == GgmlType::F16 ? 16 : 32;

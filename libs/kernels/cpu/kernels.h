@@ -95,7 +95,8 @@ void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_str
 //   Q4_1 / Q5_1 (160 / 192 bytes): as Q4_0 / Q5_0 with the 8 rows' F16 mins after the
 //                     scales;
 //   Q8_0 (272 bytes): 8 x 32 bytes, vector g = rows 0..7 of quants [4g, 4g+4);
-//   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes).
+//   F16: no scales; per 8-element step s, the 8 rows' elements [8s, 8s+8) (128 bytes);
+//        the AVX-512 build instead 16-row slabs (F16SlabLayout).
 //   BF16: no scales; per 16-element step s, the 8 rows' elements [16s, 16s+16) (256 bytes).
 //   Q4_K (1184 bytes per 256-element super-block, as block_q4_Kx8): 8 F16 d, 8 F16 dmin,
 //                     the unpacked 6-bit scales then mins (byte 8g + r: group g of row r),
@@ -127,13 +128,20 @@ inline constexpr int64_t kPackRows = 8;
 /// F16, BF16, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS from AVX2 up; k a multiple of 32 for the 32-element block types,
 /// of 8 for F16, of 256 for the K types).
 bool SupportsPacked(GgmlType w, Isa isa);
-/// Bytes of the packed copy of an m x k weight (0 for types without a packed layout).
-size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m);
-/// Writes panels [p0, p1) of the packed copy of the m rows at w_data (row stride
-/// w_stride bytes) into `packed` (PackedWeightBytes, any alignment); callers split the
-/// panels among threads freely. The SupportsPacked types only (others: nothing written).
+/// Whether F16 weights packed for `isa` take the slab layout (the AVX-512 build's
+/// outer-product tiles): per 16 rows (a slab; the last one padded with zero rows) and
+/// element e of k, the 16 rows' F16 values, 32 bytes. Otherwise (AVX2) F16 takes the
+/// panel layout: per 8-row panel and 8-element step, the 8 rows' 8 values, 128 bytes.
+bool F16SlabLayout(Isa isa);
+/// Bytes of the packed copy of an m x k weight for `isa` (0 for types without a packed
+/// layout).
+size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m, Isa isa);
+/// Writes panels [p0, p1) (rows [8 p0, 8 p1)) of the packed copy for `isa` of the m rows
+/// at w_data (row stride w_stride bytes) into `packed` (PackedWeightBytes, any alignment);
+/// callers split the panels among threads freely. The SupportsPacked types only (others:
+/// nothing written).
 void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
-                 int64_t p1);
+                 int64_t p1, Isa isa);
 /// Row format of MulMatPacked's activations for weight type w on `isa`: VecDotType(w),
 /// except F16 weights on AVX-512, whose kernels read F32 rows holding F16 values (FromFloat
 /// to F16, then F16ToF32: the same products, converted once per batch by the caller instead
@@ -148,7 +156,9 @@ GgmlType PackedActType(GgmlType w, Isa isa);
 ///                row (exact int32 block sums, sumf += float(sumi) * (dx*dy) in block order;
 ///                Q4_1 / Q5_1 add mx*sy to that product before adding it to sumf);
 ///   F16: GetVecDot(F16, Isa::kAvx2) (8 lanes, lane l summing elements l, l+8, ... by
-///        FMA, then the lanes pairwise);
+///        FMA, then the lanes pairwise); in the slab layout (F16SlabLayout) instead one
+///        sum in element order, s = fmaf(w[e], a[e], s) from s = 0 (a[e] the activation
+///        rounded to F16, as ggml's vec_dot_f16 takes it);
 ///   BF16: GetVecDot(BF16, Isa::kAvx2) (8 lanes over 16-element steps, lane l adding
 ///        element 2l then 2l + 1 by FMA, then the lanes pairwise);
 ///   Q4_K / Q5_K: per super-block the exact integer sums sumi = sum_g scale_g * sum(q * y) and

@@ -720,7 +720,7 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
             }
           }
         }
-        const size_t bytes = PackedWeightBytes(wt, k, m);
+        const size_t bytes = PackedWeightBytes(wt, k, m, Isa::kAvx2);
         ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8) * static_cast<size_t>(k / 256) *
                              (q2   ? 672
                               : q3 ? 912
@@ -731,8 +731,9 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
         std::vector<uint8_t> packed(bytes + 1, 0xCD);
         uint8_t* pk = packed.data() + 1;  // any alignment
         const int64_t panels = (m + kPackRows - 1) / kPackRows;
-        PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2);
-        PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels);
+        // One layout for every ISA (the K types).
+        PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2, Isa::kAvx2);
+        PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels, Isa::kAvx2);
         const int64_t n = 19;
         Rows a = MakeRows(GgmlType::Q8_K, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
         // An activation row at the quant extremes (-128 .. 127; IQ4_XS's signed levels take
@@ -786,9 +787,12 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
     // F16 / BF16: held to their AVX2 dot product (the packed kernels keep its lanes).
     const bool f16 = wt == GgmlType::F16 || wt == GgmlType::BF16;
     const GgmlType at = VecDotType(wt);
-    for (int64_t m : {8, 27, 64, 131}) {  // 131: decode stripes of several panels, then the rest
+    // 131: decode stripes of several panels, then the rest; 264 (F16): several slabs per
+    // stripe, tiles of two slabs and of one.
+    for (int64_t m : {8, 27, 64, 131, 264}) {
       for (int64_t k : {32, 40, 96, 2048}) {
         if (!f16 && k % 32 != 0) continue;
+        if (m == 264 && wt != GgmlType::F16) continue;
         if (wt == GgmlType::BF16 && k % 16 != 0) continue;
         std::mt19937 rng(static_cast<uint32_t>(m * 131 + k));
         const size_t ws = GgmlRowSize(wt, k) + 6;  // a padded row stride
@@ -809,20 +813,34 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
               std::memset(w.data() + r * ws + b * bs + head, r % 5 == 3 ? 0 : 0xFF, bs - head);
           }
         }
-        const size_t bytes = PackedWeightBytes(wt, k, m);
-        ASSERT_EQ(bytes, static_cast<size_t>((m + 7) / 8 * 8) * GgmlRowSize(wt, k));
-        std::vector<uint8_t> packed(bytes + 1, 0xCD);
-        uint8_t* pk = packed.data() + 1;  // any alignment
-        const int64_t panels = (m + kPackRows - 1) / kPackRows;
-        // Two pieces, as two threads would write them.
-        PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2);
-        PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels);
         const int64_t n = 19;
         const Rows a = MakeRows(at, Random(n * k, 11 + static_cast<uint32_t>(k), 3.0f), n, k, true);
-        const VecDotFn ref = GetVecDot(wt, f16 ? Isa::kAvx2 : Isa::kScalar);
         const VecDotFn scalar = GetVecDot(wt, Isa::kScalar);
         for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
           if (!IsaSupported(isa)) continue;
+          const bool slab = wt == GgmlType::F16 && F16SlabLayout(isa);
+          const size_t bytes = PackedWeightBytes(wt, k, m, isa);
+          ASSERT_EQ(bytes, static_cast<size_t>(slab ? (m + 15) / 16 * 16 : (m + 7) / 8 * 8) * GgmlRowSize(wt, k));
+          std::vector<uint8_t> packed(bytes + 1, 0xCD);
+          uint8_t* pk = packed.data() + 1;  // any alignment
+          const int64_t panels = (m + kPackRows - 1) / kPackRows;
+          // Two pieces, as two threads would write them.
+          PackWeights(wt, k, m, w.data(), ws, pk, 0, panels / 2, isa);
+          PackWeights(wt, k, m, w.data(), ws, pk, panels / 2, panels, isa);
+          // F16 in the slab layout: one FMA sum in element order over the F16-rounded
+          // activations (kernels.h); else the AVX2 (F16 / BF16) or scalar dot product.
+          const VecDotFn ref = GetVecDot(wt, f16 ? Isa::kAvx2 : Isa::kScalar);
+          const auto want_of = [&](int64_t i, int64_t j) {
+            float want = 0;
+            if (slab) {
+              const uint16_t* wr = reinterpret_cast<const uint16_t*>(w.data() + i * ws);
+              const uint16_t* ar = reinterpret_cast<const uint16_t*>(a.row(j));
+              for (int64_t e = 0; e < k; ++e) want = std::fma(Fp16ToFp32(wr[e]), Fp16ToFp32(ar[e]), want);
+            } else {
+              ref(k, &want, w.data() + i * ws, a.row(j));
+            }
+            return want;
+          };
           // The kernel's own activation rows: F16 packed on AVX-512 takes the same values in F32.
           Rows pa = a;
           if (PackedActType(wt, isa) != at) {
@@ -849,8 +867,8 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
                   ASSERT_EQ(got, -7.0f) << "wrote outside the tile at i=" << i << " j=" << j;
                   continue;
                 }
-                float want = 0, want_scalar = 0;
-                ref(k, &want, w.data() + i * ws, a.row(j));
+                float want_scalar = 0;
+                const float want = want_of(i, j);
                 ASSERT_EQ(got, want) << Name(wt, isa) << " m=" << m << " k=" << k << " nj=" << nj << " i=" << i
                                      << " j=" << j;
                 scalar(k, &want_scalar, w.data() + i * ws, a.row(j));
