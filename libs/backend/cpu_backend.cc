@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -177,9 +178,17 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
   if (!repack_) return absl::OkStatus();
   std::vector<Tensor*> todo;
   size_t total = 0;
+  // Embeddings are read by GET_ROWS from the mapping and are not packed, except a tied
+  // output matrix: without "output.weight" the logits multiply by token_embd (as llama.cpp's
+  // loaders duplicate LLM_TENSOR_OUTPUT from TOKEN_EMBD), so it gets a packed copy for that
+  // matmul (the largest of a small model's decode: llama-110m Q8_0 tg64 spent 27% of a token
+  // in the row-at-a-time kernel over its 26 MB).
+  const bool tied_output = std::none_of(weights.begin(), weights.end(),
+                                        [](const Tensor* t) { return t->name == "output.weight"; });
   for (Tensor* t : weights) {
+    const bool embd = t->name.find("embd") != std::string::npos && !(tied_output && t->name == "token_embd.weight");
     if (t->data == nullptr || !cpu::SupportsPacked(t->type, isa_) || t->ne[2] != 1 || t->ne[3] != 1 ||
-        t->ne[0] % 32 != 0 || t->ne[1] < cpu::kPackRows || t->name.find("embd") != std::string::npos ||
+        t->ne[0] % 32 != 0 || t->ne[1] < cpu::kPackRows || embd ||
         PackedFor(t) != nullptr) {
       continue;
     }

@@ -88,7 +88,8 @@ TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
     w->data = wq.data();
     Tensor* embd = weights.NewTensor(wt, {k, m}, "token_embd.weight");
     embd->data = wq.data();
-    Tensor* wf32 = weights.NewTensor(GgmlType::F32, {k, m}, "blk.0.ffn_down.weight");
+    // An untied model (output.weight present): token_embd stays unpacked.
+    Tensor* wf32 = weights.NewTensor(GgmlType::F32, {k, m}, "output.weight");
     wf32->data = f32w.data();
     CpuBackend off(GetParam(), backend_.isa(), /*repack=*/false);
     ASSERT_TRUE(off.PrepareWeights({w, embd, wf32}).ok());
@@ -133,6 +134,52 @@ TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
     ASSERT_TRUE(backend_.SetTensor(w, zero.data(), 0, zero.size()).ok());
     EXPECT_EQ(w->extra, nullptr);
   }
+}
+
+TEST_P(CpuBackendTest, TiedOutputMatrixIsPacked) {
+  if (!cpu::SupportsPacked(GgmlType::Q8_0, backend_.isa())) GTEST_SKIP() << "no packed kernels on this CPU";
+  const int64_t k = 128, m = 40;
+  std::vector<float> wf = Rand(static_cast<size_t>(k * m), 5);
+  const size_t rs = GgmlRowSize(GgmlType::Q8_0, k);
+  std::vector<uint8_t> wq(rs * static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) QuantizeRow(GgmlType::Q8_0, wf.data() + i * k, wq.data() + i * rs, k);
+  std::vector<float> xf = Rand(static_cast<size_t>(k * 3), 6);
+  const auto logits = [&](CpuBackend& be, Tensor* embd) {
+    Graph g;
+    Tensor* x = g.NewTensor(GgmlType::F32, {k, 3}, "x");
+    x->data = xf.data();
+    Tensor* y = g.MulMat(embd, x);
+    g.SetOutput(y);
+    EXPECT_TRUE(be.GraphCompute(g).ok());
+    return std::vector<float>(F(y), F(y) + m * 3);
+  };
+  // No output.weight: the logits read token_embd, which gets a packed copy.
+  Graph tied;
+  Tensor* embd = tied.NewTensor(GgmlType::Q8_0, {k, m}, "token_embd.weight");
+  embd->data = wq.data();
+  Tensor* up = tied.NewTensor(GgmlType::Q8_0, {k, m}, "blk.0.ffn_up.weight");
+  up->data = wq.data();
+  ASSERT_TRUE(backend_.PrepareWeights({embd, up}).ok());
+  ASSERT_NE(embd->extra, nullptr);
+  const std::vector<float> packed = logits(backend_, embd);
+  // The same products as the unpacked kernels, within the SIMD bound (kernels.h).
+  Graph plain;
+  Tensor* embd2 = plain.NewTensor(GgmlType::Q8_0, {k, m}, "token_embd.weight");
+  embd2->data = wq.data();
+  CpuBackend off(GetParam(), backend_.isa(), /*repack=*/false);
+  ASSERT_TRUE(off.PrepareWeights({embd2}).ok());
+  EXPECT_EQ(embd2->extra, nullptr);
+  const std::vector<float> want = logits(off, embd2);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(packed[i], want[i], 1e-4f * (std::fabs(want[i]) + 1)) << i;
+  // With output.weight present token_embd is only gathered from: not packed.
+  Graph untied;
+  Tensor* embd3 = untied.NewTensor(GgmlType::Q8_0, {k, m}, "token_embd.weight");
+  embd3->data = wq.data();
+  Tensor* out = untied.NewTensor(GgmlType::Q8_0, {k, m}, "output.weight");
+  out->data = wq.data();
+  ASSERT_TRUE(backend_.PrepareWeights({embd3, out}).ok());
+  EXPECT_EQ(embd3->extra, nullptr);
+  EXPECT_NE(out->extra, nullptr);
 }
 
 TEST_P(CpuBackendTest, AddMulBroadcastScaleNorms) {
