@@ -4,6 +4,9 @@
 // figures and their ratio.
 //   bazel run --config=bench //bench:llama_bench -- [--model llama-110m|tinyllama-1.1b]
 //       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda]
+//       [--pin 1|0]
+// --pin 1 (default) binds each CPU thread to its own core (BackendOptions::pin_threads), as
+// llama-bench runs under OMP_PROC_BIND=TRUE OMP_PLACES=cores (how the peer is measured).
 //   //bench:llama_bench_hip is the same with --backend hip (AMD GPUs, ROCm's runtime linked).
 // pp512 = one 512-token prompt; bd = batched decode at B = 1..32 sequences (see ExtraTests).
 // Like llama-quantize, a Q4_0 model keeps its output tensor (token_embd when tied) in Q6_K.
@@ -128,6 +131,7 @@ int main(int argc, char** argv) {
   std::string model = "llama-110m", types = "f16,q8_0,q4_0", threads = "1,2", backend_name = "cpu";
   std::string tests = "pp,tg";
   int reps = 3;
+  bool pin = true;
   std::string cache_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -138,6 +142,7 @@ int main(int argc, char** argv) {
     if (a == "--reps") reps = std::atoi(argv[i + 1]);
     if (a == "--tests") tests = argv[i + 1];
     if (a == "--cache_dir") cache_dir = argv[i + 1];
+    if (a == "--pin") pin = std::atoi(argv[i + 1]) != 0;
   }
   const bench::Shape* shape = bench::FindShape(model);
   if (shape == nullptr) {
@@ -193,6 +198,7 @@ int main(int argc, char** argv) {
       int nt = std::atoi(std::string(th).c_str());
       BackendOptions bo;
       bo.n_threads = nt;
+      bo.pin_threads = pin;
       auto made = CreateBackend(backend_name, bo);
       if (!made.ok()) {
         std::fprintf(stderr, "%s\n", made.status().ToString().c_str());

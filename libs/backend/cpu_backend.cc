@@ -135,7 +135,8 @@ float AlibiSlope(int h, int n_head, float max_bias) {
              : std::pow(m1, static_cast<float>(2 * (h - static_cast<int>(n_head_log2)) + 1));
 }
 
-CpuBackend::CpuBackend(int n_threads, Isa isa, bool repack) : pool_(n_threads), isa_(isa), repack_(repack) {}
+CpuBackend::CpuBackend(int n_threads, Isa isa, bool repack, bool pin_threads)
+    : pool_(n_threads, pin_threads), isa_(isa), repack_(repack) {}
 
 namespace {
 

@@ -28,7 +28,8 @@ class CpuBackend : public Backend {
   /// n_threads >= 1 worker threads (the caller's thread counts as one).
   /// isa defaults to the best the CPU supports (BestIsa()).
   /// repack: whether PrepareWeights repacks weights (see there).
-  explicit CpuBackend(int n_threads, Isa isa = BestIsa(), bool repack = true);
+  /// pin_threads: bind each compute thread to its own core (ThreadPool's pin).
+  explicit CpuBackend(int n_threads, Isa isa = BestIsa(), bool repack = true, bool pin_threads = false);
   /// The host as a DeviceInfo (what device() returns), without creating a backend.
   static DeviceInfo HostDevice();
   ~CpuBackend() override;

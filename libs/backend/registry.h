@@ -30,6 +30,10 @@ struct BackendOptions {
   /// CPU: repack Q4_0 / Q8_0 / F16 matmul weights at load for the batched kernels
   /// (CpuBackend::PrepareWeights; llama.cpp's --no-repack turns its equivalent off).
   bool repack = true;
+  /// CPU: bind each compute thread to its own core for its life (llama.cpp's --cpu-strict 1;
+  /// OMP_PROC_BIND=TRUE OMP_PLACES=cores for its OpenMP build). Off by default: a pod whose
+  /// CPU limit is a CFS quota rather than a cpuset shares its CPUs with other pods.
+  bool pin_threads = false;
 };
 
 /// One backend kind compiled into this build.

@@ -1,8 +1,14 @@
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -61,6 +67,57 @@ TEST(SplitRange, CoversAll) {
     covered += e - b;
   }
   EXPECT_EQ(covered, 10);
+}
+
+// The CPUs the calling thread may run on.
+std::vector<int> ThreadCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+TEST(ThreadPool, PinningOrderListsEachAllowedCpuOnce) {
+  const std::vector<int> order = PinningOrder();
+  const std::vector<int> allowed = ThreadCpus();
+  ASSERT_FALSE(order.empty());
+  EXPECT_EQ(std::set<int>(order.begin(), order.end()).size(), order.size());
+  EXPECT_EQ(std::set<int>(order.begin(), order.end()), std::set<int>(allowed.begin(), allowed.end()));
+}
+
+TEST(ThreadPool, PinnedThreadsRunEachOnItsCpu) {
+  const std::vector<int> order = PinningOrder();
+  const std::vector<int> allowed = ThreadCpus();
+  // On a thread of its own, so that binding the caller leaves the test's thread alone.
+  std::thread([&] {
+    for (bool pin : {false, true}) {
+      ThreadPool pool(3, pin);
+      EXPECT_EQ(pool.pinned(), pin);
+      std::vector<std::vector<int>> seen(3);
+      pool.Run([&](int ith, int) { seen[static_cast<size_t>(ith)] = ThreadCpus(); });
+      // A pool made by a bound thread still spreads over all the CPUs.
+      if (pin) {
+        ThreadPool inner(2, true);
+        std::vector<std::vector<int>> in(2);
+        std::thread([&] { inner.Run([&](int ith, int) { in[static_cast<size_t>(ith)] = ThreadCpus(); }); }).join();
+        EXPECT_EQ(in[1], std::vector<int>{order[1 % order.size()]});
+      }
+      for (size_t i = 0; i < 3; ++i) {
+        if (pin) {
+          EXPECT_EQ(seen[i], std::vector<int>{order[i % order.size()]}) << "thread " << i;
+        } else {
+          EXPECT_EQ(seen[i], allowed) << "thread " << i;
+        }
+      }
+    }
+    // The pinned pool's caller got its CPUs back when the pool went.
+    EXPECT_EQ(ThreadCpus(), allowed);
+  }).join();
+  EXPECT_EQ(ThreadCpus(), allowed);
 }
 
 TEST(GuidedChunks, CoversAllInShrinkingAlignedChunks) {

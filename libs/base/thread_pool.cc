@@ -1,6 +1,12 @@
 #include "libs/base/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
+#include <fstream>
+#include <set>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -19,13 +25,68 @@ constexpr auto kWorkerSpin = std::chrono::microseconds(200);
 // Pause iterations between clock reads while spinning.
 constexpr int kSpinBatch = 64;
 
+// Binds the calling thread to `cpu` (best effort: a refusal is ignored).
+void BindThisThread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+// One integer from a sysfs file, or -1.
+int ReadSysfsInt(const std::string& path) {
+  std::ifstream f(path);
+  int v = -1;
+  if (!(f >> v)) return -1;
+  return v;
+}
+
+// The CPUs the process was started on (read before main, while no thread is bound: a
+// pinned pool's caller keeps its binding, and threads inherit their creator's).
+const cpu_set_t& ProcessCpus() {
+  static const cpu_set_t set = [] {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    if (sched_getaffinity(0, sizeof(s), &s) != 0) CPU_ZERO(&s);
+    return s;
+  }();
+  return set;
+}
+[[maybe_unused]] const bool kProcessCpusRead = (ProcessCpus(), true);
+
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+std::vector<int> PinningOrder() {
+  const cpu_set_t& set = ProcessCpus();
+  if (CPU_COUNT(&set) == 0) return {0};
+  std::vector<int> first, rest;
+  std::set<std::pair<int, int>> cores;  // (package, core) already given a CPU
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    const int core = ReadSysfsInt(dir + "core_id");
+    const int package = ReadSysfsInt(dir + "physical_package_id");
+    // Without topology every CPU counts as its own core.
+    if (core < 0 || cores.insert({package, core}).second) {
+      first.push_back(cpu);
+    } else {
+      rest.push_back(cpu);
+    }
+  }
+  first.insert(first.end(), rest.begin(), rest.end());
+  return first;
+}
+
+ThreadPool::ThreadPool(int n_threads, bool pin) : n_threads_(n_threads < 1 ? 1 : n_threads), pin_(pin) {
+  if (pin_) cpus_ = PinningOrder();
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
 ThreadPool::~ThreadPool() {
+  // The caller bound by Run gets its own CPUs back when it is the one destroying the pool.
+  if (caller_bound_ && pthread_equal(pthread_self(), bound_caller_)) {
+    (void)pthread_setaffinity_np(bound_caller_, sizeof(caller_cpus_), &caller_cpus_);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
@@ -36,6 +97,11 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::Run(const std::function<void(int, int)>& fn) {
+  if (pin_ && !(caller_bound_ && pthread_equal(pthread_self(), bound_caller_))) {
+    caller_bound_ = pthread_getaffinity_np(pthread_self(), sizeof(caller_cpus_), &caller_cpus_) == 0;
+    bound_caller_ = pthread_self();
+    BindThisThread(cpus_[0]);
+  }
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
@@ -62,6 +128,7 @@ void ThreadPool::Run(const std::function<void(int, int)>& fn) {
 }
 
 void ThreadPool::WorkerLoop(int ith) {
+  if (pin_) BindThisThread(cpus_[static_cast<size_t>(ith) % cpus_.size()]);
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);

@@ -1,5 +1,8 @@
 // A fixed pool of worker threads for data-parallel kernels.
 #pragma once
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -18,13 +21,20 @@ namespace herd {
 /// Not reentrant: one Run at a time per pool.
 class ThreadPool {
  public:
-  /// n_threads >= 1; values < 1 are treated as 1.
-  explicit ThreadPool(int n_threads);
+  /// n_threads >= 1; values < 1 are treated as 1. pin: bind thread ith to CPU
+  /// PinningOrder()[ith % size] for its life (the calling thread, thread 0, when it first
+  /// calls Run, and again whenever a different thread calls Run; that thread gets its CPUs
+  /// back when it destroys the pool), as llama.cpp's
+  /// --cpu-strict 1 or OpenMP's OMP_PROC_BIND=TRUE OMP_PLACES=cores do: a thread the kernel
+  /// would migrate, or park beside another on one core, stays on its own. Best effort: a
+  /// refused binding (a cpuset that changed) leaves the thread where it was.
+  explicit ThreadPool(int n_threads, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  bool pinned() const { return pin_; }
 
   /// Calls fn(ith, nth) for ith in [0, nth) concurrently; returns when all are done.
   void Run(const std::function<void(int ith, int nth)>& fn);
@@ -33,6 +43,11 @@ class ThreadPool {
   void WorkerLoop(int ith);
 
   int n_threads_;
+  bool pin_;
+  std::vector<int> cpus_;      // PinningOrder() when pin_
+  bool caller_bound_ = false;  // pin_: bound_caller_ was bound by Run
+  pthread_t bound_caller_{};   // and its CPUs before (restored by ~ThreadPool
+  cpu_set_t caller_cpus_{};    // when it destroys the pool)
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -45,6 +60,12 @@ class ThreadPool {
   // (alignas(64) also rounds the object up to whole cache lines: nothing follows it on its line.)
   alignas(64) std::atomic<int> pending_{0};
 };
+
+/// The CPUs this process started on (sched_getaffinity before main), one per physical core first (in
+/// CPU order; cores told apart by sysfs topology physical_package_id / core_id), then the
+/// cores' other hardware threads: the order of OMP_PLACES=cores. Never empty (CPU 0 when the
+/// mask cannot be read).
+std::vector<int> PinningOrder();
 
 /// Splits [0, n) into nth near-equal contiguous parts; returns part ith as [begin, end).
 inline void SplitRange(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {

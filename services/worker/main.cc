@@ -66,6 +66,9 @@ ABSL_FLAG(std::string, kv_type, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(bool, repack, true,
           "CPU: repack Q4_0/Q8_0/F16 matmul weights at load into the batched kernels' 8-row panels (llama.cpp's "
           "CPU_REPACK; --norepack is llama.cpp's --no-repack: the kernels then repack per call).");
+ABSL_FLAG(bool, pin_threads, false,
+          "CPU: bind each compute thread to its own core (llama.cpp's --cpu-strict 1). For a pod given whole cores "
+          "(the static CPU manager policy); under a CFS quota the kernel's placement shares better.");
 ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight sessions may run before they are cancelled (ms).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
 
@@ -161,6 +164,7 @@ int main(int argc, char** argv) {
   bopts.n_threads = threads;
   bopts.device = absl::GetFlag(FLAGS_device);
   bopts.repack = absl::GetFlag(FLAGS_repack);
+  bopts.pin_threads = absl::GetFlag(FLAGS_pin_threads);
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
   auto backend = herd::CreateBackend(backend_name, bopts);
   if (!backend.ok()) return Fail(absl::StrCat("--backend ", backend_name, ": ", backend.status().message()));
