@@ -883,6 +883,39 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
   }
 }
 
+// A long row and many activation rows: the AVX-512 F16 GEMM takes the activations in
+// several blocks (each streaming the weights again), every output still one FMA sum in
+// element order; rows split between two calls as two threads would.
+TEST(KernelsTest, PackedF16ManyBlocksMatchesSlabReference) {
+  if (!IsaSupported(Isa::kAvx512) || !F16SlabLayout(Isa::kAvx512)) GTEST_SKIP() << "needs the AVX-512 slab layout";
+  const int64_t k = 5632, m = 40, n = 100;
+  const Rows w = MakeRows(GgmlType::F16, Random(m * k, 31), m, k, false);
+  const Rows a16 = MakeRows(GgmlType::F16, Random(n * k, 32, 2.0f), n, k, true);
+  std::vector<float> a(static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j) F16ToF32(reinterpret_cast<const uint16_t*>(a16.row(j)), &a[j * k], k);
+  std::vector<uint8_t> packed(PackedWeightBytes(GgmlType::F16, k, m, Isa::kAvx512));
+  const int64_t panels = (m + kPackRows - 1) / kPackRows;
+  PackWeights(GgmlType::F16, k, m, w.bytes.data(), w.stride, packed.data(), 0, panels, Isa::kAvx512);
+  const size_t ds = static_cast<size_t>(m) + 3;
+  std::vector<float> dst(ds * n, -7.0f);
+  MulMatPacked(GgmlType::F16, Isa::kAvx512, k, packed.data(), a.data(), static_cast<size_t>(k) * 4, dst.data(), ds, 0,
+               16, 0, n);
+  MulMatPacked(GgmlType::F16, Isa::kAvx512, k, packed.data(), a.data(), static_cast<size_t>(k) * 4, dst.data(), ds, 16,
+               m, 0, n);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < static_cast<int64_t>(ds); ++i) {
+      if (i >= m) {
+        ASSERT_EQ(dst[j * ds + i], -7.0f) << "wrote outside the rows at i=" << i << " j=" << j;
+        continue;
+      }
+      const uint16_t* wr = reinterpret_cast<const uint16_t*>(w.row(i));
+      float want = 0;
+      for (int64_t e = 0; e < k; ++e) want = std::fma(Fp16ToFp32(wr[e]), a[j * k + e], want);
+      ASSERT_EQ(dst[j * ds + i], want) << "i=" << i << " j=" << j;
+    }
+  }
+}
+
 TEST(KernelsTest, Avx512NonVnniMatchesVnni) {
   if (!IsaSupported(Isa::kAvx512) || !GetCpuFeatures().avx512vnni) GTEST_SKIP() << "needs AVX512-VNNI";
   const internal::IsaKernels& vnni = internal::Avx512Kernels(true);
