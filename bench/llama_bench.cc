@@ -133,16 +133,46 @@ int main(int argc, char** argv) {
   int reps = 3;
   bool pin = true;
   std::string cache_dir;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--model") model = argv[i + 1];
-    if (a == "--types") types = argv[i + 1];
-    if (a == "--threads") threads = argv[i + 1];
-    if (a == "--backend") backend_name = argv[i + 1];
-    if (a == "--reps") reps = std::atoi(argv[i + 1]);
-    if (a == "--tests") tests = argv[i + 1];
-    if (a == "--cache_dir") cache_dir = argv[i + 1];
-    if (a == "--pin") pin = std::atoi(argv[i + 1]) != 0;
+  const char* usage =
+      "usage: llama_bench [--model llama-110m|tinyllama-1.1b] [--types f16,q8_0,q4_0] [--threads 1,2]\n"
+      "         [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda] [--pin 1|0] [--cache_dir DIR]\n"
+      "  (--flag value or --flag=value)\n";
+  // --flag value or --flag=value; anything else is an error (a typo must not run the defaults).
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], v;
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      std::fprintf(stderr, "%s needs a value\n%s", a.c_str(), usage);
+      return 2;
+    }
+    if (a == "--model") {
+      model = v;
+    } else if (a == "--types") {
+      types = v;
+    } else if (a == "--threads") {
+      threads = v;
+    } else if (a == "--backend") {
+      backend_name = v;
+    } else if (a == "--reps") {
+      reps = std::atoi(v.c_str());
+    } else if (a == "--tests") {
+      tests = v;
+    } else if (a == "--cache_dir") {
+      cache_dir = v;
+    } else if (a == "--pin") {
+      pin = std::atoi(v.c_str()) != 0;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n%s", a.c_str(), usage);
+      return 2;
+    }
   }
   const bench::Shape* shape = bench::FindShape(model);
   if (shape == nullptr) {
@@ -156,6 +186,7 @@ int main(int argc, char** argv) {
   const bool run_pp512 = wants("pp512");
   const bool run_bd = wants("bd");  // batched decode, llama-batched-bench style
   auto peer = PeerFigures();
+  std::printf("threads pinned to cores: %s\n", pin ? "yes (--pin 1)" : "no (--pin 0)");
   std::printf("llama.cpp figures: %s%s\n\n", PeerTable().c_str(),
               peer.empty() ? " (not found: set HERD_SHARED; the llama.cpp column reads 0)" : "");
   std::printf("| model | type | threads | test | herd t/s | llama.cpp t/s | ratio |\n|---|---|---|---|---|---|---|\n");

@@ -21,13 +21,15 @@ namespace herd {
 /// Not reentrant: one Run at a time per pool.
 class ThreadPool {
  public:
-  /// n_threads >= 1; values < 1 are treated as 1. pin: bind thread ith to CPU
-  /// PinningOrder()[ith % size] for its life (the calling thread, thread 0, when it first
-  /// calls Run, and again whenever a different thread calls Run; that thread gets its CPUs
-  /// back when it destroys the pool), as llama.cpp's
-  /// --cpu-strict 1 or OpenMP's OMP_PROC_BIND=TRUE OMP_PLACES=cores do: a thread the kernel
-  /// would migrate, or park beside another on one core, stays on its own. Best effort: a
-  /// refused binding (a cpuset that changed) leaves the thread where it was.
+  /// n_threads >= 1; values < 1 are treated as 1.
+  /// pin: bind each thread to one CPU for its life, as llama.cpp's --cpu-strict 1 or OpenMP's
+  /// OMP_PROC_BIND=TRUE OMP_PLACES=cores do, so the kernel never migrates a thread or parks
+  /// two on one core. Worker thread ith runs on PinningOrder()[ith % its size] (more threads
+  /// than CPUs wrap around and share). The thread calling Run is thread 0: it is bound to
+  /// PinningOrder()[0] on its first Run, and again when a different thread calls Run. The last
+  /// bound caller gets its CPUs back if it destroys the pool; an earlier caller stays bound.
+  /// Every pinned pool starts at the same CPU: two pools running at once share their cores.
+  /// Best effort: a binding the kernel refuses (a changed cpuset) leaves the thread where it was.
   explicit ThreadPool(int n_threads, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -67,7 +69,8 @@ class ThreadPool {
 /// mask cannot be read).
 std::vector<int> PinningOrder();
 
-/// Splits [0, n) into nth near-equal contiguous parts; returns part ith as [begin, end).
+/// Splits [0, n) into nth contiguous parts of ceil(n / nth) (the last ones shorter, possibly
+/// empty: n = 5, nth = 4 gives 2, 2, 1, 0); returns part ith as [begin, end).
 inline void SplitRange(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {
   const int64_t per = (n + nth - 1) / nth;
   *begin = std::min<int64_t>(n, per * ith);
@@ -78,8 +81,8 @@ inline void SplitRange(int64_t n, int ith, int nth, int64_t* begin, int64_t* end
 /// splits [0, n) into chunks taken in order from a shared counter, each a 1/(2 nth) share
 /// of what is left (rounded up to a multiple of `unit`, at least `min_chunk`), so the early
 /// chunks are large and the last ones small: a thread that another tenant of its core
-/// slows down holds the others at the end for at most a small chunk, with far fewer chunks
-/// (calls) than an equal split that fine. Returns the chunk starts followed by n (so chunk c
+/// slows down holds the others at the end for at most a small chunk, in far fewer chunks
+/// (calls) than an equal split into chunks that small would take. Returns the chunk starts followed by n (so chunk c
 /// is [starts[c], starts[c + 1])). unit >= 1; min_chunk is rounded up to a multiple of unit.
 inline std::vector<int64_t> GuidedChunks(int64_t n, int nth, int64_t unit, int64_t min_chunk) {
   if (unit < 1) unit = 1;
