@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "libs/base/json_nesting.h"
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/matcher.h"
 
@@ -580,6 +581,9 @@ std::string Converter::NotStrings(const std::vector<std::string>& strings) {
 }  // namespace
 
 absl::StatusOr<std::string> JsonSchemaToGrammar(const nlohmann::json& schema) {
+  // The converter copies subschemas (a recursive copy per level) before its own depth
+  // check sees them: bound the whole document first, without recursing.
+  if (absl::Status s = CheckJsonValueNesting(schema, "json_schema"); !s.ok()) return s;
   Converter c(schema);
   auto out = c.Run();
   if (!out.ok()) return out.status();

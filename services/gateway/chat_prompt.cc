@@ -3,6 +3,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/json_nesting.h"
+
 namespace herd::gateway {
 namespace {
 
@@ -13,6 +15,8 @@ constexpr int kMaxMessages = 1024;
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 absl::StatusOr<json> ParseJsonArray(const std::string& text, const std::string& field) {
+  // Bounded before parsing: the template walks (and copies) what is parsed here.
+  if (absl::Status s = CheckJsonNesting(text, field); !s.ok()) return s;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Invalid(absl::StrCat(field, ": invalid JSON"));
   if (!j.is_array()) return Invalid(absl::StrCat(field, ": must be a JSON array"));
@@ -79,10 +83,18 @@ absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const C
     json msg = {{"role", m.role()}, {"content", m.content()}};
     if (!m.name().empty()) msg["name"] = m.name();
     if (!m.tool_call_id().empty()) msg["tool_call_id"] = m.tool_call_id();
-    if (!m.tool_calls_json().empty()) msg["tool_calls"] = json::parse(m.tool_calls_json(), nullptr, false);
+    if (!m.tool_calls_json().empty()) {
+      auto calls = ParseJsonArray(m.tool_calls_json(), "chat.messages[].tool_calls_json");
+      if (!calls.ok()) return calls.status();
+      msg["tool_calls"] = *std::move(calls);
+    }
     in.messages.push_back(std::move(msg));
   }
-  if (!chat.tools_json().empty()) in.tools = json::parse(chat.tools_json(), nullptr, false);
+  if (!chat.tools_json().empty()) {
+    auto tools = ParseJsonArray(chat.tools_json(), "chat.tools_json");
+    if (!tools.ok()) return tools.status();
+    in.tools = *std::move(tools);
+  }
   in.add_generation_prompt = chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
   in.bos_token = SpecialText(vocab, vocab.bos());
   in.eos_token = SpecialText(vocab, vocab.eos());

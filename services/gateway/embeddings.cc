@@ -15,6 +15,7 @@
 #include "libs/engine/embedding.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
+#include "services/gateway/http_util.h"
 #include "services/gateway/text_stream.h"
 
 namespace herd::gateway {
@@ -317,10 +318,8 @@ void HandleEmbeddingsHttp(Gateway* gw, const HttpRequest& hreq, HttpResponse& re
     res.status = HttpStatusFor(s.code());
     res.SetContent(ErrorJson(s).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   };
-  const json body = json::parse(hreq.body, nullptr, /*allow_exceptions=*/false);
-  absl::StatusOr<EmbeddingsHttpRequest> er =
-      body.is_discarded() ? absl::StatusOr<EmbeddingsHttpRequest>(Invalid("request body: invalid JSON"))
-                          : ParseEmbeddingsRequest(body);
+  const absl::StatusOr<json> body = http::ParseJsonObject(hreq.body);
+  absl::StatusOr<EmbeddingsHttpRequest> er = body.ok() ? ParseEmbeddingsRequest(*body) : body.status();
   if (!er.ok()) {
     gw->RecordRequest("http_embeddings", er.status(), absl::Now() - t0);
     send_error(er.status());

@@ -141,7 +141,9 @@ void RegisterChatRoutes(serving::http::Server* server, Gateway* gw) {
     const absl::Time t0 = absl::Now();
     absl::StatusOr<json> body = ParseJsonObject(hreq.body);
     // The body again with its key order kept, for what the template prints (tools).
-    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(hreq.body, nullptr, false);
+    // (Parsed only once the nesting check in ParseJsonObject has passed.)
+    const nlohmann::ordered_json ordered =
+        body.ok() ? nlohmann::ordered_json::parse(hreq.body, nullptr, false) : nlohmann::ordered_json();
     absl::StatusOr<HttpGeneration> gen = body.ok() ? ParseChatRequest(*body, &ordered) : body.status();
     if (gen.ok()) {
       if (absl::Status cs = ApplyConstraints(gw, *body, &*gen); !cs.ok()) gen = cs;

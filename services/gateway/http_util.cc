@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/json_nesting.h"
+
 #include "services/gateway/http_server.h"
 
 namespace herd::gateway {
@@ -174,6 +176,8 @@ absl::Status CheckKnownFields(const json& body, const std::vector<const char*>& 
 }
 
 absl::StatusOr<json> ParseJsonObject(const std::string& body) {
+  // Before parsing: every later walk or copy of the document recurses per level.
+  if (absl::Status s = CheckJsonNesting(body, "request body"); !s.ok()) return s;
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("request body: invalid JSON");
   if (!j.is_object()) return Bad("request body: must be a JSON object");

@@ -52,7 +52,9 @@ int32_t ClampI32(int64_t v);
 /// never ignored.
 absl::Status CheckKnownFields(const json& body, const std::vector<const char*>& known);
 
-/// The request body as a JSON object. INVALID_ARGUMENT "request body: ..." otherwise.
+/// The request body as a JSON object. INVALID_ARGUMENT "request body: ..." otherwise:
+/// invalid JSON, not an object, or nested deeper than kMaxJsonNesting (checked on the
+/// text before parsing, libs/base/json_nesting.h).
 absl::StatusOr<json> ParseJsonObject(const std::string& body);
 
 /// OpenAI finish_reason ("stop" for EOS and stop strings, "length", "cancelled"), or

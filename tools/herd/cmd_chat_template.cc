@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
+#include "libs/base/json_nesting.h"
 #include "libs/base/mmap.h"
 #include "libs/chat/chat_template.h"
 #include "libs/gguf/gguf.h"
@@ -31,6 +32,7 @@ int Fail(const absl::Status& s) {
 absl::StatusOr<nlohmann::ordered_json> ReadJson(const std::string& path) {
   auto text = ReadFileToString(path);
   if (!text.ok()) return text.status();
+  if (absl::Status s = CheckJsonNesting(*text, path); !s.ok()) return s;
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   return j;

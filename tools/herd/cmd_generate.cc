@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 
+#include "libs/base/json_nesting.h"
 #include "libs/grammar/json_schema.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tools/herd/args.h"
@@ -87,6 +88,7 @@ absl::Status SetGrammar(const Args& args, herd::v1::SamplingParams* sp) {
     sp->set_grammar(ss.str());
   }
   if (args.Has("-j")) {
+    if (absl::Status s = CheckJsonNesting(args.Get("-j"), "--json-schema"); !s.ok()) return s;
     const nlohmann::json schema = nlohmann::json::parse(args.Get("-j"), nullptr, /*allow_exceptions=*/false);
     if (schema.is_discarded()) return absl::InvalidArgumentError("--json-schema: invalid JSON");
     auto g = grammar::JsonSchemaToGrammar(schema);

@@ -2,7 +2,7 @@
 //   herd run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t N]
 //            [--spec-type TYPE] [--draft-max N] [--draft-min N] [--model-draft GGUF] ... (speculative)
 //   herd tokenize -m MODEL -p TEXT
-//   herd inspect MODEL
+//   herd inspect MODEL [--tensor NAME [--rows A:B] [--dequant]]
 //   herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf
 // Generated text goes to stdout; logs and timings to stderr. Errors: one line on
 // stderr and exit status 1 (2 for usage errors).
@@ -19,6 +19,7 @@
 
 #include "libs/backend/backend.h"
 #include "libs/base/cpu_features.h"
+#include "libs/base/json_nesting.h"
 #include "libs/base/mmap.h"
 #include "libs/base/version.h"
 #include "libs/engine/generate.h"
@@ -224,6 +225,7 @@ EarlyExit ReadRunGrammar(const Args& args, const std::string& usage, engine::Sam
     sampling->grammar = *text;
   }
   if (args.Has("-j")) {
+    if (absl::Status s = CheckJsonNesting(args.Get("-j"), "--json-schema"); !s.ok()) return Fail(s);
     const nlohmann::json schema = nlohmann::json::parse(args.Get("-j"), nullptr, /*allow_exceptions=*/false);
     if (schema.is_discarded()) return UsageError("--json-schema: invalid JSON", usage);
     auto g = grammar::JsonSchemaToGrammar(schema);
@@ -473,40 +475,6 @@ int CmdTokenize(int argc, char** argv) {
   return 0;
 }
 
-int CmdInspect(int argc, char** argv) {
-  const char* usage =
-      "usage: herd inspect MODEL.gguf\n  prints the GGUF header, every metadata key and the tensor table\n";
-  if (argc < 3) return UsageError("inspect: missing MODEL", usage);
-  if (std::strcmp(argv[2], "-h") == 0 || std::strcmp(argv[2], "--help") == 0) {
-    std::fputs(usage, stdout);
-    return 0;
-  }
-  auto file = gguf::GgufFile::Open(argv[2]);
-  if (!file.ok()) return Fail(file.status());
-  const gguf::GgufFile& f = **file;
-  std::printf("file: %s\nversion: %u\nalignment: %u\nsize: %llu bytes\nmetadata: %zu keys\n", f.path().c_str(),
-              f.version(), f.alignment(), static_cast<unsigned long long>(f.file_size()), f.metadata().size());
-  for (const gguf::KeyValue& kv : f.metadata()) {
-    std::string type = gguf::ValueTypeName(kv.value.type());
-    if (kv.value.type() == gguf::ValueType::ARRAY) {
-      type = absl::StrCat("array[", gguf::ValueTypeName(kv.value.array_type()), ", ", kv.value.array_size(), "]");
-    }
-    std::printf("  %-45s %-22s %s\n", kv.key.c_str(), type.c_str(), kv.value.DebugString().c_str());
-  }
-  std::printf("tensors: %zu\n", f.tensors().size());
-  std::printf("  %-40s %-8s %-28s %12s %12s\n", "name", "type", "ne", "offset", "bytes");
-  uint64_t total = 0;
-  for (const gguf::TensorInfo& t : f.tensors()) {
-    std::string ne;
-    for (uint32_t i = 0; i < t.n_dims; ++i) absl::StrAppend(&ne, i ? " x " : "", t.ne[i]);
-    std::printf("  %-40s %-8s %-28s %12llu %12zu\n", t.name.c_str(), GgmlTypeName(t.type).c_str(), ne.c_str(),
-                static_cast<unsigned long long>(t.offset), t.nbytes);
-    total += t.nbytes;
-  }
-  std::printf("tensor data: %llu bytes\n", static_cast<unsigned long long>(total));
-  return 0;
-}
-
 int CmdConvert(int argc, char** argv) {
   static const std::vector<FlagSpec> specs = {
       {{"--llama2c"}, true, "llama2.c checkpoint (model.bin)", ""},
@@ -536,7 +504,7 @@ const char kUsage[] =
     "commands:\n"
     "  run       generate text from a GGUF model (herd run -h for flags)\n"
     "  tokenize  print the token ids of a text\n"
-    "  inspect   print a GGUF file's metadata and tensor table\n"
+    "  inspect   print a GGUF file's metadata and tensor table, or one tensor's rows (--tensor)\n"
     "  convert   convert a llama2.c checkpoint to GGUF\n"
     "  quantize  quantize a GGUF model (herd quantize IN OUT TYPE)\n"
     "  perplexity  perplexity of a model over a text file\n"
