@@ -136,7 +136,8 @@ struct SchedulerStats {
   int32_t max_batch_sequences = 0;         // most sequences in one forward pass
   int32_t max_batch_tokens = 0;            // most tokens in one forward pass
   uint64_t batch_tokens_total = 0;         // sum of tokens over forward passes
-  uint64_t tokens_generated = 0;           // tokens delivered in StepResults
+  uint64_t tokens_generated = 0;           // tokens sampled: delivered in StepResults, or
+                                           // dropped when Cancel landed during their pass
   uint64_t prompt_tokens = 0;              // prompt tokens evaluated
   uint64_t sequences_started = 0;          // admitted so far
   uint64_t embeddings = 0;                 // Embed() jobs run (successful or not)
