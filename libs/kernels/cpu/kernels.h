@@ -211,7 +211,8 @@ struct RopeParams {
 /// theta_extrap = theta / freq_factors[i] (if non-null), YaRN ramp/mscale, times attn_factor.
 void RopeCache(const RopeParams& p, float pos, const float* freq_factors, float* cos_sin);
 /// Rotates one head vector x (head_dim floats) into y (y == x allowed):
-/// y0 = x0*cos - x1*sin, y1 = x0*sin + x1*cos; dims >= n_dims copied unchanged.
+/// y0 = fma(x0, cos, -(x1*sin)), y1 = fma(x0, sin, x1*cos) (ggml's contracted arithmetic);
+/// dims >= n_dims copied unchanged.
 void RopeApply(const RopeParams& p, const float* cos_sin, const float* x, float* y, int64_t head_dim);
 /// The YaRN correction dims ggml computes (ggml_rope_yarn_corr_dims).
 void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);

@@ -137,8 +137,13 @@ void RopeApply(const RopeParams& p, const float* cos_sin, const float* x, float*
     const int b = p.neox ? i0 / 2 + n_dims / 2 : i0 + 1;
     const float x0 = x[a];
     const float x1 = x[b];
-    y[a] = x0 * c - x1 * s;
-    y[b] = x0 * s + x1 * c;
+    // ggml's CPU build (GCC, -march=native, GNU dialect: -ffp-contract=fast) fuses each
+    // rotated pair into one FMA: x0*cos - x1*sin as fma(x0, cos, -(x1*sin)) and
+    // x0*sin + x1*cos as fma(x0, sin, x1*cos). This file is built with contraction off,
+    // so the fused steps are written out; the plain products round differently in about
+    // one pair in five, and that ulp is enough to flip a later int8 activation rounding.
+    y[a] = std::fma(x0, c, -(x1 * s));
+    y[b] = std::fma(x0, s, x1 * c);
   }
   if (y != x) {
     for (int64_t i = n_dims; i < head_dim; ++i) y[i] = x[i];
