@@ -31,7 +31,7 @@ LDFLAGS=(-fsanitize=fuzzer,address,undefined -pthread)
 for f in /usr/lib/x86_64-linux-gnu/libabsl_*.so; do LDFLAGS+=("$f"); done
 LDFLAGS+=(-licui18n -licuuc -licudata)
 
-BASE=(libs/base/cpu_features.cc libs/base/log.cc libs/base/mmap.cc libs/base/thread_pool.cc)
+BASE=(libs/base/cpu_features.cc libs/base/json_nesting.cc libs/base/log.cc libs/base/mmap.cc libs/base/thread_pool.cc)
 GGUF=(libs/gguf/gguf.cc libs/gguf/ggml_type.cc "${BASE[@]}")
 TOKENIZER=(libs/tokenizer/pre_tokenizers.cc libs/tokenizer/tokenize_bpe.cc libs/tokenizer/tokenize_spm.cc
   libs/tokenizer/tokenize_wpm.cc libs/tokenizer/tokenizer.cc libs/tokenizer/unicode.cc
@@ -41,7 +41,7 @@ declare -A SRCS=(
   [tokenizer_fuzz]="tests/fuzz/tokenizer_fuzz.cc ${TOKENIZER[*]}"
   [detokenizer_fuzz]="tests/fuzz/detokenizer_fuzz.cc ${TOKENIZER[*]}"
   [ngram_cache_fuzz]="tests/fuzz/ngram_cache_fuzz.cc libs/engine/spec/ngram_cache.cc libs/engine/spec/spec_config.cc ${BASE[*]}"
-  [http_request_fuzz]="tests/fuzz/http_request_fuzz.cc libs/serving/http_parse.cc"
+  [http_request_fuzz]="tests/fuzz/http_request_fuzz.cc libs/serving/http_parse.cc libs/base/json_nesting.cc"
 )
 # Objects built with other flags (or another compiler) are stale: start over.
 flags="$CXX ${CXXFLAGS[*]}"

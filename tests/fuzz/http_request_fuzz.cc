@@ -3,7 +3,10 @@
 // picks the limits (small ones, so the 431/413 paths are reached), the rest is the bytes
 // a client sent. A request that is accepted must satisfy the checks the server relies
 // on, and its canonical re-serialization (Content-Length framing) must parse back to the
-// same request.
+// same request. Its body then goes where the gateway sends a JSON body: the nesting
+// bound (libs/base/json_nesting.h, byte 0 bit 3 picks a limit of 8 or 256) must agree
+// with the depth of the parsed value, and a body within it must survive the recursive
+// walks the gateway's handlers make (copy, dump, compare).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +18,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 
+#include "nlohmann/json.hpp"
+
+#include "libs/base/json_nesting.h"
 #include "libs/serving/http_parse.h"
 
 namespace {
@@ -99,5 +105,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(again.request.body == req.body, "same body");
   Check(again.request.headers.size() == fields.size() + 1, "same fields");
   for (size_t i = 0; i < fields.size(); ++i) Check(again.request.headers[i] == fields[i], "same field");
+
+  // The body as JSON (services/gateway/http_util.cc ParseJsonObject): checked on the text,
+  // then parsed (nlohmann parses iteratively; copies and dumps recurse per level).
+  const int max_depth = (sel & 8) ? 8 : herd::kMaxJsonNesting;
+  const bool within = herd::CheckJsonNesting(req.body, "request body", max_depth).ok();
+  const nlohmann::json j = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_discarded()) {
+    Check(within == herd::CheckJsonValueNesting(j, "request body", max_depth).ok(),
+          "the text's nesting bound agrees with the parsed value's depth");
+    if (within) {
+      const nlohmann::json copy = j;
+      Check(copy == j, "a copy of a body within the bound equals it");
+      Check(nlohmann::json::parse(copy.dump()) == j, "its dump parses back to it");
+    }
+  }
   return 0;
 }
