@@ -452,6 +452,40 @@ TEST(ChatTemplate, HostileTemplatesAndInputsAreBounded) {
   EXPECT_NE(std::string(r.status().message()).find("nested deeper than 512"), std::string::npos) << r.status();
 }
 
+// 10^5-10^6 levels wherever a template or its input can nest: the template source
+// (a GGUF's tokenizer.chat_template), the input JSON (messages, tools), and values a
+// template builds in a loop. Each is an error naming its limit, never a stack overflow.
+TEST(ChatTemplate, HundredThousandDeepNestingIsAnErrorNeverACrash) {
+  const std::string parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  auto t = ChatTemplate::Parse(parens);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find("nested too deeply"), std::string::npos) << t.status();
+  const std::string lists = "{{ " + std::string(100000, '[') + std::string(100000, ']') + " }}";
+  t = ChatTemplate::Parse(lists);
+  ASSERT_FALSE(t.ok());
+  std::string blocks;
+  for (int i = 0; i < 100000; ++i) blocks += "{% if true %}";
+  t = ChatTemplate::Parse(blocks);
+  ASSERT_FALSE(t.ok());
+
+  const std::string deep_input = "{\"x\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  auto r = Apply("{{ x }}", deep_input);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("nested deeper than 512"), std::string::npos) << r.status();
+
+  // A list wrapped 10^5 times by a loop: printing it fails at the nesting limit, and the
+  // value is freed without recursing.
+  r = Apply(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+      "{{ ns.x | tojson }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("nesting too deep"), std::string::npos) << r.status();
+  r = Apply(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+      "{{ ns.x }}");
+  ASSERT_FALSE(r.ok());
+}
+
 TEST(ChatTemplate, SelfReferencingNamespaceDoesNotCrashOrLeak) {
   auto r = Apply("{% set ns = namespace() %}{% set ns.me = ns %}{% set ns.l = [ns] %}{{ ns.l | length }}{{ ns }}");
   EXPECT_FALSE(r.ok());  // printing a self-containing value hits the nesting limit

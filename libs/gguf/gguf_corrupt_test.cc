@@ -257,6 +257,28 @@ TEST(GgufCorrupt, ArraysNestedTooDeep) {
   EXPECT_EQ(Parse(w2.WriteToString()), "OK");
 }
 
+// A file whose one key nests 10^5 arrays (hand-written bytes: GGUF v3, no tensors,
+// ARRAY of ARRAY ... of one INT32): refused at level 17, without recursing 10^5 deep.
+TEST(GgufCorrupt, ArraysNestedHundredThousandDeep) {
+  auto u32 = [](std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [](std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); };
+  std::string img = "GGUF";
+  u32(&img, 3);
+  u64(&img, 0);  // tensors
+  u64(&img, 1);  // keys
+  u64(&img, 4);
+  img += "deep";
+  u32(&img, 9);  // ARRAY
+  for (int i = 0; i < 100000; ++i) {
+    u32(&img, 9);  // element type ARRAY
+    u64(&img, 1);  // one element
+  }
+  u32(&img, 5);  // INT32
+  u64(&img, 1);
+  u32(&img, 7);
+  EXPECT_CORRUPT(img, "key 'deep': arrays nested deeper than 16");
+}
+
 TEST(GgufCorrupt, DuplicateKeysAndTensorNames) {
   const std::string img = Baseline();
   std::string k = img;

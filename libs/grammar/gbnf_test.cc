@@ -100,6 +100,11 @@ TEST(GbnfParse, SizeLimits) {
   r = Grammar::Parse(deep);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("nested deeper"), std::string::npos);
+  // 10^5 levels: refused the same way, the parser never recursing past its limit.
+  const std::string hundred_k = "root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')');
+  r = Grammar::Parse(hundred_k);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("nested deeper"), std::string::npos) << r.status();
 }
 
 TEST(GbnfParse, RulesMatchLlamaCppLayout) {

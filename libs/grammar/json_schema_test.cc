@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 
 #include "libs/grammar/gbnf.h"
@@ -141,6 +142,34 @@ TEST(JsonSchema, LlamaCppRuleShapes) {
   EXPECT_NE(g->find("root ::= \"{\" space a-kv \"}\" space"), std::string::npos) << *g;
   EXPECT_NE(g->find("a-kv ::= \"\\\"a\\\"\" space \":\" space integer"), std::string::npos) << *g;
   EXPECT_NE(g->find("space ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}"), std::string::npos) << *g;
+}
+
+}  // namespace
+}  // namespace herd::grammar
+
+namespace herd::grammar {
+namespace {
+
+// A parsed schema 10^6 levels deep (nlohmann parses iteratively; the converter copies
+// subschemas, a recursion per level): refused before any walk, naming the limit.
+TEST(JsonSchema, MillionDeepParsedSchemaIsRefused) {
+  std::string text;
+  for (int i = 0; i < 1000000; ++i) text += R"({"type":"object","properties":{"k":)";
+  text += "{}";
+  for (int i = 0; i < 1000000; ++i) text += "}}";
+  const nlohmann::json schema = nlohmann::json::parse(text);
+  auto g = JsonSchemaToGrammar(schema);
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(g.status())) << g.status();
+  EXPECT_NE(std::string(g.status().message()).find("json_schema: JSON nested deeper than 256 levels"),
+            std::string::npos)
+      << g.status();
+  // 40 schema levels (80 JSON levels) convert.
+  std::string ok;
+  for (int i = 0; i < 40; ++i) ok += R"({"type":"object","properties":{"k":)";
+  ok += "{}";
+  for (int i = 0; i < 40; ++i) ok += "}}";
+  EXPECT_TRUE(JsonSchemaToGrammar(nlohmann::json::parse(ok)).ok());
 }
 
 }  // namespace
