@@ -37,7 +37,10 @@ namespace herd::grammar {
 /// Converts `schema` to a GBNF grammar whose `root` matches exactly the JSON texts
 /// (with llama.cpp's optional whitespace) that the converter's subset allows; every such
 /// text validates against the schema. Errors: INVALID_ARGUMENT naming the JSON pointer
-/// of the offending keyword ("json_schema/properties/a/pattern: not supported").
+/// of the offending keyword ("json_schema/properties/a/pattern: not supported"); a schema
+/// nested deeper than 64 schema levels (objects, arrays, alternatives, $ref chains), or a
+/// document deeper than kMaxJsonNesting (libs/base/json_nesting.h) arrays and objects,
+/// checked before any walk.
 absl::StatusOr<std::string> JsonSchemaToGrammar(const nlohmann::json& schema);
 
 /// The grammar of any JSON object (llama.cpp server's response_format json_object):

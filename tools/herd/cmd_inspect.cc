@@ -84,7 +84,7 @@ absl::Status ParseRows(const std::string& spec, int64_t n_rows, int64_t* a, int6
 int CmdInspect(int argc, char** argv) {
   static const std::vector<FlagSpec> specs = {
       {{"--tensor"}, true, "print this tensor's data, one row (ne0 elements) per line", ""},
-      {{"--rows"}, true, "rows A:B (half-open; default all) of --tensor", ""},
+      {{"--rows"}, true, "A:B: rows A to B-1 of --tensor (either side may be left out: 5:, :8)", ""},
       {{"--dequant"}, false, "print --tensor's values as floats (ggml's to_float) instead of raw block bytes", ""},
       {{"-h", "--help"}, false, "show this help", ""},
   };
@@ -138,7 +138,7 @@ int CmdInspect(int argc, char** argv) {
   std::string ne;
   for (uint32_t i = 0; i < t->n_dims; ++i) absl::StrAppend(&ne, i ? " x " : "", t->ne[i]);
   std::fprintf(stderr,
-               "tensor %s: type %s, ne %s, %zu bytes per row (%" PRId64 " blocks of %" PRId64
+               "tensor %s: type %s, ne %s, %zu bytes per row (blocks: %" PRId64 " x %" PRId64
                " elements), rows %" PRId64 ":%" PRId64 " of %" PRId64 "%s\n",
                name.c_str(), GgmlTypeName(t->type).c_str(), ne.c_str(), row_bytes, ne0 / traits->block_size,
                traits->block_size, a, b, n_rows, dequant ? ", dequantized" : ", raw bytes");

@@ -88,7 +88,7 @@ TEST(CmdInspect, RawRowsAreTheBlockBytesInHex) {
   EXPECT_EQ(blocks[0].substr(0, 6), "003cf0");
   // Row 1 block 1: d = 1.5 (F16 0x3e00), qs[0] = 15 (0x0f).
   EXPECT_EQ(blocks[1].substr(0, 6), "003e0f");
-  EXPECT_NE(r.err.find("tensor t: type Q8_0, ne 64 x 2, 68 bytes per row (2 blocks of 32 elements), rows 1:2 of 2"),
+  EXPECT_NE(r.err.find("tensor t: type Q8_0, ne 64 x 2, 68 bytes per row (blocks: 2 x 32 elements), rows 1:2 of 2"),
             std::string::npos)
       << r.err;
 }
