@@ -29,17 +29,19 @@ done
 # Node.js + npm for the OpenAI Node client test (images with their own Node keep it).
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 
-# The official OpenAI Node client for tests/e2e:openai_node_test, from the npm registry
+# The official OpenAI Node client and the AI SDK for tests/e2e:openai_node_test, from the npm registry
 # into a cache outside the repo (tools/test.sh passes it as HERD_NODE_MODULES).
 install_openai_node() {
   local dir="${HERD_NODE_CACHE:-$HOME/.cache/herd-openai-node}"
-  local want; want=$(sed -n 's/.*"openai": "\(.*\)".*/\1/p' "$(dirname "$0")/../tests/e2e/openai_node/package.json")
-  if [[ -f "$dir/node_modules/openai/package.json" ]] && grep -q "\"version\": \"$want\"" "$dir/node_modules/openai/package.json"; then
+  local pkg; pkg="$(dirname "$0")/../tests/e2e/openai_node/package.json"
+  # Installed already when the cache holds this package.json and its packages.
+  if cmp -s "$pkg" "$dir/package.json" && [[ -f "$dir/node_modules/openai/package.json" ]] &&
+    [[ -f "$dir/node_modules/ai/package.json" ]]; then
     return 0
   fi
   mkdir -p "$dir"
-  cp "$(dirname "$0")/../tests/e2e/openai_node/package.json" "$dir/package.json"
-  (cd "$dir" && npm install --no-audit --no-fund --silent) || echo "setup: warning: npm install of the openai client failed" >&2
+  cp "$pkg" "$dir/package.json"
+  (cd "$dir" && npm install --no-audit --no-fund --silent) || echo "setup: warning: npm install of the Node clients failed" >&2
 }
 
 if ((${#missing[@]} == 0)); then

@@ -73,6 +73,24 @@ absl::Status ValidateChatPrompt(const v1::ChatPrompt& chat, int64_t max_bytes) {
     return Invalid(
         absl::StrCat("chat.messages: ", bytes, " bytes of content exceed the limit of ", max_bytes, " bytes"));
   }
+  const std::string& tc = chat.tool_choice();
+  if (!tc.empty() && tc != "auto" && tc != "none" && tc != "required" && tc != "function") {
+    return Invalid(absl::StrCat("chat.tool_choice: '", tc, "' is not one of auto, none, required, function"));
+  }
+  if (tc == "function" && chat.tool_choice_function().empty()) {
+    return Invalid("chat.tool_choice_function: required when tool_choice is \"function\"");
+  }
+  if ((tc == "required" || tc == "function") && chat.tools_json().empty()) {
+    return Invalid(absl::StrCat("chat.tool_choice: \"", tc, "\" needs tools"));
+  }
+  const std::string& rf = chat.reasoning_format();
+  if (!rf.empty() && rf != "auto" && rf != "deepseek" && rf != "none") {
+    return Invalid(absl::StrCat("chat.reasoning_format: '", rf, "' is not one of auto, deepseek, none"));
+  }
+  const std::string& re = chat.reasoning_effort();
+  if (!re.empty() && re != "minimal" && re != "low" && re != "medium" && re != "high") {
+    return Invalid(absl::StrCat("chat.reasoning_effort: '", re, "' is not one of minimal, low, medium, high"));
+  }
   return absl::OkStatus();
 }
 
@@ -90,12 +108,16 @@ absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const C
     }
     in.messages.push_back(std::move(msg));
   }
-  if (!chat.tools_json().empty()) {
+  if (!chat.tools_json().empty() && chat.tool_choice() != "none") {
     auto tools = ParseJsonArray(chat.tools_json(), "chat.tools_json");
     if (!tools.ok()) return tools.status();
     in.tools = *std::move(tools);
   }
   in.add_generation_prompt = chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
+  // reasoning_effort reaches templates that read it (gpt-oss); others never see it.
+  if (!chat.reasoning_effort().empty() && absl::StrContains(info.tmpl->source(), "reasoning_effort")) {
+    in.extra_context["reasoning_effort"] = chat.reasoning_effort();
+  }
   in.bos_token = SpecialText(vocab, vocab.bos());
   in.eos_token = SpecialText(vocab, vocab.eos());
   auto text = info.tmpl->Apply(in);

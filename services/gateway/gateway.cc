@@ -10,11 +10,13 @@
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/method_handler.h"
+#include "nlohmann/json.hpp"
 
 #include "libs/base/log.h"
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/spec_loop.h"
 #include "libs/engine/spec/spec_proto.h"
+#include "libs/toolcall/forced_call.h"
 #include "services/gateway/chat_prompt.h"
 #include "services/gateway/completion.h"
 #include "services/gateway/request_validation.h"
@@ -244,6 +246,7 @@ absl::Status Gateway::TokenizePrompt(const v1::GenerateRequest& req, Generation*
     if (!tmpl.ok()) return tmpl.status();
     auto text = RenderChatPrompt(req.chat(), **tmpl, *g->vocab);
     if (!text.ok()) return text.status();
+    if (absl::Status s = ChatOutputRules(req.chat(), (*tmpl)->tmpl->source(), *text, g); !s.ok()) return s;
     g->prompt = g->vocab->Tokenize(*text, /*add_special=*/true, /*parse_special=*/true);
     if (g->prompt.empty()) return Invalid("chat: the rendered prompt tokenizes to no tokens");
     return absl::OkStatus();
@@ -306,6 +309,31 @@ absl::Status Gateway::PrepareSteps(const v1::GenerateRequest& req, Generation* g
   g->ignore_eos = req.ignore_eos();
   if (absl::Status s = ValidateLogitBiasIds(req.sampling(), g->vocab->n_tokens()); !s.ok()) return s;
   g->sampling = req.sampling();
+  if (!g->forced_grammar.empty()) {
+    if (g->sampling.has_grammar() && !g->sampling.grammar().empty()) {
+      return Invalid(absl::StrCat("chat.tool_choice: \"", req.chat().tool_choice(),
+                                  "\" forces a grammar and cannot be combined with a grammar, json_schema or "
+                                  "response_format"));
+    }
+    g->sampling.set_grammar(g->forced_grammar);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Gateway::ChatOutputRules(const v1::ChatPrompt& chat, const std::string& template_source,
+                                      const std::string& rendered, Generation* g) {
+  const std::string& choice = chat.tool_choice();
+  if (!chat.tools_json().empty() && choice != "none") g->parse.format = toolcall::DetectFormat(template_source);
+  const std::string& rf = chat.reasoning_format().empty() ? opts_.reasoning_format : chat.reasoning_format();
+  g->parse.reasoning = rf != "none" && toolcall::TemplateHasThinking(template_source);
+  g->parse.reasoning_open = g->parse.reasoning && toolcall::PromptOpensThinking(rendered);
+  if (choice != "required" && choice != "function") return absl::OkStatus();
+  const nlohmann::json tools = nlohmann::json::parse(chat.tools_json(), nullptr, false);  // validated by ValidateChatPrompt
+  auto gbnf = toolcall::ForcedCallGrammar(g->parse.format, tools,
+                                          choice == "function" ? chat.tool_choice_function() : std::string(),
+                                          !chat.has_parallel_tool_calls() || chat.parallel_tool_calls());
+  if (!gbnf.ok()) return Invalid(std::string(gbnf.status().message()));
+  g->forced_grammar = *std::move(gbnf);
   return absl::OkStatus();
 }
 

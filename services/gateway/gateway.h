@@ -85,6 +85,10 @@ struct GatewayOptions {
   std::string chat_template;
   /// Makes the drafters instead of draft-worker sessions (tests); unset = DraftClient.
   DrafterFactory drafter_factory;
+  /// llama-server's --reasoning-format default for chat requests that name none:
+  /// "auto" / "deepseek" split <think> text of templates that use it into
+  /// reasoning_content; "none" leaves it in the content.
+  std::string reasoning_format = "auto";
 };
 
 /// Receives the messages of one generation.
@@ -180,6 +184,11 @@ class Gateway {
   absl::Status PrepareSteps(const v1::GenerateRequest& req, Generation* g);
   absl::Status CheckModelServed(const std::string& model) const;
   absl::Status TokenizePrompt(const v1::GenerateRequest& req, Generation* g);
+  // The output rules of a chat prompt rendered with `template_source` into `rendered`:
+  // g->parse (tool-call family, reasoning split) and, for tool_choice "required" or
+  // "function", g->forced_grammar. INVALID_ARGUMENT naming the field.
+  absl::Status ChatOutputRules(const v1::ChatPrompt& chat, const std::string& template_source,
+                               const std::string& rendered, Generation* g);
   absl::Status FitContext(const v1::GenerateRequest& req, Generation* g);
   // One attempt on one worker: the session (worker_session.h), a plain or speculative
   // loop (libs/engine/spec/spec_loop.h) delivering messages through a CompletionTracker

@@ -1084,6 +1084,22 @@ TEST_F(GatewayTest, HttpChatCompletions) {
             "tool_choice"},
            {{{"model", "stories260K"},
              {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+             {"tool_choice", "sometimes"}},
+            "tool_choice"},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+             {"tool_choice", json{{"type", "function"}}}},
+            "tool_choice.function"},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+             {"reasoning_format", "verbose"}},
+            "reasoning_format"},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+             {"reasoning_effort", "extreme"}},
+            "reasoning_effort"},
+           {{{"model", "stories260K"},
+             {"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
              {"frobnicate", 1}},
             "frobnicate"},
            {{{"model", "stories260K"},
@@ -1132,6 +1148,125 @@ TEST_F(GatewayTest, GrpcChatPromptUsesTheTemplate) {
   req.mutable_chat()->clear_messages();
   c = Run(t.get(), req);
   EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// Tool calls and reasoning in chat output, with a template in the Hermes family that
+// knows <think>: parsed into reasoning_content / content / tool_calls, the same streamed
+// and whole; tool_choice "required" / a named function reach the worker as a grammar;
+// "none" hides the tools and parses nothing; reasoning_format "none" keeps <think> in
+// the content.
+TEST_F(GatewayTest, ChatToolCallsAndReasoning) {
+  const std::string out =
+      "<think>Need the weather.</think>Let me look.<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const std::vector<int32_t> ids = vocab_->Tokenize(out, false, false);
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = ids;
+    c.n_ctx = c.n_ctx_seq = 2048;
+  });
+  auto t = StartGateway({w}, [](GatewayOptions& o) {
+    o.chat_template =
+        "{# Hermes-style: calls as <tool_call>{json}</tool_call>; reasoning in <think> #}"
+        "{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}"
+        "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  });
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  json body = {{"model", "stories260K"},
+               {"messages", json::array({json{{"role", "user"}, {"content", "Weather in Paris?"}}})},
+               {"tools", tools},
+               {"max_tokens", 400}};
+  auto res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  const json& msg = j["choices"][0]["message"];
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << res->body;
+  EXPECT_EQ(msg["reasoning_content"], "Need the weather.") << res->body;
+  EXPECT_EQ(msg["content"], "Let me look.") << res->body;
+  ASSERT_EQ(msg["tool_calls"].size(), 1u) << res->body;
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  const int prompt_with_tools = j["usage"]["prompt_tokens"];
+
+  // Streamed: the deltas add up to the same message.
+  body["stream"] = true;
+  res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string reasoning, content, finish;
+  json calls = json::array();
+  for (const std::string& line : std::vector<std::string>(absl::StrSplit(res->body, '\n'))) {
+    if (!absl::StartsWith(line, "data: {")) continue;
+    const json c = json::parse(line.substr(6));
+    const json& d = c["choices"][0]["delta"];
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (d.contains("tool_calls")) {
+      for (const json& tc : d["tool_calls"]) {
+        EXPECT_EQ(tc["index"], calls.size());
+        calls.push_back(tc["function"]);
+      }
+    }
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(reasoning, "Need the weather.");
+  EXPECT_EQ(content, "Let me look.");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], msg["tool_calls"][0]["function"]);
+  EXPECT_EQ(finish, "tool_calls");
+
+  // reasoning_format none: the <think> text stays in the content.
+  body["stream"] = false;
+  body["reasoning_format"] = "none";
+  res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
+  EXPECT_EQ(absl::StripLeadingAsciiWhitespace(j["choices"][0]["message"]["content"].get<std::string>()),
+            "<think>Need the weather.</think>Let me look.")
+      << res->body;
+  EXPECT_FALSE(j["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  body.erase("reasoning_format");
+
+  // tool_choice none: the tools are not shown and nothing is parsed as a call.
+  body["tool_choice"] = "none";
+  res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
+  EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls")) << res->body;
+  EXPECT_TRUE(absl::StrContains(j["choices"][0]["message"]["content"].get<std::string>(), "<tool_call>"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(w->last_start().sampling().has_grammar());
+  EXPECT_LT(j["usage"]["prompt_tokens"].get<int>() + 20, prompt_with_tools) << "the tools are not in the prompt";
+
+  // required / a named function: the worker gets the grammar forcing the call syntax.
+  for (const json& choice : {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    body["tool_choice"] = choice;
+    res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const std::string grammar = w->last_start().sampling().grammar();
+    EXPECT_TRUE(absl::StrContains(grammar, "<tool_call>") && absl::StrContains(grammar, "get_weather")) << grammar;
+  }
+  // A forced choice cannot be combined with another constraint, nor name an unknown tool.
+  body["tool_choice"] = "required";
+  body["grammar"] = "root ::= \"x\"";
+  res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  body.erase("grammar");
+  body["tool_choice"] = json{{"type", "function"}, {"function", {{"name", "nope"}}}};
+  res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_TRUE(absl::StrContains(res->body, "'nope' is not one of the tools")) << res->body;
 }
 
 TEST_F(GatewayTest, ContextSemanticsAsLlamaCpp) {

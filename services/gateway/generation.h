@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 
 #include "libs/engine/spec/spec_config.h"
+#include "libs/toolcall/tool_calls.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/common.pb.h"
 
@@ -34,6 +35,12 @@ class Generation {
   /// The speculative configuration: the gateway's defaults with the request's fields
   /// laid over them (validated).
   engine::spec::SpecConfig spec;
+  /// How the output is parsed into reasoning, content and tool calls (chat prompts:
+  /// the template family's syntax when tools are offered; <think> splitting per the
+  /// reasoning format). Format kNone and no reasoning: the text as it is.
+  toolcall::ParserConfig parse;
+  /// tool_choice "required" / a named function: the grammar that forces the call.
+  std::string forced_grammar;
 
   // Run state.
   int completion = 0;

@@ -1,8 +1,10 @@
 // POST /v1/chat/completions: OpenAI's chat API over Gateway::Prepare/Run. Messages
 // become a herd.v1.ChatPrompt, which the gateway renders with the model's chat template
 // (chat_prompt.h), exactly as the gRPC Generate path does for GenerateRequest.chat.
-// Reasoning and tool-call parsing of the output are not done: the assistant message's
-// content is the generated text.
+// The output is split into reasoning_content, content and tool_calls by
+// libs/toolcall in http_generation.cc, per the rules the gateway derived from the
+// template (Generation::parse); tool_choice "required" or a named function is forced by
+// a grammar (libs/toolcall/forced_call.h).
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -84,20 +86,68 @@ absl::Status ParseTools(const json& body, const nlohmann::ordered_json* ordered,
   std::string choice = "auto";
   auto tc = body.find("tool_choice");
   if (tc != body.end() && !tc->is_null()) {
-    if (!tc->is_string() || (*tc != "auto" && *tc != "none")) {
-      return Bad(
-          "tool_choice: only \"auto\" and \"none\" are supported (the output is not constrained to a tool call)");
+    if (tc->is_string()) {
+      choice = tc->get<std::string>();
+      if (choice != "auto" && choice != "none" && choice != "required") {
+        return Bad(absl::StrCat("tool_choice: '", choice,
+                                "' is not one of \"auto\", \"none\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
+      }
+    } else if (tc->is_object()) {
+      auto type = tc->find("type");
+      if (type == tc->end() || !type->is_string() || *type != "function") {
+        return Bad("tool_choice.type: must be \"function\"");
+      }
+      auto fn = tc->find("function");
+      if (fn == tc->end() || !fn->is_object()) return Bad("tool_choice.function: must be an object with a name");
+      auto name = fn->find("name");
+      if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {
+        return Bad("tool_choice.function.name: must be a non-empty string");
+      }
+      choice = "function";
+      chat->set_tool_choice_function(name->get<std::string>());
+    } else {
+      return Bad("tool_choice: must be a string or an object");
     }
-    choice = tc->get<std::string>();
   }
+  bool parallel = true, has = false;
+  if (absl::Status s = GetBool(body, "parallel_tool_calls", &parallel, &has); !s.ok()) return s;
+  if (has) chat->set_parallel_tool_calls(parallel);
   auto tools = body.find("tools");
-  if (tools == body.end() || tools->is_null()) return absl::OkStatus();
+  const bool forced = choice == "required" || choice == "function";
+  if (tools == body.end() || tools->is_null()) {
+    if (forced) return Bad(absl::StrCat("tool_choice: \"", choice, "\" needs a non-empty tools array"));
+    return absl::OkStatus();
+  }
   if (!tools->is_array()) return Bad("tools: must be an array");
   for (size_t i = 0; i < tools->size(); ++i) {
     if (!(*tools)[i].is_object()) return Bad(absl::StrCat("tools[", i, "]: must be an object"));
   }
+  if (forced && tools->empty()) return Bad(absl::StrCat("tool_choice: \"", choice, "\" needs a non-empty tools array"));
+  if (choice != "auto") chat->set_tool_choice(choice);
   if (choice != "none" && !tools->empty()) {
     chat->set_tools_json(ordered != nullptr ? DumpOrdered((*ordered)["tools"]) : Dump(*tools));
+  }
+  return absl::OkStatus();
+}
+
+// llama-server's reasoning_format and OpenAI's reasoning_effort.
+absl::Status ParseReasoning(const json& body, v1::ChatPrompt* chat) {
+  std::string s;
+  bool has = false;
+  if (absl::Status st = GetString(body, "reasoning_format", &s, &has); !st.ok()) return st;
+  if (has) {
+    if (s != "auto" && s != "deepseek" && s != "none") {
+      return Bad(absl::StrCat("reasoning_format: '", s, "' is not one of auto, deepseek, none"));
+    }
+    chat->set_reasoning_format(s);
+  }
+  if (absl::Status st = GetString(body, "reasoning_effort", &s, &has); !st.ok()) return st;
+  if (has) {
+    if (s != "minimal" && s != "low" && s != "medium" && s != "high") {
+      return Bad(absl::StrCat("reasoning_effort: '", s, "' is not one of minimal, low, medium, high"));
+    }
+    chat->set_reasoning_effort(s);
   }
   return absl::OkStatus();
 }
@@ -108,7 +158,7 @@ absl::Status ParseTools(const json& body, const nlohmann::ordered_json* ordered,
 absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body, const nlohmann::ordered_json* ordered) {
   std::vector<const char*> known = CommonFields();
   known.insert(known.end(), {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice",
-                             "parallel_tool_calls"});
+                             "parallel_tool_calls", "reasoning_format", "reasoning_effort"});
   absl::Status s = CheckKnownFields(body, known);
   if (!s.ok()) return s;
   HttpGeneration gen;
@@ -122,6 +172,7 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body, const nlohmann
     if (!(s = ParseMessage((*messages)[i], om, i, chat->add_messages())).ok()) return s;
   }
   if (!(s = ParseTools(body, ordered, chat)).ok()) return s;
+  if (!(s = ParseReasoning(body, chat)).ok()) return s;
   bool logprobs = false, has = false;
   if (!(s = GetBool(body, "logprobs", &logprobs, &has)).ok()) return s;
   int64_t top = 0;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/toolcall/tool_calls.h"
 #include "services/gateway/constraints.h"
 #include "services/gateway/http_util.h"
 #include "services/gateway/text_stream.h"
@@ -185,6 +186,12 @@ struct ResponseMeta {
   bool want_logprobs = false;
   int top_logprobs = 0;
   std::shared_ptr<const tokenizer::Vocab> vocab;
+  /// Chat: how the output splits into reasoning, content and tool calls (the same for
+  /// every choice); format kNone without reasoning = the text as it is.
+  toolcall::ParserConfig parse;
+  bool parsed() const {
+    return kind == ApiKind::kChat && (parse.format != toolcall::Format::kNone || parse.reasoning);
+  }
 
   json Envelope(bool chunk) const {
     const char* object =
@@ -196,6 +203,22 @@ struct ResponseMeta {
 json FinishJson(v1::FinishReason r) {
   const char* f = FinishString(r);
   return f != nullptr ? json(f) : json(nullptr);
+}
+
+// OpenAI's finish_reason "tool_calls": the model stopped after making calls.
+json FinishJson(v1::FinishReason r, bool made_calls) {
+  if (made_calls && (r == v1::FINISH_REASON_EOS || r == v1::FINISH_REASON_STOP)) return json("tool_calls");
+  return FinishJson(r);
+}
+
+// One call in OpenAI's shape; `index` only in stream deltas (>= 0).
+json ToolCallJson(const toolcall::ToolCall& c, int index) {
+  json j = json::object();
+  if (index >= 0) j["index"] = index;
+  j["id"] = absl::StrCat("call_", c.id);
+  j["type"] = "function";
+  j["function"] = json{{"name", c.name}, {"arguments", c.arguments}};
+  return j;
 }
 
 // One streamed choice: writes "data: {...}" events through the request's shared writer.
@@ -220,25 +243,46 @@ class StreamWriter {
 class SseChoiceSink : public GenerateSink {
  public:
   SseChoiceSink(StreamWriter* w, const ResponseMeta* meta, int index)
-      : w_(w), meta_(meta), index_(index), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {}
+      : w_(w), meta_(meta), index_(index), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {
+    if (meta->parsed()) parser_ = std::make_unique<toolcall::StreamParser>(meta->parse);
+  }
   bool Write(const v1::GenerateResponse& msg) override {
     const bool finish = msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
     if (msg.has_usage()) usage_ = msg.usage();
     lp_.Reset();
     if (meta_->want_logprobs) lp_.Add(msg);
     const bool first_chat = meta_->kind == ApiKind::kChat && !sent_role_;
-    if (msg.text().empty() && !finish && lp_.empty() && !first_chat) return !w_->gone();
+    toolcall::StreamParser::Delta d;
+    if (parser_ != nullptr) {
+      d = parser_->Feed(msg.text());
+      if (finish) {
+        toolcall::StreamParser::Delta rest = parser_->Finish();
+        d.reasoning += rest.reasoning;
+        d.content += rest.content;
+        for (auto& c : rest.calls) d.calls.push_back(std::move(c));
+      }
+    } else {
+      d.content = msg.text();
+    }
+    if (d.empty() && !finish && lp_.empty() && !first_chat) return !w_->gone();
+    const bool made_calls = parser_ != nullptr && !parser_->message().tool_calls.empty();
     json choice = {{"index", index_},
                    {"logprobs", meta_->want_logprobs && !lp_.empty() ? lp_.ToJson() : json(nullptr)},
-                   {"finish_reason", FinishJson(msg.finish_reason())}};
+                   {"finish_reason", FinishJson(msg.finish_reason(), made_calls)}};
     if (meta_->kind == ApiKind::kChat) {
       json delta = json::object();
       if (first_chat) delta["role"] = "assistant";
-      if (!msg.text().empty() || first_chat) delta["content"] = msg.text();
+      if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+      if (!d.content.empty() || (first_chat && d.reasoning.empty() && d.calls.empty())) delta["content"] = d.content;
+      if (!d.calls.empty()) {
+        json calls = json::array();
+        for (const auto& [i, c] : d.calls) calls.push_back(ToolCallJson(c, i));
+        delta["tool_calls"] = std::move(calls);
+      }
       choice["delta"] = std::move(delta);
       sent_role_ = true;
     } else {
-      choice["text"] = msg.text();
+      choice["text"] = d.content;
     }
     json chunk = meta_->Envelope(/*chunk=*/true);
     chunk["choices"] = json::array({choice});
@@ -259,6 +303,7 @@ class SseChoiceSink : public GenerateSink {
   LogprobsAcc lp_;
   bool sent_role_ = false;
   v1::Usage usage_;
+  std::unique_ptr<toolcall::StreamParser> parser_;  // null: the text as it is
 };
 
 // Collects one whole choice for the non-streaming response.
@@ -280,7 +325,23 @@ class CollectSink : public GenerateSink {
     json choice = {{"index", index_},
                    {"logprobs", meta_->want_logprobs ? lp_.ToJson() : json(nullptr)},
                    {"finish_reason", FinishJson(finish_)}};
-    if (meta_->kind == ApiKind::kChat) {
+    if (meta_->kind == ApiKind::kChat && meta_->parsed()) {
+      // The same parser as a stream, fed the whole text: streamed == whole.
+      toolcall::StreamParser parser(meta_->parse);
+      parser.Feed(text_);
+      parser.Finish();
+      const toolcall::Message& m = parser.message();
+      json message = {{"role", "assistant"}};
+      message["content"] = m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(m.content);
+      if (!m.reasoning.empty()) message["reasoning_content"] = m.reasoning;
+      if (!m.tool_calls.empty()) {
+        json calls = json::array();
+        for (const toolcall::ToolCall& c : m.tool_calls) calls.push_back(ToolCallJson(c, -1));
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
+      choice["finish_reason"] = FinishJson(finish_, !m.tool_calls.empty());
+    } else if (meta_->kind == ApiKind::kChat) {
       choice["message"] = json{{"role", "assistant"}, {"content", text_}};
     } else {
       choice["text"] = text_;
@@ -435,6 +496,7 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
   meta->want_logprobs = gen.req.has_logprobs() && gen.req.logprobs() > 0;
   meta->top_logprobs = gen.top_logprobs;
   meta->vocab = choices[0]->vocab;
+  meta->parse = choices[0]->parse;
 
   if (!gen.stream) {
     std::vector<std::unique_ptr<CollectSink>> sinks;

@@ -51,7 +51,8 @@ absl::Status ApplyConstraints(Gateway* gw, const nlohmann::json& body, HttpGener
 
 /// Maps an OpenAI /v1/chat/completions body to an HttpGeneration whose request carries
 /// a ChatPrompt: messages (role, content as a string or text parts, name, tool_call_id,
-/// tool_calls), tools (tool_choice "auto" or "none"), logprobs / top_logprobs,
+/// tool_calls), tools, tool_choice ("auto", "none", "required" or a named function),
+/// parallel_tool_calls, reasoning_format, reasoning_effort, logprobs / top_logprobs,
 /// max_completion_tokens, plus ParseCommonFields' fields (grammar, json_schema,
 /// response_format and logit_bias are applied by ApplyConstraints). Any other field is
 /// refused. INVALID_ARGUMENT naming the field. (http_chat.cc)

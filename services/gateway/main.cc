@@ -50,6 +50,10 @@ ABSL_FLAG(int, default_n_predict, -1,
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template FILE used for every model's chat prompts instead of the GGUF's "
           "tokenizer.chat_template (llama.cpp --chat-template-file); models without either use ChatML");
+ABSL_FLAG(std::string, reasoning_format, "auto",
+          "how chat output's <think> reasoning is returned when a request names none (llama-server "
+          "--reasoning-format): auto or deepseek = split into message.reasoning_content for templates that use "
+          "<think>; none = left in the content");
 ABSL_FLAG(int, poll_ms, 500, "interval of the workers' Info polls");
 ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
@@ -200,6 +204,11 @@ absl::Status ChatTemplateFromFlags(herd::gateway::GatewayOptions* opts) {
       return absl::InvalidArgumentError(absl::StrCat("--chat_template ", path, ": ", info.status().message()));
     opts->chat_template = *std::move(text);
   }
+  const std::string rf = absl::GetFlag(FLAGS_reasoning_format);
+  if (rf != "auto" && rf != "deepseek" && rf != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("--reasoning_format: '", rf, "' is not auto, deepseek or none"));
+  }
+  opts->reasoning_format = rf;
 
   return absl::OkStatus();
 }

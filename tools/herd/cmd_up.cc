@@ -39,6 +39,7 @@ const std::vector<FlagSpec>& UpFlags() {
       {{"--http-port"}, true, "gateway OpenAI-compatible HTTP port (0 = a free port)", "0"},
       {{"-ctk", "--cache-type-k"}, true, "KV cache type of the workers: f16 or f32", "f16"},
       {{"--chat-template"}, true, "Jinja chat template FILE for chat requests (default: each model's own)", ""},
+      {{"--reasoning-format"}, true, "chat <think> reasoning: auto|deepseek (into reasoning_content) or none", "auto"},
       {{"-ngl", "--n-gpu-layers"},
        true,
        "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here)",
@@ -191,6 +192,11 @@ EarlyExit ParseUpOptions(const Args& args, ClusterOptions* opts) {
   if (!args.Get("--chat-template").empty()) {
     opts->extra_gateway_flags.push_back("--chat_template=" + args.Get("--chat-template"));
   }
+  const std::string rf = args.Get("--reasoning-format");
+  if (rf != "auto" && rf != "deepseek" && rf != "none") {
+    return UpUsageError(absl::StrCat("--reasoning-format: '", rf, "' is not auto, deepseek or none"));
+  }
+  opts->extra_gateway_flags.push_back("--reasoning_format=" + rf);
   SetUpSpecOptions(args, n.drafts, opts);
   opts->models_dir = args.Get("--models");
   if (!args.Get("--model").empty()) opts->models = absl::StrSplit(args.Get("--model"), ',');
