@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -219,7 +221,9 @@ struct Server::Impl {
   void ReleaseSlot() { busy.fetch_sub(1); }
 
   // Per-key limits. Returns "" when admitted (and counts the request), else the reason.
-  const char* AdmitKey(int key) {
+  // Admits a request of API key `key` or says why not; for "key_rate", *retry_after_s
+  // is the whole seconds until the key's bucket holds a request again.
+  const char* AdmitKey(int key, int* retry_after_s) {
     if (key < 0 || (opts.per_key_max_concurrent <= 0 && opts.per_key_requests_per_minute <= 0)) return nullptr;
     std::lock_guard<std::mutex> l(keys_mu);
     KeyState& k = key_state[key];
@@ -233,7 +237,10 @@ struct Server::Impl {
         k.tokens = std::min(cap, k.tokens + absl::ToDoubleSeconds(now - k.last) * cap / 60.0);
       }
       k.last = now;
-      if (k.tokens < 1.0) return "key_rate";
+      if (k.tokens < 1.0) {
+        *retry_after_s = std::max(1, static_cast<int>(std::ceil((1.0 - k.tokens) * 60.0 / cap)));
+        return "key_rate";
+      }
       k.tokens -= 1.0;
     }
     ++k.active;
@@ -447,13 +454,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return SendError(429, "too many requests in flight; retry later", false,
                        {{"Retry-After", std::to_string(srv_->opts.retry_after_s)}});
     }
-    if (const char* why = srv_->AdmitKey(key_); why != nullptr) {
+    int retry_after_s = srv_->opts.retry_after_s;
+    if (const char* why = srv_->AdmitKey(key_, &retry_after_s); why != nullptr) {
       srv_->ReleaseSlot();
       srv_->Reject(why);
       return SendError(429,
-                       std::string(why) == "key_rate" ? "rate limit of this API key reached; retry later"
-                                                      : "too many requests in flight for this API key; retry later",
-                       false, {{"Retry-After", std::to_string(srv_->opts.retry_after_s)}});
+                       std::string(why) == "key_rate"
+                           ? absl::StrCat("rate limit of this API key reached; retry in ", retry_after_s, " s")
+                           : "too many requests in flight for this API key; retry later",
+                       false, {{"Retry-After", std::to_string(retry_after_s)}});
     }
     const int key = key_;
     srv_->pool.Submit([self = this->shared_from_this(), req, route, key] {

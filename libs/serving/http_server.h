@@ -123,7 +123,8 @@ struct ServerOptions {
   int per_key_max_concurrent = 0;
   /// Per key: requests per minute, a token bucket with a burst of the same size (0 = off).
   int per_key_requests_per_minute = 0;
-  /// Seconds a 429 tells the client to wait (Retry-After).
+  /// Seconds a 429 for "too busy" tells the client to wait (Retry-After); a 429 of the
+  /// per-key rate limit says the real wait until the key's bucket holds a request.
   int retry_after_s = 1;
   ErrorBodyFn error_body;
   /// Optional: herd_http_* metrics (connections, requests rejected by reason).

@@ -300,7 +300,15 @@ TEST_F(HttpServerTest, ApiKeys) {
   // Per-key rate: 3 per minute; the fourth request of key one is 429, key two is not affected.
   EXPECT_EQ(StatusOf(Exchange(port_, Get("/items/1", "Authorization: Bearer secret-key-one\r\n"))), 200);
   EXPECT_EQ(StatusOf(Exchange(port_, Get("/items/1", "Authorization: Bearer secret-key-one\r\n"))), 200);
-  EXPECT_EQ(StatusOf(Exchange(port_, Get("/items/1", "Authorization: Bearer secret-key-one\r\n"))), 429);
+  const std::string limited = Exchange(port_, Get("/items/1", "Authorization: Bearer secret-key-one\r\n"));
+  EXPECT_EQ(StatusOf(limited), 429);
+  // Retry-After is the real wait: the bucket refills one request per 20 s, and it was
+  // empty a moment ago (the bound allows the test 18 s to get here).
+  const size_t at = limited.find("Retry-After: ");
+  ASSERT_NE(at, std::string::npos) << limited;
+  const int wait_s = std::atoi(limited.c_str() + at + 13);
+  EXPECT_GE(wait_s, 2) << limited;
+  EXPECT_LE(wait_s, 20) << limited;
   EXPECT_EQ(StatusOf(Exchange(port_, Get("/items/1", "Authorization: Bearer secret-key-two\r\n"))), 200);
 }
 

@@ -922,23 +922,29 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
     std::string body;
     int status;
     std::string type, message_start;
+    std::string code = "invalid_value";  // OpenAI's string code; param = the message's field
   };
   const std::vector<Case> cases = {
       {"{not json", 400, "invalid_request_error", "request body"},
-      {R"({"prompt":"x"})", 400, "invalid_request_error", "model"},
-      {R"({"model":"stories260K"})", 400, "invalid_request_error", "prompt"},
+      {R"({"prompt":"x"})", 400, "invalid_request_error", "model", "missing_required_parameter"},
+      {R"({"model":"stories260K"})", 400, "invalid_request_error", "prompt", "missing_required_parameter"},
       {R"({"model":"stories260K","prompt":""})", 400, "invalid_request_error", "prompt"},
       {R"({"model":"stories260K","prompt":"x","temperature":-1})", 400, "invalid_request_error",
-       "sampling.temperature"},
+       "temperature"},
       {R"({"model":"stories260K","prompt":"x","temperature":"hot"})", 400, "invalid_request_error", "temperature"},
-      {R"({"model":"stories260K","prompt":"x","max_tokens":0})", 400, "invalid_request_error", "n_predict"},
-      {R"({"model":"stories260K","prompt":"x","top_p":2})", 400, "invalid_request_error", "sampling.top_p"},
-      {R"({"model":"stories260K","prompt":[1,99999]})", 400, "invalid_request_error", "prompt.tokens"},
+      {R"({"model":"stories260K","prompt":"x","max_tokens":0})", 400, "invalid_request_error", "max_tokens"},
+      {R"({"model":"stories260K","prompt":"x","n_predict":100000})", 400, "invalid_request_error", "n_predict",
+       "context_length_exceeded"},
+      {R"({"model":"stories260K","prompt":"x","max_tokens":100000})", 400, "invalid_request_error", "max_tokens",
+       "context_length_exceeded"},
+      {R"({"model":"stories260K","prompt":"x","top_p":2})", 400, "invalid_request_error", "top_p"},
+      {R"({"model":"stories260K","prompt":[1,99999]})", 400, "invalid_request_error", "prompt[1]"},
       {R"({"model":"stories260K","prompt":"x","n":17})", 400, "invalid_request_error", "n"},
-      {R"({"model":"stories260K","prompt":"x","mirostat":2})", 400, "invalid_request_error", "mirostat"},
+      {R"({"model":"stories260K","prompt":"x","mirostat":2})", 400, "invalid_request_error", "mirostat",
+       "unknown_parameter"},
       {R"({"model":"stories260K","prompt":"x","grammar":"root ::= nowhere"})", 400, "invalid_request_error", "grammar"},
-      {R"({"model":"nope","prompt":"x"})", 404, "not_found_error", "model"},
-      {R"({"model":"other","prompt":"x"})", 503, "unavailable_error", "model"},
+      {R"({"model":"nope","prompt":"x"})", 404, "not_found_error", "model", "model_not_found"},
+      {R"({"model":"other","prompt":"x"})", 503, "unavailable_error", "model", "service_unavailable"},
   };
   for (const Case& c : cases) {
     auto res = cli.Post("/v1/completions", c.body, "application/json");
@@ -947,7 +953,12 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
     json j = json::parse(res->body, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << res->body;
     EXPECT_EQ(j["error"]["type"], c.type) << res->body;
-    EXPECT_EQ(j["error"]["code"], c.status) << res->body;
+    EXPECT_EQ(j["error"]["code"], c.code) << res->body;
+    const std::string param = c.status == 400 && c.message_start != "request body" ? c.message_start : "";
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << res->body;
+    }
+    EXPECT_TRUE(j["error"].contains("param")) << res->body;
     EXPECT_TRUE(absl::StartsWith(j["error"]["message"].get<std::string>(), c.message_start)) << res->body;
   }
   EXPECT_EQ(w->sessions_started(), 0);
@@ -960,13 +971,13 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
   auto large = cli.Post("/v1/completions", big.dump(), "application/json");
   ASSERT_TRUE(large);
   EXPECT_EQ(large->status, 413);
-  EXPECT_EQ(json::parse(large->body)["error"]["code"], 413);
+  EXPECT_EQ(json::parse(large->body)["error"]["code"], "request_too_large");
   // 2 MB of text fits in the body limit but not in --max_prompt_bytes.
   json two = {{"model", "stories260K"}, {"prompt", std::string(2 << 20, 'a')}};
   auto r2 = cli.Post("/v1/completions", two.dump(), "application/json");
   ASSERT_TRUE(r2);
   EXPECT_EQ(r2->status, 400);
-  EXPECT_TRUE(absl::StartsWith(json::parse(r2->body)["error"]["message"].get<std::string>(), "prompt.text"))
+  EXPECT_TRUE(absl::StartsWith(json::parse(r2->body)["error"]["message"].get<std::string>(), "prompt: "))
       << r2->body;
   // Invalid UTF-8 in the JSON body.
   auto res =

@@ -434,6 +434,8 @@ absl::Status ParseCommonFields(const json& body, ApiKind kind, HttpGeneration* o
   if (kind == ApiKind::kChat) max_keys.push_back("max_completion_tokens");
   for (const char* key : max_keys) {
     if (!(s = GetInt(body, key, &iv, &has)).ok()) return s;
+    if (has && (iv == 0 || iv < -1)) return Bad(absl::StrCat(key, ": must be -1 or at least 1 (got ", iv, ")"));
+    if (has) out->max_tokens_key = key;
     if (has && iv != -1) r.set_n_predict(ClampI32(iv));
   }
   if (!(s = ParseSampling(body, r.mutable_sampling())).ok()) return s;
@@ -481,7 +483,7 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
       req.mutable_sampling()->set_seed(req.sampling().seed() + static_cast<uint32_t>(i));
     auto g = gw->Prepare(req, absl::InfiniteFuture(), method);
     if (!g.ok()) {
-      SendError(res, g.status());
+      SendError(res, ToClientFields(g.status(), gen.max_tokens_key));
       return;
     }
     choices.emplace_back(std::move(*g));
@@ -504,7 +506,7 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
     absl::Status st = RunChoices(
         gen.n, [&](int i) { return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get()); });
     if (!st.ok()) {
-      SendError(res, st);
+      SendError(res, ToClientFields(st, gen.max_tokens_key));
       return;
     }
     json out = meta->Envelope(/*chunk=*/false);

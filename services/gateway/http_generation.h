@@ -32,6 +32,9 @@ struct HttpGeneration {
   /// Alternatives shown per token when logprobs are requested (GenerateRequest.logprobs
   /// asks the worker for at least one).
   int top_logprobs = 0;
+  /// The key the client bounded the completion with (max_tokens, max_completion_tokens
+  /// or n_predict): errors about n_predict name it (ToClientFields).
+  std::string max_tokens_key = "max_tokens";
 };
 
 /// Parses what both APIs share: max_tokens (-1 or absent = until the context is full,

@@ -79,13 +79,7 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts) : gw_(gateway), o
   // The server's own errors (404, 405, 413, 429, 401, malformed HTTP) get an
   // OpenAI-style JSON body too.
   so.error_body = [](int status, const std::string& message) {
-    const char* type = status >= 500   ? "server_error"
-                       : status == 404 ? "not_found_error"
-                       : status == 401 ? "authentication_error"
-                       : status == 429 ? "rate_limit_error"
-                                       : "invalid_request_error";
-    return std::make_pair(std::string("application/json"),
-                          http::Dump(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}));
+    return std::make_pair(std::string("application/json"), http::Dump(ErrorJson(status, message)));
   };
   so.open_paths.push_back("/health");
   so.open_paths.push_back("/healthz");

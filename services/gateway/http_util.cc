@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/json_nesting.h"
@@ -34,13 +36,54 @@ int HttpStatusFor(absl::StatusCode code) {
   }
 }
 
-nlohmann::json ErrorJson(const absl::Status& s) {
-  using nlohmann::json;
-  const int http = HttpStatusFor(s.code());
-  const char* type = "server_error";
+std::string ErrorParam(absl::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos || colon == 0) return "";
+  const absl::string_view path = message.substr(0, colon);
+  for (char c : path) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '[' && c != ']') return "";
+  }
+  return std::string(path);
+}
+
+std::string ErrorCode(int http, absl::string_view message) {
   switch (http) {
     case 400:
-      type = "invalid_request_error";
+      if (absl::StrContains(message, "unknown field") || absl::StrContains(message, "unknown or unsupported field")) {
+        return "unknown_parameter";
+      }
+      if (absl::EndsWith(message, ": required")) return "missing_required_parameter";
+      if (absl::StrContains(message, "exceeds the context") || absl::StrContains(message, "context (n_ctx")) {
+        return "context_length_exceeded";
+      }
+      return "invalid_value";
+    case 401:
+      return "invalid_api_key";
+    case 404:
+      return absl::StartsWith(message, "model") ? "model_not_found" : "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_exceeded";
+    case 499:
+      return "cancelled";
+    case 503:
+      return "service_unavailable";
+    case 504:
+      return "timeout";
+    default:
+      return http >= 500 ? "internal_error" : "invalid_request";
+  }
+}
+
+nlohmann::json ErrorJson(int http, const std::string& message) {
+  using nlohmann::json;
+  const char* type = http >= 500 && http != 503 && http != 504 ? "server_error" : "invalid_request_error";
+  switch (http) {
+    case 401:
+      type = "authentication_error";
       break;
     case 404:
       type = "not_found_error";
@@ -57,12 +100,40 @@ nlohmann::json ErrorJson(const absl::Status& s) {
     default:
       break;
   }
-  return json{{"error", {{"message", std::string(s.message())}, {"type", type}, {"code", http}}}};
+  std::string param = ErrorParam(message);
+  if (param.empty() && http == 404 && absl::StartsWith(message, "model")) param = "model";
+  return json{{"error",
+               {{"message", message},
+                {"type", type},
+                {"param", param.empty() ? json(nullptr) : json(param)},
+                {"code", ErrorCode(http, message)}}}};
 }
+
+nlohmann::json ErrorJson(const absl::Status& s) { return ErrorJson(HttpStatusFor(s.code()), std::string(s.message())); }
 
 namespace http {
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+absl::Status ToClientFields(const absl::Status& s, absl::string_view max_tokens_key) {
+  if (s.ok()) return s;
+  const absl::string_view m = s.message();
+  std::string out;
+  if (absl::StartsWith(m, "n_predict:")) {
+    out = absl::StrCat(max_tokens_key, m.substr(9));
+  } else if (absl::StartsWith(m, "sampling.")) {
+    out = std::string(m.substr(9));
+  } else if (absl::StartsWith(m, "chat.")) {
+    out = std::string(m.substr(5));
+  } else if (absl::StartsWith(m, "prompt.tokens.ids")) {
+    out = absl::StrCat("prompt", m.substr(17));
+  } else if (absl::StartsWith(m, "prompt.text:") || absl::StartsWith(m, "prompt.tokens:")) {
+    out = absl::StrCat("prompt", m.substr(m.find(':')));
+  } else {
+    return s;
+  }
+  return absl::Status(s.code(), out);
+}
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "nlohmann/json.hpp"
 
@@ -23,8 +24,21 @@ using HttpResponse = serving::http::Response;
 /// OUT_OF_RANGE), 404, 429 (RESOURCE_EXHAUSTED), 503 (UNAVAILABLE), 504
 /// (DEADLINE_EXCEEDED), 499 (CANCELLED), else 500.
 int HttpStatusFor(absl::StatusCode code);
-/// {"error": {"message", "type", "code"}} as OpenAI and llama.cpp's server send it.
+/// OpenAI's error body {"error": {"message", "type", "param", "code"}}: `type` from the
+/// HTTP status (invalid_request_error, authentication_error, not_found_error,
+/// rate_limit_error, unavailable_error, timeout_error, server_error), `param` the
+/// request field the message starts with ("temperature: ..." -> "temperature"; null
+/// when it names none), `code` a string: ErrorCode.
 nlohmann::json ErrorJson(const absl::Status& s);
+nlohmann::json ErrorJson(int http_status, const std::string& message);
+/// The field path a message starts with ("messages[0].role: required" ->
+/// "messages[0].role"); "" when its prefix is not a field path.
+std::string ErrorParam(absl::string_view message);
+/// OpenAI-style string code: invalid_value, unknown_parameter,
+/// missing_required_parameter, context_length_exceeded (400), invalid_api_key (401),
+/// model_not_found / not_found (404), request_too_large (413), rate_limit_exceeded
+/// (429), cancelled (499), service_unavailable (503), timeout (504), internal_error.
+std::string ErrorCode(int http_status, absl::string_view message);
 
 namespace http {
 
@@ -66,6 +80,12 @@ json UsageJson(const v1::Usage& u);
 json TimingsJson(const v1::Usage& u);
 /// llama.cpp-style speculative statistics of the last message (an empty array: none).
 json SpeculativeJson(const google::protobuf::RepeatedPtrField<v1::SpeculativeStats>& stats);
+
+/// An error of the gateway's request (proto field paths) in the HTTP client's field
+/// names: n_predict -> `max_tokens_key` (the key the client sent), sampling.X -> X,
+/// chat.X -> X, prompt.text / prompt.tokens -> prompt, prompt.tokens.ids[i] -> prompt[i].
+/// Other messages unchanged.
+absl::Status ToClientFields(const absl::Status& s, absl::string_view max_tokens_key);
 
 /// Sets the status from HttpStatusFor(s.code()) and an ErrorJson(s) body.
 void SendError(HttpResponse& res, const absl::Status& s);
