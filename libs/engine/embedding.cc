@@ -42,7 +42,7 @@ Pooling DefaultPooling(const gguf::GgufFile& file, const std::string& arch) {
         break;  // 0 none, 4 rank, unknown: not a sentence pooling
     }
   }
-  return Pooling::kLast;
+  return Pooling::kMean;
 }
 
 absl::Status NormalizeEmbedding(std::vector<float>* v, int embd_norm) {

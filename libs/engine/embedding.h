@@ -29,12 +29,13 @@ const char* PoolingName(Pooling p);
 /// anything else, including "none" and "rank".
 absl::StatusOr<Pooling> ParsePooling(absl::string_view name);
 
-/// The pooling a model gets when the request names none. Like llama.cpp, the GGUF key
-/// `<arch>.pooling_type` (llama_pooling_type values: 1 mean, 2 cls, 3 last) decides when
-/// the file has it. llama.cpp's default for generative models (key absent or 0 = none)
-/// is per-token output, which /v1/embeddings refuses; herd uses kLast instead (the last
-/// token of a causal model is the only one that has seen the whole input; llama.cpp's
-/// server tests run generative models with --pooling last). `arch`: general.architecture.
+/// The pooling a model gets when the request names none (and the worker's --pooling
+/// does not say). Like llama.cpp, the GGUF key `<arch>.pooling_type`
+/// (llama_pooling_type values: 1 mean, 2 cls, 3 last) decides when the file has it.
+/// llama.cpp's default for generative models (key absent or 0 = none) is per-token
+/// output, which /v1/embeddings refuses; herd uses kMean then, the pooling llama-server
+/// users usually run (`--pooling mean`) and the one sentence-embedding models most
+/// often name. `arch`: general.architecture.
 Pooling DefaultPooling(const gguf::GgufFile& file, const std::string& arch);
 
 /// Normalizes `v` in place like llama.cpp's common_embd_normalize(embd_norm):

@@ -123,9 +123,12 @@ absl::StatusOr<v1::EmbedResponse> EmbedImpl(Gateway& gw, const v1::EmbedRequest&
   if (!s.ok()) return s;
   auto vocab = gw.vocabs().Get(req.model(), deadline);
   if (!vocab.ok()) return vocab.status();
+  if (req.dimensions() < 0) return Invalid(absl::StrCat("dimensions: must be positive (got ", req.dimensions(), ")"));
   int64_t max_ctx = 0;
+  bool matryoshka = true;  // every live worker of the model says its embeddings truncate
   for (const WorkerSnapshot& w : gw.pool().LiveWorkersFor(req.model())) {
     max_ctx = std::max(max_ctx, w.info.n_ctx_seq() > 0 ? w.info.n_ctx_seq() : w.info.n_ctx());
+    matryoshka = matryoshka && w.info.matryoshka();
   }
   std::vector<std::vector<int32_t>> inputs;
   for (int i = 0; i < req.inputs_size(); ++i) {
@@ -156,6 +159,18 @@ absl::StatusOr<v1::EmbedResponse> EmbedImpl(Gateway& gw, const v1::EmbedRequest&
     const absl::StatusOr<v1::WorkerEmbedResponse>& w = answers[i];
     if (!w.ok()) return w.status();
     std::vector<float> v(w->embedding().begin(), w->embedding().end());
+    const int64_t n_embd = static_cast<int64_t>(v.size());
+    if (req.dimensions() > n_embd) {
+      return Invalid(absl::StrCat("dimensions: ", req.dimensions(), " exceeds the model's ", n_embd, " values"));
+    }
+    if (req.dimensions() > 0 && req.dimensions() < n_embd) {
+      if (!matryoshka) {
+        return Invalid(absl::StrCat("dimensions: model '", ShortName(req.model()), "' does not support truncation ",
+                                    "(its embeddings have ", n_embd,
+                                    " values; only Matryoshka models, served with the worker's --matryoshka, do)"));
+      }
+      v.resize(static_cast<size_t>(req.dimensions()));  // the prefix, normalized below (OpenAI's semantics)
+    }
     s = engine::NormalizeEmbedding(&v, norm);
     if (!s.ok()) return WithPrefix(s, "normalize: ");
     v1::Embedding* e = resp.add_data();
@@ -249,8 +264,10 @@ absl::Status ParseOptions(const json& body, EmbeddingsHttpRequest* out) {
   }
   if (body.contains("dimensions")) {
     const json& d = body["dimensions"];
-    if (!d.is_number_integer() || d.get<int64_t>() < 1) return Invalid("dimensions: must be a positive integer");
-    out->dimensions = d.get<int64_t>();
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (1 << 20)) {
+      return Invalid("dimensions: must be a positive integer");
+    }
+    out->req.set_dimensions(static_cast<int32_t>(d.get<int64_t>()));
   }
   if (body.contains("embd_normalize")) {
     const json& n = body["embd_normalize"];
@@ -326,10 +343,6 @@ void HandleEmbeddingsHttp(Gateway* gw, const HttpRequest& hreq, HttpResponse& re
     return;
   }
   auto r = Embed(*gw, er->req, absl::InfiniteFuture(), "http_embeddings");
-  if (r.ok() && er->dimensions > 0 && r->data_size() > 0 && r->data(0).values_size() != er->dimensions) {
-    r = Invalid(absl::StrCat("dimensions: ", er->dimensions, " is not supported: the model's embeddings have ",
-                             r->data(0).values_size(), " values"));
-  }
   if (!r.ok()) {
     send_error(r.status());
     return;

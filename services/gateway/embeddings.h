@@ -46,15 +46,14 @@ enum class EmbeddingsApi { kOpenAi, kLlamaCpp };
 struct EmbeddingsHttpRequest {
   v1::EmbedRequest req;
   bool base64 = false;     // encoding_format "base64": little-endian float32 bytes, base64
-  int64_t dimensions = 0;  // OpenAI `dimensions`; 0 = not given (must equal n_embd when given)
 };
 
 /// Maps a JSON body to an EmbedRequest: `model` (required), `input` -- a string, an
 /// array of strings, an array of token ids (one input) or an array of token-id arrays
 /// (llama.cpp's `content` is accepted for `input`) --, `encoding_format` ("float"
 /// default, or "base64"), herd/llama.cpp extras `pooling` ("mean", "cls", "last") and
-/// `embd_normalize` (integer >= -1); `dimensions` (herd cannot truncate: when given it
-/// must equal the model's n_embd, checked by HandleEmbeddingsHttp); `user` is ignored. Errors: INVALID_ARGUMENT naming
+/// `embd_normalize` (integer >= -1); `dimensions` (EmbedRequest.dimensions: n_embd, or
+/// fewer for a Matryoshka model); `user` is ignored. Errors: INVALID_ARGUMENT naming
 /// the JSON field
 /// ("input[2]: must be a string or an array of token ids", "encoding_format: ...").
 absl::StatusOr<EmbeddingsHttpRequest> ParseEmbeddingsRequest(const nlohmann::json& body);

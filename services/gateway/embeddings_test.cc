@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -54,9 +55,10 @@ class EmbeddingsTest : public ::testing::Test {
     if (gw_) gw_->Stop();
   }
 
-  FakeWorker* AddWorker(grpc::StatusCode refuse = grpc::StatusCode::OK) {
+  FakeWorker* AddWorker(grpc::StatusCode refuse = grpc::StatusCode::OK, bool matryoshka = false) {
     FakeWorkerConfig c;
     c.embed_refuse = refuse;
+    c.matryoshka = matryoshka;
     workers_.push_back(std::make_unique<FakeWorker>(c));
     EXPECT_TRUE(workers_.back()->Start().ok());
     return workers_.back().get();
@@ -99,6 +101,11 @@ class EmbeddingsTest : public ::testing::Test {
     httplib::Client c("127.0.0.1", http_port_);
     c.set_read_timeout(10, 0);
     return c.Post(path.c_str(), body, "application/json");
+  }
+  httplib::Result Get(const std::string& path) {
+    httplib::Client c("127.0.0.1", http_port_);
+    c.set_read_timeout(10, 0);
+    return c.Get(path.c_str());
   }
   // The fake's vector for `toks` (pooling p), L2-normalized.
   static std::vector<float> Expected(const std::vector<int32_t>& toks, v1::Pooling p) {
@@ -207,6 +214,42 @@ TEST_F(EmbeddingsTest, NormalizeAndDefaultPooling) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["data"][0]["embedding"][1].get<float>(), 5.0f);
+}
+
+// OpenAI `dimensions`: n_embd always; fewer only when the worker says the model is
+// Matryoshka-trained: then the prefix, normalized; the model card says so.
+TEST_F(EmbeddingsTest, DimensionsTruncateOnlyMatryoshkaModels) {
+  AddWorker();
+  StartGateway();
+  auto r = Post("/v1/embeddings", R"({"model":"stories260K","input":[5],"dimensions":2})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "dimensions") << r->body;
+  EXPECT_TRUE(absl::StrContains(r->body, "does not support truncation")) << r->body;
+  r = Post("/v1/embeddings", R"({"model":"stories260K","input":[5],"dimensions":5})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_TRUE(absl::StrContains(r->body, "exceeds the model's 4 values")) << r->body;
+  auto m = Get("/v1/models/stories260K");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["matryoshka"], false) << m->body;
+  EXPECT_EQ(json::parse(m->body)["pooling"], "mean") << m->body;
+}
+
+TEST_F(EmbeddingsTest, DimensionsOfAMatryoshkaModel) {
+  AddWorker(grpc::StatusCode::OK, /*matryoshka=*/true);
+  StartGateway();
+  // The fake's vector for input [5] is {1, 5, 5, pooling}: the first two values, L2-normalized.
+  auto r = Post("/v1/embeddings", R"({"model":"stories260K","input":[5],"dimensions":2})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json v = json::parse(r->body)["data"][0]["embedding"];
+  ASSERT_EQ(v.size(), 2u) << r->body;
+  EXPECT_NEAR(v[0].get<float>(), 1 / std::sqrt(26.0f), 1e-6);
+  EXPECT_NEAR(v[1].get<float>(), 5 / std::sqrt(26.0f), 1e-6);
+  auto m = Get("/v1/models/stories260K");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["matryoshka"], true) << m->body;
 }
 
 TEST_F(EmbeddingsTest, RefusingWorkerIsSkipped) {

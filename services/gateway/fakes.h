@@ -43,6 +43,8 @@ struct FakeWorkerConfig {
   // Embed: answers this error (OK = serve). Served vectors are {n_tokens, first token,
   // last token, pooling} as floats (pooling UNSPECIFIED reported as LAST).
   grpc::StatusCode embed_refuse = grpc::StatusCode::OK;
+  // Reported by Info: WorkerInfo.matryoshka.
+  bool matryoshka = false;
 };
 
 class FakeWorker final : public v1::Worker::Service {

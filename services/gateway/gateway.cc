@@ -745,6 +745,10 @@ v1::ListModelsResponse Gateway::ListModels() const {
     c.set_n_ctx(std::max(c.n_ctx(), w.info.n_ctx_seq() > 0 ? w.info.n_ctx_seq() : w.info.n_ctx()));
     c.set_n_vocab(w.info.n_vocab());
     c.set_workers(c.workers() + 1);
+    c.set_pooling(w.info.pooling() == v1::POOLING_CLS    ? "cls"
+                  : w.info.pooling() == v1::POOLING_LAST ? "last"
+                                                         : "mean");
+    c.set_matryoshka(w.info.matryoshka());
     if (!w.info.backend().empty()) backends[w.info.model()].insert(w.info.backend());
   }
   for (auto& [name, c] : cards) c.set_chat_template(vocabs_->ChatTemplateOrigin(name));

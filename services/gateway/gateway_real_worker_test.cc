@@ -460,7 +460,8 @@ TEST_F(RealWorkerTest, EmbeddingsEqualTheCliAndHttp) {
     SCOPED_TRACE(pooling);
     // CLI (in process; the vector goes to stdout).
     std::vector<std::string> argv_s = {"herd", "embed", "-m", shared_ + "/models/stories260K.gguf", "-p", text};
-    if (pooling == "mean") argv_s.insert(argv_s.end(), {"--pooling", "mean"});
+    // "mean" is every path's default for a GGUF that names no pooling; "last" is asked for.
+    if (pooling == "last") argv_s.insert(argv_s.end(), {"--pooling", "last"});
     std::vector<char*> argv;
     for (std::string& a : argv_s) argv.push_back(a.data());
     ::testing::internal::CaptureStdout();
@@ -480,7 +481,7 @@ TEST_F(RealWorkerTest, EmbeddingsEqualTheCliAndHttp) {
     v1::EmbedRequest req;
     req.set_model("stories260K");
     req.add_inputs()->set_text(text);
-    if (pooling == "mean") req.set_pooling(v1::POOLING_MEAN);
+    if (pooling == "last") req.set_pooling(v1::POOLING_LAST);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::EmbedResponse resp;
@@ -494,7 +495,7 @@ TEST_F(RealWorkerTest, EmbeddingsEqualTheCliAndHttp) {
     httplib::Client c("127.0.0.1", *hp);
     c.set_read_timeout(30, 0);
     nlohmann::json body = {{"model", "stories260K"}, {"input", text}};
-    if (pooling == "mean") body["pooling"] = "mean";
+    if (pooling == "last") body["pooling"] = "last";
     auto r = c.Post("/v1/embeddings", body.dump(), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;

@@ -25,6 +25,8 @@ json ModelJson(const v1::ModelCard& c) {
               {"n_ctx", c.n_ctx()},
               {"n_vocab", c.n_vocab()},
               {"workers", c.workers()},
+              {"pooling", c.pooling()},
+              {"matryoshka", c.matryoshka()},
               {"backends", backends}};
 }
 

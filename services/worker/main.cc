@@ -69,6 +69,11 @@ ABSL_FLAG(bool, repack, true,
 ABSL_FLAG(bool, pin_threads, false,
           "CPU: bind each compute thread to its own core (llama.cpp's --cpu-strict 1). For a pod given whole cores "
           "(the static CPU manager policy); under a CFS quota the kernel's placement shares better.");
+ABSL_FLAG(std::string, pooling, "",
+          "Embeddings pooling of requests that name none: mean, cls or last (llama.cpp --pooling); "
+          "empty = the GGUF's <arch>.pooling_type, else mean");
+ABSL_FLAG(bool, matryoshka, false,
+          "The model's embeddings may be truncated to a prefix (Matryoshka-trained): enables OpenAI `dimensions`");
 ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight sessions may run before they are cancelled (ms).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
 
@@ -202,6 +207,12 @@ int main(int argc, char** argv) {
   wopts.architecture = model->hparams().arch;
   wopts.backend = backend_name;
   wopts.default_pooling = herd::engine::DefaultPooling(model->file(), model->hparams().arch);
+  if (const std::string p = absl::GetFlag(FLAGS_pooling); !p.empty()) {
+    auto parsed = herd::engine::ParsePooling(p);
+    if (!parsed.ok()) return Fail(absl::StrCat("--pooling: ", parsed.status().message()));
+    wopts.default_pooling = *parsed;
+  }
+  wopts.matryoshka = absl::GetFlag(FLAGS_matryoshka);
   auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
 
   herd::serving::ServiceMain process("worker");

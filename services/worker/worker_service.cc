@@ -384,6 +384,8 @@ v1::WorkerInfo WorkerServiceImpl::MakeInfo() const {
   info.set_kv_cells_used(st.kv_cells_used - st.kv_cells_cached);
   info.set_kv_cells_cached(st.kv_cells_cached);
   info.set_max_draft(scheduler_->max_draft());
+  info.set_pooling(ToProtoPooling(opts_.default_pooling));
+  info.set_matryoshka(opts_.matryoshka);
   return info;
 }
 

@@ -34,7 +34,9 @@ struct WorkerServiceOptions {
   std::string architecture;     // WorkerInfo.architecture (general.architecture)
   std::string backend = "cpu";  // WorkerInfo.backend
   /// Pooling of an Embed with POOLING_UNSPECIFIED (main: engine::DefaultPooling(model)).
-  engine::Pooling default_pooling = engine::Pooling::kLast;
+  engine::Pooling default_pooling = engine::Pooling::kMean;
+  /// Reported in WorkerInfo.matryoshka (the worker's --matryoshka).
+  bool matryoshka = false;
 };
 
 /// herd.v1.Pooling -> engine::Pooling; UNSPECIFIED gives `dflt`. INVALID_ARGUMENT naming

@@ -695,7 +695,7 @@ TEST_F(WorkerServiceTest, EmbedEqualsEngineAndLeavesSessionsAlone) {
   auto fresh = engine::Engine::Create(*model_, ep, &reference_backend_);
   ASSERT_TRUE(fresh.ok());
   for (auto [pp, ep_pool] :
-       {std::pair{v1::POOLING_UNSPECIFIED, engine::Pooling::kLast}, std::pair{v1::POOLING_MEAN, engine::Pooling::kMean},
+       {std::pair{v1::POOLING_UNSPECIFIED, engine::Pooling::kMean}, std::pair{v1::POOLING_MEAN, engine::Pooling::kMean},
         std::pair{v1::POOLING_CLS, engine::Pooling::kCls}}) {
     v1::WorkerEmbedResponse resp;
     grpc::Status s = embed(text, pp, &resp);

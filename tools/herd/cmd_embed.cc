@@ -39,7 +39,7 @@ const std::vector<FlagSpec>& EmbedFlags() {
   static const std::vector<FlagSpec> specs = WithBackendFlags({
       {{"-m", "--model"}, true, "GGUF model file", ""},
       {{"-p", "--prompt"}, true, "text to embed (split into inputs at --embd-separator)", ""},
-      {{"--pooling"}, true, "mean, cls or last (default: the model's <arch>.pooling_type, else last)", ""},
+      {{"--pooling"}, true, "mean, cls or last (default: the model's <arch>.pooling_type, else mean)", ""},
       {{"--embd-normalize"}, true, "-1 none, 0 max-abs (int16 range), 1 taxicab, 2 euclidean, >2 p-norm", "2"},
       {{"--embd-separator"}, true, "separator of the inputs in the prompt", "\\n"},
       {{"-c", "--ctx-size"}, true, "context size in tokens (0 = from the model, at most 4096)", "0"},
