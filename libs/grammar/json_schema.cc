@@ -280,9 +280,9 @@ std::vector<std::string> MagnitudeAlternatives(const Bound& low, const Bound& hi
     const int n = kMaxNumberDigits - DigitCount(l);  // fraction digits allowed
     std::vector<std::string> fr;
     for (int z = 0; z < n; ++z) {
-      fr.push_back(JoinSeq(JoinSeq(z > 0 ? absl::StrCat("\"", std::string(static_cast<size_t>(z), '0'), "\"") : "",
-                                   "[1-9]"),
-                           AnyDigits(0, n - 1 - z)));
+      fr.push_back(
+          JoinSeq(JoinSeq(z > 0 ? absl::StrCat("\"", std::string(static_cast<size_t>(z), '0'), "\"") : "", "[1-9]"),
+                  AnyDigits(0, n - 1 - z)));
     }
     alts.push_back(absl::StrCat("\"", l, ".\" (", absl::StrJoin(fr, " | "), ")"));
   }
@@ -299,7 +299,7 @@ std::vector<std::string> MagnitudeAlternatives(const Bound& low, const Bound& hi
 // \n \r U+2028 U+2029.
 
 constexpr size_t kMaxPatternBytes = 1000;
-constexpr int kMaxPatternNesting = 32;        // depth of ( ) groups
+constexpr int kMaxPatternNesting = 32;       // depth of ( ) groups
 constexpr int64_t kMaxPatternCost = 200000;  // grammar elements after expanding repetitions
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
@@ -484,8 +484,9 @@ class PatternConverter {
       if (i_ >= p_.size()) break;
       ++i_;  // '|'
     }
-    if (cost > kMaxPatternCost) return Error(absl::StrCat("too large once repetitions are expanded (over ",
-                                                          kMaxPatternCost, " grammar elements)"));
+    if (cost > kMaxPatternCost)
+      return Error(
+          absl::StrCat("too large once repetitions are expanded (over ", kMaxPatternCost, " grammar elements)"));
     *out = branches.size() == 1 ? branches[0] : absl::StrCat("(", absl::StrJoin(branches, " | "), ")");
     return true;
   }
@@ -631,8 +632,8 @@ class PatternConverter {
     const int64_t times = max < 0 ? static_cast<int64_t>(min) + 1 : std::max<int64_t>(max, 1);
     f.cost = std::max<int64_t>(a.cost, 1) * times;
     if (f.cost > kMaxPatternCost) {
-      return Error(absl::StrCat("too large once repetitions are expanded (over ", kMaxPatternCost,
-                                " grammar elements)"));
+      return Error(
+          absl::StrCat("too large once repetitions are expanded (over ", kMaxPatternCost, " grammar elements)"));
     }
     if (max == 0) {
       f.text = "";
@@ -718,8 +719,9 @@ class PatternConverter {
       }
       case '^':
       case '$':
-        return Error("'^' and '$' are supported only at the start and end of the pattern (or of a top-level "
-                     "alternative)");
+        return Error(
+            "'^' and '$' are supported only at the start and end of the pattern (or of a top-level "
+            "alternative)");
       case '*':
       case '+':
       case '?':
@@ -955,8 +957,8 @@ class Converter {
                          const std::string& ptr, int depth, Used* used);
   std::string VisitString(const json& schema, const std::string& rule_name, const std::string& ptr, Used* used);
   std::string VisitPattern(const json& schema, const std::string& rule_name, const std::string& ptr, Used* used);
-  std::string VisitBoundedNumber(const json& schema, const std::string& rule_name, const std::string& ptr,
-                                 bool integer, Used* used);
+  std::string VisitBoundedNumber(const json& schema, const std::string& rule_name, const std::string& ptr, bool integer,
+                                 Used* used);
   bool ReadBound(const json& schema, const char* key, bool is_min, bool exclusive, const std::string& ptr,
                  Bound* bound);
   std::string ResolveRef(const std::string& ref, const std::string& ptr, int depth);
@@ -1125,7 +1127,9 @@ std::string Converter::VisitPattern(const json& schema, const std::string& rule_
   std::vector<uint32_t> cps;
   PartialUtf8 partial;
   DecodeUtf8(pattern, PartialUtf8{}, &cps, &partial);
-  if (partial.n_remain != 0) return Fail(pptr, "is not valid UTF-8"), "";
+  if (partial.n_remain != 0 || std::any_of(cps.begin(), cps.end(), [](uint32_t c) { return c > kMaxCodePoint; })) {
+    return Fail(pptr, "is not valid UTF-8"), "";
+  }
   PatternConverter pc(std::move(cps), AddPrimitive("char", "char"));
   std::string body;
   if (!pc.Convert(&body)) return Fail(pptr, pc.error()), "";
@@ -1185,9 +1189,8 @@ std::string Converter::VisitBoundedNumber(const json& schema, const std::string&
   const int64_t limit = Pow10(digits) - 1;
   std::vector<std::string> alts = MagnitudeAlternatives(low, high, limit, !integer);
   if (!low.present || low.v < 0) {  // negative values are in range
-    const std::vector<std::string> neg =
-        MagnitudeAlternatives(high.present ? high.Negated() : Bound{}, low.present ? low.Negated() : Bound{}, limit,
-                              !integer);
+    const std::vector<std::string> neg = MagnitudeAlternatives(high.present ? high.Negated() : Bound{},
+                                                               low.present ? low.Negated() : Bound{}, limit, !integer);
     if (!neg.empty()) alts.push_back(absl::StrCat("\"-\" (", absl::StrJoin(neg, " | "), ")"));
   }
   if (alts.empty()) {

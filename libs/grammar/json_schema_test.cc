@@ -329,11 +329,11 @@ TEST(JsonSchema, IntegerBoundsExhaustive) {
 }
 
 TEST(JsonSchema, HugeIntegerBoundsGiveSmallGrammars) {
-  for (const char* s : {R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})",
-                        R"({"type":"integer","minimum":-999999999999999999,"maximum":999999999999999999})",
-                        R"({"type":"integer","minimum":123456789012345678})",
-                        R"({"type":"integer","maximum":-123456789012345678})",
-                        R"({"type":"integer","minimum":-1e30,"maximum":1e30})"}) {
+  for (const char* s :
+       {R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})",
+        R"({"type":"integer","minimum":-999999999999999999,"maximum":999999999999999999})",
+        R"({"type":"integer","minimum":123456789012345678})", R"({"type":"integer","maximum":-123456789012345678})",
+        R"({"type":"integer","minimum":-1e30,"maximum":1e30})"}) {
     auto g = JsonSchemaToGrammar(json::parse(s));
     ASSERT_TRUE(g.ok()) << s << g.status();
     EXPECT_LT(g->size(), 3000u) << s << "\n" << *g;
@@ -427,7 +427,9 @@ TEST(JsonSchema, Patterns) {
   ExpectAccepts(R"({"type":"string","pattern":"^(?:x{2,3}|y{2,})z{0,2}?$"})", {"\"xx\"", "\"xxxz\"", "\"yyyyyzz\""},
                 {"\"x\"", "\"xxxx\"", "\"y\"", "\"xxzzz\""});
   ExpectAccepts(R"({"type":"string","pattern":"^\\u00e9\\x41[\\u00e0-\\u00ff]\\/\\-\\{\\}\\(\\)\\[\\]\\|$"})",
-                {"\"\xC3\xA9" "A\xC3\xBF/-{}()[]|\""}, {"\"eA\xC3\xBF/-{}()[]|\""});
+                {"\"\xC3\xA9"
+                 "A\xC3\xBF/-{}()[]|\""},
+                {"\"eA\xC3\xBF/-{}()[]|\""});
   ExpectAccepts(R"({"type":"string","pattern":"^(a|)b$"})", {"\"ab\"", "\"b\""}, {"\"aab\""});
   ExpectAccepts(R"({"type":"string","pattern":"^[-a]+[a-]$"})", {"\"-a-\"", "\"aa\""}, {"\"b\""});
   // Inside an object, with its name in the error path.
