@@ -1,5 +1,8 @@
 #include "libs/grammar/json_schema.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -61,6 +64,16 @@ const std::map<std::string, BuiltinRule>& Builtins() {
       {"date-string", {"\"\\\"\" date \"\\\"\" space", {"date"}}},
       {"time-string", {"\"\\\"\" time \"\\\"\" space", {"time"}}},
       {"date-time-string", {"\"\\\"\" date-time \"\\\"\" space", {"date-time"}}},
+      // A dot-atom local part (RFC 5322 atext) @ host name labels (letters, digits,
+      // inner hyphens) and a letters-only top-level domain. (One flat rule: the domain
+      // written as label ("." label)* "." tld rather than (label ".")+ tld, the same
+      // language, keeps the test walker's depth heuristic moving forward.)
+      {"email",
+       {"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+ (\".\" [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)* \"@\" "
+        "[A-Za-z0-9] ([A-Za-z0-9-]* [A-Za-z0-9])? (\".\" [A-Za-z0-9] ([A-Za-z0-9-]* [A-Za-z0-9])?)* "
+        "\".\" [A-Za-z]{2,}",
+        {}}},
+      {"email-string", {"\"\\\"\" email \"\\\"\" space", {"email"}}},
   };
   return *rules;
 }
@@ -125,6 +138,738 @@ std::string BuildRepetition(const std::string& item, int min_items, int max_item
                                    has_max ? max_items - 1 : max_items));
   return min_items == 0 ? absl::StrCat("(", result, ")?") : result;
 }
+
+// ---- Numeric bounds (the idea of llama.cpp's _generate_min_max_int) ----
+//
+// The texts of a bounded integer are built from digit-range rules: the canonical decimal
+// texts (no leading zeros) of the integers in [lo, hi] are split by digit count, and each
+// fixed-length range [a, b] becomes a common prefix, then the first differing digit:
+// a's digit followed by the range (rest of a, 99..9), the digits strictly between
+// followed by any digits, b's digit followed by (00..0, rest of b). The grammar has
+// O(digits^2) elements whatever the width of the range.
+
+// Largest supported magnitude of a bound (exclusive): 10^18 (int64 arithmetic is exact).
+constexpr int64_t kMaxBoundMagnitude = 1000000000000000000LL;
+// Digits of an integer part when one side is unbounded (as integral-part: 16).
+constexpr int kUnboundedDigits = 16;
+// A bounded number's texts have at most 15 significant digits (DBL_DIG): distinct such
+// decimals stay distinct and ordered as doubles, so a validator that parses them into
+// binary floating point sees them on the same side of every integer bound.
+constexpr int kMaxNumberDigits = 15;
+
+int64_t Pow10(int n) {
+  int64_t v = 1;
+  for (int i = 0; i < n; ++i) v *= 10;
+  return v;
+}
+
+int DigitCount(int64_t v) {
+  int d = 1;
+  while (v >= 10) {
+    v /= 10;
+    ++d;
+  }
+  return d;
+}
+
+std::string DigitClass(char lo, char hi) {
+  return lo == hi ? std::string("[") + lo + "]" : std::string("[") + lo + "-" + hi + "]";
+}
+
+// [0-9] repeated min..max times ("" for 0..0).
+std::string AnyDigits(int min, int max) {
+  if (max == 0) return "";
+  if (min == 1 && max == 1) return "[0-9]";
+  if (min == max) return absl::StrCat("[0-9]{", min, "}");
+  return absl::StrCat("[0-9]{", min, ",", max, "}");
+}
+
+std::string JoinSeq(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return a + " " + b;
+}
+
+// Digit strings of one length n between a and b inclusive (a <= b; leading zeros are
+// part of the strings: these are inner positions).
+std::string FixedRange(const std::string& a, const std::string& b) {
+  size_t i = 0;
+  while (i < a.size() && a[i] == b[i]) ++i;
+  const std::string prefix = i > 0 ? absl::StrCat("\"", a.substr(0, i), "\"") : "";
+  if (i == a.size()) return prefix;
+  const std::string ra = a.substr(i + 1), rb = b.substr(i + 1);
+  const int n = static_cast<int>(ra.size());
+  const bool a_zeros = ra == std::string(ra.size(), '0');
+  const bool b_nines = rb == std::string(rb.size(), '9');
+  const char lo = a[i], hi = b[i];
+  const char mid_lo = a_zeros ? lo : static_cast<char>(lo + 1);
+  const char mid_hi = b_nines ? hi : static_cast<char>(hi - 1);
+  std::vector<std::string> alts;
+  if (!a_zeros) alts.push_back(JoinSeq(DigitClass(lo, lo), FixedRange(ra, std::string(ra.size(), '9'))));
+  if (mid_lo <= mid_hi) alts.push_back(JoinSeq(DigitClass(mid_lo, mid_hi), AnyDigits(n, n)));
+  if (!b_nines) alts.push_back(JoinSeq(DigitClass(hi, hi), FixedRange(std::string(rb.size(), '0'), rb)));
+  const std::string body = alts.size() == 1 ? alts[0] : absl::StrCat("(", absl::StrJoin(alts, " | "), ")");
+  return JoinSeq(prefix, body);
+}
+
+// The canonical decimal texts of the integers in [lo, hi] (0 <= lo <= hi), one
+// alternative per digit count; with `merge`, runs of complete digit counts (10..99,
+// 100..999, ...) share one alternative. Each entry: {digit count, GBNF sequence}.
+std::vector<std::pair<int, std::string>> UIntPieces(int64_t lo, int64_t hi, bool merge) {
+  std::vector<std::pair<int, std::string>> out;
+  const int dlo = DigitCount(lo), dhi = DigitCount(hi);
+  int run_from = 0, run_to = 0;  // a pending run of complete digit counts
+  auto flush = [&] {
+    if (run_from == 0) return;
+    out.emplace_back(run_to, JoinSeq("[1-9]", AnyDigits(run_from - 1, run_to - 1)));
+    run_from = 0;
+  };
+  for (int d = dlo; d <= dhi; ++d) {
+    const int64_t a = d == dlo ? lo : Pow10(d - 1);
+    const int64_t b = d == dhi ? hi : Pow10(d) - 1;
+    if (merge && d >= 2 && a == Pow10(d - 1) && b == Pow10(d) - 1) {
+      if (run_from == 0) run_from = d;
+      run_to = d;
+      continue;
+    }
+    flush();
+    out.emplace_back(d, FixedRange(std::to_string(a), std::to_string(b)));
+  }
+  flush();
+  return out;
+}
+
+// One side of a range: absent, or a value (|v| < kMaxBoundMagnitude), inclusive or not.
+struct Bound {
+  bool present = false;
+  bool exclusive = false;
+  long double v = 0;
+  int64_t Floor() const { return static_cast<int64_t>(std::floor(v)); }
+  int64_t Ceil() const { return static_cast<int64_t>(std::ceil(v)); }
+  bool IsInteger() const { return std::floor(v) == v; }
+  Bound Negated() const { return Bound{present, exclusive, -v}; }
+};
+
+// The GBNF alternatives of the magnitudes M >= 0 (texts without sign) with low <= M <=
+// high (strict where exclusive): integer texts, and with `fractions` texts "I.ddd"
+// whose whole interval [I, I+1) lies inside (plus "L.ddd" with a non-zero fraction for
+// an exclusive integer low bound L). `limit`: the largest integer part of an unbounded
+// side.
+std::vector<std::string> MagnitudeAlternatives(const Bound& low, const Bound& high, int64_t limit, bool fractions) {
+  std::vector<std::string> alts;
+  int64_t ilo = !low.present ? 0 : low.exclusive ? low.Floor() + 1 : low.Ceil();
+  ilo = std::max<int64_t>(ilo, 0);
+  int64_t ihi = !high.present ? limit : high.exclusive ? high.Ceil() - 1 : high.Floor();
+  ihi = std::min(ihi, limit);
+  if (ilo <= ihi) {
+    for (auto& [d, text] : UIntPieces(ilo, ihi, /*merge=*/true)) alts.push_back(std::move(text));
+  }
+  if (!fractions) return alts;
+  // I + 1 <= high, and at most kMaxNumberDigits - 1 integer digits (one is left for the
+  // fraction).
+  int64_t fhi = !high.present ? limit : high.Floor() - 1;
+  fhi = std::min(fhi, Pow10(kMaxNumberDigits - 1) - 1);
+  if (ilo <= fhi) {
+    for (auto& [d, text] : UIntPieces(ilo, fhi, /*merge=*/false)) {
+      alts.push_back(absl::StrCat(text, " \".\" ", AnyDigits(1, kMaxNumberDigits - d)));
+    }
+  }
+  if (low.present && low.exclusive && low.IsInteger() && low.v >= 0 && low.Floor() <= fhi) {
+    // L "." then a fraction with a non-zero digit: z zeros, [1-9], then more digits.
+    const int64_t l = low.Floor();
+    const int n = kMaxNumberDigits - DigitCount(l);  // fraction digits allowed
+    std::vector<std::string> fr;
+    for (int z = 0; z < n; ++z) {
+      fr.push_back(
+          JoinSeq(JoinSeq(z > 0 ? absl::StrCat("\"", std::string(static_cast<size_t>(z), '0'), "\"") : "", "[1-9]"),
+                  AnyDigits(0, n - 1 - z)));
+    }
+    alts.push_back(absl::StrCat("\"", l, ".\" (", absl::StrJoin(fr, " | "), ")"));
+  }
+  return alts;
+}
+
+// ---- pattern: a regular expression subset -> GBNF of the JSON string's content ----
+//
+// Patterns are matched like JSON schema validators do (ECMA-262 in the specification,
+// Python's `re` in python-jsonschema): a search, so an unanchored side gets any
+// characters. Where the two engines differ (\d \w \s and `.` beyond ASCII), the grammar
+// takes what both accept: \d = [0-9], \w = [A-Za-z0-9_], \s = [ \t\n\v\f\r], their
+// negations and negated classes that contain them only ASCII characters, `.` anything but
+// \n \r U+2028 U+2029.
+
+constexpr size_t kMaxPatternBytes = 1000;
+constexpr int kMaxPatternNesting = 32;       // depth of ( ) groups
+constexpr int64_t kMaxPatternCost = 200000;  // grammar elements after expanding repetitions
+constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+
+using CharRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // sorted, disjoint, inclusive
+
+CharRanges Normalized(CharRanges r) {
+  std::sort(r.begin(), r.end());
+  CharRanges out;
+  for (const auto& [lo, hi] : r) {
+    if (!out.empty() && lo <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, hi);
+    } else {
+      out.emplace_back(lo, hi);
+    }
+  }
+  return out;
+}
+
+CharRanges Complement(const CharRanges& r) {
+  CharRanges out;
+  uint32_t next = 0;
+  for (const auto& [lo, hi] : r) {
+    if (lo > next) out.emplace_back(next, lo - 1);
+    next = hi + 1;
+  }
+  if (r.empty() || r.back().second < kMaxCodePoint) out.emplace_back(next, kMaxCodePoint);
+  return out;
+}
+
+CharRanges Intersect(const CharRanges& a, const CharRanges& b) {
+  CharRanges out;
+  for (const auto& x : a) {
+    for (const auto& y : b) {
+      const uint32_t lo = std::max(x.first, y.first), hi = std::min(x.second, y.second);
+      if (lo <= hi) out.emplace_back(lo, hi);
+    }
+  }
+  return Normalized(out);
+}
+
+CharRanges Union(CharRanges a, const CharRanges& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return Normalized(std::move(a));
+}
+
+// A set of characters as both engines see it: `sure` is matched by both (what the
+// grammar may produce), `maybe` contains everything either may match (what a negated
+// class must leave out).
+struct CharSet {
+  CharRanges sure, maybe;
+};
+
+CharSet Single(uint32_t c) { return {{{c, c}}, {{c, c}}}; }
+CharSet Negated(const CharSet& s) { return {Complement(s.maybe), Complement(s.sure)}; }
+
+// \d \w \s; `upper` is \D \W \S.
+CharSet ClassEscape(char c) {
+  const CharRanges non_ascii = {{0x80, kMaxCodePoint}};
+  CharSet s;
+  switch (c | 0x20) {
+    case 'd':
+      s.sure = {{'0', '9'}};
+      break;
+    case 'w':
+      s.sure = Normalized({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
+      break;
+    default:  // 's'; Python's \s also has \x1c-\x1f
+      s.sure = {{'\t', '\r'}, {' ', ' '}};
+      s.maybe = {{'\t', '\r'}, {0x1C, ' '}};
+      break;
+  }
+  if (s.maybe.empty()) s.maybe = s.sure;
+  s.maybe = Union(s.maybe, non_ascii);
+  return (c >= 'A' && c <= 'Z') ? Negated(s) : s;
+}
+
+// The JSON string text of one character (escaped where JSON requires it).
+std::string JsonCharText(uint32_t c) {
+  switch (c) {
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    default:
+      break;
+  }
+  if (c < 0x20 || c == 0x7F) {
+    char buf[8];
+    snprintf(buf, sizeof buf, "\\u%04x", c);
+    return buf;
+  }
+  std::string out;
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return out;
+}
+
+// A code point inside a GBNF character class.
+std::string ClassChar(uint32_t c) {
+  if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')) return std::string(1, char(c));
+  char buf[16];
+  if (c < 0x80) {
+    snprintf(buf, sizeof buf, "\\x%02X", c);
+  } else if (c <= 0xFFFF) {
+    snprintf(buf, sizeof buf, "\\u%04X", c);
+  } else {
+    snprintf(buf, sizeof buf, "\\U%08X", c);
+  }
+  return buf;
+}
+
+std::string ClassBody(const CharRanges& r) {
+  std::string out;
+  for (const auto& [lo, hi] : r) {
+    out += ClassChar(lo);
+    if (hi > lo) out += (hi == lo + 1 ? "" : "-") + ClassChar(hi);
+  }
+  return out;
+}
+
+// Characters a JSON string holds unescaped (as the char rule: no controls, no DEL).
+const CharRanges& RawJsonChars() {
+  static const auto* r = new CharRanges(Complement({{0x00, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, 0x7F}}));
+  return *r;
+}
+
+// A fragment of the pattern's grammar.
+struct Frag {
+  std::string text;      // GBNF sequence ("" = the empty string)
+  bool nullable = true;  // can match the empty string
+  bool atom = true;      // one GBNF item (a quantifier may follow it directly)
+  int64_t cost = 0;      // grammar elements, repetitions expanded
+  std::string literal;   // when a plain literal: its JSON text (merged with neighbours)
+  bool is_literal = false;
+};
+
+class PatternConverter {
+ public:
+  // `any_char`: the rule name of one JSON string character (for unanchored sides).
+  PatternConverter(std::vector<uint32_t> cps, std::string any_char) : p_(std::move(cps)), any_(std::move(any_char)) {}
+
+  // The GBNF of the string content (between the quotes), or false with error().
+  bool Convert(std::string* out) {
+    std::vector<std::string> branches;
+    int64_t cost = 0;
+    while (true) {
+      bool anchored_start = false, anchored_end = false;
+      if (Peek() == '^') {
+        anchored_start = true;
+        ++i_;
+      }
+      Frag seq;
+      if (!ParseSequence(0, &seq, &anchored_end)) return false;
+      cost += seq.cost;
+      std::string text = Text(seq);
+      if (!anchored_start) text = JoinSeq(any_ + "*", text);
+      if (!anchored_end && !(text == any_ + "*")) text = JoinSeq(text, any_ + "*");
+      branches.push_back(text.empty() ? "\"\"" : text);
+      if (i_ >= p_.size()) break;
+      ++i_;  // '|'
+    }
+    if (cost > kMaxPatternCost)
+      return Error(
+          absl::StrCat("too large once repetitions are expanded (over ", kMaxPatternCost, " grammar elements)"));
+    *out = branches.size() == 1 ? branches[0] : absl::StrCat("(", absl::StrJoin(branches, " | "), ")");
+    return true;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  uint32_t Peek(size_t k = 0) const { return i_ + k < p_.size() ? p_[i_ + k] : 0xFFFFFFFF; }
+  bool AtEnd() const { return i_ >= p_.size(); }
+  bool Error(const std::string& msg) {
+    if (error_.empty()) error_ = absl::StrCat(msg, " (at offset ", i_, ")");
+    return false;
+  }
+  static std::string Text(const Frag& f) { return f.is_literal ? FormatLiteral(f.literal) : f.text; }
+
+  // A sequence up to '|' or ')' (or the end); at depth 0 a '$' before '|' or the end
+  // anchors the branch.
+  bool ParseSequence(int depth, Frag* out, bool* anchored_end) {
+    std::vector<Frag> items;
+    while (!AtEnd() && Peek() != '|' && Peek() != ')') {
+      if (Peek() == '$' && depth == 0 && (i_ + 1 == p_.size() || Peek(1) == '|')) {
+        *anchored_end = true;
+        ++i_;
+        break;
+      }
+      Frag f;
+      if (!ParseTerm(depth, &f)) return false;
+      if (f.is_literal && !items.empty() && items.back().is_literal) {
+        items.back().literal += f.literal;
+        items.back().cost += f.cost;
+      } else {
+        items.push_back(std::move(f));
+      }
+    }
+    if (depth == 0 && Peek() == ')') return Error("unmatched ')'");
+    Frag seq;
+    std::vector<std::string> texts;
+    for (const Frag& f : items) {
+      texts.push_back(Text(f));
+      seq.nullable = seq.nullable && f.nullable;
+      seq.cost += f.cost;
+    }
+    seq.text = absl::StrJoin(texts, " ");
+    if (items.size() == 1) {
+      seq = items[0];
+    } else {
+      seq.atom = items.empty();
+    }
+    *out = std::move(seq);
+    return true;
+  }
+
+  // Alternatives inside a group (after '(' or '(?:'), up to the ')'.
+  bool ParseGroup(int depth, Frag* out) {
+    if (depth > kMaxPatternNesting) return Error(absl::StrCat("groups nested deeper than ", kMaxPatternNesting));
+    std::vector<std::string> alts;
+    Frag g;
+    g.nullable = false;
+    while (true) {
+      Frag seq;
+      bool unused = false;
+      if (!ParseSequence(depth, &seq, &unused)) return false;
+      alts.push_back(seq.text.empty() && !seq.is_literal ? "\"\"" : Text(seq));
+      g.nullable = g.nullable || seq.nullable;
+      g.cost += seq.cost;
+      if (AtEnd()) return Error("missing ')'");
+      if (Peek() == ')') break;
+      ++i_;  // '|'
+    }
+    ++i_;  // ')'
+    g.text = absl::StrCat("(", absl::StrJoin(alts, " | "), ")");
+    g.cost += 2;
+    g.atom = true;
+    *out = std::move(g);
+    return true;
+  }
+
+  bool ParseNumber(uint32_t* out) {
+    if (AtEnd() || Peek() < '0' || Peek() > '9') return Error("expecting a number in { }");
+    uint64_t v = 0;
+    while (!AtEnd() && Peek() >= '0' && Peek() <= '9') {
+      v = std::min<uint64_t>(v * 10 + (Peek() - '0'), 1u << 30);
+      ++i_;
+    }
+    if (v > static_cast<uint64_t>(kMaxRepetition)) {
+      return Error(absl::StrCat("repetition count over ", kMaxRepetition, " is not supported"));
+    }
+    *out = static_cast<uint32_t>(v);
+    return true;
+  }
+
+  // {n}, {n,}, {n,m} at i_ (which is '{'). Anything else starting with '{' is refused:
+  // engines disagree on it ({,m} is a quantifier in Python, literal text in ECMA-262).
+  bool ParseBraces(uint32_t* min, int64_t* max) {
+    const bool digits = i_ + 1 < p_.size() && p_[i_ + 1] >= '0' && p_[i_ + 1] <= '9';
+    if (!digits) return Error("'{' must start a quantifier {n}, {n,} or {n,m} (escape a literal '{' as \\{)");
+    ++i_;
+    if (!ParseNumber(min)) return false;
+    if (Peek() == '}') {
+      ++i_;
+      *max = *min;
+      return true;
+    }
+    if (Peek() != ',') return Error("'{' must start a quantifier {n}, {n,} or {n,m} (escape a literal '{' as \\{)");
+    ++i_;
+    *max = -1;
+    if (Peek() != '}') {
+      uint32_t m = 0;
+      if (!ParseNumber(&m)) return false;
+      *max = m;
+    }
+    if (Peek() != '}') return Error("'{' must start a quantifier {n}, {n,} or {n,m} (escape a literal '{' as \\{)");
+    ++i_;
+    if (*max >= 0 && *max < static_cast<int64_t>(*min)) return Error("repetition {n,m} with m below n");
+    return true;
+  }
+
+  bool ParseTerm(int depth, Frag* out) {
+    Frag a;
+    if (!ParseAtom(depth, &a)) return false;
+    uint32_t min = 1;
+    int64_t max = 1;
+    const uint32_t q = Peek();
+    if (q == '*' || q == '+' || q == '?') {
+      ++i_;
+      min = q == '+' ? 1 : 0;
+      max = q == '?' ? 1 : -1;
+    } else if (q == '{') {
+      if (!ParseBraces(&min, &max)) return false;
+    } else {
+      *out = std::move(a);
+      return true;
+    }
+    if (Peek() == '?') ++i_;  // lazy: the same language
+    if (Peek() == '*' || Peek() == '+' || Peek() == '?' || Peek() == '{') {
+      return Error("a quantifier cannot follow a quantifier (possessive or nested repetition)");
+    }
+    if (a.nullable && max < 0) {
+      return Error("a repeated part that can match the empty string (like (a*)*) is not supported");
+    }
+    Frag f;
+    const std::string base = a.is_literal ? FormatLiteral(a.literal) : a.atom ? a.text : "(" + a.text + ")";
+    f.nullable = a.nullable || min == 0;
+    const int64_t times = max < 0 ? static_cast<int64_t>(min) + 1 : std::max<int64_t>(max, 1);
+    f.cost = std::max<int64_t>(a.cost, 1) * times;
+    if (f.cost > kMaxPatternCost) {
+      return Error(
+          absl::StrCat("too large once repetitions are expanded (over ", kMaxPatternCost, " grammar elements)"));
+    }
+    if (max == 0) {
+      f.text = "";
+      f.nullable = true;
+    } else if (min == 1 && max == 1) {
+      f = std::move(a);
+      return (*out = std::move(f)), true;
+    } else if (min == 0 && max == 1) {
+      f.text = base + "?";
+    } else if (min == 0 && max < 0) {
+      f.text = base + "*";
+    } else if (min == 1 && max < 0) {
+      f.text = base + "+";
+    } else if (max < 0) {
+      f.text = absl::StrCat(base, "{", min, ",}");
+    } else if (max == min) {
+      f.text = absl::StrCat(base, "{", min, "}");
+    } else {
+      f.text = absl::StrCat(base, "{", min, ",", max, "}");
+    }
+    f.atom = false;
+    *out = std::move(f);
+    return true;
+  }
+
+  Frag SetFrag(const CharRanges& sure) {
+    Frag f;
+    f.nullable = false;
+    f.atom = true;
+    const CharRanges raw = Intersect(sure, RawJsonChars());
+    if (sure.size() == 1 && sure[0].first == sure[0].second) {
+      f.is_literal = true;
+      f.literal = JsonCharText(sure[0].first);
+      f.cost = 1;
+      return f;
+    }
+    std::vector<std::string> alts;
+    if (!raw.empty()) {
+      const CharRanges neg = Complement(raw);
+      alts.push_back(neg.size() < raw.size() ? "[^" + ClassBody(neg) + "]" : "[" + ClassBody(raw) + "]");
+    }
+    f.cost = static_cast<int64_t>(std::min(raw.size(), Complement(raw).size())) + 1;
+    for (const auto& [lo, hi] : Intersect(sure, Complement(RawJsonChars()))) {
+      for (uint32_t c = lo; c <= hi; ++c) {
+        alts.push_back(FormatLiteral(JsonCharText(c)));
+        f.cost += 2;
+      }
+    }
+    f.text = alts.size() == 1 ? alts[0] : absl::StrCat("(", absl::StrJoin(alts, " | "), ")");
+    return f;
+  }
+
+  bool ParseAtom(int depth, Frag* out) {
+    const uint32_t c = Peek();
+    switch (c) {
+      case '(': {
+        ++i_;
+        if (Peek() == '?') {
+          if (Peek(1) != ':') {
+            return Error("only (...) and (?:...) groups are supported (no lookaround, named groups or flags)");
+          }
+          i_ += 2;
+        }
+        return ParseGroup(depth + 1, out);
+      }
+      case '[': {
+        ++i_;
+        CharSet s;
+        if (!ParseClass(&s)) return false;
+        if (s.sure.empty()) return Error("a character class that matches nothing");
+        *out = SetFrag(s.sure);
+        return true;
+      }
+      case '.':
+        ++i_;
+        *out = SetFrag(Complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
+        return true;
+      case '\\': {
+        CharSet s;
+        if (!ParseEscape(false, &s)) return false;
+        *out = SetFrag(s.sure);
+        return true;
+      }
+      case '^':
+      case '$':
+        return Error(
+            "'^' and '$' are supported only at the start and end of the pattern (or of a top-level "
+            "alternative)");
+      case '*':
+      case '+':
+      case '?':
+      case '{':
+        return Error("nothing to repeat");
+      default:
+        ++i_;
+        *out = SetFrag({{c, c}});
+        return true;
+    }
+  }
+
+  bool Hex(int n, uint32_t* out) {
+    uint32_t v = 0;
+    for (int k = 0; k < n; ++k) {
+      const uint32_t h = Peek();
+      int d = -1;
+      if (h >= '0' && h <= '9') d = static_cast<int>(h - '0');
+      if (h >= 'a' && h <= 'f') d = static_cast<int>(h - 'a' + 10);
+      if (h >= 'A' && h <= 'F') d = static_cast<int>(h - 'A' + 10);
+      if (d < 0) return Error(absl::StrCat("expecting ", n, " hex digits"));
+      v = v * 16 + static_cast<uint32_t>(d);
+      ++i_;
+    }
+    *out = v;
+    return true;
+  }
+
+  // An escape at i_ ('\\'): a class escape (\d ...) or one character.
+  bool ParseEscape(bool in_class, CharSet* out) {
+    ++i_;
+    if (AtEnd()) return Error("pattern ends with '\\'");
+    const uint32_t c = Peek();
+    ++i_;
+    switch (c) {
+      case 'd':
+      case 'D':
+      case 'w':
+      case 'W':
+      case 's':
+      case 'S':
+        *out = ClassEscape(static_cast<char>(c));
+        return true;
+      case 't':
+        *out = Single('\t');
+        return true;
+      case 'n':
+        *out = Single('\n');
+        return true;
+      case 'r':
+        *out = Single('\r');
+        return true;
+      case 'f':
+        *out = Single('\f');
+        return true;
+      case 'v':
+        *out = Single('\v');
+        return true;
+      case 'b':
+        if (!in_class) return Error("\\b (word boundary) is not supported");
+        *out = Single('\b');
+        return true;
+      case '0':
+        if (Peek() >= '0' && Peek() <= '9') return Error("octal escapes are not supported");
+        *out = Single(0);
+        return true;
+      case 'x': {
+        uint32_t v = 0;
+        if (!Hex(2, &v)) return false;
+        *out = Single(v);
+        return true;
+      }
+      case 'u': {
+        uint32_t v = 0;
+        if (!Hex(4, &v)) return false;
+        if (v >= 0xD800 && v <= 0xDFFF) return Error("surrogate escapes are not supported");
+        *out = Single(v);
+        return true;
+      }
+      default:
+        break;
+    }
+    if (c >= '1' && c <= '9') return Error("backreferences are not supported");
+    if (c < 0x80 && !((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')) && c >= 0x20) {
+      *out = Single(c);  // escaped punctuation: the character itself
+      return true;
+    }
+    --i_;
+    return Error(absl::StrCat("the escape \\", std::string(JsonCharText(c)), " is not supported"));
+  }
+
+  // A class after '[' up to and including ']'.
+  bool ParseClass(CharSet* out) {
+    bool negated = false;
+    if (Peek() == '^') {
+      negated = true;
+      ++i_;
+    }
+    if (Peek() == ']') return Error("']' first in a class: escape it as \\]");
+    CharSet acc;
+    while (true) {
+      if (AtEnd()) return Error("missing ']'");
+      if (Peek() == ']') {
+        ++i_;
+        break;
+      }
+      CharSet item;
+      bool single = true;
+      uint32_t lo = 0;
+      if (Peek() == '\\') {
+        if (!ParseEscape(true, &item)) return false;
+        single = item.sure.size() == 1 && item.sure[0].first == item.sure[0].second && item.maybe == item.sure;
+        lo = single ? item.sure[0].first : 0;
+      } else {
+        lo = Peek();
+        ++i_;
+        item = Single(lo);
+      }
+      if (Peek() == '-' && i_ + 1 < p_.size() && Peek(1) != ']') {
+        if (!single) return Error("a class escape cannot bound a range");
+        ++i_;  // '-'
+        uint32_t hi = 0;
+        if (Peek() == '\\') {
+          CharSet h;
+          if (!ParseEscape(true, &h)) return false;
+          if (!(h.sure.size() == 1 && h.sure[0].first == h.sure[0].second && h.maybe == h.sure)) {
+            return Error("a class escape cannot bound a range");
+          }
+          hi = h.sure[0].first;
+        } else {
+          hi = Peek();
+          ++i_;
+        }
+        if (hi < lo) return Error("a range out of order in a class");
+        item = {{{lo, hi}}, {{lo, hi}}};
+      }
+      acc.sure = Union(acc.sure, item.sure);
+      acc.maybe = Union(acc.maybe, item.maybe);
+    }
+    *out = negated ? Negated(acc) : acc;
+    return true;
+  }
+
+  std::vector<uint32_t> p_;
+  std::string any_;
+  size_t i_ = 0;
+  std::string error_;
+};
 
 class Converter {
  public:
@@ -211,6 +956,11 @@ class Converter {
   std::string VisitArray(const json& schema, const std::string& name, const std::string& rule_name,
                          const std::string& ptr, int depth, Used* used);
   std::string VisitString(const json& schema, const std::string& rule_name, const std::string& ptr, Used* used);
+  std::string VisitPattern(const json& schema, const std::string& rule_name, const std::string& ptr, Used* used);
+  std::string VisitBoundedNumber(const json& schema, const std::string& rule_name, const std::string& ptr, bool integer,
+                                 Used* used);
+  bool ReadBound(const json& schema, const char* key, bool is_min, bool exclusive, const std::string& ptr,
+                 Bound* bound);
   std::string ResolveRef(const std::string& ref, const std::string& ptr, int depth);
   std::string BuildObjectRule(const std::vector<std::pair<std::string, json>>& props,
                               const std::set<std::string>& required, const std::string& name, const json* additional,
@@ -319,6 +1069,10 @@ std::string Converter::Visit(const json& schema, const std::string& name, const 
   } else if (type.is_null() || type == "object") {
     used.insert({"type", "additionalProperties"});
     r = AddRule(rule_name, AddPrimitive("object", "object"));
+  } else if ((type == "number" || type == "integer") &&
+             (schema.contains("minimum") || schema.contains("maximum") || schema.contains("exclusiveMinimum") ||
+              schema.contains("exclusiveMaximum"))) {
+    r = VisitBoundedNumber(schema, rule_name, ptr, type == "integer", &used);
   } else if (type == "number" || type == "integer" || type == "boolean" || type == "null") {
     used.insert("type");
     r = AddPrimitive(rule_name == "root" ? "root" : type.get<std::string>(), type.get<std::string>());
@@ -332,7 +1086,7 @@ std::string Converter::Visit(const json& schema, const std::string& name, const 
 std::string Converter::VisitString(const json& schema, const std::string& rule_name, const std::string& ptr,
                                    Used* used) {
   used->insert("type");
-  if (schema.contains("pattern")) return Fail(ptr + "/pattern", "not supported"), "";
+  if (schema.contains("pattern")) return VisitPattern(schema, rule_name, ptr, used);
   if (schema.contains("format")) {
     used->insert("format");
     if (!schema["format"].is_string()) return Fail(ptr + "/format", "must be a string"), "";
@@ -341,10 +1095,10 @@ std::string Converter::VisitString(const json& schema, const std::string& rule_n
       return Fail(ptr + "/format", "together with minLength/maxLength is not supported"), "";
     }
     if (f == "uuid") return AddPrimitive(rule_name == "root" ? "root" : "uuid", "uuid");
-    if (f == "date" || f == "time" || f == "date-time") {
+    if (f == "date" || f == "time" || f == "date-time" || f == "email") {
       return AddRule(rule_name, AddPrimitive(f + "-string", f + "-string"));
     }
-    return Fail(ptr + "/format", absl::StrCat("\"", f, "\" is not supported (date, time, date-time, uuid)")), "";
+    return Fail(ptr + "/format", absl::StrCat("\"", f, "\" is not supported (date, time, date-time, uuid, email)")), "";
   }
   if (schema.contains("minLength") || schema.contains("maxLength")) {
     used->insert({"minLength", "maxLength"});
@@ -356,6 +1110,98 @@ std::string Converter::VisitString(const json& schema, const std::string& rule_n
                    absl::StrCat("\"\\\"\" ", BuildRepetition(char_rule, min_len, max_len), " \"\\\"\" space"));
   }
   return AddPrimitive(rule_name == "root" ? "root" : "string", "string");
+}
+
+std::string Converter::VisitPattern(const json& schema, const std::string& rule_name, const std::string& ptr,
+                                    Used* used) {
+  used->insert("pattern");
+  const std::string pptr = ptr + "/pattern";
+  for (const char* k : {"minLength", "maxLength", "format"}) {
+    if (schema.contains(k)) return Fail(pptr, absl::StrCat("together with ", k, " is not supported")), "";
+  }
+  if (!schema["pattern"].is_string()) return Fail(pptr, "must be a string"), "";
+  const std::string& pattern = schema["pattern"].get_ref<const std::string&>();
+  if (pattern.size() > kMaxPatternBytes) {
+    return Fail(pptr, absl::StrCat("longer than ", kMaxPatternBytes, " bytes is not supported")), "";
+  }
+  std::vector<uint32_t> cps;
+  PartialUtf8 partial;
+  DecodeUtf8(pattern, PartialUtf8{}, &cps, &partial);
+  if (partial.n_remain != 0 || std::any_of(cps.begin(), cps.end(), [](uint32_t c) { return c > kMaxCodePoint; })) {
+    return Fail(pptr, "is not valid UTF-8"), "";
+  }
+  PatternConverter pc(std::move(cps), AddPrimitive("char", "char"));
+  std::string body;
+  if (!pc.Convert(&body)) return Fail(pptr, pc.error()), "";
+  return AddRule(rule_name, absl::StrCat("\"\\\"\" ", body, " \"\\\"\" space"));
+}
+
+// Reads minimum / maximum (exclusive*) into `bound`, keeping the stricter of two.
+bool Converter::ReadBound(const json& schema, const char* key, bool is_min, bool exclusive, const std::string& ptr,
+                          Bound* bound) {
+  auto it = schema.find(key);
+  if (it == schema.end()) return true;
+  const std::string kptr = absl::StrCat(ptr, "/", key);
+  if (it->is_boolean()) return Fail(kptr, "must be a number (the draft-4 boolean form is not supported)");
+  if (!it->is_number()) return Fail(kptr, "must be a number");
+  long double v = 0;
+  if (it->is_number_unsigned()) {
+    v = static_cast<long double>(it->get<uint64_t>());
+  } else if (it->is_number_integer()) {
+    v = static_cast<long double>(it->get<int64_t>());
+  } else {
+    const double d = it->get<double>();
+    if (!std::isfinite(d)) return Fail(kptr, "must be finite");
+    v = d;
+  }
+  if (v >= kMaxBoundMagnitude || v <= -kMaxBoundMagnitude) {
+    // Texts have at most 18 integer digits: a bound beyond on the open side does not
+    // restrict them; on the other side nothing would be left.
+    if (is_min ? v < 0 : v > 0) return true;
+    return Fail(kptr, "beyond +-1e18 is not supported");
+  }
+  const Bound b{true, exclusive, v};
+  if (!bound->present) {
+    *bound = b;
+  } else if (is_min ? (b.v > bound->v || (b.v == bound->v && exclusive))
+                    : (b.v < bound->v || (b.v == bound->v && exclusive))) {
+    *bound = b;
+  }
+  return true;
+}
+
+// An integer or number with minimum / maximum / exclusiveMinimum / exclusiveMaximum:
+// digit-range rules (see MagnitudeAlternatives); numbers without an exponent.
+std::string Converter::VisitBoundedNumber(const json& schema, const std::string& rule_name, const std::string& ptr,
+                                          bool integer, Used* used) {
+  used->insert({"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"});
+  Bound low, high;
+  if (!ReadBound(schema, "minimum", true, false, ptr, &low) ||
+      !ReadBound(schema, "exclusiveMinimum", true, true, ptr, &low) ||
+      !ReadBound(schema, "maximum", false, false, ptr, &high) ||
+      !ReadBound(schema, "exclusiveMaximum", false, true, ptr, &high)) {
+    return "";
+  }
+  int digits = kUnboundedDigits;
+  for (const Bound* b : {&low, &high}) {
+    if (b->present) digits = std::max({digits, DigitCount(std::abs(b->Floor())), DigitCount(std::abs(b->Ceil()))});
+  }
+  const int64_t limit = Pow10(digits) - 1;
+  std::vector<std::string> alts = MagnitudeAlternatives(low, high, limit, !integer);
+  if (!low.present || low.v < 0) {  // negative values are in range
+    const std::vector<std::string> neg = MagnitudeAlternatives(high.present ? high.Negated() : Bound{},
+                                                               low.present ? low.Negated() : Bound{}, limit, !integer);
+    if (!neg.empty()) alts.push_back(absl::StrCat("\"-\" (", absl::StrJoin(neg, " | "), ")"));
+  }
+  if (alts.empty()) {
+    return Fail(ptr + (low.present ? (low.exclusive ? "/exclusiveMinimum" : "/minimum")
+                                   : (high.exclusive ? "/exclusiveMaximum" : "/maximum")),
+                integer ? "no integer satisfies the bounds"
+                        : "no number with a bounded integer part satisfies the bounds (ranges within one unit "
+                          "are not supported)"),
+           "";
+  }
+  return AddRule(rule_name, absl::StrCat("(", absl::StrJoin(alts, " | "), ") space"));
 }
 
 std::string Converter::VisitArray(const json& schema, const std::string& name, const std::string& rule_name,

@@ -371,7 +371,8 @@ TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
   httplib::Client cli("127.0.0.1", *port);
   const std::pair<nlohmann::json, std::string> kBad[] = {
       {{{"grammar", "root ::= [a-"}}, "grammar: "},
-      {{{"json_schema", {{"type", "string"}, {"pattern", "^a$"}}}}, "json_schema/pattern: not supported"},
+      {{{"json_schema", {{"type", "string"}, {"pattern", "^(?=a)a$"}}}},
+       "json_schema/pattern: only (...) and (?:...) groups are supported"},
       {{{"grammar", "root ::= \"a\""}, {"json_schema", {{"type", "string"}}}}, "give only one"},
       {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
       {{{"logit_bias", {{"abc", 1}}}}, "key must be a token id"},
