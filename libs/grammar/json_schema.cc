@@ -926,6 +926,22 @@ class Converter {
     return n;
   }
 
+  // Removes from `schema` the keywords that apply only to types other than `type`.
+  static void DropOtherTypesKeywords(const std::string& type, json* schema) {
+    static const std::vector<std::pair<std::vector<std::string>, std::vector<const char*>>> kFamilies = {
+        {{"number", "integer"}, {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}},
+        {{"string"}, {"minLength", "maxLength", "pattern", "format"}},
+        {{"array"}, {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"}},
+        {{"object"},
+         {"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
+          "maxProperties"}},
+    };
+    for (const auto& [types, keys] : kFamilies) {
+      if (std::find(types.begin(), types.end(), type) != types.end()) continue;
+      for (const char* k : keys) schema->erase(k);
+    }
+  }
+
   // Rejects keys of `schema` that the chosen branch did not use.
   bool CheckUsed(const json& schema, const Used& used, const std::string& ptr) {
     for (auto it = schema.begin(); it != schema.end(); ++it) {
@@ -1041,6 +1057,10 @@ std::string Converter::Visit(const json& schema, const std::string& name, const 
     for (size_t i = 0; i < type.size(); ++i) {
       json copy = schema;
       copy["type"] = type[i];
+      // A type-specific keyword constrains only instances of its type (JSON Schema
+      // validation, section 6): {"type": ["integer", "null"], "minimum": 0} (zod's
+      // .int().min(0).nullable()) bounds the integers and leaves null alone.
+      if (type[i].is_string()) DropOtherTypesKeywords(type[i].get<std::string>(), &copy);
       parts.push_back(Visit(copy, absl::StrCat(name, name.empty() ? "alternative-" : "-", i), ptr, depth + 1));
     }
     return status_.ok() ? AddRule(rule_name, absl::StrJoin(parts, " | ")) : "";

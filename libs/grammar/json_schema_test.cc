@@ -284,6 +284,15 @@ TEST(JsonSchema, IntegerBoundsSamples) {
 
 // Every integer text of up to four digits (and some non-canonical texts) against bounds
 // drawn from edge values: accepted exactly when canonical and in range.
+// A type list: each type's own keywords apply to it only (zod's .int().min(0).nullable(),
+// .string().max(3).nullable()).
+TEST(JsonSchema, TypeListsKeepEachTypesKeywords) {
+  ExpectAccepts(R"({"type":["integer","null"],"minimum":0,"maximum":9})", {"0", "9", "null"}, {"-1", "10", "\"x\""});
+  ExpectAccepts(R"({"type":["string","null"],"maxLength":3})", {"\"abc\"", "null"}, {"\"abcd\"", "1"});
+  ExpectAccepts(R"({"type":["string","integer"],"pattern":"^a+$","minimum":5})", {"\"aa\"", "5", "6"},
+                {"\"b\"", "4"});
+}
+
 TEST(JsonSchema, IntegerBoundsExhaustive) {
   const std::vector<int> kEdges = {-1000, -999, -123, -100, -10, -9, -1, 0, 1, 9, 10, 11, 99, 100, 120, 999, 1000};
   std::mt19937 rng(7);
