@@ -8,7 +8,8 @@
 // Prints "PASS name" / "FAIL name: why" per check; exits 1 on any failure.
 // Usage: node agent.mjs BASE_URL MODEL
 import OpenAI from 'openai';
-import { generateText, streamText, tool } from 'ai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import { generateObject, generateText, streamText, tool } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { z } from 'zod';
 
@@ -155,5 +156,36 @@ const g2 = await generateText({
   messages: [...aiMessages, ...g1.response.messages], temperature: 0, maxTokens: 24, maxRetries: 0,
 });
 check('ai-sdk: turn 2 answer', g2.text.length > 0 && g2.toolCalls.length === 0, JSON.stringify(g2.text));
+
+// Structured output from zod schemas (integers with bounds, enums, arrays, nullable,
+// nested objects; strings bounded so the tiny model finishes), three ways: the openai
+// client's parse helper (response_format json_schema), the AI SDK's generateObject with
+// structured outputs, and generateObject in tool mode (a forced named tool call).
+const Pet = z.object({
+  name: z.string().max(8),
+  age: z.number().int().min(0).max(30),
+  kind: z.enum(['cat', 'dog', 'bird']),
+  tags: z.array(z.enum(['small', 'big', 'loud'])).max(3),
+  owner: z.object({ name: z.string().max(6), years: z.number().int().positive().max(99) }),
+  nick: z.string().max(5).nullable(),
+  weight: z.number().min(0).max(50).nullable(),
+});
+const petMessages = [{ role: 'user', content: 'Describe a pet as JSON.' }];
+const parsed = await client.beta.chat.completions.parse({
+  model, messages: petMessages, temperature: 0, max_tokens: 600, response_format: zodResponseFormat(Pet, 'pet'),
+});
+check('zod: chat.completions.parse', Pet.safeParse(parsed.choices[0].message.parsed).success,
+      JSON.stringify(parsed.choices[0].message));
+for (const [name, opts] of [['generateObject', { structuredOutputs: true }], ['generateObject tool mode', {}]]) {
+  try {
+    const g = await generateObject({
+      model: provider.chat(model, opts), schema: Pet, messages: petMessages, temperature: 0, maxTokens: 600,
+      maxRetries: 0, ...(name.endsWith('tool mode') ? { mode: 'tool' } : {}),
+    });
+    check(`zod: ai-sdk ${name}`, Pet.safeParse(g.object).success, JSON.stringify(g.object));
+  } catch (e) {
+    check(`zod: ai-sdk ${name}`, false, `${e.message} ${e.text ?? ''}`);
+  }
+}
 
 process.exit(failures === 0 ? 0 : 1);
