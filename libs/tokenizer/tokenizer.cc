@@ -4,6 +4,7 @@
 // pre-tokenizer table: pre_tokenizers.cc.
 #include "libs/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -299,8 +300,14 @@ std::string Vocab::Detokenize(const std::vector<int32_t>& ids, bool remove_speci
 
 StreamingDetokenizer::StreamingDetokenizer(const Vocab& vocab, bool special) : vocab_(vocab), special_(special) {}
 
+void StreamingDetokenizer::Preserve(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  preserved_ = std::move(ids);
+}
+
 std::string StreamingDetokenizer::Push(int32_t id) {
-  pending_ += vocab_.TokenToPiece(id, special_);
+  const bool special = special_ || std::binary_search(preserved_.begin(), preserved_.end(), id);
+  pending_ += vocab_.TokenToPiece(id, special);
   return Drain(/*at_end=*/false);
 }
 

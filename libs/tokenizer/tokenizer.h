@@ -219,12 +219,17 @@ class StreamingDetokenizer {
   std::string Flush();
   /// Bytes currently held back (0..3).
   size_t pending_bytes() const { return pending_.size(); }
+  /// Tokens rendered with their text even when `special` is false (llama.cpp's
+  /// preserved_tokens: a chat family's tool-call and reasoning markers that are control
+  /// tokens, such as Mistral's [TOOL_CALLS], must reach the output parser).
+  void Preserve(std::vector<int32_t> ids);
 
  private:
   std::string Drain(bool at_end);
 
   const Vocab& vocab_;
   bool special_;
+  std::vector<int32_t> preserved_;  // sorted
   std::string pending_;
 };
 

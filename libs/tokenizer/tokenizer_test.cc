@@ -441,6 +441,23 @@ TEST(Streaming, EmojiFromByteTokensIsNeverSplit) {
   EXPECT_EQ(all, " " + text);
 }
 
+// Preserved tokens keep their text although control tokens are otherwise dropped
+// (llama.cpp's preserved_tokens for tool-call markers).
+TEST(Streaming, PreservedControlTokensKeepTheirText) {
+  REQUIRE_SHARED(shared);
+  std::string err;
+  const Vocab* vocab = LoadVocab(shared + "/models/llama-2-tiny-random.gguf", &err);
+  ASSERT_NE(vocab, nullptr) << err;
+  const int32_t eos = vocab->TextToToken("</s>");
+  ASSERT_GE(eos, 0);
+  StreamingDetokenizer plain(*vocab, false);
+  EXPECT_EQ(plain.Push(eos), "");
+  StreamingDetokenizer kept(*vocab, false);
+  kept.Preserve({eos});
+  EXPECT_EQ(kept.Push(eos), "</s>");
+  EXPECT_EQ(kept.Push(vocab->TextToToken("<s>")), "") << "only the preserved ids";
+}
+
 TEST(Streaming, InvalidBytesBecomeReplacementCharacters) {
   REQUIRE_SHARED(shared);
   std::string err;

@@ -440,6 +440,40 @@ Format DetectFormat(absl::string_view src) {
   return Format::kGeneric;
 }
 
+std::vector<std::string> MarkerTexts(const ParserConfig& c) {
+  std::vector<absl::string_view> m;
+  switch (c.format) {
+    case Format::kHermes:
+    case Format::kQwen3Coder:
+      m = {kToolCall, kToolCallEnd};
+      break;
+    case Format::kGlm:
+      m = {kToolCall, kToolCallEnd, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+      break;
+    case Format::kLlama3:
+      m = {kPythonTag};
+      break;
+    case Format::kMistral:
+      m = {kMistralCalls};
+      break;
+    case Format::kMistralArgs:
+      m = {kMistralCalls, kMistralArgs};
+      break;
+    case Format::kDeepSeek:
+    case Format::kDeepSeekV3:
+      m = {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
+      break;
+    case Format::kNone:
+    case Format::kGeneric:
+      break;
+  }
+  if (c.reasoning) {
+    m.push_back(kThinkOpen);
+    m.push_back(kThinkClose);
+  }
+  return std::vector<std::string>(m.begin(), m.end());
+}
+
 bool TemplateHasThinking(absl::string_view src) { return absl::StrContains(src, kThinkOpen); }
 
 bool PromptOpensThinking(absl::string_view prompt) { return absl::EndsWith(TrimRight(prompt), kThinkOpen); }

@@ -66,6 +66,13 @@ bool TemplateHasThinking(absl::string_view template_source);
 /// whitespace) with "<think>" (Qwen3, DeepSeek-R1 and GLM generation prompts do so).
 bool PromptOpensThinking(absl::string_view rendered_prompt);
 
+struct ParserConfig;
+/// The marker texts of `config`'s syntax (tool-call markers of its format, <think> and
+/// </think> when it splits reasoning). A marker that is one control token of the
+/// model's vocabulary must be detokenized with its text for the parser to see it
+/// (tokenizer::StreamingDetokenizer::Preserve; llama.cpp's preserved_tokens).
+std::vector<std::string> MarkerTexts(const ParserConfig& config);
+
 /// What a parser looks for.
 struct ParserConfig {
   Format format = Format::kNone;

@@ -15,7 +15,9 @@ void FillUsage(const Generation& g, v1::Usage* u) {
 }
 
 CompletionTracker::CompletionTracker(Generation& g, int64_t budget)
-    : g_(g), budget_(budget), detok_(*g.vocab, /*special=*/false), stops_(g.stops) {}
+    : g_(g), budget_(budget), detok_(*g.vocab, /*special=*/false), stops_(g.stops) {
+  detok_.Preserve(g.preserved_tokens);
+}
 
 v1::GenerateResponse CompletionTracker::Consume(const v1::StepResult& sr, bool* run_ended) {
   g_.prompt_ms = sr.prompt_ms();

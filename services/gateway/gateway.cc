@@ -327,6 +327,9 @@ absl::Status Gateway::ChatOutputRules(const v1::ChatPrompt& chat, const std::str
   const std::string& rf = chat.reasoning_format().empty() ? opts_.reasoning_format : chat.reasoning_format();
   g->parse.reasoning = rf != "none" && toolcall::TemplateHasThinking(template_source);
   g->parse.reasoning_open = g->parse.reasoning && toolcall::PromptOpensThinking(rendered);
+  for (const std::string& marker : toolcall::MarkerTexts(g->parse)) {
+    if (const int32_t id = g->vocab->TextToToken(marker); id >= 0) g->preserved_tokens.push_back(id);
+  }
   if (choice != "required" && choice != "function") return absl::OkStatus();
   const nlohmann::json tools = nlohmann::json::parse(chat.tools_json(), nullptr, false);  // validated by ValidateChatPrompt
   auto gbnf = toolcall::ForcedCallGrammar(g->parse.format, tools,

@@ -41,6 +41,9 @@ class Generation {
   toolcall::ParserConfig parse;
   /// tool_choice "required" / a named function: the grammar that forces the call.
   std::string forced_grammar;
+  /// Control tokens detokenized with their text: the markers of `parse`
+  /// (toolcall::MarkerTexts) that are single tokens of the vocabulary.
+  std::vector<int32_t> preserved_tokens;
 
   // Run state.
   int completion = 0;
