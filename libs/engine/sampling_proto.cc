@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 
 #include "libs/grammar/gbnf.h"
+#include "libs/grammar/matcher.h"
 
 namespace herd::engine {
 namespace {
@@ -84,6 +85,10 @@ absl::StatusOr<SamplingParams> SamplingParamsFromProto(const herd::v1::SamplingP
     auto g = grammar::Grammar::Parse(s.grammar());
     if (!g.ok()) {
       return Invalid(field_prefix, "grammar", std::string(absl::StripPrefix(g.status().message(), "grammar: ")));
+    }
+    // Matching cost bounded before any worker runs it (grammar::CheckMatchCost).
+    if (absl::Status cost = grammar::CheckMatchCost(*g); !cost.ok()) {
+      return Invalid(field_prefix, "grammar", std::string(absl::StripPrefix(cost.message(), "grammar: ")));
     }
     p.grammar = s.grammar();
   }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -118,6 +119,82 @@ std::string FormatLiteral(const std::string& s) {
     }
   }
   return out + "\"";
+}
+
+// The code points of UTF-8 `s`, each as its bytes (an invalid byte alone).
+std::vector<std::string> CodePointUnits(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    if (i + n > s.size()) n = 1;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// A prefix tree of literal texts, for LiteralChoice.
+struct LiteralTrie {
+  std::map<std::string, std::unique_ptr<LiteralTrie>> children;  // by code point
+  bool terminal = false;
+};
+
+std::string TrieAlternatives(const LiteralTrie& node, int depth, bool* too_deep);
+
+// One edge and what follows it: the edge's code point plus the single-child chain
+// below it as one literal, then the alternatives of the first branching node.
+std::string TrieEdge(const std::string& unit, const LiteralTrie* child, int depth, bool* too_deep) {
+  std::string lit = unit;
+  while (!child->terminal && child->children.size() == 1) {
+    lit += child->children.begin()->first;
+    child = child->children.begin()->second.get();
+  }
+  std::string out = FormatLiteral(lit);
+  if (child->children.empty()) return out;
+  const std::string rest = TrieAlternatives(*child, depth + 1, too_deep);
+  return absl::StrCat(out, " (", rest, ")", child->terminal ? "?" : "");
+}
+
+std::string TrieAlternatives(const LiteralTrie& node, int depth, bool* too_deep) {
+  if (depth > 48) {
+    *too_deep = true;
+    return "";
+  }
+  std::vector<std::string> alts;
+  for (const auto& [unit, child] : node.children) alts.push_back(TrieEdge(unit, child.get(), depth, too_deep));
+  return absl::StrJoin(alts, " | ");
+}
+
+// A GBNF alternative matching exactly one of `texts`, their common prefixes factored
+// (a prefix tree), so that a matcher holds one parse stack per distinct next character
+// instead of one per text: an enum of 10,000 strings stays cheap to match. Texts that
+// branch more than 48 times deep fall back to the flat alternatives.
+std::string LiteralChoice(const std::vector<std::string>& texts) {
+  LiteralTrie root;
+  bool has_empty = false;
+  for (const std::string& t : texts) {
+    if (t.empty()) {
+      has_empty = true;
+      continue;
+    }
+    LiteralTrie* n = &root;
+    for (const std::string& u : CodePointUnits(t)) {
+      auto& c = n->children[u];
+      if (c == nullptr) c = std::make_unique<LiteralTrie>();
+      n = c.get();
+    }
+    n->terminal = true;
+  }
+  bool too_deep = false;
+  std::string out = TrieAlternatives(root, 0, &too_deep);
+  if (too_deep) {
+    std::vector<std::string> flat;
+    for (const std::string& t : texts) flat.push_back(FormatLiteral(t));
+    return absl::StrJoin(flat, " | ");
+  }
+  if (has_empty) out = out.empty() ? "\"\"" : absl::StrCat("(", out, ")?");
+  return out;
 }
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -1071,9 +1148,9 @@ std::string Converter::Visit(const json& schema, const std::string& name, const 
     used.insert({"enum", "type"});
     const json& e = schema["enum"];
     if (!e.is_array() || e.empty()) return Fail(ptr + "/enum", "must be a non-empty array"), "";
-    std::vector<std::string> parts;
-    for (const json& v : e) parts.push_back(FormatLiteral(Dump(v)));
-    r = AddRule(rule_name, absl::StrCat("(", absl::StrJoin(parts, " | "), ") space"));
+    std::vector<std::string> texts;
+    for (const json& v : e) texts.push_back(Dump(v));
+    r = AddRule(rule_name, absl::StrCat("(", LiteralChoice(texts), ") space"));
   } else if ((type.is_null() || type == "object") && schema.contains("allOf")) {
     r = VisitAllOf(schema, name, rule_name, ptr, depth, &used);
   } else if ((type.is_null() || type == "object") &&

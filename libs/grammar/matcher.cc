@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <unordered_set>
 
 #include "absl/strings/escaping.h"
@@ -430,6 +431,81 @@ size_t Matcher::MinStackDepth() const {
   size_t best = static_cast<size_t>(-1);
   for (const Stack& s : stacks_) best = std::min(best, s.size());
   return best;
+}
+
+namespace {
+
+size_t StackElements(const Matcher& m, size_t* n_stacks) {
+  *n_stacks = m.n_stacks();
+  return m.total_stack_elements();
+}
+
+absl::Status TooCostly(const std::string& what, size_t limit, int step) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "grammar: too costly to match: more than ", limit, " ", what, " after ", step,
+      " characters (an ambiguous grammar: alternatives or repetitions that can match the same text many ways; "
+      "factor common prefixes, bound nested repetitions)"));
+}
+
+}  // namespace
+
+absl::Status CheckMatchCost(const std::shared_ptr<const Grammar>& grammar, const MatchCostLimits& limits,
+                            MatchCost* cost) {
+  MatchCost local;
+  MatchCost& c = cost != nullptr ? *cost : local;
+  c = MatchCost{};
+  MatcherLimits ml;
+  ml.max_stacks = limits.max_stacks;
+  auto created = Matcher::Create(grammar, ml);
+  if (!created.ok()) {
+    if (absl::IsResourceExhausted(created.status())) return TooCostly("parse stacks", limits.max_stacks, 0);
+    return created.status();
+  }
+  Matcher m = *std::move(created);
+  auto measure = [&](const Matcher& x, int step) -> absl::Status {
+    size_t stacks = 0;
+    const size_t elems = StackElements(x, &stacks);
+    c.max_stacks = std::max(c.max_stacks, stacks);
+    c.max_stack_elements = std::max(c.max_stack_elements, elems);
+    if (elems > limits.max_stack_elements) return TooCostly("parse stack elements", limits.max_stack_elements, step);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = measure(m, 0); !s.ok()) return s;
+  for (int step = 1; step <= limits.probe_steps; ++step) {
+    const std::vector<std::pair<uint32_t, uint32_t>> next = m.NextCodePoints();
+    if (next.empty()) break;
+    // Candidates spread over the allowed ranges: each range's first code point, then
+    // its last, up to probe_branch of them.
+    std::vector<uint32_t> cands;
+    const size_t branch = static_cast<size_t>(std::max(1, limits.probe_branch));
+    for (size_t pass = 0; pass < 2 && cands.size() < branch; ++pass) {
+      const size_t stride = std::max<size_t>(1, next.size() / branch);
+      for (size_t i = 0; i < next.size() && cands.size() < branch; i += stride) {
+        const uint32_t cp = pass == 0 ? next[i].first : next[i].second;
+        if (pass == 1 && next[i].first == next[i].second) continue;
+        cands.push_back(cp);
+      }
+    }
+    std::optional<Matcher> best;
+    size_t best_elems = 0;
+    for (uint32_t cp : cands) {
+      Matcher trial = m;
+      absl::Status s = trial.AcceptCodePoint(cp);
+      if (absl::IsResourceExhausted(s)) return TooCostly("parse stacks", limits.max_stacks, step);
+      if (!s.ok()) continue;
+      if (absl::Status ms = measure(trial, step); !ms.ok()) return ms;
+      size_t stacks = 0;
+      const size_t elems = StackElements(trial, &stacks);
+      if (!best.has_value() || elems > best_elems) {
+        best_elems = elems;
+        best = std::move(trial);
+      }
+    }
+    if (!best.has_value()) break;
+    m = *std::move(best);
+    c.steps = step;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace herd::grammar

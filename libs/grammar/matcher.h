@@ -123,6 +123,12 @@ class Matcher {
   /// Smallest stack depth (0 when CanEnd()); a rough distance to completion.
   size_t MinStackDepth() const;
   size_t n_stacks() const { return stacks_.size(); }
+  /// Sum of the stacks' depths (what advancing by one code point copies at most).
+  size_t total_stack_elements() const {
+    size_t n = 0;
+    for (const Stack& s : stacks_) n += s.size();
+    return n;
+  }
   PartialUtf8 partial() const { return partial_; }
   const Grammar& grammar() const { return *grammar_; }
 
@@ -133,6 +139,37 @@ class Matcher {
   std::vector<Stack> stacks_;
   PartialUtf8 partial_;
 };
+
+/// Bounds of CheckMatchCost.
+struct MatchCostLimits {
+  /// Most parse stacks at any point of the probe (the mask of one token costs about
+  /// n_stacks x the vocabulary's code points).
+  size_t max_stacks = 512;
+  /// Most stack elements in total (sum of the stacks' depths) at any point: what each
+  /// accepted code point copies.
+  size_t max_stack_elements = 1 << 16;
+  /// Code points the probe advances, and candidates it tries at each.
+  int probe_steps = 48;
+  int probe_branch = 4;
+};
+
+/// What CheckMatchCost saw: the largest state on the probe's path.
+struct MatchCost {
+  size_t max_stacks = 0;
+  size_t max_stack_elements = 0;
+  int steps = 0;
+};
+
+/// Checks, before a grammar is used, that matching it stays cheap: creates the matcher
+/// and advances it `probe_steps` code points along an adversarial path (at each step it
+/// tries up to `probe_branch` of the code points that may come next and keeps the one
+/// whose state is largest), so grammars whose ambiguity multiplies parse stacks
+/// (`root ::= ("a"{0,1000}){0,1000}`, thousands of alternatives sharing a prefix) are
+/// caught in bounded time (steps x branch x max_stack_elements element copies) instead
+/// of stalling a worker's sampler. INVALID_ARGUMENT "grammar: too costly to match: ..."
+/// naming the measure and its limit. `cost` (optional) receives the measures.
+absl::Status CheckMatchCost(const std::shared_ptr<const Grammar>& grammar, const MatchCostLimits& limits = {},
+                            MatchCost* cost = nullptr);
 
 /// llama_sampler_grammar_apply over a candidate list: sets the logit of every candidate
 /// the grammar does not allow to -INFINITY. `Cand` needs members `int32_t id` and

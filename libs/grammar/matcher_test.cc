@@ -6,9 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 #include "libs/gguf/gguf.h"
+#include "libs/grammar/json_schema.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tests/shared_data.h"
 
@@ -185,6 +189,65 @@ TEST(Matcher, WholeVocabularyCheckIsFast) {
   EXPECT_GT(n_ok, 10);
   EXPECT_LT(n_ok, p->n_tokens() / 2);
   EXPECT_LT(check_ms, 2000.0);
+}
+
+}  // namespace
+}  // namespace herd::grammar
+
+namespace herd::grammar {
+namespace {
+
+std::shared_ptr<const Grammar> MustParse(const std::string& text) {
+  auto g = Grammar::Parse(text);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : nullptr;
+}
+
+// The grammar of {"enum": ["item-0", ..., "item-<n-1>"]} (common prefixes factored by
+// the converter).
+std::string EnumSchemaGrammar(int n) {
+  nlohmann::json e = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) e.push_back(absl::StrCat("item-", i));
+  auto g = JsonSchemaToGrammar(nlohmann::json{{"enum", e}});
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : "";
+}
+
+// Grammars whose ambiguity multiplies parse stacks are refused before use; ordinary
+// ones (JSON, JSON schemas, literal alternatives) pass. The probe's measures are printed.
+TEST(MatchCost, AmbiguousGrammarsAreRefusedOrdinaryOnesPass) {
+  std::string doubling;
+  for (int i = 0; i < 40; ++i) doubling += absl::StrCat("r", i, " ::= r", i + 1, " r", i + 1, "\n");
+  doubling = "root ::= r0\n" + doubling + "r40 ::= \"a\" | \"b\"\n";
+  std::string many = "root ::= ";
+  for (int i = 0; i < 10000; ++i) absl::StrAppend(&many, i ? " | " : "", "\"item-", i, "\"");
+  struct Case {
+    std::string name, grammar;
+    bool ok;
+  };
+  const std::vector<Case> cases = {
+      {"nested repetitions", R"(root ::= ("a"{0,1000}){0,1000})", false},
+      {"ambiguous star", R"(root ::= ("a" | "a" "a")* "b")", true},
+      {"10,000 alternatives with a common prefix", many, false},
+      {"doubling rules", doubling, true},
+      {"json object", JsonObjectGrammar(), true},
+      {"json schema enum of 10,000 strings", EnumSchemaGrammar(10000), true},
+      {"literal choice", R"(root ::= "yes" | "no" | "maybe")", true},
+  };
+  for (const Case& c : cases) {
+    auto g = MustParse(c.grammar);
+    ASSERT_NE(g, nullptr) << c.name;
+    MatchCost cost;
+    const absl::Time t0 = absl::Now();
+    absl::Status s = CheckMatchCost(g, {}, &cost);
+    std::printf("%-42s %-6s stacks %zu elements %zu steps %d  %.1f ms\n", c.name.c_str(), s.ok() ? "ok" : "400",
+                cost.max_stacks, cost.max_stack_elements, cost.steps, absl::ToDoubleMilliseconds(absl::Now() - t0));
+    EXPECT_EQ(s.ok(), c.ok) << c.name << ": " << s.message().substr(0, 300);
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_TRUE(absl::StartsWith(s.message(), "grammar: too costly to match")) << s;
+    }
+  }
 }
 
 }  // namespace

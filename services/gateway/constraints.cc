@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 
 #include "libs/grammar/gbnf.h"
+#include "libs/grammar/matcher.h"
 #include "libs/grammar/json_schema.h"
 
 namespace herd::gateway {
@@ -182,6 +183,9 @@ absl::Status ParseConstraints(const nlohmann::json& body, const tokenizer::Vocab
     auto parsed = grammar::Grammar::Parse(grammar);
     if (!parsed.ok()) {
       return Bad(absl::StrCat(sources[0], ": ", absl::StripPrefix(parsed.status().message(), "grammar: ")));
+    }
+    if (absl::Status cost = grammar::CheckMatchCost(*parsed); !cost.ok()) {
+      return Bad(absl::StrCat(sources[0], ": ", absl::StripPrefix(cost.message(), "grammar: ")));
     }
     out->set_grammar(grammar);
   }
