@@ -372,6 +372,13 @@ absl::Status ToResponsesFields(const absl::Status& st, const std::vector<std::st
       return with(message_fields[k] + m.substr(close + 1));
     }
   }
+  // tools[i].function.X (chat's nesting) -> tools[i].X.
+  if (absl::StartsWith(m, "tools[")) {
+    const size_t close = m.find(']');
+    if (close != std::string::npos && m.compare(close + 1, 9, ".function") == 0) {
+      return with(absl::StrCat(m.substr(0, close + 1), m.substr(close + 10)));
+    }
+  }
   // Longest prefixes first; a prefix ends at a field boundary.
   static const std::pair<const char*, const char*> kRenames[] = {
       {"response_format.json_schema", "text.format"},
