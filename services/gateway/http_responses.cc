@@ -42,8 +42,9 @@ std::string NewId(absl::string_view prefix) {
   return absl::StrCat(prefix, absl::StrFormat("%016x%08x", rng(), static_cast<uint32_t>(rng())));
 }
 
-// The request's fields the response object repeats (OpenAI echoes them), and the
-// request field each chat message came from (for error messages).
+// A Responses request as its equivalent chat body, with what the response object
+// repeats (OpenAI echoes the request's settings) and the request field each chat
+// message came from (for error messages).
 struct ResponsesRequest {
   json chat;           // the equivalent chat completions body
   ojson chat_ordered;  // the same with the client's key order (tools reach the template)
