@@ -160,6 +160,11 @@ TEST_F(DeepInputTest, MillionDeepJsonInEveryHttpFieldGets400) {
                                              DeepArray(kMillion), "}]}")}},
       {"chat: tool_choice",
        {"/v1/chat/completions", absl::StrCat("{", m, ",", chat_msg, R"(,"tool_choice":)", DeepObject(kMillion), "}")}},
+      {"responses: input", {"/v1/responses", absl::StrCat("{", m, R"(,"input":)", DeepArray(kMillion), "}")}},
+      {"responses: input[].content",
+       {"/v1/responses", absl::StrCat("{", m, R"(,"input":[{"role":"user","content":)", DeepArray(kMillion), "}]}")}},
+      {"responses: metadata",
+       {"/v1/responses", absl::StrCat("{", m, R"(,"input":"x","metadata":)", DeepObject(kMillion), "}")}},
       {"embeddings: input", {"/v1/embeddings", absl::StrCat("{", m, R"(,"input":)", DeepArray(kMillion), "}")}},
       {"embedding (llama.cpp): content",
        {"/embedding", absl::StrCat("{", m, R"(,"content":)", DeepArray(kMillion), "}")}},
@@ -181,6 +186,14 @@ TEST_F(DeepInputTest, MillionDeepJsonInEveryHttpFieldGets400) {
          {"/v1/chat/completions",
           absl::StrCat("{", m, ",", chat_msg, R"(,"tools":[{"type":"function","function":{"name":"f","parameters":)",
                        deep, "}}]}")}});
+    cases.push_back({"responses: tools[].parameters, " + label,
+                     {"/v1/responses", absl::StrCat("{", m, R"(,"input":"x","tools":[{"type":"function","name":"f",)",
+                                                    R"("parameters":)", deep, "}]}")}});
+    cases.push_back(
+        {"responses: text.format.schema, " + label,
+         {"/v1/responses",
+          absl::StrCat("{", m, R"(,"input":"x","text":{"format":{"type":"json_schema","name":"n","schema":)", deep,
+                       "}}}")}});
     cases.push_back(
         {"chat: response_format.schema, " + label,
          {"/v1/chat/completions",

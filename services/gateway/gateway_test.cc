@@ -3,8 +3,8 @@
 // UTF-8, cancellation, worker death, validation, HTTP, metrics and the CLI.
 #include "services/gateway/gateway.h"
 
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <functional>
 #include <memory>
 #include <string>
@@ -929,8 +929,7 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
       {R"({"prompt":"x"})", 400, "invalid_request_error", "model", "missing_required_parameter"},
       {R"({"model":"stories260K"})", 400, "invalid_request_error", "prompt", "missing_required_parameter"},
       {R"({"model":"stories260K","prompt":""})", 400, "invalid_request_error", "prompt"},
-      {R"({"model":"stories260K","prompt":"x","temperature":-1})", 400, "invalid_request_error",
-       "temperature"},
+      {R"({"model":"stories260K","prompt":"x","temperature":-1})", 400, "invalid_request_error", "temperature"},
       {R"({"model":"stories260K","prompt":"x","temperature":"hot"})", 400, "invalid_request_error", "temperature"},
       {R"({"model":"stories260K","prompt":"x","max_tokens":0})", 400, "invalid_request_error", "max_tokens"},
       {R"({"model":"stories260K","prompt":"x","n_predict":100000})", 400, "invalid_request_error", "n_predict",
@@ -977,8 +976,7 @@ TEST_F(GatewayTest, HttpErrorsAreOpenAiStyle) {
   auto r2 = cli.Post("/v1/completions", two.dump(), "application/json");
   ASSERT_TRUE(r2);
   EXPECT_EQ(r2->status, 400);
-  EXPECT_TRUE(absl::StartsWith(json::parse(r2->body)["error"]["message"].get<std::string>(), "prompt: "))
-      << r2->body;
+  EXPECT_TRUE(absl::StartsWith(json::parse(r2->body)["error"]["message"].get<std::string>(), "prompt: ")) << r2->body;
   // Invalid UTF-8 in the JSON body.
   auto res =
       cli.Post("/v1/completions", std::string("{\"model\":\"stories260K\",\"prompt\":\"\xff\"}"), "application/json");
@@ -1161,6 +1159,15 @@ TEST_F(GatewayTest, GrpcChatPromptUsesTheTemplate) {
   EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// A template in the Hermes family that knows <think> (and prints tool calls and results).
+constexpr char kHermesTemplate[] =
+    "{# Hermes-style: calls as <tool_call>{json}</tool_call>; reasoning in <think> #}"
+    "{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{%- for c in m.tool_calls %}<tool_call>{{ c.id }} {{ c.function.name }} {{ c.function.arguments }}</tool_call>"
+    "{%- endfor %}{% if m.tool_call_id %} ({{ m.tool_call_id }}){% endif %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
 // Tool calls and reasoning in chat output, with a template in the Hermes family that
 // knows <think>: parsed into reasoning_content / content / tool_calls, the same streamed
 // and whole; tool_choice "required" / a named function reach the worker as a grammar;
@@ -1175,13 +1182,7 @@ TEST_F(GatewayTest, ChatToolCallsAndReasoning) {
     c.script = ids;
     c.n_ctx = c.n_ctx_seq = 2048;
   });
-  auto t = StartGateway({w}, [](GatewayOptions& o) {
-    o.chat_template =
-        "{# Hermes-style: calls as <tool_call>{json}</tool_call>; reasoning in <think> #}"
-        "{%- if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}"
-        "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-        "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-  });
+  auto t = StartGateway({w}, [](GatewayOptions& o) { o.chat_template = kHermesTemplate; });
   httplib::Client cli("127.0.0.1", t->http_port);
   cli.set_read_timeout(10, 0);
   const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
@@ -1278,6 +1279,432 @@ TEST_F(GatewayTest, ChatToolCallsAndReasoning) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400) << res->body;
   EXPECT_TRUE(absl::StrContains(res->body, "'nope' is not one of the tools")) << res->body;
+}
+
+// One server-sent event of a Responses stream: its `event:` name and its data.
+struct SseEvent {
+  std::string event;
+  json data;
+};
+
+// The events of a Responses stream; checks that each names its data's type and that
+// sequence numbers count up from 0.
+std::vector<SseEvent> ResponsesEvents(const std::string& body) {
+  std::vector<SseEvent> out;
+  for (absl::string_view block : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    SseEvent e;
+    for (absl::string_view line : absl::StrSplit(block, '\n')) {
+      if (absl::ConsumePrefix(&line, "event: ")) e.event = std::string(line);
+      if (absl::ConsumePrefix(&line, "data: ")) e.data = json::parse(line);
+    }
+    EXPECT_EQ(e.data.value("type", ""), e.event) << block;
+    EXPECT_EQ(e.data.value("sequence_number", -1), static_cast<int>(out.size())) << block;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// The text of a response's message items.
+std::string OutputText(const json& response) {
+  std::string out;
+  for (const json& item : response["output"]) {
+    if (item["type"] != "message") continue;
+    for (const json& part : item["content"]) out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+// A response's output items without their ids (random per response).
+json WithoutIds(json output) {
+  for (json& item : output) item.erase("id");
+  return output;
+}
+
+// POST /v1/responses: string and item inputs become the chat prompt (instructions
+// first), the output is a message item, max_output_tokens ends it as incomplete, and
+// the stream's events add up to the whole response.
+TEST_F(GatewayTest, HttpResponses) {
+  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = story;
+    c.eos_after_script = false;
+  });
+  auto t = StartGateway({w});
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+  json body = {{"model", "stories260K"},
+               {"input", "Tell a story"},
+               {"max_output_tokens", 3},
+               {"temperature", 0},
+               {"store", true},
+               {"metadata", {{"k", "v"}}},
+               {"user", "u1"}};
+  auto res = cli.Post("/v1/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "resp_")) << j["id"];
+  EXPECT_EQ(j["model"], "stories260K");
+  EXPECT_EQ(j["status"], "incomplete");
+  EXPECT_EQ(j["incomplete_details"], json({{"reason", "max_output_tokens"}}));
+  EXPECT_TRUE(j["error"].is_null());
+  EXPECT_EQ(j["max_output_tokens"], 3);
+  EXPECT_EQ(j["temperature"], 0);
+  EXPECT_EQ(j["store"], false);  // nothing is stored
+  EXPECT_EQ(j["metadata"], json({{"k", "v"}}));
+  EXPECT_EQ(j["tool_choice"], "auto");
+  EXPECT_EQ(j["tools"], json::array());
+  EXPECT_EQ(j["text"], json({{"format", {{"type", "text"}}}}));
+  const std::string text = vocab_->TokenToPiece(story[0], false) + vocab_->TokenToPiece(story[1], false) +
+                           vocab_->TokenToPiece(story[2], false);
+  ASSERT_EQ(j["output"].size(), 1u) << res->body;
+  const json& item = j["output"][0];
+  EXPECT_EQ(item["type"], "message");
+  EXPECT_EQ(item["role"], "assistant");
+  EXPECT_EQ(item["status"], "incomplete");
+  EXPECT_TRUE(absl::StartsWith(item["id"].get<std::string>(), "msg_"));
+  EXPECT_EQ(item["content"],
+            json::array({json{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}}));
+  std::vector<int32_t> want = vocab_->Tokenize(ChatMl({{"user", "Tell a story"}}), true, true);
+  v1::SessionStart start = w->last_start();
+  EXPECT_EQ(std::vector<int32_t>(start.prompt().begin(), start.prompt().end()), want);
+  EXPECT_EQ(j["usage"]["input_tokens"], static_cast<int>(want.size()));
+  EXPECT_EQ(j["usage"]["output_tokens"], 3);
+  EXPECT_EQ(j["usage"]["total_tokens"], static_cast<int>(want.size()) + 3);
+
+  // Items: instructions first, developer = system, text parts joined with "\n", an
+  // assistant turn given back as its output message; /responses is the same route.
+  body["instructions"] = "Be brief.";
+  body["input"] = json::parse(R"([
+      {"type": "message", "role": "developer", "content": "Dev."},
+      {"role": "user", "content": "Hi"},
+      {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+       "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
+      {"role": "user", "content": [{"type": "input_text", "text": "Tell"}, {"type": "input_text", "text": "a story"}]}
+    ])");
+  res = cli.Post("/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
+  EXPECT_EQ(j["instructions"], "Be brief.");
+  EXPECT_EQ(OutputText(j), text);
+  want = vocab_->Tokenize(ChatMl({{"system", "Be brief."},
+                                  {"system", "Dev."},
+                                  {"user", "Hi"},
+                                  {"assistant", "Hello"},
+                                  {"user", "Tell\na story"}}),
+                          true, true);
+  start = w->last_start();
+  EXPECT_EQ(std::vector<int32_t>(start.prompt().begin(), start.prompt().end()), want);
+
+  // Streamed: created, in_progress, the message's events, incomplete with the whole
+  // response; the deltas add up to the non-streamed text.
+  body["stream"] = true;
+  res = cli.Post("/v1/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<SseEvent> events = ResponsesEvents(res->body);
+  std::vector<std::string> names;
+  std::string deltas;
+  for (const SseEvent& e : events) {
+    if (names.empty() || names.back() != e.event) names.push_back(e.event);
+    if (e.event == "response.output_text.delta") {
+      EXPECT_EQ(e.data["output_index"], 0);
+      EXPECT_EQ(e.data["content_index"], 0);
+      deltas += e.data["delta"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"response.created", "response.in_progress", "response.output_item.added",
+                                             "response.content_part.added", "response.output_text.delta",
+                                             "response.output_text.done", "response.content_part.done",
+                                             "response.output_item.done", "response.incomplete"}))
+      << res->body;
+  EXPECT_EQ(deltas, text);
+  ASSERT_GE(events.size(), 2u);
+  const json& created = events[0].data["response"];
+  EXPECT_EQ(created["status"], "in_progress");
+  EXPECT_EQ(created["output"], json::array());
+  const json& last = events.back().data["response"];
+  EXPECT_EQ(last["status"], "incomplete");
+  EXPECT_EQ(last["id"], created["id"]);
+  EXPECT_EQ(WithoutIds(last["output"]), WithoutIds(j["output"]));
+  EXPECT_EQ(last["usage"], j["usage"]);
+  const std::string item_id = last["output"][0]["id"];
+  for (const SseEvent& e : events) {
+    if (e.data.contains("item_id")) {
+      EXPECT_EQ(e.data["item_id"], item_id) << e.event;
+    }
+  }
+}
+
+// Function tools in the flat Responses shape, a Hermes tool call and <think> reasoning:
+// reasoning, message and function_call items, the same streamed and whole; the prompt
+// is the one the equivalent chat request renders, function_call / function_call_output
+// items included; tool_choice and text.format constrain as in chat.
+TEST_F(GatewayTest, HttpResponsesToolCallsAndReasoning) {
+  const std::string out =
+      "<think>Need the weather.</think>Let me look.<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.script = vocab_->Tokenize(out, false, false);
+    c.n_ctx = c.n_ctx_seq = 2048;
+  });
+  auto t = StartGateway({w}, [](GatewayOptions& o) { o.chat_template = kHermesTemplate; });
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+  const json params =
+      json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
+  json body = {{"model", "stories260K"},
+               {"input", "Weather in Paris?"},
+               {"tools", json::array({json{{"type", "function"},
+                                           {"name", "get_weather"},
+                                           {"description", "Weather of a city"},
+                                           {"parameters", params}}})},
+               {"max_output_tokens", 400}};
+  auto res = cli.Post("/v1/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["status"], "completed") << res->body;
+  EXPECT_TRUE(j["incomplete_details"].is_null());
+  EXPECT_EQ(j["tools"], body["tools"]);
+  const json& output = j["output"];
+  ASSERT_EQ(output.size(), 3u) << res->body;
+  EXPECT_EQ(output[0]["type"], "reasoning");
+  EXPECT_TRUE(absl::StartsWith(output[0]["id"].get<std::string>(), "rs_"));
+  EXPECT_EQ(output[0]["summary"], json::array());
+  EXPECT_EQ(output[0]["content"], json::array({json{{"type", "reasoning_text"}, {"text", "Need the weather."}}}));
+  EXPECT_EQ(output[1]["type"], "message");
+  EXPECT_EQ(output[1]["status"], "completed");
+  EXPECT_EQ(output[1]["content"][0]["text"], "Let me look.");
+  const json& call = output[2];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["status"], "completed");
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_TRUE(absl::StartsWith(call["id"].get<std::string>(), "fc_"));
+  EXPECT_TRUE(absl::StartsWith(call["call_id"].get<std::string>(), "call_"));
+  EXPECT_EQ(json::parse(call["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  const v1::SessionStart responses_start = w->last_start();
+
+  // The equivalent chat request renders the same prompt (its tools in the order the
+  // Responses tools become chat tools: type, then function with the client's keys).
+  using ojson = nlohmann::ordered_json;
+  ojson chat = ojson::parse(R"({"model": "stories260K", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+      "tools": [{"type": "function", "function": {"description": "Weather of a city", "name": "get_weather",
+      "parameters": )" + params.dump() +
+                            R"(}}], "max_tokens": 400})");
+  res = cli.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const v1::SessionStart chat_start = w->last_start();
+  EXPECT_EQ(std::vector<int32_t>(responses_start.prompt().begin(), responses_start.prompt().end()),
+            std::vector<int32_t>(chat_start.prompt().begin(), chat_start.prompt().end()));
+
+  // Streamed: the events build the same items.
+  body["stream"] = true;
+  res = cli.Post("/v1/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::vector<SseEvent> events = ResponsesEvents(res->body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().event, "response.completed");
+  std::string reasoning, content, args;
+  json done_items = json::array(), done_args = json::array();
+  for (const SseEvent& e : events) {
+    if (e.event == "response.reasoning_text.delta") reasoning += e.data["delta"].get<std::string>();
+    if (e.event == "response.output_text.delta") content += e.data["delta"].get<std::string>();
+    if (e.event == "response.function_call_arguments.delta") {
+      EXPECT_EQ(e.data["output_index"], 2);
+      args += e.data["delta"].get<std::string>();
+    }
+    if (e.event == "response.function_call_arguments.done") done_args.push_back(e.data["arguments"]);
+    if (e.event == "response.output_item.done") {
+      EXPECT_EQ(e.data["output_index"], done_items.size());
+      done_items.push_back(e.data["item"]);
+    }
+  }
+  EXPECT_EQ(reasoning, "Need the weather.");
+  EXPECT_EQ(content, "Let me look.");
+  EXPECT_EQ(json::parse(args), json({{"city", "Paris"}}));
+  EXPECT_EQ(done_args, json::array({args}));
+  const json streamed = events.back().data["response"]["output"];
+  EXPECT_EQ(done_items, streamed);
+  // (call ids are random per response)
+  json a = WithoutIds(streamed), b = WithoutIds(output);
+  a[2].erase("call_id");
+  b[2].erase("call_id");
+  EXPECT_EQ(a, b);
+
+  // The next turn: the call and its output as items render as chat's tool_calls and
+  // tool message; a reasoning item given back is dropped.
+  body["stream"] = false;
+  body["input"] = json::array({json{{"role", "user"}, {"content", "Weather in Paris?"}}, output[0],
+                               json{{"type", "function_call"},
+                                    {"call_id", "call_1"},
+                                    {"name", "get_weather"},
+                                    {"arguments", "{\"city\":\"Paris\"}"}},
+                               json{{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "sunny"}}});
+  res = cli.Post("/v1/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const v1::SessionStart turn2 = w->last_start();
+  chat["messages"].push_back(ojson::parse(R"({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+      "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})"));
+  chat["messages"].push_back(ojson{{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny"}});
+  res = cli.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const v1::SessionStart chat2 = w->last_start();
+  const std::vector<int32_t> turn2_prompt(turn2.prompt().begin(), turn2.prompt().end());
+  EXPECT_EQ(turn2_prompt, std::vector<int32_t>(chat2.prompt().begin(), chat2.prompt().end()));
+  EXPECT_TRUE(absl::StrContains(vocab_->Detokenize(turn2_prompt, false),
+                                "<tool_call>call_1 get_weather {\"city\":\"Paris\"}</tool_call>"))
+      << vocab_->Detokenize(turn2_prompt, false);
+
+  // A named function forces the call with chat's grammar; text.format json_schema
+  // constrains as chat's response_format.
+  body["input"] = "Weather in Paris?";
+  body["tool_choice"] = json{{"type", "function"}, {"name", "get_weather"}};
+  res = cli.Post("/v1/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["tool_choice"], body["tool_choice"]);
+  const std::string grammar = w->last_start().sampling().grammar();
+  EXPECT_TRUE(absl::StrContains(grammar, "<tool_call>") && absl::StrContains(grammar, "get_weather")) << grammar;
+  body.erase("tool_choice");
+  body.erase("tools");
+  body["text"] = {{"format", {{"type", "json_schema"}, {"name", "w"}, {"schema", params}, {"strict", true}}}};
+  res = cli.Post("/v1/responses", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["text"], body["text"]);
+  const std::string schema_grammar = w->last_start().sampling().grammar();
+  chat.erase("tools");
+  chat["messages"] = ojson::array({ojson{{"role", "user"}, {"content", "Weather in Paris?"}}});
+  chat["response_format"] = ojson::parse(
+      absl::StrCat(R"({"type": "json_schema", "json_schema": {"name": "w", "schema": )", params.dump(), "}}"));
+  res = cli.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_FALSE(schema_grammar.empty());
+  EXPECT_EQ(schema_grammar, w->last_start().sampling().grammar());
+}
+
+// Refused, never ignored: errors name the Responses field (param) they are about.
+TEST_F(GatewayTest, HttpResponsesErrors) {
+  FakeWorker* w = AddWorker();
+  auto t = StartGateway({w});
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+  const json ok = {{"model", "stories260K"}, {"input", "x"}};
+  auto with = [&](const json& patch) {
+    json b = ok;
+    b.merge_patch(patch);
+    return b;
+  };
+  struct Case {
+    json body;
+    std::string param;
+    std::string message;  // a part of the message ("" = any)
+  };
+  for (const Case& c : std::vector<Case>{
+           {with({{"frobnicate", 1}}), "frobnicate", "unknown or unsupported field"},
+           {with({{"previous_response_id", "resp_1"}}), "previous_response_id",
+            "previous_response_id: not supported (herd stores no responses; send the whole input)"},
+           {with({{"tools", json::array({json{{"type", "function"}, {"name", "f"}}, json{{"type", "web_search"}}})}}),
+            "tools[1].type", "'web_search' is not supported"},
+           {with({{"tools", json::array({json{{"type", "function"}}})}}), "tools[0].name", "required"},
+           {with({{"input", nullptr}}), "input", "required"},
+           {with({{"input", 3}}), "input", ""},
+           {with({{"max_output_tokens", 0}}), "max_output_tokens", "at least 1"},
+           {with({{"max_output_tokens", "many"}}), "max_output_tokens", "integer"},
+           {with({{"temperature", "hot"}}), "temperature", "number"},
+           {with({{"input", json::parse(R"([{"role": "user", "content": [{"type": "input_image"}]}])")}}),
+            "input[0].content[0].type", "'input_image' is not supported"},
+           {with({{"input", json::parse(R"([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])")}}),
+            "input[1].role", "not one of"},
+           {with({{"input",
+                   json::parse(R"([{"role": "user", "content": "a"}, {"type": "item_reference", "id": "x"}])")}}),
+            "input[1].type", "stores no responses"},
+           {with({{"input", json::parse(R"([{"type": "function_call", "name": "f", "arguments": "{}"}])")}}),
+            "input[0].call_id", "required"},
+           {with({{"input", json::parse(R"([{"role": "user", "content": "a", "extra": 1}])")}}), "input[0].extra",
+            "unknown"},
+           {with({{"tool_choice", "required"}}), "tool_choice", "needs a non-empty tools array"},
+           {with({{"tool_choice", json{{"type", "file_search"}}}}), "tool_choice.type", "not supported"},
+           {with({{"tool_choice", json{{"type", "function"}}}}), "tool_choice.name", "required"},
+           {with({{"tools", json::array({json{{"type", "function"}, {"name", "f"}}})},
+                  {"tool_choice", json{{"type", "function"}, {"name", "nope"}}}}),
+            "tool_choice.name", "'nope' is not one of the tools"},
+           {with({{"tools", json::array({json{{"type", "function"},
+                                              {"name", "f"},
+                                              {"parameters",
+                                               {{"type", "object"},
+                                                {"properties", {{"a", {{"type", "string"}, {"pattern", "x"}}}}}}}}})},
+                  {"tool_choice", "required"}}),
+            "tools[0].parameters", "pattern: not supported"},
+           {with({{"reasoning", {{"effort", "extreme"}}}}), "reasoning.effort", "not one of"},
+           {with({{"text", {{"format", {{"type", "json_schema"}, {"name", "x"}}}}}}), "text.format.schema", "required"},
+           {with({{"text", {{"format", {{"type", "xml"}}}}}}), "text.format.type", "not one of"},
+           {with({{"text",
+                   {{"format", {{"type", "json_schema"}, {"schema", {{"type", "object"}, {"pattern", "x"}}}}}}}}),
+            "", "text.format.schema/pattern: keyword not supported"},  // (a JSON pointer: no param)
+           {with({{"truncation", "auto"}}), "truncation", "not supported"},
+           {with({{"include", json::array({"reasoning.encrypted_content"})}}), "include[0]", "not supported"},
+           {with({{"stream", "yes"}}), "stream", "boolean"},
+           {json{{"input", "x"}}, "model", "required"},
+       }) {
+    auto r = cli.Post("/v1/responses", c.body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << c.body.dump() << " -> " << r->body;
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["param"], c.param.empty() ? json(nullptr) : json(c.param)) << c.body.dump() << " -> " << r->body;
+    EXPECT_TRUE(absl::StrContains(e["message"].get<std::string>(), c.message)) << r->body;
+    EXPECT_EQ(e["type"], "invalid_request_error");
+  }
+  auto r = cli.Post("/v1/responses", with({{"frobnicate", 1}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "unknown_parameter");
+  r = cli.Post("/v1/responses", with({{"model", "nope"}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+  r = cli.Post("/v1/responses", "{not json", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+}
+
+// A worker dying mid-stream ends a Responses stream with an error event.
+TEST_F(GatewayTest, HttpResponsesStreamError) {
+  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+    c.eos_after_script = false;
+    c.token_delay_ms = 10;
+  });
+  const std::string addr = w->address();
+  auto t = StartGateway({w});
+  httplib::Client cli("127.0.0.1", t->http_port);
+  cli.set_read_timeout(10, 0);
+  const json body = {{"model", "stories260K"}, {"input", "x"}, {"max_output_tokens", 200}, {"stream", true}};
+  int status = 0;
+  std::string sse;
+  std::thread client([&] {
+    auto r = cli.Post("/v1/responses", body.dump(), "application/json");
+    if (r) status = r->status, sse = r->body;
+  });
+  EXPECT_TRUE(WaitFor([&] { return w->sessions_started() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  w->Kill();
+  client.join();
+  ASSERT_EQ(status, 200) << sse;
+  const std::vector<SseEvent> events = ResponsesEvents(sse);
+  ASSERT_GE(events.size(), 3u) << sse;
+  EXPECT_EQ(events[0].event, "response.created");
+  const SseEvent& last = events.back();
+  EXPECT_EQ(last.event, "error") << sse;
+  EXPECT_EQ(last.data["code"], "service_unavailable") << sse;
+  EXPECT_TRUE(absl::StrContains(last.data["message"].get<std::string>(), addr)) << sse;
+  EXPECT_TRUE(last.data.contains("param"));
 }
 
 TEST_F(GatewayTest, ContextSemanticsAsLlamaCpp) {

@@ -189,9 +189,7 @@ struct ResponseMeta {
   /// Chat: how the output splits into reasoning, content and tool calls (the same for
   /// every choice); format kNone without reasoning = the text as it is.
   toolcall::ParserConfig parse;
-  bool parsed() const {
-    return kind == ApiKind::kChat && (parse.format != toolcall::Format::kNone || parse.reasoning);
-  }
+  bool parsed() const { return kind == ApiKind::kChat && OutputSplitter::Parses(parse); }
 
   json Envelope(bool chunk) const {
     const char* object =
@@ -221,51 +219,23 @@ json ToolCallJson(const toolcall::ToolCall& c, int index) {
   return j;
 }
 
-// One streamed choice: writes "data: {...}" events through the request's shared writer.
-class StreamWriter {
- public:
-  explicit StreamWriter(serving::http::ResponseWriter* ds) : ds_(ds) {}
-  bool Send(const std::string& payload) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (gone_) return false;
-    const std::string ev = absl::StrCat("data: ", payload, "\n\n");
-    if (!ds_->Write(ev)) gone_ = true;
-    return !gone_;
-  }
-  bool gone() const { return gone_.load(); }
-
- private:
-  serving::http::ResponseWriter* ds_;
-  std::mutex mu_;
-  std::atomic<bool> gone_{false};
-};
-
 class SseChoiceSink : public GenerateSink {
  public:
   SseChoiceSink(StreamWriter* w, const ResponseMeta* meta, int index)
-      : w_(w), meta_(meta), index_(index), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {
-    if (meta->parsed()) parser_ = std::make_unique<toolcall::StreamParser>(meta->parse);
-  }
+      : w_(w),
+        meta_(meta),
+        index_(index),
+        lp_(meta->kind, meta->vocab.get(), meta->top_logprobs),
+        split_(meta->parse, meta->parsed()) {}
   bool Write(const v1::GenerateResponse& msg) override {
     const bool finish = msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
     if (msg.has_usage()) usage_ = msg.usage();
     lp_.Reset();
     if (meta_->want_logprobs) lp_.Add(msg);
     const bool first_chat = meta_->kind == ApiKind::kChat && !sent_role_;
-    toolcall::StreamParser::Delta d;
-    if (parser_ != nullptr) {
-      d = parser_->Feed(msg.text());
-      if (finish) {
-        toolcall::StreamParser::Delta rest = parser_->Finish();
-        d.reasoning += rest.reasoning;
-        d.content += rest.content;
-        for (auto& c : rest.calls) d.calls.push_back(std::move(c));
-      }
-    } else {
-      d.content = msg.text();
-    }
+    const toolcall::StreamParser::Delta d = split_.Next(msg);
     if (d.empty() && !finish && lp_.empty() && !first_chat) return !w_->gone();
-    const bool made_calls = parser_ != nullptr && !parser_->message().tool_calls.empty();
+    const bool made_calls = split_.made_calls();
     json choice = {{"index", index_},
                    {"logprobs", meta_->want_logprobs && !lp_.empty() ? lp_.ToJson() : json(nullptr)},
                    {"finish_reason", FinishJson(msg.finish_reason(), made_calls)}};
@@ -303,7 +273,7 @@ class SseChoiceSink : public GenerateSink {
   LogprobsAcc lp_;
   bool sent_role_ = false;
   v1::Usage usage_;
-  std::unique_ptr<toolcall::StreamParser> parser_;  // null: the text as it is
+  OutputSplitter split_;
 };
 
 // Collects one whole choice for the non-streaming response.
@@ -392,6 +362,35 @@ absl::Status RunChoices(int n, Fn fn) {
 }
 
 }  // namespace
+
+bool StreamWriter::Write(const std::string& event, const std::string& payload) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (gone_) return false;
+  const std::string ev = event.empty() ? absl::StrCat("data: ", payload, "\n\n")
+                                       : absl::StrCat("event: ", event, "\ndata: ", payload, "\n\n");
+  if (!ds_->Write(ev)) gone_ = true;
+  return !gone_;
+}
+
+OutputSplitter::OutputSplitter(const toolcall::ParserConfig& config, bool parse) {
+  if (parse) parser_ = std::make_unique<toolcall::StreamParser>(config);
+}
+
+toolcall::StreamParser::Delta OutputSplitter::Next(const v1::GenerateResponse& msg) {
+  toolcall::StreamParser::Delta d;
+  if (parser_ == nullptr) {
+    d.content = msg.text();
+    return d;
+  }
+  d = parser_->Feed(msg.text());
+  if (msg.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+    toolcall::StreamParser::Delta rest = parser_->Finish();
+    d.reasoning += rest.reasoning;
+    d.content += rest.content;
+    for (auto& c : rest.calls) d.calls.push_back(std::move(c));
+  }
+  return d;
+}
 
 const std::vector<const char*>& CommonFields() {
   static const std::vector<const char*> kFields = {"model",

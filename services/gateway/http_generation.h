@@ -4,6 +4,9 @@
 // n > 1) and writes OpenAI's response shapes, streamed as server-sent events or whole.
 // Internal to services/gateway.
 #pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
+#include "libs/toolcall/tool_calls.h"
 #include "proto/herd/v1/gateway.pb.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_util.h"
@@ -63,6 +67,43 @@ absl::Status ApplyConstraints(Gateway* gw, const nlohmann::json& body, HttpGener
 /// tool_calls reach the template in the client's order.
 absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body,
                                                 const nlohmann::ordered_json* ordered = nullptr);
+
+/// Server-sent events of one streamed response, shared by the choices that write to it
+/// (thread-safe). Once a write fails (the client is gone) every later one returns false.
+class StreamWriter {
+ public:
+  explicit StreamWriter(serving::http::ResponseWriter* ds) : ds_(ds) {}
+  /// Writes "data: PAYLOAD\n\n"; false once the client is gone.
+  bool Send(const std::string& payload) { return Write("", payload); }
+  /// Writes "event: EVENT\ndata: PAYLOAD\n\n" (OpenAI's Responses streams name each event).
+  bool SendEvent(const std::string& event, const std::string& payload) { return Write(event, payload); }
+  bool gone() const { return gone_.load(); }
+
+ private:
+  bool Write(const std::string& event, const std::string& payload);
+  serving::http::ResponseWriter* ds_;
+  std::mutex mu_;
+  std::atomic<bool> gone_{false};
+};
+
+/// Splits a chat generation's output into reasoning, content and tool calls as its
+/// messages arrive (toolcall::StreamParser with the Generation's rules), or passes the
+/// text through as content when `parse` is false.
+class OutputSplitter {
+ public:
+  OutputSplitter(const toolcall::ParserConfig& config, bool parse);
+  /// What became final with `msg`: its text, and at its finish_reason everything left.
+  toolcall::StreamParser::Delta Next(const v1::GenerateResponse& msg);
+  /// Whether a tool call was reported so far.
+  bool made_calls() const { return parser_ != nullptr && !parser_->message().tool_calls.empty(); }
+  /// Whether output rules apply (`config` has a tool-call format or reasoning).
+  static bool Parses(const toolcall::ParserConfig& config) {
+    return config.format != toolcall::Format::kNone || config.reasoning;
+  }
+
+ private:
+  std::unique_ptr<toolcall::StreamParser> parser_;  // null: the text as it is
+};
 
 /// Runs `gen` and writes the response. `method` labels metrics ("http_completions").
 /// Validation errors (Prepare) are sent as 4xx before any output; a stream that fails

@@ -15,5 +15,9 @@ void RegisterInfoRoutes(serving::http::Server* server, Gateway* gw);
 /// POST /v1/chat/completions (also /chat/completions). http_chat.cc.
 void RegisterChatRoutes(serving::http::Server* server, Gateway* gw);
 
+/// POST /v1/responses (also /responses): OpenAI's Responses API over the chat path,
+/// whole or streamed as Responses events; nothing is stored. http_responses.cc.
+void RegisterResponsesRoutes(serving::http::Server* server, Gateway* gw);
+
 }  // namespace http
 }  // namespace herd::gateway

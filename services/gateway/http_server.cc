@@ -107,6 +107,7 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts) : gw_(gateway), o
     http::ServeGeneration(gw_, *std::move(cr), http::ApiKind::kCompletions, "http_completions", hreq, res);
   });
   http::RegisterChatRoutes(http_.get(), gw_);
+  http::RegisterResponsesRoutes(http_.get(), gw_);
 }
 
 HttpFrontEnd::~HttpFrontEnd() { Stop(absl::ZeroDuration()); }

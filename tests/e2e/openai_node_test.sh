@@ -2,7 +2,7 @@
 # The official OpenAI Node client (npm `openai`) and the Vercel AI SDK (npm `ai`,
 # `@ai-sdk/openai`), installed by tools/setup.sh into $HERD_NODE_MODULES, against a
 # local cluster started with `herd up` with a tool-calling chat template (Qwen2.5's,
-# Hermes syntax): client.mjs (models, completions, chat, embeddings) and agent.mjs (a
+# Hermes syntax): client.mjs (models, completions, chat, responses, embeddings) and agent.mjs (a
 # two-turn agent loop with forced tool calls).
 set -uo pipefail
 R="$TEST_SRCDIR/$TEST_WORKSPACE"
