@@ -104,7 +104,14 @@ absl::Status AddBias(int64_t id, float bias, const tokenizer::Vocab& vocab, cons
   return absl::OkStatus();
 }
 
+// At most n_vocab entries (more can only repeat ids), and at most n_vocab biased ids
+// after strings are tokenized: the request's size cannot grow the sampler past the
+// vocabulary.
 absl::Status LogitBias(const json& lb, const tokenizer::Vocab& vocab, v1::SamplingParams* out) {
+  const size_t max_entries = static_cast<size_t>(std::max(vocab.n_tokens(), 1));
+  if ((lb.is_object() || lb.is_array()) && lb.size() > max_entries) {
+    return Bad(absl::StrCat("logit_bias: ", lb.size(), " entries exceed the vocabulary's ", max_entries, " tokens"));
+  }
   if (lb.is_object()) {  // OpenAI: {"123": 5.0}
     for (auto it = lb.begin(); it != lb.end(); ++it) {
       const std::string field = absl::StrCat("logit_bias[\"", it.key(), "\"]");
@@ -132,6 +139,9 @@ absl::Status LogitBias(const json& lb, const tokenizer::Vocab& vocab, v1::Sampli
       if (ids.empty()) return Bad(absl::StrCat(field, ": the string has no tokens"));
       for (int32_t id : ids) {
         if (absl::Status s = AddBias(id, bias, vocab, field, out); !s.ok()) return s;
+      }
+      if (static_cast<size_t>(out->logit_bias_size()) > max_entries) {
+        return Bad(absl::StrCat(field, ": more than ", max_entries, " biased tokens (the vocabulary's size)"));
       }
     } else {
       return Bad(absl::StrCat(field, ": the token must be an integer id or a string"));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 #include "libs/gguf/gguf.h"
 #include "libs/grammar/gbnf.h"
@@ -121,6 +122,27 @@ TEST_F(ConstraintsTest, LogitBiasForms) {
     EXPECT_EQ(sp.logit_bias(1 + static_cast<int>(i)).token_id(), ids[i]);
     EXPECT_TRUE(std::isinf(sp.logit_bias(1 + static_cast<int>(i)).bias()));
   }
+}
+
+// logit_bias cannot grow past the vocabulary: more entries than n_vocab, or strings that
+// tokenize into more biased ids than that, are refused.
+TEST_F(ConstraintsTest, LogitBiasIsBoundedByTheVocabulary) {
+  auto body = [](int n, const nlohmann::json& token) {
+    nlohmann::json lb = nlohmann::json::array();
+    for (int i = 0; i < n; ++i) lb.push_back(nlohmann::json::array({token, 1}));
+    return nlohmann::json{{"logit_bias", lb}}.dump();
+  };
+  v1::SamplingParams sp;
+  EXPECT_TRUE(Parse(body(512, 12), &sp).ok());
+  absl::Status st = Parse(body(513, 12), &sp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("logit_bias: 513 entries exceed the vocabulary's 512 tokens"),
+            std::string::npos)
+      << st;
+  v1::SamplingParams sp2;
+  st = Parse(body(300, "Once upon a time"), &sp2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("biased tokens (the vocabulary's size)"), std::string::npos) << st;
 }
 
 TEST_F(ConstraintsTest, HasConstraints) {
