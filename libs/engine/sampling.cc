@@ -103,25 +103,37 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
 }
 
 absl::StatusOr<std::unique_ptr<Sampler>> Sampler::Create(const SamplingParams& params, int32_t n_vocab,
-                                                         std::shared_ptr<const grammar::TokenPieces> pieces) {
+                                                         std::shared_ptr<const grammar::TokenPieces> pieces,
+                                                         grammar::GrammarCache* grammars) {
   SamplingParams ranges = params;  // the grammar is parsed once, below
   ranges.grammar.clear();
   absl::Status st = ValidateSamplingParams(ranges, n_vocab);
   if (!st.ok()) return st;
   auto s = std::make_unique<Sampler>(params, n_vocab);
   if (params.grammar.empty()) return s;
-  auto g = grammar::Grammar::Parse(params.grammar);
-  if (!g.ok()) return GrammarError(g.status());
+  std::shared_ptr<grammar::MaskCache> masks;
+  std::shared_ptr<const grammar::Grammar> parsed;
+  if (grammars != nullptr && grammars->pieces() == pieces && pieces != nullptr) {
+    auto got = grammars->Get(params.grammar);
+    if (!got.ok()) return GrammarError(got.status());
+    masks = std::move(*got);
+    parsed = masks->grammar();
+  } else {
+    auto g = grammar::Grammar::Parse(params.grammar);
+    if (!g.ok()) return GrammarError(g.status());
+    parsed = std::move(*g);
+  }
   if (pieces == nullptr || pieces->n_tokens() != n_vocab) {
     return absl::FailedPreconditionError(absl::StrCat(
         "sampler: a grammar needs the token pieces of the ", n_vocab, "-token vocabulary",
         pieces == nullptr ? std::string(" (none given)") : absl::StrCat(" (got ", pieces->n_tokens(), " tokens)")));
   }
-  auto m = grammar::Matcher::Create(*g);
+  auto m = grammar::Matcher::Create(std::move(parsed));
   if (!m.ok()) return m.status();
   s->matcher_.emplace(*m);
   s->matcher_start_.emplace(std::move(*m));
   s->pieces_ = std::move(pieces);
+  s->masks_ = std::move(masks);
   s->status_ = absl::OkStatus();
   return s;
 }
@@ -135,7 +147,7 @@ TokenDataArray Sampler::Candidates(const float* logits) const {
   TokenDataArray cur;
   if (n_vocab_ <= 0) return cur;
   Prepare(logits, &cur);
-  if (matcher_) grammar::ApplyGrammar(*matcher_, *pieces_, &cur.data);
+  if (matcher_) MaskCandidates(&cur);
   if (IsGreedy()) {
     size_t best = 0;
     for (size_t i = 1; i < cur.data.size(); ++i) {
@@ -182,8 +194,11 @@ int32_t Sampler::Sample(const float* logits) {
       break;  // only -inf tokens left: the full path decides
     }
     Prepare(logits, &cur);
+  } else if (!IsGreedy() && params_.top_k > 0 && grammar_top_k_search_ &&
+             (masks_ == nullptr || !masks_->Cached(*matcher_)) && GrammarTopK(&cur)) {
+    return SampleFrom(&cur);
   }
-  grammar::ApplyGrammar(*matcher_, *pieces_, &cur.data);
+  MaskCandidates(&cur);
   bool any = false;
   for (const TokenData& t : cur.data) {
     if (t.logit != -INFINITY) {
@@ -193,6 +208,46 @@ int32_t Sampler::Sample(const float* logits) {
   }
   if (!any) return -1;
   return SampleFrom(&cur);
+}
+
+bool Sampler::GrammarTopK(TokenDataArray* cur) const {
+  std::vector<TokenData>& d = cur->data;
+  const size_t k = static_cast<size_t>(params_.top_k);
+  // One O(n_vocab) selection of the best `span` candidates, sorted, then one grammar check
+  // of those: cheap when the state allows most tokens (inside a string), where the whole
+  // mask is most expensive; a restrictive state (few allowed tokens) fails here and is
+  // masked whole, which is cheap there (most tokens fail at their first code point).
+  const size_t span = std::min(d.size(), std::max<size_t>(256, 4 * k));
+  if (span < k || span == 0) return false;
+  std::nth_element(d.begin(), d.begin() + static_cast<long>(span - 1), d.end(), CandidateBefore);
+  std::sort(d.begin(), d.begin() + static_cast<long>(span), CandidateBefore);
+  std::vector<int32_t> ids(span);
+  std::vector<uint8_t> ok(span);
+  for (size_t i = 0; i < span; ++i) ids[i] = d[i].id;
+  matcher_->CheckTokens(*pieces_, ids.data(), span, ok.data());
+  std::vector<TokenData> kept;
+  kept.reserve(k);
+  for (size_t i = 0; i < span && kept.size() < k; ++i) {
+    // -inf from here on: fewer than k finite allowed tokens; the full path orders the
+    // -inf ones exactly as the top_k stage does.
+    if (d[i].logit == -INFINITY) return false;
+    if (ok[i]) kept.push_back(d[i]);
+  }
+  if (kept.size() < k) return false;
+  d = std::move(kept);
+  cur->sorted = true;
+  return true;
+}
+
+void Sampler::MaskCandidates(TokenDataArray* cur) const {
+  if (masks_ == nullptr) {
+    grammar::ApplyGrammar(*matcher_, *pieces_, &cur->data);
+    return;
+  }
+  std::shared_ptr<const grammar::TokenMask> mask = masks_->Mask(*matcher_);
+  for (TokenData& t : cur->data) {
+    if (!grammar::MaskAllows(*mask, t.id)) t.logit = -INFINITY;
+  }
 }
 
 int32_t Sampler::SampleFrom(TokenDataArray* cur) {

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 
 #include "libs/engine/sampler_chain.h"
+#include "libs/grammar/mask_cache.h"
 #include "libs/grammar/matcher.h"
 
 namespace herd::engine {
@@ -131,8 +132,17 @@ class Sampler {
   /// grammar::TokenPieces::FromVocab, shared per model). FAILED_PRECONDITION when the
   /// grammar is set and `pieces` is null or has a different token count than n_vocab;
   /// RESOURCE_EXHAUSTED when the grammar is too ambiguous (parse stack limit).
+  /// `grammars` (optional; its pieces must be `pieces`) shares the parsed grammar and its
+  /// whole-vocabulary masks (grammar::MaskCache) with the other samplers of the same
+  /// grammar text.
   static absl::StatusOr<std::unique_ptr<Sampler>> Create(const SamplingParams& params, int32_t n_vocab,
-                                                         std::shared_ptr<const grammar::TokenPieces> pieces = nullptr);
+                                                         std::shared_ptr<const grammar::TokenPieces> pieces = nullptr,
+                                                         grammar::GrammarCache* grammars = nullptr);
+
+  /// For tests and benchmarks: with false, a rejected first draw always masks the whole
+  /// vocabulary (llama.cpp's path) instead of checking tokens in logit order until
+  /// top_k allowed ones are found. Both give the same token.
+  void set_grammar_top_k_search(bool on) { grammar_top_k_search_ = on; }
 
   /// Samples a token from `logits` (n_vocab floats, token id order, not
   /// modified). Greedy (temp <= 0): argmax of the penalized logits, lowest id on
@@ -191,6 +201,15 @@ class Sampler {
   // The rest of the chain over prepared candidates (filters + Dist, or Greedy), sets
   // top_logprobs_; returns the selected id.
   int32_t SampleFrom(TokenDataArray* cur);
+  // With a grammar, after a rejected first draw (not greedy, top_k > 0, the state's
+  // mask not cached): selects and sorts the best max(256, 4 top_k) prepared candidates,
+  // checks them with the grammar, and when top_k of them are allowed leaves exactly those
+  // in *cur (sorted): the candidates the top_k stage would keep after a whole-vocabulary
+  // mask. False (cur reordered, nothing dropped) otherwise.
+  bool GrammarTopK(TokenDataArray* cur) const;
+  // Sets the logit of every candidate the grammar rejects to -inf (through the shared
+  // mask cache when there is one).
+  void MaskCandidates(TokenDataArray* cur) const;
   // Greedy top_logprobs_: softmax of the full candidate logits, top n_probs.
   void GreedyLogprobs(TokenDataArray* cur, size_t best);
 
@@ -209,6 +228,8 @@ class Sampler {
   std::shared_ptr<const grammar::TokenPieces> pieces_;
   std::optional<grammar::Matcher> matcher_;
   std::optional<grammar::Matcher> matcher_start_;  // for Reset()
+  std::shared_ptr<grammar::MaskCache> masks_;        // null without a GrammarCache
+  bool grammar_top_k_search_ = true;
   absl::Status status_;
 };
 

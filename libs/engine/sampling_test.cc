@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -579,6 +580,49 @@ TEST(SamplingGrammar, GreedyEqualsFullGrammarArgmax) {
     EXPECT_EQ(t, c.data[0].id) << "trial " << trial;
     EXPECT_TRUE((*s)->matcher()->TokenAllowed(*pieces, t));
   }
+}
+
+// Temperature sampling with a grammar: after a rejected first draw, checking tokens in
+// logit order until top_k allowed ones are found (and the shared mask cache) gives the
+// same tokens as masking the whole vocabulary, for every top_k and seed.
+TEST(SamplingGrammar, TopKSearchEqualsWholeMask) {
+  std::vector<std::string> texts = {"<eos>"};
+  std::vector<bool> eog = {true};
+  for (int i = 0; i < 3000; ++i) {
+    texts.push_back(std::string(1, static_cast<char>('a' + i % 26)) + (i >= 26 ? std::to_string(i % 97) : ""));
+    eog.push_back(false);
+  }
+  auto pieces = grammar::TokenPieces::Create(texts, eog);
+  const int32_t n_vocab = static_cast<int32_t>(texts.size());
+  grammar::GrammarCache grammars(pieces);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  int sampled = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    SamplingParams p = Plain(1.0f);
+    p.top_k = std::vector<int32_t>{1, 5, 40, 500, 3000}[static_cast<size_t>(trial % 5)];
+    p.top_p = trial % 2 ? 0.9f : 1.0f;
+    p.seed = static_cast<uint32_t>(trial);
+    p.grammar = trial % 3 == 0 ? "root ::= [a-f] [0-9]* \"!\"" : "root ::= ([a-z] [0-9]*){1,6}";
+    auto fast = Sampler::Create(p, n_vocab, pieces, trial % 2 ? &grammars : nullptr);
+    auto whole = Sampler::Create(p, n_vocab, pieces);
+    ASSERT_TRUE(fast.ok() && whole.ok());
+    (*whole)->set_grammar_top_k_search(false);
+    for (int step = 0; step < 12; ++step) {
+      std::vector<float> logits(texts.size());
+      for (float& l : logits) l = nd(rng);
+      if (step % 4 == 1) logits[static_cast<size_t>(1 + step)] = -INFINITY;
+      const int32_t a = (*fast)->Sample(logits.data());
+      const int32_t b = (*whole)->Sample(logits.data());
+      ASSERT_EQ(a, b) << "trial " << trial << " step " << step;
+      if (a < 0) break;
+      ++sampled;
+      ASSERT_TRUE((*fast)->Accept(a).ok());
+      ASSERT_TRUE((*whole)->Accept(b).ok());
+      if (a == 0) break;
+    }
+  }
+  EXPECT_GT(sampled, 200);
 }
 
 TEST(SamplingGrammar, DeadEndReturnsMinusOne) {

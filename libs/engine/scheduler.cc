@@ -180,6 +180,15 @@ struct Core {
     if (pieces == nullptr) pieces = grammar::TokenPieces::FromVocab(*vocab);
     return pieces;
   }
+  // Parsed grammars and their token masks, shared by the requests that send the same
+  // grammar (grammar::GrammarCache over Pieces()), built on first use.
+  std::unique_ptr<grammar::GrammarCache> grammars;
+  grammar::GrammarCache* Grammars() {
+    std::shared_ptr<const grammar::TokenPieces> p = Pieces();
+    std::lock_guard<std::mutex> l(pieces_mu);
+    if (grammars == nullptr) grammars = std::make_unique<grammar::GrammarCache>(std::move(p));
+    return grammars.get();
+  }
 
   void Run();
   bool HasWorkLocked() const;
@@ -897,10 +906,14 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
   SamplingParams sp = params.sampling;
   sp.n_probs = params.logprobs;
   std::shared_ptr<const grammar::TokenPieces> pieces;
-  if (!sp.grammar.empty()) pieces = c.Pieces();
+  grammar::GrammarCache* grammars = nullptr;
+  if (!sp.grammar.empty()) {
+    pieces = c.Pieces();
+    grammars = c.Grammars();
+  }
   // Validates the parameters (grammar included) and builds the sampler here, on the
   // caller's thread, so that the scheduler thread never parses grammars.
-  auto sampler = Sampler::Create(sp, static_cast<int32_t>(c.n_vocab), std::move(pieces));
+  auto sampler = Sampler::Create(sp, static_cast<int32_t>(c.n_vocab), std::move(pieces), grammars);
   if (!sampler.ok()) return sampler.status();
 
   auto st = std::make_shared<SeqState>();

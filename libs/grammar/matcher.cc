@@ -122,55 +122,83 @@ struct Candidate {
   PartialUtf8 partial;
 };
 
-std::vector<Candidate> RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks,
-                                        const std::vector<Candidate>& cands, size_t max_stacks);
+// Scratch vectors of the rejection recursion, one per depth (a depth is one code point
+// of the candidates), reused across calls so that a whole-vocabulary check allocates
+// nothing once warm.
+struct RejectScratch {
+  std::deque<std::vector<Candidate>> next;  // [depth]; a deque: growing keeps references
+  std::vector<Candidate>& At(size_t depth) {
+    while (next.size() <= depth) next.emplace_back();
+    next[depth].clear();
+    return next[depth];
+  }
+};
 
-// llama_grammar_reject_candidates_for_stack.
-std::vector<Candidate> RejectForStack(const std::vector<Rule>& rules, const Stack& stack,
-                                      const std::vector<Candidate>& cands, size_t max_stacks) {
-  std::vector<Candidate> rejects;
+// The ASCII code points a char-class position matches, as a 128-bit set (the scan tests
+// most code points of JSON-like output with one bit test instead of walking the class).
+struct AsciiSet {
+  uint64_t w[2] = {0, 0};
+  bool Has(uint32_t c) const { return (w[c >> 6] >> (c & 63)) & 1u; }
+};
+AsciiSet AsciiMatches(const Element* pos) {
+  AsciiSet s;
+  for (uint32_t c = 0; c < 128; ++c) {
+    if (MatchChar(pos, c).first) s.w[c >> 6] |= uint64_t{1} << (c & 63);
+  }
+  return s;
+}
+
+void RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks,
+                      std::vector<Candidate>* cands, size_t max_stacks, size_t depth, RejectScratch* scratch);
+
+// llama_grammar_reject_candidates_for_stack, in place: keeps in *cands only the
+// candidates this stack rejects (in their order).
+void RejectForStack(const std::vector<Rule>& rules, const Stack& stack, std::vector<Candidate>* cands,
+                    size_t max_stacks, size_t depth, RejectScratch* scratch) {
+  size_t n_rej = 0;
   if (stack.empty()) {
-    for (const Candidate& c : cands) {
-      if (c.cp != c.end || c.partial.n_remain != 0) rejects.push_back(c);
+    for (const Candidate& c : *cands) {
+      if (c.cp != c.end || c.partial.n_remain != 0) (*cands)[n_rej++] = c;
     }
-    return rejects;
+    cands->resize(n_rej);
+    return;
   }
   const Element* top = stack.back();
-  std::vector<Candidate> next;
-  for (const Candidate& c : cands) {
+  const AsciiSet ascii = AsciiMatches(top);
+  std::vector<Candidate>& next = scratch->At(depth);
+  for (const Candidate& c : *cands) {
     if (c.cp == c.end) {
       // The token's complete code points are all matched; reject iff it ends in a partial
       // sequence that cannot satisfy this position.
-      if (c.partial.n_remain != 0 && !MatchPartialChar(top, c.partial)) rejects.push_back(c);
-    } else if (MatchChar(top, *c.cp).first) {
+      if (c.partial.n_remain != 0 && !MatchPartialChar(top, c.partial)) (*cands)[n_rej++] = c;
+    } else if (*c.cp < 128 ? ascii.Has(*c.cp) : MatchChar(top, *c.cp).first) {
       next.push_back({c.index, c.cp + 1, c.end, c.partial});
     } else {
-      rejects.push_back(c);
+      (*cands)[n_rej++] = c;
     }
   }
-  if (next.empty()) return rejects;
+  cands->resize(n_rej);
+  if (next.empty()) return;
   const Element* after = MatchChar(top, 0).second;
   Stack stack_after(stack.begin(), stack.end() - 1);
   if (!IsEndOfSequence(after)) stack_after.push_back(after);
   std::vector<Stack> next_stacks;
   StackSet seen;
   AdvanceStack(rules, std::move(stack_after), &next_stacks, &seen, max_stacks);
-  for (const Candidate& c : RejectCandidates(rules, next_stacks, next, max_stacks)) {
-    rejects.push_back({c.index, c.cp - 1, c.end, c.partial});
-  }
-  return rejects;
+  RejectCandidates(rules, next_stacks, &next, max_stacks, depth + 1, scratch);
+  // `next` now holds the rejected ones, one code point further: the order of *cands is
+  // not kept across the two groups (callers index by Candidate::index).
+  for (const Candidate& c : next) cands->push_back({c.index, c.cp - 1, c.end, c.partial});
 }
 
-// llama_grammar_reject_candidates: the candidates no stack accepts.
-std::vector<Candidate> RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks,
-                                        const std::vector<Candidate>& cands, size_t max_stacks) {
-  if (cands.empty()) return {};
-  if (stacks.empty()) return cands;
-  std::vector<Candidate> rejects = RejectForStack(rules, stacks.front(), cands, max_stacks);
-  for (size_t i = 1; i < stacks.size() && !rejects.empty(); ++i) {
-    rejects = RejectForStack(rules, stacks[i], rejects, max_stacks);
+// llama_grammar_reject_candidates, in place: leaves in *cands the candidates no stack
+// accepts.
+void RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks,
+                      std::vector<Candidate>* cands, size_t max_stacks, size_t depth, RejectScratch* scratch) {
+  if (cands->empty() || stacks.empty()) return;
+  for (size_t i = 0; i < stacks.size() && !cands->empty(); ++i) {
+    RejectForStack(rules, stacks[i], cands, max_stacks, depth, scratch);
   }
-  return rejects;
 }
 
 std::string Quoted(absl::string_view s) { return absl::StrCat("\"", absl::CHexEscape(s), "\""); }
@@ -339,6 +367,17 @@ absl::Status Matcher::AcceptToken(const TokenPieces& pieces, int32_t id) {
   return st;
 }
 
+bool Matcher::AppendStateKey(std::string* key, size_t max_bytes) const {
+  auto put = [key](uint64_t v) { key->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put((static_cast<uint64_t>(partial_.value) << 8) | static_cast<uint8_t>(partial_.n_remain));
+  for (const Stack& s : stacks_) {
+    if (key->size() + 8 * (s.size() + 1) > max_bytes) return false;
+    put(s.size());
+    for (const Element* e : s) put(reinterpret_cast<uintptr_t>(e));
+  }
+  return true;
+}
+
 bool Matcher::CanEnd() const {
   for (const Stack& s : stacks_) {
     if (s.empty()) return true;
@@ -348,8 +387,9 @@ bool Matcher::CanEnd() const {
 
 void Matcher::CheckTokens(const TokenPieces& pieces, const int32_t* ids, size_t n, uint8_t* allowed) const {
   const bool allow_eog = CanEnd();
-  std::vector<Candidate> cands;
-  cands.reserve(n);
+  thread_local RejectScratch scratch;
+  thread_local std::vector<Candidate> cands;
+  cands.clear();
   std::deque<std::vector<uint32_t>> decoded;  // pieces decoded from a pending partial state
   for (size_t i = 0; i < n; ++i) {
     const int32_t id = ids[i];
@@ -372,9 +412,8 @@ void Matcher::CheckTokens(const TokenPieces& pieces, const int32_t* ids, size_t 
       cands.push_back({i, v.data(), v.data() + v.size(), end});
     }
   }
-  for (const Candidate& c : RejectCandidates(grammar_->rules(), stacks_, cands, limits_.max_stacks)) {
-    allowed[c.index] = 0;
-  }
+  RejectCandidates(grammar_->rules(), stacks_, &cands, limits_.max_stacks, 0, &scratch);
+  for (const Candidate& c : cands) allowed[c.index] = 0;
 }
 
 bool Matcher::TokenAllowed(const TokenPieces& pieces, int32_t id) const {

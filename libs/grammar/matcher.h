@@ -130,6 +130,11 @@ class Matcher {
     return n;
   }
   PartialUtf8 partial() const { return partial_; }
+  /// Appends a byte string that identifies the matching state (the stacks' element
+  /// addresses in order, and the partial UTF-8 state): two matchers of the same grammar
+  /// object with equal keys allow exactly the same tokens (MaskCache's key). Returns
+  /// false, leaving a partial key, once the key would exceed `max_bytes`.
+  bool AppendStateKey(std::string* key, size_t max_bytes) const;
   const Grammar& grammar() const { return *grammar_; }
 
  private:

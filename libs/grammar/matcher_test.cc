@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "libs/gguf/gguf.h"
 #include "libs/grammar/json_schema.h"
+#include "libs/grammar/mask_cache.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tests/shared_data.h"
 
@@ -248,6 +250,70 @@ TEST(MatchCost, AmbiguousGrammarsAreRefusedOrdinaryOnesPass) {
       EXPECT_TRUE(absl::StartsWith(s.message(), "grammar: too costly to match")) << s;
     }
   }
+}
+
+
+// MaskCache gives exactly CheckTokens' mask over the whole vocabulary at every state of
+// a walk through a JSON-schema grammar (stories260K's 512 tokens), shares masks between
+// matchers of one grammar, and keeps at most max_entries.
+TEST(MaskCache, EqualsCheckTokensAndIsBounded) {
+  const std::string dir = SharedDir();
+  if (dir.empty()) GTEST_SKIP() << kSharedDirMissing;
+  auto f = gguf::GgufFile::Open(dir + "/models/stories260K.gguf");
+  ASSERT_TRUE(f.ok());
+  auto v = tokenizer::Vocab::FromGguf(**f);
+  ASSERT_TRUE(v.ok());
+  std::shared_ptr<const TokenPieces> p = TokenPieces::FromVocab(**v);
+  auto text = JsonSchemaToGrammar(nlohmann::json::parse(
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"n":{"type":"integer"},
+          "tags":{"type":"array","items":{"enum":["ab","cd","once upon"]}}},"required":["name","n","tags"]})"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto g = Grammar::Parse(*text);
+  ASSERT_TRUE(g.ok());
+  MaskCache cache(*g, p, MaskCache::Limits{16, 1 << 16});
+  GrammarCache grammars(p, 1);
+  std::mt19937 rng(9);
+  std::vector<int32_t> all(static_cast<size_t>(p->n_tokens()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+  std::vector<uint8_t> want(all.size()), got(all.size());
+  int steps = 0;
+  for (int walk = 0; walk < 6; ++walk) {
+    auto m = Matcher::Create(*g);
+    ASSERT_TRUE(m.ok());
+    for (int i = 0; i < 60; ++i) {
+      m->CheckTokens(*p, all.data(), all.size(), want.data());
+      cache.Mask(*m, got.data());
+      ASSERT_EQ(want, got) << "walk " << walk << " step " << i;
+      std::vector<int32_t> ok_ids;
+      for (size_t t = 0; t < all.size(); ++t) {
+        if (want[t] && !p->IsEog(static_cast<int32_t>(t))) ok_ids.push_back(static_cast<int32_t>(t));
+      }
+      if (ok_ids.empty()) break;
+      ASSERT_TRUE(m->AcceptToken(*p, ok_ids[rng() % ok_ids.size()]).ok());
+      ++steps;
+    }
+  }
+  const MaskCache::Stats st = cache.stats();
+  EXPECT_GT(steps, 100);
+  EXPECT_GT(st.hits, 0u);
+  EXPECT_LE(st.entries, 16u);
+  // A matcher of another grammar object is answered, never cached.
+  auto g2 = Grammar::Parse(*text);
+  ASSERT_TRUE(g2.ok());
+  auto m2 = Matcher::Create(*g2);
+  ASSERT_TRUE(m2.ok());
+  m2->CheckTokens(*p, all.data(), all.size(), want.data());
+  cache.Mask(*m2, got.data());
+  EXPECT_EQ(want, got);
+  // GrammarCache: one parse per text, the oldest text dropped beyond max_grammars.
+  auto a1 = grammars.Get(*text), a2 = grammars.Get(*text);
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  EXPECT_EQ(a1->get(), a2->get());
+  ASSERT_TRUE(grammars.Get("root ::= \"x\"").ok());
+  auto a3 = grammars.Get(*text);
+  ASSERT_TRUE(a3.ok());
+  EXPECT_NE(a1->get(), a3->get());
+  EXPECT_EQ(grammars.Get("root ::= (").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
