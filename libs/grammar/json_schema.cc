@@ -1316,8 +1316,14 @@ std::string Converter::VisitArray(const json& schema, const std::string& name, c
   }
   if (tuple != nullptr) {
     if (!tuple->is_array()) return Fail(ptr + "/prefixItems", "must be an array"), "";
-    if (schema.contains("minItems") || schema.contains("maxItems")) {
-      return Fail(ptr + "/minItems", "with a tuple (prefixItems) is not supported"), "";
+    // The grammar emits every tuple element: minItems/maxItems (zod's z.tuple writes both
+    // as the tuple's length) are accepted when they admit that length.
+    int min_items = 0, max_items = std::numeric_limits<int>::max();
+    if (!GetCount(schema, "minItems", ptr, &min_items) || !GetCount(schema, "maxItems", ptr, &max_items)) return "";
+    const int n = static_cast<int>(std::min<size_t>(tuple->size(), kMaxRepetition + 1));
+    if (min_items > n) return Fail(ptr + "/minItems", "is above the tuple's length (prefixItems)"), "";
+    if (max_items < n) {
+      return Fail(ptr + "/maxItems", "below the tuple's length (prefixItems) is not supported"), "";
     }
     std::string rule = "\"[\" space ";
     for (size_t i = 0; i < tuple->size(); ++i) {
