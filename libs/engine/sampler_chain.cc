@@ -55,6 +55,32 @@ int32_t GreedyArgmax(const float* logits, int32_t n_vocab) {
   return best;
 }
 
+void FillTopK(const float* logits, int32_t n_vocab, size_t k, TokenDataArray* cur) {
+  std::vector<TokenData>& d = cur->data;
+  d.clear();
+  const int32_t n = std::max<int32_t>(n_vocab, 0);
+  k = std::min(k, static_cast<size_t>(n));
+  cur->sorted = true;
+  cur->selected = -1;
+  if (k == 0) return;
+  d.reserve(k);
+  // A heap whose front is the worst kept candidate (CandidateBefore as "less": the heap's
+  // maximum is the candidate that comes last). Ids ascend, so a later token with the
+  // front's logit comes after it: only a strictly larger logit replaces the front.
+  int32_t i = 0;
+  for (; i < n && d.size() < k; ++i) d.push_back(TokenData{i, Sanitize(logits[i]), 0.0f});
+  std::make_heap(d.begin(), d.end(), CandidateBefore);
+  for (; i < n; ++i) {
+    const float l = Sanitize(logits[i]);
+    if (l > d.front().logit) {
+      std::pop_heap(d.begin(), d.end(), CandidateBefore);
+      d.back() = TokenData{i, l, 0.0f};
+      std::push_heap(d.begin(), d.end(), CandidateBefore);
+    }
+  }
+  std::sort_heap(d.begin(), d.end(), CandidateBefore);
+}
+
 void SoftmaxCandidates(TokenDataArray* cur) {
   auto& d = cur->data;
   if (d.empty()) return;

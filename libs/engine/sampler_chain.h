@@ -76,6 +76,11 @@ void FillCandidates(const float* logits, int32_t n_vocab, TokenDataArray* cur);
 /// of the `n_vocab` logits with NaN read as -inf and +inf as FLT_MAX (0 when every logit is
 /// NaN or -inf), without building the candidate array. -1 when n_vocab <= 0.
 int32_t GreedyArgmax(const float* logits, int32_t n_vocab);
+/// The first min(k, n_vocab) candidates of FillCandidates(logits, n_vocab) in
+/// CandidateBefore order (logit descending, id ascending), sorted (cur->sorted = true):
+/// exactly what TopKCandidates(k) leaves of the full array, in one O(n_vocab) scan with a
+/// k-element heap instead of filling and partially sorting n_vocab candidates.
+void FillTopK(const float* logits, int32_t n_vocab, size_t k, TokenDataArray* cur);
 /// llama_sampler_softmax_impl: sorts (if needed) and sets p = softmax(logit).
 void SoftmaxCandidates(TokenDataArray* cur);
 /// llama_sampler_top_k_impl: keeps the k highest logits (sorted); k <= 0 = no-op.

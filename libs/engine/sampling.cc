@@ -96,6 +96,8 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
                            params_.presence_penalty == 0.0f);  // PenaltiesSampler::Active
   plain_greedy_ = IsGreedy() && params_.logit_bias.empty() && !penalties && params_.n_probs == 0 &&
                   params_.grammar.empty();
+  fast_top_k_ = !IsGreedy() && params_.logit_bias.empty() && !penalties && params_.top_k > 0 &&
+                params_.top_k < n_vocab_;
   if (!chain_.Seed()) seed_cur_ = ResolveSeed(params_.seed);
   if (!params_.grammar.empty()) {
     status_ = absl::FailedPreconditionError("sampler: a grammar needs the vocabulary (use Sampler::Create)");
@@ -170,7 +172,11 @@ int32_t Sampler::Sample(const float* logits) {
   if (n_vocab_ <= 0 || !status_.ok()) return -1;
   if (plain_greedy_) return GreedyArgmax(logits, n_vocab_);
   TokenDataArray& cur = scratch_;
-  Prepare(logits, &cur);
+  if (fast_top_k_) {
+    FillTopK(logits, n_vocab_, static_cast<size_t>(params_.top_k), &cur);  // = Prepare + the top_k stage
+  } else {
+    Prepare(logits, &cur);
+  }
   if (!matcher_) return SampleFrom(&cur);
   // common_sampler_sample (grammar_first = false): sample, check that one token, and
   // only when the grammar rejects it apply the grammar to everything and sample again.

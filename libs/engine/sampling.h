@@ -219,6 +219,10 @@ class Sampler {
   // is GreedyArgmax over the logits (the same id the chain selects, without filling and
   // scanning an n_vocab candidate array per token).
   bool plain_greedy_ = false;
+  // Sampling with top_k in (0, n_vocab), no logit bias and no active penalties: Sample()
+  // starts from FillTopK (the same candidates the top_k stage keeps, without filling and
+  // partially sorting n_vocab of them).
+  bool fast_top_k_ = false;
   uint32_t seed_cur_ = 0;  // reported by seed() when the chain draws no random numbers
   // Candidates() runs only the stages that keep no state in Apply (all but the last).
   mutable SamplerChain chain_;

@@ -102,6 +102,58 @@ TEST(SamplingTest, TopK1EqualsGreedy) {
   }
 }
 
+// FillTopK = FillCandidates + TopKCandidates (same tokens, same order), with ties, NaN
+// and infinities; and a sampler on that fast path (no bias, no penalties) draws exactly
+// what the full chain draws (a zero logit bias forces the full path).
+TEST(SamplingTest, FastTopKEqualsFullChain) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 700);
+    std::vector<float> logits(static_cast<size_t>(n));
+    for (float& l : logits) l = std::round(nd(rng) * 4) / 4;  // many ties
+    if (trial % 5 == 0) logits[rng() % logits.size()] = NAN;
+    if (trial % 7 == 0) logits[rng() % logits.size()] = INFINITY;
+    if (trial % 11 == 0) logits[rng() % logits.size()] = -INFINITY;
+    const size_t k = 1 + rng() % 80;
+    TokenDataArray full, fast;
+    FillCandidates(logits.data(), n, &full);
+    TopKCandidates(&full, static_cast<int32_t>(k));
+    FillTopK(logits.data(), n, k, &fast);
+    ASSERT_EQ(full.data.size(), fast.data.size());
+    for (size_t i = 0; i < full.data.size(); ++i) {
+      ASSERT_EQ(full.data[i].id, fast.data[i].id) << "trial " << trial << " i " << i;
+      ASSERT_EQ(full.data[i].logit, fast.data[i].logit);
+    }
+    EXPECT_TRUE(fast.sorted);
+  }
+  for (int trial = 0; trial < 100; ++trial) {
+    SamplingParams p;
+    p.temp = 0.3f + static_cast<float>(trial % 7) * 0.2f;
+    p.top_k = 1 + trial % 60;
+    p.top_p = trial % 3 == 0 ? 1.0f : 0.9f;
+    p.min_p = trial % 4 == 0 ? 0.0f : 0.05f;
+    p.n_probs = trial % 2 ? 5 : 0;
+    p.seed = static_cast<uint32_t>(trial);
+    SamplingParams q = p;
+    q.logit_bias = {{0, 0.0f}};
+    Sampler a(p, 500), b(q, 500);
+    for (int step = 0; step < 20; ++step) {
+      std::vector<float> logits(500);
+      for (float& l : logits) l = std::round(nd(rng) * 8) / 8;
+      const int32_t ta = a.Sample(logits.data()), tb = b.Sample(logits.data());
+      ASSERT_EQ(ta, tb) << "trial " << trial << " step " << step;
+      ASSERT_EQ(a.last_top_logprobs().size(), b.last_top_logprobs().size());
+      for (size_t i = 0; i < a.last_top_logprobs().size(); ++i) {
+        EXPECT_EQ(a.last_top_logprobs()[i].id, b.last_top_logprobs()[i].id);
+        EXPECT_EQ(a.last_top_logprobs()[i].logprob, b.last_top_logprobs()[i].logprob);
+      }
+      ASSERT_TRUE(a.Accept(ta).ok());
+      ASSERT_TRUE(b.Accept(tb).ok());
+    }
+  }
+}
+
 TEST(SamplingTest, SeededDeterminism) {
   std::vector<float> logits = LogitsFromProbs({0.2f, 0.2f, 0.2f, 0.2f, 0.2f});
   auto run = [&](uint32_t seed) {
