@@ -49,7 +49,10 @@ absl::StatusOr<std::string> RandomWalk(Matcher m, std::mt19937& rng, int soft_st
     const bool closing = step >= soft_steps;
     if (m.CanEnd() && (closing || rng() % 8 == 0)) return out;
     const auto ranges = m.NextCodePoints();
-    if (ranges.empty()) break;
+    if (ranges.empty()) {  // nothing can follow: complete (every stack empty) or dead
+      if (m.CanEnd()) return out;
+      break;
+    }
     uint32_t cp = 0;
     if (!closing) {
       const auto& r = ranges[rng() % ranges.size()];
