@@ -61,6 +61,9 @@ struct IsaKernels {
   // kernels.h ScaleMaskMax. nullptr: scalar reference.
   float (*scale_mask_max)(const float* x, const float* mask, float scale, float slope, float* y, int64_t n);
   void (*round_f16)(const float* x, float* y, int64_t n);  // kernels.h RoundF16. nullptr: scalar.
+  // ggml_vec_dot_f16 as ggml's build for this ISA runs it (kernels.h VecDotF16Ggml).
+  // nullptr: ggml's non-SIMD loop (products summed in double).
+  float (*dot_f16_ggml)(int64_t n, const uint16_t* x, const uint16_t* y);
 };
 
 // Packed-weight tiles (kernels.h MulMatPacked; kernels_avx2.cc) for Q4_0, Q8_0, F16, Q4_K, Q5_K and Q6_K.

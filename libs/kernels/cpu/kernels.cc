@@ -2,6 +2,7 @@
 #include "libs/kernels/cpu/kernels.h"
 
 #include <cassert>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -116,23 +117,45 @@ void VecDotQ4_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
   *s = sumf;
 }
 
-// ggml_vec_dot_q4_1_q8_1_generic.
+// Q4_1 / Q5_1 against Q8_1 in the arithmetic of ggml's x86 build (arch/x86/quants.c
+// ggml_vec_dot_q4_1_q8_1 / ggml_vec_dot_q5_1_q8_1, AVX2 path, which AVX-512 machines run
+// too): 8 float lanes, lane l accumulates per block the exact int sum of the products of
+// elements 4l..4l+3 times dx*dy (one fused multiply-add), the lanes are summed as
+// hsum_float_8 does ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), and the min terms m*s go to a
+// separate float sum in block order (fused: compilers contract ggml's `summs += m*s`).
+// q[32] holds the block's unsigned quants (0..15 / 0..31) in element order.
+struct Q1Lanes {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float summs = 0;
+  void Add(const int (&q)[32], const int8_t* yq, float dxdy, float m, float s) {
+    summs = std::fma(m, s, summs);
+    for (int l = 0; l < 8; ++l) {
+      int isum = 0;
+      for (int i = 0; i < 4; ++i) isum += q[4 * l + i] * yq[4 * l + i];
+      lane[l] = std::fma(static_cast<float>(isum), dxdy, lane[l]);
+    }
+  }
+  float Result() const {
+    const float a0 = (lane[0] + lane[4]) + (lane[2] + lane[6]);
+    const float a1 = (lane[1] + lane[5]) + (lane[3] + lane[7]);
+    return (a0 + a1) + summs;
+  }
+};
+
 void VecDotQ4_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
   const BlockQ4_1* x = static_cast<const BlockQ4_1*>(vx);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vy);
   const int64_t nb = n / kQK4_1;
-  float sumf = 0;
+  Q1Lanes acc;
   for (int64_t b = 0; b < nb; ++b) {
-    int sumi0 = 0, sumi1 = 0;
+    int q[32];
     for (int j = 0; j < 16; ++j) {
-      sumi0 += (x[b].qs[j] & 0x0F) * y[b].qs[j];
-      sumi1 += (x[b].qs[j] >> 4) * y[b].qs[j + 16];
+      q[j] = x[b].qs[j] & 0x0F;
+      q[j + 16] = x[b].qs[j] >> 4;
     }
-    const int sumi = sumi0 + sumi1;
-    sumf +=
-        (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) + Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
+    acc.Add(q, y[b].qs, Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), Fp16ToFp32(x[b].m), Fp16ToFp32(y[b].s));
   }
-  *s = sumf;
+  *s = acc.Result();
 }
 
 // ggml_vec_dot_q5_0_q8_0_generic.
@@ -159,29 +182,23 @@ void VecDotQ5_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
   *s = sumf;
 }
 
-// ggml_vec_dot_q5_1_q8_1_generic.
+// See Q1Lanes.
 void VecDotQ5_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
   const BlockQ5_1* x = static_cast<const BlockQ5_1*>(vx);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vy);
   const int64_t nb = n / kQK5_1;
-  float sumf = 0;
+  Q1Lanes acc;
   for (int64_t b = 0; b < nb; ++b) {
     uint32_t qh;
     std::memcpy(&qh, x[b].qh, sizeof qh);
-    int sumi0 = 0, sumi1 = 0;
+    int q[32];
     for (int j = 0; j < 16; ++j) {
-      const int xh_0 = static_cast<int>(((qh >> j) << 4) & 0x10);
-      const int xh_1 = static_cast<int>((qh >> (j + 12)) & 0x10);
-      const int x0 = (x[b].qs[j] & 0xF) | xh_0;
-      const int x1 = (x[b].qs[j] >> 4) | xh_1;
-      sumi0 += x0 * y[b].qs[j];
-      sumi1 += x1 * y[b].qs[j + 16];
+      q[j] = (x[b].qs[j] & 0xF) | static_cast<int>(((qh >> j) << 4) & 0x10);
+      q[j + 16] = (x[b].qs[j] >> 4) | static_cast<int>((qh >> (j + 12)) & 0x10);
     }
-    const int sumi = sumi0 + sumi1;
-    sumf +=
-        (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi) + Fp16ToFp32(x[b].m) * Fp16ToFp32(y[b].s);
+    acc.Add(q, y[b].qs, Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), Fp16ToFp32(x[b].m), Fp16ToFp32(y[b].s));
   }
-  *s = sumf;
+  *s = acc.Result();
 }
 
 // ggml_vec_dot_iq4_nl_q8_0_generic.
@@ -485,6 +502,7 @@ const IsaKernels kScalarKernels = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
     nullptr};
 
 // Highest supported Isa <= `isa`.
@@ -609,11 +627,42 @@ VecDotFn GetVecDot(GgmlType w, Isa isa) {
   return f != nullptr ? f : kScalarKernels.vec_dot[t];
 }
 
+bool F16UsesGgmlVecDot(int64_t k, Isa isa) {
+  switch (ClampIsa(isa)) {
+    case Isa::kAvx512:
+      return k % 16 != 0;
+    case Isa::kAvx2:
+      return k % 8 != 0;
+    default:
+      return false;
+  }
+}
+
+float VecDotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y, Isa isa) {
+  const auto f = KernelsFor(ClampIsa(isa)).dot_f16_ggml;
+  if (f != nullptr) return f(n, x, y);
+  float s;
+  VecDotF16Scalar(n, &s, x, y);
+  return s;
+}
+
 void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_stride, const void* a_data,
                 size_t a_stride, float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const int t = WIndex(w);
   assert(t >= 0);
   if (t < 0 || i0 >= i1 || j0 >= j1) return;
+  if (w == GgmlType::F16 && F16UsesGgmlVecDot(k, isa)) {
+    const auto* wb = static_cast<const uint8_t*>(w_data);
+    const auto* ab = static_cast<const uint8_t*>(a_data);
+    for (int64_t j = j0; j < j1; ++j) {
+      const auto* y = reinterpret_cast<const uint16_t*>(ab + static_cast<size_t>(j) * a_stride);
+      for (int64_t i = i0; i < i1; ++i) {
+        dst[static_cast<size_t>(j) * dst_stride + static_cast<size_t>(i)] =
+            VecDotF16Ggml(k, reinterpret_cast<const uint16_t*>(wb + static_cast<size_t>(i) * w_stride), y, isa);
+      }
+    }
+    return;
+  }
   internal::TileFn f = KernelsFor(ClampIsa(isa)).tile[t];
   if (f == nullptr) f = kScalarKernels.tile[t];
   f(k, w_data, w_stride, a_data, a_stride, dst, dst_stride, i0, i1, j0, j1);

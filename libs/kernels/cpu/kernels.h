@@ -80,6 +80,18 @@ VecDotFn GetVecDot(GgmlType w, Isa isa);
 void MulMatTile(GgmlType w, Isa isa, int64_t k, const void* w_data, size_t w_stride, const void* a_data,
                 size_t a_stride, float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
+/// Whether ggml's x86 CPU mul_mat takes F16 weights of row length k through its
+/// ggml_vec_dot_f16 loop rather than llamafile's tinyBLAS (ggml-cpu/llamafile/sgemm.cpp
+/// refuses k % 16 != 0 on AVX-512, k % 8 != 0 on AVX2): e.g. stories260K's ffn_down, k = 172.
+/// MulMatTile then computes every F16 output with VecDotF16Ggml. False for kScalar (its F16
+/// dot already is ggml's non-SIMD loop).
+bool F16UsesGgmlVecDot(int64_t k, Isa isa);
+/// ggml_vec_dot_f16 (ggml-cpu/vec.cpp) as ggml's build for `isa` runs it, bit for bit:
+/// AVX-512: 4 accumulators of 16 lanes over 64-element steps, AVX2: 4 of 8 over 32, reduced
+/// (GGML_F32x16_REDUCE / GGML_F32x8_REDUCE) into a double, the leftover elements' float
+/// products added in double; kScalar: all products summed in double. x, y: n F16 values.
+float VecDotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y, Isa isa);
+
 // ---------------------------------------------------------------------------
 // Weights repacked once at load (ggml-cpu's "repack" extra buffer type: block_q4_0x8 /
 // block_q8_0x8 and ggml_gemm_q4_0_8x8_q8_0 / ggml_gemv_*). The 32-element block types, F16

@@ -371,6 +371,28 @@ using KQ5_K = KSuper<DecQ45_K<true>>;
 using KQ6_K = KSuper<DecQ6_K>;
 using KIQ4_XS = KSuper<DecIQ4_XS>;
 
+// ggml_vec_dot_f16 (ggml-cpu/vec.cpp) as ggml's AVX2 build runs it: GGML_F16_STEP 32, four
+// accumulators of 8 lanes, GGML_F32x8_REDUCE into a double, the leftovers' float products
+// added in double.
+float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
+  const int64_t np = n & ~int64_t{31};
+  __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < np; i += 32) {
+    HERD_UNROLL for (int j = 0; j < 4; ++j) {
+      sum[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8 * j))),
+                               _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i + 8 * j))), sum[j]);
+    }
+  }
+  sum[0] = _mm256_add_ps(sum[0], sum[2]);
+  sum[1] = _mm256_add_ps(sum[1], sum[3]);
+  sum[0] = _mm256_add_ps(sum[0], sum[1]);
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(sum[0]), _mm256_extractf128_ps(sum[0], 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  double sumf = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+  for (int64_t i = np; i < n; ++i) sumf += static_cast<double>(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
+  return static_cast<float>(sumf);
+}
+
 constexpr IsaKernels kKernels = {
     {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQuant<false>>, VecDot<KQuant<true>>,
      VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>, VecDot<KQ4_K>,
@@ -390,7 +412,8 @@ constexpr IsaKernels kKernels = {
     GemmF32,
     F16ToF32Row,
     ScaleMaskMaxRow,
-    RoundF16Row};
+    RoundF16Row,
+    DotF16Ggml};
 
 }  // namespace
 

@@ -669,6 +669,7 @@ struct KQ4_0 {
 };
 
 #include "libs/kernels/cpu/quant_avx512.inc"
+#include "libs/kernels/cpu/quant_block32.inc"
 
 // ---------------------------------------------------------------- from_float
 
@@ -775,15 +776,36 @@ inline void StoreHalf(uint16_t* p, __m512 v) {
 
 #include "libs/kernels/cpu/row_ops.inc"
 
-using KQ4_1 = KBlock32x2<DecQ4_1, true>;
+// Q4_1 / Q5_1 in ggml's 8-lane order (quant_block32.inc): its AVX2 code is what AVX-512
+// machines run for them.
+using KQ4_1 = KBlock32<DecQ4_1, true>;
 using KQ5_0 = KBlock32x2<DecQ5_0, false>;
-using KQ5_1 = KBlock32x2<DecQ5_1, true>;
+using KQ5_1 = KBlock32<DecQ5_1, true>;
 using KIQ4_NL = KBlock32x2<DecIQ4_NL, false>;
 using KQ2_K = KSuper512<DecQ2_K>;
 using KQ3_K = KSuper512<DecQ3_K>;
 using KQ4_K = KSuper512<DecQ45_K<false>>;
 using KQ5_K = KSuper512<DecQ45_K<true>>;
 using KIQ4_XS = KSuper512<DecIQ4_XS>;
+
+// ggml_vec_dot_f16 (ggml-cpu/vec.cpp) as ggml's AVX-512 build runs it (no AVX512-FP16):
+// GGML_F16_STEP 64, four accumulators of 16 lanes, GGML_F32Cx16_REDUCE into a double, the
+// leftovers' float products added in double.
+float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
+  const int64_t np = n & ~int64_t{63};
+  __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t i = 0; i < np; i += 64) {
+    HERD_UNROLL for (int j = 0; j < 4; ++j) {
+      sum[j] = _mm512_fmadd_ps(LoadHalf(x + i + 16 * j), LoadHalf(y + i + 16 * j), sum[j]);
+    }
+  }
+  sum[0] = _mm512_add_ps(sum[0], sum[2]);
+  sum[1] = _mm512_add_ps(sum[1], sum[3]);
+  sum[0] = _mm512_add_ps(sum[0], sum[1]);
+  double sumf = _mm512_reduce_add_ps(sum[0]);
+  for (int64_t i = np; i < n; ++i) sumf += static_cast<double>(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
+  return static_cast<float>(sumf);
+}
 
 template <bool kVnni>
 constexpr IsaKernels kKernels = {
@@ -806,7 +828,8 @@ constexpr IsaKernels kKernels = {
     GemmF32,
     F16ToF32Row,
     ScaleMaskMaxRow,
-    RoundF16Row};
+    RoundF16Row,
+    DotF16Ggml};
 
 }  // namespace
 

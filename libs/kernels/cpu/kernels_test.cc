@@ -401,6 +401,96 @@ TEST(KernelsTest, AllQuantVecDotsIntegerExact) {
   }
 }
 
+// Q4_1 / Q5_1 follow ggml's x86 vec_dot arithmetic (8 float lanes of 4-element integer
+// sums, hsum_float_8, fused m*s sum) on every path: the scalar reference, each ISA's
+// vec_dot and MulMatTile, bit for bit, on random blocks (not only exact ones).
+TEST(KernelsTest, Q4_1AndQ5_1EqualOnEveryIsaAndTile) {
+  for (GgmlType wt : {GgmlType::Q4_1, GgmlType::Q5_1}) {
+    for (int64_t k : {32, 64, 96, 4096}) {
+      const int64_t m = 5, n = 7;
+      const Rows w = MakeRows(wt, Random(m * k, 3 + static_cast<uint32_t>(k), 0.5f), m, k, false);
+      const Rows a = MakeRows(GgmlType::Q8_1, Random(n * k, 9 + static_cast<uint32_t>(k), 2.0f), n, k, true);
+      std::vector<float> want(static_cast<size_t>(m * n));
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i) GetVecDot(wt, Isa::kScalar)(k, &want[j * m + i], w.row(i), a.row(j));
+      for (Isa isa : TestIsas()) {
+        std::vector<float> dst(static_cast<size_t>(m * n), -1.0f);
+        MulMatTile(wt, isa, k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, dst.data(), m, 0, m, 0, n);
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t i = 0; i < m; ++i) {
+            float got = 0;
+            GetVecDot(wt, isa)(k, &got, w.row(i), a.row(j));
+            EXPECT_EQ(got, want[j * m + i]) << Name(wt, isa) << " k=" << k << " vec_dot " << i << "," << j;
+            EXPECT_EQ(dst[j * m + i], want[j * m + i]) << Name(wt, isa) << " k=" << k << " tile " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ggml_vec_dot_f16's arithmetic written out lane by lane (ggml-cpu/vec.cpp,
+// simd-mappings.h): `epr` lanes x 4 accumulators over 4 * epr-element steps, the
+// accumulators added (0+2, 1+3, then 0+1), the lanes reduced as GCC's
+// _mm512_reduce_add_ps (epr 16) or GGML_F32x8_REDUCE's hadds (epr 8), into a double; the
+// rest of the elements' float products added in double.
+float GgmlDotF16Model(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y, int epr) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  const int64_t np = n / (4 * epr) * (4 * epr);
+  std::vector<float> acc(static_cast<size_t>(4 * epr), 0.0f);
+  for (int64_t i = 0; i < np; i += 4 * epr)
+    for (int j = 0; j < 4 * epr; ++j) acc[j] = std::fma(Fp16ToFp32(x[i + j]), Fp16ToFp32(y[i + j]), acc[j]);
+  std::vector<float> v(static_cast<size_t>(epr));
+  for (int l = 0; l < epr; ++l) {
+    v[l] = (acc[l] + acc[2 * epr + l]) + (acc[epr + l] + acc[3 * epr + l]);
+  }
+  float r;
+  if (epr == 16) {
+    float t3[8], t6[4];
+    for (int i = 0; i < 8; ++i) t3[i] = v[8 + i] + v[i];
+    for (int i = 0; i < 4; ++i) t6[i] = t3[4 + i] + t3[i];
+    r = (t6[0] + t6[2]) + (t6[1] + t6[3]);
+  } else {
+    float t0[4];
+    for (int i = 0; i < 4; ++i) t0[i] = v[i] + v[4 + i];
+    r = (t0[0] + t0[1]) + (t0[2] + t0[3]);
+  }
+  double sumf = r;
+  for (int64_t i = np; i < n; ++i) sumf += static_cast<double>(Fp16ToFp32(x[i]) * Fp16ToFp32(y[i]));
+  return static_cast<float>(sumf);
+}
+
+// F16 weights whose rows llamafile's tinyBLAS refuses (k % 16 on AVX-512, k % 8 on AVX2)
+// take ggml_vec_dot_f16's order in MulMatTile, bit for bit with the model above.
+TEST(KernelsTest, F16RowsTinyBlasRefusesFollowGgmlVecDot) {
+  EXPECT_FALSE(F16UsesGgmlVecDot(172, Isa::kScalar));
+  EXPECT_TRUE(F16UsesGgmlVecDot(172, Isa::kAvx2));
+  EXPECT_FALSE(F16UsesGgmlVecDot(176, Isa::kAvx2));
+  EXPECT_TRUE(F16UsesGgmlVecDot(40, Isa::kAvx512) || !IsaSupported(Isa::kAvx512));
+  EXPECT_FALSE(F16UsesGgmlVecDot(4096, Isa::kAvx512));
+  for (Isa isa : TestIsas()) {
+    if (isa == Isa::kScalar) continue;
+    const int epr = isa == Isa::kAvx512 ? 16 : 8;
+    for (int64_t k : {4, 12, 40, 172, 300, 1000}) {
+      if (!F16UsesGgmlVecDot(k, isa)) continue;
+      const int64_t m = 3, n = 2;
+      const Rows w = MakeRows(GgmlType::F16, Random(m * k, 21 + static_cast<uint32_t>(k)), m, k, false);
+      const Rows a = MakeRows(GgmlType::F16, Random(n * k, 23 + static_cast<uint32_t>(k), 4.0f), n, k, true);
+      std::vector<float> dst(static_cast<size_t>(m * n), -1.0f);
+      MulMatTile(GgmlType::F16, isa, k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, dst.data(), m, 0, m, 0, n);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < m; ++i) {
+          const auto* wr = reinterpret_cast<const uint16_t*>(w.row(i));
+          const auto* ar = reinterpret_cast<const uint16_t*>(a.row(j));
+          const float want = GgmlDotF16Model(std::vector<uint16_t>(wr, wr + k), std::vector<uint16_t>(ar, ar + k), epr);
+          EXPECT_EQ(VecDotF16Ggml(k, wr, ar, isa), want) << IsaName(isa) << " k=" << k;
+          EXPECT_EQ(dst[j * m + i], want) << IsaName(isa) << " k=" << k << " tile " << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelsTest, FromFloatQ8_1AndQ8_KBitExact) {
   for (Isa isa : TestIsas()) {
     for (int64_t n : {256, 512, 4096}) {
