@@ -11,7 +11,13 @@
 //    also what ggml's x86 build runs), identical for every Isa.
 //  * The scalar vec_dot is ggml's generic reference (F32/F16/BF16: float products
 //    summed in double; block formats: ggml_vec_dot_*_generic, exact int32 block sums
-//    with ggml's float accumulation, e.g. 8 float lanes per super-block for q3_K..q6_K).
+//    with ggml's float accumulation, e.g. 8 float lanes per super-block for q3_K..q6_K),
+//    except Q4_1 / Q5_1: every Isa, scalar and packed included, runs ggml's x86 (AVX2)
+//    order for them (8 float lanes of 4-element integer sums, one FMA per lane and block,
+//    hsum_float_8, the m*s terms fused into their own sum), which is what llama.cpp runs on
+//    every x86 CPU for these types, prompt and decode alike; all Isas agree bit for bit.
+//  * F16 rows that llamafile's tinyBLAS refuses take ggml_vec_dot_f16's order in
+//    MulMatTile (F16UsesGgmlVecDot / VecDotF16Ggml below).
 //  * SIMD variants keep every integer block / super-block sum exact and accumulate in
 //    float lanes (measured against the scalar reference within 1e-5 of sum|w*a|; equal
 //    to it when all scales are exact); each output is computed with the same lane order
