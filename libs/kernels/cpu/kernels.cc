@@ -92,7 +92,7 @@ void VecDotQ8_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
   for (int64_t b = 0; b < nb; ++b) {
     int32_t sumi = 0;
     for (int j = 0; j < kQK8_0; ++j) sumi += x[b].qs[j] * y[b].qs[j];
-    sumf += static_cast<float>(sumi) * (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d));
+    sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), sumf);
   }
   *s = sumf;
 }
@@ -112,7 +112,7 @@ void VecDotQ4_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
       sumi1 += v1 * y[b].qs[j + kQK4_0 / 2];
     }
     const int32_t sumi = sumi0 + sumi1;
-    sumf += static_cast<float>(sumi) * (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d));
+    sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), sumf);
   }
   *s = sumf;
 }
@@ -177,7 +177,7 @@ void VecDotQ5_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
       sumi1 += x1 * y[b].qs[j + 16];
     }
     const int sumi = sumi0 + sumi1;
-    sumf += (Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d)) * static_cast<float>(sumi);
+    sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), sumf);
   }
   *s = sumf;
 }
@@ -214,7 +214,7 @@ void VecDotIQ4_NLScalar(int64_t n, float* s, const void* vx, const void* vy) {
       sumi1 += y[b].qs[j] * kIq4nlValues[x[b].qs[j] & 0xf];
       sumi2 += y[b].qs[j + 16] * kIq4nlValues[x[b].qs[j] >> 4];
     }
-    sumf += d * static_cast<float>(sumi1 + sumi2);
+    sumf = std::fma(static_cast<float>(sumi1 + sumi2), d, sumf);
   }
   *s = sumf;
 }

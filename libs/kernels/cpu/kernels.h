@@ -11,7 +11,8 @@
 //    also what ggml's x86 build runs), identical for every Isa.
 //  * The scalar vec_dot is ggml's generic reference (F32/F16/BF16: float products
 //    summed in double; block formats: ggml_vec_dot_*_generic, exact int32 block sums
-//    with ggml's float accumulation, e.g. 8 float lanes per super-block for q3_K..q6_K),
+//    with ggml's float accumulation (Q4_0 / Q5_0 / Q8_0 / IQ4_NL: one fused multiply-add
+//    per block, what ggml's repacked x86 Q4_0 / IQ4_NL kernels do), e.g. 8 float lanes per super-block for q3_K..q6_K),
 //    except Q4_1 / Q5_1: every Isa, scalar and packed included, runs ggml's x86 (AVX2)
 //    order for them (8 float lanes of 4-element integer sums, one FMA per lane and block,
 //    hsum_float_8, the m*s terms fused into their own sum), which is what llama.cpp runs on
@@ -27,8 +28,8 @@
 //  * One exception, the AVX2 batched path for Q4_0 and Q8_0 weights: a MulMatTile call
 //    with j1 - j0 >= kGemmMinRows (12) activation rows runs an 8-row interleaved kernel
 //    (fewer rows: the per-call repacking would cost more than it saves) whose per-output
-//    order is the scalar reference's (exact int32 block sums, sumf += float(sumi) *
-//    (dx*dy) in block order, multiply and add rounded separately), so every output
+//    order is the scalar reference's (exact int32 block sums, sumf = fma(float(sumi),
+//    dx*dy, sumf) in block order, as ggml's repacked Q4_0 gemm/gemv), so every output
 //    equals GetVecDot(w, Isa::kScalar) bit-for-bit; a call with fewer activation rows
 //    equals GetVecDot(w, Isa::kAvx2). Both are within the SIMD bound above, results
 //    still never depend on how the weight rows [i0,i1) are split, and splitting the
