@@ -4,9 +4,11 @@
 // figures and their ratio.
 //   bazel run --config=bench //bench:llama_bench -- [--model llama-110m|tinyllama-1.1b]
 //       [--types f16,q8_0,q4_0] [--threads 1,2] [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda]
-//       [--pin 1|0]
+//       [--pin 1|0] [--ggml_order 0|1]
 // --pin 1 (default) binds each CPU thread to its own core (BackendOptions::pin_threads), as
 // llama-bench runs under OMP_PROC_BIND=TRUE OMP_PLACES=cores (how the peer is measured).
+// --ggml_order 1: BackendOptions::ggml_order (Q8_0 / Q5_0 in ggml's summation order), to
+// measure what exactness with llama.cpp costs.
 //   //bench:llama_bench_hip is the same with --backend hip (AMD GPUs, ROCm's runtime linked).
 // pp512 = one 512-token prompt; bd = batched decode at B = 1..32 sequences (see ExtraTests).
 // Like llama-quantize, a Q4_0 model keeps its output tensor (token_embd when tied) in Q6_K.
@@ -132,10 +134,11 @@ int main(int argc, char** argv) {
   std::string tests = "pp,tg";
   int reps = 3;
   bool pin = true;
+  bool ggml_order = false;
   std::string cache_dir;
   const char* usage =
       "usage: llama_bench [--model llama-110m|tinyllama-1.1b] [--types f16,q8_0,q4_0] [--threads 1,2]\n"
-      "         [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda] [--pin 1|0] [--cache_dir DIR]\n"
+      "         [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda] [--pin 1|0] [--ggml_order 0|1] [--cache_dir DIR]\n"
       "  (--flag value or --flag=value)\n";
   // --flag value or --flag=value; anything else is an error (a typo must not run the defaults).
   for (int i = 1; i < argc; ++i) {
@@ -169,6 +172,8 @@ int main(int argc, char** argv) {
       cache_dir = v;
     } else if (a == "--pin") {
       pin = std::atoi(v.c_str()) != 0;
+    } else if (a == "--ggml_order") {
+      ggml_order = std::atoi(v.c_str()) != 0;
     } else {
       std::fprintf(stderr, "unknown flag %s\n%s", a.c_str(), usage);
       return 2;
@@ -230,6 +235,7 @@ int main(int argc, char** argv) {
       BackendOptions bo;
       bo.n_threads = nt;
       bo.pin_threads = pin;
+      bo.ggml_order = ggml_order;
       auto made = CreateBackend(backend_name, bo);
       if (!made.ok()) {
         std::fprintf(stderr, "%s\n", made.status().ToString().c_str());

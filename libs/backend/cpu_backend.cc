@@ -135,8 +135,8 @@ float AlibiSlope(int h, int n_head, float max_bias) {
              : std::pow(m1, static_cast<float>(2 * (h - static_cast<int>(n_head_log2)) + 1));
 }
 
-CpuBackend::CpuBackend(int n_threads, Isa isa, bool repack, bool pin_threads)
-    : pool_(n_threads, pin_threads), isa_(isa), repack_(repack) {}
+CpuBackend::CpuBackend(int n_threads, Isa isa, bool repack, bool pin_threads, bool ggml_order)
+    : pool_(n_threads, pin_threads), isa_(isa), repack_(repack), ggml_order_(ggml_order) {}
 
 namespace {
 
@@ -190,6 +190,7 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
     const bool embd = t->name.find("embd") != std::string::npos && !(tied_output && t->name == "token_embd.weight");
     if (t->data == nullptr || !cpu::SupportsPacked(t->type, isa_) || t->ne[2] != 1 || t->ne[3] != 1 ||
         t->ne[0] % 32 != 0 || t->ne[1] < cpu::kPackRows || embd ||
+        (ggml_order_ && (t->type == GgmlType::Q8_0 || t->type == GgmlType::Q5_0)) ||
         PackedFor(t) != nullptr) {
       continue;
     }

@@ -29,7 +29,10 @@ class CpuBackend : public Backend {
   /// isa defaults to the best the CPU supports (BestIsa()).
   /// repack: whether PrepareWeights repacks weights (see there).
   /// pin_threads: bind each compute thread to its own core (ThreadPool's pin).
-  explicit CpuBackend(int n_threads, Isa isa = BestIsa(), bool repack = true, bool pin_threads = false);
+  /// ggml_order: leave Q8_0 / Q5_0 weights unpacked, in ggml's summation order
+  /// (BackendOptions::ggml_order).
+  explicit CpuBackend(int n_threads, Isa isa = BestIsa(), bool repack = true, bool pin_threads = false,
+                      bool ggml_order = false);
   /// The host as a DeviceInfo (what device() returns), without creating a backend.
   static DeviceInfo HostDevice();
   ~CpuBackend() override;
@@ -47,7 +50,7 @@ class CpuBackend : public Backend {
   /// GetRows reads) into cpu::PackWeights's 8-row panels, attached as Tensor::extra, so
   /// matmuls of every batch size stream them without per-call repacking (llama.cpp's
   /// CPU_REPACK buffer type). Needs an ISA with packed kernels (cpu::SupportsPacked) and
-  /// `repack`; otherwise nothing. The mapped originals are then not read by MulMat. The
+  /// `repack`; otherwise nothing. With ggml_order, Q8_0 and Q5_0 weights stay unpacked. The mapped originals are then not read by MulMat. The
   /// copies of one call share one 2 MiB-aligned allocation advised as transparent huge
   /// pages, freed when the last of them is dropped (SetTensor drops a tensor's own).
   /// RESOURCE_EXHAUSTED when the copies cannot be allocated.
@@ -74,6 +77,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   Isa isa_;
   bool repack_;
+  bool ggml_order_;
   size_t packed_bytes_ = 0;
   std::unique_ptr<uint8_t[], void (*)(void*)> arena_{nullptr, nullptr};
   size_t arena_size_ = 0;

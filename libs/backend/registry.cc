@@ -34,7 +34,7 @@ std::vector<BackendKind> MakeKinds() {
       [] { return std::vector<DeviceInfo>{CpuBackend::HostDevice()}; },
       [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
         if (o.n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads ", o.n_threads, " must be >= 1"));
-        return std::unique_ptr<Backend>(new CpuBackend(o.n_threads, BestIsa(), o.repack, o.pin_threads));
+        return std::unique_ptr<Backend>(new CpuBackend(o.n_threads, BestIsa(), o.repack, o.pin_threads, o.ggml_order));
       },
       nullptr});
   kinds.push_back(BackendKind{
@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, 
     std::vector<std::unique_ptr<Backend>> chain;
     chain.push_back(*std::move(b));
     chain.push_back(std::unique_ptr<Backend>(
-        new CpuBackend(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads)));
+        new CpuBackend(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads, opts.ggml_order)));
     absl::StatusOr<std::unique_ptr<Scheduler>> s = Scheduler::Create(std::move(chain));
     if (!s.ok()) return s.status();
     return std::unique_ptr<Backend>(*std::move(s));

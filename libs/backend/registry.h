@@ -30,6 +30,12 @@ struct BackendOptions {
   /// CPU: repack Q4_0 / Q8_0 / F16 matmul weights at load for the batched kernels
   /// (CpuBackend::PrepareWeights; llama.cpp's --no-repack turns its equivalent off).
   bool repack = true;
+  /// CPU: reproduce llama.cpp's x86 CPU results bit for bit where herd's repacked kernels
+  /// sum differently: Q8_0 and Q5_0 matmul weights are then not repacked and run in ggml's
+  /// 8-float-lane order (tinyBLAS_Q0_AVX / ggml_vec_dot_q8_0_q8_0). Costs 4-5x in prompt
+  /// processing for those types and 20-40% in decode (llama-110m, 2 threads). For checking
+  /// against llama.cpp (tests/conformance/quant_reference_test), not for serving.
+  bool ggml_order = false;
   /// CPU: bind each compute thread to its own core for its life (llama.cpp's --cpu-strict 1;
   /// OMP_PROC_BIND=TRUE OMP_PLACES=cores for its OpenMP build). Off by default: a pod whose
   /// CPU limit is a CFS quota rather than a cpuset shares its CPUs with other pods.

@@ -66,6 +66,9 @@ ABSL_FLAG(std::string, kv_type, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(bool, repack, true,
           "CPU: repack Q4_0/Q8_0/F16 matmul weights at load into the batched kernels' 8-row panels (llama.cpp's "
           "CPU_REPACK; --norepack is llama.cpp's --no-repack: the kernels then repack per call).");
+ABSL_FLAG(bool, ggml_order, false,
+          "CPU: reproduce llama.cpp's x86 CPU results bit for bit: Q8_0/Q5_0 weights stay unpacked and are summed in "
+          "ggml's 8-float-lane order (prompt processing of those types 4-5x slower, decode 20-40%). For checking against llama.cpp.");
 ABSL_FLAG(bool, pin_threads, false,
           "CPU: bind each compute thread to its own core (llama.cpp's --cpu-strict 1). For a pod given whole cores "
           "(the static CPU manager policy); under a CFS quota the kernel's placement shares better.");
@@ -170,6 +173,7 @@ int main(int argc, char** argv) {
   bopts.device = absl::GetFlag(FLAGS_device);
   bopts.repack = absl::GetFlag(FLAGS_repack);
   bopts.pin_threads = absl::GetFlag(FLAGS_pin_threads);
+  bopts.ggml_order = absl::GetFlag(FLAGS_ggml_order);
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
   auto backend = herd::CreateBackend(backend_name, bopts);
   if (!backend.ok()) return Fail(absl::StrCat("--backend ", backend_name, ": ", backend.status().message()));

@@ -17,6 +17,9 @@
 //    weight matrix of every type in the model, must always agree within kTolExact.
 //  - F16 KV cache vs the primary run (llama.cpp, F16 K/V, flash attention): within 2x
 //    llama.cpp's own primary-vs-alt difference.
+//  - with BackendOptions::ggml_order (GgmlOrderGivesLlamaCppResultsForEveryStoriesQuant):
+//    stories260K in all 11 types, logits and top-5 logprobs within kTolExact at every sampled
+//    position and all 64 greedy ids, both configurations.
 //  - greedy ids otherwise (synth256: random weights, margins down to 5e-5; any CPU without
 //    AVX-512): up to the first step whose greedy margin is below twice herd's logit error,
 //    taken per base model: the largest logit difference measured above on any quantization
@@ -250,6 +253,85 @@ TEST(QuantReference, EveryQuantizedCase) {
   }
   std::printf("%d of %zu cases agree with llama.cpp's F32-KV logits within %.0e at every position\n", exact_cases,
               cases.size(), kTolExact);
+}
+
+// Log-softmax of one row of logits (double).
+std::vector<double> LogProbs(const std::vector<float>& logits) {
+  double mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
+  return out;
+}
+
+// Max over positions of the largest |dlogprob| among llama.cpp's top 5 tokens there.
+double Top5LogProbDiff(const std::vector<std::vector<float>>& ours, const json& ref_values) {
+  double worst = 0;
+  for (size_t k = 0; k < ours.size(); ++k) {
+    const std::vector<float> ref = ref_values[k].get<std::vector<float>>();
+    const std::vector<double> a = LogProbs(ours[k]), b = LogProbs(ref);
+    std::vector<size_t> idx(b.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](size_t x, size_t y) { return b[x] > b[y]; });
+    for (int t = 0; t < 5; ++t) worst = std::max(worst, std::fabs(a[idx[t]] - b[idx[t]]));
+  }
+  return worst;
+}
+
+// With BackendOptions::ggml_order (Q8_0 / Q5_0 weights left unpacked, summed in ggml's 8
+// float lanes per block), stories260K in every quantization llama.cpp wrote gives its
+// results exactly: the 64 greedy ids of both runs, and logits / top-5 logprobs within
+// kTolExact at every sampled position, with an F32 KV cache (vs the alt run) and with an
+// F16 one and flash attention (vs the primary run).
+TEST(QuantReference, GgmlOrderGivesLlamaCppResultsForEveryStoriesQuant) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  if (!OnReferenceIsa()) GTEST_SKIP() << "the references come from an AVX-512 CPU; this one has less";
+  std::vector<std::string> cases;
+  for (const std::string& c : Cases(shared + "/reference")) {
+    if (c.find("/C-stories260K-") != std::string::npos) cases.push_back(c);
+  }
+  ASSERT_EQ(cases.size(), 11u);
+  std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2, /*ggml_order=*/true);
+  Backend& backend = *backend_owner;
+  for (const std::string& path : cases) {
+    SCOPED_TRACE(path);
+    std::ifstream in(path);
+    const json ref = json::parse(in);
+    const json& alt = ref["alt_f32_kv_no_flash_attn"];
+    auto model = model::Model::Load(shared + "/" + ref["model_path"].get<std::string>());
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE((*model)->PlaceWeights(&backend).ok());
+    auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
+    ASSERT_TRUE(vocab.ok()) << vocab.status();
+    const auto prompt_ids = ref["prompt_ids"].get<std::vector<int32_t>>();
+    const auto positions = ref["logits"]["positions"].get<std::vector<int>>();
+    engine::EngineParams ep;
+    ep.n_ctx = ref["settings"]["n_ctx"].get<int64_t>();
+    double dl[2], dp[2];
+    size_t same[2];
+    for (int f16 = 0; f16 < 2; ++f16) {
+      const json& run = f16 ? ref : alt;
+      ep.kv_type = f16 ? GgmlType::F16 : GgmlType::F32;
+      auto e = engine::Engine::Create(**model, ep, &backend);
+      ASSERT_TRUE(e.ok()) << e.status();
+      const auto logits = LogitsAt(**e, prompt_ids, run["output_ids"].get<std::vector<int32_t>>(), positions);
+      const std::vector<double> d = DiffPerPosition(logits, run["logits"]["values"]);
+      dl[f16] = *std::max_element(d.begin(), d.end());
+      dp[f16] = Top5LogProbDiff(logits, run["logits"]["values"]);
+      const char* what = f16 ? "F16 KV + flash attention vs llama.cpp's primary run" : "F32 KV vs llama.cpp's alt run";
+      EXPECT_LE(dl[f16], kTolExact) << what << ": logits";
+      EXPECT_LE(dp[f16], kTolExact) << what << ": top-5 logprobs";
+      CheckGreedy(**e, **vocab, ref, run, kTolExact, what, &same[f16]);
+      EXPECT_EQ(same[f16], run["output_ids"].size()) << what << ": greedy ids";
+    }
+    std::printf("ggml order %-24s F32 KV: logits %.1e, top-5 logprobs %.1e, ids %zu/%zu | F16 KV: %.1e, %.1e, %zu/%zu\n",
+                path.substr(path.rfind('/') + 1).c_str(), dl[0], dp[0], same[0], alt["output_ids"].size(), dl[1], dp[1],
+                same[1], ref["output_ids"].size());
+  }
 }
 
 }  // namespace

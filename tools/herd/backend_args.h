@@ -13,7 +13,8 @@
 
 namespace herd::cli {
 
-/// The flag specs: --backend NAME (default cpu), --device N (default 0).
+/// The flag specs: --backend NAME (default cpu), --device N (default 0), --ggml-order
+/// (BackendOptions::ggml_order).
 std::vector<FlagSpec> BackendFlagSpecs();
 /// `specs` with BackendFlagSpecs() inserted before its -h entry (or at the end).
 std::vector<FlagSpec> WithBackendFlags(std::vector<FlagSpec> specs);
@@ -24,9 +25,9 @@ std::vector<FlagSpec> WithBackendFlags(std::vector<FlagSpec> specs);
 /// build and machine have; the device's and the placement's errors.
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromArgs(const Args& args, int threads, model::Model* model);
 
-/// The same from a name and an index.
+/// The same from a name, an index and --ggml-order.
 absl::StatusOr<std::unique_ptr<Backend>> OpenBackend(const std::string& name, int device, int threads,
-                                                     model::Model* model);
+                                                     model::Model* model, bool ggml_order = false);
 
 /// "cpu on CPU (AMD EPYC 7B13 (avx2))" for the setup lines on stderr.
 std::string DescribeBackend(const std::string& name, const Backend& backend);

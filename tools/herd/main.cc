@@ -163,6 +163,7 @@ struct RunOptions {
   int threads = 0;             // -t
   std::string backend = "cpu";  // --backend
   int device = 0;               // --device
+  bool ggml_order = false;      // --ggml-order
   bool display_prompt = false;
   engine::GenerateParams gp;
   engine::EngineParams ep;
@@ -197,6 +198,7 @@ EarlyExit ReadRunNumbers(const Args& args, const std::string& usage, RunOptions*
   o->threads = static_cast<int>(*threads);
   o->backend = args.Get("--backend");
   o->device = static_cast<int>(*device);
+  o->ggml_order = args.Has("--ggml-order");
   o->ep.n_ctx = *n_ctx;
   o->ep.n_batch = *n_batch;
   engine::GenerateParams& gp = o->gp;
@@ -415,7 +417,7 @@ int RunModel(const RunOptions& o) {
   PageInWithProgressBar((*model)->file(), o.model);
   auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
   if (!vocab.ok()) return Fail(vocab.status());
-  auto backend = OpenBackend(o.backend, o.device, o.threads, model->get());
+  auto backend = OpenBackend(o.backend, o.device, o.threads, model->get(), o.ggml_order);
   if (!backend.ok()) return Fail(backend.status());
   auto eng = engine::Engine::Create(**model, o.ep, backend->get());
   if (!eng.ok()) return Fail(eng.status());

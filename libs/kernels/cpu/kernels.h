@@ -19,13 +19,20 @@
 //    every x86 CPU for these types, prompt and decode alike; all Isas agree bit for bit.
 //  * F16 rows that llamafile's tinyBLAS refuses take ggml_vec_dot_f16's order in
 //    MulMatTile (F16UsesGgmlVecDot / VecDotF16Ggml below).
+//  * Q8_0 / Q5_0 rows read as stored (not repacked: BackendOptions::ggml_order, --norepack,
+//    a Q8_0 KV cache) take ggml's x86 order on every SIMD Isa, vec_dot and tiles of any
+//    shape: 8 float lanes of 4-element integer sums, one FMA per lane and block with
+//    dx*dy, hsum_float_8 (ggml_vec_dot_q8_0_q8_0 / _q5_0_q8_0 for decode and
+//    tinyBLAS_Q0_AVX for prompts, what llama.cpp runs on x86). The repacked Q8_0 / Q5_0
+//    kernels (MulMatPacked, the default for weights) sum each block exactly and add it with
+//    one FMA, like the scalar reference: within the SIMD bound below, 4-5x faster prompts.
 //  * SIMD variants keep every integer block / super-block sum exact and accumulate in
 //    float lanes (measured against the scalar reference within 1e-5 of sum|w*a|; equal
 //    to it when all scales are exact); each output is computed with the same lane order
 //    whatever the tile shape, so for a given Isa MulMatTile(...)[j][i] ==
 //    GetVecDot(w, isa)(W_i, A_j) bit-for-bit (results never depend on how the caller
 //    splits the tiles).
-//  * One exception, the AVX2 batched path for Q4_0 and Q8_0 weights: a MulMatTile call
+//  * One exception, the AVX2 batched path for Q4_0 weights: a MulMatTile call
 //    with j1 - j0 >= kGemmMinRows (12) activation rows runs an 8-row interleaved kernel
 //    (fewer rows: the per-call repacking would cost more than it saves) whose per-output
 //    order is the scalar reference's (exact int32 block sums, sumf = fma(float(sumi),
@@ -46,7 +53,7 @@
 
 namespace herd::cpu {
 
-/// Fewest activation rows of a MulMatTile call for the AVX2 batched Q4_0/Q8_0/F16 paths
+/// Fewest activation rows of a MulMatTile call for the AVX2 batched Q4_0/F16 paths
 /// (see the numerics contract above). Measured with bench/llama_bench --tests bd on
 /// llama-110m Q4_0, 2 threads: 8 rows ran at 215 tok/s batched vs 260 through the
 /// single-row tiles, 16 rows at 309 vs 259 (the batched path repacks weights per call).

@@ -4,9 +4,16 @@
 // Lane structure (identical for every tile shape):
 //   F32/F16: 8 float lanes, lane l accumulates elements l, l+8, ...
 //   BF16:    8 float lanes over 16-element steps: even element then odd one.
-//   Q8_0/Q4_0: one block per step; each int32 lane is an exact 4-element dot
-//            product (maddubs + madd), accumulated as lane += float(sumi) * (dx*dy).
+//   Q4_0: one block per step; each int32 lane is an exact 4-element dot product
+//         (maddubs + madd), accumulated as lane += float(sumi) * (dx*dy).
+//   Q8_0, Q5_0, Q4_1, Q5_1, IQ4_NL: ggml's 8-lane order (quant_block32.inc).
+// --config=bench (-march=native) turns on the AVX-512 blocks of gemm_avx2.inc here, whose
+// GCC 12 header lines trip -Wuninitialized (GCC PR 105593; see kernels_avx512.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <math.h>
 
 #include <cstdint>
@@ -361,6 +368,7 @@ inline void StoreHalf(uint16_t* p, __m256 v) {
 #include "libs/kernels/cpu/row_ops.inc"
 
 using KQ4_1 = KBlock32<DecQ4_1, true>;
+using KQ8_0 = KBlock32<DecQ8_0, false>;
 using KQ5_0 = KBlock32<DecQ5_0, false>;
 using KQ5_1 = KBlock32<DecQ5_1, true>;
 using KIQ4_NL = KBlock32<DecIQ4_NL, false>;
@@ -394,10 +402,10 @@ float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
 }
 
 constexpr IsaKernels kKernels = {
-    {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQuant<false>>, VecDot<KQuant<true>>,
+    {VecDot<KFloat<LoadF32>>, VecDot<KFloat<LoadF16>>, VecDot<KBf16>, VecDot<KQ8_0>, VecDot<KQuant<true>>,
      VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>, VecDot<KQ4_K>,
      VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
-    {Tile<KFloat<LoadF32>>, GemmF16, Tile<KBf16>, GemmQ<false>, GemmQ<true>, Tile<KQ4_1>, Tile<KQ5_0>, Tile<KQ5_1>,
+    {Tile<KFloat<LoadF32>>, GemmF16, Tile<KBf16>, Tile<KQ8_0>, GemmQ<true>, Tile<KQ4_1>, Tile<KQ5_0>, Tile<KQ5_1>,
      Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>, Tile<KQ6_K>, Tile<KIQ4_XS>},
     ToF16,
     ToBf16,

@@ -7,8 +7,8 @@
 // non-VNNI variants, which produce the same int32 lanes):
 //   F32/F16: 16 float lanes, lane l accumulates elements l, l+16, l+32, ...
 //   BF16:    16 float lanes over 32-element steps: even element then odd one.
-//   Q8_0: two blocks per step; each int32 lane is an exact 4-element dot product,
-//         converted to float and accumulated as lane += float(sumi) * (dx*dy).
+//   Q8_0, Q5_0, Q4_1, Q5_1: ggml's x86 8-lane order (quant_block32.inc), as llama.cpp
+//         runs them on AVX-512 machines too (tinyBLAS_Q0_AVX / ggml_vec_dot_*).
 //   Q4_0: four blocks per step; each int32 lane an exact 8-element dot product.
 // Every output is reduced with _mm512_reduce_add_ps at the end.
 // GCC 12's AVX-512 headers initialize the "undefined" vectors of _mm512_undefined_*()
@@ -40,12 +40,6 @@ inline uint16_t LoadU16(const char* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
-}
-
-// 16 lanes of float scales from two F16 scale bits, laid out by `idx`.
-inline __m512 ScalesFromHalves(uint16_t d0, uint16_t d1, __m512i idx) {
-  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | (static_cast<uint32_t>(d1) << 16))));
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
 // Weight rows stream from DRAM in short runs (a micro-tile reads NR rows in parallel),
@@ -283,172 +277,11 @@ struct KBf16 {
   }
 };
 
-// ---------------------------------------------------------------- Q8_0 x Q8_0, Q4_0 x Q8_0
+// ---------------------------------------------------------------- Q4_0 x Q8_0
 //
-// Activations are repacked once per tile into "pairs" of two Q8_0 blocks (192 bytes):
-//   int8  q[64]      the quants, in the lane order the weight unpacking produces
-//   int32 ncorr[16]  -(bias * sum of the 4 quants of the lane), bias 128 (Q8_0) or 8 (Q4_0)
-//   float d[16]      the activation scale of the block each lane belongs to
-// With VNNI the weight quants are made unsigned (q + bias) and
-//   dpbusd(ncorr, q + bias, y) = sum (q + bias) y - bias sum y = sum q y   (exact).
-constexpr size_t kPairBytes = 192;
+// (Q8_0 and Q5_0 weights not repacked at load run quant_block32.inc: ggml's 8-lane order.)
 constexpr int kQ8BlockBytes = 34;
 constexpr int kQ4BlockBytes = 18;
-
-inline int64_t NumPairs(int64_t k) { return (k / 32 + 1) / 2; }
-
-// -(bias * 4-element sums) of `q` (int8), without VNNI so Pack is variant-independent.
-inline __m512i NegBiasSums(__m512i q, int bias) {
-  const __m512i s16 = _mm512_maddubs_epi16(_mm512_set1_epi8(static_cast<char>(bias)), q);
-  const __m512i s32 = _mm512_madd_epi16(s16, _mm512_set1_epi16(1));
-  return _mm512_sub_epi32(_mm512_setzero_si512(), s32);
-}
-
-// Q8_0 lane order: bytes 0..31 block 0, 32..63 block 1 (8 int32 lanes per block).
-inline __m512i Q8Idx() { return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); }
-// Q4_0 lane order (128-bit lanes): [b0 elems 0-15, b1 elems 0-15, b0 16-31, b1 16-31].
-inline __m512i Q4Idx() { return _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0); }
-
-// Packs one Q8_0 activation row; kQ4Order selects the Q4_0 lane order.
-template <bool kQ4Order>
-void PackQ8Row(int64_t k, const char* a, char* out) {
-  const int64_t nb = k / 32;
-  const int64_t np = NumPairs(k);
-  const __m512i idx = kQ4Order ? Q4Idx() : Q8Idx();
-  for (int64_t p = 0; p < np; ++p) {
-    const char* b0 = a + 2 * p * kQ8BlockBytes;
-    const bool has1 = 2 * p + 1 < nb;
-    const char* b1 = b0 + kQ8BlockBytes;
-    const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-    const __m256i y1 = has1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)) : _mm256_setzero_si256();
-    __m512i q;
-    if (kQ4Order) {
-      const __m256i lo = _mm256_permute2x128_si256(y0, y1, 0x20);  // [b0 0-15, b1 0-15]
-      const __m256i hi = _mm256_permute2x128_si256(y0, y1, 0x31);  // [b0 16-31, b1 16-31]
-      q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    } else {
-      q = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
-    }
-    char* o = out + p * kPairBytes;
-    _mm512_store_si512(o, q);
-    _mm512_store_si512(o + 64, NegBiasSums(q, kQ4Order ? 8 : 128));
-    _mm512_store_ps(o + 128, ScalesFromHalves(LoadU16(b0), has1 ? LoadU16(b1) : 0, idx));
-  }
-}
-
-template <bool kVnni>
-struct KQ8_0 {
-  static constexpr int kNR = 4, kNC = 4;
-  static constexpr bool kPackA = true;
-  static size_t WRowBytes(int64_t k) { return static_cast<size_t>(k / 32) * kQ8BlockBytes; }
-  static size_t PackedBytes(int64_t k) { return static_cast<size_t>(NumPairs(k)) * kPairBytes; }
-  static void Pack(int64_t k, const char* a, char* out) { PackQ8Row<false>(k, a, out); }
-
-  template <int NR, int NC, bool kHalf>
-  static void Step(const char* w, size_t ws, const char* a, size_t as, __m512 (&acc)[NR][NC]) {
-    const __m512i idx = Q8Idx();
-    __m512i wq[NR];
-    __mmask64 wneg[NR];
-    __m512 wd[NR];
-    HERD_UNROLL for (int r = 0; r < NR; ++r) {
-      const char* b0 = w + r * ws;
-      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-      const __m256i q1 =
-          kHalf ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kQ8BlockBytes + 2));
-      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-      if (kVnni) {
-        wq[r] = _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));  // q + 128 as u8
-        wneg[r] = 0;
-      } else {
-        wq[r] = _mm512_abs_epi8(q);
-        wneg[r] = _mm512_movepi8_mask(q);
-      }
-      wd[r] = ScalesFromHalves(LoadU16(b0), kHalf ? 0 : LoadU16(b0 + kQ8BlockBytes), idx);
-    }
-    HERD_UNROLL for (int c = 0; c < NC; ++c) {
-      const char* pa = a + c * as;
-      const __m512i aq = _mm512_load_si512(pa);
-      const __m512i nc = _mm512_load_si512(pa + 64);
-      const __m512 ad = _mm512_load_ps(pa + 128);
-      HERD_UNROLL for (int r = 0; r < NR; ++r) {
-        __m512i dot;
-        if (kVnni) {
-          dot = _mm512_dpbusd_epi32(nc, wq[r], aq);
-        } else {
-          const __m512i sy = _mm512_mask_sub_epi8(aq, wneg[r], _mm512_setzero_si512(), aq);
-          dot = _mm512_madd_epi16(_mm512_maddubs_epi16(wq[r], sy), _mm512_set1_epi16(1));
-        }
-        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
-      }
-    }
-  }
-
-  // Decode: one pair of blocks (68 bytes) per row and step, gathered with two
-  // overlapping loads and word permutes (quants: words 1-16 and 18-33; scales: words
-  // 0 and 17), the same int32 lanes and float operations as Step.
-  static constexpr int kGR = 8;
-  static void GemvGroup(int64_t k, const char* w, size_t ws, size_t pfd, const char* a, float* d, size_t ds) {
-    const char* pf = w + pfd;
-    __m512 acc[kGR];
-    HERD_UNROLL for (int r = 0; r < kGR; ++r) acc[r] = _mm512_setzero_ps();
-    const int64_t nb = k / 32;
-    const int64_t full = nb / 2;
-    // z0 = bytes 0-63 (words 0-31), z1 = bytes 4-67 (word 32 + m = pair word m + 2).
-    const __m512i qidx = _mm512_set_epi16(32 + 31, 32 + 30, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 16,
-                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i sidx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17,
-                                          17, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int64_t p = 0; p < full; ++p) {
-      const char* pa = a + p * kPairBytes;
-      const __m512i aq = _mm512_load_si512(pa);
-      const __m512i nc = _mm512_load_si512(pa + 64);
-      const __m512 ad = _mm512_load_ps(pa + 128);
-      HERD_UNROLL for (int r = 0; r < kGR; ++r) {
-        const char* b = w + r * ws + p * 2 * kQ8BlockBytes;
-        const char* pr = pf + r * ws + p * 2 * kQ8BlockBytes;
-        _mm_prefetch(pr, _MM_HINT_T1);
-        _mm_prefetch(pr + 64, _MM_HINT_T1);
-        const __m512i z0 = _mm512_loadu_si512(b);
-        const __m512i z1 = _mm512_loadu_si512(b + 4);
-        const __m512i q = _mm512_permutex2var_epi16(z0, qidx, z1);
-        const __m512 wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(sidx, z0)));
-        __m512i dot;
-        if (kVnni) {
-          dot = _mm512_dpbusd_epi32(nc, _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80))), aq);
-        } else {
-          const __m512i sy = _mm512_mask_sub_epi8(aq, _mm512_movepi8_mask(q), _mm512_setzero_si512(), aq);
-          dot = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), sy), _mm512_set1_epi16(1));
-        }
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd, ad), acc[r]);
-      }
-    }
-    if (nb & 1) {
-      __m512(&acc2)[kGR][1] = reinterpret_cast<__m512(&)[kGR][1]>(acc);
-      Step<kGR, 1, true>(w + full * 2 * kQ8BlockBytes, ws, a + full * kPairBytes, 0, acc2);
-    }
-    Reduce8(acc, d, ds);
-  }
-  static void Gemv(int64_t k, const char* w, size_t ws, const char* a, float* d, int64_t i0, int64_t i1) {
-    GemvRows<KQ8_0>(k, w, ws, a, d, i0, i1);
-  }
-
-  template <int NR, int NC>
-  static void Micro(int64_t k, const char* w, size_t ws, const char* a, size_t as, float* d, size_t ds) {
-    __m512 acc[NR][NC];
-    HERD_UNROLL for (int r = 0; r < NR; ++r) HERD_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
-    const int64_t nb = k / 32;
-    const int64_t full = nb / 2;
-    const NextRowsPrefetcher pf(w, ws, NR, full);
-    for (int64_t p = 0; p < full; ++p) {
-      pf.Step(p);
-      Step<NR, NC, false>(w + p * 2 * kQ8BlockBytes, ws, a + p * kPairBytes, as, acc);
-    }
-    if (nb & 1) Step<NR, NC, true>(w + full * 2 * kQ8BlockBytes, ws, a + full * kPairBytes, as, acc);
-    HERD_UNROLL for (int c = 0; c < NC; ++c) HERD_UNROLL for (int r = 0; r < NR; ++r) {
-      d[c * ds + r] = _mm512_reduce_add_ps(acc[r][c]);
-    }
-  }
-};
 
 // Q4_0 works on quads of 4 blocks: the 16-byte quants of 4 weight blocks fill one
 // zmm, whose low nibbles are elements 0-15 and high nibbles 16-31 of each block.
@@ -779,7 +612,8 @@ inline void StoreHalf(uint16_t* p, __m512 v) {
 // Q4_1 / Q5_1 in ggml's 8-lane order (quant_block32.inc): its AVX2 code is what AVX-512
 // machines run for them.
 using KQ4_1 = KBlock32<DecQ4_1, true>;
-using KQ5_0 = KBlock32x2<DecQ5_0, false>;
+using KQ8_0 = KBlock32<DecQ8_0, false>;
+using KQ5_0 = KBlock32<DecQ5_0, false>;
 using KQ5_1 = KBlock32<DecQ5_1, true>;
 using KIQ4_NL = KBlock32x2<DecIQ4_NL, false>;
 using KQ2_K = KSuper512<DecQ2_K>;
@@ -809,10 +643,10 @@ float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
 
 template <bool kVnni>
 constexpr IsaKernels kKernels = {
-    {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, false>>, VecDot<KBf16>, VecDot<KQ8_0<kVnni>>,
+    {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, false>>, VecDot<KBf16>, VecDot<KQ8_0>,
      VecDot<KQ4_0<kVnni>>, VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>,
      VecDot<KQ4_K>, VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
-    {Tile<KFloat<LoadF32, false>>, Tile<KFloat<LoadF16, true>>, Tile<KBf16>, Tile<KQ8_0<kVnni>>, Tile<KQ4_0<kVnni>>,
+    {Tile<KFloat<LoadF32, false>>, Tile<KFloat<LoadF16, true>>, Tile<KBf16>, Tile<KQ8_0>, Tile<KQ4_0<kVnni>>,
      Tile<KQ4_1>, Tile<KQ5_0>, Tile<KQ5_1>, Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>,
      Tile<KQ6_K>, Tile<KIQ4_XS>},
     ToF16,

@@ -429,6 +429,67 @@ TEST(KernelsTest, Q4_1AndQ5_1EqualOnEveryIsaAndTile) {
   }
 }
 
+// ggml_vec_dot_q8_0_q8_0 / _q5_0_q8_0 (ggml-cpu/arch/x86/quants.c, AVX2 branch; the same
+// arithmetic as tinyBLAS_Q0_AVX's per-output loop) written out lane by lane: lane l of block
+// b is the exact sum of elements 32b + 4l .. 32b + 4l + 3, acc[l] = fma(dx * dy, lane, acc[l]),
+// then hsum_float_8. w: Q8_0 or Q5_0 row, a: Q8_0 row, k elements.
+float GgmlDotQ8LanesModel(GgmlType wt, const uint8_t* w, const uint8_t* a, int64_t k) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const size_t wb = wt == GgmlType::Q8_0 ? 34 : 22;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* x = w + b * wb;
+    const uint8_t* y = a + b * 34;
+    uint16_t dxh, dyh;
+    std::memcpy(&dxh, x, 2);
+    std::memcpy(&dyh, y, 2);
+    int q[32];
+    if (wt == GgmlType::Q8_0) {
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<int8_t>(x[2 + e]);
+    } else {
+      uint32_t qh;
+      std::memcpy(&qh, x + 2, 4);
+      for (int e = 0; e < 16; ++e) {
+        q[e] = ((x[6 + e] & 0x0F) | (((qh >> e) & 1) << 4)) - 16;
+        q[e + 16] = ((x[6 + e] >> 4) | (((qh >> (e + 16)) & 1) << 4)) - 16;
+      }
+    }
+    const float d = Fp16ToFp32(dxh) * Fp16ToFp32(dyh);
+    for (int l = 0; l < 8; ++l) {
+      int sum = 0;
+      for (int e = 4 * l; e < 4 * l + 4; ++e) sum += q[e] * static_cast<int8_t>(y[2 + e]);
+      acc[l] = std::fma(d, static_cast<float>(sum), acc[l]);
+    }
+  }
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+// Q8_0 / Q5_0 weights that are not repacked (BackendOptions::ggml_order, --norepack, a Q8_0
+// KV cache) take ggml's 8-lane order on every SIMD Isa, vec_dot and tiles of any shape
+// (kGemmMinRows+ activation rows included), bit for bit with the model above.
+TEST(KernelsTest, UnpackedQ8_0AndQ5_0FollowGgmlLaneOrder) {
+  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q5_0}) {
+    for (int64_t k : {32, 64, 96, 4096}) {
+      const int64_t m = 9, n = 2 * kGemmMinRows + 1;
+      const Rows w = MakeRows(wt, Random(m * k, 5 + static_cast<uint32_t>(k), 0.5f), m, k, false);
+      const Rows a = MakeRows(GgmlType::Q8_0, Random(n * k, 11 + static_cast<uint32_t>(k), 2.0f), n, k, true);
+      for (Isa isa : TestIsas()) {
+        if (isa == Isa::kScalar) continue;  // ggml's generic reference: one sum per block
+        std::vector<float> dst(static_cast<size_t>(m * n), -1.0f);
+        MulMatTile(wt, isa, k, w.bytes.data(), w.stride, a.bytes.data(), a.stride, dst.data(), m, 0, m, 0, n);
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t i = 0; i < m; ++i) {
+            const float want = GgmlDotQ8LanesModel(wt, w.row(i), a.row(j), k);
+            float got = 0;
+            GetVecDot(wt, isa)(k, &got, w.row(i), a.row(j));
+            EXPECT_EQ(got, want) << Name(wt, isa) << " k=" << k << " vec_dot " << i << "," << j;
+            EXPECT_EQ(dst[j * m + i], want) << Name(wt, isa) << " k=" << k << " tile " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 // ggml_vec_dot_f16's arithmetic written out lane by lane (ggml-cpu/vec.cpp,
 // simd-mappings.h): `epr` lanes x 4 accumulators over 4 * epr-element steps, the
 // accumulators added (0+2, 1+3, then 0+1), the lanes reduced as GCC's
@@ -559,9 +620,8 @@ TEST(KernelsTest, MulMatTileMatchesVecDot) {
               dot(s.k, &same_isa, w.row(i), a.row(j));
               ref(s.k, &want, w.row(i), a.row(j));
               // Bit-exact with this ISA's vec_dot, whatever the tile shape; AVX2's batched
-              // Q4_0/Q8_0 kernel (kGemmMinRows+ activation rows) follows the scalar reference.
-              const bool scalar_order =
-                  isa == Isa::kAvx2 && r[3] - r[2] >= kGemmMinRows && (wt == GgmlType::Q4_0 || wt == GgmlType::Q8_0);
+              // Q4_0 kernel (kGemmMinRows+ activation rows) follows the scalar reference.
+              const bool scalar_order = isa == Isa::kAvx2 && r[3] - r[2] >= kGemmMinRows && wt == GgmlType::Q4_0;
               if (scalar_order) same_isa = want;
               ASSERT_EQ(got, same_isa) << Name(wt, isa) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i
                                        << " j=" << j;
