@@ -164,6 +164,7 @@ struct Core {
   std::vector<int32_t> free_cache_ids;
   int32_t next_cache_id = 0;
   uint64_t use_clock = 0;
+  uint64_t cache_epoch = 0;  // bumped whenever `cached` gains or loses an entry
   std::deque<EmbedJob> embed_jobs;
   size_t rr = 0;  // round-robin start of the decode scan
   SchedulerStats stats;
@@ -337,6 +338,7 @@ bool Core::AdmitLocked(Outbox* out) {
     SequenceEvent ev;
     ev.kind = SequenceEvent::Kind::kStarted;
     ev.n_prompt = s->n_prompt();
+    ev.n_cached = reuse;
     ev.queue_ms = MsSince(s->t_start, Clock::now());
     out->Add(s, std::move(ev));
   }
@@ -377,6 +379,7 @@ void Core::RetainLocked(SeqState* s) {
       e.last_use = ++use_clock;
       kv.SeqCopy(s->kv_seq, e.kv_seq, 0, s->n_past);
       cached.push_back(std::move(e));
+      ++cache_epoch;
     }
   }
   kv.SeqRemove(s->kv_seq, 0, -1);
@@ -386,6 +389,7 @@ void Core::DropCachedLocked(size_t i) {
   engine->kv().SeqRemove(cached[i].kv_seq, 0, -1);
   free_cache_ids.push_back(cached[i].kv_seq);
   cached.erase(cached.begin() + static_cast<long>(i));
+  ++cache_epoch;
 }
 
 // Drops the least recently used cached prefix (its cells shared with running sequences
@@ -991,6 +995,37 @@ SchedulerStats Scheduler::Stats() const {
   s.active = static_cast<int32_t>(core_->active.size());
   s.queued = static_cast<int32_t>(core_->queue.size());
   return s;
+}
+
+namespace {
+uint64_t MixVersion(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+}  // namespace
+
+// The cache epoch and the ids of the active sequences (ids are never reused), so any
+// admission, end or cache change gives another value.
+static uint64_t PrefixVersionLocked(const internal::Core& c) {
+  if (!c.cfg.prefix_cache) return 0;
+  uint64_t h = MixVersion(1, c.cache_epoch);
+  for (const auto& a : c.active) h = MixVersion(h, a->id);
+  return h == 0 ? 1 : h;
+}
+
+uint64_t Scheduler::PrefixCacheVersion() const {
+  std::lock_guard<std::mutex> l(core_->mu);
+  return PrefixVersionLocked(*core_);
+}
+
+std::vector<std::vector<int32_t>> Scheduler::CachedPrompts(uint64_t* version) const {
+  std::lock_guard<std::mutex> l(core_->mu);
+  std::vector<std::vector<int32_t>> out;
+  if (version != nullptr) *version = PrefixVersionLocked(*core_);
+  if (!core_->cfg.prefix_cache) return out;
+  for (const internal::CachedPrefix& e : core_->cached) out.push_back(e.tokens);
+  for (const auto& a : core_->active) out.push_back(a->prompt);
+  return out;
 }
 
 int64_t Scheduler::n_ctx() const { return core_->n_ctx; }

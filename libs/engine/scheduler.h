@@ -194,6 +194,7 @@ struct SequenceEvent {
   enum class Kind { kStarted, kStep, kEnded };
   Kind kind = Kind::kStarted;
   int32_t n_prompt = 0;  // kStarted
+  int32_t n_cached = 0;  // kStarted: prompt tokens whose K/V came from the prefix cache
   double queue_ms = 0;   // kStarted: time from Start() to admission
   StepResult step;       // kStep
   absl::Status status;   // kEnded
@@ -314,6 +315,14 @@ class Scheduler {
   void SetIterationObserver(std::function<void(const IterationStats&)> fn);
 
   SchedulerStats Stats() const;
+  /// The prompts whose K/V the prefix cache can share with a new sequence: each cached
+  /// prefix's tokens and each active sequence's prompt (for cache-aware routing:
+  /// libs/serving/prefix_blocks.h). Empty with prefix caching off. *version (optional)
+  /// gets PrefixCacheVersion() of the same moment.
+  std::vector<std::vector<int32_t>> CachedPrompts(uint64_t* version = nullptr) const;
+  /// Changes whenever the set CachedPrompts() returns may have changed (a prefix cached or
+  /// dropped, a sequence admitted or ended); 0 with prefix caching off.
+  uint64_t PrefixCacheVersion() const;
   int64_t n_ctx() const;
   int64_t n_ctx_seq() const;
   int32_t max_sequences() const;

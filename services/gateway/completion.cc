@@ -11,6 +11,7 @@ void FillUsage(const Generation& g, v1::Usage* u) {
   u->set_prompt_ms(g.prompt_ms);
   u->set_generation_ms(g.generation_ms);
   u->set_queue_ms(g.queue_ms);
+  u->set_cached_tokens(g.cached_tokens);
   u->set_total_ms(absl::ToDoubleMilliseconds(absl::Now() - g.start));
 }
 

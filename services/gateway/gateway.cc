@@ -147,6 +147,17 @@ Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::m
       metrics->Counter("herd_gateway_spec_draft_failures_total",
                        "Draft requests that failed or missed their deadline (an empty draft each).", {"type"});
   opts_.pool.live_gauge = live_workers_;
+  opts_.pool.route_decisions = metrics->Counter(
+      "herd_gateway_route_decisions_total",
+      "Workers chosen for generations, by reason: least_loaded, prefix (longest cached prompt prefix within the load "
+      "slack), prefix_overloaded (a longer prefix sat on a worker beyond the slack).",
+      {"reason"});
+  opts_.pool.prefix_tokens_expected = metrics->Counter(
+      "herd_gateway_prefix_tokens_expected_total",
+      "Prompt tokens the chosen worker's prefix cache was expected to supply (its digest and recent routing).");
+  prefix_tokens_realized_ = metrics->Counter(
+      "herd_gateway_prefix_tokens_realized_total",
+      "Prompt tokens the workers' prefix caches supplied (SessionStarted.n_cached).");
   pool_ = std::make_unique<WorkerPool>(opts_.pool);
   vocabs_ = std::make_unique<VocabCache>(opts_.loader_address, opts_.loader_security);
   vocabs_->SetChatTemplateOverride(opts_.chat_template);
@@ -401,7 +412,7 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
       status = absl::CancelledError("cancelled before a worker was found");
       break;
     }
-    auto lease = pool_->Acquire(g.model, static_cast<int64_t>(g.prompt.size()), tried);
+    auto lease = pool_->Acquire(g.model, static_cast<int64_t>(g.prompt.size()), tried, g.prompt);
     if (!lease.ok()) {
       status = last_error.ok() ? lease.status() : last_error;
       break;
@@ -512,6 +523,8 @@ absl::Status Gateway::AwaitStarted(AttemptRun& a) {
   if (!started.ok()) return started.status();
   a.started = true;
   a.g.queue_ms = started->queue_ms();
+  a.g.cached_tokens = started->n_cached();
+  if (started->n_cached() > 0) prefix_tokens_realized_->Add(started->n_cached());
   return absl::OkStatus();
 }
 

@@ -217,6 +217,7 @@ class Gateway {
   serving::MetricFamily* request_seconds_;
   serving::MetricFamily* ttft_seconds_;
   serving::MetricFamily* live_workers_;
+  serving::MetricFamily* prefix_tokens_realized_;
   serving::MetricFamily* inflight_gauge_;
   serving::MetricFamily* spec_calls_;
   serving::MetricFamily* spec_gen_drafts_;

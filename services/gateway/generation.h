@@ -50,6 +50,7 @@ class Generation {
   bool any_message = false;  // a message went to the client
   absl::Time first_token_time = absl::InfinitePast();
   double queue_ms = 0, prompt_ms = 0, generation_ms = 0;
+  int32_t cached_tokens = 0;  // SessionStarted.n_cached of the attempt that ran
   std::string worker;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   bool speculative = false;         // a drafter ran (spec_stats is meaningful)

@@ -185,7 +185,8 @@ const char* FinishString(v1::FinishReason r) {
 json UsageJson(const v1::Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens()},
               {"completion_tokens", u.completion_tokens()},
-              {"total_tokens", u.prompt_tokens() + u.completion_tokens()}};
+              {"total_tokens", u.prompt_tokens() + u.completion_tokens()},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens()}}}};
 }
 
 json TimingsJson(const v1::Usage& u) {

@@ -55,6 +55,13 @@ ABSL_FLAG(std::string, reasoning_format, "auto",
           "--reasoning-format): auto or deepseek = split into message.reasoning_content for templates that use "
           "<think>; none = left in the content");
 ABSL_FLAG(int, poll_ms, 500, "interval of the workers' Info polls");
+ABSL_FLAG(std::string, route_policy, "prefix",
+          "how a generation picks its worker: prefix (the worker whose KV cache holds the longest prefix of the prompt, "
+          "from the workers' prefix-cache digests, unless it is busier than the least-loaded worker by more than "
+          "--route_max_extra_load sequences) or least_loaded");
+ABSL_FLAG(int, route_max_extra_load, 4,
+          "route_policy=prefix: most extra sequences (active + queued) a worker may carry beyond the least-loaded one "
+          "and still win a request by its cached prefix");
 ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
 ABSL_FLAG(int, http_threads, 64,
@@ -145,6 +152,11 @@ absl::Status GeneralOptionsFromFlags(const herd::serving::ClientSecurity& client
   opts->pool.info_timeout = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_info_timeout_ms)));
   opts->pool.dns_interval = absl::Milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
   opts->pool.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  auto policy = herd::gateway::ParseRoutePolicy(absl::GetFlag(FLAGS_route_policy));
+  if (!policy.ok()) return absl::InvalidArgumentError(std::string(policy.status().message()));
+  opts->pool.route_policy = *policy;
+  if (absl::GetFlag(FLAGS_route_max_extra_load) < 0) return absl::InvalidArgumentError("--route_max_extra_load must be >= 0");
+  opts->pool.route_max_extra_load = absl::GetFlag(FLAGS_route_max_extra_load);
   opts->max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   if (opts->max_prompt_bytes <= 0) return absl::InvalidArgumentError("--max_prompt_bytes must be > 0");
   opts->request_timeout = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_request_timeout_ms)));

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/serving/prefix_blocks.h"
 #include "services/gateway/vocab_cache.h"
 
 namespace herd::gateway {
@@ -21,7 +23,20 @@ struct WorkerPool::Entry {
   int sessions = 0;            // open sessions through this gateway
   int started_since_info = 0;  // sessions opened since the Info we last applied
   std::string last_error;
+  // Prefix-cache digest (info.prefix_block_hashes moved here, out of `info`).
+  int32_t prefix_block_tokens = 0;
+  uint64_t prefix_version = 0;
+  absl::flat_hash_set<uint64_t> prefix_blocks;
+  // Blocks of prompts routed here, with when: dropped once a digest fetched after that
+  // time reflects them.
+  absl::flat_hash_map<uint64_t, absl::Time> routed;
 };
+
+namespace {
+// Bound on WorkerPool::Entry::routed (a worker whose Info keeps failing is still routed
+// to between polls; past this the oldest knowledge is dropped wholesale).
+constexpr size_t kMaxRoutedBlocks = 1 << 20;
+}  // namespace
 
 WorkerPool::Lease::Lease(std::shared_ptr<Entry> e, WorkerPool* pool) : e_(std::move(e)), pool_(pool) {
   std::lock_guard<std::mutex> l(pool_->mu_);
@@ -141,6 +156,7 @@ void WorkerPool::PollNow() {
     v1::WorkerInfo resp;
     grpc::Status status;
     int started_at_send = 0;
+    absl::Time sent;
   };
   std::vector<std::unique_ptr<Call>> calls;
   std::mutex done_mu;
@@ -153,7 +169,9 @@ void WorkerPool::PollNow() {
     {
       std::lock_guard<std::mutex> l(mu_);
       c->started_at_send = e->started_since_info;
+      c->req.set_known_prefix_version(e->prefix_version);
     }
+    c->sent = absl::Now();
     Call* raw = c.get();
     calls.push_back(std::move(c));
     e->stub->async()->Info(&raw->ctx, &raw->req, &raw->resp, [raw, &done_mu, &done_cv, &done](grpc::Status s) {
@@ -178,7 +196,29 @@ void WorkerPool::PollNow() {
       }
       e.live = true;
       e.has_info = true;
+      const v1::WorkerInfo& r = c->resp;
+      const int32_t bt = r.prefix_block_tokens();
+      if (bt <= 0 || bt > serving::kMaxPrefixBlockTokens) {
+        e.prefix_block_tokens = 0;
+        e.prefix_version = 0;
+        e.prefix_blocks.clear();
+      } else if (!r.prefix_unchanged() || bt != e.prefix_block_tokens) {
+        e.prefix_block_tokens = bt;
+        e.prefix_version = r.prefix_unchanged() ? 0 : r.prefix_version();
+        e.prefix_blocks.clear();
+        e.prefix_blocks.insert(r.prefix_block_hashes().begin(), r.prefix_block_hashes().end());
+      }
+      for (auto it = e.routed.begin(); it != e.routed.end();) {
+        // Sessions opened just before the Info may not have reached the worker yet: keep
+        // what was routed within a poll interval of it.
+        if (it->second < c->sent - opts_.poll_interval) {
+          e.routed.erase(it++);
+        } else {
+          ++it;
+        }
+      }
       e.info = c->resp;
+      e.info.clear_prefix_block_hashes();
       e.started_since_info = std::max(0, e.started_since_info - c->started_at_send);
       e.last_error.clear();
       if (!c->resp.model().empty()) known_models_.insert(c->resp.model());
@@ -221,20 +261,51 @@ std::vector<WorkerSnapshot> WorkerPool::LiveWorkersFor(const std::string& model)
 }
 
 absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, int64_t min_ctx_seq,
-                                                      const std::set<std::string>& exclude) {
+                                                      const std::set<std::string>& exclude,
+                                                      absl::Span<const int32_t> prompt) {
+  // The prompt's block hashes per block size (workers normally share one).
+  const absl::Span<const int32_t> reusable = prompt.empty() ? prompt : prompt.subspan(0, prompt.size() - 1);
+  std::map<int32_t, std::vector<uint64_t>> hashes;
+  std::vector<std::shared_ptr<Entry>> picked;
+  std::vector<RouteCandidate> cands;
   std::shared_ptr<Entry> best;
-  int64_t best_load = 0, best_kv = 0;
+  int64_t expected = 0;
+  RouteReason reason = RouteReason::kLeastLoaded;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [a, e] : entries_) {
       if (!e->live || e->info.model() != model || exclude.count(a) > 0) continue;
       if (e->info.n_ctx_seq() > 0 && e->info.n_ctx_seq() < min_ctx_seq) continue;
-      const int64_t load = int64_t{e->info.active_sequences()} + e->info.queued_sequences() + e->started_since_info;
-      const int64_t kv = e->info.kv_cells_used();
-      if (best == nullptr || load < best_load || (load == best_load && kv < best_kv)) {
-        best = e;
-        best_load = load;
-        best_kv = kv;
+      RouteCandidate c;
+      c.address = a;
+      c.load = int64_t{e->info.active_sequences()} + e->info.queued_sequences() + e->started_since_info;
+      c.kv_cells_used = e->info.kv_cells_used();
+      if (opts_.route_policy == RoutePolicy::kPrefix && e->prefix_block_tokens > 0 && !reusable.empty()) {
+        auto it = hashes.find(e->prefix_block_tokens);
+        if (it == hashes.end()) {
+          it = hashes.emplace(e->prefix_block_tokens, serving::PrefixBlockHashes(reusable, e->prefix_block_tokens))
+                   .first;
+        }
+        const Entry& en = *e;
+        c.prefix_tokens = serving::LeadingBlocks(it->second, [&en](uint64_t h) {
+                            return en.prefix_blocks.contains(h) || en.routed.contains(h);
+                          }) *
+                          e->prefix_block_tokens;
+      }
+      cands.push_back(std::move(c));
+      picked.push_back(e);
+    }
+    if (!cands.empty()) {
+      const RouteDecision d = ChooseWorker(opts_.route_policy, cands, opts_.route_max_extra_load);
+      best = picked[d.index];
+      expected = cands[d.index].prefix_tokens;
+      reason = d.reason;
+      // Until its digest shows them, remember what this worker is about to cache.
+      auto it = hashes.find(best->prefix_block_tokens);
+      if (it != hashes.end()) {
+        if (best->routed.size() + it->second.size() > kMaxRoutedBlocks) best->routed.clear();
+        const absl::Time now = absl::Now();
+        for (uint64_t h : it->second) best->routed[h] = now;
       }
     }
   }
@@ -242,7 +313,11 @@ absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, 
     return absl::UnavailableError(absl::StrCat("no live worker serves model '", ShortName(model), "'",
                                                exclude.empty() ? "" : " (the others failed)"));
   }
-  return Lease(best, this);
+  if (opts_.route_decisions != nullptr) opts_.route_decisions->Add(1, {RouteReasonName(reason)});
+  if (opts_.prefix_tokens_expected != nullptr && expected > 0) opts_.prefix_tokens_expected->Add(expected);
+  Lease lease(best, this);
+  lease.expected_prefix_tokens_ = expected;
+  return lease;
 }
 
 void WorkerPool::ReportFailure(const std::string& address, const std::string& error) {
@@ -270,6 +345,7 @@ std::vector<WorkerSnapshot> WorkerPool::Snapshot() const {
     s.info = e->info;
     s.sessions = e->sessions;
     s.last_error = e->last_error;
+    s.prefix_blocks = static_cast<int64_t>(e->prefix_blocks.size());
     out.push_back(std::move(s));
   }
   return out;

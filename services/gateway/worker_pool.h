@@ -1,6 +1,8 @@
 // The gateway's view of the compute workers: discovery (a static list or a DNS name
 // resolving to many addresses, as a Kubernetes headless service does), liveness from
-// periodic Info calls, and least-loaded routing by model.
+// periodic Info calls, and routing by model: least-loaded or prefix-aware (routing.h), from
+// each worker's prefix-cache digest (WorkerInfo.prefix_block_hashes, fetched only when its
+// version changes) plus the prompts this gateway routed to it since that digest.
 #pragma once
 #include <condition_variable>
 #include <map>
@@ -11,7 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 
@@ -19,6 +24,7 @@
 #include "libs/serving/metrics.h"
 #include "libs/serving/security.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
+#include "services/gateway/routing.h"
 
 namespace herd::gateway {
 
@@ -38,6 +44,13 @@ struct WorkerPoolOptions {
   serving::ClientSecurity security;
   /// Optional gauge set to the number of live workers after every poll.
   serving::MetricFamily* live_gauge = nullptr;
+  /// --route_policy and --route_max_extra_load (routing.h ChooseWorker).
+  RoutePolicy route_policy = RoutePolicy::kPrefix;
+  int64_t route_max_extra_load = 4;
+  /// Optional counters: decisions by reason (label "reason"), and prompt tokens the chosen
+  /// worker's prefix cache was expected to supply.
+  serving::MetricFamily* route_decisions = nullptr;
+  serving::MetricFamily* prefix_tokens_expected = nullptr;
 };
 
 /// What the pool knows about one worker.
@@ -48,6 +61,7 @@ struct WorkerSnapshot {
   v1::WorkerInfo info;    // the last successful Info
   int sessions = 0;       // sessions the gateway has open on it now
   std::string last_error;
+  int64_t prefix_blocks = 0;  // block hashes in its last prefix-cache digest
 };
 
 /// --workers: splits "h1:p1,h2:p2" (clients::ParseAddressList). Errors: INVALID_ARGUMENT
@@ -78,13 +92,17 @@ class WorkerPool {
     Lease& operator=(const Lease&) = delete;
     const std::string& address() const;
     v1::Worker::Stub* stub() const;
-    /// Info at the time of the choice.
+    /// Info at the time of the choice (without the prefix digest).
     const v1::WorkerInfo& info() const { return info_; }
+    /// Prompt tokens the worker's prefix cache was expected to supply (0 when unknown).
+    int64_t expected_prefix_tokens() const { return expected_prefix_tokens_; }
 
    private:
     std::shared_ptr<Entry> e_;
     WorkerPool* pool_;
     v1::WorkerInfo info_;
+    int64_t expected_prefix_tokens_ = 0;
+    friend class WorkerPool;
   };
 
   explicit WorkerPool(WorkerPoolOptions opts);
@@ -106,12 +124,15 @@ class WorkerPool {
   /// Live workers serving `model`.
   std::vector<WorkerSnapshot> LiveWorkersFor(const std::string& model) const;
 
-  /// Picks the live worker serving `model` with the least load (active + queued
-  /// sequences at its last Info plus sessions opened since, ties by KV cells used,
-  /// then address) among those whose n_ctx_seq >= min_ctx_seq, skipping `exclude`.
+  /// Picks a live worker serving `model` among those whose n_ctx_seq >= min_ctx_seq,
+  /// skipping `exclude`, by the pool's route_policy (routing.h ChooseWorker): load is
+  /// active + queued sequences at its last Info plus sessions opened since; a worker's
+  /// prefix for `prompt` is the leading blocks of prompt[0, size - 1) (the scheduler
+  /// recomputes at least the last token) found in its last digest or among the prompts
+  /// routed to it since. Records the chosen prompt's blocks as routed to that worker.
   /// Errors: UNAVAILABLE naming the model when there is none.
   absl::StatusOr<Lease> Acquire(const std::string& model, int64_t min_ctx_seq,
-                                const std::set<std::string>& exclude = {});
+                                const std::set<std::string>& exclude = {}, absl::Span<const int32_t> prompt = {});
 
   /// Marks a worker not live after a failed call (until its next successful Info).
   void ReportFailure(const std::string& address, const std::string& error);

@@ -23,6 +23,7 @@
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
 #include "libs/model/model.h"
+#include "libs/serving/prefix_blocks.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
@@ -66,6 +67,10 @@ ABSL_FLAG(std::string, kv_type, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(bool, repack, true,
           "CPU: repack Q4_0/Q8_0/F16 matmul weights at load into the batched kernels' 8-row panels (llama.cpp's "
           "CPU_REPACK; --norepack is llama.cpp's --no-repack: the kernels then repack per call).");
+ABSL_FLAG(int32_t, prefix_block_tokens, 16,
+          "Block size (tokens) of the prefix-cache digest WorkerInfo carries for the gateway's prefix-aware routing "
+          "(0: no digest).");
+ABSL_FLAG(int32_t, prefix_digest_max_blocks, 65536, "Most block hashes one prefix-cache digest carries.");
 ABSL_FLAG(bool, ggml_order, false,
           "CPU: reproduce llama.cpp's x86 CPU results bit for bit: Q8_0/Q5_0 weights stay unpacked and are summed in "
           "ggml's 8-float-lane order (prompt processing of those types 4-5x slower, decode 20-40%). For checking against llama.cpp.");
@@ -217,6 +222,15 @@ int main(int argc, char** argv) {
     wopts.default_pooling = *parsed;
   }
   wopts.matryoshka = absl::GetFlag(FLAGS_matryoshka);
+  wopts.prefix_block_tokens = absl::GetFlag(FLAGS_prefix_block_tokens);
+  wopts.prefix_digest_max_blocks = absl::GetFlag(FLAGS_prefix_digest_max_blocks);
+  if (wopts.prefix_block_tokens < 0 || wopts.prefix_block_tokens > herd::serving::kMaxPrefixBlockTokens) {
+    return Fail(absl::StrCat("--prefix_block_tokens ", wopts.prefix_block_tokens, " must be in [0, ",
+                             herd::serving::kMaxPrefixBlockTokens, "]"));
+  }
+  if (wopts.prefix_digest_max_blocks < 0) {
+    return Fail(absl::StrCat("--prefix_digest_max_blocks ", wopts.prefix_digest_max_blocks, " must be >= 0"));
+  }
   auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
 
   herd::serving::ServiceMain process("worker");

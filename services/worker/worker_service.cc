@@ -6,11 +6,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
 #include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
+#include "libs/serving/prefix_blocks.h"
 
 namespace herd::worker {
 namespace {
@@ -168,6 +170,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
         v1::SessionStarted* s = resp_.mutable_started();
         s->set_n_prompt(ev.n_prompt);
         s->set_queue_ms(ev.queue_ms);
+        s->set_n_cached(ev.n_cached);
         break;
       }
       case engine::SequenceEvent::Kind::kStep: {
@@ -290,6 +293,12 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
     kv_used_ = registry->Gauge("herd_worker_kv_cells_used",
                                "KV cache cells running sequences hold (a shared prefix counts once).");
     kv_total_ = registry->Gauge("herd_worker_kv_cells_capacity", "KV cache cells in total (n_ctx).");
+    // With herd_worker_queued_sequences (TotalQueuedRequests) and herd_worker_active_sequences
+    // (TotalRunningRequests): the Gateway API Inference Extension's model-server metrics.
+    kv_usage_ = registry->Gauge("herd_worker_kv_cache_usage_perc",
+                                "Fraction (0..1) of the KV cache's cells running sequences hold; cells only cached "
+                                "prefixes hold count as free (vLLM's kv_cache_usage_perc, the Gateway API Inference "
+                                "Extension's KVCacheUtilization).");
     kv_cached_ = registry->Gauge("herd_worker_kv_cells_cached",
                                  "KV cache cells only cached prompt prefixes hold (evicted on demand).");
     prefix_lookups_ = registry->Counter("herd_worker_prefix_cache_lookups_total",
@@ -361,6 +370,7 @@ void WorkerServiceImpl::UpdateGauges(int32_t active, int32_t queued, int64_t kv_
   kv_used_->Set(static_cast<double>(kv_used - kv_cached));
   kv_cached_->Set(static_cast<double>(kv_cached));
   kv_total_->Set(static_cast<double>(kv_total));
+  kv_usage_->Set(kv_total > 0 ? static_cast<double>(kv_used - kv_cached) / static_cast<double>(kv_total) : 0.0);
 }
 
 void WorkerServiceImpl::CountRequest(grpc::StatusCode code) {
@@ -389,9 +399,37 @@ v1::WorkerInfo WorkerServiceImpl::MakeInfo() const {
   return info;
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::Info(grpc::CallbackServerContext* ctx, const v1::WorkerInfoRequest*,
+void WorkerServiceImpl::FillPrefixDigest(uint64_t known_version, v1::WorkerInfo* info) {
+  if (opts_.prefix_block_tokens <= 0) return;
+  uint64_t version = scheduler_->PrefixCacheVersion();
+  if (version == 0) return;  // prefix caching off
+  info->set_prefix_block_tokens(opts_.prefix_block_tokens);
+  info->set_prefix_version(version);
+  if (known_version == version) {
+    info->set_prefix_unchanged(true);
+    return;
+  }
+  std::lock_guard<std::mutex> l(digest_mu_);
+  if (version != digest_version_) {
+    const std::vector<std::vector<int32_t>> prompts = scheduler_->CachedPrompts(&version);
+    absl::flat_hash_set<uint64_t> seen;
+    digest_.clear();
+    for (const std::vector<int32_t>& p : prompts) {
+      for (uint64_t h : serving::PrefixBlockHashes(p, opts_.prefix_block_tokens)) {
+        if (static_cast<int64_t>(digest_.size()) >= opts_.prefix_digest_max_blocks) break;
+        if (seen.insert(h).second) digest_.push_back(h);
+      }
+    }
+    digest_version_ = version;
+    info->set_prefix_version(version);
+  }
+  info->mutable_prefix_block_hashes()->Add(digest_.begin(), digest_.end());
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Info(grpc::CallbackServerContext* ctx, const v1::WorkerInfoRequest* req,
                                                   v1::WorkerInfo* resp) {
   *resp = MakeInfo();
+  FillPrefixDigest(req->known_prefix_version(), resp);
   CountRequest(grpc::StatusCode::OK);
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);

@@ -16,8 +16,11 @@
 // written as the scheduler thread produces them, one write in flight per stream.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
@@ -37,6 +40,11 @@ struct WorkerServiceOptions {
   engine::Pooling default_pooling = engine::Pooling::kMean;
   /// Reported in WorkerInfo.matryoshka (the worker's --matryoshka).
   bool matryoshka = false;
+  /// Block size of the prefix-cache digest in WorkerInfo (tokens; 0: no digest). The
+  /// gateway hashes prompts with the block size the worker reports.
+  int32_t prefix_block_tokens = 16;
+  /// Most block hashes one digest carries (the first prompts' blocks win).
+  int32_t prefix_digest_max_blocks = 65536;
 };
 
 /// herd.v1.Pooling -> engine::Pooling; UNSPECIFIED gives `dflt`. INVALID_ARGUMENT naming
@@ -84,17 +92,24 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   void UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_cached, int64_t kv_total);
   /// Adds the scheduler's cumulative prefix-cache and preemption counts since the last call.
   void UpdatePoolCounters();
+  /// Sets the prefix digest fields of `info` for a caller that knows `known_version`.
+  void FillPrefixDigest(uint64_t known_version, v1::WorkerInfo* info);
 
   engine::Scheduler* scheduler_;
   WorkerServiceOptions opts_;
   std::atomic<int> open_sessions_{0};
   std::atomic<int> pending_embeds_{0};  // Embed calls whose scheduler job has not answered
+  // The last digest computed (hashing every cached prompt once per version, not per caller).
+  std::mutex digest_mu_;
+  uint64_t digest_version_ = 0;
+  std::vector<uint64_t> digest_;
   // Metrics (null when there is no registry).
   serving::MetricFamily* requests_ = nullptr;
   serving::MetricFamily* active_ = nullptr;
   serving::MetricFamily* queued_ = nullptr;
   serving::MetricFamily* kv_used_ = nullptr;
   serving::MetricFamily* kv_total_ = nullptr;
+  serving::MetricFamily* kv_usage_ = nullptr;
   serving::MetricFamily* kv_cached_ = nullptr;
   serving::MetricFamily* prefix_lookups_ = nullptr;
   serving::MetricFamily* prefix_hits_ = nullptr;

@@ -238,6 +238,7 @@ TEST_F(WorkerServiceTest, SessionRoundTripEqualsSoloGreedy) {
   EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"OK\"}"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_kv_cells_used 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_kv_cells_capacity 512"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("herd_worker_kv_cache_usage_perc 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_active_sequences 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_queued_sequences 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_batch_tokens_count"), std::string::npos) << metrics;
