@@ -8,6 +8,11 @@
 //
 //   bazel build //bench:serve_bench && bazel-bin/bench/serve_bench --concurrency=1,8,16
 //
+// Cluster mode (--tenants=T): T tenants with their own long prefixes over --workers
+// workers, once per --route_policies entry, e.g.
+//   bazel-bin/bench/serve_bench --tenants=8 --prefix_words=300 --workers=4 --threads=1 \
+//       --concurrency=8 --requests_per_client=6 --route_policies=least_loaded,prefix
+//
 // The model is a random-weight llama-110m Q4_0 (llama_bench's weights) with the Llama-2
 // vocabulary of ../shared/models/vocab/ggml-vocab-llama-spm.gguf, written once into
 // --cache_dir and reused. --server=HOST:PORT measures a server that is already running
@@ -45,6 +50,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -66,6 +72,14 @@ ABSL_FLAG(int, max_tokens, 64, "max_tokens of each request (ignore_eos: each gen
 ABSL_FLAG(int, prompt_words, 24, "words of each request's own prompt (~30 tokens with the Llama-2 vocab for 24)");
 ABSL_FLAG(bool, shared_prefix, false, "start every prompt with the same --prefix_words words (prefix caching)");
 ABSL_FLAG(int, prefix_words, 200, "length of the --shared_prefix prefix in words");
+ABSL_FLAG(int, tenants, 0,
+          "cluster mode: T tenants, each with its own --prefix_words-word prefix; every request starts with the prefix "
+          "of a tenant drawn at random (plus its own --prompt_words). Prints the prefix hit rate (usage "
+          "prompt_tokens_details.cached_tokens over prompt tokens) against the ideal (each tenant's prefix computed "
+          "once), TTFT p50/p90 and the load spread over the workers, per --route_policies entry");
+ABSL_FLAG(std::string, route_policies, "",
+          "comma-separated gateway --route_policy values to compare (least_loaded, prefix), a fresh cluster each; "
+          "empty: the gateway's default");
 ABSL_FLAG(std::string, model, "llama-110m", "random-weight model shape: llama-110m or tinyllama-1.1b");
 ABSL_FLAG(std::string, type, "q4_0", "weight type of the model (f16, q8_0, q4_0, ...)");
 ABSL_FLAG(int, workers, 1, "workers (herd up --workers)");
@@ -146,6 +160,7 @@ struct RequestResult {
   std::vector<double> itl_ms;
   int64_t completion_tokens = 0;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens
 };
 
 // Connects to host:port (numeric or resolvable). Returns the socket or -1 with *err set.
@@ -225,6 +240,9 @@ RequestResult StreamCompletion(const Target& t, const std::string& body, int max
     if (j.contains("usage") && j["usage"].is_object()) {
       r.completion_tokens = j["usage"].value("completion_tokens", int64_t{0});
       r.prompt_tokens = j["usage"].value("prompt_tokens", int64_t{0});
+      if (j["usage"].contains("prompt_tokens_details") && j["usage"]["prompt_tokens_details"].is_object()) {
+        r.cached_tokens = j["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+      }
       have_usage = true;
     }
     if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
@@ -299,8 +317,14 @@ RequestResult StreamCompletion(const Target& t, const std::string& body, int max
 struct Level {
   LevelResult result;
   int64_t prompt_tokens = 0;  // summed
+  int64_t cached_tokens = 0;  // summed
+  double ttft_p90_ms = 0;
+  std::vector<int> tenant;    // per request (--tenants)
   std::string error;          // the first failed request's
 };
+
+// Tenant t's shared prefix (--tenants): --prefix_words words of its own.
+std::string TenantPrefix(int t) { return Words(absl::GetFlag(FLAGS_prefix_words), 777000u + static_cast<uint32_t>(t)); }
 
 Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atomic<bool>* abort) {
   const int n_requests = absl::GetFlag(FLAGS_requests_per_client) * concurrency;
@@ -309,10 +333,18 @@ Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atom
   const std::string prefix =
       absl::GetFlag(FLAGS_shared_prefix) ? Words(absl::GetFlag(FLAGS_prefix_words), 4242) + " " : "";
   std::vector<std::string> bodies;
+  Level out;
+  const int tenants = absl::GetFlag(FLAGS_tenants);
+  std::mt19937 pick(static_cast<uint32_t>(first_request_id) * 2654435761u);
   for (int i = 0; i < n_requests; ++i) {
+    std::string own = prefix;
+    if (tenants > 0) {
+      out.tenant.push_back(static_cast<int>(pick() % static_cast<uint32_t>(tenants)));
+      own = TenantPrefix(out.tenant.back()) + " ";
+    }
     const json j = {{"model", t.model},
-                    {"prompt", prefix + Words(absl::GetFlag(FLAGS_prompt_words),
-                                              static_cast<uint32_t>(first_request_id + i))},
+                    {"prompt", own + Words(absl::GetFlag(FLAGS_prompt_words),
+                                           static_cast<uint32_t>(first_request_id + i))},
                     {"max_tokens", max_tokens},
                     {"temperature", 0},
                     {"stream", true},
@@ -322,7 +354,6 @@ Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atom
   std::vector<RequestResult> results(static_cast<size_t>(n_requests));
   std::atomic<int> next{0};
   std::mutex mu;
-  Level out;
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> clients;
   for (int c = 0; c < concurrency; ++c) {
@@ -348,9 +379,59 @@ Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atom
     itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
     tokens += r.completion_tokens;
     out.prompt_tokens += r.prompt_tokens;
+    out.cached_tokens += r.cached_tokens;
   }
+  out.ttft_p90_ms = Percentile(ttft, 90);
   out.result = Summarize(concurrency, n_requests, tokens, seconds, ttft, itl);
   return out;
+}
+
+// One plain HTTP/1.1 exchange (Connection: close). Returns the body of a 200 answer.
+absl::StatusOr<std::string> HttpCall(const Target& t, const std::string& method, const std::string& path,
+                                     const std::string& body) {
+  std::string err;
+  const int fd = ConnectTo(t, &err);
+  if (fd < 0) return absl::UnavailableError(err);
+  const std::string req = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", t.host, ":", t.port,
+                                       "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                                       "\r\nConnection: close\r\n\r\n", body);
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("send ", path, ": ", std::strerror(errno)));
+  }
+  std::string got;
+  HttpResponseReader reader([&](absl::string_view b) { got.append(b.data(), b.size()); });
+  std::vector<char> buf(64 << 10);
+  absl::Status st;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 30000) <= 0) {
+      st = absl::DeadlineExceededError(absl::StrCat(path, ": no answer within 30 s"));
+      break;
+    }
+    const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      st = reader.Finish();
+      break;
+    }
+    st = reader.Feed(absl::string_view(buf.data(), static_cast<size_t>(n)));
+    if (!st.ok() || reader.done()) break;
+  }
+  ::close(fd);
+  if (!st.ok()) return st;
+  if (reader.status() != 200) return absl::InternalError(absl::StrCat(path, ": HTTP ", reader.status(), ": ", got));
+  return got;
+}
+
+// Target of "HOST:PORT".
+Target TargetOf(const std::string& addr, const std::string& model) {
+  Target t;
+  const size_t colon = addr.rfind(':');
+  t.host = addr.substr(0, colon);
+  if (colon != std::string::npos) (void)absl::SimpleAtoi(addr.substr(colon + 1), &t.port);
+  t.model = model;
+  return t;
 }
 
 // ---- setup ----
@@ -398,6 +479,140 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
+// --tenants: one cluster per --route_policies entry; per level the prefix hit rate
+// against the ideal, TTFT p50/p90, tok/s and the sessions per worker.
+int ClusterMain(const std::vector<int>& levels) {
+  const std::string shared = SharedDir();
+  std::vector<std::string> policies = absl::StrSplit(absl::GetFlag(FLAGS_route_policies), ',', absl::SkipEmpty());
+  if (policies.empty()) policies.push_back("");
+  const int max_level = *std::max_element(levels.begin(), levels.end());
+  const int tenants = absl::GetFlag(FLAGS_tenants);
+  struct Row {
+    std::string policy;
+    int c = 0, requests = 0;
+    double tok_s = 0, ttft_p50 = 0, ttft_p90 = 0, hit = 0, ideal = 0, max_over_mean = 0;
+    std::string spread;
+  };
+  std::vector<Row> rows;
+  std::string setup;
+  for (const std::string& policy : policies) {
+    cli::ClusterOptions o;
+    std::string model;
+    if (absl::Status st = PrepareModel(shared, &o.models_dir, &model); !st.ok()) return Fail(st.ToString());
+    o.models = {model};
+    o.workers_per_model = absl::GetFlag(FLAGS_workers);
+    o.threads_per_worker = absl::GetFlag(FLAGS_threads);
+    o.n_ctx = absl::GetFlag(FLAGS_ctx);
+    o.max_sequences = absl::GetFlag(FLAGS_max_seqs) > 0 ? absl::GetFlag(FLAGS_max_seqs) : std::max(16, max_level);
+    o.extra_worker_flags = {"--kv_type=f16"};
+    for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) o.extra_worker_flags.push_back(f);
+    if (!policy.empty()) o.extra_gateway_flags.push_back(absl::StrCat("--route_policy=", policy));
+    o.restart = false;
+    o.quiet = !absl::GetFlag(FLAGS_verbose);
+    std::fprintf(stderr, "serve_bench: route policy %s: starting loader, %d worker(s) (-t %d), gateway\n",
+                 policy.empty() ? "(default)" : policy.c_str(), o.workers_per_model, o.threads_per_worker);
+    cli::LocalCluster cluster;
+    if (absl::Status st = cluster.Start(o, std::chrono::seconds(300)); !st.ok()) {
+      cluster.Stop();
+      return Fail(absl::StrCat("cluster did not start: ", st.message()));
+    }
+    setup = absl::StrCat(o.workers_per_model, " workers x -t ", o.threads_per_worker, ", --max-seqs ",
+                         o.max_sequences, ", -c ", o.n_ctx);
+    const Target target = TargetOf(cluster.gateway_http_addr(), model);
+    const Target metrics = TargetOf(cluster.gateway_metrics_addr(), model);
+    // Tokens of each tenant's prefix with BOS: what a request can reuse once its tenant's
+    // prefix is cached on the worker it lands on.
+    std::vector<int64_t> prefix_tokens(static_cast<size_t>(tenants));
+    for (int t = 0; t < tenants; ++t) {
+      const json req = {{"model", model}, {"content", TenantPrefix(t)}, {"add_special", true}};
+      absl::StatusOr<std::string> r = HttpCall(target, "POST", "/tokenize", req.dump());
+      if (!r.ok()) {
+        cluster.Stop();
+        return Fail(absl::StrCat("tokenize: ", r.status().message()));
+      }
+      prefix_tokens[static_cast<size_t>(t)] = static_cast<int64_t>(json::parse(*r)["tokens"].size());
+    }
+    {
+      const json j = {{"model", model}, {"prompt", Words(8, 1)}, {"max_tokens", 4}, {"temperature", 0},
+                      {"stream", true}, {"ignore_eos", true}};
+      RequestResult r = StreamCompletion(target, j.dump(), 4, absl::GetFlag(FLAGS_timeout_s));
+      if (!r.error.empty()) {
+        cluster.Stop();
+        return Fail(absl::StrCat("warm-up request: ", r.error));
+      }
+    }
+    std::vector<bool> seen(static_cast<size_t>(tenants), false);  // prefix computed once somewhere
+    std::map<std::string, double> sessions_before;
+    std::atomic<bool> abort{false};
+    int request_id = 5000;
+    for (int c : levels) {
+      Level l = RunLevel(target, c, request_id, &abort);
+      request_id += c * absl::GetFlag(FLAGS_requests_per_client);
+      if (!l.error.empty()) {
+        cluster.Stop();
+        return Fail(absl::StrCat("concurrency ", c, ": ", l.error));
+      }
+      int64_t ideal = 0;
+      for (int t : l.tenant) {
+        if (seen[static_cast<size_t>(t)]) ideal += prefix_tokens[static_cast<size_t>(t)];
+        seen[static_cast<size_t>(t)] = true;
+      }
+      // Sessions per worker during this level, from the gateway's counter.
+      absl::StatusOr<std::string> m = HttpCall(metrics, "GET", "/metrics", "");
+      std::map<std::string, double> now;
+      if (m.ok()) {
+        for (absl::string_view line : absl::StrSplit(*m, '\n')) {
+          if (!absl::StartsWith(line, "herd_gateway_worker_sessions_total{")) continue;
+          const size_t q0 = line.find('"'), q1 = line.rfind('"'), sp = line.rfind(' ');
+          double v = 0;
+          if (q0 == absl::string_view::npos || q1 <= q0 || sp == absl::string_view::npos ||
+              !absl::SimpleAtod(line.substr(sp + 1), &v)) {
+            continue;
+          }
+          now[std::string(line.substr(q0 + 1, q1 - q0 - 1))] = v;
+        }
+      }
+      std::vector<std::string> spread;
+      double sum = 0, mx = 0;
+      for (const auto& [w, v] : now) {
+        const double d = v - sessions_before[w];
+        spread.push_back(absl::StrFormat("%.0f", d));
+        sum += d;
+        mx = std::max(mx, d);
+      }
+      sessions_before = now;
+      Row row;
+      row.policy = policy.empty() ? "(default)" : policy;
+      row.c = c;
+      row.requests = l.result.requests;
+      row.tok_s = l.result.tok_s;
+      row.ttft_p50 = l.result.ttft_p50_ms;
+      row.ttft_p90 = l.ttft_p90_ms;
+      row.hit = l.prompt_tokens > 0 ? static_cast<double>(l.cached_tokens) / static_cast<double>(l.prompt_tokens) : 0;
+      row.ideal = l.prompt_tokens > 0 ? static_cast<double>(ideal) / static_cast<double>(l.prompt_tokens) : 0;
+      row.max_over_mean = sum > 0 && !now.empty() ? mx / (sum / static_cast<double>(now.size())) : 0;
+      row.spread = absl::StrJoin(spread, "/");
+      std::fprintf(stderr, "serve_bench: %s C=%d: %.1f tok/s, TTFT p50 %.0f p90 %.0f ms, hit rate %.2f (ideal %.2f)\n",
+                   row.policy.c_str(), c, row.tok_s, row.ttft_p50, row.ttft_p90, row.hit, row.ideal);
+      rows.push_back(row);
+    }
+    cluster.Stop();
+  }
+  std::printf("## serve_bench cluster mode: %s %s, %s; %d tenants x %d-word prefix + %d own words, max_tokens %d, "
+              "%d x C requests per level\n\n",
+              absl::GetFlag(FLAGS_model).c_str(), absl::AsciiStrToUpper(absl::GetFlag(FLAGS_type)).c_str(),
+              setup.c_str(), tenants, absl::GetFlag(FLAGS_prefix_words), absl::GetFlag(FLAGS_prompt_words),
+              absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_requests_per_client));
+  std::printf("| route policy | C | requests | tok/s | TTFT p50 ms | TTFT p90 ms | prefix hit rate | ideal | of ideal | "
+              "sessions per worker | max / mean |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %d | %d | %.1f | %.0f | %.0f | %.3f | %.3f | %.0f%% | %s | %.2f |\n", r.policy.c_str(), r.c,
+                r.requests, r.tok_s, r.ttft_p50, r.ttft_p90, r.hit, r.ideal, r.ideal > 0 ? 100 * r.hit / r.ideal : 0,
+                r.spread.c_str(), r.max_over_mean);
+  }
+  return 0;
+}
+
 int Main() {
   std::vector<int> levels;
   for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',', absl::SkipEmpty())) {
@@ -413,6 +628,13 @@ int Main() {
     std::fprintf(stderr, "serve_bench: need --concurrency levels, --requests_per_client >= 1, --max_tokens >= 2, "
                          "--prompt_words >= 1, --rounds >= 1\n");
     return 2;
+  }
+  if (absl::GetFlag(FLAGS_tenants) > 0) {
+    if (!absl::GetFlag(FLAGS_server).empty()) {
+      std::fprintf(stderr, "serve_bench: --tenants starts its own clusters; it does not take --server\n");
+      return 2;
+    }
+    return ClusterMain(levels);
   }
   const std::string shared = SharedDir();
   std::string ref_path = absl::GetFlag(FLAGS_reference);

@@ -155,6 +155,9 @@ Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::m
   opts_.pool.prefix_tokens_expected = metrics->Counter(
       "herd_gateway_prefix_tokens_expected_total",
       "Prompt tokens the chosen worker's prefix cache was expected to supply (its digest and recent routing).");
+  opts_.pool.sessions_by_worker = metrics->Counter(
+      "herd_gateway_worker_sessions_total", "Sessions the gateway opened, by worker address (the load spread).",
+      {"worker"});
   prefix_tokens_realized_ = metrics->Counter(
       "herd_gateway_prefix_tokens_realized_total",
       "Prompt tokens the workers' prefix caches supplied (SessionStarted.n_cached).");

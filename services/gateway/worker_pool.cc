@@ -315,6 +315,7 @@ absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, 
   }
   if (opts_.route_decisions != nullptr) opts_.route_decisions->Add(1, {RouteReasonName(reason)});
   if (opts_.prefix_tokens_expected != nullptr && expected > 0) opts_.prefix_tokens_expected->Add(expected);
+  if (opts_.sessions_by_worker != nullptr) opts_.sessions_by_worker->Add(1, {best->address});
   Lease lease(best, this);
   lease.expected_prefix_tokens_ = expected;
   return lease;

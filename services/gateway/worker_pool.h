@@ -51,6 +51,8 @@ struct WorkerPoolOptions {
   /// worker's prefix cache was expected to supply.
   serving::MetricFamily* route_decisions = nullptr;
   serving::MetricFamily* prefix_tokens_expected = nullptr;
+  /// Optional counter of sessions opened, by worker address (label "worker").
+  serving::MetricFamily* sessions_by_worker = nullptr;
 };
 
 /// What the pool knows about one worker.
