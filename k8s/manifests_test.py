@@ -14,6 +14,8 @@ For every overlay in k8s/overlays (rendered with `kubectl kustomize`, offline):
     workers (--draft_workers_dns): NAME:PORT is a Service of the render (headless for
     worker pools) whose port leads to a container port on which the selected pods'
     binary listens (--port);
+  * the gateway and the workers drain gracefully: a preStop sleep, then --grace_ms, both
+    within terminationGracePeriodSeconds (+5 s to exit);
   * workers take --n_ctx / --max_sequences from the ConfigMap, every service binds
     0.0.0.0, every container has resource requests, NetworkPolicies leave only the
     gateway reachable from outside, PDBs and HPAs select/scale what exists.
@@ -235,6 +237,21 @@ def check_overlay(overlay, docs, table, bin_dir):
                 if out.returncode != 1:
                     fail(f"{where}: {kind}: herd {' '.join(cmd[1:])}: exit {out.returncode} against a closed port "
                          f"(want 1): {out.stderr.strip()}")
+            # Graceful drain (issue 39): the gateway and the workers first sleep in preStop while
+            # the pod leaves its Service's endpoints and DNS (clients and routers stop picking
+            # it), then drain on SIGTERM for up to --grace_ms; the pod's grace period covers both
+            # and a margin to exit, or the kubelet's SIGKILL would cut streams in flight.
+            if name == "gateway" or name.startswith("worker-"):
+                grace_ms = flag_value(args, "grace_ms")
+                pre = ((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep", {}).get("seconds")
+                tgps = tmpl["spec"].get("terminationGracePeriodSeconds", 30)
+                if grace_ms is None:
+                    fail(f"{where}: no --grace_ms (how long in-flight streams may finish after SIGTERM)")
+                elif pre is None:
+                    fail(f"{where}: no lifecycle.preStop.sleep (traffic keeps arriving while endpoints update)")
+                elif tgps < int(pre) + int(grace_ms) / 1000 + 5:
+                    fail(f"{where}: terminationGracePeriodSeconds {tgps} < preStop {pre} s + --grace_ms "
+                         f"{grace_ms} + 5 s margin")
             pods[dname] = (name, args, ports, tmpl["metadata"].get("labels", {}), c)
 
     def pods_of(selector):

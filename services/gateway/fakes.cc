@@ -98,6 +98,7 @@ grpc::Status FakeWorker::Info(grpc::ServerContext*, const v1::WorkerInfoRequest*
   resp->set_n_ctx_seq(c.n_ctx_seq);
   resp->set_n_vocab(c.n_vocab);
   resp->set_matryoshka(c.matryoshka);
+  resp->set_draining(c.draining);
   resp->set_max_sequences(c.max_sequences);
   resp->set_active_sequences(c.active + active_.load());
   resp->set_queued_sequences(c.queued);

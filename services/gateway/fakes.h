@@ -45,6 +45,9 @@ struct FakeWorkerConfig {
   grpc::StatusCode embed_refuse = grpc::StatusCode::OK;
   // Reported by Info: WorkerInfo.matryoshka.
   bool matryoshka = false;
+  // Reported by Info: WorkerInfo.draining (a SIGTERM'd worker). Sessions are still served
+  // unless `refuse` says otherwise.
+  bool draining = false;
 };
 
 class FakeWorker final : public v1::Worker::Service {

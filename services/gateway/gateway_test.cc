@@ -357,6 +357,30 @@ TEST_F(GatewayTest, RoutesToTheLeastLoadedWorker) {
   EXPECT_EQ(idle_full_kv->sessions_started() - full0, 2);
 }
 
+// A worker whose Info says it is draining (SIGTERM) gets no new sessions, even when it is
+// the least loaded; once it reports serving again (a restarted process) it is used again.
+TEST_F(GatewayTest, DrainingWorkersGetNoNewSessions) {
+  FakeWorker* draining = AddWorker("stories260K");
+  FakeWorker* busy = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.active = 6; });
+  auto t = StartGateway({draining, busy}, [](GatewayOptions& o) { o.pool.poll_interval = absl::Hours(1); });
+  draining->Update([](FakeWorkerConfig& c) { c.draining = true; });  // SIGTERM'd
+  t->gw->pool().PollNow();
+  EXPECT_EQ(t->gw->pool().live_count(), 1);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Run(t.get(), Req()).status.ok());
+  EXPECT_EQ(draining->sessions_started(), 0);
+  EXPECT_EQ(busy->sessions_started(), 3);
+  // Every worker draining: UNAVAILABLE naming the model, nothing sent to them.
+  busy->Update([](FakeWorkerConfig& c) { c.draining = true; });
+  t->gw->pool().PollNow();
+  Collected c = Run(t.get(), Req());
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNAVAILABLE) << c.status.error_message();
+  EXPECT_EQ(draining->sessions_started() + busy->sessions_started(), 3);
+  draining->Update([](FakeWorkerConfig& c2) { c2.draining = false; });
+  t->gw->pool().PollNow();
+  ASSERT_TRUE(Run(t.get(), Req()).status.ok());
+  EXPECT_EQ(draining->sessions_started(), 1);
+}
+
 TEST_F(GatewayTest, StopStringSplitAcrossTokens) {
   FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
     c.script = {Byte('x'), Byte('a'), Byte('b'), Byte('y'), Byte('z')};

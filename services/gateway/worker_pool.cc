@@ -36,6 +36,8 @@ namespace {
 // Bound on WorkerPool::Entry::routed (a worker whose Info keeps failing is still routed
 // to between polls; past this the oldest knowledge is dropped wholesale).
 constexpr size_t kMaxRoutedBlocks = 1 << 20;
+// Entry::last_error of a worker whose Info says it is draining.
+constexpr char kDraining[] = "draining (stopped admitting)";
 }  // namespace
 
 WorkerPool::Lease::Lease(std::shared_ptr<Entry> e, WorkerPool* pool) : e_(std::move(e)), pool_(pool) {
@@ -188,6 +190,16 @@ void WorkerPool::PollNow() {
   std::lock_guard<std::mutex> l(mu_);
   for (auto& c : calls) {
     Entry& e = *c->e;
+    if (c->status.ok() && c->resp.draining()) {
+      // SIGTERM'd: its open sessions finish there; new ones go elsewhere (a session that
+      // raced this poll gets UNAVAILABLE and is retried on another worker).
+      if (e.live || e.last_error != kDraining) {
+        HERD_LOG(Info) << "worker " << e.address << " draining: no new sessions";
+      }
+      e.live = false;
+      e.last_error = kDraining;
+      continue;
+    }
     if (c->status.ok()) {
       if (!e.live) {
         HERD_LOG(Info) << "worker " << e.address << " live: model " << c->resp.model() << ", backend "

@@ -316,6 +316,18 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
     batch_tokens_ = registry->Histogram("herd_worker_batch_tokens", "Tokens per forward pass.", {}, pow2);
     batch_sequences_ = registry->Histogram("herd_worker_batch_sequences", "Sequences per forward pass.", {},
                                            std::vector<double>(pow2.begin(), pow2.begin() + 10));
+    // vLLM's cache_config_info (the Gateway API Inference Extension's cache-info metric,
+    // EPP --cache-info-metric): the prefix-cache block size of WorkerInfo's digest (1 with
+    // the digest off: the KV cache is per token) and the KV capacity in such blocks.
+    const bool prefix_caching = scheduler_->PrefixCacheVersion() != 0;
+    const int64_t block = opts_.prefix_block_tokens > 0 ? opts_.prefix_block_tokens : 1;
+    registry
+        ->Gauge("herd_worker_cache_config_info",
+                "Constant 1; labels: block_size (tokens per prefix-cache block), num_gpu_blocks (KV capacity "
+                "in blocks), enable_prefix_caching (vLLM's cache_config_info).",
+                {"block_size", "num_gpu_blocks", "enable_prefix_caching"})
+        ->Set(1, {std::to_string(block), std::to_string(scheduler_->n_ctx() / block),
+                  prefix_caching ? "true" : "false"});
     tokens_generated_ = registry->Counter("herd_worker_tokens_generated_total", "Tokens delivered in StepResults.");
     prompt_tokens_ = registry->Counter("herd_worker_prompt_tokens_total", "Prompt tokens evaluated.");
     step_seconds_ = registry->Histogram("herd_worker_step_seconds",
@@ -377,7 +389,10 @@ void WorkerServiceImpl::CountRequest(grpc::StatusCode code) {
   if (requests_ != nullptr) requests_->Add(1, {CodeName(code)});
 }
 
-void WorkerServiceImpl::StopAdmitting() { scheduler_->StopAdmitting(); }
+void WorkerServiceImpl::StopAdmitting() {
+  draining_ = true;
+  scheduler_->StopAdmitting();
+}
 
 v1::WorkerInfo WorkerServiceImpl::MakeInfo() const {
   v1::WorkerInfo info;
@@ -396,6 +411,7 @@ v1::WorkerInfo WorkerServiceImpl::MakeInfo() const {
   info.set_max_draft(scheduler_->max_draft());
   info.set_pooling(ToProtoPooling(opts_.default_pooling));
   info.set_matryoshka(opts_.matryoshka);
+  info.set_draining(draining_.load());
   return info;
 }
 

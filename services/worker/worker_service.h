@@ -78,8 +78,11 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* ctx, const herd::v1::WorkerEmbedRequest* req,
                                   herd::v1::WorkerEmbedResponse* resp) override;
 
-  /// Graceful shutdown, step 1: new Starts get UNAVAILABLE; running sessions continue.
+  /// Graceful shutdown, step 1: new Starts get UNAVAILABLE; running sessions continue;
+  /// Info reports `draining` from now on, so routers stop sending sessions here.
   void StopAdmitting();
+  /// StopAdmitting() was called.
+  bool draining() const { return draining_.load(); }
   /// Session streams currently open.
   int open_sessions() const { return open_sessions_.load(); }
 
@@ -98,6 +101,7 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   engine::Scheduler* scheduler_;
   WorkerServiceOptions opts_;
   std::atomic<int> open_sessions_{0};
+  std::atomic<bool> draining_{false};
   std::atomic<int> pending_embeds_{0};  // Embed calls whose scheduler job has not answered
   // The last digest computed (hashing every cached prompt once per version, not per caller).
   std::mutex digest_mu_;

@@ -239,6 +239,11 @@ TEST_F(WorkerServiceTest, SessionRoundTripEqualsSoloGreedy) {
   EXPECT_NE(metrics.find("herd_worker_kv_cells_used 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_kv_cells_capacity 512"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_kv_cache_usage_perc 0"), std::string::npos) << metrics;
+  // n_ctx 512 in blocks of the digest's 16 tokens.
+  EXPECT_NE(metrics.find("herd_worker_cache_config_info{block_size=\"16\",num_gpu_blocks=\"32\","
+                         "enable_prefix_caching=\"true\"} 1"),
+            std::string::npos)
+      << metrics;
   EXPECT_NE(metrics.find("herd_worker_active_sequences 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_queued_sequences 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("herd_worker_batch_tokens_count"), std::string::npos) << metrics;
@@ -646,8 +651,10 @@ TEST_F(WorkerServiceTest, AdmissionRejectOrQueue) {
   }
   EXPECT_TRUE(y->Finish().ok());
 
-  // Draining: new sessions are refused with UNAVAILABLE.
+  // Draining: Info says so, new sessions are refused with UNAVAILABLE.
+  EXPECT_FALSE(service_->MakeInfo().draining());
   service_->StopAdmitting();
+  EXPECT_TRUE(service_->MakeInfo().draining());
   s = RunToEnd({StartReq(prompt_)});
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }

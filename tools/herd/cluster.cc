@@ -499,6 +499,15 @@ absl::Status LocalCluster::KillWorker(size_t i) {
   return Kill(*p);
 }
 
+absl::Status LocalCluster::TerminateWorker(size_t i) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto p = ProcAt(1, n_workers_, i, "worker");
+  if (!p.ok()) return p.status();
+  if ((*p)->pid <= 0) return absl::FailedPreconditionError(absl::StrCat((*p)->name, " is not running"));
+  ::kill((*p)->pid, SIGTERM);  // the supervisor reaps it (and restarts it with `restart`)
+  return absl::OkStatus();
+}
+
 absl::Status LocalCluster::RestartWorker(size_t i, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> l(mu_);
   auto p = ProcAt(1, n_workers_, i, "worker");

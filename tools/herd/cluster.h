@@ -128,6 +128,11 @@ class LocalCluster {
   /// Kills worker i with SIGKILL, as a crash would. With `restart` the supervisor
   /// starts it again on the same port (the gateway's worker list stays valid).
   absl::Status KillWorker(size_t i);
+  /// Sends worker i SIGTERM, as Kubernetes does in a rolling update: the worker reports
+  /// draining, finishes its open sessions within its --grace_ms and exits; with `restart`
+  /// the supervisor starts it again on the same port. Returns once the signal is sent.
+  /// Errors: OUT_OF_RANGE for no worker i; FAILED_PRECONDITION when it is not running.
+  absl::Status TerminateWorker(size_t i);
   /// Starts worker i again on its previous port (after KillWorker with restarts off).
   absl::Status RestartWorker(size_t i, std::chrono::milliseconds timeout = std::chrono::seconds(30));
   /// Kills draft worker i with SIGKILL (restarted on the same port with
