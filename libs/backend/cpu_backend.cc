@@ -136,7 +136,11 @@ float AlibiSlope(int h, int n_head, float max_bias) {
 }
 
 CpuBackend::CpuBackend(int n_threads, Isa isa, bool repack, bool pin_threads, bool ggml_order)
-    : pool_(n_threads, pin_threads), isa_(isa), repack_(repack), ggml_order_(ggml_order) {}
+    : pool_(n_threads, pin_threads),
+      isa_(isa),
+      repack_(repack),
+      ggml_order_(ggml_order),
+      shared_prefix_attention_(false) {}
 
 namespace {
 
@@ -306,6 +310,7 @@ uint8_t* CpuBackend::Work(size_t bytes) {
 }
 
 absl::Status CpuBackend::GraphCompute(Graph& ctx) {
+  ++graph_epoch_;  // masks are new: shared-attention plans are rebuilt
   for (Tensor* n : ctx.nodes()) {
     if (!SupportsOp(*n)) {
       return absl::UnimplementedError(
@@ -665,29 +670,6 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   return absl::OkStatus();
 }
 
-namespace {
-// Appends to `vis` the cells c in [0, n) a token sees: those whose mask value is not -inf,
-// in cell order. In a batch of many sequences over a large KV pool almost every cell is
-// masked, and every layer scans the mask again: runs of 8 -inf cells (compared as bit
-// patterns; only -inf has 0xff800000) are skipped at once.
-void AppendVisibleCells(const float* mrow, int64_t n, std::vector<int32_t>* vis) {
-  constexpr uint64_t kNinf2 = 0xff800000ff800000ull;
-  const float ninf = -std::numeric_limits<float>::infinity();
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    uint64_t w[4];
-    std::memcpy(w, mrow + c, sizeof(w));
-    if (((w[0] ^ kNinf2) | (w[1] ^ kNinf2) | (w[2] ^ kNinf2) | (w[3] ^ kNinf2)) == 0) continue;
-    for (int64_t i = c; i < c + 8; ++i) {
-      if (mrow[i] != ninf) vis->push_back(static_cast<int32_t>(i));
-    }
-  }
-  for (; c < n; ++c) {
-    if (mrow[c] != ninf) vis->push_back(static_cast<int32_t>(c));
-  }
-}
-
-}  // namespace
 
 absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   Tensor* q = n->src[0];
@@ -717,6 +699,11 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
         n->type == GgmlType::F32) {
       return FlashAttnTiled(n, dot);
     }
+    if (shared_prefix_attention_) {
+      absl::StatusOr<bool> shared = FlashAttnShared(n, dot);
+      if (!shared.ok()) return shared.status();
+      if (*shared) return absl::OkStatus();
+    }
     return FlashAttnF16(n, dot, nullptr);
   }
   const int64_t n_work = n_tokens * n_head;
@@ -745,7 +732,7 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
         vis.clear();
         // slope > 0, so slope * mask is -inf exactly where the mask is.
         if (mrow != nullptr) {
-          AppendVisibleCells(mrow, n_kv, &vis);
+          cpu::AppendVisibleCells(mrow, n_kv, &vis);
         } else {
           for (int64_t c = 0; c < n_kv; ++c) vis.push_back(static_cast<int32_t>(c));
         }
@@ -862,7 +849,7 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
         int64_t exact = 0, tiles = 0;
         for (int64_t tt = 0; tt < nt; ++tt) {
           vis.clear();
-          AppendVisibleCells(F32Row(mask, t0 + tt), n_kv, &vis);
+          cpu::AppendVisibleCells(F32Row(mask, t0 + tt), n_kv, &vis);
           exact += static_cast<int64_t>(vis.size());
           for (int32_t c : vis) kv_seen[static_cast<size_t>(qi * n_kvtiles + c / kt)] = 1;
         }
@@ -1027,7 +1014,7 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::v
       if (t != vis_t) {
         vis.clear();
         if (mrow != nullptr) {
-          AppendVisibleCells(mrow, n_kv, &vis);
+          cpu::AppendVisibleCells(mrow, n_kv, &vis);
         } else {
           for (int64_t c = 0; c < n_kv; ++c) vis.push_back(static_cast<int32_t>(c));
         }

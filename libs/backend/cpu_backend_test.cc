@@ -403,6 +403,35 @@ TEST_P(CpuBackendTest, FlashAttnOfManySequencesInOneBatch) {
       [](int64_t t, int64_t c) { return c / 75 == t % 8 && c % 75 <= 40 + t / 8; }, 32.0f, 4e-3);
 }
 
+// A decode step of 16 streams (one query token each) whose prompts share a system prompt
+// (all 16, with freed holes), four tenant prefixes (four tokens each) and their own cells,
+// interleaved in the pool as the KV allocator leaves them. With F16 K/V the shared-prefix
+// path takes it: each shared block attended once for its tokens (F32), each token's own
+// cells by the per-token kernel (F16 V accumulator), the parts merged by log-sum-exp; it
+// matches plain attention in double within F16 rounding, as the per-token path does with
+// the shared path off. F32 K/V never take it.
+TEST_P(CpuBackendTest, SharedPrefixAttentionMatchesPlainAttention) {
+  const auto seen = [](int64_t t, int64_t c) {
+    if (c < 200) return c % 9 != 4;                               // the system prompt
+    if (c < 600) return (c - 200) / 100 == t % 4;                 // tenant t % 4's prefix
+    return c >= 600 + t * 24 && c < 600 + t * 24 + 5 + t % 7;  // the token's own cells
+  };
+  EXPECT_FALSE(backend_.shared_prefix_attention());  // off by default
+  backend_.set_shared_prefix_attention(true);
+  const uint64_t runs = backend_.shared_prefix_attention_runs();
+  CheckFlashAttnAgainstPlain(backend_, 600 + 16 * 24, 16, seen, 32.0f, 4e-3);
+  EXPECT_EQ(backend_.shared_prefix_attention_runs() - runs, 2u);  // F16 K/V, two max_bias values
+  backend_.set_shared_prefix_attention(false);
+  CheckFlashAttnAgainstPlain(backend_, 600 + 16 * 24, 16, seen, 32.0f, 4e-3);
+  EXPECT_EQ(backend_.shared_prefix_attention_runs() - runs, 2u);
+  backend_.set_shared_prefix_attention(true);
+  // Little sharing (blocks under 32 cells): the per-token path.
+  CheckFlashAttnAgainstPlain(
+      backend_, 400, 8, [](int64_t t, int64_t c) { return c < 20 || (c >= 20 + t * 40 && c < 50 + t * 40); }, 32.0f,
+      4e-3);
+  EXPECT_EQ(backend_.shared_prefix_attention_runs() - runs, 2u);
+}
+
 TEST_P(CpuBackendTest, SoftMaxWithMaskScaleAndAlibi) {
   const int64_t n = 8, rows = 2, heads = 3;
   std::vector<float> a = Rand(static_cast<size_t>(n * rows * heads), 9);

@@ -34,7 +34,9 @@ std::vector<BackendKind> MakeKinds() {
       [] { return std::vector<DeviceInfo>{CpuBackend::HostDevice()}; },
       [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
         if (o.n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads ", o.n_threads, " must be >= 1"));
-        return std::unique_ptr<Backend>(new CpuBackend(o.n_threads, BestIsa(), o.repack, o.pin_threads, o.ggml_order));
+        auto cpu = std::make_unique<CpuBackend>(o.n_threads, BestIsa(), o.repack, o.pin_threads, o.ggml_order);
+        cpu->set_shared_prefix_attention(o.shared_prefix_attention && !o.ggml_order);
+        return std::unique_ptr<Backend>(std::move(cpu));
       },
       nullptr});
   kinds.push_back(BackendKind{
@@ -122,8 +124,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, 
     if (!b.ok() || name == "cpu") return b;
     std::vector<std::unique_ptr<Backend>> chain;
     chain.push_back(*std::move(b));
-    chain.push_back(std::unique_ptr<Backend>(
-        new CpuBackend(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads, opts.ggml_order)));
+    auto cpu =
+        std::make_unique<CpuBackend>(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads, opts.ggml_order);
+    cpu->set_shared_prefix_attention(opts.shared_prefix_attention && !opts.ggml_order);
+    chain.push_back(std::move(cpu));
     absl::StatusOr<std::unique_ptr<Scheduler>> s = Scheduler::Create(std::move(chain));
     if (!s.ok()) return s.status();
     return std::unique_ptr<Backend>(*std::move(s));

@@ -36,6 +36,10 @@ struct BackendOptions {
   /// processing for those types and 20-40% in decode (llama-110m, 2 threads). For checking
   /// against llama.cpp (tests/conformance/quant_reference_test), not for serving.
   bool ggml_order = false;
+  /// CPU: attend KV cells that several sequences of a batch share (a common prompt prefix)
+  /// once for all of them (CpuBackend::set_shared_prefix_attention; off by default: results
+  /// then depend on the batch's composition). Ignored (off) with ggml_order.
+  bool shared_prefix_attention = false;
   /// CPU: bind each compute thread to its own core for its life (llama.cpp's --cpu-strict 1;
   /// OMP_PROC_BIND=TRUE OMP_PLACES=cores for its OpenMP build). Off by default: a pod whose
   /// CPU limit is a CFS quota rather than a cpuset shares its CPUs with other pods.

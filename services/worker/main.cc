@@ -74,6 +74,10 @@ ABSL_FLAG(int32_t, prefix_digest_max_blocks, 65536, "Most block hashes one prefi
 ABSL_FLAG(bool, ggml_order, false,
           "CPU: reproduce llama.cpp's x86 CPU results bit for bit: Q8_0/Q5_0 weights stay unpacked and are summed in "
           "ggml's 8-float-lane order (prompt processing of those types 4-5x slower, decode 20-40%). For checking against llama.cpp.");
+ABSL_FLAG(bool, shared_prefix_attention, false,
+          "CPU, F16 KV: a decode step attends KV cells that several sequences share (a common prompt prefix) once for "
+          "all of them, merging by log-sum-exp (F32). Greedy output then depends on the batch's composition (not "
+          "bit-identical to solo or speculative decoding). Ignored with --ggml_order.");
 ABSL_FLAG(bool, pin_threads, false,
           "CPU: bind each compute thread to its own core (llama.cpp's --cpu-strict 1). For a pod given whole cores "
           "(the static CPU manager policy); under a CFS quota the kernel's placement shares better.");
@@ -179,6 +183,7 @@ int main(int argc, char** argv) {
   bopts.repack = absl::GetFlag(FLAGS_repack);
   bopts.pin_threads = absl::GetFlag(FLAGS_pin_threads);
   bopts.ggml_order = absl::GetFlag(FLAGS_ggml_order);
+  bopts.shared_prefix_attention = absl::GetFlag(FLAGS_shared_prefix_attention);
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
   auto backend = herd::CreateBackend(backend_name, bopts);
   if (!backend.ok()) return Fail(absl::StrCat("--backend ", backend_name, ": ", backend.status().message()));

@@ -80,7 +80,18 @@ void Fill(Tensor* t, std::vector<uint8_t>* bytes, uint32_t seed) {
   }
   std::vector<float> f(static_cast<size_t>(n));
   for (float& x : f) x = u(rng);
-  if (t->name.rfind("mask", 0) == 0) {
+  if (t->name == "mask_shared") {
+    // A decode step of ne1 streams: cells [0, 64) shared by all (a system prompt), four
+    // tenant prefixes of 40 cells (rows r % 4), and a few own cells per row from 224 on.
+    const int64_t n_kv = t->ne[0];
+    for (int64_t r = 0; r < t->ne[1]; ++r) {
+      for (int64_t c = 0; c < n_kv; ++c) {
+        const bool visible = c < 64 || (c < 224 && (c - 64) / 40 == r % 4) ||
+                             (c >= 224 + r * 8 && c < 224 + r * 8 + 3 + r % 5);
+        f[static_cast<size_t>(r * n_kv + c)] = visible ? 0.0f : -INFINITY;
+      }
+    }
+  } else if (t->name.rfind("mask", 0) == 0) {
     const int64_t n_kv = t->ne[0];
     for (int64_t r = 0; r < t->ne[1]; ++r) {
       for (int64_t c = 0; c < n_kv; ++c) {
@@ -292,14 +303,17 @@ std::vector<Case> Cases() {
     GgmlType kv;
     int64_t hd, n_head, n_head_kv, n_kv, n_tokens;
     float max_bias;
+    const char* mask = nullptr;  // leaf name; nullptr: "mask", or "mask_alibi" with max_bias
   };
   const Fa fas[] = {{GgmlType::F16, 64, 4, 4, 40, 1, 0},  {GgmlType::F16, 64, 8, 2, 40, 7, 0},
                     {GgmlType::F32, 32, 4, 4, 33, 5, 0},  {GgmlType::F16, 48, 6, 6, 25, 3, 8.0f},
-                    {GgmlType::F16, 64, 4, 1, 256, 33, 0}};
+                    {GgmlType::F16, 64, 4, 1, 256, 33, 0},
+                    // 16 decode streams sharing prefixes (the CPU's shared-prefix path).
+                    {GgmlType::F16, 64, 8, 2, 224 + 16 * 8, 16, 0, "mask_shared"}};
   for (const Fa& f : fas) {
     cs.push_back({"flash_attn_ext",
                   absl::StrCat(GgmlTypeName(f.kv), " K/V", f.n_head != f.n_head_kv ? ", GQA" : "",
-                               f.max_bias > 0 ? ", ALiBi" : ""),
+                               f.max_bias > 0 ? ", ALiBi" : "", f.mask != nullptr ? ", shared prefixes" : ""),
                   absl::StrFormat("hd %d, heads %d/%d, n_kv %d, tokens %d", f.hd, f.n_head, f.n_head_kv, f.n_kv,
                                   f.n_tokens),
                   kAttention, [=](Graph& g) {
@@ -310,7 +324,8 @@ std::vector<Case> Cases() {
                     Tensor* k = g.View(kc, {f.hd, f.n_head_kv, f.n_kv}, {es * f.hd, kc->nb[1]}, 0);
                     Tensor* v = g.View(vc, {f.hd, f.n_head_kv, f.n_kv}, {es * f.hd, vc->nb[1]}, 0);
                     Tensor* q = Leaf(g, GgmlType::F32, {f.hd, f.n_head, f.n_tokens}, "q");
-                    Tensor* mask = Leaf(g, GgmlType::F32, {f.n_kv, f.n_tokens}, f.max_bias > 0 ? "mask_alibi" : "mask");
+                    Tensor* mask = Leaf(g, GgmlType::F32, {f.n_kv, f.n_tokens},
+                                        f.mask != nullptr ? f.mask : f.max_bias > 0 ? "mask_alibi" : "mask");
                     return g.FlashAttnExt(q, k, v, mask, 1.0f / std::sqrt(static_cast<float>(f.hd)), f.max_bias);
                   }});
   }

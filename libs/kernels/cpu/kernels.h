@@ -46,6 +46,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "libs/base/cpu_features.h"
 #include "libs/kernels/cpu/flash_attn_token.h"
@@ -277,6 +278,11 @@ void F16ToF32(const uint16_t* x, float* y, int64_t n);
 /// y[i] = exp(x[i] - max) for i < n (y == x allowed); returns the sum of the y in double
 /// (ggml_vec_soft_max_f32: ggml_v_expf on SIMD ISAs, expf otherwise).
 double ExpSubMax(const float* x, float* y, int64_t n, float max);
+/// Appends to `vis` the cells c in [0, n) a flash-attention mask row lets a token see
+/// (mask value not -inf), in cell order. In a batch of many sequences over a large KV pool
+/// almost every cell is masked, and every layer scans the mask again: runs of 8 -inf
+/// cells (compared as bit patterns; only -inf has 0xff800000) are skipped at once.
+void AppendVisibleCells(const float* mrow, int64_t n, std::vector<int32_t>* vis);
 /// F16 vector ops of ggml's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16
 /// keeps its V accumulator in F16 when V is F16): bit-exact with the SIMD paths of
 /// ggml_vec_mad_f16 / ggml_vec_scale_f16, identical on every ISA.

@@ -327,6 +327,23 @@ void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, con
   for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(vkq16[d]) * s_inv;
 }
 
+void AppendVisibleCells(const float* mrow, int64_t n, std::vector<int32_t>* vis) {
+  constexpr uint64_t kNinf2 = 0xff800000ff800000ull;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    uint64_t w[4];
+    std::memcpy(w, mrow + c, sizeof(w));
+    if (((w[0] ^ kNinf2) | (w[1] ^ kNinf2) | (w[2] ^ kNinf2) | (w[3] ^ kNinf2)) == 0) continue;
+    for (int64_t i = c; i < c + 8; ++i) {
+      if (mrow[i] != ninf) vis->push_back(static_cast<int32_t>(i));
+    }
+  }
+  for (; c < n; ++c) {
+    if (mrow[c] != ninf) vis->push_back(static_cast<int32_t>(c));
+  }
+}
+
 namespace internal {
 
 void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot) {

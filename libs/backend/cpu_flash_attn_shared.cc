@@ -1,0 +1,345 @@
+// Shared-prefix ("cascade") flash attention of the CPU backend: CpuBackend::FlashAttnShared.
+//
+// A decode step of many sequences that share a prompt prefix (a system prompt, a tenant's
+// header, the context of one sequence's draft tokens) attends every query token to the
+// same KV cells: the prefix cache gives those sequences one copy of the prefix's K/V. The
+// per-token path reads that copy once per token (16 sequences: 16 times the bytes), which
+// makes decode KV-bandwidth-bound. Here the cells are grouped by the exact set of query
+// tokens that see them (the mask says it: a cell's visibility bitmask over the batch's
+// tokens); a group seen by several tokens is a shared block, attended once for all of
+// them (queries x the block's K/V as small F32 GEMMs, ggml's tiled flash-attention step),
+// every token's remaining cells on their own, and the partial results merged exactly by
+// log-sum-exp: out = sum_i O_i e^(M_i - M) / sum_i L_i e^(M_i - M), M = max_i M_i, where
+// O_i is a part's unnormalized softmax-weighted V sum, L_i its weight sum, M_i its max
+// score (vLLM's cascade attention; FlashInfer's merge_state; Hydragen, Juravsky et al.
+// 2024). Accumulation is F32 throughout, so results match the per-token path within
+// float rounding (that path keeps llama.cpp's F16 V accumulator), not bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "libs/backend/cpu_backend.h"
+#include "libs/kernels/cpu/flash_attn_token.h"
+#include "libs/kernels/cpu/kernels.h"
+
+namespace herd {
+namespace {
+
+constexpr int64_t kTileKv = 64;     // KV cells per tile of a shared block
+constexpr int64_t kTileRows = 64;   // query rows (tokens x heads of one KV head) per block item
+constexpr int64_t kMinBlock = 32;   // fewer shared cells: the tokens read them on their own
+
+const float* Row(const Tensor* t, int64_t i1, int64_t i2 = 0) {
+  return reinterpret_cast<const float*>(t->row(i1, i2));
+}
+
+// One part of a (token, head)'s attention: max score, weight sum, unnormalized output.
+struct Part {
+  float m;
+  float l;
+};
+
+}  // namespace
+
+// How a batch's mask shares cells (the same for every layer of one graph): built once per
+// GraphCompute and mask by BuildSharedAttnPlan.
+struct CpuBackend::SharedAttnPlan {
+  uint64_t epoch = 0;
+  const void* mask_data = nullptr;
+  int64_t n_kv = 0, n_tokens = 0;
+  bool use = false;  // enough sharing to pay
+  struct Block {
+    uint64_t tokens_mask = 0;
+    std::vector<int32_t> cells;
+    std::vector<int32_t> tokens;
+    size_t slot0 = 0;  // its parts: (slot0 + i) * n_head + h for tokens[i], head h
+  };
+  std::vector<Block> blocks;
+  std::vector<std::vector<int32_t>> own;  // each token's cells in no block
+  std::vector<std::vector<std::pair<size_t, size_t>>> token_blocks;  // per token: (block, i)
+  size_t n_slots = 0;  // token slots of parts: the tokens' own (0..n_tokens-1), then the blocks'
+};
+
+namespace {
+
+void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, CpuBackend::SharedAttnPlan* plan) {
+  const int64_t n_kv = plan->n_kv, n_tokens = plan->n_tokens;
+  std::vector<std::vector<int32_t>> vis(static_cast<size_t>(n_tokens));
+  pool.Run([&](int ith, int nth) {
+    for (int64_t t = ith; t < n_tokens; t += nth) cpu::AppendVisibleCells(Row(mask, t), n_kv, &vis[static_cast<size_t>(t)]);
+  });
+  // Which tokens see each cell.
+  std::vector<uint64_t> seen_by(static_cast<size_t>(n_kv), 0);
+  int64_t total = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    total += static_cast<int64_t>(vis[static_cast<size_t>(t)].size());
+    for (int32_t c : vis[static_cast<size_t>(t)]) seen_by[static_cast<size_t>(c)] |= uint64_t{1} << t;
+  }
+  // Shared blocks: cells seen by the same set of at least two tokens, in cell order.
+  std::vector<CpuBackend::SharedAttnPlan::Block>& blocks = plan->blocks;
+  absl::flat_hash_map<uint64_t, size_t> by_mask;
+  for (int32_t c : vis[0]) {  // cells token 0 sees, then those of the others it does not
+    const uint64_t m = seen_by[static_cast<size_t>(c)];
+    if ((m & (m - 1)) == 0) continue;
+    auto [it, fresh] = by_mask.try_emplace(m, blocks.size());
+    if (fresh) blocks.emplace_back().tokens_mask = m;
+    blocks[it->second].cells.push_back(c);
+  }
+  for (int64_t t = 1; t < n_tokens; ++t) {
+    const uint64_t earlier = (uint64_t{1} << t) - 1;
+    for (int32_t c : vis[static_cast<size_t>(t)]) {
+      const uint64_t m = seen_by[static_cast<size_t>(c)];
+      if ((m & (m - 1)) == 0 || (m & earlier) != 0) continue;  // alone, or listed by an earlier token
+      auto [it, fresh] = by_mask.try_emplace(m, blocks.size());
+      if (fresh) blocks.emplace_back().tokens_mask = m;
+      blocks[it->second].cells.push_back(c);
+    }
+  }
+  blocks.erase(std::remove_if(blocks.begin(), blocks.end(),
+                              [](const auto& b) { return static_cast<int64_t>(b.cells.size()) < kMinBlock; }),
+               blocks.end());
+  int64_t saved = 0;  // cell reads the blocks save
+  for (const auto& b : blocks) saved += (__builtin_popcountll(b.tokens_mask) - 1) * static_cast<int64_t>(b.cells.size());
+  plan->use = !blocks.empty() && 4 * saved >= total;
+  if (!plan->use) return;
+  std::vector<uint8_t> in_block(static_cast<size_t>(n_kv), 0);
+  for (const auto& b : blocks) {
+    for (int32_t c : b.cells) in_block[static_cast<size_t>(c)] = 1;
+  }
+  plan->own.assign(static_cast<size_t>(n_tokens), {});
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int32_t c : vis[static_cast<size_t>(t)]) {
+      if (!in_block[static_cast<size_t>(c)]) plan->own[static_cast<size_t>(t)].push_back(c);
+    }
+  }
+  plan->token_blocks.assign(static_cast<size_t>(n_tokens), {});
+  plan->n_slots = static_cast<size_t>(n_tokens);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    auto& bl = blocks[b];
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      if ((bl.tokens_mask >> t) & 1) {
+        plan->token_blocks[static_cast<size_t>(t)].emplace_back(b, bl.tokens.size());
+        bl.tokens.push_back(static_cast<int32_t>(t));
+      }
+    }
+    bl.slot0 = plan->n_slots;
+    plan->n_slots += bl.tokens.size();
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
+  Tensor* q = n->src[0];
+  Tensor* k = n->src[1];
+  Tensor* v = n->src[2];
+  Tensor* mask = n->src[3];
+  const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
+  const int64_t n_kv = k->ne[2], n_head_kv = k->ne[1];
+  if (mask == nullptr || n_tokens < 2 || n_tokens > 64 || v->ne[0] != hd || q->type != GgmlType::F32 ||
+      n->type != GgmlType::F32 || k->type != GgmlType::F16 || v->type != GgmlType::F16) {
+    return false;
+  }
+  if (shared_plan_ == nullptr || shared_plan_->epoch != graph_epoch_ || shared_plan_->mask_data != mask->data ||
+      shared_plan_->n_kv != n_kv || shared_plan_->n_tokens != n_tokens) {
+    shared_plan_ = std::make_shared<SharedAttnPlan>();
+    shared_plan_->epoch = graph_epoch_;
+    shared_plan_->mask_data = mask->data;
+    shared_plan_->n_kv = n_kv;
+    shared_plan_->n_tokens = n_tokens;
+    BuildSharedAttnPlan(mask, pool_, shared_plan_.get());
+  }
+  const SharedAttnPlan& plan = *shared_plan_;
+  if (!plan.use) return false;
+  const std::vector<SharedAttnPlan::Block>& blocks = plan.blocks;
+  const std::vector<std::vector<int32_t>>& own = plan.own;
+  const int64_t gqa = n_head / n_head_kv;
+  const float scale = n->f_params[0], max_bias = n->f_params[1];
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const size_t n_parts = plan.n_slots * static_cast<size_t>(n_head);
+  std::vector<Part> parts(n_parts, Part{ninf, 0.0f});
+  std::vector<float> part_o(n_parts * static_cast<size_t>(hd), 0.0f);
+
+  // Work: (block, KV head, chunk of the block's tokens) items, then one item per token
+  // with own cells (all its heads).
+  const int64_t qt = std::max<int64_t>(1, kTileRows / gqa);  // tokens per block item
+  struct Item {
+    int32_t block;  // -1: the own cells of token `a`
+    int64_t a, b;
+  };
+  std::vector<Item> items;
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const int64_t nt = static_cast<int64_t>(blocks[bi].tokens.size());
+    for (int64_t hk = 0; hk < n_head_kv; ++hk) {
+      for (int64_t t0 = 0; t0 < nt; t0 += qt) items.push_back(Item{static_cast<int32_t>(bi), hk, t0});
+    }
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    if (!own[static_cast<size_t>(t)].empty()) items.push_back(Item{-1, t, 0});
+  }
+  const size_t q_row16 = GgmlRowSize(GgmlType::F16, hd);
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  pool_.Run([&](int ith, int nth) {
+    const int64_t rows_max = qt * gqa;
+    // Block items: S^T = K Q^T (K's F32 rows as they are, Q transposed once per item),
+    // P = S (rows x cells), O += P V.
+    const int64_t rows_pad = (rows_max + 15) / 16 * 16;
+    std::vector<float> Qt(static_cast<size_t>(hd * rows_pad)), O(static_cast<size_t>(rows_max * hd));
+    std::vector<float> St(static_cast<size_t>(kTileKv * rows_pad)), P(static_cast<size_t>(rows_max * kTileKv));
+    std::vector<float> K(static_cast<size_t>(kTileKv * hd)), V(static_cast<size_t>(kTileKv * hd));
+    std::vector<float> M(static_cast<size_t>(rows_max)), L(static_cast<size_t>(rows_max));
+    std::vector<float> mtile(static_cast<size_t>(kTileKv)), slope(static_cast<size_t>(gqa));
+    // Own items: llama.cpp's per-token kernel over the token's own cells.
+    std::vector<uint8_t> qconv;
+    std::vector<float> scores, hslope;
+    std::vector<size_t> head_off;
+    std::vector<uint16_t> vkq16;
+    for (int64_t w = ith; w < n_items; w += nth) {
+      const Item& it = items[static_cast<size_t>(w)];
+      if (it.block < 0) {
+        const int64_t t = it.a;
+        const std::vector<int32_t>& cells = own[static_cast<size_t>(t)];
+        const int64_t nc = static_cast<int64_t>(cells.size());
+        qconv.resize(static_cast<size_t>(n_head) * q_row16 + 64);
+        scores.resize(static_cast<size_t>(n_head * nc));
+        hslope.resize(static_cast<size_t>(n_head));
+        head_off.resize(static_cast<size_t>(n_head));
+        vkq16.resize(static_cast<size_t>(n_head * hd));
+        for (int64_t h = 0; h < n_head; ++h) {
+          head_off[static_cast<size_t>(h)] = static_cast<size_t>(h / gqa) * k->nb[1];
+          cpu::FromFloat(GgmlType::F16, Row(q, h, t), qconv.data() + h * q_row16, hd, isa_);
+          hslope[static_cast<size_t>(h)] = AlibiSlope(static_cast<int>(h), static_cast<int>(n_head), max_bias);
+        }
+        float* o = part_o.data() + static_cast<size_t>(t * n_head) * static_cast<size_t>(hd);
+        cpu::FlashAttnF16Token fa;
+        fa.hd = hd;
+        fa.nh = n_head;
+        fa.q = reinterpret_cast<const uint16_t*>(qconv.data());
+        fa.k = static_cast<const uint8_t*>(k->data);
+        fa.v = static_cast<const uint8_t*>(v->data);
+        fa.k_stride = k->nb[2];
+        fa.v_stride = v->nb[2];
+        fa.head_off = head_off.data();
+        fa.idx = cells.data();
+        fa.n = nc;
+        fa.mask = Row(mask, t);
+        fa.slope = hslope.data();
+        fa.scale = scale;
+        fa.out = o;
+        fa.out_stride = static_cast<size_t>(hd);
+        fa.scores = scores.data();
+        fa.vkq16 = vkq16.data();
+        cpu::FlashAttnF16Heads(fa, dot);
+        // The part's max and weight sum from the scores the kernel left.
+        for (int64_t h = 0; h < n_head; ++h) {
+          const float* sc = scores.data() + h * nc;
+          float mx = ninf;
+          for (int64_t i = 0; i < nc; ++i) mx = std::max(mx, sc[i]);
+          double sum = 0.0;
+          if (mx != ninf) {
+            for (int64_t i = 0; i < nc; ++i) sum += std::exp(static_cast<double>(sc[i]) - mx);
+          }
+          parts[static_cast<size_t>(t * n_head + h)] = Part{mx, static_cast<float>(sum)};
+        }
+        continue;
+      }
+      // A shared block: its tokens [t0, t0 + nt) x the gqa query heads of KV head hk.
+      const SharedAttnPlan::Block& bl = blocks[static_cast<size_t>(it.block)];
+      const int64_t hk = it.a, t0 = it.b;
+      const int64_t nt = std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - t0), rows = nt * gqa;
+      for (int64_t j = 0; j < gqa; ++j) {
+        slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(hk * gqa + j), static_cast<int>(n_head), max_bias);
+      }
+      // Q^T with its rows padded to whole SIMD vectors (zero columns): GemmF32 has no slow
+      // column tail then.
+      const int64_t rp = (rows + 15) / 16 * 16;
+      std::fill(Qt.begin(), Qt.begin() + hd * rp, 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* qr = Row(q, hk * gqa + r % gqa, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
+        for (int64_t d = 0; d < hd; ++d) Qt[static_cast<size_t>(d * rp + r)] = qr[d];
+      }
+      std::fill(M.begin(), M.end(), ninf);
+      std::fill(L.begin(), L.end(), 0.0f);
+      std::fill(O.begin(), O.end(), 0.0f);
+      const int64_t n_cells = static_cast<int64_t>(bl.cells.size());
+      for (int64_t c0 = 0; c0 < n_cells; c0 += kTileKv) {
+        const int64_t nc = std::min(kTileKv, n_cells - c0);
+        for (int64_t j = 0; j < nc; ++j) {
+          const int64_t c = bl.cells[static_cast<size_t>(c0 + j)];
+          cpu::F16ToF32(reinterpret_cast<const uint16_t*>(k->row(hk, c)), K.data() + j * hd, hd);
+          cpu::F16ToF32(reinterpret_cast<const uint16_t*>(v->row(hk, c)), V.data() + j * hd, hd);
+        }
+        std::fill(K.begin() + nc * hd, K.end(), 0.0f);
+        std::fill(V.begin() + nc * hd, V.end(), 0.0f);
+        std::fill(St.begin(), St.begin() + kTileKv * rp, 0.0f);
+        cpu::GemmF32(K.data(), hd, Qt.data(), rp, St.data(), rp, kTileKv, hd, rp, isa_);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* pr = P.data() + r * kTileKv;
+          for (int64_t j = 0; j < nc; ++j) pr[j] = St[static_cast<size_t>(j * rp + r)];
+          const float* mrow = Row(mask, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
+          for (int64_t j = 0; j < nc; ++j) mtile[static_cast<size_t>(j)] = mrow[bl.cells[static_cast<size_t>(c0 + j)]];
+          const float mx =
+              cpu::ScaleMaskMax(pr, mtile.data(), scale, slope[static_cast<size_t>(r % gqa)], pr, nc, isa_);
+          std::fill(pr + nc, pr + kTileKv, ninf);
+          if (mx == ninf) {
+            std::fill(pr, pr + kTileKv, 0.0f);
+            continue;
+          }
+          float& Mr = M[static_cast<size_t>(r)];
+          if (mx > Mr) {
+            const float ms = std::exp(Mr - mx);
+            float* orow = O.data() + r * hd;
+            for (int64_t d = 0; d < hd; ++d) orow[d] *= ms;
+            L[static_cast<size_t>(r)] *= ms;
+            Mr = mx;
+          }
+          L[static_cast<size_t>(r)] += static_cast<float>(cpu::ExpSubMax(pr, pr, kTileKv, Mr));
+        }
+        cpu::GemmF32(P.data(), kTileKv, V.data(), hd, O.data(), hd, rows, kTileKv, hd, isa_);
+      }
+      for (int64_t r = 0; r < rows; ++r) {  // normalized, like the own parts
+        const size_t pi = (bl.slot0 + static_cast<size_t>(t0 + r / gqa)) * static_cast<size_t>(n_head) +
+                         static_cast<size_t>(hk * gqa + r % gqa);
+        const float Lr = L[static_cast<size_t>(r)];
+        parts[pi] = Part{M[static_cast<size_t>(r)], Lr};
+        const float inv = Lr == 0.0f ? 0.0f : 1.0f / Lr;
+        float* dst = part_o.data() + pi * static_cast<size_t>(hd);
+        for (int64_t d = 0; d < hd; ++d) dst[d] = O[static_cast<size_t>(r * hd + d)] * inv;
+      }
+    }
+  });
+
+  // Merge each (token, head)'s parts by log-sum-exp: weights w_i = L_i e^(M_i - M).
+  pool_.Run([&](int ith, int nth) {
+    std::vector<size_t> ps;
+    for (int64_t w = ith; w < n_tokens * n_head; w += nth) {
+      const int64_t t = w / n_head, h = w % n_head;
+      ps.assign(1, static_cast<size_t>(t * n_head + h));
+      for (const auto& [b, i] : plan.token_blocks[static_cast<size_t>(t)]) {
+        ps.push_back((blocks[b].slot0 + i) * static_cast<size_t>(n_head) + static_cast<size_t>(h));
+      }
+      float mx = ninf;
+      for (size_t p : ps) mx = std::max(mx, parts[p].m);
+      float* out = reinterpret_cast<float*>(n->row(h, t));
+      std::fill(out, out + hd, 0.0f);
+      if (mx == ninf) continue;
+      float l = 0.0f;
+      for (size_t p : ps) {
+        if (parts[p].m == ninf || parts[p].l == 0.0f) continue;
+        const float wgt = parts[p].l * std::exp(parts[p].m - mx);
+        l += wgt;
+        const float* o = part_o.data() + p * static_cast<size_t>(hd);
+        for (int64_t d = 0; d < hd; ++d) out[d] += o[d] * wgt;
+      }
+      const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+      for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
+    }
+  });
+  shared_prefix_attention_runs_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace herd
