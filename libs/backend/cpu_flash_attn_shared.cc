@@ -130,6 +130,166 @@ void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, CpuBackend::Share
   }
 }
 
+// One FLASH_ATTN_EXT node and where its parts go.
+struct AttnArgs {
+  const Tensor *q, *k, *v, *mask;
+  int64_t hd, n_head, gqa;
+  float scale, max_bias;
+  Isa isa;
+  cpu::VecDotFn dot;
+  Part* parts;    // (slot * n_head + h)
+  float* part_o;  // hd floats per part, normalized
+};
+
+// Per-thread scratch of OwnPart and BlockPart.
+struct Scratch {
+  std::vector<uint8_t> qconv;
+  std::vector<float> scores, hslope;
+  std::vector<size_t> head_off;
+  std::vector<uint16_t> vkq16;
+  std::vector<float> Qt, O, St, P, K, V, M, L, mtile, slope;
+};
+
+// The part of token t over its own cells (slot t): llama.cpp's per-token kernel for every
+// head, then each head's max and weight sum from the scores it leaves.
+void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Scratch* s) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t hd = a.hd, n_head = a.n_head, nc = static_cast<int64_t>(cells.size());
+  const size_t q_row16 = GgmlRowSize(GgmlType::F16, hd);
+  s->qconv.resize(static_cast<size_t>(n_head) * q_row16 + 64);
+  s->scores.resize(static_cast<size_t>(n_head * nc));
+  s->hslope.resize(static_cast<size_t>(n_head));
+  s->head_off.resize(static_cast<size_t>(n_head));
+  s->vkq16.resize(static_cast<size_t>(n_head * hd));
+  for (int64_t h = 0; h < n_head; ++h) {
+    s->head_off[static_cast<size_t>(h)] = static_cast<size_t>(h / a.gqa) * a.k->nb[1];
+    cpu::FromFloat(GgmlType::F16, Row(a.q, h, t), s->qconv.data() + h * q_row16, hd, a.isa);
+    s->hslope[static_cast<size_t>(h)] = AlibiSlope(static_cast<int>(h), static_cast<int>(n_head), a.max_bias);
+  }
+  cpu::FlashAttnF16Token fa;
+  fa.hd = hd;
+  fa.nh = n_head;
+  fa.q = reinterpret_cast<const uint16_t*>(s->qconv.data());
+  fa.k = static_cast<const uint8_t*>(a.k->data);
+  fa.v = static_cast<const uint8_t*>(a.v->data);
+  fa.k_stride = a.k->nb[2];
+  fa.v_stride = a.v->nb[2];
+  fa.head_off = s->head_off.data();
+  fa.idx = cells.data();
+  fa.n = nc;
+  fa.mask = Row(a.mask, t);
+  fa.slope = s->hslope.data();
+  fa.scale = a.scale;
+  fa.out = a.part_o + static_cast<size_t>(t * n_head) * static_cast<size_t>(hd);
+  fa.out_stride = static_cast<size_t>(hd);
+  fa.scores = s->scores.data();
+  fa.vkq16 = s->vkq16.data();
+  cpu::FlashAttnF16Heads(fa, a.dot);
+  for (int64_t h = 0; h < n_head; ++h) {
+    const float* sc = s->scores.data() + h * nc;
+    float mx = ninf;
+    for (int64_t i = 0; i < nc; ++i) mx = std::max(mx, sc[i]);
+    double sum = 0.0;
+    if (mx != ninf) {
+      for (int64_t i = 0; i < nc; ++i) sum += std::exp(static_cast<double>(sc[i]) - mx);
+    }
+    a.parts[static_cast<size_t>(t * n_head + h)] = Part{mx, static_cast<float>(sum)};
+  }
+}
+
+// The parts of a shared block's tokens [t0, t0 + nt) x the gqa query heads of KV head hk:
+// per 64-cell tile S^T = K Q^T (K's F32 rows as they are, Q transposed once and padded to
+// whole SIMD vectors so GemmF32 has no scalar column tail), P = scale * S + slope * mask,
+// online softmax, O += P V (ggml's tiled flash-attention step).
+void BlockPart(const AttnArgs& a, const CpuBackend::SharedAttnPlan::Block& bl, int64_t hk, int64_t t0, int64_t nt,
+               Scratch* s) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t hd = a.hd, gqa = a.gqa, rows = nt * gqa, rp = (rows + 15) / 16 * 16;
+  s->Qt.assign(static_cast<size_t>(hd * rp), 0.0f);
+  s->St.resize(static_cast<size_t>(kTileKv * rp));
+  s->P.resize(static_cast<size_t>(rows * kTileKv));
+  s->K.resize(static_cast<size_t>(kTileKv * hd));
+  s->V.resize(static_cast<size_t>(kTileKv * hd));
+  s->O.assign(static_cast<size_t>(rows * hd), 0.0f);
+  s->M.assign(static_cast<size_t>(rows), ninf);
+  s->L.assign(static_cast<size_t>(rows), 0.0f);
+  s->mtile.resize(static_cast<size_t>(kTileKv));
+  s->slope.resize(static_cast<size_t>(gqa));
+  for (int64_t j = 0; j < gqa; ++j) {
+    s->slope[static_cast<size_t>(j)] =
+        AlibiSlope(static_cast<int>(hk * gqa + j), static_cast<int>(a.n_head), a.max_bias);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* qr = Row(a.q, hk * gqa + r % gqa, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
+    for (int64_t d = 0; d < hd; ++d) s->Qt[static_cast<size_t>(d * rp + r)] = qr[d];
+  }
+  float *K = s->K.data(), *V = s->V.data(), *St = s->St.data(), *P = s->P.data(), *O = s->O.data();
+  const int64_t n_cells = static_cast<int64_t>(bl.cells.size());
+  for (int64_t c0 = 0; c0 < n_cells; c0 += kTileKv) {
+    const int64_t nc = std::min(kTileKv, n_cells - c0);
+    for (int64_t j = 0; j < nc; ++j) {
+      const int64_t c = bl.cells[static_cast<size_t>(c0 + j)];
+      cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.k->row(hk, c)), K + j * hd, hd);
+      cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk, c)), V + j * hd, hd);
+    }
+    std::fill(K + nc * hd, K + kTileKv * hd, 0.0f);
+    std::fill(V + nc * hd, V + kTileKv * hd, 0.0f);
+    std::fill(St, St + kTileKv * rp, 0.0f);
+    cpu::GemmF32(K, hd, s->Qt.data(), rp, St, rp, kTileKv, hd, rp, a.isa);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* pr = P + r * kTileKv;
+      for (int64_t j = 0; j < nc; ++j) pr[j] = St[j * rp + r];
+      const float* mrow = Row(a.mask, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
+      for (int64_t j = 0; j < nc; ++j) s->mtile[static_cast<size_t>(j)] = mrow[bl.cells[static_cast<size_t>(c0 + j)]];
+      const float mx = cpu::ScaleMaskMax(pr, s->mtile.data(), a.scale, s->slope[static_cast<size_t>(r % gqa)], pr, nc,
+                                         a.isa);
+      std::fill(pr + nc, pr + kTileKv, ninf);
+      if (mx == ninf) {
+        std::fill(pr, pr + kTileKv, 0.0f);
+        continue;
+      }
+      float& Mr = s->M[static_cast<size_t>(r)];
+      if (mx > Mr) {
+        const float ms = std::exp(Mr - mx);
+        for (int64_t d = 0; d < hd; ++d) O[r * hd + d] *= ms;
+        s->L[static_cast<size_t>(r)] *= ms;
+        Mr = mx;
+      }
+      s->L[static_cast<size_t>(r)] += static_cast<float>(cpu::ExpSubMax(pr, pr, kTileKv, Mr));
+    }
+    cpu::GemmF32(P, kTileKv, V, hd, O, hd, rows, kTileKv, hd, a.isa);
+  }
+  for (int64_t r = 0; r < rows; ++r) {  // normalized, like the own parts
+    const size_t pi = (bl.slot0 + static_cast<size_t>(t0 + r / gqa)) * static_cast<size_t>(a.n_head) +
+                      static_cast<size_t>(hk * gqa + r % gqa);
+    const float Lr = s->L[static_cast<size_t>(r)];
+    a.parts[pi] = Part{s->M[static_cast<size_t>(r)], Lr};
+    const float inv = Lr == 0.0f ? 0.0f : 1.0f / Lr;
+    float* dst = a.part_o + pi * static_cast<size_t>(hd);
+    for (int64_t d = 0; d < hd; ++d) dst[d] = O[r * hd + d] * inv;
+  }
+}
+
+// out = sum_i w_i O_i / sum_i w_i over the parts `ps` of one (token, head), w_i = L_i
+// e^(M_i - M), M = max_i M_i; 0 where no part saw a cell.
+void MergeParts(const AttnArgs& a, const std::vector<size_t>& ps, float* out) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  float mx = ninf;
+  for (size_t p : ps) mx = std::max(mx, a.parts[p].m);
+  std::fill(out, out + a.hd, 0.0f);
+  if (mx == ninf) return;
+  float l = 0.0f;
+  for (size_t p : ps) {
+    if (a.parts[p].m == ninf || a.parts[p].l == 0.0f) continue;
+    const float wgt = a.parts[p].l * std::exp(a.parts[p].m - mx);
+    l += wgt;
+    const float* o = a.part_o + p * static_cast<size_t>(a.hd);
+    for (int64_t d = 0; d < a.hd; ++d) out[d] += o[d] * wgt;
+  }
+  const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+  for (int64_t d = 0; d < a.hd; ++d) out[d] *= inv;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
@@ -155,164 +315,44 @@ absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
   const SharedAttnPlan& plan = *shared_plan_;
   if (!plan.use) return false;
   const std::vector<SharedAttnPlan::Block>& blocks = plan.blocks;
-  const std::vector<std::vector<int32_t>>& own = plan.own;
-  const int64_t gqa = n_head / n_head_kv;
-  const float scale = n->f_params[0], max_bias = n->f_params[1];
-  const float ninf = -std::numeric_limits<float>::infinity();
   const size_t n_parts = plan.n_slots * static_cast<size_t>(n_head);
-  std::vector<Part> parts(n_parts, Part{ninf, 0.0f});
+  std::vector<Part> parts(n_parts, Part{-std::numeric_limits<float>::infinity(), 0.0f});
   std::vector<float> part_o(n_parts * static_cast<size_t>(hd), 0.0f);
+  const AttnArgs args{q, k, v, mask, hd, n_head, n_head / n_head_kv, n->f_params[0], n->f_params[1],
+                      isa_, dot, parts.data(), part_o.data()};
 
-  // Work: (block, KV head, chunk of the block's tokens) items, then one item per token
-  // with own cells (all its heads).
-  const int64_t qt = std::max<int64_t>(1, kTileRows / gqa);  // tokens per block item
+  // Work: (block, KV head, chunk of its tokens) items, then one item per token with own
+  // cells (all its heads); dealt round-robin.
+  const int64_t qt = std::max<int64_t>(1, kTileRows / args.gqa);  // tokens per block item
   struct Item {
-    int32_t block;  // -1: the own cells of token `a`
-    int64_t a, b;
+    int32_t block;  // -1: the own cells of token t0
+    int64_t hk, t0;
   };
   std::vector<Item> items;
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
-    const int64_t nt = static_cast<int64_t>(blocks[bi].tokens.size());
     for (int64_t hk = 0; hk < n_head_kv; ++hk) {
-      for (int64_t t0 = 0; t0 < nt; t0 += qt) items.push_back(Item{static_cast<int32_t>(bi), hk, t0});
+      for (int64_t t0 = 0; t0 < static_cast<int64_t>(blocks[bi].tokens.size()); t0 += qt) {
+        items.push_back(Item{static_cast<int32_t>(bi), hk, t0});
+      }
     }
   }
   for (int64_t t = 0; t < n_tokens; ++t) {
-    if (!own[static_cast<size_t>(t)].empty()) items.push_back(Item{-1, t, 0});
+    if (!plan.own[static_cast<size_t>(t)].empty()) items.push_back(Item{-1, 0, t});
   }
-  const size_t q_row16 = GgmlRowSize(GgmlType::F16, hd);
-  const int64_t n_items = static_cast<int64_t>(items.size());
   pool_.Run([&](int ith, int nth) {
-    const int64_t rows_max = qt * gqa;
-    // Block items: S^T = K Q^T (K's F32 rows as they are, Q transposed once per item),
-    // P = S (rows x cells), O += P V.
-    const int64_t rows_pad = (rows_max + 15) / 16 * 16;
-    std::vector<float> Qt(static_cast<size_t>(hd * rows_pad)), O(static_cast<size_t>(rows_max * hd));
-    std::vector<float> St(static_cast<size_t>(kTileKv * rows_pad)), P(static_cast<size_t>(rows_max * kTileKv));
-    std::vector<float> K(static_cast<size_t>(kTileKv * hd)), V(static_cast<size_t>(kTileKv * hd));
-    std::vector<float> M(static_cast<size_t>(rows_max)), L(static_cast<size_t>(rows_max));
-    std::vector<float> mtile(static_cast<size_t>(kTileKv)), slope(static_cast<size_t>(gqa));
-    // Own items: llama.cpp's per-token kernel over the token's own cells.
-    std::vector<uint8_t> qconv;
-    std::vector<float> scores, hslope;
-    std::vector<size_t> head_off;
-    std::vector<uint16_t> vkq16;
-    for (int64_t w = ith; w < n_items; w += nth) {
-      const Item& it = items[static_cast<size_t>(w)];
+    Scratch scratch;
+    for (size_t w = static_cast<size_t>(ith); w < items.size(); w += static_cast<size_t>(nth)) {
+      const Item& it = items[w];
       if (it.block < 0) {
-        const int64_t t = it.a;
-        const std::vector<int32_t>& cells = own[static_cast<size_t>(t)];
-        const int64_t nc = static_cast<int64_t>(cells.size());
-        qconv.resize(static_cast<size_t>(n_head) * q_row16 + 64);
-        scores.resize(static_cast<size_t>(n_head * nc));
-        hslope.resize(static_cast<size_t>(n_head));
-        head_off.resize(static_cast<size_t>(n_head));
-        vkq16.resize(static_cast<size_t>(n_head * hd));
-        for (int64_t h = 0; h < n_head; ++h) {
-          head_off[static_cast<size_t>(h)] = static_cast<size_t>(h / gqa) * k->nb[1];
-          cpu::FromFloat(GgmlType::F16, Row(q, h, t), qconv.data() + h * q_row16, hd, isa_);
-          hslope[static_cast<size_t>(h)] = AlibiSlope(static_cast<int>(h), static_cast<int>(n_head), max_bias);
-        }
-        float* o = part_o.data() + static_cast<size_t>(t * n_head) * static_cast<size_t>(hd);
-        cpu::FlashAttnF16Token fa;
-        fa.hd = hd;
-        fa.nh = n_head;
-        fa.q = reinterpret_cast<const uint16_t*>(qconv.data());
-        fa.k = static_cast<const uint8_t*>(k->data);
-        fa.v = static_cast<const uint8_t*>(v->data);
-        fa.k_stride = k->nb[2];
-        fa.v_stride = v->nb[2];
-        fa.head_off = head_off.data();
-        fa.idx = cells.data();
-        fa.n = nc;
-        fa.mask = Row(mask, t);
-        fa.slope = hslope.data();
-        fa.scale = scale;
-        fa.out = o;
-        fa.out_stride = static_cast<size_t>(hd);
-        fa.scores = scores.data();
-        fa.vkq16 = vkq16.data();
-        cpu::FlashAttnF16Heads(fa, dot);
-        // The part's max and weight sum from the scores the kernel left.
-        for (int64_t h = 0; h < n_head; ++h) {
-          const float* sc = scores.data() + h * nc;
-          float mx = ninf;
-          for (int64_t i = 0; i < nc; ++i) mx = std::max(mx, sc[i]);
-          double sum = 0.0;
-          if (mx != ninf) {
-            for (int64_t i = 0; i < nc; ++i) sum += std::exp(static_cast<double>(sc[i]) - mx);
-          }
-          parts[static_cast<size_t>(t * n_head + h)] = Part{mx, static_cast<float>(sum)};
-        }
-        continue;
-      }
-      // A shared block: its tokens [t0, t0 + nt) x the gqa query heads of KV head hk.
-      const SharedAttnPlan::Block& bl = blocks[static_cast<size_t>(it.block)];
-      const int64_t hk = it.a, t0 = it.b;
-      const int64_t nt = std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - t0), rows = nt * gqa;
-      for (int64_t j = 0; j < gqa; ++j) {
-        slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(hk * gqa + j), static_cast<int>(n_head), max_bias);
-      }
-      // Q^T with its rows padded to whole SIMD vectors (zero columns): GemmF32 has no slow
-      // column tail then.
-      const int64_t rp = (rows + 15) / 16 * 16;
-      std::fill(Qt.begin(), Qt.begin() + hd * rp, 0.0f);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* qr = Row(q, hk * gqa + r % gqa, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
-        for (int64_t d = 0; d < hd; ++d) Qt[static_cast<size_t>(d * rp + r)] = qr[d];
-      }
-      std::fill(M.begin(), M.end(), ninf);
-      std::fill(L.begin(), L.end(), 0.0f);
-      std::fill(O.begin(), O.end(), 0.0f);
-      const int64_t n_cells = static_cast<int64_t>(bl.cells.size());
-      for (int64_t c0 = 0; c0 < n_cells; c0 += kTileKv) {
-        const int64_t nc = std::min(kTileKv, n_cells - c0);
-        for (int64_t j = 0; j < nc; ++j) {
-          const int64_t c = bl.cells[static_cast<size_t>(c0 + j)];
-          cpu::F16ToF32(reinterpret_cast<const uint16_t*>(k->row(hk, c)), K.data() + j * hd, hd);
-          cpu::F16ToF32(reinterpret_cast<const uint16_t*>(v->row(hk, c)), V.data() + j * hd, hd);
-        }
-        std::fill(K.begin() + nc * hd, K.end(), 0.0f);
-        std::fill(V.begin() + nc * hd, V.end(), 0.0f);
-        std::fill(St.begin(), St.begin() + kTileKv * rp, 0.0f);
-        cpu::GemmF32(K.data(), hd, Qt.data(), rp, St.data(), rp, kTileKv, hd, rp, isa_);
-        for (int64_t r = 0; r < rows; ++r) {
-          float* pr = P.data() + r * kTileKv;
-          for (int64_t j = 0; j < nc; ++j) pr[j] = St[static_cast<size_t>(j * rp + r)];
-          const float* mrow = Row(mask, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
-          for (int64_t j = 0; j < nc; ++j) mtile[static_cast<size_t>(j)] = mrow[bl.cells[static_cast<size_t>(c0 + j)]];
-          const float mx =
-              cpu::ScaleMaskMax(pr, mtile.data(), scale, slope[static_cast<size_t>(r % gqa)], pr, nc, isa_);
-          std::fill(pr + nc, pr + kTileKv, ninf);
-          if (mx == ninf) {
-            std::fill(pr, pr + kTileKv, 0.0f);
-            continue;
-          }
-          float& Mr = M[static_cast<size_t>(r)];
-          if (mx > Mr) {
-            const float ms = std::exp(Mr - mx);
-            float* orow = O.data() + r * hd;
-            for (int64_t d = 0; d < hd; ++d) orow[d] *= ms;
-            L[static_cast<size_t>(r)] *= ms;
-            Mr = mx;
-          }
-          L[static_cast<size_t>(r)] += static_cast<float>(cpu::ExpSubMax(pr, pr, kTileKv, Mr));
-        }
-        cpu::GemmF32(P.data(), kTileKv, V.data(), hd, O.data(), hd, rows, kTileKv, hd, isa_);
-      }
-      for (int64_t r = 0; r < rows; ++r) {  // normalized, like the own parts
-        const size_t pi = (bl.slot0 + static_cast<size_t>(t0 + r / gqa)) * static_cast<size_t>(n_head) +
-                         static_cast<size_t>(hk * gqa + r % gqa);
-        const float Lr = L[static_cast<size_t>(r)];
-        parts[pi] = Part{M[static_cast<size_t>(r)], Lr};
-        const float inv = Lr == 0.0f ? 0.0f : 1.0f / Lr;
-        float* dst = part_o.data() + pi * static_cast<size_t>(hd);
-        for (int64_t d = 0; d < hd; ++d) dst[d] = O[static_cast<size_t>(r * hd + d)] * inv;
+        OwnPart(args, it.t0, plan.own[static_cast<size_t>(it.t0)], &scratch);
+      } else {
+        const SharedAttnPlan::Block& bl = blocks[static_cast<size_t>(it.block)];
+        BlockPart(args, bl, it.hk, it.t0, std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - it.t0),
+                  &scratch);
       }
     }
   });
-
-  // Merge each (token, head)'s parts by log-sum-exp: weights w_i = L_i e^(M_i - M).
+  // Merge each (token, head)'s parts.
   pool_.Run([&](int ith, int nth) {
     std::vector<size_t> ps;
     for (int64_t w = ith; w < n_tokens * n_head; w += nth) {
@@ -321,21 +361,7 @@ absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
       for (const auto& [b, i] : plan.token_blocks[static_cast<size_t>(t)]) {
         ps.push_back((blocks[b].slot0 + i) * static_cast<size_t>(n_head) + static_cast<size_t>(h));
       }
-      float mx = ninf;
-      for (size_t p : ps) mx = std::max(mx, parts[p].m);
-      float* out = reinterpret_cast<float*>(n->row(h, t));
-      std::fill(out, out + hd, 0.0f);
-      if (mx == ninf) continue;
-      float l = 0.0f;
-      for (size_t p : ps) {
-        if (parts[p].m == ninf || parts[p].l == 0.0f) continue;
-        const float wgt = parts[p].l * std::exp(parts[p].m - mx);
-        l += wgt;
-        const float* o = part_o.data() + p * static_cast<size_t>(hd);
-        for (int64_t d = 0; d < hd; ++d) out[d] += o[d] * wgt;
-      }
-      const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
+      MergeParts(args, ps, reinterpret_cast<float*>(n->row(h, t)));
     }
   });
   shared_prefix_attention_runs_.fetch_add(1, std::memory_order_relaxed);
