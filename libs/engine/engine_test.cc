@@ -169,6 +169,9 @@ TEST_F(EngineTest, PoolKeepsEachSequenceInPositionOrderAndSharesPrefixes) {
   auto b = kv.Allocate({0}, {1});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, std::vector<int32_t>{1});  // the lowest free cell after its last one (0)
+  EXPECT_TRUE(kv.SeqCopyKeepsOrder(1, 5, 0, 1));   // sequence 5 has no cells yet
+  EXPECT_FALSE(kv.SeqCopyKeepsOrder(0, 1, 0, 1));  // sequence 0's cell 0 is before 1's cell 3
+  EXPECT_TRUE(kv.SeqCopyKeepsOrder(1, 0, 0, 2));   // cells 2, 3 after sequence 0's last (1)
   kv.SeqCopy(1, 5, 0, 1);  // sequence 5 shares sequence 1's position 0 (cell 2)
   EXPECT_EQ(kv.SeqCells(5), 1);
   EXPECT_EQ(kv.used(), 4);

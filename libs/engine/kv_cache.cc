@@ -147,6 +147,18 @@ void KvCache::SeqCopy(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
   MarkStale(dst);
 }
 
+bool KvCache::SeqCopyKeepsOrder(int32_t src, int32_t dst, int32_t p0, int32_t p1) const {
+  if (p1 < 0) p1 = std::numeric_limits<int32_t>::max();
+  int64_t last_dst = -1, first_src = n_cells();
+  for (int64_t c = 0; c < n_cells(); ++c) {
+    const size_t ci = static_cast<size_t>(c);
+    if (pos_[ci] < 0) continue;
+    if (Has(c, dst)) last_dst = c;
+    if (first_src == n_cells() && pos_[ci] >= p0 && pos_[ci] < p1 && Has(c, src)) first_src = c;
+  }
+  return first_src > last_dst;
+}
+
 int64_t KvCache::SeqCells(int32_t seq) const {
   int64_t n = 0;
   for (int64_t c = 0; c < n_cells(); ++c) n += pos_[static_cast<size_t>(c)] >= 0 && Has(c, seq);

@@ -62,6 +62,11 @@ class KvCache {
   /// then shares those tokens' K/V with src (llama_kv_cache::seq_cp). No-op when src ==
   /// dst or either is negative.
   void SeqCopy(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+  /// Whether SeqCopy(src, dst, p0, p1) would keep dst's cells in position order: every
+  /// cell of src with pos in [p0, p1) has a higher index than every cell of dst (true
+  /// when dst has none). Attention sums a sequence's keys in cell order, so this keeps its
+  /// outputs equal to a solo run's.
+  bool SeqCopyKeepsOrder(int32_t src, int32_t dst, int32_t p0, int32_t p1) const;
   /// Cells of `seq`.
   int64_t SeqCells(int32_t seq) const;
   /// Used cells whose every sequence id is >= min_seq (e.g. held only by cached prefixes

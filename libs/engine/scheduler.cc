@@ -199,6 +199,7 @@ struct Core {
   // Prefix caching and the cell pool.
   int32_t FindPrefixLocked(const SeqState& s, int32_t* src) const;
   int64_t NeedCellsLocked(const SeqState& s, int32_t reuse) const;
+  bool CatchUpOrWaitLocked(SeqState* s);
   int64_t DecodeDemandLocked() const;
   bool CanAdmitLocked(const SeqState& s) const;
   void RetainLocked(SeqState* s);
@@ -274,6 +275,39 @@ int32_t Core::FindPrefixLocked(const SeqState& s, int32_t* src) const {
     if (n > best) best = n, *src = e.kv_seq;
   }
   return best;
+}
+
+// Prompts that arrive together and share a prefix (a system prompt) compute it once: a
+// prefilling sequence first takes the cells another sequence or a cached prefix has
+// computed since for its next prompt tokens (the K/V of the same tokens at the same
+// positions; only cells after its own, so its cells still ascend with its positions and
+// attention sums them in a solo run's order), then waits while a sequence admitted
+// before it is still computing at least kMinSharedPrefill more of them. The first of such a group never waits, so every
+// group progresses. Returns true when s prefills nothing this iteration.
+constexpr int32_t kMinSharedPrefill = 16;
+
+bool Core::CatchUpOrWaitLocked(SeqState* s) {
+  if (!cfg.prefix_cache || s->PrefillDone()) return false;
+  int32_t src = -1;
+  const int32_t have = FindPrefixLocked(*s, &src);
+  if (have > s->n_past && src >= 0 && src != s->kv_seq &&
+      engine->kv().SeqCopyKeepsOrder(src, s->kv_seq, s->n_past, have)) {
+    engine->kv().SeqCopy(src, s->kv_seq, s->n_past, have);
+    stats.prefix_tokens_reused += static_cast<uint64_t>(have - s->n_past);
+    s->n_past = have;
+    for (CachedPrefix& e : cached) {
+      if (e.kv_seq == src) e.last_use = ++use_clock;
+    }
+    if (s->PrefillDone()) return true;
+  }
+  const size_t limit = s->tokens.size() - 1;
+  for (const auto& a : active) {
+    if (a.get() == s) break;  // only sequences admitted before s
+    if (a->PrefillDone()) continue;
+    const int32_t common = CommonPrefix(s->tokens, a->tokens, std::min(limit, a->tokens.size() - 1));
+    if (common - std::max(s->n_past, a->n_past) >= kMinSharedPrefill) return true;
+  }
+  return false;
 }
 
 // Cells a sequence needs to be admitted: its prefill beyond the reused prefix, and the
@@ -475,7 +509,7 @@ std::vector<Work> Core::PlanLocked() {
       active.size() > 1 && cfg.max_prefill_tokens > 0 ? std::min<int64_t>(budget, cfg.max_prefill_tokens) : budget;
   int64_t prefill_used = 0;
   for (const auto& s : active) {
-    if (s->PrefillDone()) continue;
+    if (s->PrefillDone() || CatchUpOrWaitLocked(s.get())) continue;
     const int64_t want =
         std::min<int64_t>({s->PrefillRemaining(), budget - used, prefill_budget - prefill_used});
     (void)EnsureFreeCellsLocked(used + want);  // evicts cached prefixes; never preempts for prefill

@@ -1192,6 +1192,50 @@ TEST_F(SchedulerTest, PrefixCacheReusesCellsAndKeepsSoloOutputs) {
   EXPECT_LE(st.kv_cells_used, st.kv_cells_total);
 }
 
+// Prompts that arrive together with a shared 120-token system prompt compute it once:
+// while the first prefills it (two 64-token passes), the others wait, then take its
+// cells and prefill only their own suffixes. Outputs equal solo runs.
+TEST_F(SchedulerTest, PromptsArrivingTogetherComputeTheirSharedPrefixOnce) {
+  std::mt19937 rng(99);
+  const std::vector<int32_t> system = RandomPrompt(rng, 120);
+  std::vector<std::vector<int32_t>> prompts, solo;
+  size_t total = 0, suffixes = 0;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = system;
+    for (int k = 0; k < 5 + i; ++k) p.push_back(10 + 100 * i + k);  // distinct from the first token on
+    prompts.push_back(p);
+    solo.push_back(Solo(p, 8, Greedy()));
+    total += p.size();
+    if (i > 0) suffixes += p.size() - system.size();
+  }
+  auto engine = MakeEngine(1024, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 4;
+  cfg.max_prefill_tokens = 64;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (const auto& p : prompts) {
+    SequenceParams sp;
+    sp.prompt = p;
+    sp.sampling = Greedy();
+    sp.ignore_eos = true;
+    auto s = sched->Start(sp);
+    ASSERT_TRUE(s.ok()) << s.status();
+    seqs.push_back(*std::move(s));
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ExpectStarted(seqs[i].get());
+    EXPECT_EQ(Collect(seqs[i].get(), 8), solo[i]) << "sequence " << i;
+  }
+  const SchedulerStats st = sched->Stats();
+  EXPECT_EQ(st.prompt_tokens + st.prefix_tokens_reused, total);
+  // Each follower takes the system prompt's cells: at most kMinSharedPrefill (16) of its
+  // tokens are computed twice, however the arrivals fall between passes.
+  EXPECT_GE(st.prefix_tokens_reused, 3 * (system.size() - 16));
+  EXPECT_LE(st.prompt_tokens, prompts[0].size() + suffixes + 3 * 16);
+}
+
 // Prompts arriving together are prefilled at most max_prefill_tokens per pass (several
 // passes), with unchanged outputs; a sequence alone prefills n_batch at a time.
 TEST_F(SchedulerTest, PrefillTokenBudgetSplitsPromptsArrivingTogether) {
