@@ -14,6 +14,8 @@
 #include <mutex>
 #include <optional>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <type_traits>
 
@@ -186,7 +188,14 @@ struct RouteEntry {
   std::string method;
   std::regex pattern;
   Handler handler;
+  AsyncHandler async_handler;  // set for RouteAsync routes (then handler is empty)
   bool run_inline = false;
+};
+
+// What Server::Stop needs of a Responder still held by someone: drop its connection.
+class DetachableResponder : public Responder {
+ public:
+  virtual void Detach() = 0;
 };
 
 }  // namespace
@@ -284,6 +293,9 @@ struct Server::Impl {
   };
   std::mutex keys_mu;
   std::map<int, KeyState> key_state;
+  // Asynchronous responders alive (Stop detaches them before the I/O context goes).
+  std::mutex responders_mu;
+  std::set<DetachableResponder*> responders;
   MetricFamily* connections_gauge = nullptr;
   MetricFamily* rejected = nullptr;
 };
@@ -465,6 +477,21 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                        false, {{"Retry-After", std::to_string(retry_after_s)}});
     }
     const int key = key_;
+    if (route->async_handler) {
+      srv_->pool.Submit([self = this->shared_from_this(), req, route, key] {
+        auto responder = std::make_shared<AsyncResponder>(self, req, key);
+        try {
+          route->async_handler(req, responder);
+        } catch (const std::exception& e) {
+          Response res;
+          auto [type, body] = self->srv_->opts.error_body(500, absl::StrCat("internal error: ", e.what()));
+          res.status = 500;
+          res.SetContent(body, type);
+          responder->Send(std::move(res));
+        }
+      });
+      return;
+    }
     srv_->pool.Submit([self = this->shared_from_this(), req, route, key] {
       Response res;
       try {
@@ -577,6 +604,143 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     });
   }
 
+  // The Responder of an asynchronous route. Its calls post to the connection's strand;
+  // the slot (and API-key count) is released at Send/End.
+  class AsyncResponder : public DetachableResponder {
+   public:
+    AsyncResponder(std::shared_ptr<Session> s, std::shared_ptr<const Request> req, int key)
+        : s_(std::move(s)), req_(std::move(req)), srv_(s_->srv_), key_(key) {
+      std::lock_guard<std::mutex> l(srv_->responders_mu);
+      srv_->responders.insert(this);
+    }
+    ~AsyncResponder() override {
+      // Registered until the last word is posted, so that Server::Stop never destroys the
+      // I/O context under it (lock order: responders_mu, then mu_).
+      std::lock_guard<std::mutex> reg(srv_->responders_mu);
+      State state;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        state = state_;
+      }
+      if (state == kNew) {
+        Response res;
+        auto [type, body] = srv_->opts.error_body(500, "the handler gave no response");
+        res.status = 500;
+        res.SetContent(body, type);
+        Send(std::move(res));
+      } else if (state == kStreaming) {
+        End();
+      }
+      srv_->responders.erase(this);
+    }
+    void Send(Response res) override {
+      std::lock_guard<std::mutex> l(mu_);
+      if (state_ != kNew) return;
+      state_ = kDone;
+      if (s_ == nullptr) return;
+      if (res.stream) {
+        res = Response{500, "text/plain", "asynchronous responses stream with StartStream\n", {}, nullptr};
+      }
+      net::post(s_->stream_.get_executor(), [s = s_, r = std::move(res)]() mutable { s->WriteFull(std::move(r)); });
+      ReleaseLocked();
+    }
+    void StartStream(const Response& head) override {
+      std::lock_guard<std::mutex> l(mu_);
+      if (state_ != kNew) return;
+      state_ = kStreaming;
+      if (s_ == nullptr) return;
+      net::post(s_->stream_.get_executor(), [s = s_, h = head]() {
+        bhttp::response<bhttp::empty_body> m;
+        s->SetHead(m, h);
+        m.chunked(true);
+        s->stream_keep_ = m.keep_alive();
+        std::ostringstream os;
+        os << m.base();
+        s->QueueWrite(std::make_shared<std::string>(os.str()), false);
+      });
+    }
+    bool Write(absl::string_view data) override {
+      std::lock_guard<std::mutex> l(mu_);
+      if (state_ != kStreaming || s_ == nullptr || s_->gone_ || s_->srv_->abort_writes) return false;
+      if (data.empty()) return true;
+      auto chunk = std::make_shared<std::string>();
+      absl::StrAppend(chunk.get(), absl::Hex(data.size()), "\r\n", data, "\r\n");
+      net::post(s_->stream_.get_executor(), [s = s_, chunk]() { s->QueueWrite(chunk, false); });
+      return true;
+    }
+    void End() override {
+      std::lock_guard<std::mutex> l(mu_);
+      if (state_ != kStreaming) return;
+      state_ = kDone;
+      if (s_ == nullptr) return;
+      net::post(s_->stream_.get_executor(),
+                [s = s_]() { s->QueueWrite(std::make_shared<std::string>("0\r\n\r\n"), true); });
+      ReleaseLocked();
+    }
+    bool ClientGone() const override {
+      std::lock_guard<std::mutex> l(mu_);
+      return s_ == nullptr || s_->gone_ || req_->ClientGone();
+    }
+    void Detach() override {
+      std::lock_guard<std::mutex> l(mu_);
+      ReleaseLocked();
+    }
+
+   private:
+    // Gives the slot back and lets go of the connection (once).
+    void ReleaseLocked() {
+      if (s_ == nullptr) return;
+      srv_->ReleaseKey(key_);
+      srv_->ReleaseSlot();
+      s_.reset();
+    }
+    enum State { kNew, kStreaming, kDone };
+    mutable std::mutex mu_;
+    std::shared_ptr<Session> s_;  // null once released or detached
+    std::shared_ptr<const Request> req_;
+    Impl* srv_ = nullptr;
+    int key_;
+    State state_ = kNew;
+  };
+
+  // On the strand: queues bytes of an asynchronous stream (`last`: its end) and writes
+  // them in order.
+  void QueueWrite(std::shared_ptr<std::string> data, bool last) {
+    queued_bytes_ += data->size();
+    out_.push_back(std::move(data));
+    if (last) end_queued_ = true;
+    if (queued_bytes_ > srv_->opts.max_queued_write_bytes) gone_ = true;  // not reading: give up on it
+    if (!writing_) WriteNext();
+  }
+  void WriteNext() {
+    if (gone_ || srv_->abort_writes) {
+      gone_ = true;
+      out_.clear();
+      queued_bytes_ = 0;
+      if (end_queued_) Close();
+      return;
+    }
+    if (out_.empty()) {
+      if (!end_queued_) return;
+      end_queued_ = false;
+      if (!stream_keep_) return Close();
+      return DoRead();
+    }
+    writing_ = true;
+    Lowest().expires_after(Chrono(srv_->opts.write_timeout));
+    std::shared_ptr<std::string> data = out_.front();
+    net::async_write(stream_, net::buffer(*data), [self = this->shared_from_this(), data](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) {
+        self->gone_ = true;
+      } else {
+        self->queued_bytes_ -= data->size();
+        self->out_.pop_front();
+      }
+      self->WriteNext();
+    });
+  }
+
   // After an error answered before the request's body was read (413, 401, framing):
   // stop sending, then read and discard what the client is still sending for a while
   // (bounded in bytes and time) so that it reads our answer instead of a reset. The bound
@@ -619,6 +783,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   unsigned version_ = 11;
   int key_ = -1;
   std::atomic<bool> gone_{false};
+  // An asynchronous stream's unsent bytes (on the strand).
+  std::deque<std::shared_ptr<std::string>> out_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool end_queued_ = false;
+  bool stream_keep_ = true;
 };
 
 }  // namespace
@@ -665,7 +835,11 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>(std::move(opts
 Server::~Server() { Stop(absl::ZeroDuration()); }
 
 void Server::Route(const std::string& method, const std::string& pattern, Handler handler, bool run_inline) {
-  impl_->routes.push_back(RouteEntry{method, std::regex(pattern), std::move(handler), run_inline});
+  impl_->routes.push_back(RouteEntry{method, std::regex(pattern), std::move(handler), nullptr, run_inline});
+}
+
+void Server::RouteAsync(const std::string& method, const std::string& pattern, AsyncHandler handler) {
+  impl_->routes.push_back(RouteEntry{method, std::regex(pattern), nullptr, std::move(handler), false});
 }
 
 int Server::open_connections() const { return impl_->open.load(); }
@@ -703,7 +877,7 @@ absl::StatusOr<int> Server::Start(const std::string& host, int port) {
   const int bound = s.acceptor->local_endpoint().port();
   s.accept_timer = std::make_unique<net::steady_timer>(*s.ioc);
   s.work.emplace(s.ioc->get_executor());
-  s.pool.Start(std::max(1, s.opts.max_concurrent_requests));
+  s.pool.Start(std::max(1, s.opts.handler_threads > 0 ? s.opts.handler_threads : s.opts.max_concurrent_requests));
   s.DoAccept();
   for (int i = 0; i < std::max(1, s.opts.io_threads); ++i) {
     s.io_threads.emplace_back([&s] { s.ioc->run(); });
@@ -727,6 +901,12 @@ void Server::Stop(absl::Duration grace) {
   while (s.busy.load() > 0 && absl::Now() < end) absl::SleepFor(absl::Milliseconds(2));
   s.abort_writes = true;
   s.pool.Shutdown();
+  {
+    // Responders still held (by generations that outlive the server) let go of their
+    // connections before the I/O context that owns the sockets is destroyed.
+    std::lock_guard<std::mutex> l(s.responders_mu);
+    for (DetachableResponder* r : s.responders) r->Detach();
+  }
   s.work.reset();
   s.ioc->stop();
   for (auto& t : s.io_threads) t.join();

@@ -12,9 +12,13 @@
 //   more than `max_header_count` fields gets a 4xx and the connection is closed.
 //   `max_header_bytes` bounds the head (431), `max_body_bytes` the body, chunked or not
 //   (413, answered as soon as the limit is crossed: the body is never buffered whole).
-// - Handlers run on a pool of `max_concurrent_requests` threads. When every slot is
+// - At most `max_concurrent_requests` requests are handled at once; when every slot is
 //   busy a request gets 429 with Retry-After (TGI's --max-concurrent-requests), never a
 //   reset; at `max_connections` open connections new ones wait in the listen backlog.
+//   Handlers run on a pool of `handler_threads` threads. A synchronous handler (Route)
+//   holds its thread until its response is written; an asynchronous one (RouteAsync)
+//   returns at once and answers later through a Responder from any thread, so requests
+//   in flight cost no thread (a streamed body is queued and written by the I/O threads).
 // - API keys (`Authorization: Bearer KEY`, or `X-Api-Key: KEY`) when `api_keys` holds
 //   any: 401 with `WWW-Authenticate: Bearer` otherwise; per-key concurrency and rate
 //   limits (429).
@@ -89,6 +93,35 @@ struct Response {
 
 using Handler = std::function<void(const Request&, Response&)>;
 
+/// The answer to a request of an asynchronous route (Server::RouteAsync), given after
+/// the handler returned, from any thread. Thread-safe; never blocks. Either Send once,
+/// or StartStream, Write any number of times, End. A Responder dropped without an
+/// answer sends 500 (or ends its stream). The request's concurrency slot is held until
+/// Send or End.
+class Responder {
+ public:
+  virtual ~Responder() = default;
+  /// Sends a whole response (`res.stream` must be empty) and ends the request.
+  virtual void Send(Response res) = 0;
+  /// Sends the head of a chunked response (status, content type, headers; the body is
+  /// ignored). Ignored after Send or a StartStream.
+  virtual void StartStream(const Response& head) = 0;
+  /// Queues `data` as one chunk of the stream; the I/O thread writes it. Returns false
+  /// once the client is gone, the stream ended, the server stopped, or more than
+  /// `max_queued_write_bytes` wait unsent (a client too slow to read: the connection is
+  /// then closed).
+  virtual bool Write(absl::string_view data) = 0;
+  /// Sends the last chunk and ends the request (the connection then serves the next
+  /// request or closes).
+  virtual void End() = 0;
+  /// True once the client closed its connection or a write failed. Cheap (one poll(2)).
+  virtual bool ClientGone() const = 0;
+};
+
+/// An asynchronous route's handler: runs on a handler thread, should not block, and
+/// answers through `responder` (now or later).
+using AsyncHandler = std::function<void(std::shared_ptr<const Request>, std::shared_ptr<Responder> responder)>;
+
 /// Body of the server's own error responses (404, 413, 429, ...): the content type and
 /// text for `status` and a one-line `message`. Default: text/plain "message\n".
 using ErrorBodyFn = std::function<std::pair<std::string, std::string>(int status, const std::string& message)>;
@@ -96,8 +129,14 @@ using ErrorBodyFn = std::function<std::pair<std::string, std::string>(int status
 struct ServerOptions {
   /// Open connections at most; more wait in the kernel's listen backlog.
   int max_connections = 4096;
-  /// Requests handled at once (handler threads); more get 429.
+  /// Requests handled at once (synchronous and asynchronous ones); more get 429.
   int max_concurrent_requests = 64;
+  /// Threads running handlers; 0 = max_concurrent_requests. Fewer than that: synchronous
+  /// handlers wait for a free thread (their slot is already held).
+  int handler_threads = 0;
+  /// Bytes of a streamed response waiting to be written, at most, before the client is
+  /// taken as gone (asynchronous responses only; a synchronous Write waits instead).
+  size_t max_queued_write_bytes = 8 << 20;
   /// Largest request head (request line + fields), bytes; larger: 431.
   size_t max_header_bytes = 16 << 10;
   /// Most header fields; more: 431.
@@ -150,14 +189,17 @@ class Server {
     Route("GET", pattern, std::move(h), run_inline);
   }
   void Post(const std::string& pattern, Handler h) { Route("POST", pattern, std::move(h)); }
+  /// Registers an asynchronous handler (see AsyncHandler, Responder). Register before Start.
+  void RouteAsync(const std::string& method, const std::string& pattern, AsyncHandler handler);
 
   /// Binds host:port (port 0 = any free port; one socket only) and serves in
   /// background threads. Returns the bound port. Errors: UNAVAILABLE naming the address;
   /// INVALID_ARGUMENT / NOT_FOUND for bad TLS files (naming the file).
   absl::StatusOr<int> Start(const std::string& host, int port);
 
-  /// Stops accepting, lets handlers in flight finish (streamed writes fail after
-  /// `grace`), closes every connection. Idempotent.
+  /// Stops accepting, lets handlers and asynchronous responses in flight finish
+  /// (streamed writes fail after `grace`; Responders still held then are detached: their
+  /// calls do nothing), closes every connection. Idempotent.
   void Stop(absl::Duration grace = absl::Seconds(5));
 
   /// Connections open now.

@@ -447,5 +447,149 @@ TEST(HttpServer, BadTlsFilesAreNamed) {
   EXPECT_EQ(Server(half).Start("127.0.0.1", 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Asynchronous routes: 200 requests held open at once by one handler thread, answered
+// later from another thread (whole and streamed), every one complete; a keep-alive
+// connection serves its next request after an asynchronous stream; a dropped Responder
+// answers 500; a client that goes away is seen; Stop with Responders still held is safe.
+TEST(HttpServerAsync, ManyRequestsInFlightOnOneHandlerThread) {
+  ServerOptions o;
+  o.max_concurrent_requests = 256;
+  o.handler_threads = 1;
+  Server server(o);
+  std::mutex mu;
+  std::vector<std::shared_ptr<Responder>> held;
+  std::vector<std::shared_ptr<const Request>> reqs;
+  server.RouteAsync("GET", "/later", [&](std::shared_ptr<const Request> q, std::shared_ptr<Responder> r) {
+    std::lock_guard<std::mutex> l(mu);
+    held.push_back(std::move(r));
+    reqs.push_back(std::move(q));
+  });
+  server.RouteAsync("GET", "/drop", [](std::shared_ptr<const Request>, std::shared_ptr<Responder>) {});
+  auto port = server.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+
+  constexpr int kClients = 200;
+  std::vector<int> fds;
+  for (int i = 0; i < kClients; ++i) {
+    fds.push_back(Connect(*port));
+    ASSERT_GE(fds.back(), 0);
+    const bool stream = i % 2 == 1;
+    // Odd clients keep the connection open for a second request after the stream.
+    ASSERT_TRUE(SendAll(fds.back(), absl::StrCat("GET /later?i=", i, stream ? "&s=1" : "",
+                                                 " HTTP/1.1\r\nHost: x\r\n", stream ? "" : "Connection: close\r\n",
+                                                 "\r\n")));
+  }
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (static_cast<int>(held.size()) == kClients || absl::Now() > end) break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  std::vector<std::shared_ptr<Responder>> rs;
+  std::vector<std::shared_ptr<const Request>> qs;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    rs = held;
+    qs = reqs;
+  }
+  ASSERT_EQ(static_cast<int>(rs.size()), kClients) << "every request reached the single handler thread";
+  // A 201st request finds every slot... not taken: 256 slots. Answer from another thread.
+  std::thread answer([&] {
+    for (size_t k = 0; k < rs.size(); ++k) {
+      const std::string q = qs[k]->query;
+      if (absl::StrContains(q, "s=1")) {
+        Response head;
+        head.content_type = "text/event-stream";
+        rs[k]->StartStream(head);
+        for (int c = 0; c < 3; ++c) EXPECT_TRUE(rs[k]->Write(absl::StrCat("data: ", q, " ", c, "\n\n")));
+        rs[k]->End();
+        EXPECT_FALSE(rs[k]->Write("late")) << "no writes after End";
+      } else {
+        Response res;
+        res.SetContent("whole " + q, "text/plain");
+        rs[k]->Send(std::move(res));
+      }
+    }
+  });
+  answer.join();
+  for (int i = 0; i < kClients; ++i) {
+    const bool stream = i % 2 == 1;
+    if (!stream) {
+      const std::string r = ReadAll(fds[static_cast<size_t>(i)]);
+      EXPECT_EQ(StatusOf(r), 200) << r;
+      EXPECT_EQ(Body(r), absl::StrCat("whole i=", i)) << r;
+      continue;
+    }
+    // Read the stream to its last chunk, then use the same connection again.
+    std::string r;
+    char buf[4096];
+    const absl::Time stop = absl::Now() + absl::Seconds(10);
+    while (!absl::StrContains(r, "\r\n0\r\n\r\n") && absl::Now() < stop) {
+      pollfd p{fds[static_cast<size_t>(i)], POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      ssize_t n = ::recv(fds[static_cast<size_t>(i)], buf, sizeof buf, 0);
+      if (n <= 0) break;
+      r.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_EQ(StatusOf(r), 200) << r;
+    EXPECT_TRUE(absl::StrContains(r, "Transfer-Encoding: chunked")) << r;
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_TRUE(absl::StrContains(r, absl::StrCat("data: i=", i, "&s=1 ", c, "\n\n"))) << r;
+    }
+    EXPECT_TRUE(absl::EndsWith(r, "\r\n0\r\n\r\n")) << r;
+    ASSERT_TRUE(SendAll(fds[static_cast<size_t>(i)], "GET /drop HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    const std::string second = ReadAll(fds[static_cast<size_t>(i)]);
+    EXPECT_EQ(StatusOf(second), 500) << "a dropped Responder answers 500: " << second;
+  }
+  for (int fd : fds) ::close(fd);
+  rs.clear();
+  qs.clear();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    held.clear();
+    reqs.clear();
+  }
+
+  // A client that hangs up is seen by ClientGone, and writes to it then fail.
+  int fd = Connect(*port);
+  ASSERT_TRUE(SendAll(fd, "GET /later?gone HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::shared_ptr<Responder> r;
+  for (const absl::Time e = absl::Now() + absl::Seconds(10); r == nullptr && absl::Now() < e;) {
+    absl::SleepFor(absl::Milliseconds(5));
+    std::lock_guard<std::mutex> l(mu);
+    if (!held.empty()) r = held.back();
+  }
+  ASSERT_NE(r, nullptr);
+  EXPECT_FALSE(r->ClientGone());
+  Response head;
+  r->StartStream(head);
+  ::close(fd);
+  bool gone = false;
+  for (const absl::Time e = absl::Now() + absl::Seconds(10); !gone && absl::Now() < e;) {
+    gone = r->ClientGone() || !r->Write("data: x\n\n");
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(gone);
+
+  // Stop while a Responder of an unanswered request is held; calls on it afterwards do
+  // nothing (and do not crash).
+  fd = Connect(*port);
+  ASSERT_TRUE(SendAll(fd, "GET /later?held HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::shared_ptr<Responder> last;
+  for (const absl::Time e = absl::Now() + absl::Seconds(10); last == nullptr && absl::Now() < e;) {
+    absl::SleepFor(absl::Milliseconds(5));
+    std::lock_guard<std::mutex> l(mu);
+    if (held.back() != r) last = held.back();
+  }
+  ASSERT_NE(last, nullptr);
+  server.Stop(absl::Milliseconds(50));
+  last->StartStream(Response{});
+  EXPECT_FALSE(last->Write("data: after stop\n\n"));
+  last->End();
+  ::close(fd);
+}
+
 }  // namespace
 }  // namespace herd::serving::http

@@ -20,6 +20,7 @@
 #include "services/gateway/chat_prompt.h"
 #include "services/gateway/completion.h"
 #include "services/gateway/request_validation.h"
+#include "services/gateway/run_state.h"
 #include "services/gateway/text_stream.h"
 #include "services/gateway/worker_session.h"
 
@@ -96,32 +97,6 @@ class DraftWorkerSource : public engine::spec::DraftSource {
 // ---------------------------------------------------------------------------------
 // Generation: one request from Prepare to the end of Run.
 
-struct Gateway::Active {
-  GenerateSink* sink = nullptr;
-  absl::Time deadline;
-  std::atomic<int> cancel{kNotCancelled};
-  std::mutex mu;
-  grpc::ClientContext* ctx = nullptr;  // the worker call in progress (guarded by mu)
-
-  void SetContext(grpc::ClientContext* c) {
-    std::lock_guard<std::mutex> l(mu);
-    ctx = c;
-    if (c != nullptr && cancel.load() != kNotCancelled) c->TryCancel();
-  }
-  void Cancel(int reason) {
-    int expected = kNotCancelled;
-    cancel.compare_exchange_strong(expected, reason);
-    std::lock_guard<std::mutex> l(mu);
-    if (ctx != nullptr) ctx->TryCancel();
-  }
-};
-
-struct Gateway::Attempt {
-  absl::Status status;
-  bool retryable = false;  // nothing was produced; another worker may take the request
-  bool finished = false;   // a last message was delivered
-};
-
 Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::move(opts)) {
   requests_total_ =
       metrics->Counter("herd_gateway_requests_total", "Requests by method and status code.", {"method", "code"});
@@ -183,6 +158,11 @@ absl::Status Gateway::Start() {
 void Gateway::Stop() {
   CancelAll();
   WaitIdle(absl::Seconds(5));
+  // Asynchronous attempts return from their last callback just after their generation
+  // ended.
+  for (const absl::Time end = absl::Now() + absl::Seconds(5); async_attempts_.load() > 0 && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   {
     std::lock_guard<std::mutex> l(active_mu_);
     stopping_ = true;
@@ -396,17 +376,53 @@ bool Gateway::Emit(Generation& g, GenerateSink* sink, v1::GenerateResponse* msg)
   return sink->Write(*msg);
 }
 
+void Gateway::BeginRun(Active* active) {
+  {
+    std::lock_guard<std::mutex> l(active_mu_);
+    active_.push_back(active);
+    if (cancel_all_) active->cancel = kShutdown;
+  }
+  inflight_gauge_->Set(++inflight_);
+}
+
+absl::Status Gateway::EndRun(Generation& g, GenerateSink* sink, Active* active, absl::Status status) {
+  // A request cut by its deadline or a shutdown before any worker ran still gets its
+  // last message.
+  const int reason = active->cancel.load();
+  if (!status.ok() && g.finish == v1::FINISH_REASON_UNSPECIFIED && CutByGateway(g, reason)) {
+    v1::GenerateResponse last;
+    last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
+    FillUsage(g, last.mutable_usage());
+    g.finish = v1::FINISH_REASON_CANCELLED;
+    status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
+  }
+  {
+    std::lock_guard<std::mutex> l(active_mu_);
+    active_.remove(active);
+    if (active_.empty()) idle_cv_.notify_all();
+  }
+  inflight_gauge_->Set(--inflight_);
+  if (g.completion > 0) tokens_total_->Add(g.completion, {g.model});
+  const absl::Duration total = absl::Now() - g.start;
+  RecordRequest(g.method, status, total);
+  HERD_LOG(Info) << "request id=" << g.id << " method=" << g.method << " model=" << g.model
+                 << " worker=" << (g.worker.empty() ? "-" : g.worker) << " prompt_tokens=" << g.prompt.size()
+                 << " completion_tokens=" << g.completion << " finish=" << FinishName(g.finish)
+                 << " code=" << absl::StatusCodeToString(status.code()) << " queue_ms=" << g.queue_ms << " ttft_ms="
+                 << (g.first_token_time == absl::InfinitePast() ? -1.0 : Ms(g.first_token_time - g.start))
+                 << " total_ms=" << Ms(total) << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
+  if (g.speculative) {
+    // llama.cpp's common_speculative_print_stats line.
+    HERD_LOG(Info) << "request id=" << g.id << " " << engine::spec::SpecStatsFromProto(g.spec_stats).ToString();
+  }
+  return status;
+}
+
 absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
   Active active;
   active.sink = sink;
   active.deadline = g.deadline;
-  {
-    std::lock_guard<std::mutex> l(active_mu_);
-    active_.push_back(&active);
-    if (cancel_all_) active.cancel = kShutdown;
-  }
-  inflight_gauge_->Set(++inflight_);
-
+  BeginRun(&active);
   std::set<std::string> tried;
   absl::Status status;
   absl::Status last_error;
@@ -429,37 +445,7 @@ absl::Status Gateway::Run(Generation& g, GenerateSink* sink) {
     last_error = a.status;
     tried.insert(lease->address());
   }
-  // A request cut by its deadline or a shutdown before any worker ran still gets its
-  // last message.
-  const int reason = active.cancel.load();
-  if (!status.ok() && g.finish == v1::FINISH_REASON_UNSPECIFIED && CutByGateway(g, reason)) {
-    v1::GenerateResponse last;
-    last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
-    FillUsage(g, last.mutable_usage());
-    g.finish = v1::FINISH_REASON_CANCELLED;
-    status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
-  }
-
-  {
-    std::lock_guard<std::mutex> l(active_mu_);
-    active_.remove(&active);
-    if (active_.empty()) idle_cv_.notify_all();
-  }
-  inflight_gauge_->Set(--inflight_);
-  if (g.completion > 0) tokens_total_->Add(g.completion, {g.model});
-  const absl::Duration total = absl::Now() - g.start;
-  RecordRequest(g.method, status, total);
-  HERD_LOG(Info) << "request id=" << g.id << " method=" << g.method << " model=" << g.model
-                 << " worker=" << (g.worker.empty() ? "-" : g.worker) << " prompt_tokens=" << g.prompt.size()
-                 << " completion_tokens=" << g.completion << " finish=" << FinishName(g.finish)
-                 << " code=" << absl::StatusCodeToString(status.code()) << " queue_ms=" << g.queue_ms << " ttft_ms="
-                 << (g.first_token_time == absl::InfinitePast() ? -1.0 : Ms(g.first_token_time - g.start))
-                 << " total_ms=" << Ms(total) << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
-  if (g.speculative) {
-    // llama.cpp's common_speculative_print_stats line.
-    HERD_LOG(Info) << "request id=" << g.id << " " << engine::spec::SpecStatsFromProto(g.spec_stats).ToString();
-  }
-  return status;
+  return EndRun(g, sink, &active, status);
 }
 
 std::unique_ptr<engine::spec::DraftSource> Gateway::MakeDrafter(const Generation& g, int attempt) {
@@ -504,7 +490,11 @@ struct Gateway::AttemptRun {
 
 namespace {
 
-v1::SessionStart StartOf(const Gateway::Generation& g) {
+absl::Status Broken() { return absl::UnavailableError("the worker session ended"); }
+
+}  // namespace
+
+v1::SessionStart SessionStartOf(const Gateway::Generation& g) {
   v1::SessionStart start;
   start.mutable_prompt()->Add(g.prompt.begin(), g.prompt.end());
   *start.mutable_sampling() = g.sampling;
@@ -512,14 +502,6 @@ v1::SessionStart StartOf(const Gateway::Generation& g) {
   start.set_ignore_eos(g.ignore_eos);
   return start;
 }
-
-int32_t ClampSteps(int64_t n) {
-  return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
-}
-
-absl::Status Broken() { return absl::UnavailableError("the worker session ended"); }
-
-}  // namespace
 
 absl::Status Gateway::AwaitStarted(AttemptRun& a) {
   absl::StatusOr<v1::SessionStarted> started = a.ws.ReadStarted();
@@ -549,7 +531,7 @@ absl::Status Gateway::RunPlain(AttemptRun& a) {
   // worker accepts Steps before Started) to save a round trip before the first token.
   v1::SessionStep step;
   step.set_n_steps(ClampSteps(a.tracker.remaining()));
-  if (!a.ws.Start(StartOf(a.g), &step)) return Broken();
+  if (!a.ws.Start(SessionStartOf(a.g), &step)) return Broken();
   if (absl::Status s = AwaitStarted(a); !s.ok()) return s;
   for (;;) {
     const int64_t expected = ClampSteps(a.tracker.remaining());
@@ -574,7 +556,7 @@ absl::Status Gateway::RunSpeculative(AttemptRun& a) {
   // greedy target ignores them, so they are not sent then).
   const bool sampled = g.sampling.has_temperature() ? g.sampling.temperature() > 0 : true;
   const std::string spec_type = engine::spec::SpecTypeName(g.spec.type);
-  if (!a.ws.Start(StartOf(g), nullptr)) return Broken();
+  if (!a.ws.Start(SessionStartOf(g), nullptr)) return Broken();
   a.drafter->Append(g.prompt);
 
   engine::spec::SpecLoopLimits limits;
@@ -625,9 +607,7 @@ absl::Status Gateway::RunSpeculative(AttemptRun& a) {
 
 Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active,
                                       int attempt) {
-  const int64_t n_ctx_seq = lease.info().n_ctx_seq() > 0 ? lease.info().n_ctx_seq() : lease.info().n_ctx();
-  const int64_t budget =
-      g.n_predict > 0 ? g.n_predict : std::max<int64_t>(1, n_ctx_seq - static_cast<int64_t>(g.prompt.size()));
+  const int64_t budget = AttemptBudget(g, lease.info());
   WorkerSession ws(lease.stub(), lease.address(), g.deadline);
   active->SetContext(ws.context());
   std::unique_ptr<engine::spec::DraftSource> drafter = MakeDrafter(g, attempt);
@@ -645,36 +625,46 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
 }
 
 Gateway::Attempt Gateway::EndAttempt(AttemptRun& a, const std::string& addr, const absl::Status& loop) {
-  Generation& g = a.g;
-  Attempt result;
   // Close the worker sequence right away: Cancel, then end the call so that its KV
   // cells are freed even if the message is never read. After a broken stream the
   // worker's status says why.
-  const bool finished = g.finish != v1::FINISH_REASON_UNSPECIFIED;
-  const grpc::Status wst =
-      a.ws.Close(/*collect_status=*/a.ws.broken() && !finished, a.active->cancel.load() != kNotCancelled);
+  const bool finished = a.g.finish != v1::FINISH_REASON_UNSPECIFIED;
+  AttemptEnd e;
+  e.worker = a.ws.Close(/*collect_status=*/a.ws.broken() && !finished, a.active->cancel.load() != kNotCancelled);
   a.active->SetContext(nullptr);
+  e.broken = a.ws.broken();
+  e.started = a.started;
+  e.client_gone = a.client_gone;
+  e.speculative = a.drafter != nullptr;
+  e.loop = loop;
+  return ClassifyAttempt(a.g, a.sink, a.active, addr, e);
+}
 
-  if (finished && !a.client_gone) {
+Gateway::Attempt Gateway::ClassifyAttempt(Generation& g, GenerateSink* sink, Active* active, const std::string& addr,
+                                          const AttemptEnd& e) {
+  Attempt result;
+  const bool finished = g.finish != v1::FINISH_REASON_UNSPECIFIED;
+  if (finished && !e.client_gone) {
     result.finished = true;
     return result;
   }
-  const int reason = a.active->cancel.load();
-  if (a.client_gone || reason == kClientGone) {
+  const int reason = active->cancel.load();
+  if (e.client_gone || reason == kClientGone) {
     result.status = absl::CancelledError("client cancelled");
     return result;
   }
-  if (reason == kDeadline || reason == kShutdown || (a.ws.broken() && absl::Now() >= g.deadline)) {
-    return CutAttempt(a, reason);
+  if (reason == kDeadline || reason == kShutdown || (e.broken && absl::Now() >= g.deadline)) {
+    return CutAttempt(g, sink, active, e.started, e.speculative, reason);
   }
   const bool nothing_produced = g.completion == 0 && !g.any_message;
-  if (!loop.ok() && !a.ws.broken()) {  // protocol error
-    pool_->ReportFailure(addr, std::string(loop.message()));
-    result.status = absl::UnavailableError(std::string(loop.message()));
+  if (!e.loop.ok() && !e.broken) {  // protocol error
+    pool_->ReportFailure(addr, std::string(e.loop.message()));
+    result.status = absl::UnavailableError(std::string(e.loop.message()));
     result.retryable = nothing_produced;
     return result;
   }
   // The worker ended the call.
+  const grpc::Status& wst = e.worker;
   const std::string wmsg = wst.ok() ? std::string("closed the session early") : wst.error_message();
   const grpc::StatusCode code = wst.error_code();
   if (code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::FAILED_PRECONDITION ||
@@ -689,27 +679,27 @@ Gateway::Attempt Gateway::EndAttempt(AttemptRun& a, const std::string& addr, con
   }
   pool_->ReportFailure(addr, wmsg);
   result.status = absl::UnavailableError(
-      absl::StrCat("worker ", addr, a.started ? " failed mid-stream: " : " unavailable: ", wmsg));
+      absl::StrCat("worker ", addr, e.started ? " failed mid-stream: " : " unavailable: ", wmsg));
   result.retryable = nothing_produced;
   return result;
 }
 
-Gateway::Attempt Gateway::CutAttempt(AttemptRun& a, int reason) {
-  Generation& g = a.g;
+Gateway::Attempt Gateway::CutAttempt(Generation& g, GenerateSink* sink, Active* active, bool started,
+                                     bool speculative, int reason) {
   Attempt result;
-  if (reason == kNotCancelled) a.active->cancel = kDeadline;
+  if (reason == kNotCancelled) active->cancel = kDeadline;
   result.status =
       absl::DeadlineExceededError(reason == kShutdown ? "gateway shutting down" : "request deadline exceeded");
   // Cut by the gateway (its request timeout, a shutdown): the client still gets a last
-  // message with what there is. (Run() sends it when no worker started.) At the client's
-  // own deadline nobody is listening: DEADLINE_EXCEEDED.
-  if (a.started && CutByGateway(g, a.active->cancel.load())) {
+  // message with what there is. (EndRun sends it when no worker started.) At the
+  // client's own deadline nobody is listening: DEADLINE_EXCEEDED.
+  if (started && CutByGateway(g, active->cancel.load())) {
     v1::GenerateResponse last;
     last.set_finish_reason(v1::FINISH_REASON_CANCELLED);
     FillUsage(g, last.mutable_usage());
-    if (a.drafter != nullptr) *last.add_speculative() = g.spec_stats;
+    if (speculative) *last.add_speculative() = g.spec_stats;
     g.finish = v1::FINISH_REASON_CANCELLED;
-    result.status = Emit(g, a.sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
+    result.status = Emit(g, sink, &last) ? absl::OkStatus() : absl::CancelledError("client went away");
     result.finished = true;
   }
   return result;

@@ -89,6 +89,9 @@ struct GatewayOptions {
   /// "auto" / "deepseek" split <think> text of templates that use it into
   /// reasoning_content; "none" leaves it in the content.
   std::string reasoning_format = "auto";
+  /// Threads running speculative generations for RunAsync (their loop blocks on draft
+  /// and verify calls); more wait in a queue. Plain generations need none.
+  int blocking_threads = 16;
 };
 
 /// Receives the messages of one generation.
@@ -139,6 +142,14 @@ class Gateway {
   /// mid-stream (or no worker could take the request); other worker errors keep their
   /// code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...).
   absl::Status Run(Generation& g, GenerateSink* sink);
+  /// Run without a thread waiting on the worker: the worker Session is a gRPC callback
+  /// reactor, `sink` is written from gRPC's threads (its Write must not block: queue
+  /// and return), and `done` receives what Run would return, once, after the last
+  /// message. Speculative generations (whose loop waits on draft calls) run Run on the
+  /// gateway's own pool of GatewayOptions::blocking_threads instead. `g` and `sink`
+  /// are kept alive until `done` returns.
+  void RunAsync(std::shared_ptr<Generation> g, std::shared_ptr<GenerateSink> sink,
+                std::function<void(absl::Status)> done);
   /// Prepare + Run.
   absl::Status Generate(const v1::GenerateRequest& req, absl::Time deadline, GenerateSink* sink,
                         const std::string& method = "Generate");
@@ -178,6 +189,10 @@ class Gateway {
   enum CancelReason : int { kNotCancelled = 0, kClientGone = 1, kDeadline = 2, kShutdown = 3 };
 
   struct AttemptRun;
+  struct AttemptEnd;
+  struct AsyncRun;
+  class AsyncAttempt;
+  class BlockingRunner;
 
   void Watchdog();
   // Prepare's steps: the request's fields, the model, the prompt, the context bounds.
@@ -199,7 +214,17 @@ class Gateway {
   absl::Status RunPlain(AttemptRun& a);
   absl::Status RunSpeculative(AttemptRun& a);
   Attempt EndAttempt(AttemptRun& a, const std::string& addr, const absl::Status& loop);
-  Attempt CutAttempt(AttemptRun& a, int reason);
+  // The outcome of an attempt that ended as `e` says (both paths).
+  Attempt ClassifyAttempt(Generation& g, GenerateSink* sink, Active* active, const std::string& addr,
+                          const AttemptEnd& e);
+  Attempt CutAttempt(Generation& g, GenerateSink* sink, Active* active, bool started, bool speculative, int reason);
+  // A generation's start and end, both paths: the in-flight list and gauge; at the end
+  // the last message of a cut request, metrics and the request's log line.
+  void BeginRun(Active* active);
+  absl::Status EndRun(Generation& g, GenerateSink* sink, Active* active, absl::Status status);
+  // The asynchronous path (async_run.cc).
+  void NextAsyncAttempt(std::shared_ptr<AsyncRun> run);
+  void AfterAsyncAttempt(std::shared_ptr<AsyncRun> run, const std::string& addr, const Attempt& a);
   std::unique_ptr<engine::spec::DraftSource> MakeDrafter(const Generation& g, int attempt);
   void RecordSpecStats(const v1::SpeculativeStats& s);
   bool Emit(Generation& g, GenerateSink* sink, v1::GenerateResponse* msg);
@@ -238,6 +263,8 @@ class Gateway {
   bool stopping_ = false;
   std::condition_variable stop_cv_;
   std::thread watchdog_;
+  std::unique_ptr<BlockingRunner> blocking_;  // speculative RunAsync generations
+  std::atomic<int> async_attempts_{0};        // AsyncAttempt reactors alive
 };
 
 /// herd.v1.Gateway over a Gateway. The methods are registered by hand (same names and

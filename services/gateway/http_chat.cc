@@ -188,7 +188,8 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const json& body, const nlohmann
 }
 
 void RegisterChatRoutes(serving::http::Server* server, Gateway* gw) {
-  auto handler = [gw](const HttpRequest& hreq, HttpResponse& res) {
+  auto handler = [gw](std::shared_ptr<const HttpRequest> req, std::shared_ptr<serving::http::Responder> out) {
+    const HttpRequest& hreq = *req;
     const absl::Time t0 = absl::Now();
     absl::StatusOr<json> body = ParseJsonObject(hreq.body);
     // The body again with its key order kept, for what the template prints (tools).
@@ -201,13 +202,13 @@ void RegisterChatRoutes(serving::http::Server* server, Gateway* gw) {
     }
     if (!gen.ok()) {
       gw->RecordRequest("http_chat_completions", gen.status(), absl::Now() - t0);
-      SendError(res, gen.status());
+      Answer(*out, [&](HttpResponse& res) { SendError(res, gen.status()); });
       return;
     }
-    ServeGeneration(gw, *std::move(gen), ApiKind::kChat, "http_chat_completions", hreq, res);
+    ServeGeneration(gw, *std::move(gen), ApiKind::kChat, "http_chat_completions", std::move(out));
   };
-  server->Post("/v1/chat/completions", handler);
-  server->Post("/chat/completions", handler);
+  server->RouteAsync("POST", "/v1/chat/completions", handler);
+  server->RouteAsync("POST", "/chat/completions", handler);
 }
 
 }  // namespace herd::gateway::http

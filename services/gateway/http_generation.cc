@@ -3,7 +3,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -279,10 +278,13 @@ class SseChoiceSink : public GenerateSink {
 // Collects one whole choice for the non-streaming response.
 class CollectSink : public GenerateSink {
  public:
-  CollectSink(const ResponseMeta* meta, int index, const HttpRequest* hreq)
-      : meta_(meta), index_(index), hreq_(hreq), lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {}
+  CollectSink(const ResponseMeta* meta, int index, std::function<bool()> client_gone)
+      : meta_(meta),
+        index_(index),
+        client_gone_(std::move(client_gone)),
+        lp_(meta->kind, meta->vocab.get(), meta->top_logprobs) {}
   // The client hung up before its (non-streamed) response: cancel the generation.
-  bool Cancelled() override { return hreq_ != nullptr && hreq_->ClientGone(); }
+  bool Cancelled() override { return client_gone_ && client_gone_(); }
   bool Write(const v1::GenerateResponse& msg) override {
     if (meta_->want_logprobs) lp_.Add(msg);
     text_ += msg.text();
@@ -324,7 +326,7 @@ class CollectSink : public GenerateSink {
  private:
   const ResponseMeta* meta_;
   int index_;
-  const HttpRequest* hreq_;
+  std::function<bool()> client_gone_;
   LogprobsAcc lp_;
   std::string text_;
   v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
@@ -347,21 +349,29 @@ v1::Usage SumUsage(const std::vector<const v1::Usage*>& us) {
   return sum;
 }
 
-// Runs fn(i) for i in [0, n), i > 0 on their own threads; returns the first error.
-template <typename Fn>
-absl::Status RunChoices(int n, Fn fn) {
-  std::vector<absl::Status> st(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { st[static_cast<size_t>(i)] = fn(i); });
-  st[0] = fn(0);
-  for (std::thread& t : threads) t.join();
-  for (const absl::Status& s : st) {
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+}  // namespace
+
+void Answer(serving::http::Responder& r, const std::function<void(HttpResponse&)>& fill) {
+  HttpResponse res;
+  fill(res);
+  r.Send(std::move(res));
 }
 
-}  // namespace
+void ChoiceJoin::Done(int i, const absl::Status& s) {
+  absl::Status first;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    st_[static_cast<size_t>(i)] = s;
+    if (--left_ > 0) return;
+    for (const absl::Status& x : st_) {
+      if (!x.ok()) {
+        first = x;
+        break;
+      }
+    }
+  }
+  fn_(first);
+}
 
 bool StreamWriter::Write(const std::string& event, const std::string& payload) {
   std::lock_guard<std::mutex> l(mu_);
@@ -472,8 +482,8 @@ absl::Status ApplyConstraints(Gateway* gw, const json& body, HttpGeneration* gen
   return ParseConstraints(body, **vocab, gen->req.mutable_sampling());
 }
 
-void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method, const HttpRequest& hreq,
-                     HttpResponse& res) {
+void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
+                     std::shared_ptr<serving::http::Responder> out) {
   // Prepare every choice first: validation errors are answered before any output.
   std::vector<std::shared_ptr<Gateway::Generation>> choices;
   for (int i = 0; i < gen.n; ++i) {
@@ -482,7 +492,7 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
       req.mutable_sampling()->set_seed(req.sampling().seed() + static_cast<uint32_t>(i));
     auto g = gw->Prepare(req, absl::InfiniteFuture(), method);
     if (!g.ok()) {
-      SendError(res, ToClientFields(g.status(), gen.max_tokens_key));
+      Answer(*out, [&](HttpResponse& res) { SendError(res, ToClientFields(g.status(), gen.max_tokens_key)); });
       return;
     }
     choices.emplace_back(std::move(*g));
@@ -498,56 +508,71 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
   meta->top_logprobs = gen.top_logprobs;
   meta->vocab = choices[0]->vocab;
   meta->parse = choices[0]->parse;
+  const std::string max_tokens_key = gen.max_tokens_key;
 
   if (!gen.stream) {
-    std::vector<std::unique_ptr<CollectSink>> sinks;
-    for (int i = 0; i < gen.n; ++i) sinks.push_back(std::make_unique<CollectSink>(meta.get(), i, &hreq));
-    absl::Status st = RunChoices(
-        gen.n, [&](int i) { return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get()); });
-    if (!st.ok()) {
-      SendError(res, ToClientFields(st, gen.max_tokens_key));
-      return;
+    std::vector<std::shared_ptr<CollectSink>> sinks;
+    for (int i = 0; i < gen.n; ++i) {
+      sinks.push_back(std::make_shared<CollectSink>(meta.get(), i, [out] { return out->ClientGone(); }));
     }
-    json out = meta->Envelope(/*chunk=*/false);
-    out["choices"] = json::array();
-    std::vector<const v1::Usage*> usages;
-    for (const auto& s : sinks) {
-      out["choices"].push_back(s->Choice());
-      usages.push_back(&s->usage());
+    auto join = std::make_shared<ChoiceJoin>(gen.n, [out, meta, sinks, max_tokens_key](const absl::Status& st) {
+      Answer(*out, [&](HttpResponse& res) {
+        if (!st.ok()) {
+          SendError(res, ToClientFields(st, max_tokens_key));
+          return;
+        }
+        json body = meta->Envelope(/*chunk=*/false);
+        body["choices"] = json::array();
+        std::vector<const v1::Usage*> usages;
+        for (const auto& s : sinks) {
+          body["choices"].push_back(s->Choice());
+          usages.push_back(&s->usage());
+        }
+        const v1::Usage sum = SumUsage(usages);
+        body["usage"] = UsageJson(sum);
+        body["timings"] = TimingsJson(sum);
+        if (!sinks[0]->speculative().is_null()) body["speculative"] = sinks[0]->speculative();
+        SendJson(res, body);
+      });
+    });
+    for (int i = 0; i < gen.n; ++i) {
+      gw->RunAsync(choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)],
+                   [join, i](absl::Status st) { join->Done(i, st); });
     }
-    const v1::Usage sum = SumUsage(usages);
-    out["usage"] = UsageJson(sum);
-    out["timings"] = TimingsJson(sum);
-    if (!sinks[0]->speculative().is_null()) out["speculative"] = sinks[0]->speculative();
-    SendJson(res, out);
     return;
   }
-  res.SetHeader("Cache-Control", "no-cache");
+  HttpResponse head;
+  head.SetHeader("Cache-Control", "no-cache");
+  head.content_type = "text/event-stream";
+  out->StartStream(head);
+  auto ds = std::make_shared<ResponderWriter>(out);
+  auto w = std::make_shared<StreamWriter>(ds.get(), [out] { return out->ClientGone(); });
+  std::vector<std::shared_ptr<SseChoiceSink>> sinks;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    sinks.push_back(std::make_shared<SseChoiceSink>(w.get(), meta.get(), static_cast<int>(i)));
+  }
   const bool include_usage = gen.include_usage;
-  res.content_type = "text/event-stream";
-  res.stream = [gw, choices, meta, include_usage](serving::http::ResponseWriter& ds) {
-    StreamWriter w(&ds);
-    std::vector<std::unique_ptr<SseChoiceSink>> sinks;
-    for (size_t i = 0; i < choices.size(); ++i) {
-      sinks.push_back(std::make_unique<SseChoiceSink>(&w, meta.get(), static_cast<int>(i)));
-    }
-    absl::Status st = RunChoices(static_cast<int>(choices.size()), [&](int i) {
-      return gw->Run(*choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)].get());
-    });
-    if (!st.ok()) {
-      w.Send(Dump(ErrorJson(st)));
-    } else {
-      if (include_usage) {
-        std::vector<const v1::Usage*> usages;
-        for (const auto& s : sinks) usages.push_back(&s->usage());
-        json chunk = meta->Envelope(/*chunk=*/true);
-        chunk["choices"] = json::array();
-        chunk["usage"] = UsageJson(SumUsage(usages));
-        w.Send(Dump(chunk));
-      }
-      w.Send("[DONE]");
-    }
-  };
+  auto join = std::make_shared<ChoiceJoin>(
+      gen.n, [out, ds, w, meta, sinks, include_usage](const absl::Status& st) {
+        if (!st.ok()) {
+          w->Send(Dump(ErrorJson(st)));
+        } else {
+          if (include_usage) {
+            std::vector<const v1::Usage*> usages;
+            for (const auto& s : sinks) usages.push_back(&s->usage());
+            json chunk = meta->Envelope(/*chunk=*/true);
+            chunk["choices"] = json::array();
+            chunk["usage"] = UsageJson(SumUsage(usages));
+            w->Send(Dump(chunk));
+          }
+          w->Send("[DONE]");
+        }
+        out->End();
+      });
+  for (int i = 0; i < gen.n; ++i) {
+    gw->RunAsync(choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)],
+                 [join, i](absl::Status st) { join->Done(i, st); });
+  }
 }
 
 }  // namespace herd::gateway::http

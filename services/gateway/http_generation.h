@@ -5,6 +5,7 @@
 // Internal to services/gateway.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,18 +73,51 @@ absl::StatusOr<HttpGeneration> ParseChatRequest(const nlohmann::json& body,
 /// (thread-safe). Once a write fails (the client is gone) every later one returns false.
 class StreamWriter {
  public:
-  explicit StreamWriter(serving::http::ResponseWriter* ds) : ds_(ds) {}
+  /// `client_gone` (optional): asked by gone() too, so that a client that hung up is
+  /// noticed between writes (an asynchronous Responder's ClientGone).
+  explicit StreamWriter(serving::http::ResponseWriter* ds, std::function<bool()> client_gone = nullptr)
+      : ds_(ds), client_gone_(std::move(client_gone)) {}
   /// Writes "data: PAYLOAD\n\n"; false once the client is gone.
   bool Send(const std::string& payload) { return Write("", payload); }
   /// Writes "event: EVENT\ndata: PAYLOAD\n\n" (OpenAI's Responses streams name each event).
   bool SendEvent(const std::string& event, const std::string& payload) { return Write(event, payload); }
-  bool gone() const { return gone_.load(); }
+  bool gone() const { return gone_.load() || (client_gone_ && client_gone_()); }
 
  private:
   bool Write(const std::string& event, const std::string& payload);
   serving::http::ResponseWriter* ds_;
+  std::function<bool()> client_gone_;
   std::mutex mu_;
   std::atomic<bool> gone_{false};
+};
+
+/// A ResponseWriter over an asynchronous Responder: Write queues and never blocks.
+class ResponderWriter : public serving::http::ResponseWriter {
+ public:
+  explicit ResponderWriter(std::shared_ptr<serving::http::Responder> r) : r_(std::move(r)) {}
+  bool Write(absl::string_view data) override { return r_->Write(data); }
+
+ private:
+  std::shared_ptr<serving::http::Responder> r_;
+};
+
+/// Answers `r` with a whole response built by the synchronous helpers (SendError,
+/// SendJson).
+void Answer(serving::http::Responder& r, const std::function<void(HttpResponse&)>& fill);
+
+/// Calls `fn` with the first error (in choice order, OK when none) once all `n`
+/// choices have called Done. Thread-safe.
+class ChoiceJoin {
+ public:
+  ChoiceJoin(int n, std::function<void(const absl::Status&)> fn)
+      : left_(n), st_(static_cast<size_t>(n)), fn_(std::move(fn)) {}
+  void Done(int i, const absl::Status& s);
+
+ private:
+  std::mutex mu_;
+  int left_;
+  std::vector<absl::Status> st_;
+  std::function<void(const absl::Status&)> fn_;
 };
 
 /// Splits a chat generation's output into reasoning, content and tool calls as its
@@ -105,11 +139,12 @@ class OutputSplitter {
   std::unique_ptr<toolcall::StreamParser> parser_;  // null: the text as it is
 };
 
-/// Runs `gen` and writes the response. `method` labels metrics ("http_completions").
+/// Runs `gen` and answers through `out` without holding a thread while the choices
+/// generate (Gateway::RunAsync). `method` labels metrics ("http_completions").
 /// Validation errors (Prepare) are sent as 4xx before any output; a stream that fails
-/// later ends with an error event. A non-streamed generation is cancelled when the
-/// client of `hreq` hangs up (HttpRequest::ClientGone).
-void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method, const HttpRequest& hreq,
-                     HttpResponse& res);
+/// later ends with an error event. A generation is cancelled when its client hangs up
+/// (Responder::ClientGone).
+void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,
+                     std::shared_ptr<serving::http::Responder> out);
 
 }  // namespace herd::gateway::http

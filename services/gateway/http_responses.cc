@@ -424,8 +424,9 @@ json UsageOf(const v1::Usage& u) {
 class ResponseSink : public GenerateSink {
  public:
   // `w` null: a whole response, cancelled when the client of `hreq` hangs up.
-  ResponseSink(const ResponseInfo* info, const toolcall::ParserConfig& parse, StreamWriter* w, const HttpRequest* hreq)
-      : info_(info), split_(parse, OutputSplitter::Parses(parse)), w_(w), hreq_(hreq) {}
+  ResponseSink(const ResponseInfo* info, const toolcall::ParserConfig& parse, StreamWriter* w,
+               std::function<bool()> client_gone)
+      : info_(info), split_(parse, OutputSplitter::Parses(parse)), w_(w), client_gone_(std::move(client_gone)) {}
 
   bool Write(const v1::GenerateResponse& msg) override {
     if (msg.has_usage()) usage_ = msg.usage();
@@ -439,7 +440,7 @@ class ResponseSink : public GenerateSink {
     }
     return w_ == nullptr || !w_->gone();
   }
-  bool Cancelled() override { return w_ != nullptr ? w_->gone() : hreq_ != nullptr && hreq_->ClientGone(); }
+  bool Cancelled() override { return w_ != nullptr ? w_->gone() : client_gone_ && client_gone_(); }
 
   /// The stream's first events: response.created and response.in_progress.
   void Start() {
@@ -564,7 +565,7 @@ class ResponseSink : public GenerateSink {
   const ResponseInfo* info_;
   OutputSplitter split_;
   StreamWriter* w_;
-  const HttpRequest* hreq_;
+  std::function<bool()> client_gone_;
   json output_ = json::array();
   int open_ = -1;  // the item text is added to (reasoning or message), -1: none
   Kind open_kind_ = Kind::kMessage;
@@ -574,7 +575,7 @@ class ResponseSink : public GenerateSink {
   v1::Usage usage_;
 };
 
-void ServeResponses(Gateway* gw, const HttpRequest& hreq, HttpResponse& res) {
+void ServeResponses(Gateway* gw, const HttpRequest& hreq, std::shared_ptr<serving::http::Responder> out) {
   const absl::Time t0 = absl::Now();
   absl::StatusOr<json> body = ParseJsonObject(hreq.body);
   // The body again with its key order kept, for what the template prints (tools).
@@ -588,12 +589,12 @@ void ServeResponses(Gateway* gw, const HttpRequest& hreq, HttpResponse& res) {
   if (!gen.ok()) {
     const absl::Status s = ToResponsesFields(gen.status(), fields);
     gw->RecordRequest(kMethod, s, absl::Now() - t0);
-    SendError(res, s);
+    Answer(*out, [&](HttpResponse& res) { SendError(res, s); });
     return;
   }
   auto prepared = gw->Prepare(gen->req, absl::InfiniteFuture(), kMethod);
   if (!prepared.ok()) {
-    SendError(res, ToResponsesFields(prepared.status(), fields));
+    Answer(*out, [&](HttpResponse& res) { SendError(res, ToResponsesFields(prepared.status(), fields)); });
     return;
   }
   std::shared_ptr<Gateway::Generation> g = std::move(*prepared);
@@ -604,36 +605,44 @@ void ServeResponses(Gateway* gw, const HttpRequest& hreq, HttpResponse& res) {
   info->echo = std::move(rr->echo);
 
   if (!rr->stream) {
-    ResponseSink sink(info.get(), g->parse, nullptr, &hreq);
-    const absl::Status st = gw->Run(*g, &sink);
-    if (!st.ok()) {
-      SendError(res, ToResponsesFields(st, fields));
-      return;
-    }
-    SendJson(res, sink.Object(/*done=*/true));
+    auto sink = std::make_shared<ResponseSink>(info.get(), g->parse, nullptr, [out] { return out->ClientGone(); });
+    gw->RunAsync(g, sink, [out, sink, info, fields](absl::Status st) {
+      Answer(*out, [&](HttpResponse& res) {
+        if (!st.ok()) {
+          SendError(res, ToResponsesFields(st, fields));
+          return;
+        }
+        SendJson(res, sink->Object(/*done=*/true));
+      });
+    });
     return;
   }
-  res.SetHeader("Cache-Control", "no-cache");
-  res.content_type = "text/event-stream";
-  res.stream = [gw, g, info, fields](serving::http::ResponseWriter& ds) {
-    StreamWriter w(&ds);
-    ResponseSink sink(info.get(), g->parse, &w, nullptr);
-    sink.Start();
-    const absl::Status st = gw->Run(*g, &sink);
+  HttpResponse head;
+  head.SetHeader("Cache-Control", "no-cache");
+  head.content_type = "text/event-stream";
+  out->StartStream(head);
+  auto ds = std::make_shared<ResponderWriter>(out);
+  auto w = std::make_shared<StreamWriter>(ds.get(), [out] { return out->ClientGone(); });
+  auto sink = std::make_shared<ResponseSink>(info.get(), g->parse, w.get(), nullptr);
+  sink->Start();
+  gw->RunAsync(g, sink, [out, ds, w, sink, info, fields](absl::Status st) {
     if (st.ok()) {
-      sink.End();
+      sink->End();
     } else {
-      sink.Error(ToResponsesFields(st, fields));
+      sink->Error(ToResponsesFields(st, fields));
     }
-  };
+    out->End();
+  });
 }
 
 }  // namespace
 
 void RegisterResponsesRoutes(serving::http::Server* server, Gateway* gw) {
-  auto handler = [gw](const HttpRequest& hreq, HttpResponse& res) { ServeResponses(gw, hreq, res); };
-  server->Post("/v1/responses", handler);
-  server->Post("/responses", handler);
+  auto handler = [gw](std::shared_ptr<const HttpRequest> req, std::shared_ptr<serving::http::Responder> out) {
+    ServeResponses(gw, *req, std::move(out));
+  };
+  server->RouteAsync("POST", "/v1/responses", handler);
+  server->RouteAsync("POST", "/responses", handler);
 }
 
 }  // namespace herd::gateway::http

@@ -64,8 +64,12 @@ ABSL_FLAG(int, route_max_extra_load, 4,
           "and still win a request by its cached prefix");
 ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
-ABSL_FLAG(int, http_threads, 64,
-          "HTTP requests handled at once (TGI's --max-concurrent-requests); more get 429 with Retry-After");
+ABSL_FLAG(int, max_concurrent_requests, 256,
+          "HTTP requests handled at once, streams in flight included (TGI's --max-concurrent-requests); more get 429 "
+          "with Retry-After. A generation in flight holds no thread");
+ABSL_FLAG(int, http_threads, 8,
+          "threads running HTTP handlers (parsing, tokenization, the synchronous endpoints); generations wait on "
+          "their workers without one");
 ABSL_FLAG(int, http_max_connections, 4096, "open HTTP connections at most; more wait in the listen backlog");
 ABSL_FLAG(int, http_header_timeout_ms, 10000, "a request's head must arrive within this (slow clients are closed)");
 ABSL_FLAG(int, http_body_timeout_ms, 60000, "a request's body must arrive within this");
@@ -231,7 +235,8 @@ herd::gateway::HttpOptions HttpOptionsFromFlags(const herd::gateway::GatewayOpti
                                                 herd::serving::Registry* registry) {
   herd::gateway::HttpOptions hopts;
   auto& hs = hopts.server;
-  hs.max_concurrent_requests = std::max(1, absl::GetFlag(FLAGS_http_threads));
+  hs.max_concurrent_requests = std::max(1, absl::GetFlag(FLAGS_max_concurrent_requests));
+  hs.handler_threads = std::max(1, absl::GetFlag(FLAGS_http_threads));
   hs.max_connections = std::max(1, absl::GetFlag(FLAGS_http_max_connections));
   hs.max_body_bytes = static_cast<size_t>(opts.max_prompt_bytes) * 8 + (1 << 20);
   hs.max_header_bytes = static_cast<size_t>(std::max(1024, absl::GetFlag(FLAGS_http_max_header_bytes)));
