@@ -48,10 +48,15 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
         address_(lease_->address()),
         tracker_(*run_->g, AttemptBudget(*run_->g, lease_->info())) {}
 
+  // Starts the call. Touches nothing of this object after StartCall: the whole call
+  // may end, and OnDone delete it, before StartCall returns.
   void Go() {
     Generation& g = *run_->g;
     ctx_.set_deadline(absl::ToChronoTime(g.deadline));
     gw_->async_attempts_.fetch_add(1);
+    // A cancellation from now on ends the call (TryCancel before StartCall cancels it
+    // as soon as it starts).
+    run_->active.SetContext(&ctx_);
     lease_->stub()->async()->Session(&ctx_, this);
     // The whole generation is one Step, sent with the Start (the worker accepts Steps
     // before it has sent Started).
@@ -68,8 +73,6 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
     }
     StartRead(&resp_);
     StartCall();
-    // Registered after StartCall: a cancellation from now on ends the call.
-    run_->active.SetContext(&ctx_);
   }
 
   void OnWriteDone(bool ok) override {
