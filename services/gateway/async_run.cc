@@ -64,30 +64,37 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
     *start.mutable_start() = SessionStartOf(g);
     v1::SessionRequest step;
     step.mutable_step()->set_n_steps(ClampSteps(tracker_.remaining()));
+    const v1::SessionRequest* first = nullptr;
     {
       std::lock_guard<std::mutex> l(write_mu_);
       writes_.push_back(std::move(start));
       writes_.push_back(std::move(step));
       writing_ = true;
-      StartWrite(&writes_.front());
+      first = &writes_.front();
     }
+    StartWrite(first);
     StartRead(&resp_);
     StartCall();
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> l(write_mu_);
-    writes_.pop_front();
-    writing_ = false;
-    if (!ok) {
-      broken_ = true;
-      writes_.clear();
-      return;
+    const v1::SessionRequest* next = nullptr;
+    {
+      std::lock_guard<std::mutex> l(write_mu_);
+      writes_.pop_front();
+      writing_ = false;
+      if (!ok) {
+        broken_ = true;
+        writes_.clear();
+        return;
+      }
+      if (!writes_.empty()) {
+        writing_ = true;
+        next = &writes_.front();
+      }
     }
-    if (!writes_.empty()) {
-      writing_ = true;
-      StartWrite(&writes_.front());
-    }
+    // Outside the lock: a reaction may run on this thread.
+    if (next != nullptr) StartWrite(next);
   }
 
   void OnReadDone(bool ok) override {
@@ -148,14 +155,18 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
       // the rest.
       v1::SessionRequest step;
       step.mutable_step()->set_n_steps(ClampSteps(tracker_.remaining()));
-      std::lock_guard<std::mutex> l(write_mu_);
-      if (!broken_) {
-        writes_.push_back(std::move(step));
-        if (!writing_) {
-          writing_ = true;
-          StartWrite(&writes_.front());
+      const v1::SessionRequest* first = nullptr;
+      {
+        std::lock_guard<std::mutex> l(write_mu_);
+        if (!broken_) {
+          writes_.push_back(std::move(step));
+          if (!writing_) {
+            writing_ = true;
+            first = &writes_.front();
+          }
         }
       }
+      if (first != nullptr) StartWrite(first);
     }
     return true;
   }

@@ -31,7 +31,6 @@
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
 #include "services/gateway/generation.h"
-#include "services/gateway/lenient.pb.h"
 #include "services/gateway/vocab_cache.h"
 #include "services/gateway/worker_pool.h"
 
@@ -267,19 +266,20 @@ class Gateway {
   std::atomic<int> async_attempts_{0};        // AsyncAttempt reactors alive
 };
 
-/// herd.v1.Gateway over a Gateway. The methods are registered by hand (same names and
-/// wire format as gateway.proto's generated Gateway::Service) so that Generate,
-/// Tokenize and Detokenize parse their requests leniently (lenient.proto): a string
-/// field with invalid UTF-8 gets INVALID_ARGUMENT naming it instead of the transport's
-/// parse failure.
+/// herd.v1.Gateway over a Gateway (grpc_service.cc). The methods are registered by hand
+/// (same names and wire format as gateway.proto's generated Gateway::Service) so that
+/// requests are parsed from their bytes by ParseRequestBytes: a malformed message, or a
+/// string field with invalid UTF-8, gets INVALID_ARGUMENT naming it instead of the
+/// transport's bare INTERNAL. Generate is a callback method: its generation runs through
+/// Gateway::RunAsync and holds no thread while it waits on a worker (speculative ones
+/// excepted); its messages are queued and written one at a time.
 class GatewayServiceImpl final : public grpc::Service {
  public:
   explicit GatewayServiceImpl(Gateway* gateway);
-  grpc::Status Generate(grpc::ServerContext* ctx, const lenient::GenerateRequest* req,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer);
-  grpc::Status Tokenize(grpc::ServerContext* ctx, const lenient::TokenizeRequest* req, v1::TokenizeResponse* resp);
-  grpc::Status Detokenize(grpc::ServerContext* ctx, const lenient::DetokenizeRequest* req,
-                          v1::DetokenizeResponse* resp);
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* raw);
+  grpc::Status Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest& req, v1::TokenizeResponse* resp);
+  grpc::Status Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest& req, v1::DetokenizeResponse* resp);
   grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req, v1::ListModelsResponse* resp);
   /// Defined in embeddings.cc (gateway::Embed).
   grpc::Status Embed(grpc::ServerContext* ctx, const v1::EmbedRequest* req, v1::EmbedResponse* resp);
@@ -288,10 +288,13 @@ class GatewayServiceImpl final : public grpc::Service {
   Gateway* gw_;
 };
 
-/// The herd.v1 request a lenient one stands for. INVALID_ARGUMENT naming the field
-/// ("model", "prompt.text", "stop[2]", "speculative.type") when a string is not UTF-8.
-absl::StatusOr<v1::GenerateRequest> FromLenient(const lenient::GenerateRequest& req);
-absl::StatusOr<v1::TokenizeRequest> FromLenient(const lenient::TokenizeRequest& req);
-absl::StatusOr<v1::DetokenizeRequest> FromLenient(const lenient::DetokenizeRequest& req);
+/// Parses a herd.v1 request from its wire bytes, once. When the bytes do not parse, says
+/// why: INVALID_ARGUMENT naming the string field that is not UTF-8 ("model",
+/// "prompt.text", "stop[2]", "chat.messages[0].content", ...; found through the
+/// bytes-typed view in lenient.proto, on this failure path only), else that the bytes
+/// are not a valid message of `type`.
+absl::Status ParseRequestBytes(absl::string_view bytes, v1::GenerateRequest* out);
+absl::Status ParseRequestBytes(absl::string_view bytes, v1::TokenizeRequest* out);
+absl::Status ParseRequestBytes(absl::string_view bytes, v1::DetokenizeRequest* out);
 
 }  // namespace herd::gateway
