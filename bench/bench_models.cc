@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <cmath>
 #include <random>
 #include <vector>
 

@@ -124,8 +124,10 @@ bool MakeDirs(const std::string& path) {
 std::string CacheDir() {
   if (!absl::GetFlag(FLAGS_cache_dir).empty()) return absl::GetFlag(FLAGS_cache_dir);
   std::vector<std::string> c;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') c.push_back(absl::StrCat(x, "/herd-bench"));
-  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/') c.push_back(absl::StrCat(h, "/.cache/herd-bench"));
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/')
+    c.push_back(absl::StrCat(x, "/herd-bench"));
+  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/')
+    c.push_back(absl::StrCat(h, "/.cache/herd-bench"));
   if (const char* t = std::getenv("TMPDIR"); t != nullptr && t[0] == '/') c.push_back(absl::StrCat(t, "/herd-bench"));
   c.push_back("/tmp/herd-bench");
   for (const std::string& d : c) {
@@ -280,7 +282,8 @@ bool RunModel(const Shape& shape, GgmlType wt, const std::string& path, Backend&
   const DeviceInfo dev = backend.device();
   const auto& hp = (*m)->hparams();
   const double kv_need = 2.0 * 2 * static_cast<double>(hp.n_layer) * hp.n_embd_k_gqa() * static_cast<double>(ep.n_ctx);
-  if (!dev.host_visible && dev.memory_total > 0 && (*m)->weight_bytes() + kv_need > static_cast<double>(dev.memory_total)) {
+  if (!dev.host_visible && dev.memory_total > 0 &&
+      (*m)->weight_bytes() + kv_need > static_cast<double>(dev.memory_total)) {
     PrintSkip(row, absl::StrFormat("skipped: weights + KV cache need %.1f GiB, the device has %.1f GiB",
                                    ((*m)->weight_bytes() + kv_need) / kGiB, dev.memory_total / kGiB));
     return true;
@@ -482,21 +485,24 @@ int Main() {
     std::string why;
     refs.copy_gbps = CopyBandwidth(backend, bytes, &why);
     if (refs.copy_gbps > 0) {
-      std::printf("copy BW: %.0f GB/s (Backend::CopyTensor of %zu MiB in the device's memory: bytes read + "
-                  "written per second, best of 10)\n",
-                  refs.copy_gbps, bytes >> 20);
+      std::printf(
+          "copy BW: %.0f GB/s (Backend::CopyTensor of %zu MiB in the device's memory: bytes read + "
+          "written per second, best of 10)\n",
+          refs.copy_gbps, bytes >> 20);
     } else {
       std::printf("copy BW: not measured (%s)\n", why.c_str());
     }
   }
   if (refs.peak_gbps > 0) {
-    std::printf("peak: %.0f GB/s (--peak_gbps; the default 4500 is the H200's measured streaming-read "
-                "bandwidth, 4.50 TB/s, issue #16)\n",
-                refs.peak_gbps);
+    std::printf(
+        "peak: %.0f GB/s (--peak_gbps; the default 4500 is the H200's measured streaming-read "
+        "bandwidth, 4.50 TB/s, issue #16)\n",
+        refs.peak_gbps);
   }
   std::printf("decode GB/s = (bytes of weights read per step + K/V bytes of the cells attended) x steps/s\n\n");
-  std::printf("| model | type | GiB | test | t/s | GB/s | %% of copy BW | %% of peak |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| model | type | GiB | test | t/s | GB/s | %% of copy BW | %% of peak |\n"
+      "|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
 
   Budget budget;

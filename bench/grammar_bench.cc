@@ -138,8 +138,8 @@ double Mean(const std::vector<double>& v) {
 // continues the document. Times the whole-vocabulary mask at every step, cold (a fresh
 // CheckTokens) into *cold and through `cache` into *cached.
 bool Trajectory(const std::shared_ptr<const grammar::Grammar>& g, const grammar::TokenPieces& pieces,
-                const std::string& doc, grammar::MaskCache* cache, std::vector<int32_t>* ids,
-                std::vector<double>* cold, std::vector<double>* cached, std::vector<double>* accept) {
+                const std::string& doc, grammar::MaskCache* cache, std::vector<int32_t>* ids, std::vector<double>* cold,
+                std::vector<double>* cached, std::vector<double>* accept) {
   auto m = grammar::Matcher::Create(g);
   if (!m.ok()) return false;
   const int32_t n = pieces.n_tokens();
@@ -206,13 +206,15 @@ std::map<std::string, std::vector<double>> ReadPeer(const std::string& path) {
   return out;
 }
 
-int MaskCost(const std::shared_ptr<const grammar::TokenPieces>& pieces_ptr, int docs, const std::string& dump, const std::string& peer_path) {
+int MaskCost(const std::shared_ptr<const grammar::TokenPieces>& pieces_ptr, int docs, const std::string& dump,
+             const std::string& peer_path) {
   const grammar::TokenPieces& pieces = *pieces_ptr;
   const auto peer = peer_path.empty() ? std::map<std::string, std::vector<double>>{} : ReadPeer(peer_path);
   std::printf("## Whole-vocabulary mask per token (%d tokens; µs)\n\n", pieces.n_tokens());
-  std::printf("| schema | GBNF bytes | compile ms | tokens | cold p50 | cold p99 | cold mean | cached p50 | cached p99 "
-              "| cached mean | accept p50 |%s\n",
-              peer.empty() ? "" : " llama.cpp p50 | llama.cpp p99 | llama.cpp mean | ratio mean (llama.cpp/herd cold) |");
+  std::printf(
+      "| schema | GBNF bytes | compile ms | tokens | cold p50 | cold p99 | cold mean | cached p50 | cached p99 "
+      "| cached mean | accept p50 |%s\n",
+      peer.empty() ? "" : " llama.cpp p50 | llama.cpp p99 | llama.cpp mean | ratio mean (llama.cpp/herd cold) |");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s\n", peer.empty() ? "" : "---|---|---|---|");
   for (const Case& c : kCases) {
     auto t0 = Clock::now();
@@ -276,8 +278,8 @@ int MaskCost(const std::shared_ptr<const grammar::TokenPieces>& pieces_ptr, int 
 }
 
 // Part 2: a decode step of `batch` sequences vs the grammar samplers' time per step.
-int DecodeShare(const std::shared_ptr<const grammar::TokenPieces>& pieces, const std::string& model_path,
-                int batch, int threads, int steps) {
+int DecodeShare(const std::shared_ptr<const grammar::TokenPieces>& pieces, const std::string& model_path, int batch,
+                int threads, int steps) {
   auto m = model::Model::Load(model_path);
   if (!m.ok()) {
     std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
@@ -294,9 +296,10 @@ int DecodeShare(const std::shared_ptr<const grammar::TokenPieces>& pieces, const
   const int32_t n_vocab = static_cast<int32_t>((*e)->n_vocab());
   std::printf("\n## Decode step at B=%d (llama-110m Q4_0 random weights, %d threads), %d steps\n\n", batch, threads,
               steps);
-  std::printf("| sampling (temperature 1, top_k 40) | decode ms/step | sampling ms/step (%d sequences) | sampling / "
-              "decode | grammar cost / decode |\n",
-              batch);
+  std::printf(
+      "| sampling (temperature 1, top_k 40) | decode ms/step | sampling ms/step (%d sequences) | sampling / "
+      "decode | grammar cost / decode |\n",
+      batch);
   std::printf("|---|---|---|---|---|\n");
   struct Mode {
     std::string schema;
@@ -368,8 +371,8 @@ int DecodeShare(const std::shared_ptr<const grammar::TokenPieces>& pieces, const
     }
     const std::string label = mode.schema.empty() ? std::string("unconstrained")
                               : mode.follow       ? mode.schema + ", model follows the schema (herd worker)"
-                              : mode.worker       ? mode.schema + ", random model (herd worker: mask cache + top-k search)"
-                                                  : mode.schema + ", random model (whole-vocabulary mask, llama.cpp's path)";
+                              : mode.worker ? mode.schema + ", random model (herd worker: mask cache + top-k search)"
+                                            : mode.schema + ", random model (whole-vocabulary mask, llama.cpp's path)";
     const double sample_ms = sample_us / steps / 1000, decode_ms = decode_us / steps / 1000;
     if (mode.schema.empty()) plain_sample_ms = sample_ms;
     std::printf("| %s | %.2f | %.2f | %.1f%% | %.1f%% |\n", label.c_str(), decode_ms, sample_ms,
@@ -389,16 +392,24 @@ int main(int argc, char** argv) {
   std::string dump, peer;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--docs") docs = std::atoi(v.c_str());
-    else if (k == "--batch") batch = std::atoi(v.c_str());
-    else if (k == "--threads") threads = std::atoi(v.c_str());
-    else if (k == "--steps") steps = std::atoi(v.c_str());
-    else if (k == "--dump") dump = v;
-    else if (k == "--peer") peer = v;
-    else if (k == "--decode") decode = v != "0";
+    if (k == "--docs")
+      docs = std::atoi(v.c_str());
+    else if (k == "--batch")
+      batch = std::atoi(v.c_str());
+    else if (k == "--threads")
+      threads = std::atoi(v.c_str());
+    else if (k == "--steps")
+      steps = std::atoi(v.c_str());
+    else if (k == "--dump")
+      dump = v;
+    else if (k == "--peer")
+      peer = v;
+    else if (k == "--decode")
+      decode = v != "0";
     else {
-      std::fprintf(stderr, "usage: grammar_bench [--docs 4] [--batch 16] [--threads 2] [--steps 48] [--dump DIR] "
-                           "[--peer FILE] [--decode 1|0]\n");
+      std::fprintf(stderr,
+                   "usage: grammar_bench [--docs 4] [--batch 16] [--threads 2] [--steps 48] [--dump DIR] "
+                   "[--peer FILE] [--decode 1|0]\n");
       return 2;
     }
   }
@@ -419,8 +430,8 @@ int main(int argc, char** argv) {
   if (int rc = MaskCost(pieces, docs, dump, peer); rc != 0) return rc;
   if (!decode) return 0;
   bool reused = false;
-  auto path = bench::CachedModel(*bench::FindShape("llama-110m"), GgmlType::Q4_0, bench::DefaultCacheDir(),
-                                 vocab_path, &reused);
+  auto path = bench::CachedModel(*bench::FindShape("llama-110m"), GgmlType::Q4_0, bench::DefaultCacheDir(), vocab_path,
+                                 &reused);
   if (!path.ok()) {
     std::fprintf(stderr, "%s\n", path.status().ToString().c_str());
     return 1;

@@ -12,6 +12,7 @@
 // split over a ThreadPool like the CPU backend does -> GB/s and mat-vec-only tokens/s.
 // MemReadAvx2 / FmaPeak: the machine's DRAM read bandwidth and one core's F32 FMA peak.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,8 +22,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <immintrin.h>
 
 #include "libs/base/cpu_features.h"
 #include "libs/base/thread_pool.h"
@@ -248,7 +247,8 @@ void BM_AttnDecodeF16(benchmark::State& state, bool fused) {
   std::vector<float> slope(kHeads, 1.0f), scores(kHeads * kVisible), out(kHeads * kHd);
   std::vector<uint16_t> vkq(kHeads * kHd);
   static const VecDotFn avx2_dot = GetVecDot(GgmlType::F16, Isa::kAvx2);
-  const VecDotFn dot = fused ? avx2_dot : +[](int64_t n, float* s, const void* x, const void* y) { avx2_dot(n, s, x, y); };
+  const VecDotFn dot =
+      fused ? avx2_dot : +[](int64_t n, float* s, const void* x, const void* y) { avx2_dot(n, s, x, y); };
   for (auto _ : state) {
     for (int64_t t = 0; t < kTokens; ++t) {
       FlashAttnF16Token a;
@@ -272,8 +272,8 @@ void BM_AttnDecodeF16(benchmark::State& state, bool fused) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * kTokens * kVisible * stride * 2 / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kTokens * kVisible * stride * 2 / 1e9, benchmark::Counter::kIsRate);
 }
 
 void BM_MemReadAvx2(benchmark::State& state, int threads) {
@@ -333,8 +333,8 @@ void BM_FmaPeak(benchmark::State& state) {
   volatile float mul = 0.999999f, add = 1e-6f;
   for (auto _ : state) sink += FmaChains(kIters, mul, add);
   benchmark::DoNotOptimize(sink);
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * kIters * 12 * 16 / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kIters * 12 * 16 / 1e9, benchmark::Counter::kIsRate);
 }
 
 struct ModelMat {
@@ -375,8 +375,8 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads,
     is_packed.push_back(p);
     if (p) {
       Buffer b(PackedWeightBytes(mm.type, mm.k, mm.m, isa));
-      PackWeights(mm.type, mm.k, mm.m, w.copies[0].data(), w.row_bytes, b.data(), 0,
-                  (mm.m + kPackRows - 1) / kPackRows, isa);
+      PackWeights(mm.type, mm.k, mm.m, w.copies[0].data(), w.row_bytes, b.data(), 0, (mm.m + kPackRows - 1) / kPackRows,
+                  isa);
       ws.push_back(std::move(b));
       as.push_back(MakeActivations(PackedActType(mm.type, isa), 1, mm.k));
     } else {
@@ -495,8 +495,12 @@ int Register() {
   const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
   benchmark::RegisterBenchmark("MemRead/threads:1", BM_MemRead, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("MemRead/threads:2", BM_MemRead, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("MemReadAvx2/threads:1", BM_MemReadAvx2, 1)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("MemReadAvx2/threads:2", BM_MemReadAvx2, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("MemReadAvx2/threads:1", BM_MemReadAvx2, 1)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("MemReadAvx2/threads:2", BM_MemReadAvx2, 2)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("FmaPeak/avx2", BM_FmaPeak)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("AttnDecodeF16/fused", BM_AttnDecodeF16, true)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("AttnDecodeF16/generic", BM_AttnDecodeF16, false)->Unit(benchmark::kMicrosecond);
@@ -514,11 +518,13 @@ int Register() {
             ->Unit(benchmark::kMicrosecond);
       }
       {  // weights in L2: kernel speed without DRAM
-        benchmark::RegisterBenchmark(("DecodeHot/" + name).c_str(), BM_MulMat, t, isa, int64_t{1}, 1, true, kK, int64_t{0}, false)
+        benchmark::RegisterBenchmark(("DecodeHot/" + name).c_str(), BM_MulMat, t, isa, int64_t{1}, 1, true, kK,
+                                     int64_t{0}, false)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
-      benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1, false, kK, int64_t{0}, false)
+      benchmark::RegisterBenchmark(("Prompt128/" + name).c_str(), BM_MulMat, t, isa, int64_t{128}, 1, false, kK,
+                                   int64_t{0}, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
       // llama-110m's shapes (k x m): ffn_up/gate 768 x 2048, ffn_down 2048 x 768; tinyllama's

@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
   std::string cache_dir;
   const char* usage =
       "usage: llama_bench [--model llama-110m|tinyllama-1.1b] [--types f16,q8_0,q4_0] [--threads 1,2]\n"
-      "         [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda] [--pin 1|0] [--ggml_order 0|1] [--cache_dir DIR]\n"
+      "         [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda] [--pin 1|0] [--ggml_order 0|1] "
+      "[--cache_dir DIR]\n"
       "  (--flag value or --flag=value)\n";
   // --flag value or --flag=value; anything else is an error (a typo must not run the defaults).
   for (int i = 1; i < argc; ++i) {
@@ -205,8 +206,8 @@ int main(int argc, char** argv) {
     // and llama.cpp's llama-bench loads the same file for a same-run comparison.
     std::string path;
     const std::string shared = SharedDir();
-    const std::string vocab = (shared.empty() ? std::string("../shared") : shared) +
-                              "/models/vocab/ggml-vocab-llama-spm.gguf";
+    const std::string vocab =
+        (shared.empty() ? std::string("../shared") : shared) + "/models/vocab/ggml-vocab-llama-spm.gguf";
     if (std::ifstream(vocab).good()) {
       bool reused = false;
       absl::StatusOr<std::string> p =

@@ -89,11 +89,13 @@ ABSL_FLAG(int64_t, ctx, 16384, "KV cells per worker (herd up -c)");
 ABSL_FLAG(std::string, cache_dir, "",
           "where the model GGUF is written once and reused (default $XDG_CACHE_HOME/herd-bench, "
           "~/.cache/herd-bench, or /tmp/herd-bench)");
-ABSL_FLAG(std::string, vocab, "", "GGUF whose tokenizer the model gets (default SHARED/models/vocab/ggml-vocab-llama-spm.gguf)");
+ABSL_FLAG(std::string, vocab, "",
+          "GGUF whose tokenizer the model gets (default SHARED/models/vocab/ggml-vocab-llama-spm.gguf)");
 ABSL_FLAG(std::string, reference, "",
           "markdown with the llama-server figures (default SHARED/reference/perf/llamacpp-avx2.md; SHARED = "
           "$HERD_SHARED or ../shared)");
-ABSL_FLAG(std::string, server, "", "HOST:PORT of a running OpenAI-compatible server to measure instead of a new cluster");
+ABSL_FLAG(std::string, server, "",
+          "HOST:PORT of a running OpenAI-compatible server to measure instead of a new cluster");
 ABSL_FLAG(std::string, server_model, "", "model name to request with --server (default: the model's file name)");
 ABSL_FLAG(int, timeout_s, 600, "per-request limit in seconds (no byte for this long, or the whole request)");
 ABSL_FLAG(bool, verbose, false, "forward the services' logs to stderr");
@@ -118,13 +120,13 @@ std::string LoadAverage() {
 // ---- prompts ----
 
 const char* const kWords[] = {
-    "the",    "a",      "small",  "river",  "runs",   "through", "green",   "valley", "where",   "old",
-    "trees",  "grow",   "near",   "stone",  "bridge", "and",     "children", "play",   "every",   "summer",
-    "day",    "while",  "their",  "parents", "work",  "in",      "fields",  "of",     "wheat",   "corn",
-    "under",  "bright", "blue",   "sky",    "birds",  "sing",    "songs",   "about",  "distant", "mountains",
-    "snow",   "falls",  "winter", "people", "gather", "around",  "warm",    "fires",  "tell",    "stories",
-    "long",   "ago",    "brave",  "knight", "rode",   "across",  "land",    "to",     "find",    "lost",
-    "city",   "gold",   "silver", "light",  "dark",   "forest",  "quiet",   "morning", "evening", "rain",
+    "the",   "a",      "small",  "river",   "runs",   "through", "green",    "valley",  "where",   "old",
+    "trees", "grow",   "near",   "stone",   "bridge", "and",     "children", "play",    "every",   "summer",
+    "day",   "while",  "their",  "parents", "work",   "in",      "fields",   "of",      "wheat",   "corn",
+    "under", "bright", "blue",   "sky",     "birds",  "sing",    "songs",    "about",   "distant", "mountains",
+    "snow",  "falls",  "winter", "people",  "gather", "around",  "warm",     "fires",   "tell",    "stories",
+    "long",  "ago",    "brave",  "knight",  "rode",   "across",  "land",     "to",      "find",    "lost",
+    "city",  "gold",   "silver", "light",   "dark",   "forest",  "quiet",    "morning", "evening", "rain",
 };
 constexpr size_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
 
@@ -306,8 +308,8 @@ RequestResult StreamCompletion(const Target& t, const std::string& body, int max
   } else if (!have_usage) {
     r.error = "no usage in the last chunk";
   } else if (r.completion_tokens != max_tokens) {
-    r.error = absl::StrCat(r.completion_tokens, " tokens generated, not max_tokens ", max_tokens,
-                           " (finish_reason ", finish_reason.empty() ? "none" : finish_reason, ")");
+    r.error = absl::StrCat(r.completion_tokens, " tokens generated, not max_tokens ", max_tokens, " (finish_reason ",
+                           finish_reason.empty() ? "none" : finish_reason, ")");
   }
   return r;
 }
@@ -319,8 +321,8 @@ struct Level {
   int64_t prompt_tokens = 0;  // summed
   int64_t cached_tokens = 0;  // summed
   double ttft_p90_ms = 0;
-  std::vector<int> tenant;    // per request (--tenants)
-  std::string error;          // the first failed request's
+  std::vector<int> tenant;  // per request (--tenants)
+  std::string error;        // the first failed request's
 };
 
 // Tenant t's shared prefix (--tenants): --prefix_words words of its own.
@@ -342,13 +344,13 @@ Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atom
       out.tenant.push_back(static_cast<int>(pick() % static_cast<uint32_t>(tenants)));
       own = TenantPrefix(out.tenant.back()) + " ";
     }
-    const json j = {{"model", t.model},
-                    {"prompt", own + Words(absl::GetFlag(FLAGS_prompt_words),
-                                           static_cast<uint32_t>(first_request_id + i))},
-                    {"max_tokens", max_tokens},
-                    {"temperature", 0},
-                    {"stream", true},
-                    {"ignore_eos", true}};
+    const json j = {
+        {"model", t.model},
+        {"prompt", own + Words(absl::GetFlag(FLAGS_prompt_words), static_cast<uint32_t>(first_request_id + i))},
+        {"max_tokens", max_tokens},
+        {"temperature", 0},
+        {"stream", true},
+        {"ignore_eos", true}};
     bodies.push_back(j.dump());
   }
   std::vector<RequestResult> results(static_cast<size_t>(n_requests));
@@ -446,7 +448,8 @@ std::string CacheDir() {
 absl::Status PrepareModel(const std::string& shared, std::string* models_dir, std::string* name) {
   const Shape* shape = FindShape(absl::GetFlag(FLAGS_model));
   if (shape == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("--model ", absl::GetFlag(FLAGS_model), ": not one of ", ShapeNames()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model ", absl::GetFlag(FLAGS_model), ": not one of ", ShapeNames()));
   }
   GgmlType wt;
   const std::string type = absl::AsciiStrToLower(absl::GetFlag(FLAGS_type));
@@ -516,8 +519,8 @@ int ClusterMain(const std::vector<int>& levels) {
       cluster.Stop();
       return Fail(absl::StrCat("cluster did not start: ", st.message()));
     }
-    setup = absl::StrCat(o.workers_per_model, " workers x -t ", o.threads_per_worker, ", --max-seqs ",
-                         o.max_sequences, ", -c ", o.n_ctx);
+    setup = absl::StrCat(o.workers_per_model, " workers x -t ", o.threads_per_worker, ", --max-seqs ", o.max_sequences,
+                         ", -c ", o.n_ctx);
     const Target target = TargetOf(cluster.gateway_http_addr(), model);
     const Target metrics = TargetOf(cluster.gateway_metrics_addr(), model);
     // Tokens of each tenant's prefix with BOS: what a request can reuse once its tenant's
@@ -533,8 +536,8 @@ int ClusterMain(const std::vector<int>& levels) {
       prefix_tokens[static_cast<size_t>(t)] = static_cast<int64_t>(json::parse(*r)["tokens"].size());
     }
     {
-      const json j = {{"model", model}, {"prompt", Words(8, 1)}, {"max_tokens", 4}, {"temperature", 0},
-                      {"stream", true}, {"ignore_eos", true}};
+      const json j = {{"model", model},   {"prompt", Words(8, 1)}, {"max_tokens", 4},
+                      {"temperature", 0}, {"stream", true},        {"ignore_eos", true}};
       RequestResult r = StreamCompletion(target, j.dump(), 4, absl::GetFlag(FLAGS_timeout_s));
       if (!r.error.empty()) {
         cluster.Stop();
@@ -598,13 +601,15 @@ int ClusterMain(const std::vector<int>& levels) {
     }
     cluster.Stop();
   }
-  std::printf("## serve_bench cluster mode: %s %s, %s; %d tenants x %d-word prefix + %d own words, max_tokens %d, "
-              "%d x C requests per level\n\n",
-              absl::GetFlag(FLAGS_model).c_str(), absl::AsciiStrToUpper(absl::GetFlag(FLAGS_type)).c_str(),
-              setup.c_str(), tenants, absl::GetFlag(FLAGS_prefix_words), absl::GetFlag(FLAGS_prompt_words),
-              absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_requests_per_client));
-  std::printf("| route policy | C | requests | tok/s | TTFT p50 ms | TTFT p90 ms | prefix hit rate | ideal | of ideal | "
-              "sessions per worker | max / mean |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "## serve_bench cluster mode: %s %s, %s; %d tenants x %d-word prefix + %d own words, max_tokens %d, "
+      "%d x C requests per level\n\n",
+      absl::GetFlag(FLAGS_model).c_str(), absl::AsciiStrToUpper(absl::GetFlag(FLAGS_type)).c_str(), setup.c_str(),
+      tenants, absl::GetFlag(FLAGS_prefix_words), absl::GetFlag(FLAGS_prompt_words), absl::GetFlag(FLAGS_max_tokens),
+      absl::GetFlag(FLAGS_requests_per_client));
+  std::printf(
+      "| route policy | C | requests | tok/s | TTFT p50 ms | TTFT p90 ms | prefix hit rate | ideal | of ideal | "
+      "sessions per worker | max / mean |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf("| %s | %d | %d | %.1f | %.0f | %.0f | %.3f | %.3f | %.0f%% | %s | %.2f |\n", r.policy.c_str(), r.c,
                 r.requests, r.tok_s, r.ttft_p50, r.ttft_p90, r.hit, r.ideal, r.ideal > 0 ? 100 * r.hit / r.ideal : 0,
@@ -625,8 +630,9 @@ int Main() {
   }
   if (levels.empty() || absl::GetFlag(FLAGS_requests_per_client) < 1 || absl::GetFlag(FLAGS_max_tokens) < 2 ||
       absl::GetFlag(FLAGS_prompt_words) < 1 || absl::GetFlag(FLAGS_rounds) < 1) {
-    std::fprintf(stderr, "serve_bench: need --concurrency levels, --requests_per_client >= 1, --max_tokens >= 2, "
-                         "--prompt_words >= 1, --rounds >= 1\n");
+    std::fprintf(stderr,
+                 "serve_bench: need --concurrency levels, --requests_per_client >= 1, --max_tokens >= 2, "
+                 "--prompt_words >= 1, --rounds >= 1\n");
     return 2;
   }
   if (absl::GetFlag(FLAGS_tenants) > 0) {
@@ -671,7 +677,7 @@ int Main() {
     o.max_sequences = max_seqs;
     o.extra_worker_flags = {"--kv_type=f16"};  // herd up's default -ctk
     for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) o.extra_worker_flags.push_back(f);
-    o.restart = false;                         // a crash is an error here, not a restart
+    o.restart = false;  // a crash is an error here, not a restart
     o.quiet = !absl::GetFlag(FLAGS_verbose);
     std::fprintf(stderr, "serve_bench: starting loader, %d worker(s) (-t %d, --max-seqs %d, -c %lld), gateway\n",
                  o.workers_per_model, o.threads_per_worker, o.max_sequences, static_cast<long long>(o.n_ctx));
@@ -696,8 +702,8 @@ int Main() {
 
   // Warm-up (not measured): the first request pages the weights in.
   {
-    const json j = {{"model", target.model}, {"prompt", Words(8, 1)}, {"max_tokens", 4}, {"temperature", 0},
-                    {"stream", true},        {"ignore_eos", true}};
+    const json j = {{"model", target.model}, {"prompt", Words(8, 1)}, {"max_tokens", 4},
+                    {"temperature", 0},      {"stream", true},        {"ignore_eos", true}};
     RequestResult r = StreamCompletion(target, j.dump(), 4, absl::GetFlag(FLAGS_timeout_s));
     if (!r.error.empty()) {
       stop();
@@ -734,9 +740,8 @@ int Main() {
                  c, static_cast<long long>(r.tokens), r.seconds, r.tok_s, r.ttft_p50_ms, r.itl_p50_ms,
                  static_cast<double>(l.prompt_tokens) / r.requests);
     notes.push_back(absl::StrCat("C=", c, n_rounds > 1 ? absl::StrCat(" round ", round) : "", ": ",
-                                 absl::StrFormat("%.1f", r.tok_s), " tok/s, load ", load_before, " -> ",
-                                 LoadAverage(), ", ",
-                                 absl::StrFormat("%.1f", static_cast<double>(l.prompt_tokens) / r.requests),
+                                 absl::StrFormat("%.1f", r.tok_s), " tok/s, load ", load_before, " -> ", LoadAverage(),
+                                 ", ", absl::StrFormat("%.1f", static_cast<double>(l.prompt_tokens) / r.requests),
                                  " prompt tokens/request"));
     rounds_of[order[step]].push_back(r);
   }
@@ -748,20 +753,20 @@ int Main() {
     results.push_back(*m);
   }
 
-  const std::string what = absl::GetFlag(FLAGS_server).empty()
-                               ? absl::StrCat(absl::GetFlag(FLAGS_model), " ",
-                                              absl::AsciiStrToUpper(absl::GetFlag(FLAGS_type)))
-                               : absl::StrCat("model '", target.model, "'");
-  const std::string prefix =
-      absl::GetFlag(FLAGS_shared_prefix) ? absl::StrCat(", shared prefix of ", absl::GetFlag(FLAGS_prefix_words), " words")
-                                         : "";
+  const std::string what =
+      absl::GetFlag(FLAGS_server).empty()
+          ? absl::StrCat(absl::GetFlag(FLAGS_model), " ", absl::AsciiStrToUpper(absl::GetFlag(FLAGS_type)))
+          : absl::StrCat("model '", target.model, "'");
+  const std::string prefix = absl::GetFlag(FLAGS_shared_prefix)
+                                 ? absl::StrCat(", shared prefix of ", absl::GetFlag(FLAGS_prefix_words), " words")
+                                 : "";
   std::printf("## serve_bench: %s%s, %s\n\n", what.c_str(), prefix.c_str(), setup.c_str());
-  std::printf("streaming POST /v1/completions, %d-word prompts, max_tokens %d, temperature 0, ignore_eos, %d x C "
-              "requests per level%s; llama-server figures: %s\n\n",
-              absl::GetFlag(FLAGS_prompt_words), absl::GetFlag(FLAGS_max_tokens),
-              absl::GetFlag(FLAGS_requests_per_client),
-              n_rounds > 1 ? absl::StrCat(" in each of ", n_rounds, " rounds (medians)").c_str() : "",
-              ref_path.empty() ? "none" : ref_path.c_str());
+  std::printf(
+      "streaming POST /v1/completions, %d-word prompts, max_tokens %d, temperature 0, ignore_eos, %d x C "
+      "requests per level%s; llama-server figures: %s\n\n",
+      absl::GetFlag(FLAGS_prompt_words), absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_requests_per_client),
+      n_rounds > 1 ? absl::StrCat(" in each of ", n_rounds, " rounds (medians)").c_str() : "",
+      ref_path.empty() ? "none" : ref_path.c_str());
   std::fputs(FormatTable(results, ref).c_str(), stdout);
   std::printf("\n%s\n", absl::StrJoin(notes, "; ").c_str());
   return 0;

@@ -198,8 +198,8 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-LevelResult Summarize(int concurrency, int requests, int64_t tokens, double seconds,
-                      const std::vector<double>& ttft_ms, const std::vector<double>& itl_ms) {
+LevelResult Summarize(int concurrency, int requests, int64_t tokens, double seconds, const std::vector<double>& ttft_ms,
+                      const std::vector<double>& itl_ms) {
   LevelResult r;
   r.concurrency = concurrency;
   r.requests = requests;
@@ -220,8 +220,8 @@ absl::StatusOr<LevelResult> MedianOfRounds(const std::vector<LevelResult>& round
   std::vector<double> tok_s, ttft50, ttft99, itl50, itl99;
   for (const LevelResult& l : rounds) {
     if (l.concurrency != r.concurrency) {
-      return absl::InvalidArgumentError(absl::StrCat("MedianOfRounds: rounds of concurrency ", r.concurrency,
-                                                     " and ", l.concurrency));
+      return absl::InvalidArgumentError(
+          absl::StrCat("MedianOfRounds: rounds of concurrency ", r.concurrency, " and ", l.concurrency));
     }
     r.requests += l.requests;
     r.tokens += l.tokens;
@@ -341,9 +341,9 @@ std::string FormatTable(const std::vector<LevelResult>& levels, const std::map<i
   for (const LevelResult& l : levels) {
     const auto it = ref.find(l.concurrency);
     const ServingRef r = it == ref.end() ? ServingRef() : it->second;
-    absl::StrAppend(&out, "| ", l.concurrency, " | ", l.requests, " | ", Num(l.tok_s), " | ",
-                    Num(r.tok_s), " | ", Ratio(l.tok_s, r.tok_s), " | ", Ms(l.ttft_p50_ms, false), " | ",
-                    Ms(r.ttft_p50_ms, false), " | ", Ratio(l.ttft_p50_ms, r.ttft_p50_ms), " | ", Ms(l.ttft_p99_ms, false), " |");
+    absl::StrAppend(&out, "| ", l.concurrency, " | ", l.requests, " | ", Num(l.tok_s), " | ", Num(r.tok_s), " | ",
+                    Ratio(l.tok_s, r.tok_s), " | ", Ms(l.ttft_p50_ms, false), " | ", Ms(r.ttft_p50_ms, false), " | ",
+                    Ratio(l.ttft_p50_ms, r.ttft_p50_ms), " | ", Ms(l.ttft_p99_ms, false), " |");
     if (ref_p99) absl::StrAppend(&out, " ", Ms(r.ttft_p99_ms, false), " |");
     absl::StrAppend(&out, " ", Ms(l.itl_p50_ms, true), " | ", Ms(l.itl_p99_ms, true), " |");
     if (ref_itl) absl::StrAppend(&out, " ", Ms(r.itl_p50_ms, true), " | ", Ms(r.itl_p99_ms, true), " |");

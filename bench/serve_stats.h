@@ -104,8 +104,8 @@ struct LevelResult {
 };
 
 /// Summarizes one level: per-request TTFTs and all inter-token gaps (ms).
-LevelResult Summarize(int concurrency, int requests, int64_t tokens, double seconds,
-                      const std::vector<double>& ttft_ms, const std::vector<double>& itl_ms);
+LevelResult Summarize(int concurrency, int requests, int64_t tokens, double seconds, const std::vector<double>& ttft_ms,
+                      const std::vector<double>& itl_ms);
 
 /// One level measured in several rounds: requests, tokens and seconds summed; tok/s,
 /// TTFT p50/p99 and ITL p50/p99 each the median (nearest rank) of the rounds' values, so

@@ -24,7 +24,8 @@ struct Read {
 // Feeds `raw` to a reader in pieces of `step` bytes, then ends the connection.
 Read ReadInPieces(const std::string& raw, size_t step) {
   Read r;
-  r.reader = std::make_unique<HttpResponseReader>([body = r.body](absl::string_view b) { body->append(b.data(), b.size()); });
+  r.reader =
+      std::make_unique<HttpResponseReader>([body = r.body](absl::string_view b) { body->append(b.data(), b.size()); });
   for (size_t i = 0; i < raw.size() && r.status.ok(); i += step) r.status = r.reader->Feed(raw.substr(i, step));
   if (r.status.ok()) r.status = r.reader->Finish();
   return r;

@@ -9,6 +9,8 @@ PKGS=(
   libcpp-httplib-dev libboost1.74-dev libssl-dev openssl nlohmann-json3-dev python3 python3-grpcio python3-yaml python3-jsonschema
   # clang + its runtimes: tools/fuzz.sh (libFuzzer, ASan, UBSan)
   clang-14 libclang-rt-14-dev
+  # tools/test.sh checks the formatting of every C++ file
+  clang-format-14
   # promtool: //k8s:rules_test checks the alerting rules, the *_main_tests every /metrics
   prometheus
   # The Vulkan backend: headers, glslc (tools/glsl.bzl), and lavapipe (Mesa's CPU Vulkan

@@ -6,6 +6,7 @@
 #                                   the e2e cluster test under ThreadSanitizer,
 #                                   tools/tsan.supp for the un-instrumented Debian gRPC/protobuf/abseil)
 #   4. tools/fuzz.sh               (each libFuzzer target of tests/fuzz for $HERD_FUZZ_SECONDS, default 20 s)
+#   5. clang-format-14             (every C++ file as .clang-format formats it; drift fails, naming the files)
 # and ends with one plain line "N passed, N failed" over all of them. Our code builds with
 # -Wall -Wextra -Werror (.bazelrc --per_file_copt; tools/fuzz.sh likewise with clang).
 # Installs missing Debian packages first (tools/setup.sh is idempotent).
@@ -39,6 +40,23 @@ bazel test --config=ci --config=tsan --test_env=HERD_SHARED="$HERD_SHARED" --tes
 rc3=${PIPESTATUS[0]}
 tools/fuzz.sh "${HERD_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
 rc4=${PIPESTATUS[0]}
+# Formatting: counted as one test, //tools:clang_format.
+t0=$SECONDS
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  cxx_files=$(git ls-files '*.cc' '*.h')
+else
+  cxx_files=$(find libs services tools tests bench -name '*.cc' -o -name '*.h')
+fi
+# shellcheck disable=SC2086  # the file list is meant to split
+drift=$(clang-format-14 --dry-run -Werror $cxx_files 2>&1 | grep -E 'error: code should be clang-formatted' |
+  cut -d: -f1 | sort -u)
+if [[ -z "$drift" ]]; then
+  echo "//tools:clang_format                                                    PASSED in $((SECONDS - t0)).0s" | tee -a "$log"
+else
+  echo "//tools:clang_format                                                    FAILED: $(echo "$drift" | wc -l) files differ from .clang-format (clang-format-14 -i FILE):" | tee -a "$log"
+  echo "$drift" | sed 's/^/  /'
+  rc=1
+fi
 (( rc1 != 0 )) && rc=$rc1
 (( rc2 != 0 )) && rc=$rc2
 (( rc3 != 0 )) && rc=$rc3

@@ -54,10 +54,10 @@ class BufferType {
 
 /// One device a backend kind can drive (ggml_backend_dev_props).
 struct DeviceInfo {
-  std::string backend;      // the kind's registry name: "cpu", "vulkan", ...
-  int index = 0;            // --device N within the kind
-  std::string name;         // "CPU", "Vulkan0"
-  std::string description;  // "AMD EPYC ... (avx2)", "llvmpipe (LLVM 15.0.6, 256 bits)"
+  std::string backend;        // the kind's registry name: "cpu", "vulkan", ...
+  int index = 0;              // --device N within the kind
+  std::string name;           // "CPU", "Vulkan0"
+  std::string description;    // "AMD EPYC ... (avx2)", "llvmpipe (LLVM 15.0.6, 256 bits)"
   uint64_t memory_total = 0;  // bytes
   uint64_t memory_free = 0;   // bytes (0 = unknown)
   bool host_visible = false;  // whether its buffers are host memory (base() addressable)
@@ -78,7 +78,9 @@ class Backend {
   /// Whether this backend's compute can read and write tensors held in buffers of
   /// `buft` directly (the CPU: any host buffer; a device: its own memory). The
   /// scheduler copies a tensor into this backend's memory when not.
-  virtual bool CanUseBufferType(const BufferType* buft) const { return buft == const_cast<Backend*>(this)->default_buffer_type(); }
+  virtual bool CanUseBufferType(const BufferType* buft) const {
+    return buft == const_cast<Backend*>(this)->default_buffer_type();
+  }
 
   /// Copies `size` bytes from host memory into tensor `t` at byte `offset`.
   virtual absl::Status SetTensor(Tensor* t, const void* data, size_t offset, size_t size) = 0;

@@ -188,14 +188,13 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
   // loaders duplicate LLM_TENSOR_OUTPUT from TOKEN_EMBD), so it gets a packed copy for that
   // matmul (the largest of a small model's decode: llama-110m Q8_0 tg64 spent 27% of a token
   // in the row-at-a-time kernel over its 26 MB).
-  const bool tied_output = std::none_of(weights.begin(), weights.end(),
-                                        [](const Tensor* t) { return t->name == "output.weight"; });
+  const bool tied_output =
+      std::none_of(weights.begin(), weights.end(), [](const Tensor* t) { return t->name == "output.weight"; });
   for (Tensor* t : weights) {
     const bool embd = t->name.find("embd") != std::string::npos && !(tied_output && t->name == "token_embd.weight");
     if (t->data == nullptr || !cpu::SupportsPacked(t->type, isa_) || t->ne[2] != 1 || t->ne[3] != 1 ||
         t->ne[0] % 32 != 0 || t->ne[1] < cpu::kPackRows || embd ||
-        (ggml_order_ && (t->type == GgmlType::Q8_0 || t->type == GgmlType::Q5_0)) ||
-        PackedFor(t) != nullptr) {
+        (ggml_order_ && (t->type == GgmlType::Q8_0 || t->type == GgmlType::Q5_0)) || PackedFor(t) != nullptr) {
       continue;
     }
     todo.push_back(t);
@@ -669,7 +668,6 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
   });
   return absl::OkStatus();
 }
-
 
 absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   Tensor* q = n->src[0];

@@ -54,10 +54,10 @@ class CpuBackend : public Backend {
   /// GetRows reads) into cpu::PackWeights's 8-row panels, attached as Tensor::extra, so
   /// matmuls of every batch size stream them without per-call repacking (llama.cpp's
   /// CPU_REPACK buffer type). Needs an ISA with packed kernels (cpu::SupportsPacked) and
-  /// `repack`; otherwise nothing. With ggml_order, Q8_0 and Q5_0 weights stay unpacked. The mapped originals are then not read by MulMat. The
-  /// copies of one call share one 2 MiB-aligned allocation advised as transparent huge
-  /// pages, freed when the last of them is dropped (SetTensor drops a tensor's own).
-  /// RESOURCE_EXHAUSTED when the copies cannot be allocated.
+  /// `repack`; otherwise nothing. With ggml_order, Q8_0 and Q5_0 weights stay unpacked. The mapped originals are then
+  /// not read by MulMat. The copies of one call share one 2 MiB-aligned allocation advised as transparent huge pages,
+  /// freed when the last of them is dropped (SetTensor drops a tensor's own). RESOURCE_EXHAUSTED when the copies cannot
+  /// be allocated.
   absl::Status PrepareWeights(const std::vector<Tensor*>& weights) override;
   /// Bytes held by packed weight copies this backend made.
   size_t packed_bytes() const { return packed_bytes_; }

@@ -101,7 +101,8 @@ TEST_P(CpuBackendTest, PreparedWeightsGiveTheScalarReference) {
     EXPECT_EQ(wf32->extra, nullptr);
     // F16 on AVX-512: 16-row slabs (cpu::F16SlabLayout), each output one FMA sum in element order.
     const bool slab = wt == GgmlType::F16 && cpu::F16SlabLayout(backend_.isa());
-    EXPECT_EQ(backend_.packed_bytes() - packed_before, static_cast<size_t>(slab ? (m + 15) / 16 * 16 : (m + 7) / 8 * 8) * rs);
+    EXPECT_EQ(backend_.packed_bytes() - packed_before,
+              static_cast<size_t>(slab ? (m + 15) / 16 * 16 : (m + 7) / 8 * 8) * rs);
     const GgmlType at = cpu::VecDotType(wt);
     const bool floats = wt == GgmlType::F16 || wt == GgmlType::BF16;
     const cpu::VecDotFn ref = cpu::GetVecDot(wt, floats ? Isa::kAvx2 : Isa::kScalar);
@@ -399,8 +400,7 @@ TEST_P(CpuBackendTest, TiledFlashAttnMatchesPlainAttention) {
 // tokens take the one-chunk path (F16 accumulator: F16 tolerance), each computed once.
 TEST_P(CpuBackendTest, FlashAttnOfManySequencesInOneBatch) {
   CheckFlashAttnAgainstPlain(
-      backend_, 600, 100,
-      [](int64_t t, int64_t c) { return c / 75 == t % 8 && c % 75 <= 40 + t / 8; }, 32.0f, 4e-3);
+      backend_, 600, 100, [](int64_t t, int64_t c) { return c / 75 == t % 8 && c % 75 <= 40 + t / 8; }, 32.0f, 4e-3);
 }
 
 // A decode step of 16 streams (one query token each) whose prompts share a system prompt
@@ -412,8 +412,8 @@ TEST_P(CpuBackendTest, FlashAttnOfManySequencesInOneBatch) {
 // the shared path off. F32 K/V never take it.
 TEST_P(CpuBackendTest, SharedPrefixAttentionMatchesPlainAttention) {
   const auto seen = [](int64_t t, int64_t c) {
-    if (c < 200) return c % 9 != 4;                               // the system prompt
-    if (c < 600) return (c - 200) / 100 == t % 4;                 // tenant t % 4's prefix
+    if (c < 200) return c % 9 != 4;                            // the system prompt
+    if (c < 600) return (c - 200) / 100 == t % 4;              // tenant t % 4's prefix
     return c >= 600 + t * 24 && c < 600 + t * 24 + 5 + t % 7;  // the token's own cells
   };
   EXPECT_FALSE(backend_.shared_prefix_attention());  // off by default

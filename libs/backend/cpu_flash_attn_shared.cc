@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+
 #include "libs/backend/cpu_backend.h"
 #include "libs/kernels/cpu/flash_attn_token.h"
 #include "libs/kernels/cpu/kernels.h"
@@ -28,13 +29,11 @@
 namespace herd {
 namespace {
 
-constexpr int64_t kTileKv = 64;     // KV cells per tile of a shared block
-constexpr int64_t kTileRows = 64;   // query rows (tokens x heads of one KV head) per block item
-constexpr int64_t kMinBlock = 32;   // fewer shared cells: the tokens read them on their own
+constexpr int64_t kTileKv = 64;    // KV cells per tile of a shared block
+constexpr int64_t kTileRows = 64;  // query rows (tokens x heads of one KV head) per block item
+constexpr int64_t kMinBlock = 32;  // fewer shared cells: the tokens read them on their own
 
-const float* Row(const Tensor* t, int64_t i1, int64_t i2 = 0) {
-  return reinterpret_cast<const float*>(t->row(i1, i2));
-}
+const float* Row(const Tensor* t, int64_t i1, int64_t i2 = 0) { return reinterpret_cast<const float*>(t->row(i1, i2)); }
 
 // One part of a (token, head)'s attention: max score, weight sum, unnormalized output.
 struct Part {
@@ -58,7 +57,7 @@ struct CpuBackend::SharedAttnPlan {
     size_t slot0 = 0;  // its parts: (slot0 + i) * n_head + h for tokens[i], head h
   };
   std::vector<Block> blocks;
-  std::vector<std::vector<int32_t>> own;  // each token's cells in no block
+  std::vector<std::vector<int32_t>> own;                             // each token's cells in no block
   std::vector<std::vector<std::pair<size_t, size_t>>> token_blocks;  // per token: (block, i)
   size_t n_slots = 0;  // token slots of parts: the tokens' own (0..n_tokens-1), then the blocks'
 };
@@ -69,7 +68,8 @@ void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, CpuBackend::Share
   const int64_t n_kv = plan->n_kv, n_tokens = plan->n_tokens;
   std::vector<std::vector<int32_t>> vis(static_cast<size_t>(n_tokens));
   pool.Run([&](int ith, int nth) {
-    for (int64_t t = ith; t < n_tokens; t += nth) cpu::AppendVisibleCells(Row(mask, t), n_kv, &vis[static_cast<size_t>(t)]);
+    for (int64_t t = ith; t < n_tokens; t += nth)
+      cpu::AppendVisibleCells(Row(mask, t), n_kv, &vis[static_cast<size_t>(t)]);
   });
   // Which tokens see each cell.
   std::vector<uint64_t> seen_by(static_cast<size_t>(n_kv), 0);
@@ -102,7 +102,8 @@ void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, CpuBackend::Share
                               [](const auto& b) { return static_cast<int64_t>(b.cells.size()) < kMinBlock; }),
                blocks.end());
   int64_t saved = 0;  // cell reads the blocks save
-  for (const auto& b : blocks) saved += (__builtin_popcountll(b.tokens_mask) - 1) * static_cast<int64_t>(b.cells.size());
+  for (const auto& b : blocks)
+    saved += (__builtin_popcountll(b.tokens_mask) - 1) * static_cast<int64_t>(b.cells.size());
   plan->use = !blocks.empty() && 4 * saved >= total;
   if (!plan->use) return;
   std::vector<uint8_t> in_block(static_cast<size_t>(n_kv), 0);
@@ -241,8 +242,8 @@ void BlockPart(const AttnArgs& a, const CpuBackend::SharedAttnPlan::Block& bl, i
       for (int64_t j = 0; j < nc; ++j) pr[j] = St[j * rp + r];
       const float* mrow = Row(a.mask, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
       for (int64_t j = 0; j < nc; ++j) s->mtile[static_cast<size_t>(j)] = mrow[bl.cells[static_cast<size_t>(c0 + j)]];
-      const float mx = cpu::ScaleMaskMax(pr, s->mtile.data(), a.scale, s->slope[static_cast<size_t>(r % gqa)], pr, nc,
-                                         a.isa);
+      const float mx =
+          cpu::ScaleMaskMax(pr, s->mtile.data(), a.scale, s->slope[static_cast<size_t>(r % gqa)], pr, nc, a.isa);
       std::fill(pr + nc, pr + kTileKv, ninf);
       if (mx == ninf) {
         std::fill(pr, pr + kTileKv, 0.0f);
@@ -318,8 +319,19 @@ absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
   const size_t n_parts = plan.n_slots * static_cast<size_t>(n_head);
   std::vector<Part> parts(n_parts, Part{-std::numeric_limits<float>::infinity(), 0.0f});
   std::vector<float> part_o(n_parts * static_cast<size_t>(hd), 0.0f);
-  const AttnArgs args{q, k, v, mask, hd, n_head, n_head / n_head_kv, n->f_params[0], n->f_params[1],
-                      isa_, dot, parts.data(), part_o.data()};
+  const AttnArgs args{q,
+                      k,
+                      v,
+                      mask,
+                      hd,
+                      n_head,
+                      n_head / n_head_kv,
+                      n->f_params[0],
+                      n->f_params[1],
+                      isa_,
+                      dot,
+                      parts.data(),
+                      part_o.data()};
 
   // Work: (block, KV head, chunk of its tokens) items, then one item per token with own
   // cells (all its heads); dealt round-robin.

@@ -30,8 +30,7 @@ Registered& Registrations() {
 std::vector<BackendKind> MakeKinds() {
   std::vector<BackendKind> kinds;
   kinds.push_back(BackendKind{
-      "cpu",
-      [] { return std::vector<DeviceInfo>{CpuBackend::HostDevice()}; },
+      "cpu", [] { return std::vector<DeviceInfo>{CpuBackend::HostDevice()}; },
       [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
         if (o.n_threads < 1) return absl::InvalidArgumentError(absl::StrCat("threads ", o.n_threads, " must be >= 1"));
         auto cpu = std::make_unique<CpuBackend>(o.n_threads, BestIsa(), o.repack, o.pin_threads, o.ggml_order);
@@ -118,14 +117,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, 
     const std::vector<DeviceInfo> devs = k.devices();
     if (opts.device < 0 || opts.device >= static_cast<int>(devs.size())) {
       return absl::NotFoundError(absl::StrCat("backend ", name, " has no device ", opts.device,
-                                              " on this machine (this build and machine have: ", DescribeDevices(), ")"));
+                                              " on this machine (this build and machine have: ", DescribeDevices(),
+                                              ")"));
     }
     absl::StatusOr<std::unique_ptr<Backend>> b = k.create(opts);
     if (!b.ok() || name == "cpu") return b;
     std::vector<std::unique_ptr<Backend>> chain;
     chain.push_back(*std::move(b));
-    auto cpu =
-        std::make_unique<CpuBackend>(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads, opts.ggml_order);
+    auto cpu = std::make_unique<CpuBackend>(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads,
+                                            opts.ggml_order);
     cpu->set_shared_prefix_attention(opts.shared_prefix_attention && !opts.ggml_order);
     chain.push_back(std::move(cpu));
     absl::StatusOr<std::unique_ptr<Scheduler>> s = Scheduler::Create(std::move(chain));

@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<std::un
   for (const auto& b : backends) {
     if (b == nullptr) return absl::InvalidArgumentError("scheduler: null backend");
     if (kAlign % b->default_buffer_type()->alignment() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("scheduler: backend ", b->name(), " needs alignment ",
-                                                     b->default_buffer_type()->alignment()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("scheduler: backend ", b->name(), " needs alignment ", b->default_buffer_type()->alignment()));
     }
   }
   if (!backends.back()->default_buffer_type()->is_host()) {
@@ -122,7 +122,7 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
 
   // 1. Assign every compute node to a backend (views: no compute, no backend).
   std::unordered_map<const Tensor*, size_t> where;  // compute node -> backend
-  auto memory_of = [&](Tensor* t) -> size_t {      // backend whose memory holds t
+  auto memory_of = [&](Tensor* t) -> size_t {       // backend whose memory holds t
     Tensor* r = Root(t);
     auto it = where.find(r);
     return it != where.end() ? it->second : OwnerOfTensor(r);
@@ -148,8 +148,7 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
       if (backends_[b]->SupportsOp(*n)) pick = b;
     }
     if (pick == nb) {
-      return absl::UnimplementedError(
-          absl::StrCat("no backend supports ", OpName(n->op), " for node '", n->name, "'"));
+      return absl::UnimplementedError(absl::StrCat("no backend supports ", OpName(n->op), " for node '", n->name, "'"));
     }
     where[n] = pick;
     stats_.nodes_per_backend[pick]++;
@@ -185,17 +184,17 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
         if (s == nullptr) continue;
         Tensor* r = Root(s);
         auto it = where.find(r);
-        const bool other_split = it != where.end() && (it->second != b || std::find(splits[si].nodes.begin(),
-                                                                                    splits[si].nodes.end(), r) ==
-                                                                               splits[si].nodes.end());
+        const bool other_split =
+            it != where.end() && (it->second != b || std::find(splits[si].nodes.begin(), splits[si].nodes.end(), r) ==
+                                                         splits[si].nodes.end());
         if (other_split && !r->is_output) {
           kept.emplace_back(r, r->is_output);
           r->is_output = true;
         }
         const size_t mem = memory_of(s);
         const Buffer* buf = it != where.end() ? nullptr : BufferOf(r);
-        const BufferType* buft = it != where.end() ? backends_[mem]->default_buffer_type()
-                                                   : (buf != nullptr ? buf->type() : nullptr);
+        const BufferType* buft =
+            it != where.end() ? backends_[mem]->default_buffer_type() : (buf != nullptr ? buf->type() : nullptr);
         const bool usable = buft == nullptr ? backends_[b]->CanUseBufferType(backends_[nb - 1]->default_buffer_type())
                                             : backends_[b]->CanUseBufferType(buft);
         if (usable) continue;

@@ -24,7 +24,7 @@ namespace herd {
 /// What the last GraphCompute did (for tests, logs and benchmarks).
 struct SchedStats {
   int n_splits = 0;
-  int n_copies = 0;                   // tensors copied between backends
+  int n_copies = 0;  // tensors copied between backends
   size_t bytes_copied = 0;
   std::vector<int> nodes_per_backend;  // compute nodes (views excluded), in backend order
 };

@@ -28,7 +28,7 @@ struct Net {
   Tensor* cache;  // F32 [12, 8] (rows written by set_rows)
   Tensor* idx;    // I32 [5]
   Tensor* out;
-  Tensor* rows;   // view of the cache after the write
+  Tensor* rows;  // view of the cache after the write
 };
 
 std::unique_ptr<Net> Build() {
@@ -137,8 +137,8 @@ TEST(SchedTest, FallbackToCpuGivesTheCpuResult) {
 
 TEST(SchedTest, EverythingOnTheDeviceNeedsNoCopies) {
   const Data d = MakeData();
-  auto sched = FakeThenCpu({Op::kRmsNorm, Op::kMul, Op::kMulMat, Op::kAdd, Op::kSetRows, Op::kSilu, Op::kScale,
-                            Op::kSoftMax});
+  auto sched =
+      FakeThenCpu({Op::kRmsNorm, Op::kMul, Op::kMulMat, Op::kAdd, Op::kSetRows, Op::kSilu, Op::kScale, Op::kSoftMax});
   auto net = Build();
   auto buf = Upload(*net, d, sched->default_buffer_type(), sched.get());
   ASSERT_TRUE(sched->GraphCompute(net->g).ok());

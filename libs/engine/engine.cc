@@ -15,10 +15,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   if (p.n_ctx == 0) p.n_ctx = std::min<int64_t>(model.hparams().n_ctx_train, 4096);
   const BufferType* weights = model.weights_buffer_type();
   if (weights == nullptr ? !backend->default_buffer_type()->is_host() : !backend->CanUseBufferType(weights)) {
-    return absl::FailedPreconditionError(absl::StrCat("the model's weights are in ",
-                                                      weights == nullptr ? "the file mapping" : weights->name(),
-                                                      ", which backend ", backend->name(),
-                                                      " cannot use: place them first (Model::PlaceWeights)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the model's weights are in ", weights == nullptr ? "the file mapping" : weights->name(),
+                     ", which backend ", backend->name(), " cannot use: place them first (Model::PlaceWeights)"));
   }
   std::unique_ptr<Engine> e(new Engine(model, p, backend));
   auto kv = KvCache::Create(model.hparams(), p.n_ctx, p.kv_type, backend->default_buffer_type());
@@ -142,10 +141,10 @@ absl::Status Engine::DecodeChunk(const Batch& batch, size_t begin, size_t end, b
   in.out_ids = g.NewTensor(GgmlType::I32, {static_cast<int64_t>(out_ids.size())}, "inp_out_ids");
   // The inputs go into the backend's memory like any tensor (ggml_backend_tensor_set).
   const std::pair<Tensor*, const void*> inputs[] = {{in.tokens, batch.tokens.data() + begin},
-                                                     {in.pos, pos.data()},
-                                                     {in.kv_idx, idx->data()},
-                                                     {in.mask, mask.data()},
-                                                     {in.out_ids, out_ids.data()}};
+                                                    {in.pos, pos.data()},
+                                                    {in.kv_idx, idx->data()},
+                                                    {in.mask, mask.data()},
+                                                    {in.out_ids, out_ids.data()}};
   absl::Status s = PlaceInputs(inputs);
   if (!s.ok()) return s;
   Tensor* result = model_.BuildForward(g, in);  // logits, or hidden states with embd

@@ -85,7 +85,7 @@ TEST_F(EngineSchedTest, FakeDeviceWithCpuFallbackEqualsTheCpu) {
   ASSERT_TRUE(dev.ok()) << dev.status();
   EXPECT_FALSE((*dev)->kv().k(0)->buffer->type()->is_host());
 
-  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 273, 411, 260, 413,
+  const std::vector<int32_t> prompt = {1,   403, 407, 261, 378, 432, 273, 411, 260, 413,
                                        357, 447, 259, 296, 378, 4,   354, 306, 311, 414};
   std::vector<float> want, got;
   const std::vector<int32_t> want_ids = Greedy(**ref, prompt, 12, &want);
@@ -102,9 +102,10 @@ TEST_F(EngineSchedTest, FakeDeviceWithCpuFallbackEqualsTheCpu) {
   EXPECT_GT(st.n_splits, 2);
   EXPECT_GT(st.n_copies, 0);
   EXPECT_GT(fake->nodes_computed(), 0);
-  std::printf("fake device + CPU: %d splits, %d copies (%zu bytes) per decode step; nodes %d on the device, %d on "
-              "the CPU\n",
-              st.n_splits, st.n_copies, st.bytes_copied, st.nodes_per_backend[0], st.nodes_per_backend[1]);
+  std::printf(
+      "fake device + CPU: %d splits, %d copies (%zu bytes) per decode step; nodes %d on the device, %d on "
+      "the CPU\n",
+      st.n_splits, st.n_copies, st.bytes_copied, st.nodes_per_backend[0], st.nodes_per_backend[1]);
 
   // Placing the same weights in another backend's memory is refused.
   EXPECT_EQ(dev_model_->PlaceWeights(&cpu).code(), absl::StatusCode::kFailedPrecondition);

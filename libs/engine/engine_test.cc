@@ -168,18 +168,18 @@ TEST_F(EngineTest, PoolKeepsEachSequenceInPositionOrderAndSharesPrefixes) {
   kv.SeqRemove(0, 1, -1);  // a rejected draft token: cell 1 is free again
   auto b = kv.Allocate({0}, {1});
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(*b, std::vector<int32_t>{1});  // the lowest free cell after its last one (0)
+  EXPECT_EQ(*b, std::vector<int32_t>{1});          // the lowest free cell after its last one (0)
   EXPECT_TRUE(kv.SeqCopyKeepsOrder(1, 5, 0, 1));   // sequence 5 has no cells yet
   EXPECT_FALSE(kv.SeqCopyKeepsOrder(0, 1, 0, 1));  // sequence 0's cell 0 is before 1's cell 3
   EXPECT_TRUE(kv.SeqCopyKeepsOrder(1, 0, 0, 2));   // cells 2, 3 after sequence 0's last (1)
-  kv.SeqCopy(1, 5, 0, 1);  // sequence 5 shares sequence 1's position 0 (cell 2)
+  kv.SeqCopy(1, 5, 0, 1);                          // sequence 5 shares sequence 1's position 0 (cell 2)
   EXPECT_EQ(kv.SeqCells(5), 1);
   EXPECT_EQ(kv.used(), 4);
   EXPECT_EQ(kv.CellsOnlyInSeqsFrom(5), 0);  // cell 2 is also sequence 1's
   kv.SeqRemove(1, 0, -1);
-  EXPECT_EQ(kv.used(), 3);                  // cell 2 stays: sequence 5 holds it
+  EXPECT_EQ(kv.used(), 3);  // cell 2 stays: sequence 5 holds it
   EXPECT_EQ(kv.CellsOnlyInSeqsFrom(5), 1);
-  auto c = kv.Allocate({5, 5}, {1, 2});     // after its last cell (2), lowest free first
+  auto c = kv.Allocate({5, 5}, {1, 2});  // after its last cell (2), lowest free first
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(*c, (std::vector<int32_t>{3, 4}));
   std::vector<float> mask(8);

@@ -91,13 +91,13 @@ Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
   if (params_.penalty_last_n < -1) params_.penalty_last_n = 0;
   if (params_.n_probs < 0) params_.n_probs = 0;
   chain_ = DefaultSamplerChain(params_, n_vocab_);
-  const bool penalties = params_.penalty_last_n != 0 &&
-                         !(params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
-                           params_.presence_penalty == 0.0f);  // PenaltiesSampler::Active
-  plain_greedy_ = IsGreedy() && params_.logit_bias.empty() && !penalties && params_.n_probs == 0 &&
-                  params_.grammar.empty();
-  fast_top_k_ = !IsGreedy() && params_.logit_bias.empty() && !penalties && params_.top_k > 0 &&
-                params_.top_k < n_vocab_;
+  const bool penalties =
+      params_.penalty_last_n != 0 && !(params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+                                       params_.presence_penalty == 0.0f);  // PenaltiesSampler::Active
+  plain_greedy_ =
+      IsGreedy() && params_.logit_bias.empty() && !penalties && params_.n_probs == 0 && params_.grammar.empty();
+  fast_top_k_ =
+      !IsGreedy() && params_.logit_bias.empty() && !penalties && params_.top_k > 0 && params_.top_k < n_vocab_;
   if (!chain_.Seed()) seed_cur_ = ResolveSeed(params_.seed);
   if (!params_.grammar.empty()) {
     status_ = absl::FailedPreconditionError("sampler: a grammar needs the vocabulary (use Sampler::Create)");

@@ -232,7 +232,7 @@ class Sampler {
   std::shared_ptr<const grammar::TokenPieces> pieces_;
   std::optional<grammar::Matcher> matcher_;
   std::optional<grammar::Matcher> matcher_start_;  // for Reset()
-  std::shared_ptr<grammar::MaskCache> masks_;        // null without a GrammarCache
+  std::shared_ptr<grammar::MaskCache> masks_;      // null without a GrammarCache
   bool grammar_top_k_search_ = true;
   absl::Status status_;
 };

@@ -157,9 +157,9 @@ struct Core {
   uint64_t next_id = 1;
   std::deque<std::shared_ptr<SeqState>> queue;    // admission order
   std::vector<std::shared_ptr<SeqState>> active;  // admission order
-  std::vector<int32_t> free_ids;   // KV sequence ids of free slots: 0..capacity-1
-  int32_t embed_seq = 0;           // KV sequence id of embedding jobs (= capacity)
-  int32_t cache_base = 0;          // cached prefixes use ids cache_base, cache_base + 1, ...
+  std::vector<int32_t> free_ids;                  // KV sequence ids of free slots: 0..capacity-1
+  int32_t embed_seq = 0;                          // KV sequence id of embedding jobs (= capacity)
+  int32_t cache_base = 0;                         // cached prefixes use ids cache_base, cache_base + 1, ...
   std::vector<CachedPrefix> cached;
   std::vector<int32_t> free_cache_ids;
   int32_t next_cache_id = 0;
@@ -321,7 +321,8 @@ int64_t Core::DecodeDemandLocked() const {
   int64_t n = 0;
   for (const auto& a : active) {
     if (!a->PrefillDone() || a->requests.empty() || a->context_full) continue;
-    n += 1 + std::min<int64_t>(static_cast<int64_t>(a->requests.front().draft.size()), std::max<int64_t>(0, n_batch - 1));
+    n += 1 +
+         std::min<int64_t>(static_cast<int64_t>(a->requests.front().draft.size()), std::max<int64_t>(0, n_batch - 1));
   }
   return n;
 }
@@ -510,8 +511,7 @@ std::vector<Work> Core::PlanLocked() {
   int64_t prefill_used = 0;
   for (const auto& s : active) {
     if (s->PrefillDone() || CatchUpOrWaitLocked(s.get())) continue;
-    const int64_t want =
-        std::min<int64_t>({s->PrefillRemaining(), budget - used, prefill_budget - prefill_used});
+    const int64_t want = std::min<int64_t>({s->PrefillRemaining(), budget - used, prefill_budget - prefill_used});
     (void)EnsureFreeCellsLocked(used + want);  // evicts cached prefixes; never preempts for prefill
     const int64_t chunk = std::min<int64_t>(want, engine->kv().n_free() - used);
     if (chunk <= 0) break;
@@ -635,9 +635,9 @@ void Core::RunEmbedJobs(std::deque<EmbedJob> jobs, int32_t temp_seq) {
   for (EmbedJob& j : jobs) {
     auto r = engine->Embed(j.tokens, j.pooling, temp_seq);
     if (absl::IsResourceExhausted(r.status())) {
-      r = absl::ResourceExhaustedError(
-          absl::StrCat("embedding: the KV cache has too few free cells for ",
-                       j.tokens.size(), " tokens; retry later (", r.status().message(), ")"));
+      r = absl::ResourceExhaustedError(absl::StrCat("embedding: the KV cache has too few free cells for ",
+                                                    j.tokens.size(), " tokens; retry later (", r.status().message(),
+                                                    ")"));
     }
     tokens += j.tokens.size();
     j.done(std::move(r));
@@ -874,8 +874,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
         absl::StrCat("n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "] (0: n_ctx)"));
   }
   if (config.max_prefill_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_prefill_tokens: ", config.max_prefill_tokens, " must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("max_prefill_tokens: ", config.max_prefill_tokens, " must be >= 0"));
   }
   if (config.max_cached_prefixes < 0) {
     return absl::InvalidArgumentError(

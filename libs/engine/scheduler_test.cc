@@ -15,10 +15,10 @@
 
 #include "gtest/gtest.h"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/rejection.h"
 #include "libs/gguf/gguf.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd::engine {
@@ -905,8 +905,8 @@ TEST_F(SchedulerTest, EosEndsPendingStepsUnlessIgnored) {
   // Cells: s2 keeps its prompt and k accepted tokens; seq its prompt and out + 2 tokens
   // but the pending one; s2's first prompt.size() - 1 cells are seq's (a shared prefix).
   EXPECT_EQ(RunningCells((*sched)->Stats()), static_cast<int64_t>(prompt.size() + k) +
-                                                  static_cast<int64_t>(prompt.size() + out.size() + 2 - 1) -
-                                                  static_cast<int64_t>(prompt.size() - 1));
+                                                 static_cast<int64_t>(prompt.size() + out.size() + 2 - 1) -
+                                                 static_cast<int64_t>(prompt.size() - 1));
   s2->reset();
 
   // ignore_eos: never flagged.

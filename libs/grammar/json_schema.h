@@ -10,8 +10,8 @@
 // llama.cpp), $ref to #/definitions/... and #/$defs/..., string minLength / maxLength,
 // string format date / time / date-time / uuid / email (a dot-atom local part @ a DNS
 // name with a letters-only top-level domain: no quoted local parts, IP literals or
-// non-ASCII addresses), {} and true (llama.cpp: an object for {}, any value for true). Whitespace between tokens follows llama.cpp's
-// `space ::= | " " | "\n"{1,2} [ \t]{0,20}`.
+// non-ASCII addresses), {} and true (llama.cpp: an object for {}, any value for true). Whitespace between tokens
+// follows llama.cpp's `space ::= | " " | "\n"{1,2} [ \t]{0,20}`.
 //
 // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers; integer or not; the
 // stricter of minimum and exclusiveMinimum wins), on type integer and number, as

@@ -118,9 +118,9 @@ class SchemaGen {
 
   json String() {
     static const char* kFormats[] = {"date", "time", "date-time", "uuid", "email"};
-    static const char* kPatterns[] = {"^[a-z]{2,6}$",      "^\\d{3}-\\d{2}$",  "^[A-Z][a-z]*( [A-Z][a-z]*)?$",
-                                      "^(GET|POST|PUT)$",  "^#[0-9a-f]{6}$",   "^v\\d+\\.\\d+(\\.\\d+)?$",
-                                      "^\\w+@\\w+\\.com$", "^[^\\s]{1,10}$",   "^(yes|no|maybe)$"};
+    static const char* kPatterns[] = {"^[a-z]{2,6}$",      "^\\d{3}-\\d{2}$", "^[A-Z][a-z]*( [A-Z][a-z]*)?$",
+                                      "^(GET|POST|PUT)$",  "^#[0-9a-f]{6}$",  "^v\\d+\\.\\d+(\\.\\d+)?$",
+                                      "^\\w+@\\w+\\.com$", "^[^\\s]{1,10}$",  "^(yes|no|maybe)$"};
     static const char* kWords[] = {"red", "green", "a b", "quo\"te", "back\\slash", "名前", "émoji 🙂", "", "x"};
     json s = {{"type", "string"}};
     switch (R(5)) {
@@ -176,8 +176,8 @@ class SchemaGen {
   }
 
   json Object(int depth) {
-    static const char* kNames[] = {"id", "name", "user_name", "createdAt", "a b", "quo\"te", "名前", "value", "x",
-                                   "tags", "items", "meta", "score", "kind"};
+    static const char* kNames[] = {"id",    "name", "user_name", "createdAt", "a b",  "quo\"te", "名前",
+                                   "value", "x",    "tags",      "items",     "meta", "score",   "kind"};
     json props = json::object();
     json required = json::array();
     for (int i = 0, n = 1 + R(4); i < n; ++i) {
@@ -282,8 +282,8 @@ bool OneOfOverlaps(const json& s) {
       const json& x = s["oneOf"][0];
       const std::string d = x.dump();
       if (d.find("\"null\"") != std::string::npos || d.find("null]") != std::string::npos ||
-          d.find("$ref") != std::string::npos || x.contains("anyOf") || x.contains("oneOf") ||
-          x.contains("const") || x.contains("enum")) {
+          d.find("$ref") != std::string::npos || x.contains("anyOf") || x.contains("oneOf") || x.contains("const") ||
+          x.contains("enum")) {
         return true;
       }
     }

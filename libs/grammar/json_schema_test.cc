@@ -289,8 +289,7 @@ TEST(JsonSchema, IntegerBoundsSamples) {
 TEST(JsonSchema, TypeListsKeepEachTypesKeywords) {
   ExpectAccepts(R"({"type":["integer","null"],"minimum":0,"maximum":9})", {"0", "9", "null"}, {"-1", "10", "\"x\""});
   ExpectAccepts(R"({"type":["string","null"],"maxLength":3})", {"\"abc\"", "null"}, {"\"abcd\"", "1"});
-  ExpectAccepts(R"({"type":["string","integer"],"pattern":"^a+$","minimum":5})", {"\"aa\"", "5", "6"},
-                {"\"b\"", "4"});
+  ExpectAccepts(R"({"type":["string","integer"],"pattern":"^a+$","minimum":5})", {"\"aa\"", "5", "6"}, {"\"b\"", "4"});
 }
 
 TEST(JsonSchema, IntegerBoundsExhaustive) {

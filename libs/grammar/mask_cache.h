@@ -79,7 +79,7 @@ class MaskCache {
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const TokenMask>> masks_;
   std::deque<std::string> order_;  // insertion order, oldest first
-  Stats stats_;  // masks_, order_, stats_ under mu_
+  Stats stats_;                    // masks_, order_, stats_ under mu_
 };
 
 /// Parsed grammars by source text, each with its MaskCache, for one vocabulary: the

@@ -148,8 +148,8 @@ AsciiSet AsciiMatches(const Element* pos) {
   return s;
 }
 
-void RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks,
-                      std::vector<Candidate>* cands, size_t max_stacks, size_t depth, RejectScratch* scratch);
+void RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks, std::vector<Candidate>* cands,
+                      size_t max_stacks, size_t depth, RejectScratch* scratch);
 
 // llama_grammar_reject_candidates_for_stack, in place: keeps in *cands only the
 // candidates this stack rejects (in their order).
@@ -193,8 +193,8 @@ void RejectForStack(const std::vector<Rule>& rules, const Stack& stack, std::vec
 
 // llama_grammar_reject_candidates, in place: leaves in *cands the candidates no stack
 // accepts.
-void RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks,
-                      std::vector<Candidate>* cands, size_t max_stacks, size_t depth, RejectScratch* scratch) {
+void RejectCandidates(const std::vector<Rule>& rules, const std::vector<Stack>& stacks, std::vector<Candidate>* cands,
+                      size_t max_stacks, size_t depth, RejectScratch* scratch) {
   if (cands->empty() || stacks.empty()) return;
   for (size_t i = 0; i < stacks.size() && !cands->empty(); ++i) {
     RejectForStack(rules, stacks[i], cands, max_stacks, depth, scratch);

@@ -252,7 +252,6 @@ TEST(MatchCost, AmbiguousGrammarsAreRefusedOrdinaryOnesPass) {
   }
 }
 
-
 // MaskCache gives exactly CheckTokens' mask over the whole vocabulary at every state of
 // a walk through a JSON-schema grammar (stories260K's 512 tokens), shares masks between
 // matchers of one grammar, and keeps at most max_entries.

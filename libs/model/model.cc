@@ -293,8 +293,7 @@ absl::Status Model::PlaceWeights(Backend* backend) {
   if (weights_buffer_ != nullptr) {
     if (weights_buffer_->type() == buft) return backend->PrepareWeights(weights_graph_.leaves());
     return absl::FailedPreconditionError(absl::StrCat("the weights of ", file_->path(), " are already in ",
-                                                      weights_buffer_->type()->name(), " memory, not ",
-                                                      buft->name()));
+                                                      weights_buffer_->type()->name(), " memory, not ", buft->name()));
   }
   const std::vector<Tensor*>& leaves = weights_graph_.leaves();
   if (leaves.empty()) return absl::OkStatus();
@@ -307,7 +306,8 @@ absl::Status Model::PlaceWeights(Backend* backend) {
       if (lo == nullptr || p < lo) lo = p;
       if (hi == nullptr || p + t->nbytes() > hi) hi = p + t->nbytes();
     }
-    absl::StatusOr<std::unique_ptr<Buffer>> b = buft->FromHostPtr(const_cast<uint8_t*>(lo), static_cast<size_t>(hi - lo));
+    absl::StatusOr<std::unique_ptr<Buffer>> b =
+        buft->FromHostPtr(const_cast<uint8_t*>(lo), static_cast<size_t>(hi - lo));
     if (!b.ok()) return b.status();
     weights_buffer_ = *std::move(b);
     for (Tensor* t : leaves) t->buffer = weights_buffer_.get();

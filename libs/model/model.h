@@ -155,8 +155,8 @@ class Model {
   /// uploaded through SetTensor. Call once, before any engine uses the model with this
   /// backend; the weights then live there (calling it again for the same buffer type
   /// places nothing again). Then lets the backend prepare them (Backend::PrepareWeights:
-  /// the CPU repacks Q4_0 / Q8_0 matrices for its batched kernels). Errors: RESOURCE_EXHAUSTED when the device lacks the memory;
-  /// FAILED_PRECONDITION when the weights were placed in another backend's memory.
+  /// the CPU repacks Q4_0 / Q8_0 matrices for its batched kernels). Errors: RESOURCE_EXHAUSTED when the device lacks
+  /// the memory; FAILED_PRECONDITION when the weights were placed in another backend's memory.
   absl::Status PlaceWeights(Backend* backend);
   /// The buffer type the weights live in (nullptr before PlaceWeights: the file mapping).
   const BufferType* weights_buffer_type() const { return weights_buffer_ ? weights_buffer_->type() : nullptr; }

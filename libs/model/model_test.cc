@@ -14,10 +14,10 @@
 
 #include "gtest/gtest.h"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/base/fp16.h"
 #include "libs/gguf/gguf.h"
 #include "libs/model/test_runner.h"
+#include "tests/cpu_backend_for_tests.h"
 
 namespace herd::model {
 namespace {

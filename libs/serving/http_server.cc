@@ -729,16 +729,17 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     writing_ = true;
     Lowest().expires_after(Chrono(srv_->opts.write_timeout));
     std::shared_ptr<std::string> data = out_.front();
-    net::async_write(stream_, net::buffer(*data), [self = this->shared_from_this(), data](beast::error_code ec, size_t) {
-      self->writing_ = false;
-      if (ec) {
-        self->gone_ = true;
-      } else {
-        self->queued_bytes_ -= data->size();
-        self->out_.pop_front();
-      }
-      self->WriteNext();
-    });
+    net::async_write(stream_, net::buffer(*data),
+                     [self = this->shared_from_this(), data](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       if (ec) {
+                         self->gone_ = true;
+                       } else {
+                         self->queued_bytes_ -= data->size();
+                         self->out_.pop_front();
+                       }
+                       self->WriteNext();
+                     });
   }
 
   // After an error answered before the request's body was read (413, 401, framing):

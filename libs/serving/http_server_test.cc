@@ -475,9 +475,8 @@ TEST(HttpServerAsync, ManyRequestsInFlightOnOneHandlerThread) {
     ASSERT_GE(fds.back(), 0);
     const bool stream = i % 2 == 1;
     // Odd clients keep the connection open for a second request after the stream.
-    ASSERT_TRUE(SendAll(fds.back(), absl::StrCat("GET /later?i=", i, stream ? "&s=1" : "",
-                                                 " HTTP/1.1\r\nHost: x\r\n", stream ? "" : "Connection: close\r\n",
-                                                 "\r\n")));
+    ASSERT_TRUE(SendAll(fds.back(), absl::StrCat("GET /later?i=", i, stream ? "&s=1" : "", " HTTP/1.1\r\nHost: x\r\n",
+                                                 stream ? "" : "Connection: close\r\n", "\r\n")));
   }
   const absl::Time end = absl::Now() + absl::Seconds(30);
   for (;;) {

@@ -47,7 +47,8 @@ TEST(PrefixBlocks, LeadingBlocksStopsAtFirstMiss) {
   EXPECT_EQ(set.size(), 3u);
   const std::vector<uint64_t> req = PrefixBlockHashes(std::vector<int32_t>{5, 6, 7, 8, 1, 2, 9, 10}, 2);
   EXPECT_EQ(LeadingBlocks(req, [&](uint64_t h) { return set.contains(h); }), 2);
-  EXPECT_EQ(LeadingBlocks(PrefixBlockHashes(std::vector<int32_t>{0, 6}, 2), [&](uint64_t h) { return set.contains(h); }), 0);
+  EXPECT_EQ(
+      LeadingBlocks(PrefixBlockHashes(std::vector<int32_t>{0, 6}, 2), [&](uint64_t h) { return set.contains(h); }), 0);
 }
 
 }  // namespace

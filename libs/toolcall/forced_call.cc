@@ -139,13 +139,14 @@ absl::StatusOr<std::string> XmlCall(Format f, const Tool& tool, const std::strin
   auto req = s.find("required");
   if (req != s.end() && req->is_array()) {
     for (size_t j = 0; j < req->size(); ++j) {
-      if (!(*req)[j].is_string()) return absl::InvalidArgumentError(absl::StrCat(field, ".required[", j, "]: not a string"));
+      if (!(*req)[j].is_string())
+        return absl::InvalidArgumentError(absl::StrCat(field, ".required[", j, "]: not a string"));
       const std::string key = (*req)[j].get<std::string>();
       json p = json::object();
       if (props != s.end() && props->is_object() && props->contains(key)) p = (*props)[key];
       std::string value;
-      absl::Status st = XmlValueRule(p, absl::StrCat(prefix, "p", j, "-"), absl::StrCat(field, ".properties.", key),
-                                     rules, &value);
+      absl::Status st =
+          XmlValueRule(p, absl::StrCat(prefix, "p", j, "-"), absl::StrCat(field, ".properties.", key), rules, &value);
       if (!st.ok()) return st;
       if (f == Format::kQwen3Coder) {
         absl::StrAppend(&params, " ", Lit(absl::StrCat("<parameter=", key, ">\n")), " ", value, " ",
@@ -220,8 +221,8 @@ absl::StatusOr<std::string> ForcedCallGrammar(Format format, const json& tools, 
       continue;
     }
     std::string args;
-    absl::Status st =
-        SchemaRules(tool.parameters, prefix, absl::StrCat("tools[", tool.index, "].function.parameters"), &rules, &args);
+    absl::Status st = SchemaRules(tool.parameters, prefix, absl::StrCat("tools[", tool.index, "].function.parameters"),
+                                  &rules, &args);
     if (!st.ok()) return st;
     const std::string name = JsonText(tool.name);
     std::string call;

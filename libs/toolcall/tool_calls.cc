@@ -120,8 +120,8 @@ json XmlValue(absl::string_view v) {
 // Qwen3-Coder: <function=NAME> (<parameter=KEY>\nVALUE\n</parameter>)* </function>.
 bool ParseQwen3CoderBody(absl::string_view body, std::vector<ToolCall>* out) {
   absl::string_view t = Trim(body);
-  constexpr absl::string_view kFn = "<function=", kFnEnd = "</function>", kParam = "<parameter=",
-                             kParamEnd = "</parameter>";
+  constexpr absl::string_view kFn = "<function=", kFnEnd = "</function>",
+                              kParam = "<parameter=", kParamEnd = "</parameter>";
   if (!absl::StartsWith(t, kFn) || !absl::EndsWith(t, kFnEnd)) return false;
   t.remove_prefix(kFn.size());
   t.remove_suffix(kFnEnd.size());
@@ -152,7 +152,7 @@ bool ParseQwen3CoderBody(absl::string_view body, std::vector<ToolCall>* out) {
 // GLM-4.5+: NAME (<arg_key>KEY</arg_key> <arg_value>VALUE</arg_value>)*.
 bool ParseGlmBody(absl::string_view body, std::vector<ToolCall>* out) {
   constexpr absl::string_view kKey = "<arg_key>", kKeyEnd = "</arg_key>", kVal = "<arg_value>",
-                             kValEnd = "</arg_value>";
+                              kValEnd = "</arg_value>";
   const size_t first = body.find(kKey);
   ToolCall c;
   c.name = std::string(Trim(body.substr(0, first)));

@@ -6,6 +6,8 @@
 // with {"city": "Paris"}, rendered by Python's Jinja2): the assistant turn's text must
 // parse back into exactly that call, whole and streamed in any chunking, and must be a
 // sentence of the family's forced-call grammar.
+#include "libs/toolcall/tool_calls.h"
+
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -21,7 +23,6 @@
 #include "libs/grammar/matcher.h"
 #include "libs/grammar/random_walk.h"
 #include "libs/toolcall/forced_call.h"
-#include "libs/toolcall/tool_calls.h"
 #include "tests/shared_data.h"
 
 namespace herd::toolcall {
@@ -178,7 +179,8 @@ TEST(ToolCalls, HermesContentAroundCalls) {
   EXPECT_EQ(m.tool_calls[1].name, "b");
   EXPECT_EQ(Args(m.tool_calls[1]), json({{"y", {2}}}));
   // No arguments, and empty arguments.
-  m = ParseAll(c, "<tool_call>{\"name\": \"now\"}</tool_call><tool_call>{\"name\": \"n\", \"arguments\": {}}</tool_call>");
+  m = ParseAll(c,
+               "<tool_call>{\"name\": \"now\"}</tool_call><tool_call>{\"name\": \"n\", \"arguments\": {}}</tool_call>");
   ASSERT_EQ(m.tool_calls.size(), 2u);
   EXPECT_EQ(m.tool_calls[0].arguments, "{}");
   EXPECT_EQ(m.tool_calls[1].arguments, "{}");
@@ -340,10 +342,12 @@ TEST(ForcedCall, RandomSentencesAreValidCalls) {
 }
 
 TEST(ForcedCall, XmlFamiliesSentences) {
-  const std::string qwen = "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, \"CA\"\n"
-                           "</parameter>\n</function>\n</tool_call>";
-  const std::string glm = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Köln\n(DE)</arg_value>\n"
-                          "</tool_call>";
+  const std::string qwen =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, \"CA\"\n"
+      "</parameter>\n</function>\n</tool_call>";
+  const std::string glm =
+      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Köln\n(DE)</arg_value>\n"
+      "</tool_call>";
   for (const auto& [f, text] : {std::pair<Format, std::string>{Format::kQwen3Coder, qwen}, {Format::kGlm, glm}}) {
     SCOPED_TRACE(FormatName(f));
     auto gbnf = ForcedCallGrammar(f, kWeatherTools, "get_weather", /*parallel=*/false);
@@ -356,10 +360,12 @@ TEST(ForcedCall, XmlFamiliesSentences) {
     std::string lt = text;
     lt.insert(lt.find("CA") == std::string::npos ? lt.find("(DE)") : lt.find("CA"), "<");
     EXPECT_FALSE(GrammarAccepts(*gbnf, lt));
-    EXPECT_FALSE(GrammarAccepts(*gbnf, f == Format::kGlm ? "<tool_call>get_weather\n</tool_call>"
-                                                        : "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"));
-    EXPECT_FALSE(GrammarAccepts(*gbnf, f == Format::kGlm ? "<tool_call>get_time\n</tool_call>"
-                                                        : "<tool_call>\n<function=get_time>\n</function>\n</tool_call>"));
+    EXPECT_FALSE(GrammarAccepts(*gbnf, f == Format::kGlm
+                                           ? "<tool_call>get_weather\n</tool_call>"
+                                           : "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>"));
+    EXPECT_FALSE(GrammarAccepts(*gbnf, f == Format::kGlm
+                                           ? "<tool_call>get_time\n</tool_call>"
+                                           : "<tool_call>\n<function=get_time>\n</function>\n</tool_call>"));
   }
 }
 

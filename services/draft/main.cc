@@ -61,7 +61,8 @@ ABSL_FLAG(std::string, lookup_cache_dynamic, "",
           "ngram-cache: dynamic n-gram cache file, read-only here (--lookup-cache-dynamic).");
 ABSL_FLAG(int, draft_ctx, 4096, "Draft model KV cells shared by all sessions (0 = model context, capped at 4096).");
 ABSL_FLAG(int, threads, 2, "Draft model compute threads (CPU; with a device backend, its CPU fallback's).");
-ABSL_FLAG(std::string, backend, "cpu", "The draft model's compute backend: cpu, vulkan, ... (libs/backend/registry.h).");
+ABSL_FLAG(std::string, backend, "cpu",
+          "The draft model's compute backend: cpu, vulkan, ... (libs/backend/registry.h).");
 ABSL_FLAG(int, device, 0, "Device index within --backend.");
 ABSL_FLAG(int, max_sessions, 1024, "Most sessions held; the least recently used is evicted for a new one.");
 ABSL_FLAG(double, session_idle_s, 300, "Sessions unused this many seconds are evicted.");

@@ -131,8 +131,8 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
   bool Handle() {
     Generation& g = *run_->g;
     if (!started_) {
-      if (!resp_.has_started()) return EndCall(absl::InternalError(
-          absl::StrCat("worker ", address_, ": protocol error: expected Started")));
+      if (!resp_.has_started())
+        return EndCall(absl::InternalError(absl::StrCat("worker ", address_, ": protocol error: expected Started")));
       started_ = true;
       g.queue_ms = resp_.started().queue_ms();
       g.cached_tokens = resp_.started().n_cached();

@@ -10,8 +10,8 @@
 #include "absl/strings/strip.h"
 
 #include "libs/grammar/gbnf.h"
-#include "libs/grammar/matcher.h"
 #include "libs/grammar/json_schema.h"
+#include "libs/grammar/matcher.h"
 
 namespace herd::gateway {
 namespace {

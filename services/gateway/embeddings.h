@@ -45,7 +45,7 @@ enum class EmbeddingsApi { kOpenAi, kLlamaCpp };
 /// A parsed embeddings JSON body.
 struct EmbeddingsHttpRequest {
   v1::EmbedRequest req;
-  bool base64 = false;     // encoding_format "base64": little-endian float32 bytes, base64
+  bool base64 = false;  // encoding_format "base64": little-endian float32 bytes, base64
 };
 
 /// Maps a JSON body to an EmbedRequest: `model` (required), `input` -- a string, an

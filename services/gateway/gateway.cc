@@ -127,12 +127,12 @@ Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::m
   opts_.pool.prefix_tokens_expected = metrics->Counter(
       "herd_gateway_prefix_tokens_expected_total",
       "Prompt tokens the chosen worker's prefix cache was expected to supply (its digest and recent routing).");
-  opts_.pool.sessions_by_worker = metrics->Counter(
-      "herd_gateway_worker_sessions_total", "Sessions the gateway opened, by worker address (the load spread).",
-      {"worker"});
-  prefix_tokens_realized_ = metrics->Counter(
-      "herd_gateway_prefix_tokens_realized_total",
-      "Prompt tokens the workers' prefix caches supplied (SessionStarted.n_cached).");
+  opts_.pool.sessions_by_worker =
+      metrics->Counter("herd_gateway_worker_sessions_total",
+                       "Sessions the gateway opened, by worker address (the load spread).", {"worker"});
+  prefix_tokens_realized_ =
+      metrics->Counter("herd_gateway_prefix_tokens_realized_total",
+                       "Prompt tokens the workers' prefix caches supplied (SessionStarted.n_cached).");
   pool_ = std::make_unique<WorkerPool>(opts_.pool);
   vocabs_ = std::make_unique<VocabCache>(opts_.loader_address, opts_.loader_security);
   vocabs_->SetChatTemplateOverride(opts_.chat_template);
@@ -322,7 +322,8 @@ absl::Status Gateway::ChatOutputRules(const v1::ChatPrompt& chat, const std::str
     if (const int32_t id = g->vocab->TextToToken(marker); id >= 0) g->preserved_tokens.push_back(id);
   }
   if (choice != "required" && choice != "function") return absl::OkStatus();
-  const nlohmann::json tools = nlohmann::json::parse(chat.tools_json(), nullptr, false);  // validated by ValidateChatPrompt
+  const nlohmann::json tools =
+      nlohmann::json::parse(chat.tools_json(), nullptr, false);  // validated by ValidateChatPrompt
   auto gbnf = toolcall::ForcedCallGrammar(g->parse.format, tools,
                                           choice == "function" ? chat.tool_choice_function() : std::string(),
                                           !chat.has_parallel_tool_calls() || chat.parallel_tool_calls());
@@ -681,8 +682,8 @@ Gateway::Attempt Gateway::ClassifyAttempt(Generation& g, GenerateSink* sink, Act
   return result;
 }
 
-Gateway::Attempt Gateway::CutAttempt(Generation& g, GenerateSink* sink, Active* active, bool started,
-                                     bool speculative, int reason) {
+Gateway::Attempt Gateway::CutAttempt(Generation& g, GenerateSink* sink, Active* active, bool started, bool speculative,
+                                     int reason) {
   Attempt result;
   if (reason == kNotCancelled) active->cancel = kDeadline;
   result.status =
@@ -751,9 +752,7 @@ v1::ListModelsResponse Gateway::ListModels() const {
     c.set_n_ctx(std::max(c.n_ctx(), w.info.n_ctx_seq() > 0 ? w.info.n_ctx_seq() : w.info.n_ctx()));
     c.set_n_vocab(w.info.n_vocab());
     c.set_workers(c.workers() + 1);
-    c.set_pooling(w.info.pooling() == v1::POOLING_CLS    ? "cls"
-                  : w.info.pooling() == v1::POOLING_LAST ? "last"
-                                                         : "mean");
+    c.set_pooling(w.info.pooling() == v1::POOLING_CLS ? "cls" : w.info.pooling() == v1::POOLING_LAST ? "last" : "mean");
     c.set_matryoshka(w.info.matryoshka());
     if (!w.info.backend().empty()) backends[w.info.model()].insert(w.info.backend());
   }

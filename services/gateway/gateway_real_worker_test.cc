@@ -23,7 +23,6 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
 #include "libs/model/model.h"
@@ -35,6 +34,7 @@
 #include "services/gateway/http_server.h"
 #include "services/loader/loader_service.h"
 #include "services/worker/worker_service.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 #include "tools/herd/commands.h"
 

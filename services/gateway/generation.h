@@ -9,8 +9,8 @@
 #include "absl/time/time.h"
 
 #include "libs/engine/spec/spec_config.h"
-#include "libs/toolcall/tool_calls.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "libs/toolcall/tool_calls.h"
 #include "proto/herd/v1/common.pb.h"
 
 namespace herd::gateway {

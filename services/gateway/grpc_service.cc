@@ -14,8 +14,8 @@
 
 #include "services/gateway/gateway.h"
 #include "services/gateway/lenient.pb.h"
-#include "services/gateway/text_stream.h"
 #include "services/gateway/request_validation.h"
+#include "services/gateway/text_stream.h"
 
 namespace herd::gateway {
 namespace {
@@ -211,10 +211,9 @@ GatewayServiceImpl::GatewayServiceImpl(Gateway* gateway) : gw_(gateway) {
     return ToGrpcStatus(st);
   };
   AddMethod(new RpcServiceMethod("/herd.v1.Gateway/Generate", RpcMethod::SERVER_STREAMING, nullptr));
-  MarkMethodCallback(0, new grpc::internal::CallbackServerStreamingHandler<grpc::ByteBuffer, v1::GenerateResponse>(
-                            [this](grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
-                              return Generate(ctx, raw);
-                            }));
+  MarkMethodCallback(
+      0, new grpc::internal::CallbackServerStreamingHandler<grpc::ByteBuffer, v1::GenerateResponse>(
+             [this](grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) { return Generate(ctx, raw); }));
   AddMethod(new RpcServiceMethod(
       "/herd.v1.Gateway/Tokenize", RpcMethod::NORMAL_RPC,
       new grpc::internal::RpcMethodHandler<GatewayServiceImpl, grpc::ByteBuffer, v1::TokenizeResponse, grpc::ByteBuffer,

@@ -552,23 +552,22 @@ void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::s
     sinks.push_back(std::make_shared<SseChoiceSink>(w.get(), meta.get(), static_cast<int>(i)));
   }
   const bool include_usage = gen.include_usage;
-  auto join = std::make_shared<ChoiceJoin>(
-      gen.n, [out, ds, w, meta, sinks, include_usage](const absl::Status& st) {
-        if (!st.ok()) {
-          w->Send(Dump(ErrorJson(st)));
-        } else {
-          if (include_usage) {
-            std::vector<const v1::Usage*> usages;
-            for (const auto& s : sinks) usages.push_back(&s->usage());
-            json chunk = meta->Envelope(/*chunk=*/true);
-            chunk["choices"] = json::array();
-            chunk["usage"] = UsageJson(SumUsage(usages));
-            w->Send(Dump(chunk));
-          }
-          w->Send("[DONE]");
-        }
-        out->End();
-      });
+  auto join = std::make_shared<ChoiceJoin>(gen.n, [out, ds, w, meta, sinks, include_usage](const absl::Status& st) {
+    if (!st.ok()) {
+      w->Send(Dump(ErrorJson(st)));
+    } else {
+      if (include_usage) {
+        std::vector<const v1::Usage*> usages;
+        for (const auto& s : sinks) usages.push_back(&s->usage());
+        json chunk = meta->Envelope(/*chunk=*/true);
+        chunk["choices"] = json::array();
+        chunk["usage"] = UsageJson(SumUsage(usages));
+        w->Send(Dump(chunk));
+      }
+      w->Send("[DONE]");
+    }
+    out->End();
+  });
   for (int i = 0; i < gen.n; ++i) {
     gw->RunAsync(choices[static_cast<size_t>(i)], sinks[static_cast<size_t>(i)],
                  [join, i](absl::Status st) { join->Done(i, st); });

@@ -93,21 +93,22 @@ HttpFrontEnd::HttpFrontEnd(Gateway* gateway, HttpOptions opts) : gw_(gateway), o
               [this](const HttpRequest& q, HttpResponse& r) { HandleEmbeddingsHttp(gw_, q, r); });
 
   http_->RouteAsync("POST", "/v1/completions",
-                     [this](std::shared_ptr<const HttpRequest> req, std::shared_ptr<serving::http::Responder> out) {
-    const HttpRequest& hreq = *req;
-    const absl::Time t0 = absl::Now();
-    absl::StatusOr<json> body = http::ParseJsonObject(hreq.body);
-    absl::StatusOr<CompletionRequest> cr = body.ok() ? ParseCompletionRequest(*body) : body.status();
-    if (cr.ok()) {
-      if (absl::Status cs = http::ApplyConstraints(gw_, *body, &*cr); !cs.ok()) cr = cs;
-    }
-    if (!cr.ok()) {
-      gw_->RecordRequest("http_completions", cr.status(), absl::Now() - t0);
-      http::Answer(*out, [&](HttpResponse& res) { SendError(res, cr.status()); });
-      return;
-    }
-    http::ServeGeneration(gw_, *std::move(cr), http::ApiKind::kCompletions, "http_completions", std::move(out));
-  });
+                    [this](std::shared_ptr<const HttpRequest> req, std::shared_ptr<serving::http::Responder> out) {
+                      const HttpRequest& hreq = *req;
+                      const absl::Time t0 = absl::Now();
+                      absl::StatusOr<json> body = http::ParseJsonObject(hreq.body);
+                      absl::StatusOr<CompletionRequest> cr = body.ok() ? ParseCompletionRequest(*body) : body.status();
+                      if (cr.ok()) {
+                        if (absl::Status cs = http::ApplyConstraints(gw_, *body, &*cr); !cs.ok()) cr = cs;
+                      }
+                      if (!cr.ok()) {
+                        gw_->RecordRequest("http_completions", cr.status(), absl::Now() - t0);
+                        http::Answer(*out, [&](HttpResponse& res) { SendError(res, cr.status()); });
+                        return;
+                      }
+                      http::ServeGeneration(gw_, *std::move(cr), http::ApiKind::kCompletions, "http_completions",
+                                            std::move(out));
+                    });
   http::RegisterChatRoutes(http_.get(), gw_);
   http::RegisterResponsesRoutes(http_.get(), gw_);
 }

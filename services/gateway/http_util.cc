@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/json_nesting.h"
-
 #include "services/gateway/http_server.h"
 
 namespace herd::gateway {

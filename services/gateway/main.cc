@@ -55,10 +55,11 @@ ABSL_FLAG(std::string, reasoning_format, "auto",
           "--reasoning-format): auto or deepseek = split into message.reasoning_content for templates that use "
           "<think>; none = left in the content");
 ABSL_FLAG(int, poll_ms, 500, "interval of the workers' Info polls");
-ABSL_FLAG(std::string, route_policy, "prefix",
-          "how a generation picks its worker: prefix (the worker whose KV cache holds the longest prefix of the prompt, "
-          "from the workers' prefix-cache digests, unless it is busier than the least-loaded worker by more than "
-          "--route_max_extra_load sequences) or least_loaded");
+ABSL_FLAG(
+    std::string, route_policy, "prefix",
+    "how a generation picks its worker: prefix (the worker whose KV cache holds the longest prefix of the prompt, "
+    "from the workers' prefix-cache digests, unless it is busier than the least-loaded worker by more than "
+    "--route_max_extra_load sequences) or least_loaded");
 ABSL_FLAG(int, route_max_extra_load, 4,
           "route_policy=prefix: most extra sequences (active + queued) a worker may carry beyond the least-loaded one "
           "and still win a request by its cached prefix");
@@ -159,7 +160,8 @@ absl::Status GeneralOptionsFromFlags(const herd::serving::ClientSecurity& client
   auto policy = herd::gateway::ParseRoutePolicy(absl::GetFlag(FLAGS_route_policy));
   if (!policy.ok()) return absl::InvalidArgumentError(std::string(policy.status().message()));
   opts->pool.route_policy = *policy;
-  if (absl::GetFlag(FLAGS_route_max_extra_load) < 0) return absl::InvalidArgumentError("--route_max_extra_load must be >= 0");
+  if (absl::GetFlag(FLAGS_route_max_extra_load) < 0)
+    return absl::InvalidArgumentError("--route_max_extra_load must be >= 0");
   opts->pool.route_max_extra_load = absl::GetFlag(FLAGS_route_max_extra_load);
   opts->max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   if (opts->max_prompt_bytes <= 0) return absl::InvalidArgumentError("--max_prompt_bytes must be > 0");

@@ -94,7 +94,8 @@ class PrefixRoutingTest : public ::testing::Test {
       auto ws = serving::StartGrpcServer(so, {w.service.get()}, &port);
       ASSERT_TRUE(ws.ok()) << ws.status();
       w.server = std::move(*ws);
-      w.stub = v1::Worker::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+      w.stub = v1::Worker::NewStub(
+          grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
       go.pool.addresses.push_back(absl::StrCat("127.0.0.1:", port));
     }
     gw_ = std::make_unique<Gateway>(go, &registry_);
@@ -104,7 +105,8 @@ class PrefixRoutingTest : public ::testing::Test {
     auto gs = serving::StartGrpcServer(so, {svc_.get()}, &gw_port);
     ASSERT_TRUE(gs.ok()) << gs.status();
     gw_server_ = std::move(*gs);
-    stub_ = v1::Gateway::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", gw_port), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Gateway::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", gw_port), grpc::InsecureChannelCredentials()));
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (gw_->pool().live_count() < kWorkers && std::chrono::steady_clock::now() < end) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -191,10 +193,11 @@ TEST_F(PrefixRoutingTest, TenantsFollowTheirCachedPrefixes) {
   const double expected = registry_.Counter("herd_gateway_prefix_tokens_expected_total", "")->Value();
   const double realized = registry_.Counter("herd_gateway_prefix_tokens_realized_total", "")->Value();
   const double by_prefix = registry_.Counter("herd_gateway_route_decisions_total", "", {"reason"})->Value({"prefix"});
-  std::printf("prefix tokens: ideal >= %lld, expected by the gateway %.0f, realized %.0f (workers: %llu); %0.f of %d "
-              "decisions by prefix\n",
-              static_cast<long long>(ideal), expected, realized, static_cast<unsigned long long>(reused), by_prefix,
-              kTenants * kRounds);
+  std::printf(
+      "prefix tokens: ideal >= %lld, expected by the gateway %.0f, realized %.0f (workers: %llu); %0.f of %d "
+      "decisions by prefix\n",
+      static_cast<long long>(ideal), expected, realized, static_cast<unsigned long long>(reused), by_prefix,
+      kTenants * kRounds);
   EXPECT_EQ(realized, static_cast<double>(reused));
   // Each response's usage.cached_tokens (OpenAI's prompt_tokens_details) says its share.
   int64_t in_usage = 0;

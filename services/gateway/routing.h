@@ -21,9 +21,9 @@ absl::StatusOr<RoutePolicy> ParseRoutePolicy(const std::string& name);
 /// One eligible worker as the router sees it.
 struct RouteCandidate {
   std::string address;
-  int64_t load = 0;            // active + queued sequences at its last Info + sessions opened since
-  int64_t kv_cells_used = 0;   // cells running sequences hold
-  int64_t prefix_tokens = 0;   // leading prompt tokens its prefix cache is expected to supply
+  int64_t load = 0;           // active + queued sequences at its last Info + sessions opened since
+  int64_t kv_cells_used = 0;  // cells running sequences hold
+  int64_t prefix_tokens = 0;  // leading prompt tokens its prefix cache is expected to supply
 };
 
 /// Why a worker was chosen (the label of herd_gateway_route_decisions_total).

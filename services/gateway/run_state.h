@@ -3,15 +3,15 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
-#include <limits>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
-#include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"

@@ -299,10 +299,10 @@ absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, 
                    .first;
         }
         const Entry& en = *e;
-        c.prefix_tokens = serving::LeadingBlocks(it->second, [&en](uint64_t h) {
-                            return en.prefix_blocks.contains(h) || en.routed.contains(h);
-                          }) *
-                          e->prefix_block_tokens;
+        c.prefix_tokens =
+            serving::LeadingBlocks(
+                it->second, [&en](uint64_t h) { return en.prefix_blocks.contains(h) || en.routed.contains(h); }) *
+            e->prefix_block_tokens;
       }
       cands.push_back(std::move(c));
       picked.push_back(e);

@@ -16,8 +16,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "grpcpp/grpcpp.h"
 
 #include "libs/clients/address.h"

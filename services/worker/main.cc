@@ -23,9 +23,9 @@
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
 #include "libs/model/model.h"
-#include "libs/serving/prefix_blocks.h"
 #include "libs/serving/flags.h"
 #include "libs/serving/metrics.h"
+#include "libs/serving/prefix_blocks.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
 #include "libs/serving/service_main.h"
@@ -44,7 +44,8 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "e.g. in a container).");
 ABSL_FLAG(int, port, 50053, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
-ABSL_FLAG(int, threads, 0, "CPU compute threads (0 = all hardware threads); with a device backend, the CPU fallback's.");
+ABSL_FLAG(int, threads, 0,
+          "CPU compute threads (0 = all hardware threads); with a device backend, the CPU fallback's.");
 ABSL_FLAG(std::string, backend, "cpu",
           "Compute backend: cpu, vulkan, ... (what this build and machine have is listed when the name is wrong).");
 ABSL_FLAG(int, device, 0, "Device index within --backend (its devices are listed when the index is wrong).");
@@ -73,7 +74,8 @@ ABSL_FLAG(int32_t, prefix_block_tokens, 16,
 ABSL_FLAG(int32_t, prefix_digest_max_blocks, 65536, "Most block hashes one prefix-cache digest carries.");
 ABSL_FLAG(bool, ggml_order, false,
           "CPU: reproduce llama.cpp's x86 CPU results bit for bit: Q8_0/Q5_0 weights stay unpacked and are summed in "
-          "ggml's 8-float-lane order (prompt processing of those types 4-5x slower, decode 20-40%). For checking against llama.cpp.");
+          "ggml's 8-float-lane order (prompt processing of those types 4-5x slower, decode 20-40%). For checking "
+          "against llama.cpp.");
 ABSL_FLAG(bool, shared_prefix_attention, false,
           "CPU, F16 KV: a decode step attends KV cells that several sequences share (a common prompt prefix) once for "
           "all of them, merging by log-sum-exp (F32). Greedy output then depends on the batch's composition (not "
@@ -252,8 +254,8 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(std::string(server.status().message()));
 
   HERD_LOG(Info) << "worker: model " << model_name << " (" << model->hparams().arch << ", n_vocab "
-                 << model->hparams().n_vocab << "), backend " << backend_name << " on " << (*backend)->device().name << " ("
-                 << (*backend)->device().description << "), " << threads << " CPU threads"
+                 << model->hparams().n_vocab << "), backend " << backend_name << " on " << (*backend)->device().name
+                 << " (" << (*backend)->device().description << "), " << threads << " CPU threads"
                  << ", n_ctx " << (*scheduler)->n_ctx() << ", n_ctx_seq " << (*scheduler)->n_ctx_seq() << ", n_batch "
                  << n_batch << ", " << (*scheduler)->capacity() << " sequences, queue " << policy;
   process.PrintListening(host);

@@ -348,8 +348,8 @@ TEST_F(WorkerMainTest, WaitsForALoaderThatStartsLater) {
 // worker_hip is the worker plus the hip kind; the generic worker has no hip. Without an
 // AMD GPU, --backend hip exits 1 naming the kind and why it has no device.
 TEST_F(WorkerMainTest, OnlyWorkerHipHasTheHipBackend) {
-  auto plain = Spawn({"services/worker/worker", "--model_path=" + model_, "--port=0", "--metrics_port=-1",
-                      "--backend=hip"});
+  auto plain =
+      Spawn({"services/worker/worker", "--model_path=" + model_, "--port=0", "--metrics_port=-1", "--backend=hip"});
   ASSERT_NE(plain, nullptr);
   EXPECT_EQ(plain->Wait(std::chrono::seconds(20)), 1) << plain->Stderr();
   EXPECT_NE(plain->Stderr().find("unknown backend 'hip'"), std::string::npos) << plain->Stderr();

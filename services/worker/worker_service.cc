@@ -298,8 +298,8 @@ WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerService
                 "Constant 1; labels: block_size (tokens per prefix-cache block), num_gpu_blocks (KV capacity "
                 "in blocks), enable_prefix_caching (vLLM's cache_config_info).",
                 {"block_size", "num_gpu_blocks", "enable_prefix_caching"})
-        ->Set(1, {std::to_string(block), std::to_string(scheduler_->n_ctx() / block),
-                  prefix_caching ? "true" : "false"});
+        ->Set(1,
+              {std::to_string(block), std::to_string(scheduler_->n_ctx() / block), prefix_caching ? "true" : "false"});
     tokens_generated_ = registry->Counter("herd_worker_tokens_generated_total", "Tokens delivered in StepResults.");
     prompt_tokens_ = registry->Counter("herd_worker_prompt_tokens_total", "Prompt tokens evaluated.");
     step_seconds_ = registry->Histogram("herd_worker_step_seconds",

@@ -11,9 +11,9 @@
 
 #include "gtest/gtest.h"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/generate.h"
 #include "libs/serving/server.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd::worker {
@@ -141,7 +141,8 @@ class WorkerServiceTest : public ::testing::Test {
 
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Vocab> vocab_;
-  std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);  // the server's (its scheduler thread computes on it)
+  std::unique_ptr<Backend> backend_owner_ =
+      CpuBackendForTests(2);  // the server's (its scheduler thread computes on it)
   Backend& backend_ = *backend_owner_;
   // Expected outputs, computed on the test's thread while the server runs: a backend is
   // used by one thread at a time.
@@ -263,7 +264,8 @@ TEST_F(WorkerServiceTest, SessionRoundTripEqualsSoloGreedy) {
   ASSERT_TRUE(st2->Read(&resp));
   ASSERT_TRUE(st2->Write(StepReq(5)));
   std::vector<int32_t> again;
-  while (again.size() < 5 && st2->Read(&resp)) again.insert(again.end(), resp.step().tokens().begin(), resp.step().tokens().end());
+  while (again.size() < 5 && st2->Read(&resp))
+    again.insert(again.end(), resp.step().tokens().begin(), resp.step().tokens().end());
   EXPECT_EQ(again, std::vector<int32_t>(solo.begin(), solo.begin() + 5));
   st2->WritesDone();
   while (st2->Read(&resp)) {

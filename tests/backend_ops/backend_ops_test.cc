@@ -86,8 +86,8 @@ void Fill(Tensor* t, std::vector<uint8_t>* bytes, uint32_t seed) {
     const int64_t n_kv = t->ne[0];
     for (int64_t r = 0; r < t->ne[1]; ++r) {
       for (int64_t c = 0; c < n_kv; ++c) {
-        const bool visible = c < 64 || (c < 224 && (c - 64) / 40 == r % 4) ||
-                             (c >= 224 + r * 8 && c < 224 + r * 8 + 3 + r % 5);
+        const bool visible =
+            c < 64 || (c < 224 && (c - 64) / 40 == r % 4) || (c >= 224 + r * 8 && c < 224 + r * 8 + 3 + r % 5);
         f[static_cast<size_t>(r * n_kv + c)] = visible ? 0.0f : -INFINITY;
       }
     }
@@ -188,7 +188,7 @@ double Nmse(const std::vector<float>& got, const std::vector<float>& want) {
   return norm == 0 ? err : err / norm;
 }
 
-const GgmlType kWeightTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0,
+const GgmlType kWeightTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::Q4_0,
                                  GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
 
 bool IsKQuant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
@@ -255,8 +255,8 @@ std::vector<Case> Cases() {
   };
   for (const Unary& un : unary) {
     for (std::vector<int64_t> ne : {std::vector<int64_t>{67, 1}, std::vector<int64_t>{256, 33}}) {
-      cs.push_back({un.name, "F32", Shape(ne), un.tol,
-                    [=](Graph& g) { return un.f(g, Leaf(g, GgmlType::F32, ne, "a")); }});
+      cs.push_back(
+          {un.name, "F32", Shape(ne), un.tol, [=](Graph& g) { return un.f(g, Leaf(g, GgmlType::F32, ne, "a")); }});
     }
   }
   cs.push_back({"swiglu", "F32", "67x7", kF32Math, [](Graph& g) {
@@ -292,8 +292,7 @@ std::vector<Case> Cases() {
   }
   // set_rows into a KV-cache-like destination (F32 and F16).
   for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
-    cs.push_back({"set_rows", GgmlTypeName(t), "64x5 -> 64x40", t == GgmlType::F32 ? kExact : kF32Math,
-                  [=](Graph& g) {
+    cs.push_back({"set_rows", GgmlTypeName(t), "64x5 -> 64x40", t == GgmlType::F32 ? kExact : kF32Math, [=](Graph& g) {
                     return g.SetRows(Leaf(g, t, {64, 40}, "cache"), Leaf(g, GgmlType::F32, {64, 5}, "src"),
                                      Leaf(g, GgmlType::I32, {5}, "rows", 40));
                   }});
@@ -305,29 +304,33 @@ std::vector<Case> Cases() {
     float max_bias;
     const char* mask = nullptr;  // leaf name; nullptr: "mask", or "mask_alibi" with max_bias
   };
-  const Fa fas[] = {{GgmlType::F16, 64, 4, 4, 40, 1, 0},  {GgmlType::F16, 64, 8, 2, 40, 7, 0},
-                    {GgmlType::F32, 32, 4, 4, 33, 5, 0},  {GgmlType::F16, 48, 6, 6, 25, 3, 8.0f},
+  const Fa fas[] = {{GgmlType::F16, 64, 4, 4, 40, 1, 0},
+                    {GgmlType::F16, 64, 8, 2, 40, 7, 0},
+                    {GgmlType::F32, 32, 4, 4, 33, 5, 0},
+                    {GgmlType::F16, 48, 6, 6, 25, 3, 8.0f},
                     {GgmlType::F16, 64, 4, 1, 256, 33, 0},
                     // 16 decode streams sharing prefixes (the CPU's shared-prefix path).
                     {GgmlType::F16, 64, 8, 2, 224 + 16 * 8, 16, 0, "mask_shared"}};
   for (const Fa& f : fas) {
-    cs.push_back({"flash_attn_ext",
-                  absl::StrCat(GgmlTypeName(f.kv), " K/V", f.n_head != f.n_head_kv ? ", GQA" : "",
-                               f.max_bias > 0 ? ", ALiBi" : "", f.mask != nullptr ? ", shared prefixes" : ""),
-                  absl::StrFormat("hd %d, heads %d/%d, n_kv %d, tokens %d", f.hd, f.n_head, f.n_head_kv, f.n_kv,
-                                  f.n_tokens),
-                  kAttention, [=](Graph& g) {
-                    const int64_t row = f.hd * f.n_head_kv;
-                    Tensor* kc = Leaf(g, f.kv, {row, f.n_kv + 3}, "k_cache");
-                    Tensor* vc = Leaf(g, f.kv, {row, f.n_kv + 3}, "v_cache");
-                    const size_t es = GgmlRowSize(f.kv, 1);
-                    Tensor* k = g.View(kc, {f.hd, f.n_head_kv, f.n_kv}, {es * f.hd, kc->nb[1]}, 0);
-                    Tensor* v = g.View(vc, {f.hd, f.n_head_kv, f.n_kv}, {es * f.hd, vc->nb[1]}, 0);
-                    Tensor* q = Leaf(g, GgmlType::F32, {f.hd, f.n_head, f.n_tokens}, "q");
-                    Tensor* mask = Leaf(g, GgmlType::F32, {f.n_kv, f.n_tokens},
-                                        f.mask != nullptr ? f.mask : f.max_bias > 0 ? "mask_alibi" : "mask");
-                    return g.FlashAttnExt(q, k, v, mask, 1.0f / std::sqrt(static_cast<float>(f.hd)), f.max_bias);
-                  }});
+    cs.push_back(
+        {"flash_attn_ext",
+         absl::StrCat(GgmlTypeName(f.kv), " K/V", f.n_head != f.n_head_kv ? ", GQA" : "",
+                      f.max_bias > 0 ? ", ALiBi" : "", f.mask != nullptr ? ", shared prefixes" : ""),
+         absl::StrFormat("hd %d, heads %d/%d, n_kv %d, tokens %d", f.hd, f.n_head, f.n_head_kv, f.n_kv, f.n_tokens),
+         kAttention, [=](Graph& g) {
+           const int64_t row = f.hd * f.n_head_kv;
+           Tensor* kc = Leaf(g, f.kv, {row, f.n_kv + 3}, "k_cache");
+           Tensor* vc = Leaf(g, f.kv, {row, f.n_kv + 3}, "v_cache");
+           const size_t es = GgmlRowSize(f.kv, 1);
+           Tensor* k = g.View(kc, {f.hd, f.n_head_kv, f.n_kv}, {es * f.hd, kc->nb[1]}, 0);
+           Tensor* v = g.View(vc, {f.hd, f.n_head_kv, f.n_kv}, {es * f.hd, vc->nb[1]}, 0);
+           Tensor* q = Leaf(g, GgmlType::F32, {f.hd, f.n_head, f.n_tokens}, "q");
+           Tensor* mask = Leaf(g, GgmlType::F32, {f.n_kv, f.n_tokens},
+                               f.mask != nullptr ? f.mask
+                               : f.max_bias > 0  ? "mask_alibi"
+                                                 : "mask");
+           return g.FlashAttnExt(q, k, v, mask, 1.0f / std::sqrt(static_cast<float>(f.hd)), f.max_bias);
+         }});
   }
   return cs;
 }

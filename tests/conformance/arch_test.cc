@@ -34,13 +34,13 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/gguf/gguf.h"
 #include "libs/model/model.h"
 #include "libs/model/test_runner.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd {

@@ -24,10 +24,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/model/model.h"
 #include "libs/quant/perplexity.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd {

@@ -38,12 +38,12 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/base/cpu_features.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -236,11 +236,13 @@ TEST(QuantReference, EveryQuantizedCase) {
     size_t same32 = 0, same16 = 0;
     // stories260K on llama.cpp's CPU kind: every greedy id, in both configurations.
     const bool strict = StrictIds(name);
-    const size_t n32 = CheckGreedy(**e32, **vocab, m.ref, alt, strict ? kTolExact : err, "F32 KV greedy vs alt", &same32);
+    const size_t n32 =
+        CheckGreedy(**e32, **vocab, m.ref, alt, strict ? kTolExact : err, "F32 KV greedy vs alt", &same32);
     ep.kv_type = GgmlType::F16;
     auto e16 = engine::Engine::Create(**model, ep, &backend);
     ASSERT_TRUE(e16.ok()) << e16.status();
-    const size_t n16 = CheckGreedy(**e16, **vocab, m.ref, m.ref, strict ? kTolExact : err, "F16 KV greedy vs primary", &same16);
+    const size_t n16 =
+        CheckGreedy(**e16, **vocab, m.ref, m.ref, strict ? kTolExact : err, "F16 KV greedy vs primary", &same16);
     if (strict) {
       EXPECT_EQ(same32, alt["output_ids"].size()) << "F32 KV greedy ids vs llama.cpp's alt run";
       EXPECT_EQ(same16, m.ref["output_ids"].size()) << "F16 KV greedy ids vs llama.cpp's primary run";
@@ -248,8 +250,8 @@ TEST(QuantReference, EveryQuantizedCase) {
     std::printf(
         "%-28s F32 KV vs alt: %.1e, exact to pos %zu/%zu | F16 KV vs primary %.2e (llama.cpp's own %.2e) | "
         "greedy ids compared (margin > 2 x %.2g / 2 x %.2g) %zu/%zu, %zu/%zu; equal ids %zu, %zu\n",
-        name.c_str(), m.d32, m.flip, m.n_pos, m.d16, m.llama_diff, strict ? kTolExact : err, strict ? kTolExact : err, n32, alt["output_ids"].size(), n16,
-        m.ref["output_ids"].size(), same32, same16);
+        name.c_str(), m.d32, m.flip, m.n_pos, m.d16, m.llama_diff, strict ? kTolExact : err, strict ? kTolExact : err,
+        n32, alt["output_ids"].size(), n16, m.ref["output_ids"].size(), same32, same16);
   }
   std::printf("%d of %zu cases agree with llama.cpp's F32-KV logits within %.0e at every position\n", exact_cases,
               cases.size(), kTolExact);
@@ -328,9 +330,10 @@ TEST(QuantReference, GgmlOrderGivesLlamaCppResultsForEveryStoriesQuant) {
       CheckGreedy(**e, **vocab, ref, run, kTolExact, what, &same[f16]);
       EXPECT_EQ(same[f16], run["output_ids"].size()) << what << ": greedy ids";
     }
-    std::printf("ggml order %-24s F32 KV: logits %.1e, top-5 logprobs %.1e, ids %zu/%zu | F16 KV: %.1e, %.1e, %zu/%zu\n",
-                path.substr(path.rfind('/') + 1).c_str(), dl[0], dp[0], same[0], alt["output_ids"].size(), dl[1], dp[1],
-                same[1], ref["output_ids"].size());
+    std::printf(
+        "ggml order %-24s F32 KV: logits %.1e, top-5 logprobs %.1e, ids %zu/%zu | F16 KV: %.1e, %.1e, %zu/%zu\n",
+        path.substr(path.rfind('/') + 1).c_str(), dl[0], dp[0], same[0], alt["output_ids"].size(), dl[1], dp[1],
+        same[1], ref["output_ids"].size());
   }
 }
 

@@ -21,11 +21,11 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd {

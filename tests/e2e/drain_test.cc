@@ -177,10 +177,9 @@ TEST(DrainTest, SigtermAndRollingRestartUnderLoadLoseNoRequest) {
 
   const std::vector<std::string> failures = load.failures();
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << failures.size() + load.ok()
-                                << " requests failed; first: " << absl::StrJoin(failures.begin(),
-                                                                                failures.begin() +
-                                                                                    std::min<size_t>(5, failures.size()),
-                                                                                "; ");
+                                << " requests failed; first: "
+                                << absl::StrJoin(failures.begin(),
+                                                 failures.begin() + std::min<size_t>(5, failures.size()), "; ");
   for (size_t i = 0; i < kWorkers; ++i) EXPECT_GE(cluster.Restarts(cluster.workers()[i]->name), 1);
   std::printf("drain: %d requests completed, %zu failed, across %d worker restarts\n", load.ok(), failures.size(),
               kWorkers + 1);

@@ -115,7 +115,8 @@ TEST(ManyClientsTest, ThousandStreamsHoldWithFlatGatewayThreads) {
     while (!stop) {
       peak_threads = std::max(peak_threads.load(), ProcStatus(gw->pid, "Threads"));
       peak_rss = std::max(peak_rss.load(), ProcStatus(gw->pid, "VmRSS"));
-      peak_inflight = std::max(peak_inflight.load(), static_cast<int>(Metric(metrics, "herd_gateway_inflight_requests")));
+      peak_inflight =
+          std::max(peak_inflight.load(), static_cast<int>(Metric(metrics, "herd_gateway_inflight_requests")));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -126,9 +127,9 @@ TEST(ManyClientsTest, ThousandStreamsHoldWithFlatGatewayThreads) {
   for (int i = 0; i < kClients; ++i) {
     fds[i] = serving::testing::Connect(port);
     ASSERT_GE(fds[i], 0) << "client " << i;
-    const std::string body = absl::StrCat(R"({"model":"stories260K","prompt":"Once upon a time, client )", i,
-                                          R"( saw","max_tokens":)", kTokens,
-                                          R"(,"temperature":0,"ignore_eos":true,"stream":true})");
+    const std::string body =
+        absl::StrCat(R"({"model":"stories260K","prompt":"Once upon a time, client )", i, R"( saw","max_tokens":)",
+                     kTokens, R"(,"temperature":0,"ignore_eos":true,"stream":true})");
     ASSERT_TRUE(serving::testing::SendAll(fds[i], serving::testing::PostJsonRequest("/v1/completions", body)));
     ::fcntl(fds[i], F_SETFL, ::fcntl(fds[i], F_GETFL) | O_NONBLOCK);
   }

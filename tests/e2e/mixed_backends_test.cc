@@ -69,7 +69,7 @@ class MixedBackendsTest : public ::testing::Test {
     o.models = {"stories260K"};
     o.workers_per_model = 2;
     o.worker_backends = {"cpu", "vulkan"};
-    o.n_ctx = 4096;  // 512 cells per sequence with the default 8 sequences: the whole story
+    o.n_ctx = 4096;     // 512 cells per sequence with the default 8 sequences: the whole story
     o.restart = false;  // the test restarts workers itself
     o.quiet = true;
     ASSERT_TRUE(cluster_.Start(o, std::chrono::seconds(120)).ok());

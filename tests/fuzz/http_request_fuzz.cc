@@ -17,7 +17,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-
 #include "nlohmann/json.hpp"
 
 #include "libs/base/json_nesting.h"

@@ -8,7 +8,9 @@ namespace herd::cli {
 
 std::vector<FlagSpec> BackendFlagSpecs() {
   return {
-      {{"--backend"}, true, "compute backend: cpu, vulkan, ... (a wrong name lists what this build and machine have)",
+      {{"--backend"},
+       true,
+       "compute backend: cpu, vulkan, ... (a wrong name lists what this build and machine have)",
        "cpu"},
       {{"--device"}, true, "device index within --backend", "0"},
       {{"--ggml-order"},

@@ -39,7 +39,10 @@ const std::vector<FlagSpec>& UpFlags() {
       {{"--http-port"}, true, "gateway OpenAI-compatible HTTP port (0 = a free port)", "0"},
       {{"-ctk", "--cache-type-k"}, true, "KV cache type of the workers: f16 or f32", "f16"},
       {{"--chat-template"}, true, "Jinja chat template FILE for chat requests (default: each model's own)", ""},
-      {{"--pooling"}, true, "embeddings pooling when a request names none: mean|cls|last (default: the GGUF's, else mean)", ""},
+      {{"--pooling"},
+       true,
+       "embeddings pooling when a request names none: mean|cls|last (default: the GGUF's, else mean)",
+       ""},
       {{"--reasoning-format"}, true, "chat <think> reasoning: auto|deepseek (into reasoning_content) or none", "auto"},
       {{"-ngl", "--n-gpu-layers"},
        true,
@@ -199,7 +202,8 @@ EarlyExit ParseUpOptions(const Args& args, ClusterOptions* opts) {
   }
   opts->extra_gateway_flags.push_back("--reasoning_format=" + rf);
   if (const std::string p = args.Get("--pooling"); !p.empty()) {
-    if (p != "mean" && p != "cls" && p != "last") return UpUsageError(absl::StrCat("--pooling: '", p, "' is not mean, cls or last"));
+    if (p != "mean" && p != "cls" && p != "last")
+      return UpUsageError(absl::StrCat("--pooling: '", p, "' is not mean, cls or last"));
     opts->extra_worker_flags.push_back("--pooling=" + p);
   }
   SetUpSpecOptions(args, n.drafts, opts);

@@ -11,6 +11,7 @@ int CmdGenerate(int argc, char** argv);      // herd generate --gateway ADDR -m 
 int CmdHealth(int argc, char** argv);        // herd health ADDR [--service NAME] [--timeout S]
 int CmdChatTemplate(int argc, char** argv);  // herd chat-template (-m MODEL | --chat-template F) --messages F
 int CmdEmbed(int argc, char** argv);
-int CmdInspect(int argc, char** argv);       // herd inspect MODEL [--tensor NAME [--rows A:B] [--dequant]]         // herd embed -m MODEL -p TEXT [--pooling mean|cls|last]
+int CmdInspect(int argc, char** argv);  // herd inspect MODEL [--tensor NAME [--rows A:B] [--dequant]]         // herd
+                                        // embed -m MODEL -p TEXT [--pooling mean|cls|last]
 
 }  // namespace herd::cli

@@ -56,8 +56,10 @@ const std::vector<FlagSpec>& RunFlags() {
       {{"-f", "--file"}, true, "read the prompt from a file", ""},
       {{"-n", "--n-predict"}, true, "tokens to generate (-1 = until end of generation or a full context)", "-1"},
       {{"-c", "--ctx-size"}, true, "context size in tokens (0 = from the model, at most 4096)", "0"},
-      {{"-ngl", "--n-gpu-layers"}, true,
-       "accepted for llama.cpp compatibility: a --backend device computes every layer it supports", ""},
+      {{"-ngl", "--n-gpu-layers"},
+       true,
+       "accepted for llama.cpp compatibility: a --backend device computes every layer it supports",
+       ""},
       {{"-b", "--batch-size"}, true, "prompt processing batch size", "512"},
       {{"-t", "--threads"}, true, "compute threads", "2"},
       {{"--temp"}, true, "temperature (0 = greedy)", "0.8"},
@@ -156,11 +158,11 @@ using EarlyExit = std::optional<int>;
 
 // `herd run`'s settings, read from its flags and validated.
 struct RunOptions {
-  std::string model;           // -m
-  std::string model_draft;     // -md
-  std::string lookup_static;   // -lcs
-  std::string lookup_dynamic;  // -lcd
-  int threads = 0;             // -t
+  std::string model;            // -m
+  std::string model_draft;      // -md
+  std::string lookup_static;    // -lcs
+  std::string lookup_dynamic;   // -lcd
+  int threads = 0;              // -t
   std::string backend = "cpu";  // --backend
   int device = 0;               // --device
   bool ggml_order = false;      // --ggml-order

@@ -84,9 +84,9 @@ absl::Status CudaError(const char* call, cudaError_t e) {
   return absl::UnavailableError(msg);
 }
 
-#define HERD_CUDA_RETURN_IF_ERROR(call, expr)         \
-  do {                                                \
-    const cudaError_t herd_cuda_e_ = (expr);          \
+#define HERD_CUDA_RETURN_IF_ERROR(call, expr)                              \
+  do {                                                                     \
+    const cudaError_t herd_cuda_e_ = (expr);                               \
     if (herd_cuda_e_ != cudaSuccess) return CudaError(call, herd_cuda_e_); \
   } while (0)
 
@@ -247,8 +247,8 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBufferType::Allocate(size_t size) {
   const cudaError_t e = cudaMalloc(&p, std::max(RoundUp(size, kAlignment), kAlignment));
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    const std::string msg = absl::StrCat(ApiCall("cudaMalloc"), " of ", size, " bytes on ", name_, " failed: ", cudaGetErrorName(e),
-                                         " (", cudaGetErrorString(e), ")");
+    const std::string msg = absl::StrCat(ApiCall("cudaMalloc"), " of ", size, " bytes on ", name_,
+                                         " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
     if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
     return absl::UnavailableError(msg);
   }
@@ -383,8 +383,8 @@ class CudaBackend : public Backend {
   std::shared_ptr<CudaBufferType> buft_;
   mutable std::mutex mu_;
   cudaStream_t stream_ = nullptr;
-  unsigned* err_dev_ = nullptr;   // the kernels' error word
-  unsigned* err_host_ = nullptr;  // pinned copy
+  unsigned* err_dev_ = nullptr;      // the kernels' error word
+  unsigned* err_host_ = nullptr;     // pinned copy
   std::unique_ptr<Buffer> scratch_;  // planned intermediate tensors
   void* work_ = nullptr;             // mul_mat scratch (dequantized weights, packed activations)
   size_t work_size_ = 0;
@@ -398,8 +398,8 @@ absl::Status CudaBackend::Init(const GpuOptions& opts) {
   HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
   HERD_CUDA_RETURN_IF_ERROR("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   HERD_CUDA_RETURN_IF_ERROR("cudaMalloc", cudaMalloc(reinterpret_cast<void**>(&err_dev_), sizeof(unsigned)));
-  HERD_CUDA_RETURN_IF_ERROR("cudaHostAlloc",
-                            cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(unsigned), cudaHostAllocDefault));
+  HERD_CUDA_RETURN_IF_ERROR(
+      "cudaHostAlloc", cudaHostAlloc(reinterpret_cast<void**>(&err_host_), sizeof(unsigned), cudaHostAllocDefault));
 #if HERD_GPU_HAS_BLAS
   const char* env = std::getenv("HERD_CUDA_NO_CUBLAS");
   const bool want = opts.use_cublas && !(env != nullptr && std::strcmp(env, "1") == 0);
@@ -458,8 +458,8 @@ absl::StatusOr<uint8_t*> CudaBackend::Locate(const Tensor* t) const {
     return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data in a buffer"));
   }
   if (b->type() != buft_.get()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(),
-                                                   " buffer, not in ", name(), " memory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(), " buffer, not in ", name(), " memory"));
   }
   const auto* cb = static_cast<const CudaBuffer*>(b);
   const uint8_t* base = static_cast<const uint8_t*>(cb->base());
@@ -656,9 +656,9 @@ bool CudaBackend::SupportsOp(const Tensor& n) const {
       const Tensor* v = n.src[2];
       const Tensor* mask = n.src[3];
       return IsF32(a) && k != nullptr && v != nullptr && (k->type == GgmlType::F32 || k->type == GgmlType::F16) &&
-             v->type == k->type && k->ne[0] == a->ne[0] && v->ne[0] == a->ne[0] && a->ne[0] <= 256 &&
-             k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && v->ne[1] == k->ne[1] && v->ne[2] >= k->ne[2] && Fits(a) &&
-             Fits(k) && Fits(v) && Fits(&n) &&
+             v->type == k->type && k->ne[0] == a->ne[0] && v->ne[0] == a->ne[0] && a->ne[0] <= 256 && k->ne[1] > 0 &&
+             a->ne[1] % k->ne[1] == 0 && v->ne[1] == k->ne[1] && v->ne[2] >= k->ne[2] && Fits(a) && Fits(k) &&
+             Fits(v) && Fits(&n) &&
              (mask == nullptr || (IsF32(mask) && mask->ne[0] >= k->ne[2] && mask->ne[1] >= a->ne[2] && Fits(mask)));
     }
     case Op::kSetRows: {
@@ -732,9 +732,9 @@ absl::Status CudaBackend::EnsureWork(size_t bytes) {
   return absl::OkStatus();
 }
 
-#define HERD_LAUNCH(kernel, expr)                                           \
-  do {                                                                      \
-    const cudaError_t herd_cuda_e_ = (expr);                                \
+#define HERD_LAUNCH(kernel, expr)                                                         \
+  do {                                                                                    \
+    const cudaError_t herd_cuda_e_ = (expr);                                              \
     if (herd_cuda_e_ != cudaSuccess) return CudaError("launch of " kernel, herd_cuda_e_); \
   } while (0)
 
@@ -819,8 +819,7 @@ absl::Status CudaBackend::Encode(Tensor* n) {
       if (!db.ok()) return db.status();
       absl::StatusOr<DevTensor> dn = Dev(n, 4);
       if (!dn.ok()) return dn.status();
-      HERD_LAUNCH("get_rows",
-                  cuda::GetRows(static_cast<WType>(WTypeOf(a->type)), *da, *db, *dn, err_dev_, stream_));
+      HERD_LAUNCH("get_rows", cuda::GetRows(static_cast<WType>(WTypeOf(a->type)), *da, *db, *dn, err_dev_, stream_));
       return absl::OkStatus();
     }
     case Op::kMulMat:
@@ -944,9 +943,8 @@ absl::Status CudaBackend::Encode(Tensor* n) {
         if (!r.ok()) return r.status();
         dm = *r;
       }
-      HERD_LAUNCH("flash_attn_ext",
-                  cuda::FlashAttn(*dq, *dk, *dv, mask != nullptr ? &dm : nullptr, *dn, f16, n->f_params[0],
-                                  AlibiParams(a->ne[1], n->f_params[1]), stream_));
+      HERD_LAUNCH("flash_attn_ext", cuda::FlashAttn(*dq, *dk, *dv, mask != nullptr ? &dm : nullptr, *dn, f16,
+                                                    n->f_params[0], AlibiParams(a->ne[1], n->f_params[1]), stream_));
       return absl::OkStatus();
     }
     default:

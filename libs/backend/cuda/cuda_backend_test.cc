@@ -381,18 +381,27 @@ TEST_F(CudaBackendTest, LargeBatchedProduct) {
   // A prompt-sized product (512 columns) on every weight type, both GEMM paths.
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     const double limit = t == GgmlType::F32 ? 1e-6 : kF16Quant;
-    Compare("mul_mat", TypeLabel(t), "512x300 x 512x512",
-            [&](Builder& b) { return b.g().MulMat(b.Typed(t, {512, 300}, 31), b.F32({512, 512}, 32)); }, limit,
-            false, true);
+    Compare(
+        "mul_mat", TypeLabel(t), "512x300 x 512x512",
+        [&](Builder& b) {
+          return b.g().MulMat(b.Typed(t, {512, 300}, 31), b.F32({512, 512}, 32));
+        },
+        limit, false, true);
   }
 }
 
 TEST_F(CudaBackendTest, GetRows) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
-    const int64_t k = (t == GgmlType::Q4_K || t == GgmlType::Q6_K) ? 512 : (t == GgmlType::Q4_0 || t == GgmlType::Q8_0) ? 96 : 67;
+    const int64_t k = (t == GgmlType::Q4_K || t == GgmlType::Q6_K)   ? 512
+                      : (t == GgmlType::Q4_0 || t == GgmlType::Q8_0) ? 96
+                                                                     : 67;
     for (const std::vector<int32_t>& ids : {std::vector<int32_t>{3}, std::vector<int32_t>{0, 12, 3, 3, 7, 1, 11}}) {
-      Compare("get_rows", TypeLabel(t), Shape({k, 13}) + " ids " + std::to_string(ids.size()),
-              [&](Builder& b) { return b.g().GetRows(b.Typed(t, {k, 13}, 11), b.I32(ids)); }, kExact);
+      Compare(
+          "get_rows", TypeLabel(t), Shape({k, 13}) + " ids " + std::to_string(ids.size()),
+          [&](Builder& b) {
+            return b.g().GetRows(b.Typed(t, {k, 13}, 11), b.I32(ids));
+          },
+          kExact);
     }
   }
 }
@@ -401,44 +410,61 @@ TEST_F(CudaBackendTest, MulMat) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     const bool kq = t == GgmlType::Q4_K || t == GgmlType::Q6_K;
     const bool q = t == GgmlType::Q4_0 || t == GgmlType::Q8_0;
-    const std::vector<int64_t> ks = kq ? std::vector<int64_t>{256, 768} : q ? std::vector<int64_t>{64, 160}
-                                                                            : std::vector<int64_t>{67, 256};
+    const std::vector<int64_t> ks = kq  ? std::vector<int64_t>{256, 768}
+                                    : q ? std::vector<int64_t>{64, 160}
+                                        : std::vector<int64_t>{67, 256};
     const double limit = t == GgmlType::F32 ? kExact : kF16Quant;
     for (int64_t k : ks) {
       for (int64_t m : {int64_t{5}, int64_t{67}}) {
         for (int64_t n : {1, 2, 3, 5, 17, 33, 70}) {
-          Compare("mul_mat", TypeLabel(t), Shape({k, m}) + " x " + Shape({k, n}),
-                  [&](Builder& b) { return b.g().MulMat(b.Typed(t, {k, m}, 21), b.F32({k, n}, 22)); }, limit,
-                  false, true);
+          Compare(
+              "mul_mat", TypeLabel(t), Shape({k, m}) + " x " + Shape({k, n}),
+              [&](Builder& b) {
+                return b.g().MulMat(b.Typed(t, {k, m}, 21), b.F32({k, n}, 22));
+              },
+              limit, false, true);
         }
       }
     }
     const int64_t k = ks[0];
     // Batched activations [k, 3, 2] (6 columns: mat-vec), [k, 5, 3] (15: batched) and
     // [k, 1, 2, 2].
-    Compare("mul_mat", TypeLabel(t), Shape({k, 67}) + " x " + Shape({k, 3, 2}),
-            [&](Builder& b) { return b.g().MulMat(b.Typed(t, {k, 67}, 23), b.F32({k, 3, 2}, 24)); }, limit);
-    Compare("mul_mat", TypeLabel(t), Shape({k, 67}) + " x " + Shape({k, 5, 3}),
-            [&](Builder& b) { return b.g().MulMat(b.Typed(t, {k, 67}, 23), b.F32({k, 5, 3}, 24)); }, limit,
-            false, true);
-    Compare("mul_mat", TypeLabel(t), Shape({k, 67}) + " x " + Shape({k, 1, 2, 2}),
-            [&](Builder& b) { return b.g().MulMat(b.Typed(t, {k, 67}, 23), b.F32({k, 1, 2, 2}, 25)); }, limit);
+    Compare(
+        "mul_mat", TypeLabel(t), Shape({k, 67}) + " x " + Shape({k, 3, 2}),
+        [&](Builder& b) {
+          return b.g().MulMat(b.Typed(t, {k, 67}, 23), b.F32({k, 3, 2}, 24));
+        },
+        limit);
+    Compare(
+        "mul_mat", TypeLabel(t), Shape({k, 67}) + " x " + Shape({k, 5, 3}),
+        [&](Builder& b) {
+          return b.g().MulMat(b.Typed(t, {k, 67}, 23), b.F32({k, 5, 3}, 24));
+        },
+        limit, false, true);
+    Compare(
+        "mul_mat", TypeLabel(t), Shape({k, 67}) + " x " + Shape({k, 1, 2, 2}),
+        [&](Builder& b) {
+          return b.g().MulMat(b.Typed(t, {k, 67}, 23), b.F32({k, 1, 2, 2}, 25));
+        },
+        limit);
     // Strided activations: rows of k floats 8 floats apart beyond k.
     for (int64_t n : {1, 9, 40}) {
-      Compare("mul_mat", TypeLabel(t), Shape({k, 67}) + " x view " + Shape({k, n}),
-              [&](Builder& b) {
-                Tensor* x = b.F32({k + 8, n}, 26);
-                return b.g().MulMat(b.Typed(t, {k, 67}, 27), b.g().View(x, {k, n}, {x->nb[1]}, 8 * 4));
-              },
-              limit, false, true);
+      Compare(
+          "mul_mat", TypeLabel(t), Shape({k, 67}) + " x view " + Shape({k, n}),
+          [&](Builder& b) {
+            Tensor* x = b.F32({k + 8, n}, 26);
+            return b.g().MulMat(b.Typed(t, {k, 67}, 27), b.g().View(x, {k, n}, {x->nb[1]}, 8 * 4));
+          },
+          limit, false, true);
     }
     // Non-uniform columns: [k, 20, 2] taken from a [k, 21, 2] tensor (cuBLAS packs them).
-    Compare("mul_mat", TypeLabel(t), Shape({k, 67}) + " x view " + Shape({k, 20, 2}),
-            [&](Builder& b) {
-              Tensor* x = b.F32({k, 21, 2}, 28);
-              return b.g().MulMat(b.Typed(t, {k, 67}, 29), b.g().View(x, {k, 20, 2}, {x->nb[1], x->nb[2]}, 0));
-            },
-            limit, false, true);
+    Compare(
+        "mul_mat", TypeLabel(t), Shape({k, 67}) + " x view " + Shape({k, 20, 2}),
+        [&](Builder& b) {
+          Tensor* x = b.F32({k, 21, 2}, 28);
+          return b.g().MulMat(b.Typed(t, {k, 67}, 29), b.g().View(x, {k, 20, 2}, {x->nb[1], x->nb[2]}, 0));
+        },
+        limit, false, true);
   }
 }
 
@@ -446,17 +472,23 @@ TEST_F(CudaBackendTest, AddMul) {
   for (bool add : {true, false}) {
     const std::string op = add ? "add" : "mul";
     const auto f = [add](Builder& b, Tensor* x, Tensor* y) { return add ? b.g().Add(x, y) : b.g().Mul(x, y); };
-    for (const std::vector<int64_t>& bshape :
-         {std::vector<int64_t>{67, 5, 3}, std::vector<int64_t>{67}, std::vector<int64_t>{67, 5}, std::vector<int64_t>{67, 1, 3}}) {
-      Compare(op, "F32", "67x5x3 . " + Shape({bshape[0], bshape.size() > 1 ? bshape[1] : 1, bshape.size() > 2 ? bshape[2] : 1}),
-              [&](Builder& b) { return f(b, b.F32({67, 5, 3}, 31), b.F32(bshape, 32)); }, kExact);
+    for (const std::vector<int64_t>& bshape : {std::vector<int64_t>{67, 5, 3}, std::vector<int64_t>{67},
+                                               std::vector<int64_t>{67, 5}, std::vector<int64_t>{67, 1, 3}}) {
+      Compare(
+          op, "F32",
+          "67x5x3 . " + Shape({bshape[0], bshape.size() > 1 ? bshape[1] : 1, bshape.size() > 2 ? bshape[2] : 1}),
+          [&](Builder& b) {
+            return f(b, b.F32({67, 5, 3}, 31), b.F32(bshape, 32));
+          },
+          kExact);
     }
-    Compare(op, "F32", "view 67x5 . 67",
-            [&](Builder& b) {
-              Tensor* x = b.F32({80, 5}, 33);
-              return f(b, b.g().View(x, {67, 5}, {x->nb[1]}, 4 * 4), b.F32({67}, 34));
-            },
-            kExact);
+    Compare(
+        op, "F32", "view 67x5 . 67",
+        [&](Builder& b) {
+          Tensor* x = b.F32({80, 5}, 33);
+          return f(b, b.g().View(x, {67, 5}, {x->nb[1]}, 4 * 4), b.F32({67}, 34));
+        },
+        kExact);
   }
 }
 
@@ -486,27 +518,47 @@ TEST_F(CudaBackendTest, Unary) {
   };
   for (const U& u : ops) {
     for (bool view : {false, true}) {
-      Compare(u.name, "F32", view ? "view 67x5x3" : "67x5x3",
-              [&](Builder& b) { return u.op(b.g(), UnaryInput(b, view, 41, u.lo, u.hi)); }, u.limit);
+      Compare(
+          u.name, "F32", view ? "view 67x5x3" : "67x5x3",
+          [&](Builder& b) { return u.op(b.g(), UnaryInput(b, view, 41, u.lo, u.hi)); }, u.limit);
     }
   }
   // Long rows (several elements per invocation of the row kernels).
-  Compare("rms_norm", "F32", "4099x2", [](Builder& b) { return b.g().RmsNorm(b.F32({4099, 2}, 42), 1e-5f); }, kExact);
-  Compare("norm", "F32", "4099x2", [](Builder& b) { return b.g().Norm(b.F32({4099, 2}, 43), 1e-5f); }, kExact);
+  Compare(
+      "rms_norm", "F32", "4099x2",
+      [](Builder& b) {
+        return b.g().RmsNorm(b.F32({4099, 2}, 42), 1e-5f);
+      },
+      kExact);
+  Compare(
+      "norm", "F32", "4099x2",
+      [](Builder& b) {
+        return b.g().Norm(b.F32({4099, 2}, 43), 1e-5f);
+      },
+      kExact);
   // cont of a permuted view: [8, 4, 5] (head, head index, token) read as [8, 5, 4].
-  Compare("cont", "F32", "permuted 8x5x4",
-          [](Builder& b) {
-            Tensor* x = b.F32({8, 4, 5}, 44);
-            return b.g().Cont(b.g().View(x, {8, 5, 4}, {x->nb[2], x->nb[1]}, 0));
-          },
-          kExact);
+  Compare(
+      "cont", "F32", "permuted 8x5x4",
+      [](Builder& b) {
+        Tensor* x = b.F32({8, 4, 5}, 44);
+        return b.g().Cont(b.g().View(x, {8, 5, 4}, {x->nb[2], x->nb[1]}, 0));
+      },
+      kExact);
 }
 
 TEST_F(CudaBackendTest, Swiglu) {
-  Compare("swiglu", "F32", "67x5x3",
-          [](Builder& b) { return b.g().Swiglu(b.F32({67, 5, 3}, 51, -8, 8), b.F32({67, 5, 3}, 52)); }, kExact);
-  Compare("swiglu", "F32", "view 67x5x3",
-          [](Builder& b) { return b.g().Swiglu(UnaryInput(b, true, 53), b.F32({67, 5, 3}, 54)); }, kExact);
+  Compare(
+      "swiglu", "F32", "67x5x3",
+      [](Builder& b) {
+        return b.g().Swiglu(b.F32({67, 5, 3}, 51, -8, 8), b.F32({67, 5, 3}, 52));
+      },
+      kExact);
+  Compare(
+      "swiglu", "F32", "view 67x5x3",
+      [](Builder& b) {
+        return b.g().Swiglu(UnaryInput(b, true, 53), b.F32({67, 5, 3}, 54));
+      },
+      kExact);
 }
 
 // A mask [n_kv, rows] with -inf above a causal diagonal (offset so every row keeps cells).
@@ -525,22 +577,23 @@ TEST_F(CudaBackendTest, SoftMax) {
   for (int64_t heads : {4, 6}) {
     for (float max_bias : {0.0f, 8.0f}) {
       for (bool mask : {false, true}) {
-        Compare("soft_max", "F32",
-                Shape({33, 7, heads}) + (mask ? " mask" : "") + (max_bias > 0 ? " alibi" : ""),
-                [&](Builder& b) {
-                  Tensor* m = mask ? b.F32Values({33, 7}, CausalMask(33, 7, max_bias > 0)) : nullptr;
-                  return b.g().SoftMax(b.F32({33, 7, heads}, 61, -4, 4), m, 0.125f, max_bias);
-                },
-                kExact);
+        Compare(
+            "soft_max", "F32", Shape({33, 7, heads}) + (mask ? " mask" : "") + (max_bias > 0 ? " alibi" : ""),
+            [&](Builder& b) {
+              Tensor* m = mask ? b.F32Values({33, 7}, CausalMask(33, 7, max_bias > 0)) : nullptr;
+              return b.g().SoftMax(b.F32({33, 7, heads}, 61, -4, 4), m, 0.125f, max_bias);
+            },
+            kExact);
       }
     }
   }
-  Compare("soft_max", "F32", "1000x3 view",
-          [](Builder& b) {
-            Tensor* x = b.F32({1010, 3}, 62, -10, 10);
-            return b.g().SoftMax(b.g().View(x, {1000, 3}, {x->nb[1]}, 40), nullptr, 1.0f, 0.0f);
-          },
-          kExact);
+  Compare(
+      "soft_max", "F32", "1000x3 view",
+      [](Builder& b) {
+        Tensor* x = b.F32({1010, 3}, 62, -10, 10);
+        return b.g().SoftMax(b.g().View(x, {1000, 3}, {x->nb[1]}, 40), nullptr, 1.0f, 0.0f);
+      },
+      kExact);
 }
 
 TEST_F(CudaBackendTest, Rope) {
@@ -553,27 +606,28 @@ TEST_F(CudaBackendTest, Rope) {
     float freq_scale, ext_factor;
   };
   const std::vector<R> cases = {
-      {"normal", 64, 64, 0, false, 1.0f, 0.0f},       {"neox", 64, 64, 2, false, 1.0f, 0.0f},
-      {"normal partial", 67, 32, 0, false, 1.0f, 0.0f}, {"neox partial", 80, 48, 2, false, 1.0f, 0.0f},
+      {"normal", 64, 64, 0, false, 1.0f, 0.0f},           {"neox", 64, 64, 2, false, 1.0f, 0.0f},
+      {"normal partial", 67, 32, 0, false, 1.0f, 0.0f},   {"neox partial", 80, 48, 2, false, 1.0f, 0.0f},
       {"neox freq_factors", 64, 64, 2, true, 1.0f, 0.0f}, {"normal yarn", 64, 64, 0, false, 0.25f, 1.0f},
       {"neox yarn+ff", 128, 128, 2, true, 0.125f, 1.0f},
   };
   for (const R& c : cases) {
     for (bool view : {false, true}) {
-      Compare("rope", "F32", Shape({c.hd, 4, 5}) + " " + c.label + (view ? " view" : ""),
-              [&](Builder& b) {
-                Tensor* x;
-                if (view) {  // the q part of a fused [hd, 4 q + 2 k heads, tokens] tensor
-                  Tensor* qk = b.F32({c.hd, 6, 5}, 71);
-                  x = b.g().View(qk, {c.hd, 4, 5}, {qk->nb[1], qk->nb[2]}, 0);
-                } else {
-                  x = b.F32({c.hd, 4, 5}, 72);
-                }
-                Tensor* ff = c.ff ? b.F32({c.n_dims / 2}, 73, 1.0f, 4.0f) : nullptr;
-                return b.g().Rope(x, b.I32(pos), ff, c.n_dims, c.mode, 4096, 10000.0f, c.freq_scale, c.ext_factor,
-                                  1.0f, 32.0f, 1.0f);
-              },
-              kExact);
+      Compare(
+          "rope", "F32", Shape({c.hd, 4, 5}) + " " + c.label + (view ? " view" : ""),
+          [&](Builder& b) {
+            Tensor* x;
+            if (view) {  // the q part of a fused [hd, 4 q + 2 k heads, tokens] tensor
+              Tensor* qk = b.F32({c.hd, 6, 5}, 71);
+              x = b.g().View(qk, {c.hd, 4, 5}, {qk->nb[1], qk->nb[2]}, 0);
+            } else {
+              x = b.F32({c.hd, 4, 5}, 72);
+            }
+            Tensor* ff = c.ff ? b.F32({c.n_dims / 2}, 73, 1.0f, 4.0f) : nullptr;
+            return b.g().Rope(x, b.I32(pos), ff, c.n_dims, c.mode, 4096, 10000.0f, c.freq_scale, c.ext_factor, 1.0f,
+                              32.0f, 1.0f);
+          },
+          kExact);
     }
   }
 }
@@ -581,19 +635,20 @@ TEST_F(CudaBackendTest, Rope) {
 TEST_F(CudaBackendTest, SetRows) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
     for (int64_t row : {int64_t{64}, int64_t{67}}) {
-      Compare("set_rows", TypeLabel(t), Shape({row, 10}) + " <- 3 rows",
-              [&](Builder& b) {
-                Tensor* cache = b.Typed(t, {row, 10}, 81);
-                return b.g().SetRows(cache, b.F32({row, 3}, 82, -100, 100), b.I32({7, 0, 4}));
-              },
-              kExact);
+      Compare(
+          "set_rows", TypeLabel(t), Shape({row, 10}) + " <- 3 rows",
+          [&](Builder& b) {
+            Tensor* cache = b.Typed(t, {row, 10}, 81);
+            return b.g().SetRows(cache, b.F32({row, 3}, 82, -100, 100), b.I32({7, 0, 4}));
+          },
+          kExact);
     }
   }
 }
 
 // flash_attn_ext with K/V as strided views of [hd * n_head_kv, n_ctx] caches.
-BuildFn FlashAttn(GgmlType kv, int64_t hd, int64_t n_head, int64_t n_head_kv, int64_t n_tokens, int64_t n_kv,
-                  bool mask, float max_bias, bool q_view) {
+BuildFn FlashAttn(GgmlType kv, int64_t hd, int64_t n_head, int64_t n_head_kv, int64_t n_tokens, int64_t n_kv, bool mask,
+                  float max_bias, bool q_view) {
   return [=](Builder& b) {
     const int64_t n_ctx = n_kv + 5;
     Tensor* kc = b.Typed(kv, {hd * n_head_kv, n_ctx}, 91);
@@ -649,23 +704,24 @@ TEST_F(CudaBackendTest, ChainedGraph) {
   }
   // set_rows into the KV caches, then attention over views of the written caches.
   for (GgmlType kv : {GgmlType::F16, GgmlType::F32}) {
-    Compare("graph", TypeLabel(kv), "set_rows + flash_attn_ext",
-            [kv](Builder& b) {
-              Graph& g = b.g();
-              const int64_t hd = 32, nh = 4, nkv_h = 2, n_ctx = 40, nt = 3;
-              const size_t es = kv == GgmlType::F16 ? 2 : 4;
-              Tensor* kc = b.Typed(kv, {hd * nkv_h, n_ctx}, 111);
-              Tensor* vc = b.Typed(kv, {hd * nkv_h, n_ctx}, 112);
-              Tensor* idx = b.I32({20, 21, 22});
-              Tensor* ks = g.SetRows(kc, b.F32({hd * nkv_h, nt}, 113), idx);
-              Tensor* vs = g.SetRows(vc, b.F32({hd * nkv_h, nt}, 114), idx);
-              Tensor* k = g.View(ks, {hd, nkv_h, 23}, {hd * es, kc->nb[1]}, 0);
-              Tensor* v = g.View(vs, {hd, nkv_h, 23}, {hd * es, vc->nb[1]}, 0);
-              Tensor* q = b.F32({hd, nh, nt}, 115);
-              Tensor* m = b.F32Values({23, nt}, CausalMask(23, nt, false));
-              return g.FlashAttnExt(q, k, v, m, 0.17f, 0.0f);
-            },
-            kF16Quant);
+    Compare(
+        "graph", TypeLabel(kv), "set_rows + flash_attn_ext",
+        [kv](Builder& b) {
+          Graph& g = b.g();
+          const int64_t hd = 32, nh = 4, nkv_h = 2, n_ctx = 40, nt = 3;
+          const size_t es = kv == GgmlType::F16 ? 2 : 4;
+          Tensor* kc = b.Typed(kv, {hd * nkv_h, n_ctx}, 111);
+          Tensor* vc = b.Typed(kv, {hd * nkv_h, n_ctx}, 112);
+          Tensor* idx = b.I32({20, 21, 22});
+          Tensor* ks = g.SetRows(kc, b.F32({hd * nkv_h, nt}, 113), idx);
+          Tensor* vs = g.SetRows(vc, b.F32({hd * nkv_h, nt}, 114), idx);
+          Tensor* k = g.View(ks, {hd, nkv_h, 23}, {hd * es, kc->nb[1]}, 0);
+          Tensor* v = g.View(vs, {hd, nkv_h, 23}, {hd * es, vc->nb[1]}, 0);
+          Tensor* q = b.F32({hd, nh, nt}, 115);
+          Tensor* m = b.F32Values({23, nt}, CausalMask(23, nt, false));
+          return g.FlashAttnExt(q, k, v, m, 0.17f, 0.0f);
+        },
+        kF16Quant);
   }
 }
 
@@ -677,8 +733,12 @@ TEST_F(CudaBackendTest, BadIndexIsAnError) {
   r = RunOn(cuda_, set_rows);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   // The backend stays usable.
-  Compare("get_rows", "F32", "after an error",
-          [](Builder& b) { return b.g().GetRows(b.F32({8, 4}, 1), b.I32({3, 0})); }, kExact);
+  Compare(
+      "get_rows", "F32", "after an error",
+      [](Builder& b) {
+        return b.g().GetRows(b.F32({8, 4}, 1), b.I32({3, 0}));
+      },
+      kExact);
 }
 
 TEST_F(CudaBackendTest, UnsupportedOpsAreRefused) {

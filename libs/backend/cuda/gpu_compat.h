@@ -44,8 +44,9 @@
 #endif
 #include <hip/hip_runtime_api.h>
 #if defined(__HIPCC__)
-#include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+
+#include <hip/hip_fp16.h>
 #endif
 
 #define HERD_GPU_ABI hip_rt
@@ -104,8 +105,9 @@
 
 #include <cuda_runtime_api.h>
 #if defined(__CUDACC__)
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cuda_fp16.h>
 #endif
 
 #define HERD_GPU_ABI cuda_rt

@@ -51,7 +51,7 @@ struct RopeConsts {
   float theta_scale = 1.0f;  // powf(freq_base, -2 / n_dims)
   float freq_scale = 1.0f;
   float ext_factor = 0.0f;
-  float mscale = 1.0f;  // attn_factor, times 1 + 0.1 ln(1 / freq_scale) when ext_factor != 0
+  float mscale = 1.0f;               // attn_factor, times 1 + 0.1 ln(1 / freq_scale) when ext_factor != 0
   float corr0 = 0.0f, corr1 = 0.0f;  // ggml_rope_yarn_corr_dims
 };
 

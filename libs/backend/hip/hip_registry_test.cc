@@ -22,11 +22,10 @@ TEST(HipRegistryTest, TheHipKindIsRegisteredAfterTheBuiltInOnes) {
 
 TEST(HipRegistryTest, LateOrDuplicateRegistrationsAreRefused) {
   (void)BackendKinds();  // frozen from here on
-  BackendKind k{"late", [] { return std::vector<DeviceInfo>{}; },
-                [](const BackendOptions&) -> absl::StatusOr<std::unique_ptr<Backend>> {
-                  return absl::InternalError("never");
-                },
-                nullptr};
+  BackendKind k{
+      "late", [] { return std::vector<DeviceInfo>{}; },
+      [](const BackendOptions&) -> absl::StatusOr<std::unique_ptr<Backend>> { return absl::InternalError("never"); },
+      nullptr};
   EXPECT_FALSE(RegisterBackendKind(k));
   k.name = "cuda";
   EXPECT_FALSE(RegisterBackendKind(k));

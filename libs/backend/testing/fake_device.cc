@@ -154,8 +154,8 @@ absl::Status FakeDevice::GraphCompute(Graph& g) {
       srcs[i] = *n->src[i];
       srcs[i].data = HostOf(n->src[i], &impl_->buft);
       if (srcs[i].data == nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat("Fake: '", n->name, "' reads '", n->src[i]->name,
-                                                          "', which is not in Fake memory"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("Fake: '", n->name, "' reads '", n->src[i]->name, "', which is not in Fake memory"));
       }
       srcs[i].view_src = nullptr;
       node.src[i] = &srcs[i];

@@ -28,8 +28,8 @@ PFN_vkGetInstanceProcAddr OpenLoader() {
 absl::Status Api::LoadGlobal() {
   vkGetInstanceProcAddr = OpenLoader();
   if (vkGetInstanceProcAddr == nullptr) return absl::UnavailableError("no Vulkan loader (libvulkan.so.1)");
-#define HERD_VK_LOAD(fn)                                                                      \
-  fn = reinterpret_cast<PFN_##fn>(vkGetInstanceProcAddr(VK_NULL_HANDLE, #fn));                \
+#define HERD_VK_LOAD(fn)                                                       \
+  fn = reinterpret_cast<PFN_##fn>(vkGetInstanceProcAddr(VK_NULL_HANDLE, #fn)); \
   if (fn == nullptr) return absl::UnavailableError("the Vulkan loader has no " #fn);
   HERD_VK_GLOBAL_FNS(HERD_VK_LOAD)
 #undef HERD_VK_LOAD
@@ -37,8 +37,8 @@ absl::Status Api::LoadGlobal() {
 }
 
 absl::Status Api::LoadInstance(VkInstance instance) {
-#define HERD_VK_LOAD(fn)                                                      \
-  fn = reinterpret_cast<PFN_##fn>(vkGetInstanceProcAddr(instance, #fn));      \
+#define HERD_VK_LOAD(fn)                                                 \
+  fn = reinterpret_cast<PFN_##fn>(vkGetInstanceProcAddr(instance, #fn)); \
   if (fn == nullptr) return absl::UnavailableError("vkGetInstanceProcAddr found no " #fn);
   HERD_VK_INSTANCE_FNS(HERD_VK_LOAD)
 #undef HERD_VK_LOAD
@@ -46,8 +46,8 @@ absl::Status Api::LoadInstance(VkInstance instance) {
 }
 
 absl::Status Api::LoadDevice(VkDevice device) {
-#define HERD_VK_LOAD(fn)                                                 \
-  fn = reinterpret_cast<PFN_##fn>(vkGetDeviceProcAddr(device, #fn));     \
+#define HERD_VK_LOAD(fn)                                             \
+  fn = reinterpret_cast<PFN_##fn>(vkGetDeviceProcAddr(device, #fn)); \
   if (fn == nullptr) return absl::UnavailableError("vkGetDeviceProcAddr found no " #fn);
   HERD_VK_DEVICE_FNS(HERD_VK_LOAD)
 #undef HERD_VK_LOAD

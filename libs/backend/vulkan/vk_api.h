@@ -12,18 +12,17 @@
 namespace herd::vk {
 
 // Loaded with vkGetInstanceProcAddr(nullptr, ...).
-#define HERD_VK_GLOBAL_FNS(X) \
-  X(vkCreateInstance)
+#define HERD_VK_GLOBAL_FNS(X) X(vkCreateInstance)
 
 // Loaded with vkGetInstanceProcAddr(instance, ...).
-#define HERD_VK_INSTANCE_FNS(X)                 \
-  X(vkDestroyInstance)                          \
-  X(vkEnumeratePhysicalDevices)                 \
-  X(vkGetPhysicalDeviceProperties)              \
-  X(vkGetPhysicalDeviceProperties2)             \
-  X(vkGetPhysicalDeviceQueueFamilyProperties)   \
-  X(vkGetPhysicalDeviceMemoryProperties)        \
-  X(vkCreateDevice)                             \
+#define HERD_VK_INSTANCE_FNS(X)               \
+  X(vkDestroyInstance)                        \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceProperties2)           \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
+  X(vkCreateDevice)                           \
   X(vkGetDeviceProcAddr)
 
 // Loaded with vkGetDeviceProcAddr(device, ...).
@@ -99,10 +98,10 @@ absl::Status CallError(const char* call, VkResult r);
 }  // namespace herd::vk
 
 /// Returns CallError(#call) from the enclosing function when `expr` is not VK_SUCCESS.
-#define HERD_VK_RETURN_IF_ERROR(call, expr)                   \
-  do {                                                        \
-    const VkResult herd_vk_r_ = (expr);                       \
-    if (herd_vk_r_ != VK_SUCCESS) {                           \
-      return ::herd::vk::CallError(call, herd_vk_r_);         \
-    }                                                         \
+#define HERD_VK_RETURN_IF_ERROR(call, expr)           \
+  do {                                                \
+    const VkResult herd_vk_r_ = (expr);               \
+    if (herd_vk_r_ != VK_SUCCESS) {                   \
+      return ::herd::vk::CallError(call, herd_vk_r_); \
+    }                                                 \
   } while (0)

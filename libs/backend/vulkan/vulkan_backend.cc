@@ -140,12 +140,12 @@ int TypeVariant(GgmlType t) {
 
 // Pipelines: one per shader variant and specialization.
 enum Pipe : int {
-  kPipeGetRows = 0,      // + TypeVariant
-  kPipeMatVec = 6,       // + TypeVariant
-  kPipeMatMul = 12,      // + TypeVariant
-  kPipeUnary = 18,       // + UnaryOp
-  kPipeBinary = 24,      // + BinaryOp
-  kPipeNorm = 27,        // + 0 rms_norm, 1 norm
+  kPipeGetRows = 0,  // + TypeVariant
+  kPipeMatVec = 6,   // + TypeVariant
+  kPipeMatMul = 12,  // + TypeVariant
+  kPipeUnary = 18,   // + UnaryOp
+  kPipeBinary = 24,  // + BinaryOp
+  kPipeNorm = 27,    // + 0 rms_norm, 1 norm
   kPipeSoftMax = 29,
   kPipeRope = 30,
   kPipeSetRowsF32 = 31,
@@ -454,18 +454,19 @@ absl::StatusOr<DeviceBuffer> VulkanContext::CreateBuffer(VkDeviceSize size, bool
   VkBufferCreateInfo bci{};
   bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
   bci.size = b.size;
-  bci.usage =
-      VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   HERD_VK_RETURN_IF_ERROR("vkCreateBuffer", a.vkCreateBuffer(device_, &bci, nullptr, &b.buffer));
   VkMemoryRequirements req;
   a.vkGetBufferMemoryRequirements(device_, b.buffer, &req);
   int type = -1;
   if (host_visible) {
-    type = FindMemoryType(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
-                                                  VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    type =
+        FindMemoryType(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+                                               VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
     if (type < 0) {
-      type = FindMemoryType(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+      type = FindMemoryType(req.memoryTypeBits,
+                            VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
     }
   } else {
     type = FindMemoryType(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
@@ -473,8 +474,8 @@ absl::StatusOr<DeviceBuffer> VulkanContext::CreateBuffer(VkDeviceSize size, bool
   }
   if (type < 0) {
     a.vkDestroyBuffer(device_, b.buffer, nullptr);
-    return absl::UnavailableError(absl::StrCat(info_.name, " has no ", host_visible ? "host-visible coherent" : "usable",
-                                               " memory type for storage buffers"));
+    return absl::UnavailableError(absl::StrCat(
+        info_.name, " has no ", host_visible ? "host-visible coherent" : "usable", " memory type for storage buffers"));
   }
   VkMemoryAllocateInfo mai{};
   mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
@@ -550,8 +551,8 @@ void HostReadBarrier(const vk::Api& a, VkCommandBuffer cmd) {
   mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
   mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
   mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-  a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr,
-                         0, nullptr);
+  a.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0,
+                         nullptr);
 }
 
 template <typename Fn>
@@ -621,8 +622,7 @@ absl::Status VulkanContext::Copy(const DeviceBuffer& src, VkDeviceSize src_off, 
 
 absl::Status VulkanContext::Fill(const DeviceBuffer& dst, uint32_t word) {
   std::lock_guard<std::mutex> lock(mu_);
-  return RunTransfer(
-      [&](VkCommandBuffer cmd) { api().vkCmdFillBuffer(cmd, dst.buffer, 0, VK_WHOLE_SIZE, word); });
+  return RunTransfer([&](VkCommandBuffer cmd) { api().vkCmdFillBuffer(cmd, dst.buffer, 0, VK_WHOLE_SIZE, word); });
 }
 
 // ---------------------------------------------------------------------------
@@ -681,9 +681,9 @@ absl::StatusOr<std::unique_ptr<Buffer>> VulkanBufferType::Allocate(size_t size) 
 // inside it.
 struct Arg {
   const DeviceBuffer* buf = nullptr;
-  VkDeviceSize bind_off = 0;  // descriptor offset (a multiple of minStorageBufferOffsetAlignment)
-  VkDeviceSize range = 0;     // descriptor range
-  uint32_t resid = 0;         // bytes from bind_off to the tensor's first byte
+  VkDeviceSize bind_off = 0;    // descriptor offset (a multiple of minStorageBufferOffsetAlignment)
+  VkDeviceSize range = 0;       // descriptor range
+  uint32_t resid = 0;           // bytes from bind_off to the tensor's first byte
   VkDeviceSize lo = 0, hi = 0;  // the tensor's bytes in the buffer (hazard tracking)
 };
 
@@ -804,7 +804,8 @@ absl::Status VulkanBackend::Init() {
   dli.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
   dli.bindingCount = kBindings;
   dli.pBindings = bindings.data();
-  HERD_VK_RETURN_IF_ERROR("vkCreateDescriptorSetLayout", a.vkCreateDescriptorSetLayout(dev, &dli, nullptr, &set_layout_));
+  HERD_VK_RETURN_IF_ERROR("vkCreateDescriptorSetLayout",
+                          a.vkCreateDescriptorSetLayout(dev, &dli, nullptr, &set_layout_));
   VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes};
   VkPipelineLayoutCreateInfo pli{};
   pli.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
@@ -833,7 +834,8 @@ absl::Status VulkanBackend::Init() {
     cpi.stage.pName = "main";
     cpi.stage.pSpecializationInfo = specs[i].spec >= 0 ? &si : nullptr;
     cpi.layout = pipe_layout_;
-    const VkResult r = a.vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &cpi, nullptr, &pipes_[static_cast<size_t>(i)]);
+    const VkResult r =
+        a.vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &cpi, nullptr, &pipes_[static_cast<size_t>(i)]);
     a.vkDestroyShaderModule(dev, module, nullptr);
     if (r != VK_SUCCESS) return vk::CallError("vkCreateComputePipelines", r);
   }
@@ -870,8 +872,8 @@ absl::Status VulkanBackend::Locate(const Tensor* t, const VulkanBuffer** buf, si
     return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data in a buffer"));
   }
   if (b->type() != buft_.get()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(),
-                                                   " buffer, not in ", name(), " memory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(), " buffer, not in ", name(), " memory"));
   }
   const auto* vb = static_cast<const VulkanBuffer*>(b);
   const uint8_t* base = static_cast<const uint8_t*>(vb->base());
@@ -969,9 +971,9 @@ bool VulkanBackend::SupportsOp(const Tensor& n) const {
       const Tensor* v = n.src[2];
       const Tensor* mask = n.src[3];
       return IsF32(a) && k != nullptr && v != nullptr && (k->type == GgmlType::F32 || k->type == GgmlType::F16) &&
-             v->type == k->type && k->ne[0] == a->ne[0] && v->ne[0] == a->ne[0] && a->ne[0] <= 256 &&
-             k->ne[1] > 0 && a->ne[1] % k->ne[1] == 0 && v->ne[1] == k->ne[1] && v->ne[2] >= k->ne[2] && Fits(a) &&
-             Fits(k) && Fits(v) && Fits(&n) &&
+             v->type == k->type && k->ne[0] == a->ne[0] && v->ne[0] == a->ne[0] && a->ne[0] <= 256 && k->ne[1] > 0 &&
+             a->ne[1] % k->ne[1] == 0 && v->ne[1] == k->ne[1] && v->ne[2] >= k->ne[2] && Fits(a) && Fits(k) &&
+             Fits(v) && Fits(&n) &&
              (mask == nullptr || (IsF32(mask) && mask->ne[0] >= k->ne[2] && mask->ne[1] >= a->ne[2] && Fits(mask)));
     }
     case Op::kSetRows: {

@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
   bo.device = params.device;
   auto backend = CreateBackend(params.backend, bo);
   if (!backend.ok()) {
-    return absl::Status(backend.status().code(),
-                        absl::StrCat("draft model ", path, ": --backend ", params.backend, ": ", backend.status().message()));
+    return absl::Status(backend.status().code(), absl::StrCat("draft model ", path, ": --backend ", params.backend,
+                                                              ": ", backend.status().message()));
   }
   dm->backend_ = *std::move(backend);
   if (absl::Status s = dm->model_->PlaceWeights(dm->backend_.get()); !s.ok()) {

@@ -9,9 +9,9 @@
 
 #include "gtest/gtest.h"
 
-#include "tests/cpu_backend_for_tests.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/session.h"
+#include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
 namespace herd::engine::spec {

@@ -108,7 +108,8 @@ int Run(const std::string& name, model::Model& target, const std::string& draft_
   auto made = CreateBackend(absl::GetFlag(FLAGS_backend), bo);
   if (!made.ok()) return std::fprintf(stderr, "%s\n", made.status().ToString().c_str()), 1;
   Backend& backend = **made;
-  if (absl::Status s = target.PlaceWeights(&backend); !s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
+  if (absl::Status s = target.PlaceWeights(&backend); !s.ok())
+    return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
   auto vocab = tokenizer::Vocab::FromGguf(target.file());
   if (!vocab.ok()) return std::fprintf(stderr, "%s\n", vocab.status().ToString().c_str()), 1;
   EngineParams ep;

@@ -10,22 +10,22 @@ namespace herd::cpu {
 /// (ggml_compute_forward_flash_attn_ext_f16_one_chunk) for `nh` query heads over the cells
 /// the token sees. Every field must be set.
 struct FlashAttnF16Token {
-  int64_t hd;                // head size of K and V (elements)
-  int64_t nh;                // query heads
-  const uint16_t* q;         // nh rows of hd F16 values, hd apart: the query in F16 (ggml's Q conversion)
-  const uint8_t* k;          // K (F16) of cell 0; cell c at k + c * k_stride bytes
-  const uint8_t* v;          // V (F16) of cell 0; cell c at v + c * v_stride bytes
+  int64_t hd;         // head size of K and V (elements)
+  int64_t nh;         // query heads
+  const uint16_t* q;  // nh rows of hd F16 values, hd apart: the query in F16 (ggml's Q conversion)
+  const uint8_t* k;   // K (F16) of cell 0; cell c at k + c * k_stride bytes
+  const uint8_t* v;   // V (F16) of cell 0; cell c at v + c * v_stride bytes
   size_t k_stride, v_stride;
-  const size_t* head_off;    // nh: byte offset of head j's K row / V row within a cell
-  const int32_t* idx;        // the visible cells, ascending
-  int64_t n;                 // how many
-  const float* mask;         // the token's mask row indexed by cell, or nullptr (all 0)
-  const float* slope;        // nh ALiBi slopes (the mask's factor per head)
-  float scale;               // KQ scale
-  float* out;                // head j's hd outputs at out + j * out_stride
-  size_t out_stride;         // floats
-  float* scores;             // scratch, nh * n floats; on return head j's scaled, masked KQ at scores + j * n
-  uint16_t* vkq16;           // scratch: nh * hd halves
+  const size_t* head_off;  // nh: byte offset of head j's K row / V row within a cell
+  const int32_t* idx;      // the visible cells, ascending
+  int64_t n;               // how many
+  const float* mask;       // the token's mask row indexed by cell, or nullptr (all 0)
+  const float* slope;      // nh ALiBi slopes (the mask's factor per head)
+  float scale;             // KQ scale
+  float* out;              // head j's hd outputs at out + j * out_stride
+  size_t out_stride;       // floats
+  float* scores;           // scratch, nh * n floats; on return head j's scaled, masked KQ at scores + j * n
+  uint16_t* vkq16;         // scratch: nh * hd halves
 };
 
 }  // namespace herd::cpu

@@ -1012,8 +1012,8 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
   }
 }
 
-void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride,
-                  float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride, float* dst,
+                  size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   assert(SupportsPacked(w, isa) && i0 % kPackRows == 0);
   if (i0 >= i1 || j0 >= j1 || !SupportsPacked(w, isa)) return;
   const internal::PackedKind kind = w == GgmlType::Q4_0     ? internal::PackedKind::kQ4_0

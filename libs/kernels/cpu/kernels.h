@@ -49,8 +49,8 @@
 #include <vector>
 
 #include "libs/base/cpu_features.h"
-#include "libs/kernels/cpu/flash_attn_token.h"
 #include "libs/gguf/ggml_type.h"
+#include "libs/kernels/cpu/flash_attn_token.h"
 
 namespace herd::cpu {
 
@@ -204,8 +204,8 @@ GgmlType PackedActType(GgmlType w, Isa isa);
 ///        sumf = sumf + float(sumi) * (d*dy) in super-block order (ggml's scalar dot rounds per
 ///        sub-block pair, its AVX2 one per lane: within 1e-5 of the products' magnitude).
 /// Requires SupportsPacked(w, isa).
-void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride,
-                  float* dst, size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride, float* dst,
+                  size_t dst_stride, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
 
 // ---------------------------------------------------------------------------
 // Row / elementwise ops on F32. All work in place (y == x, or y == a / y == b).

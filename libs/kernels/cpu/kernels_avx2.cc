@@ -230,6 +230,7 @@ struct KQuant {
 };
 
 #include "libs/kernels/cpu/quant_avx2.inc"
+// (in this order: the GEMM micro-kernels use the quant helpers)
 #include "libs/kernels/cpu/gemm_avx2.inc"
 
 // ---------------------------------------------------------------- from_float
@@ -387,8 +388,9 @@ float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
   __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t i = 0; i < np; i += 32) {
     HERD_UNROLL for (int j = 0; j < 4; ++j) {
-      sum[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8 * j))),
-                               _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i + 8 * j))), sum[j]);
+      sum[j] =
+          _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8 * j))),
+                          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i + 8 * j))), sum[j]);
     }
   }
   sum[0] = _mm256_add_ps(sum[0], sum[2]);
@@ -586,7 +588,8 @@ void FlashAttnF16HeadsImpl(const FlashAttnF16Token& a) {
     const float s_inv = s_head[j] == 0.0f ? 0.0f : 1.0f / s_head[j];
     const __m256 inv = _mm256_set1_ps(s_inv);
     float* out = a.out + static_cast<size_t>(j) * a.out_stride;
-    for (int64_t v = 0; v < nv; ++v) _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(LoadF16x8(a.vkq16 + j * a.hd + 8 * v), inv));
+    for (int64_t v = 0; v < nv; ++v)
+      _mm256_storeu_ps(out + 8 * v, _mm256_mul_ps(LoadF16x8(a.vkq16 + j * a.hd + 8 * v), inv));
   }
 }
 

@@ -643,9 +643,9 @@ float DotF16Ggml(int64_t n, const uint16_t* x, const uint16_t* y) {
 
 template <bool kVnni>
 constexpr IsaKernels kKernels = {
-    {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, false>>, VecDot<KBf16>, VecDot<KQ8_0>,
-     VecDot<KQ4_0<kVnni>>, VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>,
-     VecDot<KQ4_K>, VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
+    {VecDot<KFloat<LoadF32, false>>, VecDot<KFloat<LoadF16, false>>, VecDot<KBf16>, VecDot<KQ8_0>, VecDot<KQ4_0<kVnni>>,
+     VecDot<KQ4_1>, VecDot<KQ5_0>, VecDot<KQ5_1>, VecDot<KIQ4_NL>, VecDot<KQ2_K>, VecDot<KQ3_K>, VecDot<KQ4_K>,
+     VecDot<KQ5_K>, VecDot<KQ6_K>, VecDot<KIQ4_XS>},
     {Tile<KFloat<LoadF32, false>>, Tile<KFloat<LoadF16, true>>, Tile<KBf16>, Tile<KQ8_0>, Tile<KQ4_0<kVnni>>,
      Tile<KQ4_1>, Tile<KQ5_0>, Tile<KQ5_1>, Tile<KIQ4_NL>, Tile<KQ2_K>, Tile<KQ3_K>, Tile<KQ4_K>, Tile<KQ5_K>,
      Tile<KQ6_K>, Tile<KIQ4_XS>},
