@@ -4,7 +4,7 @@
 # time, e.g. the Vulkan loader) at their own path, every shared library `ldd` lists for
 # all of them (the dynamic loader included) at the path ldd names, a minimal /etc/passwd + /etc/group with the non-root user herd
 # (65532:65532), and an empty /tmp. Nothing else: no shell, no package manager.
-# Used by the build stage of images/*/Containerfile and by tools/images.sh.
+# Used by the rootfs-NAME stages of images/Containerfile and by tools/images.sh.
 #
 #   images/rootfs.sh DEST BINARY|LIBRARY.so...
 set -euo pipefail

@@ -3,7 +3,7 @@
 
 For every overlay in k8s/overlays (rendered with `kubectl kustomize`, offline):
   * every image is ghcr.io/herd/herd-NAME:TAG with NAME an image tools/images.sh builds
-    (`tools/images.sh --list`), whose images/NAME/Containerfile has the binary as its
+    (`tools/images.sh --list`), whose stage NAME in images/Containerfile has the binary as its
     entrypoint and runs as a non-root user;
   * every container's args, with $(VAR) expanded the way the kubelet does from the
     ConfigMap and env, are flags its binary accepts: each is listed by the binary's
@@ -56,21 +56,33 @@ def image_table():
     return table
 
 
+def containerfile_stage(text, name):
+    """The lines of stage `name` (from its 'FROM ... AS name' line up to the next FROM)."""
+    m = re.search(rf"^FROM \S+ AS {re.escape(name)}\n(.*?)(?=^FROM |\Z)", text, re.M | re.S)
+    return m.group(1) if m else None
+
+
 def check_containerfiles(table):
+    path = os.path.join(SRC, "images", "Containerfile")
+    if not os.path.isfile(path):
+        fail("images/Containerfile missing")
+        return
+    text = open(path).read()
     for name, binary in table.items():
-        path = os.path.join(SRC, "images", name, "Containerfile")
-        if not os.path.isfile(path):
-            fail(f"image {name}: images/{name}/Containerfile missing")
+        final = containerfile_stage(text, name)
+        if final is None or not text.count(f"FROM scratch AS {name}\n"):
+            fail(f"images/Containerfile: no final stage 'FROM scratch AS {name}'")
             continue
-        text = open(path).read()
-        final = text[text.rfind("\nFROM "):]
         entry = f'ENTRYPOINT ["/usr/local/bin/{os.path.basename(binary)}"]'
         if entry not in final:
-            fail(f"images/{name}/Containerfile: final stage lacks {entry}")
+            fail(f"images/Containerfile: stage {name} lacks {entry}")
         if not re.search(r"^USER [1-9][0-9]*", final, re.M):
-            fail(f"images/{name}/Containerfile: final stage does not set a non-root USER")
-        if f"images/rootfs.sh /rootfs /out/{binary} /out/tools/herd/herd" not in text:
-            fail(f"images/{name}/Containerfile: build stage does not stage {binary} + herd")
+            fail(f"images/Containerfile: stage {name} does not set a non-root USER")
+        if f"COPY --from=rootfs-{name} /rootfs/ /" not in final:
+            fail(f"images/Containerfile: stage {name} does not copy its rootfs-{name} stage")
+        rootfs = containerfile_stage(text, f"rootfs-{name}") or ""
+        if f"images/rootfs.sh /rootfs /out/{binary} /out/tools/herd/herd" not in rootfs:
+            fail(f"images/Containerfile: stage rootfs-{name} does not stage {binary} + herd")
 
 
 _help_cache = {}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds herd's container images offline, without a daemon: for every image in the
 # table below, `bazel build -c opt` outputs -> images/rootfs.sh (binary + herd CLI +
-# their shared libraries + dynamic loader + /etc/passwd) -> the final stage of
-# images/NAME/Containerfile (FROM scratch) with `buildah bud --isolation chroot` on the
+# their shared libraries + dynamic loader + /etc/passwd) -> the image's final stage in
+# images/Containerfile (FROM scratch AS NAME) with `buildah bud --isolation chroot` on the
 # vfs storage driver -> an OCI archive out/images/herd-NAME.tar.
 #
 #   tools/images.sh              build all images (installs buildah with apt-get if missing)
@@ -14,7 +14,7 @@
 # HEAD` (+ "-dirty" with uncommitted changes), in buildah's storage under
 # out/images/storage (HERD_IMAGES_STORAGE); each archive holds the :REV reference.
 # Push one: skopeo copy oci-archive:out/images/herd-gateway.tar docker://REGISTRY/herd-gateway:REV
-# (or `podman load -i`). With Docker: docker build -f images/NAME/Containerfile . (see there).
+# (or `podman load -i`). With Docker: docker build -f images/Containerfile --target NAME . (see there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,10 +84,11 @@ for row in "${selected[@]}"; do
   mkdir -p "$ctx"
   # shellcheck disable=SC2086  # extra: zero or more paths
   images/rootfs.sh "$ctx/rootfs" "$bin_dir/$bin" "$bin_dir/tools/herd/herd" ${extra:-} >&2
-  # The Containerfile's final stage, fed the rootfs staged here instead of by its build stage.
-  sed -n '/^FROM scratch/,$p' "images/$name/Containerfile" \
-    | sed 's#^COPY --from=build /rootfs/ /#COPY rootfs/ /#' >"$ctx/Containerfile"
-  grep -q '^COPY rootfs/ /' "$ctx/Containerfile" || { echo "images: images/$name/Containerfile: no 'COPY --from=build /rootfs/ /' in its final stage" >&2; exit 1; }
+  # The image's final stage (FROM scratch AS NAME, up to the next FROM), fed the rootfs
+  # staged here instead of by its rootfs-NAME stage.
+  awk -v n="$name" '/^FROM / {on = ($0 == "FROM scratch AS " n)} on' images/Containerfile \
+    | sed -e 's#^FROM scratch AS .*#FROM scratch#' -e 's#^COPY --from=rootfs-[a-z-]* /rootfs/ /#COPY rootfs/ /#' >"$ctx/Containerfile"
+  grep -q '^COPY rootfs/ /' "$ctx/Containerfile" || { echo "images: images/Containerfile: no stage 'FROM scratch AS $name' copying its rootfs-$name stage" >&2; exit 1; }
   ref="$REGISTRY/herd-$name"
   "${BUILDAH[@]}" bud --isolation chroot --layers=false --quiet --build-arg "REVISION=$rev" \
     -t "$ref:$rev" -t "$ref:latest" -f "$ctx/Containerfile" "$ctx" >/dev/null
