@@ -26,6 +26,7 @@
 #include "libs/tokenizer/tokenizer.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tests/cpu_backend_for_tests.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -60,48 +61,15 @@ Collected RunGenerate(herd::v1::Gateway::Stub* stub, const GenerateRequest& req,
   return c;
 }
 
-GenerateRequest Greedy(const std::string& model, const std::string& prompt, int n) {
-  GenerateRequest req;
-  req.set_model(model);
-  req.set_text(prompt);
-  req.set_n_predict(n);
-  req.mutable_sampling()->set_temperature(0.0f);
-  return req;
-}
-
-// Sum of a metric's samples (all label sets) from a Prometheus text page.
-double Metric(const std::string& metrics_addr, const std::string& name) {
-  std::string host = metrics_addr.substr(0, metrics_addr.rfind(':'));
-  int port = 0;
-  if (!absl::SimpleAtoi(metrics_addr.substr(metrics_addr.rfind(':') + 1), &port)) return -1;
-  httplib::Client cli(host, port);
-  auto res = cli.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  double sum = 0;
-  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    absl::string_view key = line.substr(0, line.find(' '));
-    absl::string_view bare = key.substr(0, key.find('{'));
-    if (bare != name) continue;
-    double v;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
-  }
-  return sum;
-}
-
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     shared_ = SharedDir();
     if (shared_.empty()) return;
     cluster_ = new cli::LocalCluster();
-    cli::ClusterOptions o;
-    o.models_dir = shared_ + "/models";
-    o.models = {"stories260K"};
-    o.workers_per_model = 1;
+    cli::ClusterOptions o = e2e::TinyClusterOptions(shared_);
     o.max_sequences = 16;
     o.n_ctx = 8192;  // one pool: any sequence may use all of it
-    o.quiet = true;
     start_status_ = cluster_->Start(o, std::chrono::seconds(120));
   }
   static void TearDownTestSuite() {
@@ -150,7 +118,7 @@ absl::Status ClusterTest::start_status_;
 TEST_F(ClusterTest, GreedyStoryEqualsLlamaCppAndRunC) {
   std::ifstream in(shared_ + "/reference/A-stories260K-once_upon_a_time.json");
   nlohmann::json ref = nlohmann::json::parse(in);
-  Collected c = RunGenerate(stub_.get(), Greedy("stories260K", "Once upon a time", 256));
+  Collected c = RunGenerate(stub_.get(), e2e::Greedy("stories260K", "Once upon a time", 256));
   ASSERT_TRUE(c.status.ok()) << c.status.error_message();
   EXPECT_EQ(c.ids, ref["output_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(c.finish, herd::v1::FINISH_REASON_LENGTH);
@@ -181,14 +149,15 @@ TEST_F(ClusterTest, SixteenConcurrentStreamsEqualTheirSoloOutputs) {
                                            "The little boat",
                                            "Anna found a box",
                                            "It was a rainy day"};
-  const double batches_before = Metric(cluster_->workers()[0]->metrics_addr, "herd_worker_batch_sequences_count");
+  const double batches_before =
+      e2e::MetricSum(cluster_->workers()[0]->metrics_addr, "herd_worker_batch_sequences_count");
   std::vector<Collected> got(16);
   std::vector<std::thread> threads;
   for (int i = 0; i < 16; ++i) {
     // A generous deadline: under ThreadSanitizer (tools/test.sh's tsan step, beside other
     // tests) the 16 streams take minutes, not seconds.
     threads.emplace_back(
-        [&, i] { got[i] = RunGenerate(stub_.get(), Greedy("stories260K", starts[i], 24 + 7 * i), 300); });
+        [&, i] { got[i] = RunGenerate(stub_.get(), e2e::Greedy("stories260K", starts[i], 24 + 7 * i), 300); });
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < 16; ++i) {
@@ -198,7 +167,7 @@ TEST_F(ClusterTest, SixteenConcurrentStreamsEqualTheirSoloOutputs) {
   // Some iterations carried more than one sequence: fewer batches with <= 1 sequence
   // than batches in total since the test started.
   const std::string waddr = cluster_->workers()[0]->metrics_addr;
-  const double total = Metric(waddr, "herd_worker_batch_sequences_count") - batches_before;
+  const double total = e2e::MetricSum(waddr, "herd_worker_batch_sequences_count") - batches_before;
   std::string host = waddr.substr(0, waddr.rfind(':'));
   int port = std::stoi(waddr.substr(waddr.rfind(':') + 1));
   httplib::Client cli(host, port);
@@ -210,7 +179,7 @@ TEST_F(ClusterTest, SixteenConcurrentStreamsEqualTheirSoloOutputs) {
       absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &le1);
     }
   }
-  const double all = Metric(waddr, "herd_worker_batch_sequences_count");
+  const double all = e2e::MetricSum(waddr, "herd_worker_batch_sequences_count");
   EXPECT_GT(total, 0);
   EXPECT_LT(le1, all) << "no iteration batched more than one sequence:\n" << res->body;
 }
@@ -218,19 +187,19 @@ TEST_F(ClusterTest, SixteenConcurrentStreamsEqualTheirSoloOutputs) {
 TEST_F(ClusterTest, CancelMidStreamFreesKvCellsWithinOneSecond) {
   const std::string waddr = cluster_->workers()[0]->metrics_addr;
   grpc::ClientContext ctx;
-  GenerateRequest req = Greedy("stories260K", "Once upon a time", 2000);
+  GenerateRequest req = e2e::Greedy("stories260K", "Once upon a time", 2000);
   req.set_ignore_eos(true);
   auto reader = stub_->Generate(&ctx, req);
   GenerateResponse r;
   int msgs = 0;
   while (msgs < 5 && reader->Read(&r)) ++msgs;
   ASSERT_EQ(msgs, 5);
-  EXPECT_GT(Metric(waddr, "herd_worker_kv_cells_used"), 0);
+  EXPECT_GT(e2e::MetricSum(waddr, "herd_worker_kv_cells_used"), 0);
   const auto t0 = std::chrono::steady_clock::now();
   ctx.TryCancel();
   double used = -1;
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
-    used = Metric(waddr, "herd_worker_kv_cells_used");
+    used = e2e::MetricSum(waddr, "herd_worker_kv_cells_used");
     if (used == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -242,7 +211,7 @@ TEST_F(ClusterTest, CancelMidStreamFreesKvCellsWithinOneSecond) {
 
 TEST_F(ClusterTest, MalformedRequestsGetInvalidArgumentAndEverythingStaysUp) {
   std::vector<std::pair<std::string, GenerateRequest>> bad;
-  auto base = [] { return Greedy("stories260K", "Once upon a time", 8); };
+  auto base = [] { return e2e::Greedy("stories260K", "Once upon a time", 8); };
   {
     auto r = base();
     r.set_n_predict(-5);
@@ -345,7 +314,7 @@ TEST_F(ClusterTest, OpenAiCompletionsOverHttp) {
 // Last: kills the worker. The supervisor of LocalCluster restarts it on the same port.
 TEST_F(ClusterTest, ZZ_WorkerDeathEndsStreamsWithUnavailableAndServiceRecovers) {
   grpc::ClientContext ctx;
-  GenerateRequest req = Greedy("stories260K", "Once upon a time", 2000);
+  GenerateRequest req = e2e::Greedy("stories260K", "Once upon a time", 2000);
   req.set_ignore_eos(true);
   auto reader = stub_->Generate(&ctx, req);
   GenerateResponse r;
@@ -368,7 +337,7 @@ TEST_F(ClusterTest, ZZ_WorkerDeathEndsStreamsWithUnavailableAndServiceRecovers) 
   Collected c;
   do {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    c = RunGenerate(stub_.get(), Greedy("stories260K", "Once upon a time", 8), 10);
+    c = RunGenerate(stub_.get(), e2e::Greedy("stories260K", "Once upon a time", 8), 10);
   } while (!c.status.ok() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
   ASSERT_TRUE(c.status.ok()) << c.status.error_message();
   EXPECT_EQ(c.ids, Solo("Once upon a time", 8));

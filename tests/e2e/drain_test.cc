@@ -26,6 +26,7 @@
 #include "httplib.h"
 
 #include "proto/herd/v1/gateway.grpc.pb.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
 
@@ -35,38 +36,6 @@ namespace {
 constexpr int kWorkers = 3;
 constexpr int kClients = 6;
 constexpr int kTokens = 96;
-
-// Sum of a metric's samples (all label sets) on a Prometheus text page; -1 when the page
-// cannot be read (e.g. the process is restarting).
-double Metric(const std::string& metrics_addr, const std::string& name) {
-  const size_t colon = metrics_addr.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(metrics_addr.substr(colon + 1), &port)) return -1;
-  httplib::Client cli(metrics_addr.substr(0, colon), port);
-  cli.set_connection_timeout(2);
-  cli.set_read_timeout(5);
-  auto res = cli.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  double sum = 0;
-  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    absl::string_view key = line.substr(0, line.find(' '));
-    if (key.substr(0, key.find('{')) != name) continue;
-    double v;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
-  }
-  return sum;
-}
-
-// Polls `done` every 20 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
 
 // Clients streaming greedy requests until Stop(); every request must end OK with finish
 // STOP or LENGTH and at least one token.
@@ -131,13 +100,10 @@ TEST(DrainTest, SigtermAndRollingRestartUnderLoadLoseNoRequest) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
   cli::LocalCluster cluster;
-  cli::ClusterOptions o;
-  o.models_dir = shared + "/models";
-  o.models = {"stories260K"};
+  cli::ClusterOptions o = e2e::TinyClusterOptions(shared);
   o.workers_per_model = kWorkers;
   o.max_sequences = 8;
   o.n_ctx = 4096;
-  o.quiet = true;
   o.restart_backoff_initial = std::chrono::milliseconds(50);
   o.extra_worker_flags = {"--grace_ms=60000"};  // every stream in flight finishes
   o.extra_gateway_flags = {"--poll_ms=100"};
@@ -145,21 +111,23 @@ TEST(DrainTest, SigtermAndRollingRestartUnderLoadLoseNoRequest) {
   ASSERT_TRUE(s.ok()) << s;
 
   Load load(cluster.gateway_addr());
-  ASSERT_TRUE(WaitFor([&] { return load.ok() >= kClients || !load.failures().empty(); }, std::chrono::seconds(60)));
+  ASSERT_TRUE(
+      e2e::WaitFor([&] { return load.ok() >= kClients || !load.failures().empty(); }, std::chrono::seconds(60)));
 
   // SIGTERM worker i while it runs streams; returns once its new process served tokens.
   auto terminate = [&](size_t i) {
     cli::Process* w = cluster.workers()[i];
     const std::string name = w->name, metrics = w->metrics_addr;
-    ASSERT_TRUE(WaitFor([&] { return Metric(metrics, "herd_worker_active_sequences") > 0; }, std::chrono::seconds(30)))
+    ASSERT_TRUE(e2e::WaitFor([&] { return e2e::MetricSum(metrics, "herd_worker_active_sequences") > 0; },
+                             std::chrono::seconds(30)))
         << name << " never had a stream in flight";
     const int restarts = cluster.Restarts(name);
     ASSERT_TRUE(cluster.TerminateWorker(i).ok());
-    ASSERT_TRUE(WaitFor([&] { return cluster.Restarts(name) > restarts; }, std::chrono::seconds(90)))
+    ASSERT_TRUE(e2e::WaitFor([&] { return cluster.Restarts(name) > restarts; }, std::chrono::seconds(90)))
         << name << " did not exit after SIGTERM";
     // The new process (its counters start at 0) gets sessions from the gateway again.
-    ASSERT_TRUE(
-        WaitFor([&] { return Metric(metrics, "herd_worker_tokens_generated_total") > 0; }, std::chrono::seconds(90)))
+    ASSERT_TRUE(e2e::WaitFor([&] { return e2e::MetricSum(metrics, "herd_worker_tokens_generated_total") > 0; },
+                             std::chrono::seconds(90)))
         << name << " served nothing after its restart";
   };
 
@@ -167,12 +135,12 @@ TEST(DrainTest, SigtermAndRollingRestartUnderLoadLoseNoRequest) {
   terminate(0);
   if (::testing::Test::HasFatalFailure()) return;
   const int after_first = load.ok();
-  EXPECT_TRUE(WaitFor([&] { return load.ok() >= after_first + kClients; }, std::chrono::seconds(60)));
+  EXPECT_TRUE(e2e::WaitFor([&] { return load.ok() >= after_first + kClients; }, std::chrono::seconds(60)));
   // A rolling restart: every worker in turn.
   for (size_t i = 0; i < kWorkers && !::testing::Test::HasFatalFailure(); ++i) terminate(i);
   if (::testing::Test::HasFatalFailure()) return;
   const int after_rolling = load.ok();
-  EXPECT_TRUE(WaitFor([&] { return load.ok() >= after_rolling + kClients; }, std::chrono::seconds(60)));
+  EXPECT_TRUE(e2e::WaitFor([&] { return load.ok() >= after_rolling + kClients; }, std::chrono::seconds(60)));
   load.Stop();
 
   const std::vector<std::string> failures = load.failures();

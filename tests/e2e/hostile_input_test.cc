@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 
 #include "proto/herd/v1/gateway.grpc.pb.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
 
@@ -65,13 +66,9 @@ TEST(HostileInput, DeepJsonAndDeepProtobufNeverTakeAServiceDown) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
   cli::LocalCluster cluster;
-  cli::ClusterOptions o;
-  o.models_dir = shared + "/models";
-  o.models = {"stories260K"};
-  o.workers_per_model = 1;
+  cli::ClusterOptions o = e2e::TinyClusterOptions(shared);
   o.draft_workers = 1;
   o.n_ctx = 1024;
-  o.quiet = true;
   ASSERT_TRUE(cluster.Start(o, std::chrono::seconds(120)).ok());
   std::map<std::string, pid_t> pids;
   for (cli::Process* p : cluster.processes()) pids[p->name] = p->pid;

@@ -29,6 +29,7 @@
 #include "httplib.h"
 
 #include "libs/serving/testing/raw_http.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
 
@@ -39,52 +40,13 @@ constexpr int kClients = 1000;
 constexpr int kTokens = 48;
 constexpr int kMaxConcurrent = 800;
 
-// A field of /proc/PID/status ("Threads", "VmRSS"); -1 when unreadable.
-long ProcStatus(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!absl::StartsWith(line, field + ":")) continue;
-    std::string v(absl::StripAsciiWhitespace(line.substr(field.size() + 1)));
-    v = v.substr(0, v.find(' '));
-    long n = 0;
-    return absl::SimpleAtoi(v, &n) ? n : -1;
-  }
-  return -1;
-}
-
-// Sum of a metric's samples on the gateway's /metrics page; -1 when unreadable.
-double Metric(const std::string& addr, const std::string& name) {
-  const size_t colon = addr.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) return -1;
-  httplib::Client cli(addr.substr(0, colon), port);
-  cli.set_connection_timeout(2);
-  cli.set_read_timeout(5);
-  auto res = cli.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  double sum = 0;
-  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    absl::string_view key = line.substr(0, line.find(' '));
-    if (key.substr(0, key.find('{')) != name) continue;
-    double v;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
-  }
-  return sum;
-}
-
 TEST(ManyClientsTest, ThousandStreamsHoldWithFlatGatewayThreads) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
   cli::LocalCluster cluster;
-  cli::ClusterOptions o;
-  o.models_dir = shared + "/models";
-  o.models = {"stories260K"};
-  o.workers_per_model = 1;
+  cli::ClusterOptions o = e2e::TinyClusterOptions(shared);
   o.max_sequences = 64;
   o.n_ctx = 4096;
-  o.quiet = true;
   o.extra_worker_flags = {"--max_queue=2048"};
   // Bounded below the load: the requests beyond it get 429.
   o.extra_gateway_flags = {absl::StrCat("--max_concurrent_requests=", kMaxConcurrent), "--http_threads=4"};
@@ -104,8 +66,8 @@ TEST(ManyClientsTest, ThousandStreamsHoldWithFlatGatewayThreads) {
       port, serving::testing::PostJsonRequest(
                 "/v1/completions", R"({"model":"stories260K","prompt":"Once","max_tokens":4,"stream":true})"));
   ASSERT_EQ(serving::testing::StatusOf(warm), 200) << warm;
-  const long threads0 = ProcStatus(gw->pid, "Threads");
-  const long rss0 = ProcStatus(gw->pid, "VmRSS");
+  const long threads0 = e2e::ProcStatus(gw->pid, "Threads");
+  const long rss0 = e2e::ProcStatus(gw->pid, "VmRSS");
   ASSERT_GT(threads0, 0);
 
   std::atomic<bool> stop{false};
@@ -113,10 +75,10 @@ TEST(ManyClientsTest, ThousandStreamsHoldWithFlatGatewayThreads) {
   std::atomic<int> peak_inflight{0};
   std::thread watch([&] {
     while (!stop) {
-      peak_threads = std::max(peak_threads.load(), ProcStatus(gw->pid, "Threads"));
-      peak_rss = std::max(peak_rss.load(), ProcStatus(gw->pid, "VmRSS"));
+      peak_threads = std::max(peak_threads.load(), e2e::ProcStatus(gw->pid, "Threads"));
+      peak_rss = std::max(peak_rss.load(), e2e::ProcStatus(gw->pid, "VmRSS"));
       peak_inflight =
-          std::max(peak_inflight.load(), static_cast<int>(Metric(metrics, "herd_gateway_inflight_requests")));
+          std::max(peak_inflight.load(), static_cast<int>(e2e::MetricSum(metrics, "herd_gateway_inflight_requests")));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });

@@ -16,6 +16,7 @@
 #include "libs/backend/registry.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
 
@@ -64,14 +65,11 @@ class MixedBackendsTest : public ::testing::Test {
     bool vulkan = false;
     for (const DeviceInfo& d : ListDevices()) vulkan |= d.backend == "vulkan";
     if (!vulkan) GTEST_SKIP() << "no Vulkan device here (" << DescribeDevices() << ")";
-    cli::ClusterOptions o;
-    o.models_dir = shared_ + "/models";
-    o.models = {"stories260K"};
+    cli::ClusterOptions o = e2e::TinyClusterOptions(shared_);
     o.workers_per_model = 2;
     o.worker_backends = {"cpu", "vulkan"};
     o.n_ctx = 4096;     // 512 cells per sequence with the default 8 sequences: the whole story
     o.restart = false;  // the test restarts workers itself
-    o.quiet = true;
     ASSERT_TRUE(cluster_.Start(o, std::chrono::seconds(120)).ok());
     stub_ = v1::Gateway::NewStub(grpc::CreateChannel(cluster_.gateway_addr(), grpc::InsecureChannelCredentials()));
     std::ifstream in(shared_ + "/reference/A-stories260K-once_upon_a_time.json");

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
+#include "tests/e2e/e2e_util.h"
 #include "tests/listening_sockets.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
@@ -110,12 +111,9 @@ TEST(Ports, ClusterProcessesListenOnlyOnAnnouncedPorts) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
   cli::LocalCluster cluster;
-  cli::ClusterOptions o;
-  o.models_dir = shared + "/models";
-  o.models = {"stories260K"};
+  cli::ClusterOptions o = e2e::TinyClusterOptions(shared);
   o.draft_workers = 1;
   o.spec_type = "ngram-simple";
-  o.quiet = true;
   absl::Status s = cluster.Start(o, std::chrono::seconds(120));
   ASSERT_TRUE(s.ok()) << s;
   std::vector<cli::Process*> procs = cluster.processes();

@@ -19,6 +19,7 @@
 #include "libs/serving/testing/test_certs.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "proto/herd/v1/loader.grpc.pb.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
 
@@ -28,23 +29,6 @@ namespace {
 constexpr char kClusterKey[] = "cluster-key-e2e-0123456789";
 constexpr char kApiKey[] = "api-key-e2e-0123456789";
 constexpr char kAdminKey[] = "admin-key-e2e-0123456789";
-
-double Metric(const std::string& metrics_addr, const std::string& name) {
-  int port = 0;
-  if (!absl::SimpleAtoi(metrics_addr.substr(metrics_addr.rfind(':') + 1), &port)) return -1;
-  httplib::Client cli(metrics_addr.substr(0, metrics_addr.rfind(':')), port);
-  auto res = cli.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  double sum = 0;
-  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    absl::string_view key = line.substr(0, line.find(' '));
-    if (key.substr(0, key.find('{')) != name) continue;
-    double v;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
-  }
-  return sum;
-}
 
 // A unary call with an empty request message, 10 s deadline.
 grpc::Status Call(const std::shared_ptr<grpc::Channel>& ch, const std::string& method) {
@@ -73,14 +57,11 @@ class SecureClusterTest : public ::testing::Test {
     ::setenv("HERD_API_KEYS", absl::StrCat("other-api-key-123456,", kApiKey).c_str(), 1);
     ::setenv("HERD_ADMIN_KEY", kAdminKey, 1);
     cluster_ = new cli::LocalCluster();
-    cli::ClusterOptions o;
-    o.models_dir = shared_ + "/models";
-    o.models = {"stories260K"};
+    cli::ClusterOptions o = e2e::TinyClusterOptions(shared_);
     o.max_sequences = 4;
     o.n_ctx = 2048;
     o.draft_workers = 1;
     o.spec_type = "ngram-simple";
-    o.quiet = true;
     o.extra_flags = {"--tls_cert_file=" + certs_.server_cert, "--tls_key_file=" + certs_.server_key,
                      "--tls_ca_file=" + certs_.ca};
     o.gateway_security = Client(kApiKey);
@@ -147,8 +128,8 @@ TEST_F(SecureClusterTest, GatewayNeedsAnApiKeyAndReachesEveryServiceOverMtls) {
   // gateway -> draft worker: the draft worker served proposals (a refused call would not
   // reach its handler), and the gateway saw no failed draft call.
   ASSERT_EQ(cluster_->draft_workers().size(), 1u);
-  EXPECT_GT(Metric(cluster_->draft_workers()[0]->metrics_addr, "herd_draft_calls_total"), 0);
-  EXPECT_EQ(Metric(cluster_->gateway_metrics_addr(), "herd_gateway_spec_draft_failures_total"), 0);
+  EXPECT_GT(e2e::MetricSum(cluster_->draft_workers()[0]->metrics_addr, "herd_draft_calls_total"), 0);
+  EXPECT_EQ(e2e::MetricSum(cluster_->gateway_metrics_addr(), "herd_gateway_spec_draft_failures_total"), 0);
 }
 
 TEST_F(SecureClusterTest, InternalServicesNeedTheClusterKey) {

@@ -30,6 +30,7 @@
 #include "nlohmann/json.hpp"
 
 #include "proto/herd/v1/gateway.grpc.pb.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
 
@@ -74,15 +75,6 @@ Collected RunGenerate(herd::v1::Gateway::Stub* stub, const GenerateRequest& req,
   return c;
 }
 
-GenerateRequest Greedy(const std::string& model, const std::string& prompt, int n) {
-  GenerateRequest req;
-  req.set_model(model);
-  req.set_text(prompt);
-  req.set_n_predict(n);
-  req.mutable_sampling()->set_temperature(0.0f);
-  return req;
-}
-
 GenerateRequest Speculative(GenerateRequest req, const std::string& type, int n_min, int n_max) {
   herd::v1::SpeculativeConfig* s = req.mutable_speculative();
   s->set_type(type);
@@ -91,24 +83,6 @@ GenerateRequest Speculative(GenerateRequest req, const std::string& type, int n_
   s->set_ngram_size_n(3);  // the defaults (12/48) find little in outputs of ~100 tokens
   s->set_ngram_size_m(16);
   return req;
-}
-
-// Sum of a metric's samples whose line contains `label` (all label sets when empty).
-double Metric(const std::string& metrics_addr, const std::string& name, const std::string& label = "") {
-  httplib::Client cli(metrics_addr.substr(0, metrics_addr.rfind(':')),
-                      std::stoi(metrics_addr.substr(metrics_addr.rfind(':') + 1)));
-  auto res = cli.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  double sum = 0;
-  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    absl::string_view key = line.substr(0, line.find(' '));
-    if (key.substr(0, key.find('{')) != name) continue;
-    if (!label.empty() && key.find(label) == absl::string_view::npos) continue;
-    double v;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
-  }
-  return sum;
 }
 
 // The repeat prompt: stories260K's own greedy story, then its first words again, so
@@ -128,10 +102,7 @@ class SpecClusterTest : public ::testing::Test {
     const std::string shared = SharedDir();
     if (shared.empty()) return;
     *cluster = new cli::LocalCluster();
-    cli::ClusterOptions o;
-    o.models_dir = shared + "/models";
-    o.models = {model};
-    o.workers_per_model = 1;
+    cli::ClusterOptions o = e2e::TinyClusterOptions(shared, {model});
     o.max_sequences = 8;
     o.n_ctx = 8192;  // 1024 cells per sequence
     o.draft_workers = 1;
@@ -139,7 +110,6 @@ class SpecClusterTest : public ::testing::Test {
     o.draft_target_model = model;
     // Generous: the outputs never depend on it, the acceptance checks do.
     o.extra_gateway_flags = {"--draft_timeout_ms=3000"};
-    o.quiet = true;
     *status = (*cluster)->Start(o, std::chrono::seconds(120));
   }
   static void StopCluster(cli::LocalCluster** cluster) {
@@ -169,7 +139,7 @@ class SpecClusterTest : public ::testing::Test {
     };
     std::vector<Collected> plain(prompts.size());
     for (size_t p = 0; p < prompts.size(); ++p) {
-      GenerateRequest req = Greedy(model, prompts[p], n_predict);
+      GenerateRequest req = e2e::Greedy(model, prompts[p], n_predict);
       req.mutable_speculative()->set_type("none");
       plain[p] = RunGenerate(stub_.get(), req);
       ASSERT_TRUE(plain[p].status.ok()) << plain[p].status.error_message();
@@ -189,8 +159,8 @@ class SpecClusterTest : public ::testing::Test {
       threads.emplace_back([&] {
         for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
           Job& job = jobs[j];
-          job.got = RunGenerate(
-              stub_.get(), Speculative(Greedy(model, prompts[job.prompt], n_predict), job.type, job.n_min, job.n_max));
+          job.got = RunGenerate(stub_.get(), Speculative(e2e::Greedy(model, prompts[job.prompt], n_predict), job.type,
+                                                         job.n_min, job.n_max));
         }
       });
     }
@@ -255,8 +225,8 @@ TEST_F(SpecStories260KTest, GreedyOutputsEqualNonSpeculative) {
   // The gateway's metrics have the statistics per type.
   const std::string m = cluster_->gateway_metrics_addr();
   for (const char* type : kTypes) {
-    EXPECT_GT(Metric(m, "herd_gateway_spec_calls_total", absl::StrCat("type=\"", type, "\"")), 0) << type;
-    EXPECT_GT(Metric(m, "herd_gateway_spec_acc_tokens_total", absl::StrCat("type=\"", type, "\"")), 0) << type;
+    EXPECT_GT(e2e::MetricSum(m, "herd_gateway_spec_calls_total", absl::StrCat("type=\"", type, "\"")), 0) << type;
+    EXPECT_GT(e2e::MetricSum(m, "herd_gateway_spec_acc_tokens_total", absl::StrCat("type=\"", type, "\"")), 0) << type;
   }
 }
 
@@ -264,7 +234,7 @@ TEST_F(SpecStories260KTest, GreedyOutputsEqualNonSpeculative) {
 // their distributions and are verified by rejection sampling: the model drafting for
 // itself has most of them accepted; a fixed seed repeats the output.
 TEST_F(SpecStories260KTest, SampledDraftModelDrafts) {
-  GenerateRequest req = Greedy("stories260K", "Once upon a time", 64);
+  GenerateRequest req = e2e::Greedy("stories260K", "Once upon a time", 64);
   req.mutable_sampling()->set_temperature(0.8f);
   req.mutable_sampling()->set_seed(42);
   req.mutable_speculative()->set_type("draft-model");
@@ -311,12 +281,12 @@ TEST_F(SpecStories260KTest, HttpCompletionsWithSpeculation) {
 // with empty drafts and its output is unchanged; the supervisor restarts the worker.
 TEST_F(SpecStories260KTest, ZZ_KillingTheDraftWorkerMidStreamChangesNothing) {
   const std::string prompt = RepeatPrompt(shared_);
-  GenerateRequest plain_req = Greedy("stories260K", prompt, 800);
+  GenerateRequest plain_req = e2e::Greedy("stories260K", prompt, 800);
   plain_req.set_ignore_eos(true);
   Collected plain = RunGenerate(stub_.get(), plain_req);
   ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
   const std::string m = cluster_->gateway_metrics_addr();
-  const double failures_before = Metric(m, "herd_gateway_spec_draft_failures_total");
+  const double failures_before = e2e::MetricSum(m, "herd_gateway_spec_draft_failures_total");
   std::atomic<bool> killed{false};
   Collected c = RunGenerate(stub_.get(), Speculative(plain_req, "ngram-simple", 1, 4), [&](int messages) {
     if (messages == 2 && !killed.exchange(true)) {
@@ -329,7 +299,7 @@ TEST_F(SpecStories260KTest, ZZ_KillingTheDraftWorkerMidStreamChangesNothing) {
   EXPECT_EQ(c.text, plain.text);
   EXPECT_EQ(c.finish, herd::v1::FINISH_REASON_LENGTH);
   // The stream outlived the draft worker: drafts failed after the kill.
-  EXPECT_GT(Metric(m, "herd_gateway_spec_draft_failures_total"), failures_before);
+  EXPECT_GT(e2e::MetricSum(m, "herd_gateway_spec_draft_failures_total"), failures_before);
   ASSERT_EQ(c.spec.size(), 1u);
   // Later streams work too (with or without the restarted worker).
   Collected again = RunGenerate(stub_.get(), Speculative(plain_req, "ngram-map-k4v", 1, 4));
