@@ -40,6 +40,7 @@
 #include "libs/model/model.h"
 #include "libs/model/test_runner.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "tests/conformance/logits.h"
 #include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
@@ -78,18 +79,6 @@ bool UsesGelu(const std::string& arch) {
   return kGelu.count(arch) > 0;
 }
 
-double MaxAbsDiff(const std::vector<std::vector<float>>& ours, const json& ref_values) {
-  double m = 0;
-  for (size_t k = 0; k < ours.size(); ++k) {
-    const json& row = ref_values[k];
-    EXPECT_EQ(row.size(), ours[k].size());
-    for (size_t i = 0; i < ours[k].size() && i < row.size(); ++i) {
-      m = std::max(m, std::fabs(static_cast<double>(ours[k][i]) - row[i].get<double>()));
-    }
-  }
-  return m;
-}
-
 // Index of the first output whose greedy margin is below 2 x the logit error (ids from
 // there on may part legitimately); the number of ids to compare.
 size_t Comparable(const json& block, double logit_err) {
@@ -114,26 +103,6 @@ std::vector<std::vector<float>> RunnerLogitsAt(model::SequenceRunner& r, const s
     EXPECT_TRUE(l.ok()) << l.status();
     if (!l.ok()) return {};
     by_pos.push_back((*l)[0]);
-  }
-  std::vector<std::vector<float>> out;
-  for (int p : positions) out.push_back(by_pos.at(static_cast<size_t>(p)));
-  return out;
-}
-
-std::vector<std::vector<float>> EngineLogitsAt(engine::Engine& eng, const std::vector<int32_t>& prompt,
-                                               const std::vector<int32_t>& output, const std::vector<int>& positions) {
-  eng.kv().Clear();
-  engine::Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int32_t>(i), 0, true);
-  EXPECT_TRUE(eng.Decode(b).ok());
-  std::vector<std::vector<float>> by_pos;
-  for (int64_t j = 0; j < eng.n_outputs(); ++j) by_pos.emplace_back(eng.Logits(j), eng.Logits(j) + eng.n_vocab());
-  const int max_pos = *std::max_element(positions.begin(), positions.end());
-  for (int p = static_cast<int>(prompt.size()); p <= max_pos; ++p) {
-    b.Clear();
-    b.Add(output[static_cast<size_t>(p) - prompt.size()], p, 0, true);
-    EXPECT_TRUE(eng.Decode(b).ok());
-    by_pos.emplace_back(eng.Logits(0), eng.Logits(0) + eng.n_vocab());
   }
   std::vector<std::vector<float>> out;
   for (int p : positions) out.push_back(by_pos.at(static_cast<size_t>(p)));
@@ -215,7 +184,7 @@ TEST(ArchConformance, EveryReferenceModel) {
     const auto alt_out = alt["output_ids"].get<std::vector<int32_t>>();
     const auto logits = RunnerLogitsAt(runner, prompt_ids, alt_out, positions);
     ASSERT_EQ(logits.size(), positions.size());
-    const double d32 = MaxAbsDiff(logits, alt["logits"]["values"]);
+    const double d32 = conformance::MaxAbsDiff(logits, alt["logits"]["values"]);
     EXPECT_LE(d32, tol);
 
     const size_t comparable = Comparable(alt, std::max(d32, 1e-5));
@@ -236,7 +205,8 @@ TEST(ArchConformance, EveryReferenceModel) {
     {
       model::SequenceRunner r16(**model, &backend, n_ctx, GgmlType::F16);
       const auto out = ref["output_ids"].get<std::vector<int32_t>>();
-      const double d16 = MaxAbsDiff(RunnerLogitsAt(r16, prompt_ids, out, positions), ref["logits"]["values"]);
+      const double d16 =
+          conformance::MaxAbsDiff(RunnerLogitsAt(r16, prompt_ids, out, positions), ref["logits"]["values"]);
       const double tol16 = 1.25 * alt["comparison_to_primary"]["logits_max_abs_diff"].get<double>();
       EXPECT_LE(d16, tol16) << "F16 KV vs primary";
       const size_t c16 = Comparable(ref, d16);
@@ -255,7 +225,8 @@ TEST(ArchConformance, EveryReferenceModel) {
       ep.kv_type = GgmlType::F32;
       auto eng = engine::Engine::Create(**model, ep, &backend);
       ASSERT_TRUE(eng.ok()) << eng.status();
-      const double de = MaxAbsDiff(EngineLogitsAt(**eng, prompt_ids, alt_out, positions), alt["logits"]["values"]);
+      const double de = conformance::MaxAbsDiff(
+          conformance::TeacherForcedLogitsOrFail(**eng, prompt_ids, alt_out, positions), alt["logits"]["values"]);
       EXPECT_LE(de, tol) << "through the Engine";
       engine::GenerateParams gp;
       gp.prompt_ids = prompt_ids;
@@ -295,7 +266,7 @@ TEST(ArchConformance, MptClampKqvIsOptionalAndApplied) {
   EXPECT_EQ((*clamp8)->hparams().f_clamp_kqv, 8.0f);
   EXPECT_EQ((*clamp8)->hparams().f_max_alibi_bias, 8.0f);
   model::SequenceRunner r8(**clamp8, &backend, n_ctx);
-  const double d_clamped = MaxAbsDiff(RunnerLogitsAt(r8, prompt, out, positions), alt["logits"]["values"]);
+  const double d_clamped = conformance::MaxAbsDiff(RunnerLogitsAt(r8, prompt, out, positions), alt["logits"]["values"]);
   EXPECT_GT(d_clamped, 0.05) << "clamp_kqv 8 should change the logits (the README: by up to 0.26)";
 
   auto unclamped =
@@ -303,7 +274,7 @@ TEST(ArchConformance, MptClampKqvIsOptionalAndApplied) {
   ASSERT_TRUE(unclamped.ok()) << unclamped.status();
   EXPECT_EQ((*unclamped)->hparams().f_clamp_kqv, 0.0f);
   model::SequenceRunner r(**unclamped, &backend, n_ctx);
-  const double d = MaxAbsDiff(RunnerLogitsAt(r, prompt, out, positions), alt["logits"]["values"]);
+  const double d = conformance::MaxAbsDiff(RunnerLogitsAt(r, prompt, out, positions), alt["logits"]["values"]);
   EXPECT_LE(d, 1e-3);
   std::printf("clamp8 vs noclamp reference: %.3g; clamp8 without the key: %.2g\n", d_clamped, d);
 }
@@ -359,7 +330,7 @@ TEST(ArchConformance, Qwen2FromPhi3WeightsMatchesPhi3Reference) {
   Backend& backend = *backend_owner;
   model::SequenceRunner r(**m, &backend, ref["settings"]["n_ctx"].get<int64_t>());
   const json& alt = ref["alt_f32_kv_no_flash_attn"];
-  const double d = MaxAbsDiff(
+  const double d = conformance::MaxAbsDiff(
       RunnerLogitsAt(r, ref["prompt_ids"].get<std::vector<int32_t>>(), alt["output_ids"].get<std::vector<int32_t>>(),
                      ref["logits"]["positions"].get<std::vector<int>>()),
       alt["logits"]["values"]);

@@ -26,6 +26,7 @@
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "tests/conformance/logits.h"
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -54,36 +55,6 @@ bool UsesGelu(const std::string& arch) {
   static const std::set<std::string> kGelu = {"mpt",   "gpt2", "gptneox", "starcoder",
                                               "bloom", "phi2", "gemma",   "falcon"};
   return kGelu.count(arch) > 0;
-}
-
-std::vector<std::vector<float>> LogitsAt(engine::Engine& eng, const std::vector<int32_t>& prompt,
-                                         const std::vector<int32_t>& output, const std::vector<int>& positions) {
-  eng.kv().Clear();
-  engine::Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int32_t>(i), 0, true);
-  EXPECT_TRUE(eng.Decode(b).ok());
-  std::vector<std::vector<float>> by_pos;
-  for (int64_t j = 0; j < eng.n_outputs(); ++j) by_pos.emplace_back(eng.Logits(j), eng.Logits(j) + eng.n_vocab());
-  const int max_pos = *std::max_element(positions.begin(), positions.end());
-  for (int p = static_cast<int>(prompt.size()); p <= max_pos; ++p) {
-    b.Clear();
-    b.Add(output[static_cast<size_t>(p) - prompt.size()], p, 0, true);
-    EXPECT_TRUE(eng.Decode(b).ok());
-    by_pos.emplace_back(eng.Logits(0), eng.Logits(0) + eng.n_vocab());
-  }
-  std::vector<std::vector<float>> out;
-  for (int p : positions) out.push_back(by_pos.at(static_cast<size_t>(p)));
-  return out;
-}
-
-double MaxAbsDiff(const std::vector<std::vector<float>>& ours, const json& ref_values) {
-  double m = 0;
-  for (size_t k = 0; k < ours.size(); ++k) {
-    for (size_t i = 0; i < ours[k].size() && i < ref_values[k].size(); ++i) {
-      m = std::max(m, std::fabs(static_cast<double>(ours[k][i]) - ref_values[k][i].get<double>()));
-    }
-  }
-  return m;
 }
 
 size_t Comparable(const json& block, double logit_err) {
@@ -119,7 +90,8 @@ void CheckCase(const std::string& kind, const std::string& path) {
   auto eng = engine::Engine::Create(**model, ep, backend->get());
   ASSERT_TRUE(eng.ok()) << eng.status();
   const auto alt_out = alt["output_ids"].get<std::vector<int32_t>>();
-  const double d = MaxAbsDiff(LogitsAt(**eng, prompt_ids, alt_out, positions), alt["logits"]["values"]);
+  const double d = conformance::MaxAbsDiff(
+      conformance::TeacherForcedLogitsOrFail(**eng, prompt_ids, alt_out, positions), alt["logits"]["values"]);
   EXPECT_LE(d, tol);
   engine::GenerateParams gp;
   gp.prompt_ids = prompt_ids;

@@ -43,6 +43,7 @@
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "tests/conformance/logits.h"
 #include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
@@ -81,27 +82,6 @@ std::vector<std::string> Cases(const std::string& dir) {
   }
   closedir(d);
   std::sort(out.begin(), out.end());
-  return out;
-}
-
-// Logits for S[positions[k]] (prompt in one batch, then teacher-forced reference ids).
-std::vector<std::vector<float>> LogitsAt(engine::Engine& eng, const std::vector<int32_t>& prompt,
-                                         const std::vector<int32_t>& output, const std::vector<int>& positions) {
-  eng.kv().Clear();
-  engine::Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int32_t>(i), 0, true);
-  EXPECT_TRUE(eng.Decode(b).ok());
-  std::vector<std::vector<float>> by_pos;
-  for (int64_t j = 0; j < eng.n_outputs(); ++j) by_pos.emplace_back(eng.Logits(j), eng.Logits(j) + eng.n_vocab());
-  const int max_pos = *std::max_element(positions.begin(), positions.end());
-  for (int p = static_cast<int>(prompt.size()); p <= max_pos; ++p) {
-    b.Clear();
-    b.Add(output[static_cast<size_t>(p) - prompt.size()], p, 0, true);
-    EXPECT_TRUE(eng.Decode(b).ok());
-    by_pos.emplace_back(eng.Logits(0), eng.Logits(0) + eng.n_vocab());
-  }
-  std::vector<std::vector<float>> out;
-  for (int p : positions) out.push_back(by_pos[static_cast<size_t>(p)]);
   return out;
 }
 
@@ -187,8 +167,10 @@ TEST(QuantReference, EveryQuantizedCase) {
     ep.kv_type = GgmlType::F32;
     auto e32 = engine::Engine::Create(**model, ep, &backend);
     ASSERT_TRUE(e32.ok()) << e32.status();
-    const std::vector<double> p32 = DiffPerPosition(
-        LogitsAt(**e32, prompt_ids, alt["output_ids"].get<std::vector<int32_t>>(), positions), alt["logits"]["values"]);
+    const std::vector<double> p32 =
+        DiffPerPosition(conformance::TeacherForcedLogitsOrFail(
+                            **e32, prompt_ids, alt["output_ids"].get<std::vector<int32_t>>(), positions),
+                        alt["logits"]["values"]);
     m.n_pos = p32.size();
     m.flip = p32.size();  // first position beyond kTolExact
     for (size_t k = 0; k < p32.size(); ++k) {
@@ -208,8 +190,10 @@ TEST(QuantReference, EveryQuantizedCase) {
     ep.kv_type = GgmlType::F16;
     auto e16 = engine::Engine::Create(**model, ep, &backend);
     ASSERT_TRUE(e16.ok()) << e16.status();
-    const std::vector<double> p16 = DiffPerPosition(
-        LogitsAt(**e16, prompt_ids, ref["output_ids"].get<std::vector<int32_t>>(), positions), ref["logits"]["values"]);
+    const std::vector<double> p16 =
+        DiffPerPosition(conformance::TeacherForcedLogitsOrFail(
+                            **e16, prompt_ids, ref["output_ids"].get<std::vector<int32_t>>(), positions),
+                        ref["logits"]["values"]);
     m.d16 = *std::max_element(p16.begin(), p16.end());
     EXPECT_LE(m.d16, 2 * m.llama_diff);
     const std::string name = path.substr(path.rfind('/') + 1);
@@ -320,7 +304,9 @@ TEST(QuantReference, GgmlOrderGivesLlamaCppResultsForEveryStoriesQuant) {
       ep.kv_type = f16 ? GgmlType::F16 : GgmlType::F32;
       auto e = engine::Engine::Create(**model, ep, &backend);
       ASSERT_TRUE(e.ok()) << e.status();
-      const auto logits = LogitsAt(**e, prompt_ids, run["output_ids"].get<std::vector<int32_t>>(), positions);
+      const auto logits = conformance::TeacherForcedLogitsOrFail(
+          **e, prompt_ids, run["output_ids"].get<std::vector<int32_t>>(), positions);
+      ASSERT_FALSE(logits.empty());
       const std::vector<double> d = DiffPerPosition(logits, run["logits"]["values"]);
       dl[f16] = *std::max_element(d.begin(), d.end());
       dp[f16] = Top5LogProbDiff(logits, run["logits"]["values"]);

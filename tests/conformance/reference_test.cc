@@ -24,6 +24,7 @@
 #include "libs/engine/generate.h"
 #include "libs/model/model.h"
 #include "libs/tokenizer/tokenizer.h"
+#include "tests/conformance/logits.h"
 #include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
 
@@ -51,38 +52,6 @@ struct Loaded {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<tokenizer::Vocab> vocab;
 };
-
-// Logits for S[positions[k]] (prompt in one batch, then teacher-forced reference ids).
-std::vector<std::vector<float>> LogitsAt(engine::Engine& eng, const std::vector<int32_t>& prompt,
-                                         const std::vector<int32_t>& output, const std::vector<int>& positions) {
-  eng.kv().Clear();
-  engine::Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int32_t>(i), 0, true);
-  EXPECT_TRUE(eng.Decode(b).ok());
-  std::vector<std::vector<float>> by_pos;
-  for (int64_t j = 0; j < eng.n_outputs(); ++j) by_pos.emplace_back(eng.Logits(j), eng.Logits(j) + eng.n_vocab());
-  const int max_pos = *std::max_element(positions.begin(), positions.end());
-  for (int p = static_cast<int>(prompt.size()); p <= max_pos; ++p) {
-    b.Clear();
-    b.Add(output[static_cast<size_t>(p) - prompt.size()], p, 0, true);
-    EXPECT_TRUE(eng.Decode(b).ok());
-    by_pos.emplace_back(eng.Logits(0), eng.Logits(0) + eng.n_vocab());
-  }
-  std::vector<std::vector<float>> out;
-  for (int p : positions) out.push_back(by_pos[static_cast<size_t>(p)]);
-  return out;
-}
-
-double MaxAbsDiff(const std::vector<std::vector<float>>& ours, const json& ref_values) {
-  double m = 0;
-  for (size_t k = 0; k < ours.size(); ++k) {
-    const json& row = ref_values[k];
-    for (size_t i = 0; i < ours[k].size(); ++i) {
-      m = std::max(m, std::fabs(static_cast<double>(ours[k][i]) - row[i].get<double>()));
-    }
-  }
-  return m;
-}
 
 void CheckGreedy(engine::Engine& eng, const tokenizer::Vocab& vocab, const json& ref, const json& block,
                  double logit_err, const std::string& what) {
@@ -137,7 +106,8 @@ TEST(Reference, EveryStoriesAndTinyRandomCase) {
     auto e32 = engine::Engine::Create(**model, ep, &backend);
     ASSERT_TRUE(e32.ok()) << e32.status();
     const auto alt_out = alt["output_ids"].get<std::vector<int32_t>>();
-    const double d32 = MaxAbsDiff(LogitsAt(**e32, prompt_ids, alt_out, positions), alt["logits"]["values"]);
+    const double d32 = conformance::MaxAbsDiff(
+        conformance::TeacherForcedLogitsOrFail(**e32, prompt_ids, alt_out, positions), alt["logits"]["values"]);
     std::printf("%s\n  F32 KV vs alt: max |dlogit| %.3g over %zu positions (tolerance 1e-4)\n", path.c_str(), d32,
                 positions.size());
     EXPECT_LE(d32, 1e-4);
@@ -148,7 +118,8 @@ TEST(Reference, EveryStoriesAndTinyRandomCase) {
     auto e16 = engine::Engine::Create(**model, ep, &backend);
     ASSERT_TRUE(e16.ok()) << e16.status();
     const auto out = ref["output_ids"].get<std::vector<int32_t>>();
-    const double d16 = MaxAbsDiff(LogitsAt(**e16, prompt_ids, out, positions), ref["logits"]["values"]);
+    const double d16 = conformance::MaxAbsDiff(
+        conformance::TeacherForcedLogitsOrFail(**e16, prompt_ids, out, positions), ref["logits"]["values"]);
     const double tol16 = alt["comparison_to_primary"]["logits_max_abs_diff"].get<double>();
     std::printf("  F16 KV vs primary: max |dlogit| %.3g (tolerance: llama.cpp's own primary-vs-alt %.3g)\n", d16,
                 tol16);
