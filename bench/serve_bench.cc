@@ -59,6 +59,7 @@
 
 #include "bench/bench_models.h"
 #include "bench/serve_stats.h"
+#include "libs/base/status_macros.h"
 #include "libs/gguf/gguf.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
@@ -462,9 +463,8 @@ absl::Status PrepareModel(const std::string& shared, std::string* models_dir, st
   bool reused = false;
   std::fprintf(stderr, "serve_bench: model in %s/models (random weights, vocab %s; written once)\n", CacheDir().c_str(),
                vocab.c_str());
-  absl::StatusOr<std::string> path = CachedModel(*shape, wt, CacheDir(), vocab, &reused);
-  if (!path.ok()) return path.status();
-  *models_dir = path->substr(0, path->rfind('/'));
+  HERD_ASSIGN_OR_RETURN(std::string path, CachedModel(*shape, wt, CacheDir(), vocab, &reused));
+  *models_dir = path.substr(0, path.rfind('/'));
   *name = absl::StrCat(shape->name, "-", absl::AsciiStrToLower(GgmlTypeName(wt)));
   return absl::OkStatus();
 }

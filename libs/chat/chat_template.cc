@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/parser.h"
 
@@ -12,10 +13,9 @@ struct ChatTemplate::Tree {
 };
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
-  auto body = internal::ParseTemplate(source);
-  if (!body.ok()) return body.status();
+  HERD_ASSIGN_OR_RETURN(auto body, internal::ParseTemplate(source));
   auto tree = std::make_shared<Tree>();
-  tree->body = *std::move(body);
+  tree->body = std::move(body);
   return ChatTemplate(std::make_shared<const std::string>(source), std::move(tree));
 }
 

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/ops.h"
 
 namespace herd::chat::internal {
@@ -92,11 +93,9 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
     case Stmt::Kind::kText:
       return Append(out, s.text);
     case Stmt::Kind::kOutput: {
-      auto v = Eval(*s.expr, scope);
-      if (!v.ok()) return v.status();
-      auto str = ToStr(*v);
-      if (!str.ok()) return str.status();
-      return Append(out, *str);
+      HERD_ASSIGN_OR_RETURN(auto v, Eval(*s.expr, scope));
+      HERD_ASSIGN_OR_RETURN(auto str, ToStr(v));
+      return Append(out, str);
     }
     case Stmt::Kind::kIf:
       return ExecIf(s, scope, out);
@@ -114,11 +113,9 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
       std::string buf;  // the body has its own scope, as in Jinja2
       if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
       block_value_ = Value::String(std::move(buf));
-      auto v = Eval(*s.expr, scope);
-      if (!v.ok()) return v.status();
-      auto str = ToStr(*v);
-      if (!str.ok()) return str.status();
-      return Append(out, *str);
+      HERD_ASSIGN_OR_RETURN(auto v, Eval(*s.expr, scope));
+      HERD_ASSIGN_OR_RETURN(auto str, ToStr(v));
+      return Append(out, str);
     }
     case Stmt::Kind::kBreak:
       flow_ = Flow::kBreak;
@@ -134,9 +131,8 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
 
 absl::Status Interpreter::ExecIf(const Stmt& s, Scope* scope, std::string* out) {
   for (size_t k = 0; k < s.conds.size(); ++k) {
-    auto c = Eval(*s.conds[k], scope);
-    if (!c.ok()) return c.status();
-    if (Truthy(*c)) return Exec(s.bodies[k], scope, out);
+    HERD_ASSIGN_OR_RETURN(auto c, Eval(*s.conds[k], scope));
+    if (Truthy(c)) return Exec(s.bodies[k], scope, out);
   }
   return Exec(s.else_body, scope, out);
 }
@@ -187,21 +183,18 @@ Value Interpreter::MakeLoop(const std::vector<Value>& items, size_t k) {
 }
 
 absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out) {
-  auto iter = Eval(*s.expr, scope);
-  if (!iter.ok()) return iter.status();
-  auto all = Iterate(*iter);
-  if (!all.ok()) return all.status();
+  HERD_ASSIGN_OR_RETURN(auto iter, Eval(*s.expr, scope));
+  HERD_ASSIGN_OR_RETURN(auto all, Iterate(iter));
   Scope* ls = NewScope(scope);
   std::vector<Value> items;
   if (s.cond) {
-    for (const auto& item : *all) {
+    for (const auto& item : all) {
       if (auto st = BindTargets(s.targets, item, ls); !st.ok()) return st;
-      auto keep = Eval(*s.cond, ls);
-      if (!keep.ok()) return keep.status();
-      if (Truthy(*keep)) items.push_back(item);
+      HERD_ASSIGN_OR_RETURN(auto keep, Eval(*s.cond, ls));
+      if (Truthy(keep)) items.push_back(item);
     }
   } else {
-    items = *std::move(all);
+    items = std::move(all);
   }
   // Jinja2 runs the else block unless some iteration reached the end of the body (an
   // iteration left by break or continue does not count).
@@ -242,18 +235,16 @@ absl::Status Interpreter::Assign(const Expr& target, const Value& v, Scope* scop
 
 absl::Status Interpreter::ExecSet(const Stmt& s, Scope* scope, std::string*) {
   if (s.kind == Stmt::Kind::kSet) {
-    auto v = Eval(*s.expr, scope);
-    if (!v.ok()) return v.status();
-    return Assign(*s.target, *v, scope);
+    HERD_ASSIGN_OR_RETURN(auto v, Eval(*s.expr, scope));
+    return Assign(*s.target, v, scope);
   }
   std::string buf;  // the body has its own scope, as in Jinja2
   if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
   Value v = Value::String(std::move(buf));
   if (s.expr) {
     block_value_ = v;
-    auto f = Eval(*s.expr, scope);
-    if (!f.ok()) return f.status();
-    v = *std::move(f);
+    HERD_ASSIGN_OR_RETURN(auto f, Eval(*s.expr, scope));
+    v = std::move(f);
   }
   return Assign(*s.target, v, scope);
 }
@@ -297,9 +288,8 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallAr
   for (size_t k = 0; k < s.params.size(); ++k) {
     if (bound[k]) continue;
     if (s.params[k].default_value) {
-      auto d = Eval(*s.params[k].default_value, ms);
-      if (!d.ok()) return d.status();
-      ms->vars[s.params[k].name] = *std::move(d);
+      HERD_ASSIGN_OR_RETURN(auto d, Eval(*s.params[k].default_value, ms));
+      ms->vars[s.params[k].name] = std::move(d);
     } else {
       ms->vars[s.params[k].name] =
           Value::Undefined(absl::StrCat("parameter '", s.params[k].name, "' was not provided"));
@@ -320,16 +310,13 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallAr
 
 absl::Status Interpreter::ExecCallBlock(const Stmt& s, Scope* scope, std::string* out) {
   const Expr& call = *s.expr;
-  auto fn = Eval(*call.args[0], scope);
-  if (!fn.ok()) return fn.status();
+  HERD_ASSIGN_OR_RETURN(auto fn, Eval(*call.args[0], scope));
   CallArgs args;
   if (auto st = EvalArgs(call, scope, 1, &args); !st.ok()) return st;
   args.kw.emplace_back("caller", MakeMacro(s, scope, "caller"));
-  auto r = Call(*fn, args);
-  if (!r.ok()) return r.status();
-  auto str = ToStr(*r);
-  if (!str.ok()) return str.status();
-  return Append(out, *str);
+  HERD_ASSIGN_OR_RETURN(auto r, Call(fn, args));
+  HERD_ASSIGN_OR_RETURN(auto str, ToStr(r));
+  return Append(out, str);
 }
 
 }  // namespace herd::chat::internal

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/value.h"
 
 namespace herd::chat::internal {
@@ -146,9 +147,8 @@ class Dumper {
   absl::Status DumpDict(const Value& v, int depth) {
     std::vector<std::pair<std::string, const Value*>> entries;
     for (const auto& e : v.dict->entries) {
-      auto key = Key(e.first);
-      if (!key.ok()) return key.status();
-      entries.emplace_back(*std::move(key), &e.second);
+      HERD_ASSIGN_OR_RETURN(auto key, Key(e.first));
+      entries.emplace_back(std::move(key), &e.second);
     }
     if (entries.empty()) {
       *out_ += "{}";

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/lexer.h"
 
 namespace herd::chat::internal {
@@ -163,9 +164,8 @@ absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std
       s->line = t.line;
       s->col = t.col;
       Next();
-      auto e = Tuple(true, false);
-      if (!e.ok()) return e.status();
-      s->expr = *std::move(e);
+      HERD_ASSIGN_OR_RETURN(auto e, Tuple(true, false));
+      s->expr = std::move(e);
       if (auto st = ExpectType(T::kVarEnd, "'}}'"); !st.ok()) return st;
       body->push_back(std::move(s));
     } else if (t.type == T::kBlockBegin) {
@@ -175,9 +175,8 @@ absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std
         *end = name.text;
         return absl::OkStatus();
       }
-      auto s = Statement();
-      if (!s.ok()) return s.status();
-      body->push_back(*std::move(s));
+      HERD_ASSIGN_OR_RETURN(auto s, Statement());
+      body->push_back(std::move(s));
     } else {
       return Fail(t, absl::StrCat("unexpected ", Describe(t)));
     }
@@ -226,10 +225,9 @@ absl::StatusOr<StmtPtr> Parser::If(const Token& at) {
   s->line = at.line;
   s->col = at.col;
   while (true) {
-    auto cond = Tuple(false, false);
-    if (!cond.ok()) return cond.status();
+    HERD_ASSIGN_OR_RETURN(auto cond, Tuple(false, false));
     if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-    s->conds.push_back(*std::move(cond));
+    s->conds.push_back(std::move(cond));
     s->bodies.emplace_back();
     std::string end;
     if (auto st = SubParse({"elif", "else", "endif"}, &s->bodies.back(), &end); !st.ok()) return st;
@@ -262,13 +260,11 @@ absl::StatusOr<StmtPtr> Parser::For(const Token& at) {
     if (auto st = Expect(")"); !st.ok()) return st;
   }
   if (!SkipName("in")) return Fail(Cur(), absl::StrCat("expected 'in', got ", Describe(Cur())));
-  auto iter = Tuple(false, false, {"recursive"});
-  if (!iter.ok()) return iter.status();
-  s->expr = *std::move(iter);
+  HERD_ASSIGN_OR_RETURN(auto iter, Tuple(false, false, {"recursive"}));
+  s->expr = std::move(iter);
   if (SkipName("if")) {
-    auto cond = Expression();
-    if (!cond.ok()) return cond.status();
-    s->cond = *std::move(cond);
+    HERD_ASSIGN_OR_RETURN(auto cond, Expression());
+    s->cond = std::move(cond);
   }
   if (IsName("recursive")) return Fail(Cur(), "recursive loops are not supported");
   if (auto st = ExpectBlockEnd(); !st.ok()) return st;
@@ -315,17 +311,15 @@ absl::StatusOr<StmtPtr> Parser::Set(const Token& at) {
   }
   if (SkipOp("=")) {
     s->kind = Stmt::Kind::kSet;
-    auto e = Tuple(true, false);
-    if (!e.ok()) return e.status();
-    s->expr = *std::move(e);
+    HERD_ASSIGN_OR_RETURN(auto e, Tuple(true, false));
+    s->expr = std::move(e);
     if (auto st = ExpectBlockEnd(); !st.ok()) return st;
     return s;
   }
   s->kind = Stmt::Kind::kSetBlock;
   if (IsOp("|")) {
-    auto f = Filter(Node(Expr::Kind::kBlockValue, Cur()), false);
-    if (!f.ok()) return f.status();
-    s->expr = *std::move(f);
+    HERD_ASSIGN_OR_RETURN(auto f, Filter(Node(Expr::Kind::kBlockValue, Cur()), false));
+    s->expr = std::move(f);
   }
   if (auto st = ExpectBlockEnd(); !st.ok()) return st;
   if (auto st = BodyUntil("endset", &s->body); !st.ok()) return st;
@@ -344,9 +338,8 @@ absl::Status Parser::Params(std::vector<MacroParam>* params) {
     p.name = Cur().text;
     Next();
     if (SkipOp("=")) {
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      p.default_value = *std::move(e);
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      p.default_value = std::move(e);
     }
     params->push_back(std::move(p));
   }
@@ -376,10 +369,9 @@ absl::StatusOr<StmtPtr> Parser::CallBlock(const Token& at) {
   if (IsOp("(")) {
     if (auto st = Params(&s->params); !st.ok()) return st;
   }
-  auto e = Expression();
-  if (!e.ok()) return e.status();
-  if ((*e)->kind != Expr::Kind::kCall) return Fail(at, "expected a call after 'call'");
-  s->expr = *std::move(e);
+  HERD_ASSIGN_OR_RETURN(auto e, Expression());
+  if (e->kind != Expr::Kind::kCall) return Fail(at, "expected a call after 'call'");
+  s->expr = std::move(e);
   if (auto st = ExpectBlockEnd(); !st.ok()) return st;
   if (auto st = BodyUntil("endcall", &s->body); !st.ok()) return st;
   return s;
@@ -390,9 +382,8 @@ absl::StatusOr<StmtPtr> Parser::FilterBlock(const Token& at) {
   s->kind = Stmt::Kind::kFilterBlock;
   s->line = at.line;
   s->col = at.col;
-  auto f = Filter(Node(Expr::Kind::kBlockValue, at), true);
-  if (!f.ok()) return f.status();
-  s->expr = *std::move(f);
+  HERD_ASSIGN_OR_RETURN(auto f, Filter(Node(Expr::Kind::kBlockValue, at), true));
+  s->expr = std::move(f);
   if (auto st = ExpectBlockEnd(); !st.ok()) return st;
   if (auto st = BodyUntil("endfilter", &s->body); !st.ok()) return st;
   return s;
@@ -417,9 +408,8 @@ absl::StatusOr<ExprPtr> Parser::Tuple(bool with_cond, bool explicit_parens,
       if (auto st = Expect(","); !st.ok()) return st;
     }
     if (at_end()) break;
-    auto e = Expression(with_cond);
-    if (!e.ok()) return e.status();
-    tuple->args.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Expression(with_cond));
+    tuple->args.push_back(std::move(e));
     if (IsOp(","))
       is_tuple = true;
     else
@@ -433,21 +423,18 @@ absl::StatusOr<ExprPtr> Parser::Tuple(bool with_cond, bool explicit_parens,
 }
 
 absl::StatusOr<ExprPtr> Parser::CondExpr() {
-  auto e1 = Or();
-  if (!e1.ok()) return e1;
-  ExprPtr node = *std::move(e1);
+  HERD_ASSIGN_OR_RETURN(auto e1, Or());
+  ExprPtr node = std::move(e1);
   while (IsName("if")) {
     const Token at = Cur();
     Next();
-    auto cond = Or();
-    if (!cond.ok()) return cond;
+    HERD_ASSIGN_OR_RETURN(auto cond, Or());
     auto c = Node(Expr::Kind::kCond, at);
-    c->args.push_back(*std::move(cond));
+    c->args.push_back(std::move(cond));
     c->args.push_back(std::move(node));
     if (SkipName("else")) {
-      auto other = CondExpr();
-      if (!other.ok()) return other;
-      c->args.push_back(*std::move(other));
+      HERD_ASSIGN_OR_RETURN(auto other, CondExpr());
+      c->args.push_back(std::move(other));
     } else {
       c->args.push_back(nullptr);
     }
@@ -457,32 +444,28 @@ absl::StatusOr<ExprPtr> Parser::CondExpr() {
 }
 
 absl::StatusOr<ExprPtr> Parser::Or() {
-  auto left = And();
-  if (!left.ok()) return left;
-  ExprPtr node = *std::move(left);
+  HERD_ASSIGN_OR_RETURN(auto left, And());
+  ExprPtr node = std::move(left);
   while (IsName("or")) {
     auto n = Node(Expr::Kind::kOr, Cur());
     Next();
-    auto right = And();
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, And());
     n->args.push_back(std::move(node));
-    n->args.push_back(*std::move(right));
+    n->args.push_back(std::move(right));
     node = std::move(n);
   }
   return node;
 }
 
 absl::StatusOr<ExprPtr> Parser::And() {
-  auto left = Not();
-  if (!left.ok()) return left;
-  ExprPtr node = *std::move(left);
+  HERD_ASSIGN_OR_RETURN(auto left, Not());
+  ExprPtr node = std::move(left);
   while (IsName("and")) {
     auto n = Node(Expr::Kind::kAnd, Cur());
     Next();
-    auto right = Not();
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, Not());
     n->args.push_back(std::move(node));
-    n->args.push_back(*std::move(right));
+    n->args.push_back(std::move(right));
     node = std::move(n);
   }
   return node;
@@ -494,9 +477,8 @@ absl::StatusOr<ExprPtr> Parser::Not() {
     if (guard.too_deep()) return Fail(Cur(), "expression nested too deeply");
     auto n = Node(Expr::Kind::kNot, Cur());
     Next();
-    auto operand = Not();
-    if (!operand.ok()) return operand;
-    n->args.push_back(*std::move(operand));
+    HERD_ASSIGN_OR_RETURN(auto operand, Not());
+    n->args.push_back(std::move(operand));
     return n;
   }
   return Compare();
@@ -504,9 +486,8 @@ absl::StatusOr<ExprPtr> Parser::Not() {
 
 absl::StatusOr<ExprPtr> Parser::Compare() {
   const Token at = Cur();
-  auto first = Binary(0);
-  if (!first.ok()) return first;
-  ExprPtr node = *std::move(first);
+  HERD_ASSIGN_OR_RETURN(auto first, Binary(0));
+  ExprPtr node = std::move(first);
   auto cmp = Node(Expr::Kind::kCompare, at);
   while (true) {
     std::string op;
@@ -524,11 +505,10 @@ absl::StatusOr<ExprPtr> Parser::Compare() {
     } else {
       break;
     }
-    auto right = Binary(0);
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, Binary(0));
     if (cmp->args.empty()) cmp->args.push_back(std::move(node));
     cmp->ops.push_back(op);
-    cmp->args.push_back(*std::move(right));
+    cmp->args.push_back(std::move(right));
   }
   if (cmp->args.empty()) return node;
   return cmp;
@@ -538,9 +518,8 @@ absl::StatusOr<ExprPtr> Parser::Compare() {
 absl::StatusOr<ExprPtr> Parser::Binary(int level) {
   static const std::vector<std::vector<std::string>> kOps = {{"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
   auto sub = [&]() -> absl::StatusOr<ExprPtr> { return level == 3 ? Unary(true) : Binary(level + 1); };
-  auto left = sub();
-  if (!left.ok()) return left;
-  ExprPtr node = *std::move(left);
+  HERD_ASSIGN_OR_RETURN(auto left, sub());
+  ExprPtr node = std::move(left);
   while (Cur().type == T::kOp) {
     bool match = false;
     for (const auto& op : kOps[level]) match = match || Cur().text == op;
@@ -548,10 +527,9 @@ absl::StatusOr<ExprPtr> Parser::Binary(int level) {
     auto n = Node(Expr::Kind::kBinary, Cur());
     n->name = Cur().text;
     Next();
-    auto right = sub();
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, sub());
     n->args.push_back(std::move(node));
-    n->args.push_back(*std::move(right));
+    n->args.push_back(std::move(right));
     node = std::move(n);
   }
   return node;
@@ -564,13 +542,11 @@ absl::StatusOr<ExprPtr> Parser::Unary(bool with_filter) {
   if (IsOp("-") || IsOp("+")) {
     node = Node(IsOp("-") ? Expr::Kind::kNeg : Expr::Kind::kPos, Cur());
     Next();
-    auto operand = Unary(false);
-    if (!operand.ok()) return operand;
-    node->args.push_back(*std::move(operand));
+    HERD_ASSIGN_OR_RETURN(auto operand, Unary(false));
+    node->args.push_back(std::move(operand));
   } else {
-    auto p = Primary();
-    if (!p.ok()) return p;
-    node = *std::move(p);
+    HERD_ASSIGN_OR_RETURN(auto p, Primary());
+    node = std::move(p);
   }
   auto post = Postfix(std::move(node));
   if (!post.ok() || !with_filter) return post;
@@ -631,14 +607,12 @@ absl::StatusOr<ExprPtr> Parser::ListOrDict(bool dict) {
       if (auto st = Expect(","); !st.ok()) return st;
       if (IsOp(close)) break;
     }
-    auto e = Expression();
-    if (!e.ok()) return e;
-    n->args.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Expression());
+    n->args.push_back(std::move(e));
     if (dict) {
       if (auto st = Expect(":"); !st.ok()) return st;
-      auto v = Expression();
-      if (!v.ok()) return v;
-      n->args.push_back(*std::move(v));
+      HERD_ASSIGN_OR_RETURN(auto v, Expression());
+      n->args.push_back(std::move(v));
     }
   }
   Next();
@@ -648,9 +622,8 @@ absl::StatusOr<ExprPtr> Parser::ListOrDict(bool dict) {
 absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
   while (true) {
     if (IsOp(".") || IsOp("[")) {
-      auto s = Subscript(std::move(node));
-      if (!s.ok()) return s;
-      node = *std::move(s);
+      HERD_ASSIGN_OR_RETURN(auto s, Subscript(std::move(node)));
+      node = std::move(s);
     } else if (IsOp("(")) {
       auto call = Node(Expr::Kind::kCall, Cur());
       call->args.push_back(std::move(node));
@@ -665,13 +638,11 @@ absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
 absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
   while (true) {
     if (IsOp("|")) {
-      auto f = Filter(std::move(node), false);
-      if (!f.ok()) return f;
-      node = *std::move(f);
+      HERD_ASSIGN_OR_RETURN(auto f, Filter(std::move(node), false));
+      node = std::move(f);
     } else if (IsName("is")) {
-      auto t = Test(std::move(node));
-      if (!t.ok()) return t;
-      node = *std::move(t);
+      HERD_ASSIGN_OR_RETURN(auto t, Test(std::move(node)));
+      node = std::move(t);
     } else if (IsOp("(")) {
       auto call = Node(Expr::Kind::kCall, Cur());
       call->args.push_back(std::move(node));
@@ -708,9 +679,8 @@ absl::StatusOr<ExprPtr> Parser::Subscript(ExprPtr node) {
     if (!items.empty()) {
       if (auto st = Expect(","); !st.ok()) return st;
     }
-    auto e = Subscribed();
-    if (!e.ok()) return e;
-    items.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Subscribed());
+    items.push_back(std::move(e));
   }
   Next();
   if (items.empty()) return Fail(at, "empty subscript");
@@ -749,9 +719,8 @@ absl::StatusOr<ExprPtr> Parser::Subscribed() {
       slice->args.push_back(nullptr);
       return absl::OkStatus();
     }
-    auto e = Expression();
-    if (!e.ok()) return e.status();
-    slice->args.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Expression());
+    slice->args.push_back(std::move(e));
     return absl::OkStatus();
   };
   if (auto st = part(); !st.ok()) return st;
@@ -777,22 +746,19 @@ absl::Status Parser::CallArgs(Expr* call) {
       const bool kw = IsOp("**");
       if (call->dyn_kwargs || (!kw && call->dyn_args)) return bad();
       Next();
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      (kw ? call->dyn_kwargs : call->dyn_args) = *std::move(e);
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      (kw ? call->dyn_kwargs : call->dyn_args) = std::move(e);
     } else if (Cur().type == T::kName && Peek().type == T::kOp && Peek().text == "=") {
       if (call->dyn_kwargs) return bad();
       std::string key = Cur().text;
       Next();
       Next();
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      call->kwargs.emplace_back(std::move(key), *std::move(e));
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      call->kwargs.emplace_back(std::move(key), std::move(e));
     } else {
       if (call->dyn_args || call->dyn_kwargs || !call->kwargs.empty()) return bad();
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      call->args.push_back(*std::move(e));
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      call->args.push_back(std::move(e));
     }
     need_comma = true;
   }
@@ -842,11 +808,9 @@ absl::StatusOr<ExprPtr> Parser::Test(ExprPtr node) {
               IsOp("(") || IsOp("[") || IsOp("{")) &&
              !IsName("else") && !IsName("or") && !IsName("and")) {
     if (IsName("is")) return Fail(Cur(), "you cannot chain multiple tests with 'is'");
-    auto arg = Primary();
-    if (!arg.ok()) return arg;
-    auto post = Postfix(*std::move(arg));
-    if (!post.ok()) return post;
-    t->args.push_back(*std::move(post));
+    HERD_ASSIGN_OR_RETURN(auto arg, Primary());
+    HERD_ASSIGN_OR_RETURN(auto post, Postfix(std::move(arg)));
+    t->args.push_back(std::move(post));
   }
   if (!negated) return t;
   auto n = Node(Expr::Kind::kNot, at);
@@ -857,9 +821,8 @@ absl::StatusOr<ExprPtr> Parser::Test(ExprPtr node) {
 }  // namespace
 
 absl::StatusOr<Body> ParseTemplate(std::string_view source) {
-  auto toks = Lex(source);
-  if (!toks.ok()) return toks.status();
-  Parser p(*std::move(toks));
+  HERD_ASSIGN_OR_RETURN(auto toks, Lex(source));
+  Parser p(std::move(toks));
   return p.Template();
 }
 

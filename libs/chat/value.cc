@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::chat::internal {
 namespace {
 
@@ -490,18 +492,16 @@ absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
       std::vector<Value> items;
       items.reserve(j.size());
       for (const auto& e : j) {
-        auto v = FromJsonAt(e, depth + 1);
-        if (!v.ok()) return v;
-        items.push_back(*std::move(v));
+        HERD_ASSIGN_OR_RETURN(auto v, FromJsonAt(e, depth + 1));
+        items.push_back(std::move(v));
       }
       return Value::List(std::move(items));
     }
     case T::object: {
       Value d = Value::Dict();
       for (auto it = j.begin(); it != j.end(); ++it) {
-        auto v = FromJsonAt(it.value(), depth + 1);
-        if (!v.ok()) return v;
-        d.dict->entries.emplace_back(Value::String(it.key()), *std::move(v));
+        HERD_ASSIGN_OR_RETURN(auto v, FromJsonAt(it.value(), depth + 1));
+        d.dict->entries.emplace_back(Value::String(it.key()), std::move(v));
       }
       return d;
     }

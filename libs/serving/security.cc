@@ -18,6 +18,8 @@
 #include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/support/client_interceptor.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::serving {
 namespace {
 
@@ -279,8 +281,7 @@ absl::StatusOr<std::string> LoadClientKey(const std::string& file, const char* e
   std::string text, source;
   if (!file.empty()) {
     // Validates the whole file the way servers read it.
-    auto keys = ApiKeys::FromFile(file);
-    if (!keys.ok()) return keys.status();
+    HERD_ASSIGN_OR_RETURN(auto keys, ApiKeys::FromFile(file));
     std::ifstream in(file, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
@@ -293,8 +294,7 @@ absl::StatusOr<std::string> LoadClientKey(const std::string& file, const char* e
   const char* v = env_name != nullptr ? std::getenv(env_name) : nullptr;
   if (v == nullptr || *v == '\0') return std::string();
   const std::string src = absl::StrCat("environment variable ", env_name);
-  auto keys = ApiKeys::FromList(v, src);
-  if (!keys.ok()) return keys.status();
+  HERD_ASSIGN_OR_RETURN(auto keys, ApiKeys::FromList(v, src));
   for (absl::string_view k : absl::StrSplit(v, ',')) {
     k = absl::StripAsciiWhitespace(k);
     if (!k.empty()) return std::string(k);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/tokenizer/vocab_impl.h"
 
 namespace herd::tokenizer {
@@ -68,9 +69,7 @@ std::string Vocab::Impl::ComputePiece(int32_t id) const {
 
 absl::Status GetOptionalBool(const gguf::GgufFile& f, const char* key, bool* out) {
   if (f.Find(key) == nullptr) return absl::OkStatus();
-  auto v = f.GetBool(key);
-  if (!v.ok()) return v.status();
-  *out = *v;
+  HERD_ASSIGN_OR_RETURN(*out, f.GetBool(key));
   return absl::OkStatus();
 }
 
@@ -145,9 +144,7 @@ absl::Status Vocab::Impl::LoadModelType(const gguf::GgufFile& f, std::string* to
     model = *m;
   }
   if (f.Find("tokenizer.ggml.pre") != nullptr) {
-    auto p = f.GetString("tokenizer.ggml.pre");
-    if (!p.ok()) return p.status();
-    *tokenizer_pre = *p;
+    HERD_ASSIGN_OR_RETURN(*tokenizer_pre, f.GetString("tokenizer.ggml.pre"));
   }
 
   if (model == "llama") {

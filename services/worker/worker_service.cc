@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 #include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
 #include "libs/serving/prefix_blocks.h"
@@ -39,9 +40,8 @@ const grpc::Status kCancelledOk = grpc::Status::OK;
 absl::StatusOr<engine::SequenceParams> ToSequenceParams(const v1::SessionStart& start, int32_t max_logprobs) {
   engine::SequenceParams p;
   p.prompt.assign(start.prompt().begin(), start.prompt().end());
-  auto sampling = engine::SamplingParamsFromProto(start.sampling(), "start.sampling.");
-  if (!sampling.ok()) return sampling.status();
-  p.sampling = *std::move(sampling);
+  HERD_ASSIGN_OR_RETURN(auto sampling, engine::SamplingParamsFromProto(start.sampling(), "start.sampling."));
+  p.sampling = std::move(sampling);
   if (start.has_logprobs()) {
     if (start.logprobs() < 0 || start.logprobs() > max_logprobs) {
       return absl::InvalidArgumentError(

@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 
 #include "libs/base/json_nesting.h"
+#include "libs/base/status_macros.h"
 #include "libs/grammar/json_schema.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tools/herd/args.h"
@@ -89,12 +90,11 @@ absl::Status SetGrammar(const Args& args, herd::v1::SamplingParams* sp) {
     sp->set_grammar(ss.str());
   }
   if (args.Has("-j")) {
-    if (absl::Status s = CheckJsonNesting(args.Get("-j"), "--json-schema"); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(CheckJsonNesting(args.Get("-j"), "--json-schema"));
     const nlohmann::json schema = nlohmann::json::parse(args.Get("-j"), nullptr, /*allow_exceptions=*/false);
     if (schema.is_discarded()) return absl::InvalidArgumentError("--json-schema: invalid JSON");
-    auto g = grammar::JsonSchemaToGrammar(schema);
-    if (!g.ok()) return g.status();
-    sp->set_grammar(*g);
+    HERD_ASSIGN_OR_RETURN(auto g, grammar::JsonSchemaToGrammar(schema));
+    sp->set_grammar(g);
   }
   return absl::OkStatus();
 }
