@@ -28,6 +28,7 @@
 #include "libs/serving/prefix_blocks.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_flags.h"
 #include "libs/serving/service_main.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "services/worker/worker_service.h"
@@ -39,9 +40,6 @@ ABSL_FLAG(std::string, model_path, "", "Open this local GGUF file instead of ask
 ABSL_FLAG(int, load_timeout_ms, 600000,
           "Deadline for fetching the model from the loader (ms); while the loader is unreachable (starting, "
           "restarting) the worker keeps asking until then.");
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
-          "e.g. in a container).");
 ABSL_FLAG(int, port, 50053, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(int, threads, 0,
@@ -88,8 +86,6 @@ ABSL_FLAG(std::string, pooling, "",
           "empty = the GGUF's <arch>.pooling_type, else mean");
 ABSL_FLAG(bool, matryoshka, false,
           "The model's embeddings may be truncated to a prefix (Matryoshka-trained): enables OpenAI `dimensions`");
-ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight sessions may run before they are cancelled (ms).");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
 
 namespace {
 
@@ -115,15 +111,15 @@ int main(int argc, char** argv) {
   // must not kill the process: remember it (exit after loading, or Wait() returns).
   herd::serving::CatchSignalsEarly();
 
-  const std::string host = absl::GetFlag(FLAGS_host);
-  const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  auto flags = herd::serving::ReadServiceFlags(absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port));
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
+  const std::string host = flags->host;
+  const int port = flags->port, metrics_port = flags->metrics_port;
   const std::string loader_addr = absl::GetFlag(FLAGS_loader), model_name_flag = absl::GetFlag(FLAGS_model),
                     model_path = absl::GetFlag(FLAGS_model_path);
   if (model_path.empty() && (loader_addr.empty() || model_name_flag.empty())) {
     return Fail("give --model_path=FILE, or --loader=HOST:PORT with --model=NAME");
   }
-  if (absl::Status s = herd::serving::CheckPortFlags(port, metrics_port); !s.ok())
-    return Fail(std::string(s.message()));
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0 || threads > 1024) return Fail(absl::StrCat("--threads ", threads, " is outside 0..1024"));
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -141,9 +137,8 @@ int main(int argc, char** argv) {
   if (policy != "wait" && policy != "reject") return Fail("--queue_policy must be wait or reject, got " + policy);
   if (kv_type != "f16" && kv_type != "f32") return Fail("--kv_type must be f16 or f32, got " + kv_type);
   if (absl::GetFlag(FLAGS_max_draft) < 0) return Fail("--max_draft must be >= 0");
-  if (absl::GetFlag(FLAGS_grace_ms) < 0) return Fail("--grace_ms must be >= 0");
   if (absl::GetFlag(FLAGS_load_timeout_ms) < 1) return Fail("--load_timeout_ms must be >= 1");
-  if (absl::GetFlag(FLAGS_max_message_bytes) < (1 << 20)) return Fail("--max_message_bytes must be >= 1048576");
+  if (flags->max_message_bytes < (1 << 20)) return Fail("--max_message_bytes must be >= 1048576");
 
   auto security = herd::serving::InternalSecurityFromFlags();
   if (!security.ok()) return Fail(std::string(security.status().message()));
@@ -159,8 +154,7 @@ int main(int argc, char** argv) {
     model = *std::move(m);
     if (model_name.empty()) model_name = BaseName(model_path);
   } else {
-    auto channel =
-        herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes), *client_security);
+    auto channel = herd::loader::MakeLoaderChannel(loader_addr, flags->max_message_bytes, *client_security);
     auto stub = herd::v1::Loader::NewStub(channel);
     herd::loader::FetchStats fs;
     herd::loader::FetchOptions fopts;
@@ -246,8 +240,8 @@ int main(int argc, char** argv) {
   if (!m.ok()) return Fail(std::string(m.status().message()));
   herd::serving::GrpcServerOptions gopts;
   gopts.address = herd::serving::ListenAddress(host, port);
-  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  gopts.max_message_bytes = flags->max_message_bytes;
+  gopts.shutdown_grace = flags->grace;
   gopts.security = std::move(security->server);
   HERD_LOG(Info) << "worker: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   auto server = process.StartGrpc(gopts, {service.get()}, "herd.v1.Worker");

@@ -23,10 +23,6 @@ namespace {
 
 namespace v1 = herd::v1;
 
-// The metric label of a status code: its canonical name ("UNAVAILABLE"); gRPC's codes are
-// absl's.
-std::string CodeName(grpc::StatusCode c) { return absl::StatusCodeToString(static_cast<absl::StatusCode>(c)); }
-
 // "field: message" from the scheduler -> "<prefix>.field: message" (INVALID_ARGUMENT only).
 absl::Status Prefixed(const absl::Status& s, const char* prefix) {
   if (!absl::IsInvalidArgument(s)) return s;
@@ -358,7 +354,8 @@ void WorkerServiceImpl::UpdateGauges(int32_t active, int32_t queued, int64_t kv_
 }
 
 void WorkerServiceImpl::CountRequest(grpc::StatusCode code) {
-  if (requests_ != nullptr) requests_->Add(1, {CodeName(code)});
+  // The label is the code's canonical name ("UNAVAILABLE"); gRPC's codes are absl's.
+  if (requests_ != nullptr) requests_->Add(1, {absl::StatusCodeToString(static_cast<absl::StatusCode>(code))});
 }
 
 void WorkerServiceImpl::StopAdmitting() {

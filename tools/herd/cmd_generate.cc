@@ -99,8 +99,6 @@ absl::Status SetGrammar(const Args& args, herd::v1::SamplingParams* sp) {
   return absl::OkStatus();
 }
 
-std::string CodeName(grpc::StatusCode c) { return absl::StatusCodeToString(static_cast<absl::StatusCode>(c)); }
-
 const char* FinishName(herd::v1::FinishReason r) {
   switch (r) {
     case herd::v1::FINISH_REASON_EOS:
@@ -317,7 +315,10 @@ int CmdGenerate(int argc, char** argv) {
   if (*timeout_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(*timeout_ms));
   const StreamOutcome o = StreamGeneration(stub.get(), &ctx, req);
   if (!o.status.ok()) {
-    return Fail(absl::StrFormat("generate: %s: %s", CodeName(o.status.error_code()), o.status.error_message()));
+    // gRPC's status codes are absl's: print the canonical name ("UNAVAILABLE").
+    return Fail(absl::StrFormat("generate: %s: %s",
+                                absl::StatusCodeToString(static_cast<absl::StatusCode>(o.status.error_code())),
+                                o.status.error_message()));
   }
   PrintSummary(o);
   return 0;
