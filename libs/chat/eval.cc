@@ -9,7 +9,7 @@
 namespace herd::chat::internal {
 
 absl::StatusOr<Value> Interpreter::Eval(const Expr& e, Scope* scope) {
-  if (auto st = CheckStack(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(CheckStack());
   return EvalNode(e, scope);
 }
 
@@ -153,7 +153,7 @@ absl::Status Interpreter::EvalArgs(const Expr& e, Scope* scope, size_t first, Ca
 absl::StatusOr<Value> Interpreter::EvalCallLike(const Expr& e, Scope* scope) {
   HERD_ASSIGN_OR_RETURN(auto first, Eval(*e.args[0], scope));
   CallArgs args;
-  if (auto st = EvalArgs(e, scope, 1, &args); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(EvalArgs(e, scope, 1, &args));
   if (e.kind == Expr::Kind::kCall) return Call(first, args);
   if (e.kind == Expr::Kind::kFilter) return ApplyFilter(e.name, first, args);
   HERD_ASSIGN_OR_RETURN(auto t, ApplyTest(e.name, first, args));

@@ -313,7 +313,7 @@ absl::StatusOr<Value> FDictsort(Interpreter&, const Value& v, CallArgs& args) {
   for (const auto& e : v.dict->entries) {
     keyed.emplace_back(SortKey(by == "key" ? e.first : e.second, cs), Value::Tuple({e.first, e.second}));
   }
-  if (auto st = SortValues(&keyed, b.Get(2) && Truthy(*b.Get(2))); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SortValues(&keyed, b.Get(2) && Truthy(*b.Get(2))));
   std::vector<Value> out;
   for (auto& k : keyed) out.push_back(std::move(k.second));
   return Value::List(std::move(out));
@@ -338,7 +338,7 @@ absl::StatusOr<Value> FSort(Interpreter& in, const Value& v, CallArgs& args) {
     }
     keyed.emplace_back(std::move(key), item);
   }
-  if (auto st = SortValues(&keyed, b.Get(0) && Truthy(*b.Get(0))); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SortValues(&keyed, b.Get(0) && Truthy(*b.Get(0))));
   std::vector<Value> out;
   for (auto& k : keyed) out.push_back(std::move(k.second));
   return Value::List(std::move(out));

@@ -68,12 +68,12 @@ absl::StatusOr<std::string> Interpreter::Render(const Body& body, const DictObj&
     if (e.first.is_string()) top->vars[e.first.s] = e.second;
   }
   std::string out;
-  if (auto st = Exec(body, top, &out); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Exec(body, top, &out));
   return out;
 }
 
 absl::Status Interpreter::Exec(const Body& body, Scope* scope, std::string* out) {
-  if (auto st = CheckStack(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(CheckStack());
   for (const auto& s : body) {
     if (auto st = ExecStmt(*s, scope, out); !st.ok()) {
       if (!located_ && st.code() == absl::StatusCode::kInvalidArgument) {
@@ -111,7 +111,7 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
       return ExecCallBlock(s, scope, out);
     case Stmt::Kind::kFilterBlock: {
       std::string buf;  // the body has its own scope, as in Jinja2
-      if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Exec(s.body, NewScope(scope), &buf));
       block_value_ = Value::String(std::move(buf));
       HERD_ASSIGN_OR_RETURN(auto v, Eval(*s.expr, scope));
       HERD_ASSIGN_OR_RETURN(auto str, ToStr(v));
@@ -189,7 +189,7 @@ absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out)
   std::vector<Value> items;
   if (s.cond) {
     for (const auto& item : all) {
-      if (auto st = BindTargets(s.targets, item, ls); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(BindTargets(s.targets, item, ls));
       HERD_ASSIGN_OR_RETURN(auto keep, Eval(*s.cond, ls));
       if (Truthy(keep)) items.push_back(item);
     }
@@ -200,11 +200,11 @@ absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out)
   // iteration left by break or continue does not count).
   bool completed = false;
   for (size_t k = 0; k < items.size(); ++k) {
-    if (auto st = CountIteration(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(CountIteration());
     ls->vars.clear();  // Jinja2: what one iteration sets is gone in the next
-    if (auto st = BindTargets(s.targets, items[k], ls); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(BindTargets(s.targets, items[k], ls));
     ls->vars["loop"] = MakeLoop(items, k);
-    if (auto st = Exec(s.body, ls, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Exec(s.body, ls, out));
     const Flow f = flow_;
     flow_ = Flow::kNone;
     if (f == Flow::kNone) completed = true;
@@ -239,7 +239,7 @@ absl::Status Interpreter::ExecSet(const Stmt& s, Scope* scope, std::string*) {
     return Assign(*s.target, v, scope);
   }
   std::string buf;  // the body has its own scope, as in Jinja2
-  if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Exec(s.body, NewScope(scope), &buf));
   Value v = Value::String(std::move(buf));
   if (s.expr) {
     block_value_ = v;
@@ -259,7 +259,7 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallAr
   if (depth_ >= limits_.max_call_depth) {
     return absl::InvalidArgumentError(absl::StrCat("macro calls nested deeper than ", limits_.max_call_depth));
   }
-  if (auto st = CountIteration(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(CountIteration());
   Scope* ms = NewScope(scope);
   std::vector<bool> bound(s.params.size(), false);
   std::vector<Value> varargs;
@@ -312,7 +312,7 @@ absl::Status Interpreter::ExecCallBlock(const Stmt& s, Scope* scope, std::string
   const Expr& call = *s.expr;
   HERD_ASSIGN_OR_RETURN(auto fn, Eval(*call.args[0], scope));
   CallArgs args;
-  if (auto st = EvalArgs(call, scope, 1, &args); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(EvalArgs(call, scope, 1, &args));
   args.kw.emplace_back("caller", MakeMacro(s, scope, "caller"));
   HERD_ASSIGN_OR_RETURN(auto r, Call(fn, args));
   HERD_ASSIGN_OR_RETURN(auto str, ToStr(r));

@@ -272,7 +272,7 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
     return absl::OkStatus();
   };
   int64_t st = 1;
-  if (auto s = as_index(step, &st); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(as_index(step, &st));
   if (st == 0) return TypeError("slice step cannot be zero");
   std::u32string u;
   const bool is_str = obj.is_string();
@@ -289,7 +289,7 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   auto adjust = [&](const Value& v, int64_t* out) -> absl::Status {
     if (v.is_none() || v.is_undefined()) return absl::OkStatus();
     int64_t k = 0;
-    if (auto s = as_index(v, &k); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(as_index(v, &k));
     if (k < 0) k += n;
     if (st > 0)
       k = std::max<int64_t>(0, std::min(k, n));
@@ -298,8 +298,8 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
     *out = k;
     return absl::OkStatus();
   };
-  if (auto s = adjust(start, &lo); !s.ok()) return s;
-  if (auto s = adjust(stop, &hi); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(adjust(start, &lo));
+  HERD_RETURN_IF_ERROR(adjust(stop, &hi));
   std::u32string su;
   std::vector<Value> items;
   for (int64_t k = lo; st > 0 ? k < hi : k > hi;) {

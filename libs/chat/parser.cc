@@ -23,7 +23,7 @@ class Parser {
   absl::StatusOr<Body> Template() {
     Body body;
     std::string end;
-    if (auto st = SubParse({}, &body, &end); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(SubParse({}, &body, &end));
     if (!end.empty()) return Fail(Cur(), absl::StrCat("unexpected '", end, "'"));
     return body;
   }
@@ -166,7 +166,7 @@ absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std
       Next();
       HERD_ASSIGN_OR_RETURN(auto e, Tuple(true, false));
       s->expr = std::move(e);
-      if (auto st = ExpectType(T::kVarEnd, "'}}'"); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(ExpectType(T::kVarEnd, "'}}'"));
       body->push_back(std::move(s));
     } else if (t.type == T::kBlockBegin) {
       const Token& name = Peek();
@@ -185,7 +185,7 @@ absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std
 
 absl::Status Parser::BodyUntil(const char* end_name, Body* body) {
   std::string end;
-  if (auto st = SubParse({end_name}, body, &end); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SubParse({end_name}, body, &end));
   Next();  // the end tag's name
   return ExpectBlockEnd();
 }
@@ -207,13 +207,13 @@ absl::StatusOr<StmtPtr> Parser::Statement() {
   s->col = at.col;
   if (n == "break" || n == "continue") {
     s->kind = n == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
   if (n == "generation") {
     s->kind = Stmt::Kind::kScope;
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-    if (auto st = BodyUntil("endgeneration", &s->body); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+    HERD_RETURN_IF_ERROR(BodyUntil("endgeneration", &s->body));
     return s;
   }
   return Fail(at, absl::StrCat("unknown tag '", n, "'"));
@@ -226,19 +226,19 @@ absl::StatusOr<StmtPtr> Parser::If(const Token& at) {
   s->col = at.col;
   while (true) {
     HERD_ASSIGN_OR_RETURN(auto cond, Tuple(false, false));
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
     s->conds.push_back(std::move(cond));
     s->bodies.emplace_back();
     std::string end;
-    if (auto st = SubParse({"elif", "else", "endif"}, &s->bodies.back(), &end); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(SubParse({"elif", "else", "endif"}, &s->bodies.back(), &end));
     Next();
     if (end == "elif") continue;
     if (end == "else") {
-      if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-      if (auto st = BodyUntil("endif", &s->else_body); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+      HERD_RETURN_IF_ERROR(BodyUntil("endif", &s->else_body));
       return s;
     }
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
 }
@@ -257,7 +257,7 @@ absl::StatusOr<StmtPtr> Parser::For(const Token& at) {
     if (IsName("in") || IsOp(")")) break;
   }
   if (paren) {
-    if (auto st = Expect(")"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Expect(")"));
   }
   if (!SkipName("in")) return Fail(Cur(), absl::StrCat("expected 'in', got ", Describe(Cur())));
   HERD_ASSIGN_OR_RETURN(auto iter, Tuple(false, false, {"recursive"}));
@@ -267,13 +267,13 @@ absl::StatusOr<StmtPtr> Parser::For(const Token& at) {
     s->cond = std::move(cond);
   }
   if (IsName("recursive")) return Fail(Cur(), "recursive loops are not supported");
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
   std::string end;
-  if (auto st = SubParse({"endfor", "else"}, &s->body, &end); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SubParse({"endfor", "else"}, &s->body, &end));
   Next();
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
   if (end == "else") {
-    if (auto st = BodyUntil("endfor", &s->else_body); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(BodyUntil("endfor", &s->else_body));
   }
   return s;
 }
@@ -313,7 +313,7 @@ absl::StatusOr<StmtPtr> Parser::Set(const Token& at) {
     s->kind = Stmt::Kind::kSet;
     HERD_ASSIGN_OR_RETURN(auto e, Tuple(true, false));
     s->expr = std::move(e);
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
   s->kind = Stmt::Kind::kSetBlock;
@@ -321,16 +321,16 @@ absl::StatusOr<StmtPtr> Parser::Set(const Token& at) {
     HERD_ASSIGN_OR_RETURN(auto f, Filter(Node(Expr::Kind::kBlockValue, Cur()), false));
     s->expr = std::move(f);
   }
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endset", &s->body); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endset", &s->body));
   return s;
 }
 
 absl::Status Parser::Params(std::vector<MacroParam>* params) {
-  if (auto st = Expect("("); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Expect("("));
   while (!IsOp(")")) {
     if (!params->empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
       if (IsOp(")")) break;
     }
     if (Cur().type != T::kName) return Fail(Cur(), "expected a parameter name");
@@ -355,9 +355,9 @@ absl::StatusOr<StmtPtr> Parser::Macro(const Token& at) {
   if (Cur().type != T::kName) return Fail(Cur(), "expected a macro name");
   s->name = Cur().text;
   Next();
-  if (auto st = Params(&s->params); !st.ok()) return st;
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endmacro", &s->body); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Params(&s->params));
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endmacro", &s->body));
   return s;
 }
 
@@ -367,13 +367,13 @@ absl::StatusOr<StmtPtr> Parser::CallBlock(const Token& at) {
   s->line = at.line;
   s->col = at.col;
   if (IsOp("(")) {
-    if (auto st = Params(&s->params); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Params(&s->params));
   }
   HERD_ASSIGN_OR_RETURN(auto e, Expression());
   if (e->kind != Expr::Kind::kCall) return Fail(at, "expected a call after 'call'");
   s->expr = std::move(e);
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endcall", &s->body); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endcall", &s->body));
   return s;
 }
 
@@ -384,8 +384,8 @@ absl::StatusOr<StmtPtr> Parser::FilterBlock(const Token& at) {
   s->col = at.col;
   HERD_ASSIGN_OR_RETURN(auto f, Filter(Node(Expr::Kind::kBlockValue, at), true));
   s->expr = std::move(f);
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endfilter", &s->body); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endfilter", &s->body));
   return s;
 }
 
@@ -405,7 +405,7 @@ absl::StatusOr<ExprPtr> Parser::Tuple(bool with_cond, bool explicit_parens,
   };
   while (true) {
     if (!tuple->args.empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
     }
     if (at_end()) break;
     HERD_ASSIGN_OR_RETURN(auto e, Expression(with_cond));
@@ -590,7 +590,7 @@ absl::StatusOr<ExprPtr> Parser::Primary() {
     Next();
     auto e = Tuple(true, true);
     if (!e.ok()) return e;
-    if (auto st = Expect(")"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Expect(")"));
     return e;
   }
   if (IsOp("[")) return ListOrDict(false);
@@ -604,13 +604,13 @@ absl::StatusOr<ExprPtr> Parser::ListOrDict(bool dict) {
   const char* close = dict ? "}" : "]";
   while (!IsOp(close)) {
     if (!n->args.empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
       if (IsOp(close)) break;
     }
     HERD_ASSIGN_OR_RETURN(auto e, Expression());
     n->args.push_back(std::move(e));
     if (dict) {
-      if (auto st = Expect(":"); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(":"));
       HERD_ASSIGN_OR_RETURN(auto v, Expression());
       n->args.push_back(std::move(v));
     }
@@ -627,7 +627,7 @@ absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
     } else if (IsOp("(")) {
       auto call = Node(Expr::Kind::kCall, Cur());
       call->args.push_back(std::move(node));
-      if (auto st = CallArgs(call.get()); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(CallArgs(call.get()));
       node = std::move(call);
     } else {
       return node;
@@ -646,7 +646,7 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
     } else if (IsOp("(")) {
       auto call = Node(Expr::Kind::kCall, Cur());
       call->args.push_back(std::move(node));
-      if (auto st = CallArgs(call.get()); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(CallArgs(call.get()));
       node = std::move(call);
     } else {
       return node;
@@ -677,7 +677,7 @@ absl::StatusOr<ExprPtr> Parser::Subscript(ExprPtr node) {
   std::vector<ExprPtr> items;
   while (!IsOp("]")) {
     if (!items.empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
     }
     HERD_ASSIGN_OR_RETURN(auto e, Subscribed());
     items.push_back(std::move(e));
@@ -723,9 +723,9 @@ absl::StatusOr<ExprPtr> Parser::Subscribed() {
     slice->args.push_back(std::move(e));
     return absl::OkStatus();
   };
-  if (auto st = part(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(part());
   if (SkipOp(":")) {
-    if (auto st = part(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(part());
   } else {
     slice->args.push_back(nullptr);
   }
@@ -734,12 +734,12 @@ absl::StatusOr<ExprPtr> Parser::Subscribed() {
 
 absl::Status Parser::CallArgs(Expr* call) {
   const Token at = Cur();
-  if (auto st = Expect("("); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Expect("("));
   bool need_comma = false;
   auto bad = [&] { return Fail(at, "invalid syntax for function call expression"); };
   while (!IsOp(")")) {
     if (need_comma) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
       if (IsOp(")")) break;
     }
     if (IsOp("*") || IsOp("**")) {
@@ -781,7 +781,7 @@ absl::StatusOr<ExprPtr> Parser::Filter(ExprPtr node, bool start_inline) {
     }
     f->args.push_back(std::move(node));
     if (IsOp("(")) {
-      if (auto st = CallArgs(f.get()); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(CallArgs(f.get()));
     }
     node = std::move(f);
   }
@@ -803,7 +803,7 @@ absl::StatusOr<ExprPtr> Parser::Test(ExprPtr node) {
   }
   t->args.push_back(std::move(node));
   if (IsOp("(")) {
-    if (auto st = CallArgs(t.get()); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(CallArgs(t.get()));
   } else if ((Cur().type == T::kName || Cur().type == T::kString || Cur().type == T::kInt || Cur().type == T::kFloat ||
               IsOp("(") || IsOp("[") || IsOp("{")) &&
              !IsName("else") && !IsName("or") && !IsName("and")) {

@@ -310,7 +310,7 @@ absl::Status AppendSeq(const Value& v, int depth, std::string* out) {
   *out += tuple ? '(' : '[';
   for (size_t k = 0; k < v.list->items.size(); ++k) {
     if (k) *out += ", ";
-    if (auto st = AppendStr(v.list->items[k], true, depth + 1, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(AppendStr(v.list->items[k], true, depth + 1, out));
   }
   if (tuple && v.list->items.size() == 1) *out += ',';
   *out += tuple ? ')' : ']';
@@ -325,9 +325,9 @@ absl::Status AppendDict(const Value& v, int depth, std::string* out) {
   for (const auto& e : v.dict->entries) {
     if (!first) *out += ", ";
     first = false;
-    if (auto st = AppendStr(e.first, true, depth + 1, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(AppendStr(e.first, true, depth + 1, out));
     *out += ": ";
-    if (auto st = AppendStr(e.second, true, depth + 1, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(AppendStr(e.second, true, depth + 1, out));
   }
   *out += '}';
   if (v.dict->is_namespace) *out += '>';
@@ -378,13 +378,13 @@ absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out) {
 absl::StatusOr<std::string> ToStr(const Value& v) {
   if (v.is_string()) return v.s;
   std::string out;
-  if (auto st = AppendStr(v, false, 0, &out); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(AppendStr(v, false, 0, &out));
   return out;
 }
 
 absl::StatusOr<std::string> Repr(const Value& v) {
   std::string out;
-  if (auto st = AppendStr(v, true, 0, &out); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(AppendStr(v, true, 0, &out));
   return out;
 }
 

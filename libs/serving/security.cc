@@ -183,17 +183,17 @@ absl::Status ValidateServerSecurity(const ServerSecurity& s) {
   }
   if (s.tls() && s.tls_refresh_seconds == 0) return absl::InvalidArgumentError("TLS refresh interval must be >= 1 s");
   if (!s.tls_cert_file.empty()) {
-    if (auto st = Readable(s.tls_cert_file, "TLS certificate file"); !st.ok()) return st;
-    if (auto st = Readable(s.tls_key_file, "TLS key file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(s.tls_cert_file, "TLS certificate file"));
+    HERD_RETURN_IF_ERROR(Readable(s.tls_key_file, "TLS key file"));
   }
   if (!s.tls_ca_file.empty()) {
-    if (auto st = Readable(s.tls_ca_file, "TLS CA file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(s.tls_ca_file, "TLS CA file"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const ServerSecurity& s) {
-  if (auto st = ValidateServerSecurity(s); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ValidateServerSecurity(s));
   std::shared_ptr<const KeyCheck> check = s.auth() ? std::make_shared<const KeyCheck>(s) : nullptr;
   if (!s.tls()) {
     if (check == nullptr) return grpc::InsecureServerCredentials();
@@ -239,11 +239,11 @@ absl::Status ValidateClientSecurity(const ClientSecurity& c) {
     return absl::InvalidArgumentError("a TLS client certificate needs a CA file to verify the server");
   }
   if (!c.tls_ca_file.empty()) {
-    if (auto st = Readable(c.tls_ca_file, "TLS CA file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(c.tls_ca_file, "TLS CA file"));
   }
   if (!c.tls_cert_file.empty()) {
-    if (auto st = Readable(c.tls_cert_file, "TLS certificate file"); !st.ok()) return st;
-    if (auto st = Readable(c.tls_key_file, "TLS key file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(c.tls_cert_file, "TLS certificate file"));
+    HERD_RETURN_IF_ERROR(Readable(c.tls_key_file, "TLS key file"));
   }
   return absl::OkStatus();
 }

@@ -120,13 +120,13 @@ absl::Status CheckPerTokenArray(const gguf::GgufFile& f, const gguf::Value* v, c
 
 absl::Status Vocab::Impl::Load(const gguf::GgufFile& f) {
   std::string tokenizer_pre;
-  if (auto s = LoadModelType(f, &tokenizer_pre); !s.ok()) return s;
-  if (auto s = ApplyPreTokenizer(f, tokenizer_pre); !s.ok()) return s;
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_space_prefix", &add_space_prefix); !s.ok()) return s;
-  if (auto s = LoadTokens(f); !s.ok()) return s;
-  if (auto s = BuildSplitter(); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(LoadModelType(f, &tokenizer_pre));
+  HERD_RETURN_IF_ERROR(ApplyPreTokenizer(f, tokenizer_pre));
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_space_prefix", &add_space_prefix));
+  HERD_RETURN_IF_ERROR(LoadTokens(f));
+  HERD_RETURN_IF_ERROR(BuildSplitter());
   FindNewline();  // before the special-token cache exists, as llama.cpp
-  if (auto s = LoadSpecialTokens(f); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(LoadSpecialTokens(f));
   DetectSpecialTokensByText();
   BuildEog();
   BuildCaches();
@@ -166,7 +166,7 @@ absl::Status Vocab::Impl::LoadModelType(const gguf::GgufFile& f, std::string* to
     add_sep = true;
   } else if (model == "gpt2" || model == "gemma4") {
     type = VocabType::kBpe;
-    if (auto s = LoadBpeMerges(f); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(LoadBpeMerges(f));
     bos = 11;
     eos = 11;
     unk = kTokenNull;
@@ -388,9 +388,9 @@ absl::Status Vocab::Impl::LoadSpecialTokens(const gguf::GgufFile& f) {
     // else: out of range (e.g. 0xFFFFFFFF) -> keep the default, as llama.cpp does
   }
 
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_bos_token", &add_bos); !s.ok()) return s;
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_eos_token", &add_eos); !s.ok()) return s;
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_sep_token", &add_sep); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_bos_token", &add_bos));
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_eos_token", &add_eos));
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_sep_token", &add_sep));
   if (pre == Pre::kGemma4 && type == VocabType::kBpe && !add_bos) add_bos = true;
 
   if (auto s = CheckAddToken(f, add_bos, bos, "tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id"); !s.ok()) {
@@ -404,7 +404,7 @@ absl::Status Vocab::Impl::LoadSpecialTokens(const gguf::GgufFile& f) {
     return s;
   }
 
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.normalizer.lowercase", &lowercase); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.normalizer.lowercase", &lowercase));
   strip_accents = lowercase;
   return GetOptionalBool(f, "tokenizer.ggml.normalizer.strip_accents", &strip_accents);
 }
