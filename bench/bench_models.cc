@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/base/thread_pool.h"
 #include "libs/gguf/gguf.h"
 #include "libs/tensor/quants.h"
@@ -66,15 +67,14 @@ size_t Bytes(const Planned& t) { return GgmlRowSize(t.type, t.ne0) * static_cast
 
 // Copies every tokenizer.* key of the GGUF at `vocab_path` into `w`.
 absl::Status CopyVocab(const std::string& vocab_path, int64_t n_vocab, gguf::GgufWriter* w) {
-  auto vf = gguf::GgufFile::Open(vocab_path);
-  if (!vf.ok()) return vf.status();
-  const gguf::Value* tokens = (*vf)->Find("tokenizer.ggml.tokens");
+  HERD_ASSIGN_OR_RETURN(auto vf, gguf::GgufFile::Open(vocab_path));
+  const gguf::Value* tokens = vf->Find("tokenizer.ggml.tokens");
   if (tokens == nullptr || static_cast<int64_t>(tokens->array_size()) != n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": tokenizer.ggml.tokens has ",
                                                    tokens == nullptr ? 0 : tokens->array_size(),
                                                    " tokens, the model shape ", n_vocab));
   }
-  for (const gguf::KeyValue& kv : (*vf)->metadata()) {
+  for (const gguf::KeyValue& kv : vf->metadata()) {
     if (absl::StartsWith(kv.key, "tokenizer.")) w->SetValue(kv.key, kv.value);
   }
   return absl::OkStatus();
@@ -129,7 +129,7 @@ absl::Status WriteModel(const Shape& s, GgmlType wtype, const std::string& path,
   w.SetValue("llama.attention.head_count_kv", gguf::Value::U32(static_cast<uint32_t>(s.n_head_kv)));
   w.SetValue("llama.attention.layer_norm_rms_epsilon", gguf::Value::F32(1e-5f));
   if (!opts.vocab_path.empty()) {
-    if (absl::Status st = CopyVocab(opts.vocab_path, s.n_vocab, &w); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(CopyVocab(opts.vocab_path, s.n_vocab, &w));
   }
   if (!opts.extra_key.empty()) w.SetValue(opts.extra_key, gguf::Value::String(opts.extra_value));
   const std::vector<Planned> plan = Plan(s, wtype);
@@ -137,7 +137,7 @@ absl::Status WriteModel(const Shape& s, GgmlType wtype, const std::string& path,
   for (const Planned& t : plan) {
     std::vector<int64_t> ne = {t.ne0};
     if (t.ne1 > 1) ne.push_back(t.ne1);
-    if (absl::Status st = w.AddTensor(t.name, t.type, ne, &kUnread, Bytes(t)); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(w.AddTensor(t.name, t.type, ne, &kUnread, Bytes(t)));
   }
   if (opts.threads <= 0) {
     // One generator in file order (the bytes this function has always written).
@@ -215,7 +215,7 @@ absl::StatusOr<std::string> CachedModel(const Shape& s, GgmlType wtype, const st
       return path;
     }
   }
-  if (absl::Status st = WriteModel(s, wtype, path, vocab_path, kStampKey, stamp); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(WriteModel(s, wtype, path, vocab_path, kStampKey, stamp));
   return path;
 }
 

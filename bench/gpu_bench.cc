@@ -60,6 +60,7 @@
 #include "libs/backend/cuda/cuda_backend.h"
 #include "libs/backend/registry.h"
 #include "libs/backend/sched.h"
+#include "libs/base/status_macros.h"
 #include "libs/engine/engine.h"
 #include "libs/gguf/ggml_type.h"
 #include "libs/gguf/gguf.h"
@@ -173,7 +174,7 @@ absl::StatusOr<std::string> PrepareModel(const Shape& s, GgmlType t, const std::
   std::fprintf(stderr, "gpu_bench: writing %s (%.2f GiB of random weights, %d threads; reused next time)\n",
                path.c_str(), ModelDataBytes(s, t) / kGiB, o.threads);
   const auto t0 = Clock::now();
-  if (absl::Status st = WriteModel(s, t, path, o); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(WriteModel(s, t, path, o));
   std::fprintf(stderr, "gpu_bench: wrote %s in %.1f s\n", path.c_str(), Seconds(t0));
   return path;
 }
@@ -247,9 +248,8 @@ absl::StatusOr<double> Repeat(const Budget& budget, const std::function<absl::St
   const int runs = reps + (absl::GetFlag(FLAGS_warmup) ? 1 : 0);
   for (int r = 0; r < runs; ++r) {
     if (budget.Spent()) break;
-    absl::StatusOr<double> s = once();
-    if (!s.ok()) return s.status();
-    if (r >= runs - reps) v.push_back(*s);
+    HERD_ASSIGN_OR_RETURN(double s, once());
+    if (r >= runs - reps) v.push_back(s);
   }
   *n_done = static_cast<int>(v.size());
   return v.empty() ? 0.0 : Median(v);
@@ -336,7 +336,7 @@ bool RunModel(const Shape& shape, GgmlType wt, const std::string& path, Backend&
             engine::Batch b;
             for (int i = 0; i < pp; ++i) b.Add(token(), i, 0, i == pp - 1);
             const auto t = Clock::now();
-            if (absl::Status st = eng.Decode(b); !st.ok()) return st;
+            HERD_RETURN_IF_ERROR(eng.Decode(b));
             return Seconds(t);
           },
           &done);
@@ -358,7 +358,7 @@ bool RunModel(const Shape& shape, GgmlType wt, const std::string& path, Backend&
             for (int i = 0; i < tg; ++i) {
               b.Clear();
               b.Add(token(), i, 0, true);
-              if (absl::Status st = eng.Decode(b); !st.ok()) return st;
+              HERD_RETURN_IF_ERROR(eng.Decode(b));
             }
             return Seconds(t);
           },
@@ -383,12 +383,12 @@ bool RunModel(const Shape& shape, GgmlType wt, const std::string& path, Backend&
           eng.kv().Clear();
           engine::Batch b;
           for (int q = 0; q < B; ++q) b.Add(token(), 0, q, true);
-          if (absl::Status st = eng.Decode(b); !st.ok()) return st;
+          HERD_RETURN_IF_ERROR(eng.Decode(b));
           const auto t = Clock::now();
           for (int i = 1; i <= steps; ++i) {
             b.Clear();
             for (int q = 0; q < B; ++q) b.Add(token(), i, q, true);
-            if (absl::Status st = eng.Decode(b); !st.ok()) return st;
+            HERD_RETURN_IF_ERROR(eng.Decode(b));
           }
           return Seconds(t);
         },

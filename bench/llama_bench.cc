@@ -36,6 +36,7 @@
 #include "libs/backend/registry.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/fp16.h"
+#include "libs/base/status_macros.h"
 #include "libs/engine/engine.h"
 #include "libs/gguf/ggml_type.h"
 #include "libs/model/model.h"
@@ -125,23 +126,25 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-}  // namespace herd
-
-int main(int argc, char** argv) {
-  using namespace herd;
+// The command line of llama_bench (see `usage`).
+struct BenchArgs {
   std::string model = "llama-110m", types = "f16,q8_0,q4_0", threads = "1,2", backend_name = "cpu";
   std::string tests = "pp,tg";
   int reps = 3;
   bool pin = true;
   bool ggml_order = false;
   std::string cache_dir;
+};
+
+// Parses --flag value / --flag=value into `*args`; anything else is an error (a typo must
+// not run the defaults). Returns -1 to go on, else the exit status (0 after --help, 2 on
+// a bad flag, with the usage printed).
+int ParseArgs(int argc, char** argv, BenchArgs* args) {
   const char* usage =
       "usage: llama_bench [--model llama-110m|tinyllama-1.1b] [--types f16,q8_0,q4_0] [--threads 1,2]\n"
       "         [--reps 3] [--tests pp,tg[,pp512,bd]] [--backend cpu|vulkan|cuda] [--pin 1|0] [--ggml_order 0|1] "
       "[--cache_dir DIR]\n"
       "  (--flag value or --flag=value)\n";
-  // --flag value or --flag=value; anything else is an error (a typo must not run the defaults).
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i], v;
     if (a == "--help" || a == "-h") {
@@ -158,28 +161,93 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (a == "--model") {
-      model = v;
+      args->model = v;
     } else if (a == "--types") {
-      types = v;
+      args->types = v;
     } else if (a == "--threads") {
-      threads = v;
+      args->threads = v;
     } else if (a == "--backend") {
-      backend_name = v;
+      args->backend_name = v;
     } else if (a == "--reps") {
-      reps = std::atoi(v.c_str());
+      args->reps = std::atoi(v.c_str());
     } else if (a == "--tests") {
-      tests = v;
+      args->tests = v;
     } else if (a == "--cache_dir") {
-      cache_dir = v;
+      args->cache_dir = v;
     } else if (a == "--pin") {
-      pin = std::atoi(v.c_str()) != 0;
+      args->pin = std::atoi(v.c_str()) != 0;
     } else if (a == "--ggml_order") {
-      ggml_order = std::atoi(v.c_str()) != 0;
+      args->ggml_order = std::atoi(v.c_str()) != 0;
     } else {
       std::fprintf(stderr, "unknown flag %s\n%s", a.c_str(), usage);
       return 2;
     }
   }
+  return -1;
+}
+
+// The benchmark model file of `shape` in type `wt`. With ../shared's Llama-2 vocabulary
+// the file is cached (shared with serve_bench) and llama.cpp's llama-bench loads the same
+// file for a same-run comparison; without it, a temporary /tmp/herd-bench-* file (the
+// caller removes it). Errors: those of CachedModel / WriteModel.
+absl::StatusOr<std::string> BenchModelPath(const bench::Shape& shape, GgmlType wt, const std::string& model,
+                                           const std::string& tname, const std::string& cache_dir) {
+  const std::string shared = SharedDir();
+  const std::string vocab =
+      (shared.empty() ? std::string("../shared") : shared) + "/models/vocab/ggml-vocab-llama-spm.gguf";
+  if (std::ifstream(vocab).good()) {
+    bool reused = false;
+    absl::StatusOr<std::string> p =
+        bench::CachedModel(shape, wt, cache_dir.empty() ? bench::DefaultCacheDir() : cache_dir, vocab, &reused);
+    if (!p.ok()) return absl::Status(p.status().code(), p.status().ToString());
+    return p;
+  }
+  std::string path = absl::StrCat("/tmp/herd-bench-", model, "-", tname, ".gguf");
+  HERD_RETURN_IF_ERROR(bench::WriteModel(shape, wt, path));
+  return path;
+}
+
+// pp128 (one 128-token prompt) and tg64 (64 single-token decodes) throughputs in t/s,
+// `reps` measured runs after one warm-up, appended to `*pp` / `*tg` when asked for.
+// False when a Decode fails.
+bool RunPpTg(engine::Engine& e, int reps, bool run_pp, bool run_tg, std::vector<double>* pp, std::vector<double>* tg) {
+  std::mt19937 rng(7);
+  for (int r = 0; r < reps + 1; ++r) {
+    e.kv().Clear();
+    engine::Batch b;
+    for (int i = 0; i < 128; ++i) b.Add(static_cast<int32_t>(rng() % 32000), i, 0, i == 127);
+    auto t0 = std::chrono::steady_clock::now();
+    double s = 0;
+    if (run_pp) {
+      if (!e.Decode(b).ok()) return false;
+      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) pp->push_back(128 / s);
+      e.kv().Clear();
+    }
+    if (!run_tg) continue;
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 64; ++i) {
+      b.Clear();
+      b.Add(static_cast<int32_t>(rng() % 32000), i, 0, true);
+      if (!e.Decode(b).ok()) return false;
+    }
+    s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) tg->push_back(64 / s);
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace herd
+
+int main(int argc, char** argv) {
+  using namespace herd;
+  BenchArgs args;
+  if (const int rc = ParseArgs(argc, argv, &args); rc >= 0) return rc;
+  const std::string &model = args.model, &types = args.types, &threads = args.threads;
+  const std::string &backend_name = args.backend_name, &tests = args.tests, &cache_dir = args.cache_dir;
+  const int reps = args.reps;
+  const bool pin = args.pin, ggml_order = args.ggml_order;
   const bench::Shape* shape = bench::FindShape(model);
   if (shape == nullptr) {
     std::fprintf(stderr, "unknown --model %s (%s)\n", model.c_str(), bench::ShapeNames().c_str());
@@ -202,28 +270,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown type %s\n", std::string(tname).c_str());
       return 2;
     }
-    // With ../shared's Llama-2 vocabulary the file is cached (shared with serve_bench)
-    // and llama.cpp's llama-bench loads the same file for a same-run comparison.
-    std::string path;
-    const std::string shared = SharedDir();
-    const std::string vocab =
-        (shared.empty() ? std::string("../shared") : shared) + "/models/vocab/ggml-vocab-llama-spm.gguf";
-    if (std::ifstream(vocab).good()) {
-      bool reused = false;
-      absl::StatusOr<std::string> p =
-          bench::CachedModel(*shape, wt, cache_dir.empty() ? bench::DefaultCacheDir() : cache_dir, vocab, &reused);
-      if (!p.ok()) {
-        std::fprintf(stderr, "%s\n", p.status().ToString().c_str());
-        return 1;
-      }
-      path = *p;
-    } else {
-      path = absl::StrCat("/tmp/herd-bench-", model, "-", tname, ".gguf");
-      if (absl::Status st = bench::WriteModel(*shape, wt, path); !st.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-        return 1;
-      }
+    auto model_path = BenchModelPath(*shape, wt, model, std::string(tname), cache_dir);
+    if (!model_path.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(model_path.status().message()).c_str());
+      return 1;
     }
+    const std::string path = *model_path;
     std::fprintf(stderr, "llama_bench: %s\n", path.c_str());
     auto m = model::Model::Load(path);
     if (!m.ok()) {
@@ -255,30 +307,8 @@ int main(int argc, char** argv) {
         if (!ExtraTests(**e, model, upper, nt, reps, run_pp512, run_bd)) return 1;
         if (!run_pp && !run_tg) continue;
       }
-      std::mt19937 rng(7);
       std::vector<double> pp, tg;
-      for (int r = 0; r < reps + 1; ++r) {
-        (*e)->kv().Clear();
-        engine::Batch b;
-        for (int i = 0; i < 128; ++i) b.Add(static_cast<int32_t>(rng() % 32000), i, 0, i == 127);
-        auto t0 = std::chrono::steady_clock::now();
-        double s = 0;
-        if (run_pp) {
-          if (!(*e)->Decode(b).ok()) return 1;
-          s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          if (r > 0) pp.push_back(128 / s);
-          (*e)->kv().Clear();
-        }
-        if (!run_tg) continue;
-        t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < 64; ++i) {
-          b.Clear();
-          b.Add(static_cast<int32_t>(rng() % 32000), i, 0, true);
-          if (!(*e)->Decode(b).ok()) return 1;
-        }
-        s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r > 0) tg.push_back(64 / s);
-      }
+      if (!RunPpTg(**e, reps, run_pp, run_tg, &pp, &tg)) return 1;
       auto it = peer.find(model + " " + upper);
       for (int test = 0; test < 2; ++test) {
         if ((test == 0 ? pp : tg).empty()) continue;

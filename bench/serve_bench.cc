@@ -59,6 +59,7 @@
 
 #include "bench/bench_models.h"
 #include "bench/serve_stats.h"
+#include "libs/base/status_macros.h"
 #include "libs/gguf/gguf.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
@@ -462,9 +463,8 @@ absl::Status PrepareModel(const std::string& shared, std::string* models_dir, st
   bool reused = false;
   std::fprintf(stderr, "serve_bench: model in %s/models (random weights, vocab %s; written once)\n", CacheDir().c_str(),
                vocab.c_str());
-  absl::StatusOr<std::string> path = CachedModel(*shape, wt, CacheDir(), vocab, &reused);
-  if (!path.ok()) return path.status();
-  *models_dir = path->substr(0, path->rfind('/'));
+  HERD_ASSIGN_OR_RETURN(std::string path, CachedModel(*shape, wt, CacheDir(), vocab, &reused));
+  *models_dir = path.substr(0, path.rfind('/'));
   *name = absl::StrCat(shape->name, "-", absl::AsciiStrToLower(GgmlTypeName(wt)));
   return absl::OkStatus();
 }
@@ -618,6 +618,43 @@ int ClusterMain(const std::vector<int>& levels) {
   return 0;
 }
 
+// Runs each concurrency level of `levels` `n_rounds` times (alternating their order each
+// round), appending each run's result to `(*rounds_of)[level index]` and a line about it
+// (tok/s, load average) to `*notes`. Errors: UNAVAILABLE "concurrency C: ..." when a
+// level's requests fail.
+absl::Status RunRounds(const Target& target, const std::vector<int>& levels, int n_rounds,
+                       std::vector<std::vector<LevelResult>>* rounds_of, std::vector<std::string>* notes) {
+  std::atomic<bool> abort{false};
+  int request_id = 1000;
+  std::vector<size_t> order;  // indices into levels, round after round
+  for (int round = 0; round < n_rounds; ++round) {
+    for (size_t i = 0; i < levels.size(); ++i) order.push_back(round % 2 == 0 ? i : levels.size() - 1 - i);
+  }
+  for (size_t step = 0; step < order.size(); ++step) {
+    const int c = levels[order[step]];
+    const int round = static_cast<int>(step / levels.size()) + 1;
+    const std::string load_before = LoadAverage();
+    std::fprintf(stderr, "serve_bench: concurrency %d%s: %d requests (load average %s)\n", c,
+                 n_rounds > 1 ? absl::StrCat(", round ", round).c_str() : "",
+                 c * absl::GetFlag(FLAGS_requests_per_client), load_before.c_str());
+    Level l = RunLevel(target, c, request_id, &abort);
+    request_id += c * absl::GetFlag(FLAGS_requests_per_client);
+    if (!l.error.empty()) return absl::UnavailableError(absl::StrCat("concurrency ", c, ": ", l.error));
+    const LevelResult& r = l.result;
+    std::fprintf(stderr,
+                 "serve_bench: concurrency %d: %lld tokens in %.2f s = %.1f tok/s, TTFT p50 %.0f ms, ITL p50 %.1f ms, "
+                 "%.1f prompt tokens/request\n",
+                 c, static_cast<long long>(r.tokens), r.seconds, r.tok_s, r.ttft_p50_ms, r.itl_p50_ms,
+                 static_cast<double>(l.prompt_tokens) / r.requests);
+    notes->push_back(absl::StrCat("C=", c, n_rounds > 1 ? absl::StrCat(" round ", round) : "", ": ",
+                                  absl::StrFormat("%.1f", r.tok_s), " tok/s, load ", load_before, " -> ", LoadAverage(),
+                                  ", ", absl::StrFormat("%.1f", static_cast<double>(l.prompt_tokens) / r.requests),
+                                  " prompt tokens/request"));
+    (*rounds_of)[order[step]].push_back(r);
+  }
+  return absl::OkStatus();
+}
+
 int Main() {
   std::vector<int> levels;
   for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',', absl::SkipEmpty())) {
@@ -714,36 +751,9 @@ int Main() {
   const int n_rounds = absl::GetFlag(FLAGS_rounds);
   std::vector<std::vector<LevelResult>> rounds_of(levels.size());  // per listed level, its rounds
   std::vector<std::string> notes;
-  std::atomic<bool> abort{false};
-  int request_id = 1000;
-  std::vector<size_t> order;  // indices into levels, round after round
-  for (int round = 0; round < n_rounds; ++round) {
-    for (size_t i = 0; i < levels.size(); ++i) order.push_back(round % 2 == 0 ? i : levels.size() - 1 - i);
-  }
-  for (size_t step = 0; step < order.size(); ++step) {
-    const int c = levels[order[step]];
-    const int round = static_cast<int>(step / levels.size()) + 1;
-    const std::string load_before = LoadAverage();
-    std::fprintf(stderr, "serve_bench: concurrency %d%s: %d requests (load average %s)\n", c,
-                 n_rounds > 1 ? absl::StrCat(", round ", round).c_str() : "",
-                 c * absl::GetFlag(FLAGS_requests_per_client), load_before.c_str());
-    Level l = RunLevel(target, c, request_id, &abort);
-    request_id += c * absl::GetFlag(FLAGS_requests_per_client);
-    if (!l.error.empty()) {
-      stop();
-      return Fail(absl::StrCat("concurrency ", c, ": ", l.error));
-    }
-    const LevelResult& r = l.result;
-    std::fprintf(stderr,
-                 "serve_bench: concurrency %d: %lld tokens in %.2f s = %.1f tok/s, TTFT p50 %.0f ms, ITL p50 %.1f ms, "
-                 "%.1f prompt tokens/request\n",
-                 c, static_cast<long long>(r.tokens), r.seconds, r.tok_s, r.ttft_p50_ms, r.itl_p50_ms,
-                 static_cast<double>(l.prompt_tokens) / r.requests);
-    notes.push_back(absl::StrCat("C=", c, n_rounds > 1 ? absl::StrCat(" round ", round) : "", ": ",
-                                 absl::StrFormat("%.1f", r.tok_s), " tok/s, load ", load_before, " -> ", LoadAverage(),
-                                 ", ", absl::StrFormat("%.1f", static_cast<double>(l.prompt_tokens) / r.requests),
-                                 " prompt tokens/request"));
-    rounds_of[order[step]].push_back(r);
+  if (absl::Status st = RunRounds(target, levels, n_rounds, &rounds_of, &notes); !st.ok()) {
+    stop();
+    return Fail(std::string(st.message()));
   }
   stop();
   std::vector<LevelResult> results;

@@ -12,6 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::bench {
 
 // ---- HttpResponseReader ----
@@ -71,7 +73,7 @@ absl::Status HttpResponseReader::Feed(absl::string_view bytes) {
           return absl::OkStatus();
         }
         const std::string rest = buf_.substr(end + 4);
-        if (absl::Status s = ParseHead(absl::string_view(buf_).substr(0, end)); !s.ok()) return s;
+        HERD_RETURN_IF_ERROR(ParseHead(absl::string_view(buf_).substr(0, end)));
         buf_.clear();
         if (rest.empty()) return absl::OkStatus();
         return Feed(rest);

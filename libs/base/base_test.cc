@@ -5,15 +5,19 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 
 #include "libs/base/fp16.h"
 #include "libs/base/mmap.h"
+#include "libs/base/status_macros.h"
 #include "libs/base/thread_pool.h"
 
 namespace herd {
@@ -162,6 +166,53 @@ TEST(MappedFile, MapsAndReportsMissing) {
   auto missing = MappedFile::Open(path + ".nope");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("mf.bin.nope"), std::string::npos);
+}
+
+absl::Status FailIf(bool fail) { return fail ? absl::InvalidArgumentError("boom") : absl::OkStatus(); }
+
+absl::StatusOr<std::unique_ptr<int>> MakeInt(int v) {
+  if (v < 0) return absl::OutOfRangeError("negative");
+  return std::make_unique<int>(v);
+}
+
+absl::Status ReturnIfError(bool fail, int* steps) {
+  HERD_RETURN_IF_ERROR(FailIf(fail));
+  ++*steps;
+  return absl::OkStatus();
+}
+
+// Declares a move-only value, assigns into an existing variable, converts to another StatusOr.
+absl::StatusOr<int> SumOf(int a, int b) {
+  HERD_ASSIGN_OR_RETURN(std::unique_ptr<int> pa, MakeInt(a));
+  int sum = 0;
+  HERD_ASSIGN_OR_RETURN(auto pb, MakeInt(b));
+  HERD_ASSIGN_OR_RETURN(sum, absl::StatusOr<int>(*pa + *pb));
+  return sum;
+}
+
+TEST(StatusMacros, ReturnIfErrorPropagatesErrorsAndContinuesOnOk) {
+  int steps = 0;
+  EXPECT_TRUE(ReturnIfError(false, &steps).ok());
+  EXPECT_EQ(steps, 1);
+  absl::Status s = ReturnIfError(true, &steps);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "boom");
+  EXPECT_EQ(steps, 1);
+  // Works as the unbraced body of an if.
+  auto in_if = [](bool fail) -> absl::StatusOr<int> {
+    if (fail) HERD_RETURN_IF_ERROR(FailIf(true));
+    return 7;
+  };
+  EXPECT_EQ(*in_if(false), 7);
+  EXPECT_EQ(in_if(true).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StatusMacros, AssignOrReturnPropagatesErrorsAndMovesValues) {
+  absl::StatusOr<int> ok = SumOf(2, 3);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, 5);
+  EXPECT_EQ(SumOf(-1, 3).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(SumOf(1, -3).status().message(), "negative");
 }
 
 }  // namespace

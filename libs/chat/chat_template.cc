@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/parser.h"
 
@@ -12,10 +13,9 @@ struct ChatTemplate::Tree {
 };
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
-  auto body = internal::ParseTemplate(source);
-  if (!body.ok()) return body.status();
+  HERD_ASSIGN_OR_RETURN(auto body, internal::ParseTemplate(source));
   auto tree = std::make_shared<Tree>();
-  tree->body = *std::move(body);
+  tree->body = std::move(body);
   return ChatTemplate(std::make_shared<const std::string>(source), std::move(tree));
 }
 
@@ -33,12 +33,12 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const ChatTemplateInputs& in) co
   };
   if (in.extra_context.is_object()) {
     for (auto it = in.extra_context.begin(); it != in.extra_context.end(); ++it) {
-      if (auto st = set_json(it.key(), it.value()); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(set_json(it.key(), it.value()));
     }
   }
-  if (auto st = set_json("messages", in.messages); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(set_json("messages", in.messages));
   if (!in.tools.is_null()) {
-    if (auto st = set_json("tools", in.tools); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(set_json("tools", in.tools));
   }
   vars.Set(Value::String("add_generation_prompt"), Value::Bool(in.add_generation_prompt));
   vars.Set(Value::String("bos_token"), Value::String(in.bos_token));

@@ -2,13 +2,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 
 namespace herd::chat::internal {
 
 absl::StatusOr<Value> Interpreter::Eval(const Expr& e, Scope* scope) {
-  if (auto st = CheckStack(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(CheckStack());
   return EvalNode(e, scope);
 }
 
@@ -25,16 +26,13 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
     case Expr::Kind::kDict:
       return EvalCollection(e, scope);
     case Expr::Kind::kGetAttr: {
-      auto obj = Eval(*e.args[0], scope);
-      if (!obj.ok()) return obj;
-      return GetAttr(*obj, e.name);
+      HERD_ASSIGN_OR_RETURN(auto obj, Eval(*e.args[0], scope));
+      return GetAttr(obj, e.name);
     }
     case Expr::Kind::kGetItem: {
-      auto obj = Eval(*e.args[0], scope);
-      if (!obj.ok()) return obj;
-      auto key = Eval(*e.args[1], scope);
-      if (!key.ok()) return key;
-      return GetItem(*obj, *key);
+      HERD_ASSIGN_OR_RETURN(auto obj, Eval(*e.args[0], scope));
+      HERD_ASSIGN_OR_RETURN(auto key, Eval(*e.args[1], scope));
+      return GetItem(obj, key);
     }
     case Expr::Kind::kSlice: {
       Value parts[4];
@@ -43,9 +41,8 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
           parts[k] = Value::None();
           continue;
         }
-        auto v = Eval(*e.args[k], scope);
-        if (!v.ok()) return v;
-        parts[k] = *std::move(v);
+        HERD_ASSIGN_OR_RETURN(auto v, Eval(*e.args[k], scope));
+        parts[k] = std::move(v);
       }
       return SliceOf(parts[0], parts[1], parts[2], parts[3]);
     }
@@ -55,29 +52,25 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
       return EvalCallLike(e, scope);
     case Expr::Kind::kNeg:
     case Expr::Kind::kPos: {
-      auto v = Eval(*e.args[0], scope);
-      if (!v.ok()) return v;
-      if (v->is_undefined()) return UndefinedError(*v);
-      if (!v->is_number()) {
+      HERD_ASSIGN_OR_RETURN(auto v, Eval(*e.args[0], scope));
+      if (v.is_undefined()) return UndefinedError(v);
+      if (!v.is_number()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "bad operand type for unary ", e.kind == Expr::Kind::kNeg ? "-" : "+", ": '", TypeName(*v), "'"));
+            "bad operand type for unary ", e.kind == Expr::Kind::kNeg ? "-" : "+", ": '", TypeName(v), "'"));
       }
-      if (e.kind == Expr::Kind::kPos) return v->type == Value::Type::kBool ? Value::Int(v->as_int()) : *v;
-      if (v->type == Value::Type::kFloat) return Value::Float(-v->f);
-      if (v->as_int() == INT64_MIN) return absl::InvalidArgumentError("integer overflow");
-      return Value::Int(-v->as_int());
+      if (e.kind == Expr::Kind::kPos) return v.type == Value::Type::kBool ? Value::Int(v.as_int()) : v;
+      if (v.type == Value::Type::kFloat) return Value::Float(-v.f);
+      if (v.as_int() == INT64_MIN) return absl::InvalidArgumentError("integer overflow");
+      return Value::Int(-v.as_int());
     }
     case Expr::Kind::kNot: {
-      auto v = Eval(*e.args[0], scope);
-      if (!v.ok()) return v;
-      return Value::Bool(!Truthy(*v));
+      HERD_ASSIGN_OR_RETURN(auto v, Eval(*e.args[0], scope));
+      return Value::Bool(!Truthy(v));
     }
     case Expr::Kind::kBinary: {
-      auto a = Eval(*e.args[0], scope);
-      if (!a.ok()) return a;
-      auto b = Eval(*e.args[1], scope);
-      if (!b.ok()) return b;
-      return BinaryOp(e.name, *a, *b);
+      HERD_ASSIGN_OR_RETURN(auto a, Eval(*e.args[0], scope));
+      HERD_ASSIGN_OR_RETURN(auto b, Eval(*e.args[1], scope));
+      return BinaryOp(e.name, a, b);
     }
     case Expr::Kind::kAnd:
     case Expr::Kind::kOr: {
@@ -89,9 +82,8 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
     case Expr::Kind::kCompare:
       return EvalCompare(e, scope);
     case Expr::Kind::kCond: {
-      auto c = Eval(*e.args[0], scope);
-      if (!c.ok()) return c;
-      if (Truthy(*c)) return Eval(*e.args[1], scope);
+      HERD_ASSIGN_OR_RETURN(auto c, Eval(*e.args[0], scope));
+      if (Truthy(c)) return Eval(*e.args[1], scope);
       if (e.args[2]) return Eval(*e.args[2], scope);
       return Value::Undefined(absl::StrCat("the inline if-expression on line ", e.line,
                                            " evaluated to false and no else section was defined."));
@@ -105,9 +97,8 @@ absl::StatusOr<Value> Interpreter::EvalNode(const Expr& e, Scope* scope) {
 absl::StatusOr<Value> Interpreter::EvalCollection(const Expr& e, Scope* scope) {
   std::vector<Value> vals;
   for (const auto& a : e.args) {
-    auto v = Eval(*a, scope);
-    if (!v.ok()) return v;
-    vals.push_back(*std::move(v));
+    HERD_ASSIGN_OR_RETURN(auto v, Eval(*a, scope));
+    vals.push_back(std::move(v));
   }
   if (e.kind == Expr::Kind::kList) return Value::List(std::move(vals));
   if (e.kind == Expr::Kind::kTuple) return Value::Tuple(std::move(vals));
@@ -121,45 +112,37 @@ absl::StatusOr<Value> Interpreter::EvalCollection(const Expr& e, Scope* scope) {
 }
 
 absl::StatusOr<Value> Interpreter::EvalCompare(const Expr& e, Scope* scope) {
-  auto left = Eval(*e.args[0], scope);
-  if (!left.ok()) return left;
-  Value a = *std::move(left);
+  HERD_ASSIGN_OR_RETURN(auto left, Eval(*e.args[0], scope));
+  Value a = std::move(left);
   for (size_t k = 0; k < e.ops.size(); ++k) {
-    auto right = Eval(*e.args[k + 1], scope);
-    if (!right.ok()) return right;
-    auto r = CompareOp(e.ops[k], a, *right);
-    if (!r.ok()) return r.status();
-    if (!*r) return Value::Bool(false);
-    a = *std::move(right);
+    HERD_ASSIGN_OR_RETURN(auto right, Eval(*e.args[k + 1], scope));
+    HERD_ASSIGN_OR_RETURN(auto r, CompareOp(e.ops[k], a, right));
+    if (!r) return Value::Bool(false);
+    a = std::move(right);
   }
   return Value::Bool(true);
 }
 
 absl::Status Interpreter::EvalArgs(const Expr& e, Scope* scope, size_t first, CallArgs* args) {
   for (size_t k = first; k < e.args.size(); ++k) {
-    auto v = Eval(*e.args[k], scope);
-    if (!v.ok()) return v.status();
-    args->pos.push_back(*std::move(v));
+    HERD_ASSIGN_OR_RETURN(auto v, Eval(*e.args[k], scope));
+    args->pos.push_back(std::move(v));
   }
   if (e.dyn_args) {
-    auto v = Eval(*e.dyn_args, scope);
-    if (!v.ok()) return v.status();
-    auto items = Iterate(*v);
-    if (!items.ok()) return items.status();
-    for (auto& item : *items) args->pos.push_back(std::move(item));
+    HERD_ASSIGN_OR_RETURN(auto v, Eval(*e.dyn_args, scope));
+    HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
+    for (auto& item : items) args->pos.push_back(std::move(item));
   }
   for (const auto& [key, expr] : e.kwargs) {
-    auto v = Eval(*expr, scope);
-    if (!v.ok()) return v.status();
-    args->kw.emplace_back(key, *std::move(v));
+    HERD_ASSIGN_OR_RETURN(auto v, Eval(*expr, scope));
+    args->kw.emplace_back(key, std::move(v));
   }
   if (e.dyn_kwargs) {
-    auto v = Eval(*e.dyn_kwargs, scope);
-    if (!v.ok()) return v.status();
-    if (!v->is_dict() || v->dict->is_namespace) {
+    HERD_ASSIGN_OR_RETURN(auto v, Eval(*e.dyn_kwargs, scope));
+    if (!v.is_dict() || v.dict->is_namespace) {
       return absl::InvalidArgumentError("argument after ** must be a mapping");
     }
-    for (const auto& [key, val] : v->dict->entries) {
+    for (const auto& [key, val] : v.dict->entries) {
       if (!key.is_string()) return absl::InvalidArgumentError("keywords must be strings");
       args->kw.emplace_back(key.s, val);
     }
@@ -168,15 +151,13 @@ absl::Status Interpreter::EvalArgs(const Expr& e, Scope* scope, size_t first, Ca
 }
 
 absl::StatusOr<Value> Interpreter::EvalCallLike(const Expr& e, Scope* scope) {
-  auto first = Eval(*e.args[0], scope);
-  if (!first.ok()) return first;
+  HERD_ASSIGN_OR_RETURN(auto first, Eval(*e.args[0], scope));
   CallArgs args;
-  if (auto st = EvalArgs(e, scope, 1, &args); !st.ok()) return st;
-  if (e.kind == Expr::Kind::kCall) return Call(*first, args);
-  if (e.kind == Expr::Kind::kFilter) return ApplyFilter(e.name, *first, args);
-  auto t = ApplyTest(e.name, *first, args);
-  if (!t.ok()) return t.status();
-  return Value::Bool(*t);
+  HERD_RETURN_IF_ERROR(EvalArgs(e, scope, 1, &args));
+  if (e.kind == Expr::Kind::kCall) return Call(first, args);
+  if (e.kind == Expr::Kind::kFilter) return ApplyFilter(e.name, first, args);
+  HERD_ASSIGN_OR_RETURN(auto t, ApplyTest(e.name, first, args));
+  return Value::Bool(t);
 }
 
 absl::StatusOr<Value> Interpreter::Call(const Value& fn, CallArgs& args) {
@@ -214,9 +195,8 @@ absl::StatusOr<Value> Interpreter::GetAttr(const Value& obj, const std::string& 
     if (const Value* v = obj.dict->Find(name)) return *v;
     return NoAttribute(obj, name);
   }
-  auto m = GetMethod(obj, name);
-  if (!m.ok()) return m.status();
-  if (m->has_value()) return **m;
+  HERD_ASSIGN_OR_RETURN(auto m, GetMethod(obj, name));
+  if (m.has_value()) return *m;
   if (obj.is_dict()) {
     if (const Value* v = obj.dict->Find(name)) return *v;
   }
@@ -230,9 +210,8 @@ absl::StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
   if (!r.ok() || !r->is_undefined()) return r;
   if (key.is_string()) {
     if (absl::StartsWith(key.s, "_")) return r;
-    auto m = GetMethod(obj, key.s);
-    if (!m.ok()) return m.status();
-    if (m->has_value()) return **m;
+    HERD_ASSIGN_OR_RETURN(auto m, GetMethod(obj, key.s));
+    if (m.has_value()) return *m;
   }
   return r;
 }

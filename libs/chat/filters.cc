@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 #include "libs/chat/strings.h"
@@ -69,9 +70,8 @@ absl::StatusOr<Value> AttrPath(Interpreter& in, const Value& obj, const std::str
     if (!p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       key = Value::Int(std::strtoll(p.c_str(), nullptr, 10));
     }
-    auto next = in.GetItem(cur, key);
-    if (!next.ok()) return next;
-    cur = *std::move(next);
+    HERD_ASSIGN_OR_RETURN(auto next, in.GetItem(cur, key));
+    cur = std::move(next);
   }
   return cur;
 }
@@ -92,31 +92,27 @@ absl::StatusOr<Value> FTojson(Interpreter&, const Value& v, CallArgs& args) {
   }
   opt.sort_keys = b.Get(3) && Truthy(*b.Get(3));
   if (v.is_undefined()) return Err("Object of type Undefined is not JSON serializable");
-  auto s = JsonDumps(v, opt);
-  if (!s.ok()) return s.status();
-  return Value::String(*std::move(s));
+  HERD_ASSIGN_OR_RETURN(auto s, JsonDumps(v, opt));
+  return Value::String(std::move(s));
 }
 
 absl::StatusOr<Value> FLength(Interpreter&, const Value& v, CallArgs& args) {
   BIND("length");
-  auto n = Len(v);
-  if (!n.ok()) return n.status();
-  return Value::Int(*n);
+  HERD_ASSIGN_OR_RETURN(auto n, Len(v));
+  return Value::Int(n);
 }
 
 absl::StatusOr<Value> FTrim(Interpreter&, const Value& v, CallArgs& args) {
   BIND("trim", "chars");
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
-  return Keep(v, PyStrip(*s, OptStr(b.Get(0)), true, true));
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
+  return Keep(v, PyStrip(s, OptStr(b.Get(0)), true, true));
 }
 
 template <std::string (*F)(std::string_view)>
 absl::StatusOr<Value> FCase(Interpreter&, const Value& v, CallArgs& args) {
   BIND("case");
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
-  return Keep(v, F(*s));
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
+  return Keep(v, F(s));
 }
 
 // Jinja2's title filter: words start after '-', whitespace, or an opening bracket;
@@ -154,21 +150,18 @@ absl::StatusOr<Value> FReplace(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FJoin(Interpreter& in, const Value& v, CallArgs& args) {
   BIND("join", "d", "attribute");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
   const std::string sep = b.Get(0) ? OptStr(b.Get(0)).value_or("None") : "";
   std::string out;
-  for (size_t k = 0; k < items->size(); ++k) {
-    Value item = (*items)[k];
+  for (size_t k = 0; k < items.size(); ++k) {
+    Value item = items[k];
     if (const Value* attr = b.Get(1); attr && !attr->is_none()) {
-      auto a = AttrPath(in, item, OptStr(attr).value_or(""));
-      if (!a.ok()) return a.status();
-      item = *std::move(a);
+      HERD_ASSIGN_OR_RETURN(auto a, AttrPath(in, item, OptStr(attr).value_or("")));
+      item = std::move(a);
     }
-    auto s = Str(item);
-    if (!s.ok()) return s.status();
+    HERD_ASSIGN_OR_RETURN(auto s, Str(item));
     if (k) out += sep;
-    out += *s;
+    out += s;
     if (out.size() > kMaxBuiltSize) return Err("join: result too large");
   }
   return Value::String(std::move(out));
@@ -185,34 +178,30 @@ absl::StatusOr<Value> FDefault(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FFirst(Interpreter&, const Value& v, CallArgs& args) {
   BIND("first");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
-  if (items->empty()) return Value::Undefined("No first item, sequence was empty.");
-  return items->front();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
+  if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
+  return items.front();
 }
 
 absl::StatusOr<Value> FLast(Interpreter&, const Value& v, CallArgs& args) {
   BIND("last");
   if (v.is_generator()) return Err("'generator' object is not reversible");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
-  if (items->empty()) return Value::Undefined("No last item, sequence was empty.");
-  return items->back();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
+  if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
+  return items.back();
 }
 
 absl::StatusOr<Value> FList(Interpreter&, const Value& v, CallArgs& args) {
   BIND("list");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
-  return Value::List(*std::move(items));
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
+  return Value::List(std::move(items));
 }
 
 absl::StatusOr<Value> FString(Interpreter&, const Value& v, CallArgs& args) {
   BIND("string");
   if (v.is_string()) return v;
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
-  return Value::String(*std::move(s));
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
+  return Value::String(std::move(s));
 }
 
 std::optional<double> ParseFloat(const std::string& raw) {
@@ -324,7 +313,7 @@ absl::StatusOr<Value> FDictsort(Interpreter&, const Value& v, CallArgs& args) {
   for (const auto& e : v.dict->entries) {
     keyed.emplace_back(SortKey(by == "key" ? e.first : e.second, cs), Value::Tuple({e.first, e.second}));
   }
-  if (auto st = SortValues(&keyed, b.Get(2) && Truthy(*b.Get(2))); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SortValues(&keyed, b.Get(2) && Truthy(*b.Get(2))));
   std::vector<Value> out;
   for (auto& k : keyed) out.push_back(std::move(k.second));
   return Value::List(std::move(out));
@@ -332,18 +321,16 @@ absl::StatusOr<Value> FDictsort(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FSort(Interpreter& in, const Value& v, CallArgs& args) {
   BIND("sort", "reverse", "case_sensitive", "attribute");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
   const bool cs = b.Get(1) && Truthy(*b.Get(1));
   std::vector<std::pair<Value, Value>> keyed;
-  for (const auto& item : *items) {
+  for (const auto& item : items) {
     Value key = item;
     if (const Value* attr = b.Get(2); attr && !attr->is_none()) {
       std::vector<Value> parts;
       for (const auto& a : absl::StrSplit(OptStr(attr).value_or(""), ',')) {
-        auto k = AttrPath(in, item, std::string(a));
-        if (!k.ok()) return k.status();
-        parts.push_back(SortKey(*k, cs));
+        HERD_ASSIGN_OR_RETURN(auto k, AttrPath(in, item, std::string(a)));
+        parts.push_back(SortKey(k, cs));
       }
       key = parts.size() == 1 ? parts[0] : Value::List(std::move(parts));
     } else {
@@ -351,7 +338,7 @@ absl::StatusOr<Value> FSort(Interpreter& in, const Value& v, CallArgs& args) {
     }
     keyed.emplace_back(std::move(key), item);
   }
-  if (auto st = SortValues(&keyed, b.Get(0) && Truthy(*b.Get(0))); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SortValues(&keyed, b.Get(0) && Truthy(*b.Get(0))));
   std::vector<Value> out;
   for (auto& k : keyed) out.push_back(std::move(k.second));
   return Value::List(std::move(out));
@@ -359,16 +346,13 @@ absl::StatusOr<Value> FSort(Interpreter& in, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FUnique(Interpreter& in, const Value& v, CallArgs& args) {
   BIND("unique", "case_sensitive", "attribute");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
   const bool cs = b.Get(0) && Truthy(*b.Get(0));
   std::vector<Value> seen, out;
-  for (const auto& item : *items) {
+  for (const auto& item : items) {
     Value key = item;
     if (const Value* attr = b.Get(1); attr && !attr->is_none()) {
-      auto k = AttrPath(in, item, OptStr(attr).value_or(""));
-      if (!k.ok()) return k.status();
-      key = *k;
+      HERD_ASSIGN_OR_RETURN(key, AttrPath(in, item, OptStr(attr).value_or("")));
     }
     key = SortKey(key, cs);
     if ((key.is_list() && !key.is_tuple()) || key.is_dict()) {
@@ -389,25 +373,22 @@ absl::StatusOr<Value> FReverse(Interpreter&, const Value& v, CallArgs& args) {
     std::reverse(u.begin(), u.end());
     return Value::String(EncodeUtf8(u));
   }
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
-  std::reverse(items->begin(), items->end());
-  return Value::List(*std::move(items), ListObj::Kind::kGenerator);
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
+  std::reverse(items.begin(), items.end());
+  return Value::List(std::move(items), ListObj::Kind::kGenerator);
 }
 
 absl::StatusOr<Value> FSafe(Interpreter&, const Value& v, CallArgs& args) {
   BIND("safe");
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
-  return Value::Markup(*std::move(s));
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
+  return Value::Markup(std::move(s));
 }
 
 absl::StatusOr<Value> FEscape(Interpreter&, const Value& v, CallArgs& args) {
   BIND("escape");
   if (v.markup) return v;
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
-  return Value::Markup(HtmlEscape(*s));
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
+  return Value::Markup(HtmlEscape(s));
 }
 
 absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
@@ -416,8 +397,7 @@ absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
     if (v.is_undefined()) return absl::InvalidArgumentError(v.s);
     return Err(absl::StrCat("unsupported operand type(s) for +=: '", TypeName(v), "' and 'str'"));
   }
-  auto str = Str(v);
-  if (!str.ok()) return str.status();
+  HERD_ASSIGN_OR_RETURN(auto str, Str(v));
   std::string ind = "    ";
   if (const Value* w = b.Get(0)) {
     if (w->is_string())
@@ -427,7 +407,7 @@ absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
   }
   const bool first = b.Get(1) && Truthy(*b.Get(1));
   const bool blank = b.Get(2) && Truthy(*b.Get(2));
-  std::vector<std::string> lines = PySplitLines(*str + "\n");
+  std::vector<std::string> lines = PySplitLines(str + "\n");
   std::string rv;
   if (blank) {
     for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + ind : "") + lines[k];
@@ -441,11 +421,10 @@ absl::StatusOr<Value> FIndent(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FWordcount(Interpreter&, const Value& v, CallArgs& args) {
   BIND("wordcount");
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
   int64_t n = 0;
   bool in_word = false;
-  for (char32_t c : DecodeUtf8(*s)) {
+  for (char32_t c : DecodeUtf8(s)) {
     const bool w = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
                    (c >= 0xc0 && !PyIsSpace(c));
     if (w && !in_word) ++n;
@@ -458,10 +437,9 @@ absl::StatusOr<Value> FBatch(Interpreter&, const Value& v, CallArgs& args) {
   BIND("batch", "linecount", "fill_with");
   if (!b.Get(0) || !b.Get(0)->is_number() || b.Get(0)->as_int() <= 0) return Err("batch: linecount must be > 0");
   const size_t n = static_cast<size_t>(b.Get(0)->as_int());
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
   std::vector<Value> out, cur;
-  for (auto& item : *items) {
+  for (auto& item : items) {
     cur.push_back(item);
     if (cur.size() == n) {
       out.push_back(Value::List(std::move(cur)));
@@ -479,51 +457,43 @@ absl::StatusOr<Value> FBatch(Interpreter&, const Value& v, CallArgs& args) {
 
 absl::StatusOr<Value> FSum(Interpreter& in, const Value& v, CallArgs& args) {
   BIND("sum", "attribute", "start");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
   Value total = b.Get(1) ? *b.Get(1) : Value::Int(0);
-  for (const auto& item : *items) {
+  for (const auto& item : items) {
     Value x = item;
     if (const Value* attr = b.Get(0); attr && !attr->is_none()) {
-      auto a = AttrPath(in, item, OptStr(attr).value_or(""));
-      if (!a.ok()) return a.status();
-      x = *a;
+      HERD_ASSIGN_OR_RETURN(x, AttrPath(in, item, OptStr(attr).value_or("")));
     }
-    auto t = BinaryOp("+", total, x);
-    if (!t.ok()) return t.status();
-    total = *std::move(t);
+    HERD_ASSIGN_OR_RETURN(auto t, BinaryOp("+", total, x));
+    total = std::move(t);
   }
   return total;
 }
 
 absl::StatusOr<Value> MinMax(Interpreter& in, const Value& v, CallArgs& args, bool max) {
   BIND(max ? "max" : "min", "case_sensitive", "attribute");
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
-  if (items->empty()) return Value::Undefined("No aggregated item, sequence was empty.");
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
+  if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
   const bool cs = b.Get(0) && Truthy(*b.Get(0));
   size_t best = 0;
   Value best_key;
-  for (size_t k = 0; k < items->size(); ++k) {
-    Value key = (*items)[k];
+  for (size_t k = 0; k < items.size(); ++k) {
+    Value key = items[k];
     if (const Value* attr = b.Get(1); attr && !attr->is_none()) {
-      auto a = AttrPath(in, key, OptStr(attr).value_or(""));
-      if (!a.ok()) return a.status();
-      key = *a;
+      HERD_ASSIGN_OR_RETURN(key, AttrPath(in, key, OptStr(attr).value_or("")));
     }
     key = SortKey(key, cs);
     if (k == 0) {
       best_key = key;
       continue;
     }
-    auto better = max ? Less(best_key, key) : Less(key, best_key);
-    if (!better.ok()) return better.status();
-    if (*better) {
+    HERD_ASSIGN_OR_RETURN(auto better, max ? Less(best_key, key) : Less(key, best_key));
+    if (better) {
       best = k;
       best_key = key;
     }
   }
-  return (*items)[best];
+  return items[best];
 }
 
 absl::StatusOr<Value> FMin(Interpreter& in, const Value& v, CallArgs& args) { return MinMax(in, v, args, false); }
@@ -531,42 +501,37 @@ absl::StatusOr<Value> FMax(Interpreter& in, const Value& v, CallArgs& args) { re
 
 absl::StatusOr<Value> FCenter(Interpreter&, const Value& v, CallArgs& args) {
   BIND("center", "width");
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
   const int64_t width = std::min<int64_t>(b.Get(0) ? b.Get(0)->as_int() : 80, 1 << 20);
-  const int64_t len = static_cast<int64_t>(DecodeUtf8(*s).size());
-  if (width <= len) return Value::String(*s);
+  const int64_t len = static_cast<int64_t>(DecodeUtf8(s).size());
+  if (width <= len) return Value::String(s);
   const int64_t marg = width - len;
   const int64_t left = marg / 2 + (marg & width & 1);
-  return Value::String(std::string(left, ' ') + *s + std::string(marg - left, ' '));
+  return Value::String(std::string(left, ' ') + s + std::string(marg - left, ' '));
 }
 
 absl::StatusOr<Value> FAttr(Interpreter& in, const Value& v, CallArgs& args) {
   BIND("attr", "name");
   if (!b.Get(0) || !b.Get(0)->is_string()) return Err("attr: name must be a string");
   if (v.is_dict() && !v.dict->is_namespace) {
-    auto m = GetMethod(v, b.Get(0)->s);
-    if (!m.ok()) return m.status();
-    if (m->has_value()) return **m;
+    HERD_ASSIGN_OR_RETURN(auto m, GetMethod(v, b.Get(0)->s));
+    if (m.has_value()) return *m;
     return Value::Undefined(absl::StrCat("'dict object' has no attribute '", b.Get(0)->s, "'"));
   }
   return in.GetAttr(v, b.Get(0)->s);
 }
 
 absl::StatusOr<Value> FFormat(Interpreter&, const Value& v, CallArgs& args) {
-  auto s = Str(v);
-  if (!s.ok()) return s.status();
+  HERD_ASSIGN_OR_RETURN(auto s, Str(v));
   if (!args.kw.empty()) return Err("format filter: keyword arguments are not supported");
-  auto r = PercentFormat(*s, Value::Tuple(args.pos));
-  if (!r.ok()) return r.status();
-  return Value::String(*std::move(r));
+  HERD_ASSIGN_OR_RETURN(auto r, PercentFormat(s, Value::Tuple(args.pos)));
+  return Value::String(std::move(r));
 }
 
 // select/reject/selectattr/rejectattr: keep items whose test (or truthiness) == keep.
 absl::StatusOr<Value> SelectReject(Interpreter& in, const Value& v, CallArgs& args, bool keep, bool attr) {
   if (!Truthy(v)) return Value::List({}, ListObj::Kind::kGenerator);  // Jinja2: `if value:`
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
   size_t off = 0;
   std::string path;
   if (attr) {
@@ -576,27 +541,22 @@ absl::StatusOr<Value> SelectReject(Interpreter& in, const Value& v, CallArgs& ar
   }
   std::optional<std::string> test;
   if (args.pos.size() > off) {
-    auto t = ToStr(args.pos[off]);
-    if (!t.ok()) return t.status();
-    test = *t;
+    HERD_ASSIGN_OR_RETURN(test, ToStr(args.pos[off]));
   }
   CallArgs targs;
   for (size_t k = off + 1; k < args.pos.size(); ++k) targs.pos.push_back(args.pos[k]);
   targs.kw = args.kw;
   std::vector<Value> out;
-  for (const auto& item : *items) {
+  for (const auto& item : items) {
     Value x = item;
     if (attr) {
-      auto a = AttrPath(in, item, path);
-      if (!a.ok()) return a.status();
-      x = *std::move(a);
+      HERD_ASSIGN_OR_RETURN(auto a, AttrPath(in, item, path));
+      x = std::move(a);
     }
     bool r = false;
     if (test) {
       CallArgs copy = targs;
-      auto t = in.ApplyTest(*test, x, copy);
-      if (!t.ok()) return t.status();
-      r = *t;
+      HERD_ASSIGN_OR_RETURN(r, in.ApplyTest(*test, x, copy));
     } else {
       r = Truthy(x);
     }
@@ -620,8 +580,7 @@ absl::StatusOr<Value> FRejectattr(Interpreter& in, const Value& v, CallArgs& a) 
 
 absl::StatusOr<Value> FMap(Interpreter& in, const Value& v, CallArgs& args) {
   if (!Truthy(v)) return Value::List({}, ListObj::Kind::kGenerator);  // Jinja2: `if value:`
-  auto items = Iterate(v);
-  if (!items.ok()) return items.status();
+  HERD_ASSIGN_OR_RETURN(auto items, Iterate(v));
   std::vector<Value> out;
   if (args.pos.empty()) {
     std::optional<std::string> attribute;
@@ -638,23 +597,20 @@ absl::StatusOr<Value> FMap(Interpreter& in, const Value& v, CallArgs& args) {
       }
     }
     if (!attribute) return Err("map requires a filter argument");
-    for (const auto& item : *items) {
-      auto a = AttrPath(in, item, *attribute);
-      if (!a.ok()) return a.status();
-      out.push_back(a->is_undefined() && has_default ? dflt : *a);
+    for (const auto& item : items) {
+      HERD_ASSIGN_OR_RETURN(auto a, AttrPath(in, item, *attribute));
+      out.push_back(a.is_undefined() && has_default ? dflt : a);
     }
     return Value::List(std::move(out), ListObj::Kind::kGenerator);
   }
-  auto name = ToStr(args.pos[0]);
-  if (!name.ok()) return name.status();
+  HERD_ASSIGN_OR_RETURN(auto name, ToStr(args.pos[0]));
   CallArgs fargs;
   fargs.pos.assign(args.pos.begin() + 1, args.pos.end());
   fargs.kw = args.kw;
-  for (const auto& item : *items) {
+  for (const auto& item : items) {
     CallArgs copy = fargs;
-    auto r = in.ApplyFilter(*name, item, copy);
-    if (!r.ok()) return r.status();
-    out.push_back(*std::move(r));
+    HERD_ASSIGN_OR_RETURN(auto r, in.ApplyFilter(name, item, copy));
+    out.push_back(std::move(r));
   }
   return Value::List(std::move(out), ListObj::Kind::kGenerator);
 }

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/ops.h"
 
 namespace herd::chat::internal {
@@ -67,12 +68,12 @@ absl::StatusOr<std::string> Interpreter::Render(const Body& body, const DictObj&
     if (e.first.is_string()) top->vars[e.first.s] = e.second;
   }
   std::string out;
-  if (auto st = Exec(body, top, &out); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Exec(body, top, &out));
   return out;
 }
 
 absl::Status Interpreter::Exec(const Body& body, Scope* scope, std::string* out) {
-  if (auto st = CheckStack(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(CheckStack());
   for (const auto& s : body) {
     if (auto st = ExecStmt(*s, scope, out); !st.ok()) {
       if (!located_ && st.code() == absl::StatusCode::kInvalidArgument) {
@@ -92,11 +93,9 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
     case Stmt::Kind::kText:
       return Append(out, s.text);
     case Stmt::Kind::kOutput: {
-      auto v = Eval(*s.expr, scope);
-      if (!v.ok()) return v.status();
-      auto str = ToStr(*v);
-      if (!str.ok()) return str.status();
-      return Append(out, *str);
+      HERD_ASSIGN_OR_RETURN(auto v, Eval(*s.expr, scope));
+      HERD_ASSIGN_OR_RETURN(auto str, ToStr(v));
+      return Append(out, str);
     }
     case Stmt::Kind::kIf:
       return ExecIf(s, scope, out);
@@ -112,13 +111,11 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
       return ExecCallBlock(s, scope, out);
     case Stmt::Kind::kFilterBlock: {
       std::string buf;  // the body has its own scope, as in Jinja2
-      if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Exec(s.body, NewScope(scope), &buf));
       block_value_ = Value::String(std::move(buf));
-      auto v = Eval(*s.expr, scope);
-      if (!v.ok()) return v.status();
-      auto str = ToStr(*v);
-      if (!str.ok()) return str.status();
-      return Append(out, *str);
+      HERD_ASSIGN_OR_RETURN(auto v, Eval(*s.expr, scope));
+      HERD_ASSIGN_OR_RETURN(auto str, ToStr(v));
+      return Append(out, str);
     }
     case Stmt::Kind::kBreak:
       flow_ = Flow::kBreak;
@@ -134,9 +131,8 @@ absl::Status Interpreter::ExecStmt(const Stmt& s, Scope* scope, std::string* out
 
 absl::Status Interpreter::ExecIf(const Stmt& s, Scope* scope, std::string* out) {
   for (size_t k = 0; k < s.conds.size(); ++k) {
-    auto c = Eval(*s.conds[k], scope);
-    if (!c.ok()) return c.status();
-    if (Truthy(*c)) return Exec(s.bodies[k], scope, out);
+    HERD_ASSIGN_OR_RETURN(auto c, Eval(*s.conds[k], scope));
+    if (Truthy(c)) return Exec(s.bodies[k], scope, out);
   }
   return Exec(s.else_body, scope, out);
 }
@@ -187,31 +183,28 @@ Value Interpreter::MakeLoop(const std::vector<Value>& items, size_t k) {
 }
 
 absl::Status Interpreter::ExecFor(const Stmt& s, Scope* scope, std::string* out) {
-  auto iter = Eval(*s.expr, scope);
-  if (!iter.ok()) return iter.status();
-  auto all = Iterate(*iter);
-  if (!all.ok()) return all.status();
+  HERD_ASSIGN_OR_RETURN(auto iter, Eval(*s.expr, scope));
+  HERD_ASSIGN_OR_RETURN(auto all, Iterate(iter));
   Scope* ls = NewScope(scope);
   std::vector<Value> items;
   if (s.cond) {
-    for (const auto& item : *all) {
-      if (auto st = BindTargets(s.targets, item, ls); !st.ok()) return st;
-      auto keep = Eval(*s.cond, ls);
-      if (!keep.ok()) return keep.status();
-      if (Truthy(*keep)) items.push_back(item);
+    for (const auto& item : all) {
+      HERD_RETURN_IF_ERROR(BindTargets(s.targets, item, ls));
+      HERD_ASSIGN_OR_RETURN(auto keep, Eval(*s.cond, ls));
+      if (Truthy(keep)) items.push_back(item);
     }
   } else {
-    items = *std::move(all);
+    items = std::move(all);
   }
   // Jinja2 runs the else block unless some iteration reached the end of the body (an
   // iteration left by break or continue does not count).
   bool completed = false;
   for (size_t k = 0; k < items.size(); ++k) {
-    if (auto st = CountIteration(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(CountIteration());
     ls->vars.clear();  // Jinja2: what one iteration sets is gone in the next
-    if (auto st = BindTargets(s.targets, items[k], ls); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(BindTargets(s.targets, items[k], ls));
     ls->vars["loop"] = MakeLoop(items, k);
-    if (auto st = Exec(s.body, ls, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Exec(s.body, ls, out));
     const Flow f = flow_;
     flow_ = Flow::kNone;
     if (f == Flow::kNone) completed = true;
@@ -242,18 +235,16 @@ absl::Status Interpreter::Assign(const Expr& target, const Value& v, Scope* scop
 
 absl::Status Interpreter::ExecSet(const Stmt& s, Scope* scope, std::string*) {
   if (s.kind == Stmt::Kind::kSet) {
-    auto v = Eval(*s.expr, scope);
-    if (!v.ok()) return v.status();
-    return Assign(*s.target, *v, scope);
+    HERD_ASSIGN_OR_RETURN(auto v, Eval(*s.expr, scope));
+    return Assign(*s.target, v, scope);
   }
   std::string buf;  // the body has its own scope, as in Jinja2
-  if (auto st = Exec(s.body, NewScope(scope), &buf); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Exec(s.body, NewScope(scope), &buf));
   Value v = Value::String(std::move(buf));
   if (s.expr) {
     block_value_ = v;
-    auto f = Eval(*s.expr, scope);
-    if (!f.ok()) return f.status();
-    v = *std::move(f);
+    HERD_ASSIGN_OR_RETURN(auto f, Eval(*s.expr, scope));
+    v = std::move(f);
   }
   return Assign(*s.target, v, scope);
 }
@@ -268,7 +259,7 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallAr
   if (depth_ >= limits_.max_call_depth) {
     return absl::InvalidArgumentError(absl::StrCat("macro calls nested deeper than ", limits_.max_call_depth));
   }
-  if (auto st = CountIteration(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(CountIteration());
   Scope* ms = NewScope(scope);
   std::vector<bool> bound(s.params.size(), false);
   std::vector<Value> varargs;
@@ -297,9 +288,8 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallAr
   for (size_t k = 0; k < s.params.size(); ++k) {
     if (bound[k]) continue;
     if (s.params[k].default_value) {
-      auto d = Eval(*s.params[k].default_value, ms);
-      if (!d.ok()) return d.status();
-      ms->vars[s.params[k].name] = *std::move(d);
+      HERD_ASSIGN_OR_RETURN(auto d, Eval(*s.params[k].default_value, ms));
+      ms->vars[s.params[k].name] = std::move(d);
     } else {
       ms->vars[s.params[k].name] =
           Value::Undefined(absl::StrCat("parameter '", s.params[k].name, "' was not provided"));
@@ -320,16 +310,13 @@ absl::StatusOr<Value> Interpreter::CallMacro(const Stmt& s, Scope* scope, CallAr
 
 absl::Status Interpreter::ExecCallBlock(const Stmt& s, Scope* scope, std::string* out) {
   const Expr& call = *s.expr;
-  auto fn = Eval(*call.args[0], scope);
-  if (!fn.ok()) return fn.status();
+  HERD_ASSIGN_OR_RETURN(auto fn, Eval(*call.args[0], scope));
   CallArgs args;
-  if (auto st = EvalArgs(call, scope, 1, &args); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(EvalArgs(call, scope, 1, &args));
   args.kw.emplace_back("caller", MakeMacro(s, scope, "caller"));
-  auto r = Call(*fn, args);
-  if (!r.ok()) return r.status();
-  auto str = ToStr(*r);
-  if (!str.ok()) return str.status();
-  return Append(out, *str);
+  HERD_ASSIGN_OR_RETURN(auto r, Call(fn, args));
+  HERD_ASSIGN_OR_RETURN(auto str, ToStr(r));
+  return Append(out, str);
 }
 
 }  // namespace herd::chat::internal

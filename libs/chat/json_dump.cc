@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/value.h"
 
 namespace herd::chat::internal {
@@ -118,7 +119,7 @@ class Dumper {
     for (size_t k = 0; k < items.size(); ++k) {
       if (k) *out_ += opt_.item_sep;
       if (pretty_) NewLine(depth + 1);
-      if (auto st = Dump(items[k], depth + 1); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Dump(items[k], depth + 1));
     }
     if (pretty_) NewLine(depth);
     *out_ += ']';
@@ -146,9 +147,8 @@ class Dumper {
   absl::Status DumpDict(const Value& v, int depth) {
     std::vector<std::pair<std::string, const Value*>> entries;
     for (const auto& e : v.dict->entries) {
-      auto key = Key(e.first);
-      if (!key.ok()) return key.status();
-      entries.emplace_back(*std::move(key), &e.second);
+      HERD_ASSIGN_OR_RETURN(auto key, Key(e.first));
+      entries.emplace_back(std::move(key), &e.second);
     }
     if (entries.empty()) {
       *out_ += "{}";
@@ -163,7 +163,7 @@ class Dumper {
       if (pretty_) NewLine(depth + 1);
       DumpString(entries[k].first, opt_.ensure_ascii, out_);
       *out_ += opt_.key_sep;
-      if (auto st = Dump(*entries[k].second, depth + 1); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Dump(*entries[k].second, depth + 1));
     }
     if (pretty_) NewLine(depth);
     *out_ += '}';
@@ -181,7 +181,7 @@ class Dumper {
 absl::StatusOr<std::string> JsonDumps(const Value& v, const JsonDumpOptions& opt) {
   std::string out;
   Dumper d(opt, &out);
-  if (auto st = d.Dump(v, 0); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(d.Dump(v, 0));
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/value.h"
 
 namespace herd::chat::internal {
@@ -153,11 +154,9 @@ class Lexer {
       }
       EmitText(std::move(text), text_pos);
       const size_t body = open + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
-      absl::StatusOr<size_t> end = kind == '#'   ? Comment(open, body, &after)
-                                   : kind == '%' ? Tag(open, body, true, &after)
-                                                 : Tag(open, body, false, &after);
-      if (!end.ok()) return end.status();
-      pos = *end;
+      HERD_ASSIGN_OR_RETURN(pos, kind == '#'   ? Comment(open, body, &after)
+                                 : kind == '%' ? Tag(open, body, true, &after)
+                                               : Tag(open, body, false, &after));
       line_starting = after == 1 && pos < src_.size() && src_[pos] == '\n';
       if (after == 2) {
         size_t k = pos;
@@ -379,13 +378,9 @@ absl::StatusOr<size_t> Lexer::Tag(size_t open, size_t pos, bool block, int* afte
       }
       pos = k;
     } else if (IsDigit(c)) {
-      auto k = Number(pos);
-      if (!k.ok()) return k.status();
-      pos = *k;
+      HERD_ASSIGN_OR_RETURN(pos, Number(pos));
     } else if (c == '\'' || c == '"') {
-      auto k = String(pos);
-      if (!k.ok()) return k.status();
-      pos = *k;
+      HERD_ASSIGN_OR_RETURN(pos, String(pos));
     } else {
       static const char* kTwo[] = {"//", "**", "==", "!=", "<=", ">="};
       std::string op(1, c);

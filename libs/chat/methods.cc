@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 #include "libs/chat/strings.h"
@@ -88,17 +89,15 @@ absl::StatusOr<std::string> StrFormat(const std::string& fmt, CallArgs& args) {
       }
       if (!v) return Err(absl::StrCat("str.format: missing argument '", field, "'"));
     }
-    auto s = conv == "r" ? Repr(*v) : ToStr(*v);
-    if (!s.ok()) return s.status();
-    out += *s;
+    HERD_ASSIGN_OR_RETURN(auto s, conv == "r" ? Repr(*v) : ToStr(*v));
+    out += s;
   }
   return out;
 }
 
 absl::StatusOr<Value> StrFind(const std::string& s, CallArgs& args, bool from_right, bool raise) {
   BIND("find", "sub", "start", "end");
-  auto sub = NeedStr(b.Get(0), "find() argument");
-  if (!sub.ok()) return sub.status();
+  HERD_ASSIGN_OR_RETURN(auto sub, NeedStr(b.Get(0), "find() argument"));
   std::u32string u = DecodeUtf8(s);
   const int64_t n = static_cast<int64_t>(u.size());
   auto clamp = [n](const Value* v, int64_t dflt) {
@@ -111,7 +110,7 @@ absl::StatusOr<Value> StrFind(const std::string& s, CallArgs& args, bool from_ri
   int64_t r = -1;
   if (lo <= hi) {
     const std::u32string hay = u.substr(lo, hi - lo);
-    const std::u32string needle = DecodeUtf8(*sub);
+    const std::u32string needle = DecodeUtf8(sub);
     const size_t p = from_right ? hay.rfind(needle) : hay.find(needle);
     if (p != std::u32string::npos) r = lo + static_cast<int64_t>(p);
   }
@@ -129,10 +128,9 @@ absl::StatusOr<Value> StrAffix(const std::string& s, CallArgs& args, bool prefix
     cands.push_back(*b.Get(0));
   std::string hay = s;
   if (b.Get(1) || b.Get(2)) {
-    auto sl = SliceOf(Value::String(s), b.Get(1) ? *b.Get(1) : Value::None(), b.Get(2) ? *b.Get(2) : Value::None(),
-                      Value::None());
-    if (!sl.ok()) return sl.status();
-    hay = sl->s;
+    HERD_ASSIGN_OR_RETURN(auto sl, SliceOf(Value::String(s), b.Get(1) ? *b.Get(1) : Value::None(),
+                                           b.Get(2) ? *b.Get(2) : Value::None(), Value::None()));
+    hay = sl.s;
   }
   for (const auto& c : cands) {
     if (!c.is_string()) return Err("startswith/endswith first arg must be str or a tuple of str");
@@ -218,9 +216,8 @@ absl::StatusOr<Value> StrMethod(const std::string& s, const std::string& name, C
     return Value::String(std::move(r));
   }
   if (name == "format") {
-    auto r = StrFormat(s, args);
-    if (!r.ok()) return r.status();
-    return Value::String(*std::move(r));
+    HERD_ASSIGN_OR_RETURN(auto r, StrFormat(s, args));
+    return Value::String(std::move(r));
   }
   return StrMethod2(s, name, args);
 }
@@ -229,10 +226,9 @@ absl::StatusOr<Value> StrMethod2(const std::string& s, const std::string& name, 
   if (name == "join") {
     BIND("join", "iterable");
     if (!b.Get(0)) return Err("join() takes exactly one argument");
-    auto items = Iterate(*b.Get(0));
-    if (!items.ok()) return items.status();
+    HERD_ASSIGN_OR_RETURN(auto items, Iterate(*b.Get(0)));
     std::vector<std::string> parts;
-    for (const auto& item : *items) {
+    for (const auto& item : items) {
       if (!item.is_string())
         return Err(absl::StrCat("sequence item: expected str instance, ", TypeName(item), " found"));
       parts.push_back(item.s);
@@ -243,11 +239,10 @@ absl::StatusOr<Value> StrMethod2(const std::string& s, const std::string& name, 
   }
   if (name == "count") {
     BIND("count", "sub");
-    auto sub = NeedStr(b.Get(0), "count() argument");
-    if (!sub.ok()) return sub.status();
-    if (sub->empty()) return Value::Int(static_cast<int64_t>(DecodeUtf8(s).size()) + 1);
+    HERD_ASSIGN_OR_RETURN(auto sub, NeedStr(b.Get(0), "count() argument"));
+    if (sub.empty()) return Value::Int(static_cast<int64_t>(DecodeUtf8(s).size()) + 1);
     int64_t n = 0;
-    for (size_t p = s.find(*sub); p != std::string::npos; p = s.find(*sub, p + sub->size())) ++n;
+    for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
     return Value::Int(n);
   }
   if (name == "splitlines") {
@@ -266,22 +261,20 @@ absl::StatusOr<Value> StrMethod2(const std::string& s, const std::string& name, 
   if (name == "center" || name == "ljust" || name == "rjust" || name == "zfill") return StrPad(s, args, name);
   if (name == "removeprefix" || name == "removesuffix") {
     BIND(name.c_str(), "affix");
-    auto a = NeedStr(b.Get(0), "argument");
-    if (!a.ok()) return a.status();
-    if (name == "removeprefix") return Value::String(absl::StartsWith(s, *a) ? s.substr(a->size()) : s);
-    return Value::String(absl::EndsWith(s, *a) ? s.substr(0, s.size() - a->size()) : s);
+    HERD_ASSIGN_OR_RETURN(auto a, NeedStr(b.Get(0), "argument"));
+    if (name == "removeprefix") return Value::String(absl::StartsWith(s, a) ? s.substr(a.size()) : s);
+    return Value::String(absl::EndsWith(s, a) ? s.substr(0, s.size() - a.size()) : s);
   }
   if (name == "partition" || name == "rpartition") {
     BIND(name.c_str(), "sep");
-    auto sep = NeedStr(b.Get(0), "argument");
-    if (!sep.ok()) return sep.status();
-    if (sep->empty()) return Err("empty separator");
-    const size_t p = name == "partition" ? s.find(*sep) : s.rfind(*sep);
+    HERD_ASSIGN_OR_RETURN(auto sep, NeedStr(b.Get(0), "argument"));
+    if (sep.empty()) return Err("empty separator");
+    const size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (p == std::string::npos) {
       return name == "partition" ? Value::Tuple({Value::String(s), Value::String(""), Value::String("")})
                                  : Value::Tuple({Value::String(""), Value::String(""), Value::String(s)});
     }
-    return Value::Tuple({Value::String(s.substr(0, p)), Value::String(*sep), Value::String(s.substr(p + sep->size()))});
+    return Value::Tuple({Value::String(s.substr(0, p)), Value::String(sep), Value::String(s.substr(p + sep.size()))});
   }
   return Err(absl::StrCat("str.", name, " is not supported"));
 }
@@ -408,9 +401,8 @@ absl::StatusOr<Value> MakeDict(CallArgs& args, bool ns) {
     if (src.is_dict() && !src.dict->is_namespace) {
       d.dict->entries = src.dict->entries;
     } else {
-      auto items = Iterate(src);
-      if (!items.ok()) return items.status();
-      for (const auto& item : *items) {
+      HERD_ASSIGN_OR_RETURN(auto items, Iterate(src));
+      for (const auto& item : items) {
         if (!item.is_list() || item.list->items.size() != 2)
           return Err("dictionary update sequence element has wrong length");
         d.dict->Set(item.list->items[0], item.list->items[1]);

@@ -7,6 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::chat::internal {
 namespace {
 
@@ -135,12 +137,10 @@ absl::StatusOr<int64_t> Len(const Value& v) {
 
 absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (op == "~") {
-    auto x = ToStr(a);
-    if (!x.ok()) return x.status();
-    auto y = ToStr(b);
-    if (!y.ok()) return y.status();
-    if (x->size() + y->size() > kMaxBuiltSize) return TypeError("string too large");
-    return Value::String(*x + *y);
+    HERD_ASSIGN_OR_RETURN(auto x, ToStr(a));
+    HERD_ASSIGN_OR_RETURN(auto y, ToStr(b));
+    if (x.size() + y.size() > kMaxBuiltSize) return TypeError("string too large");
+    return Value::String(x + y);
   }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
@@ -174,9 +174,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     if ((b.is_string() || b.is_seq()) && IsIntLike(a)) return Repeat(b, a.as_int());
   }
   if (op == "%" && a.is_string()) {
-    auto s = PercentFormat(a.s, b);
-    if (!s.ok()) return s.status();
-    return Value::String(*std::move(s));
+    HERD_ASSIGN_OR_RETURN(auto s, PercentFormat(a.s, b));
+    return Value::String(std::move(s));
   }
   return Unsupported(op, a, b);
 }
@@ -212,9 +211,8 @@ absl::StatusOr<bool> CompareOp(std::string_view op, const Value& a, const Value&
   if (op == "!=") return !Equal(a, b);
   if (op == "in") return Contains(b, a);
   if (op == "notin") {
-    auto r = Contains(b, a);
-    if (!r.ok()) return r;
-    return !*r;
+    HERD_ASSIGN_OR_RETURN(auto r, Contains(b, a));
+    return !r;
   }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
@@ -274,7 +272,7 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
     return absl::OkStatus();
   };
   int64_t st = 1;
-  if (auto s = as_index(step, &st); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(as_index(step, &st));
   if (st == 0) return TypeError("slice step cannot be zero");
   std::u32string u;
   const bool is_str = obj.is_string();
@@ -291,7 +289,7 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
   auto adjust = [&](const Value& v, int64_t* out) -> absl::Status {
     if (v.is_none() || v.is_undefined()) return absl::OkStatus();
     int64_t k = 0;
-    if (auto s = as_index(v, &k); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(as_index(v, &k));
     if (k < 0) k += n;
     if (st > 0)
       k = std::max<int64_t>(0, std::min(k, n));
@@ -300,8 +298,8 @@ absl::StatusOr<Value> SliceOf(const Value& obj, const Value& start, const Value&
     *out = k;
     return absl::OkStatus();
   };
-  if (auto s = adjust(start, &lo); !s.ok()) return s;
-  if (auto s = adjust(stop, &hi); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(adjust(start, &lo));
+  HERD_RETURN_IF_ERROR(adjust(stop, &hi));
   std::u32string su;
   std::vector<Value> items;
   for (int64_t k = lo; st > 0 ? k < hi : k > hi;) {
@@ -341,9 +339,8 @@ absl::StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& a
     const Value& v = list[next++];
     char buf[512];
     if (conv == 's' || conv == 'r') {
-      auto s = conv == 's' ? ToStr(v) : Repr(v);
-      if (!s.ok()) return s.status();
-      out += *s;
+      HERD_ASSIGN_OR_RETURN(auto s, conv == 's' ? ToStr(v) : Repr(v));
+      out += s;
     } else if ((conv == 'd' || conv == 'i') && v.type == Value::Type::kFloat && !(std::fabs(v.f) < 9.2e18)) {
       return TypeError("%d format: float out of range");
     } else if ((conv == 'd' || conv == 'i') && v.is_number()) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/lexer.h"
 
 namespace herd::chat::internal {
@@ -22,7 +23,7 @@ class Parser {
   absl::StatusOr<Body> Template() {
     Body body;
     std::string end;
-    if (auto st = SubParse({}, &body, &end); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(SubParse({}, &body, &end));
     if (!end.empty()) return Fail(Cur(), absl::StrCat("unexpected '", end, "'"));
     return body;
   }
@@ -163,10 +164,9 @@ absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std
       s->line = t.line;
       s->col = t.col;
       Next();
-      auto e = Tuple(true, false);
-      if (!e.ok()) return e.status();
-      s->expr = *std::move(e);
-      if (auto st = ExpectType(T::kVarEnd, "'}}'"); !st.ok()) return st;
+      HERD_ASSIGN_OR_RETURN(auto e, Tuple(true, false));
+      s->expr = std::move(e);
+      HERD_RETURN_IF_ERROR(ExpectType(T::kVarEnd, "'}}'"));
       body->push_back(std::move(s));
     } else if (t.type == T::kBlockBegin) {
       const Token& name = Peek();
@@ -175,9 +175,8 @@ absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std
         *end = name.text;
         return absl::OkStatus();
       }
-      auto s = Statement();
-      if (!s.ok()) return s.status();
-      body->push_back(*std::move(s));
+      HERD_ASSIGN_OR_RETURN(auto s, Statement());
+      body->push_back(std::move(s));
     } else {
       return Fail(t, absl::StrCat("unexpected ", Describe(t)));
     }
@@ -186,7 +185,7 @@ absl::Status Parser::SubParse(const std::set<std::string>& ends, Body* body, std
 
 absl::Status Parser::BodyUntil(const char* end_name, Body* body) {
   std::string end;
-  if (auto st = SubParse({end_name}, body, &end); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SubParse({end_name}, body, &end));
   Next();  // the end tag's name
   return ExpectBlockEnd();
 }
@@ -208,13 +207,13 @@ absl::StatusOr<StmtPtr> Parser::Statement() {
   s->col = at.col;
   if (n == "break" || n == "continue") {
     s->kind = n == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
   if (n == "generation") {
     s->kind = Stmt::Kind::kScope;
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-    if (auto st = BodyUntil("endgeneration", &s->body); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+    HERD_RETURN_IF_ERROR(BodyUntil("endgeneration", &s->body));
     return s;
   }
   return Fail(at, absl::StrCat("unknown tag '", n, "'"));
@@ -226,21 +225,20 @@ absl::StatusOr<StmtPtr> Parser::If(const Token& at) {
   s->line = at.line;
   s->col = at.col;
   while (true) {
-    auto cond = Tuple(false, false);
-    if (!cond.ok()) return cond.status();
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-    s->conds.push_back(*std::move(cond));
+    HERD_ASSIGN_OR_RETURN(auto cond, Tuple(false, false));
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+    s->conds.push_back(std::move(cond));
     s->bodies.emplace_back();
     std::string end;
-    if (auto st = SubParse({"elif", "else", "endif"}, &s->bodies.back(), &end); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(SubParse({"elif", "else", "endif"}, &s->bodies.back(), &end));
     Next();
     if (end == "elif") continue;
     if (end == "else") {
-      if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-      if (auto st = BodyUntil("endif", &s->else_body); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+      HERD_RETURN_IF_ERROR(BodyUntil("endif", &s->else_body));
       return s;
     }
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
 }
@@ -259,25 +257,23 @@ absl::StatusOr<StmtPtr> Parser::For(const Token& at) {
     if (IsName("in") || IsOp(")")) break;
   }
   if (paren) {
-    if (auto st = Expect(")"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Expect(")"));
   }
   if (!SkipName("in")) return Fail(Cur(), absl::StrCat("expected 'in', got ", Describe(Cur())));
-  auto iter = Tuple(false, false, {"recursive"});
-  if (!iter.ok()) return iter.status();
-  s->expr = *std::move(iter);
+  HERD_ASSIGN_OR_RETURN(auto iter, Tuple(false, false, {"recursive"}));
+  s->expr = std::move(iter);
   if (SkipName("if")) {
-    auto cond = Expression();
-    if (!cond.ok()) return cond.status();
-    s->cond = *std::move(cond);
+    HERD_ASSIGN_OR_RETURN(auto cond, Expression());
+    s->cond = std::move(cond);
   }
   if (IsName("recursive")) return Fail(Cur(), "recursive loops are not supported");
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
   std::string end;
-  if (auto st = SubParse({"endfor", "else"}, &s->body, &end); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(SubParse({"endfor", "else"}, &s->body, &end));
   Next();
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
   if (end == "else") {
-    if (auto st = BodyUntil("endfor", &s->else_body); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(BodyUntil("endfor", &s->else_body));
   }
   return s;
 }
@@ -315,28 +311,26 @@ absl::StatusOr<StmtPtr> Parser::Set(const Token& at) {
   }
   if (SkipOp("=")) {
     s->kind = Stmt::Kind::kSet;
-    auto e = Tuple(true, false);
-    if (!e.ok()) return e.status();
-    s->expr = *std::move(e);
-    if (auto st = ExpectBlockEnd(); !st.ok()) return st;
+    HERD_ASSIGN_OR_RETURN(auto e, Tuple(true, false));
+    s->expr = std::move(e);
+    HERD_RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
   s->kind = Stmt::Kind::kSetBlock;
   if (IsOp("|")) {
-    auto f = Filter(Node(Expr::Kind::kBlockValue, Cur()), false);
-    if (!f.ok()) return f.status();
-    s->expr = *std::move(f);
+    HERD_ASSIGN_OR_RETURN(auto f, Filter(Node(Expr::Kind::kBlockValue, Cur()), false));
+    s->expr = std::move(f);
   }
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endset", &s->body); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endset", &s->body));
   return s;
 }
 
 absl::Status Parser::Params(std::vector<MacroParam>* params) {
-  if (auto st = Expect("("); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Expect("("));
   while (!IsOp(")")) {
     if (!params->empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
       if (IsOp(")")) break;
     }
     if (Cur().type != T::kName) return Fail(Cur(), "expected a parameter name");
@@ -344,9 +338,8 @@ absl::Status Parser::Params(std::vector<MacroParam>* params) {
     p.name = Cur().text;
     Next();
     if (SkipOp("=")) {
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      p.default_value = *std::move(e);
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      p.default_value = std::move(e);
     }
     params->push_back(std::move(p));
   }
@@ -362,9 +355,9 @@ absl::StatusOr<StmtPtr> Parser::Macro(const Token& at) {
   if (Cur().type != T::kName) return Fail(Cur(), "expected a macro name");
   s->name = Cur().text;
   Next();
-  if (auto st = Params(&s->params); !st.ok()) return st;
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endmacro", &s->body); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Params(&s->params));
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endmacro", &s->body));
   return s;
 }
 
@@ -374,14 +367,13 @@ absl::StatusOr<StmtPtr> Parser::CallBlock(const Token& at) {
   s->line = at.line;
   s->col = at.col;
   if (IsOp("(")) {
-    if (auto st = Params(&s->params); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Params(&s->params));
   }
-  auto e = Expression();
-  if (!e.ok()) return e.status();
-  if ((*e)->kind != Expr::Kind::kCall) return Fail(at, "expected a call after 'call'");
-  s->expr = *std::move(e);
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endcall", &s->body); !st.ok()) return st;
+  HERD_ASSIGN_OR_RETURN(auto e, Expression());
+  if (e->kind != Expr::Kind::kCall) return Fail(at, "expected a call after 'call'");
+  s->expr = std::move(e);
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endcall", &s->body));
   return s;
 }
 
@@ -390,11 +382,10 @@ absl::StatusOr<StmtPtr> Parser::FilterBlock(const Token& at) {
   s->kind = Stmt::Kind::kFilterBlock;
   s->line = at.line;
   s->col = at.col;
-  auto f = Filter(Node(Expr::Kind::kBlockValue, at), true);
-  if (!f.ok()) return f.status();
-  s->expr = *std::move(f);
-  if (auto st = ExpectBlockEnd(); !st.ok()) return st;
-  if (auto st = BodyUntil("endfilter", &s->body); !st.ok()) return st;
+  HERD_ASSIGN_OR_RETURN(auto f, Filter(Node(Expr::Kind::kBlockValue, at), true));
+  s->expr = std::move(f);
+  HERD_RETURN_IF_ERROR(ExpectBlockEnd());
+  HERD_RETURN_IF_ERROR(BodyUntil("endfilter", &s->body));
   return s;
 }
 
@@ -414,12 +405,11 @@ absl::StatusOr<ExprPtr> Parser::Tuple(bool with_cond, bool explicit_parens,
   };
   while (true) {
     if (!tuple->args.empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
     }
     if (at_end()) break;
-    auto e = Expression(with_cond);
-    if (!e.ok()) return e.status();
-    tuple->args.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Expression(with_cond));
+    tuple->args.push_back(std::move(e));
     if (IsOp(","))
       is_tuple = true;
     else
@@ -433,21 +423,18 @@ absl::StatusOr<ExprPtr> Parser::Tuple(bool with_cond, bool explicit_parens,
 }
 
 absl::StatusOr<ExprPtr> Parser::CondExpr() {
-  auto e1 = Or();
-  if (!e1.ok()) return e1;
-  ExprPtr node = *std::move(e1);
+  HERD_ASSIGN_OR_RETURN(auto e1, Or());
+  ExprPtr node = std::move(e1);
   while (IsName("if")) {
     const Token at = Cur();
     Next();
-    auto cond = Or();
-    if (!cond.ok()) return cond;
+    HERD_ASSIGN_OR_RETURN(auto cond, Or());
     auto c = Node(Expr::Kind::kCond, at);
-    c->args.push_back(*std::move(cond));
+    c->args.push_back(std::move(cond));
     c->args.push_back(std::move(node));
     if (SkipName("else")) {
-      auto other = CondExpr();
-      if (!other.ok()) return other;
-      c->args.push_back(*std::move(other));
+      HERD_ASSIGN_OR_RETURN(auto other, CondExpr());
+      c->args.push_back(std::move(other));
     } else {
       c->args.push_back(nullptr);
     }
@@ -457,32 +444,28 @@ absl::StatusOr<ExprPtr> Parser::CondExpr() {
 }
 
 absl::StatusOr<ExprPtr> Parser::Or() {
-  auto left = And();
-  if (!left.ok()) return left;
-  ExprPtr node = *std::move(left);
+  HERD_ASSIGN_OR_RETURN(auto left, And());
+  ExprPtr node = std::move(left);
   while (IsName("or")) {
     auto n = Node(Expr::Kind::kOr, Cur());
     Next();
-    auto right = And();
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, And());
     n->args.push_back(std::move(node));
-    n->args.push_back(*std::move(right));
+    n->args.push_back(std::move(right));
     node = std::move(n);
   }
   return node;
 }
 
 absl::StatusOr<ExprPtr> Parser::And() {
-  auto left = Not();
-  if (!left.ok()) return left;
-  ExprPtr node = *std::move(left);
+  HERD_ASSIGN_OR_RETURN(auto left, Not());
+  ExprPtr node = std::move(left);
   while (IsName("and")) {
     auto n = Node(Expr::Kind::kAnd, Cur());
     Next();
-    auto right = Not();
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, Not());
     n->args.push_back(std::move(node));
-    n->args.push_back(*std::move(right));
+    n->args.push_back(std::move(right));
     node = std::move(n);
   }
   return node;
@@ -494,9 +477,8 @@ absl::StatusOr<ExprPtr> Parser::Not() {
     if (guard.too_deep()) return Fail(Cur(), "expression nested too deeply");
     auto n = Node(Expr::Kind::kNot, Cur());
     Next();
-    auto operand = Not();
-    if (!operand.ok()) return operand;
-    n->args.push_back(*std::move(operand));
+    HERD_ASSIGN_OR_RETURN(auto operand, Not());
+    n->args.push_back(std::move(operand));
     return n;
   }
   return Compare();
@@ -504,9 +486,8 @@ absl::StatusOr<ExprPtr> Parser::Not() {
 
 absl::StatusOr<ExprPtr> Parser::Compare() {
   const Token at = Cur();
-  auto first = Binary(0);
-  if (!first.ok()) return first;
-  ExprPtr node = *std::move(first);
+  HERD_ASSIGN_OR_RETURN(auto first, Binary(0));
+  ExprPtr node = std::move(first);
   auto cmp = Node(Expr::Kind::kCompare, at);
   while (true) {
     std::string op;
@@ -524,11 +505,10 @@ absl::StatusOr<ExprPtr> Parser::Compare() {
     } else {
       break;
     }
-    auto right = Binary(0);
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, Binary(0));
     if (cmp->args.empty()) cmp->args.push_back(std::move(node));
     cmp->ops.push_back(op);
-    cmp->args.push_back(*std::move(right));
+    cmp->args.push_back(std::move(right));
   }
   if (cmp->args.empty()) return node;
   return cmp;
@@ -538,9 +518,8 @@ absl::StatusOr<ExprPtr> Parser::Compare() {
 absl::StatusOr<ExprPtr> Parser::Binary(int level) {
   static const std::vector<std::vector<std::string>> kOps = {{"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
   auto sub = [&]() -> absl::StatusOr<ExprPtr> { return level == 3 ? Unary(true) : Binary(level + 1); };
-  auto left = sub();
-  if (!left.ok()) return left;
-  ExprPtr node = *std::move(left);
+  HERD_ASSIGN_OR_RETURN(auto left, sub());
+  ExprPtr node = std::move(left);
   while (Cur().type == T::kOp) {
     bool match = false;
     for (const auto& op : kOps[level]) match = match || Cur().text == op;
@@ -548,10 +527,9 @@ absl::StatusOr<ExprPtr> Parser::Binary(int level) {
     auto n = Node(Expr::Kind::kBinary, Cur());
     n->name = Cur().text;
     Next();
-    auto right = sub();
-    if (!right.ok()) return right;
+    HERD_ASSIGN_OR_RETURN(auto right, sub());
     n->args.push_back(std::move(node));
-    n->args.push_back(*std::move(right));
+    n->args.push_back(std::move(right));
     node = std::move(n);
   }
   return node;
@@ -564,13 +542,11 @@ absl::StatusOr<ExprPtr> Parser::Unary(bool with_filter) {
   if (IsOp("-") || IsOp("+")) {
     node = Node(IsOp("-") ? Expr::Kind::kNeg : Expr::Kind::kPos, Cur());
     Next();
-    auto operand = Unary(false);
-    if (!operand.ok()) return operand;
-    node->args.push_back(*std::move(operand));
+    HERD_ASSIGN_OR_RETURN(auto operand, Unary(false));
+    node->args.push_back(std::move(operand));
   } else {
-    auto p = Primary();
-    if (!p.ok()) return p;
-    node = *std::move(p);
+    HERD_ASSIGN_OR_RETURN(auto p, Primary());
+    node = std::move(p);
   }
   auto post = Postfix(std::move(node));
   if (!post.ok() || !with_filter) return post;
@@ -614,7 +590,7 @@ absl::StatusOr<ExprPtr> Parser::Primary() {
     Next();
     auto e = Tuple(true, true);
     if (!e.ok()) return e;
-    if (auto st = Expect(")"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Expect(")"));
     return e;
   }
   if (IsOp("[")) return ListOrDict(false);
@@ -628,17 +604,15 @@ absl::StatusOr<ExprPtr> Parser::ListOrDict(bool dict) {
   const char* close = dict ? "}" : "]";
   while (!IsOp(close)) {
     if (!n->args.empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
       if (IsOp(close)) break;
     }
-    auto e = Expression();
-    if (!e.ok()) return e;
-    n->args.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Expression());
+    n->args.push_back(std::move(e));
     if (dict) {
-      if (auto st = Expect(":"); !st.ok()) return st;
-      auto v = Expression();
-      if (!v.ok()) return v;
-      n->args.push_back(*std::move(v));
+      HERD_RETURN_IF_ERROR(Expect(":"));
+      HERD_ASSIGN_OR_RETURN(auto v, Expression());
+      n->args.push_back(std::move(v));
     }
   }
   Next();
@@ -648,13 +622,12 @@ absl::StatusOr<ExprPtr> Parser::ListOrDict(bool dict) {
 absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
   while (true) {
     if (IsOp(".") || IsOp("[")) {
-      auto s = Subscript(std::move(node));
-      if (!s.ok()) return s;
-      node = *std::move(s);
+      HERD_ASSIGN_OR_RETURN(auto s, Subscript(std::move(node)));
+      node = std::move(s);
     } else if (IsOp("(")) {
       auto call = Node(Expr::Kind::kCall, Cur());
       call->args.push_back(std::move(node));
-      if (auto st = CallArgs(call.get()); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(CallArgs(call.get()));
       node = std::move(call);
     } else {
       return node;
@@ -665,17 +638,15 @@ absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
 absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
   while (true) {
     if (IsOp("|")) {
-      auto f = Filter(std::move(node), false);
-      if (!f.ok()) return f;
-      node = *std::move(f);
+      HERD_ASSIGN_OR_RETURN(auto f, Filter(std::move(node), false));
+      node = std::move(f);
     } else if (IsName("is")) {
-      auto t = Test(std::move(node));
-      if (!t.ok()) return t;
-      node = *std::move(t);
+      HERD_ASSIGN_OR_RETURN(auto t, Test(std::move(node)));
+      node = std::move(t);
     } else if (IsOp("(")) {
       auto call = Node(Expr::Kind::kCall, Cur());
       call->args.push_back(std::move(node));
-      if (auto st = CallArgs(call.get()); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(CallArgs(call.get()));
       node = std::move(call);
     } else {
       return node;
@@ -706,11 +677,10 @@ absl::StatusOr<ExprPtr> Parser::Subscript(ExprPtr node) {
   std::vector<ExprPtr> items;
   while (!IsOp("]")) {
     if (!items.empty()) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
     }
-    auto e = Subscribed();
-    if (!e.ok()) return e;
-    items.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Subscribed());
+    items.push_back(std::move(e));
   }
   Next();
   if (items.empty()) return Fail(at, "empty subscript");
@@ -749,14 +719,13 @@ absl::StatusOr<ExprPtr> Parser::Subscribed() {
       slice->args.push_back(nullptr);
       return absl::OkStatus();
     }
-    auto e = Expression();
-    if (!e.ok()) return e.status();
-    slice->args.push_back(*std::move(e));
+    HERD_ASSIGN_OR_RETURN(auto e, Expression());
+    slice->args.push_back(std::move(e));
     return absl::OkStatus();
   };
-  if (auto st = part(); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(part());
   if (SkipOp(":")) {
-    if (auto st = part(); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(part());
   } else {
     slice->args.push_back(nullptr);
   }
@@ -765,34 +734,31 @@ absl::StatusOr<ExprPtr> Parser::Subscribed() {
 
 absl::Status Parser::CallArgs(Expr* call) {
   const Token at = Cur();
-  if (auto st = Expect("("); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(Expect("("));
   bool need_comma = false;
   auto bad = [&] { return Fail(at, "invalid syntax for function call expression"); };
   while (!IsOp(")")) {
     if (need_comma) {
-      if (auto st = Expect(","); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(Expect(","));
       if (IsOp(")")) break;
     }
     if (IsOp("*") || IsOp("**")) {
       const bool kw = IsOp("**");
       if (call->dyn_kwargs || (!kw && call->dyn_args)) return bad();
       Next();
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      (kw ? call->dyn_kwargs : call->dyn_args) = *std::move(e);
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      (kw ? call->dyn_kwargs : call->dyn_args) = std::move(e);
     } else if (Cur().type == T::kName && Peek().type == T::kOp && Peek().text == "=") {
       if (call->dyn_kwargs) return bad();
       std::string key = Cur().text;
       Next();
       Next();
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      call->kwargs.emplace_back(std::move(key), *std::move(e));
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      call->kwargs.emplace_back(std::move(key), std::move(e));
     } else {
       if (call->dyn_args || call->dyn_kwargs || !call->kwargs.empty()) return bad();
-      auto e = Expression();
-      if (!e.ok()) return e.status();
-      call->args.push_back(*std::move(e));
+      HERD_ASSIGN_OR_RETURN(auto e, Expression());
+      call->args.push_back(std::move(e));
     }
     need_comma = true;
   }
@@ -815,7 +781,7 @@ absl::StatusOr<ExprPtr> Parser::Filter(ExprPtr node, bool start_inline) {
     }
     f->args.push_back(std::move(node));
     if (IsOp("(")) {
-      if (auto st = CallArgs(f.get()); !st.ok()) return st;
+      HERD_RETURN_IF_ERROR(CallArgs(f.get()));
     }
     node = std::move(f);
   }
@@ -837,16 +803,14 @@ absl::StatusOr<ExprPtr> Parser::Test(ExprPtr node) {
   }
   t->args.push_back(std::move(node));
   if (IsOp("(")) {
-    if (auto st = CallArgs(t.get()); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(CallArgs(t.get()));
   } else if ((Cur().type == T::kName || Cur().type == T::kString || Cur().type == T::kInt || Cur().type == T::kFloat ||
               IsOp("(") || IsOp("[") || IsOp("{")) &&
              !IsName("else") && !IsName("or") && !IsName("and")) {
     if (IsName("is")) return Fail(Cur(), "you cannot chain multiple tests with 'is'");
-    auto arg = Primary();
-    if (!arg.ok()) return arg;
-    auto post = Postfix(*std::move(arg));
-    if (!post.ok()) return post;
-    t->args.push_back(*std::move(post));
+    HERD_ASSIGN_OR_RETURN(auto arg, Primary());
+    HERD_ASSIGN_OR_RETURN(auto post, Postfix(std::move(arg)));
+    t->args.push_back(std::move(post));
   }
   if (!negated) return t;
   auto n = Node(Expr::Kind::kNot, at);
@@ -857,9 +821,8 @@ absl::StatusOr<ExprPtr> Parser::Test(ExprPtr node) {
 }  // namespace
 
 absl::StatusOr<Body> ParseTemplate(std::string_view source) {
-  auto toks = Lex(source);
-  if (!toks.ok()) return toks.status();
-  Parser p(*std::move(toks));
+  HERD_ASSIGN_OR_RETURN(auto toks, Lex(source));
+  Parser p(std::move(toks));
   return p.Template();
 }
 

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/chat/interpreter.h"
 #include "libs/chat/ops.h"
 #include "libs/chat/strings.h"
@@ -55,22 +56,19 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"upper", [](V v, A) -> absl::StatusOr<bool> { return IsLowerStr(v, true); }},
       {"odd",
        [](V v, A) -> absl::StatusOr<bool> {
-         auto r = BinaryOp("%", v, Value::Int(2));
-         if (!r.ok()) return r.status();
-         return Equal(*r, Value::Int(1));
+         HERD_ASSIGN_OR_RETURN(auto r, BinaryOp("%", v, Value::Int(2)));
+         return Equal(r, Value::Int(1));
        }},
       {"even",
        [](V v, A) -> absl::StatusOr<bool> {
-         auto r = BinaryOp("%", v, Value::Int(2));
-         if (!r.ok()) return r.status();
-         return Equal(*r, Value::Int(0));
+         HERD_ASSIGN_OR_RETURN(auto r, BinaryOp("%", v, Value::Int(2)));
+         return Equal(r, Value::Int(0));
        }},
       {"divisibleby",
        [](V v, A a) -> absl::StatusOr<bool> {
          if (!a) return absl::InvalidArgumentError("divisibleby needs an argument");
-         auto r = BinaryOp("%", v, *a);
-         if (!r.ok()) return r.status();
-         return !Truthy(*r);
+         HERD_ASSIGN_OR_RETURN(auto r, BinaryOp("%", v, *a));
+         return !Truthy(r);
        }},
       {"equalto", [](V v, A a) { return Cmp("==", v, a); }},
       {"eq", [](V v, A a) { return Cmp("==", v, a); }},

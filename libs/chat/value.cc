@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::chat::internal {
 namespace {
 
@@ -308,7 +310,7 @@ absl::Status AppendSeq(const Value& v, int depth, std::string* out) {
   *out += tuple ? '(' : '[';
   for (size_t k = 0; k < v.list->items.size(); ++k) {
     if (k) *out += ", ";
-    if (auto st = AppendStr(v.list->items[k], true, depth + 1, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(AppendStr(v.list->items[k], true, depth + 1, out));
   }
   if (tuple && v.list->items.size() == 1) *out += ',';
   *out += tuple ? ')' : ']';
@@ -323,9 +325,9 @@ absl::Status AppendDict(const Value& v, int depth, std::string* out) {
   for (const auto& e : v.dict->entries) {
     if (!first) *out += ", ";
     first = false;
-    if (auto st = AppendStr(e.first, true, depth + 1, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(AppendStr(e.first, true, depth + 1, out));
     *out += ": ";
-    if (auto st = AppendStr(e.second, true, depth + 1, out); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(AppendStr(e.second, true, depth + 1, out));
   }
   *out += '}';
   if (v.dict->is_namespace) *out += '>';
@@ -376,13 +378,13 @@ absl::Status AppendStr(const Value& v, bool repr, int depth, std::string* out) {
 absl::StatusOr<std::string> ToStr(const Value& v) {
   if (v.is_string()) return v.s;
   std::string out;
-  if (auto st = AppendStr(v, false, 0, &out); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(AppendStr(v, false, 0, &out));
   return out;
 }
 
 absl::StatusOr<std::string> Repr(const Value& v) {
   std::string out;
-  if (auto st = AppendStr(v, true, 0, &out); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(AppendStr(v, true, 0, &out));
   return out;
 }
 
@@ -490,18 +492,16 @@ absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth) {
       std::vector<Value> items;
       items.reserve(j.size());
       for (const auto& e : j) {
-        auto v = FromJsonAt(e, depth + 1);
-        if (!v.ok()) return v;
-        items.push_back(*std::move(v));
+        HERD_ASSIGN_OR_RETURN(auto v, FromJsonAt(e, depth + 1));
+        items.push_back(std::move(v));
       }
       return Value::List(std::move(items));
     }
     case T::object: {
       Value d = Value::Dict();
       for (auto it = j.begin(); it != j.end(); ++it) {
-        auto v = FromJsonAt(it.value(), depth + 1);
-        if (!v.ok()) return v;
-        d.dict->entries.emplace_back(Value::String(it.key()), *std::move(v));
+        HERD_ASSIGN_OR_RETURN(auto v, FromJsonAt(it.value(), depth + 1));
+        d.dict->entries.emplace_back(Value::String(it.key()), std::move(v));
       }
       return d;
     }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 
 namespace herd::loader {
 namespace {
@@ -225,8 +226,7 @@ absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::Stu
     }
   }
   std::string bytes;
-  absl::Status s = ReadModelBytes(stub, name, 0, info->file_size(), end, opts, &bytes, stats);
-  if (!s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadModelBytes(stub, name, 0, info->file_size(), end, opts, &bytes, stats));
   HERD_LOG(Info) << "model '" << name << "': streamed " << bytes.size() << " bytes in " << stats->attempts
                  << " call(s)";
   return gguf::GgufFile::FromBytes(std::move(bytes), name);
@@ -235,12 +235,12 @@ absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchModel(herd::v1::Loader::Stu
 absl::StatusOr<std::unique_ptr<gguf::GgufFile>> FetchVocabGguf(herd::v1::Loader::StubInterface* stub,
                                                                const std::string& name,
                                                                std::chrono::milliseconds deadline) {
-  auto info = GetModelInfo(stub, name, deadline, /*include_sha256=*/false, /*include_vocab_gguf=*/true);
-  if (!info.ok()) return info.status();
-  if (info->vocab_gguf().empty()) {
+  HERD_ASSIGN_OR_RETURN(auto info,
+                        GetModelInfo(stub, name, deadline, /*include_sha256=*/false, /*include_vocab_gguf=*/true));
+  if (info.vocab_gguf().empty()) {
     return absl::InternalError(absl::StrCat("loader sent no vocab_gguf for '", name, "'"));
   }
-  return gguf::GgufFile::FromBytes(std::move(*info->mutable_vocab_gguf()), name + " (vocab)");
+  return gguf::GgufFile::FromBytes(std::move(*info.mutable_vocab_gguf()), name + " (vocab)");
 }
 
 }  // namespace herd::loader

@@ -35,6 +35,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::gguf {
 namespace {
 
@@ -304,11 +306,11 @@ absl::Status Parser::ReadValue(ValueType t, int depth, Value* out) {
     return Fail(absl::StrCat("arrays nested deeper than ", kMaxArrayDepth, " levels"));
   }
   uint32_t et = 0;
-  if (absl::Status s = ReadU32("array element type", &et); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadU32("array element type", &et));
   if (!IsKnownValueType(et)) return Fail(absl::StrCat("unknown array element type ", et));
   const ValueType elem = static_cast<ValueType>(et);
   uint64_t n = 0;
-  if (absl::Status s = ReadU64("array length", &n); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadU64("array length", &n));
   const uint64_t min = MinElementSize(elem);
   if (n > Remaining() / min) {
     return Fail(absl::StrCat("array length ", n, " (", ValueTypeName(elem), ", at least ", min,
@@ -344,15 +346,15 @@ absl::Status Parser::ReadValue(ValueType t, int depth, Value* out) {
 
 absl::Status Parser::ParseTensorInfo(size_t index, TensorInfo* ti) {
   ctx_ = absl::StrCat("tensor #", index);
-  if (absl::Status s = ReadString("name", -1, &ti->name); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadString("name", -1, &ti->name));
   ctx_ = absl::StrCat("tensor ", Quote(ti->name));
-  if (absl::Status s = ReadU32("n_dims", &ti->n_dims); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadU32("n_dims", &ti->n_dims));
   if (ti->n_dims < 1 || ti->n_dims > kMaxDims) {
     return Fail(absl::StrCat("n_dims ", ti->n_dims, " is out of range 1..", kMaxDims));
   }
   for (uint32_t d = 0; d < ti->n_dims; ++d) {
     uint64_t v = 0;
-    if (absl::Status s = ReadU64(absl::StrCat("dim ", d), &v); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(ReadU64(absl::StrCat("dim ", d), &v));
     if (v == 0) return Fail(absl::StrCat("dim ", d, " is 0"));
     if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return Fail(absl::StrCat("dim ", d, " is ", static_cast<int64_t>(v), " (negative as int64)"));
@@ -360,11 +362,11 @@ absl::Status Parser::ParseTensorInfo(size_t index, TensorInfo* ti) {
     ti->ne[d] = static_cast<int64_t>(v);
   }
   uint32_t type = 0;
-  if (absl::Status s = ReadU32("type", &type); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadU32("type", &type));
   const GgmlTypeTraits* tr = GetGgmlTypeTraits(type);
   if (tr == nullptr) return Fail(absl::StrCat("unknown ggml type id ", type));
   ti->type = static_cast<GgmlType>(type);
-  if (absl::Status s = ReadU64("offset", &ti->offset); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadU64("offset", &ti->offset));
 
   // Element count and byte size must fit in int64 (ggml keeps them in int64_t/size_t).
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -404,7 +406,7 @@ absl::Status Parser::Parse(GgufFile* f) {
   if (size_ < 4) return Truncated("magic", 4);
   pos_ = 4;
   uint32_t version = 0;
-  if (absl::Status s = ReadU32("version", &version); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadU32("version", &version));
   if (version == 1) {
     return Fail("version 1 is not supported (GGUFv1 is obsolete; supported versions: 2, 3)");
   }
@@ -417,8 +419,8 @@ absl::Status Parser::Parse(GgufFile* f) {
   }
   f->version_ = version;
   uint64_t n_tensors = 0, n_kv = 0;
-  if (absl::Status s = ReadU64("n_tensors", &n_tensors); !s.ok()) return s;
-  if (absl::Status s = ReadU64("n_kv", &n_kv); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ReadU64("n_tensors", &n_tensors));
+  HERD_RETURN_IF_ERROR(ReadU64("n_kv", &n_kv));
   {
     const uint64_t rem = Remaining();
     if (n_kv > rem / kMinKvBytes) {
@@ -443,13 +445,13 @@ absl::Status Parser::Parse(GgufFile* f) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     ctx_ = absl::StrCat("key #", i);
     KeyValue kv;
-    if (absl::Status s = ReadString("key", -1, &kv.key); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(ReadString("key", -1, &kv.key));
     ctx_ = absl::StrCat("key ", Quote(kv.key));
     if (!keys.insert(kv.key).second) return Fail("duplicate key");
     uint32_t type = 0;
-    if (absl::Status s = ReadU32("value type", &type); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(ReadU32("value type", &type));
     if (!IsKnownValueType(type)) return Fail(absl::StrCat("unknown value type ", type));
-    if (absl::Status s = ReadValue(static_cast<ValueType>(type), 0, &kv.value); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(ReadValue(static_cast<ValueType>(type), 0, &kv.value));
     f->kv_.push_back(std::move(kv));
   }
 
@@ -480,7 +482,7 @@ absl::Status Parser::Parse(GgufFile* f) {
   absl::flat_hash_set<std::string> names;
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo ti;
-    if (absl::Status s = ParseTensorInfo(static_cast<size_t>(i), &ti); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(ParseTensorInfo(static_cast<size_t>(i), &ti));
     if (!names.insert(ti.name).second) return Fail("duplicate tensor name");
     f->tensors_.push_back(std::move(ti));
   }
@@ -719,13 +721,12 @@ std::string Value::DebugString(size_t max_elems) const {
 // GgufFile
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  absl::StatusOr<MappedFile> m = MappedFile::Open(path);
-  if (!m.ok()) return m.status();
+  HERD_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path));
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
-  f->map_ = std::move(*m);
+  f->map_ = std::move(m);
   Parser p(f->path_, f->map_.data(), f->map_.size());
-  if (absl::Status s = p.Parse(f.get()); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(p.Parse(f.get()));
   return f;
 }
 
@@ -734,7 +735,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::string bytes,
   f->path_ = name;
   f->owned_ = std::move(bytes);
   Parser p(f->path_, reinterpret_cast<const uint8_t*>(f->owned_.data()), f->owned_.size());
-  if (absl::Status s = p.Parse(f.get()); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(p.Parse(f.get()));
   return f;
 }
 
@@ -929,7 +930,7 @@ absl::Status GgufWriter::AddTensor(const std::string& name, GgmlType type, const
       return absl::InvalidArgumentError(absl::StrCat("tensor ", Quote(name), ": duplicate name"));
     }
   }
-  if (absl::Status s = CheckTensor(name, type, ne, data, nbytes); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(CheckTensor(name, type, ne, data, nbytes));
   tensors_.push_back(PendingTensor{name, type, ne, data, nbytes});
   return absl::OkStatus();
 }
@@ -937,7 +938,7 @@ absl::Status GgufWriter::AddTensor(const std::string& name, GgmlType type, const
 absl::Status GgufWriter::ReplaceTensor(const std::string& name, GgmlType type, const void* data, size_t nbytes) {
   for (PendingTensor& t : tensors_) {
     if (t.name != name) continue;
-    if (absl::Status s = CheckTensor(name, type, t.ne, data, nbytes); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(CheckTensor(name, type, t.ne, data, nbytes));
     t.type = type;
     t.data = data;
     t.nbytes = nbytes;

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::grammar {
 namespace {
 
@@ -477,8 +479,7 @@ absl::Status Parser::Run(std::vector<Rule>* rules, std::vector<std::string>* nam
   auto it = symbol_ids_.find("root");
   if (it == symbol_ids_.end()) return absl::InvalidArgumentError("grammar: no 'root' rule");
   *root = it->second;
-  absl::Status lr = CheckLeftRecursion(rules_, *names);
-  if (!lr.ok()) return lr;
+  HERD_RETURN_IF_ERROR(CheckLeftRecursion(rules_, *names));
   *rules = std::move(rules_);
   return absl::OkStatus();
 }
@@ -507,8 +508,7 @@ void AppendChar(std::string* out, uint32_t c) {
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Parse(absl::string_view text, const GrammarLimits& limits) {
   std::shared_ptr<Grammar> g(new Grammar());
   Parser p(text, limits);
-  absl::Status st = p.Run(&g->rules_, &g->names_, &g->root_id_);
-  if (!st.ok()) return st;
+  HERD_RETURN_IF_ERROR(p.Run(&g->rules_, &g->names_, &g->root_id_));
   return std::shared_ptr<const Grammar>(std::move(g));
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 
 #include "libs/base/json_nesting.h"
+#include "libs/base/status_macros.h"
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/matcher.h"
 
@@ -1532,7 +1533,7 @@ std::string Converter::NotStrings(const std::vector<std::string>& strings) {
 absl::StatusOr<std::string> JsonSchemaToGrammar(const nlohmann::json& schema) {
   // The converter copies subschemas (a recursive copy per level) before its own depth
   // check sees them: bound the whole document first, without recursing.
-  if (absl::Status s = CheckJsonValueNesting(schema, "json_schema"); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(CheckJsonValueNesting(schema, "json_schema"));
   Converter c(schema);
   auto out = c.Run();
   if (!out.ok()) return out.status();

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "libs/base/status_macros.h"
+
 namespace herd::grammar {
 
 MaskCache::MaskCache(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenPieces> pieces, Limits limits)
@@ -79,9 +81,8 @@ absl::StatusOr<std::shared_ptr<MaskCache>> GrammarCache::Get(const std::string& 
     }
   }
   // Parsed outside the lock (a large grammar takes milliseconds).
-  auto g = Grammar::Parse(text);
-  if (!g.ok()) return g.status();
-  auto cache = std::make_shared<MaskCache>(std::shared_ptr<const Grammar>(std::move(*g)), pieces_, mask_limits_);
+  HERD_ASSIGN_OR_RETURN(auto g, Grammar::Parse(text));
+  auto cache = std::make_shared<MaskCache>(std::shared_ptr<const Grammar>(std::move(g)), pieces_, mask_limits_);
   std::lock_guard<std::mutex> lock(mu_);
   if (max_grammars_ == 0) return cache;
   auto [it, inserted] = entries_.try_emplace(text);

@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/tokenizer/tokenizer.h"
 
 namespace herd::grammar {
@@ -509,7 +510,7 @@ absl::Status CheckMatchCost(const std::shared_ptr<const Grammar>& grammar, const
     if (elems > limits.max_stack_elements) return TooCostly("parse stack elements", limits.max_stack_elements, step);
     return absl::OkStatus();
   };
-  if (absl::Status s = measure(m, 0); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(measure(m, 0));
   for (int step = 1; step <= limits.probe_steps; ++step) {
     const std::vector<std::pair<uint32_t, uint32_t>> next = m.NextCodePoints();
     if (next.empty()) break;
@@ -532,7 +533,7 @@ absl::Status CheckMatchCost(const std::shared_ptr<const Grammar>& grammar, const
       absl::Status s = trial.AcceptCodePoint(cp);
       if (absl::IsResourceExhausted(s)) return TooCostly("parse stacks", limits.max_stacks, step);
       if (!s.ok()) continue;
-      if (absl::Status ms = measure(trial, step); !ms.ok()) return ms;
+      HERD_RETURN_IF_ERROR(measure(trial, step));
       size_t stacks = 0;
       const size_t elems = StackElements(trial, &stacks);
       if (!best.has_value() || elems > best_elems) {

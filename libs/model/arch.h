@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/model/model.h"
 
 namespace herd::model {
@@ -122,13 +123,5 @@ HERD_DECLARE_ARCH(Gemma)
 /// final LN -> logits. Optional pieces follow the weights present (biases, position
 /// embeddings, MPT's Q/K LayerNorm) and hparams (clamp_kqv, ALiBi).
 Tensor* BuildGpt2Family(const Model& m, Graph& g, const ForwardInputs& in);
-
-#ifndef HERD_RETURN_IF_ERROR
-#define HERD_RETURN_IF_ERROR(expr)     \
-  do {                                 \
-    absl::Status _herd_s = (expr);     \
-    if (!_herd_s.ok()) return _herd_s; \
-  } while (0)
-#endif
 
 }  // namespace herd::model

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 
 #include "libs/base/mmap.h"
+#include "libs/base/status_macros.h"
 #include "libs/gguf/gguf.h"
 
 namespace herd::model {
@@ -84,32 +85,27 @@ std::string EscapeWhitespace(const std::string& text) {
 bool IsGgufImage(const uint8_t* data, size_t size) { return size >= 4 && std::memcmp(data, "GGUF", 4) == 0; }
 
 absl::StatusOr<Llama2cVocab> LoadGgufVocab(const std::string& path, int32_t n_vocab) {
-  auto file_or = gguf::GgufFile::Open(path);
-  if (!file_or.ok()) return file_or.status();
-  const gguf::GgufFile& f = **file_or;
-  auto model = f.GetString("tokenizer.ggml.model");
-  if (!model.ok()) return model.status();
-  if (*model != "llama") {
+  HERD_ASSIGN_OR_RETURN(auto file_or, gguf::GgufFile::Open(path));
+  const gguf::GgufFile& f = *file_or;
+  HERD_ASSIGN_OR_RETURN(auto model, f.GetString("tokenizer.ggml.model"));
+  if (model != "llama") {
     return absl::InvalidArgumentError(
-        absl::StrCat("vocabulary ", path, ": tokenizer.ggml.model is \"", *model, "\", expected \"llama\""));
+        absl::StrCat("vocabulary ", path, ": tokenizer.ggml.model is \"", model, "\", expected \"llama\""));
   }
   Llama2cVocab v;
-  auto tokens = f.GetStringArray("tokenizer.ggml.tokens");
-  if (!tokens.ok()) return tokens.status();
-  auto scores = f.GetFloatArray("tokenizer.ggml.scores");
-  if (!scores.ok()) return scores.status();
-  auto types = f.GetIntArray("tokenizer.ggml.token_type");
-  if (!types.ok()) return types.status();
-  if (tokens->size() != static_cast<size_t>(n_vocab) || scores->size() != tokens->size() ||
-      types->size() != tokens->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("vocabulary ", path, ": vocab size mismatch: ", tokens->size(),
-                                                   " tokens, ", scores->size(), " scores, ", types->size(),
+  HERD_ASSIGN_OR_RETURN(auto tokens, f.GetStringArray("tokenizer.ggml.tokens"));
+  HERD_ASSIGN_OR_RETURN(auto scores, f.GetFloatArray("tokenizer.ggml.scores"));
+  HERD_ASSIGN_OR_RETURN(auto types, f.GetIntArray("tokenizer.ggml.token_type"));
+  if (tokens.size() != static_cast<size_t>(n_vocab) || scores.size() != tokens.size() ||
+      types.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("vocabulary ", path, ": vocab size mismatch: ", tokens.size(),
+                                                   " tokens, ", scores.size(), " scores, ", types.size(),
                                                    " token types; the checkpoint has ", n_vocab));
   }
-  v.tokens = std::move(*tokens);
-  v.scores = std::move(*scores);
-  v.token_types.reserve(types->size());
-  for (int64_t t : *types) v.token_types.push_back(static_cast<int32_t>(t));
+  v.tokens = std::move(tokens);
+  v.scores = std::move(scores);
+  v.token_types.reserve(types.size());
+  for (int64_t t : types) v.token_types.push_back(static_cast<int32_t>(t));
   return v;
 }
 
@@ -173,9 +169,7 @@ absl::StatusOr<Llama2cVocab> LoadLlama2cVocab(const std::string& path, int32_t n
   if (n_vocab <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("vocabulary ", path, ": n_vocab ", n_vocab));
   }
-  auto map_or = MappedFile::Open(path);
-  if (!map_or.ok()) return map_or.status();
-  const MappedFile& map = *map_or;
+  HERD_ASSIGN_OR_RETURN(const MappedFile& map, MappedFile::Open(path));
   const uint8_t* data = map.data();
   const size_t size = map.size();
   if (IsGgufImage(data, size)) return LoadGgufVocab(path, n_vocab);
@@ -235,16 +229,11 @@ absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tok
 
 absl::Status ConvertLlama2c(const std::string& model_bin, const std::string& tokenizer_bin, const std::string& out_gguf,
                             const Llama2cConvertOptions& options) {
-  auto map_or = MappedFile::Open(model_bin);
-  if (!map_or.ok()) return map_or.status();
-  const MappedFile& map = *map_or;
-  auto config_or = ParseLlama2cHeader(map.data(), map.size(), model_bin);
-  if (!config_or.ok()) return config_or.status();
-  const Llama2cConfig& c = *config_or;
+  HERD_ASSIGN_OR_RETURN(const MappedFile& map, MappedFile::Open(model_bin));
+  HERD_ASSIGN_OR_RETURN(const Llama2cConfig& c, ParseLlama2cHeader(map.data(), map.size(), model_bin));
 
-  auto vocab_or = LoadLlama2cVocab(tokenizer_bin, c.vocab_size);
-  if (!vocab_or.ok()) return vocab_or.status();
-  Llama2cVocab& vocab = *vocab_or;
+  HERD_ASSIGN_OR_RETURN(auto vocab_or, LoadLlama2cVocab(tokenizer_bin, c.vocab_size));
+  Llama2cVocab& vocab = vocab_or;
 
   // Section pointers into the mapping.
   const Layout l = ComputeLayout(c);

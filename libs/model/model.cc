@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/model/arch.h"
 
 namespace herd::model {
@@ -69,12 +70,11 @@ absl::Status Loader::ReqInt(absl::string_view suffix, int64_t* out) {
   if (file().Find(key) == nullptr) {
     return absl::NotFoundError(absl::StrCat(file().path(), ": missing required key '", key, "'"));
   }
-  auto v = file().GetInt(key);
-  if (!v.ok()) return v.status();
-  if (*v < 1 || *v > (int64_t{1} << 40)) {
-    return Invalid(absl::StrCat("key '", key, "' = ", *v, " is out of range (must be positive)"));
+  HERD_ASSIGN_OR_RETURN(auto v, file().GetInt(key));
+  if (v < 1 || v > (int64_t{1} << 40)) {
+    return Invalid(absl::StrCat("key '", key, "' = ", v, " is out of range (must be positive)"));
   }
-  *out = *v;
+  *out = v;
   return absl::OkStatus();
 }
 
@@ -88,10 +88,9 @@ absl::Status Loader::ReqFloat(absl::string_view suffix, float* out) {
   if (file().Find(key) == nullptr) {
     return absl::NotFoundError(absl::StrCat(file().path(), ": missing required key '", key, "'"));
   }
-  auto v = file().GetFloat(key);
-  if (!v.ok()) return v.status();
-  if (!std::isfinite(*v)) return Invalid(absl::StrCat("key '", key, "' = ", *v, " is not finite"));
-  *out = *v;
+  HERD_ASSIGN_OR_RETURN(auto v, file().GetFloat(key));
+  if (!std::isfinite(v)) return Invalid(absl::StrCat("key '", key, "' = ", v, " is not finite"));
+  *out = v;
   return absl::OkStatus();
 }
 
@@ -105,9 +104,7 @@ absl::Status Loader::ReqBool(absl::string_view suffix, bool* out) {
   if (file().Find(key) == nullptr) {
     return absl::NotFoundError(absl::StrCat(file().path(), ": missing required key '", key, "'"));
   }
-  auto v = file().GetBool(key);
-  if (!v.ok()) return v.status();
-  *out = *v;
+  HERD_ASSIGN_OR_RETURN(*out, file().GetBool(key));
   return absl::OkStatus();
 }
 
@@ -143,13 +140,12 @@ absl::Status Loader::CommonHparams() {
   float scaling = 0.0f;
   HERD_RETURN_IF_ERROR(OptFloat("rope.scaling.factor", &scaling));
   if (file().Find(Key("rope.scaling.type")) != nullptr) {
-    auto type = file().GetString(Key("rope.scaling.type"));
-    if (!type.ok()) return type.status();
-    if (*type != "linear" && *type != "none") {
+    HERD_ASSIGN_OR_RETURN(auto type, file().GetString(Key("rope.scaling.type")));
+    if (type != "linear" && type != "none") {
       return Invalid(
-          absl::StrCat("key '", Key("rope.scaling.type"), "' = '", *type, "' is not supported (linear, none)"));
+          absl::StrCat("key '", Key("rope.scaling.type"), "' = '", type, "' is not supported (linear, none)"));
     }
-    if (*type == "none") scaling = 0.0f;
+    if (type == "none") scaling = 0.0f;
   }
   if (scaling > 0.0f) hp.rope_freq_scale = 1.0f / scaling;
 
@@ -253,9 +249,8 @@ std::vector<std::string> Model::SupportedArchitectures() {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
-  auto file = gguf::GgufFile::Open(path);
-  if (!file.ok()) return file.status();
-  return FromGguf(*std::move(file));
+  HERD_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::Open(path));
+  return FromGguf(std::move(file));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<gguf::GgufFile> file) {
@@ -264,21 +259,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<gguf::Ggu
   if (m->file_->Find("general.architecture") == nullptr) {
     return absl::NotFoundError(absl::StrCat(m->file_->path(), ": missing required key 'general.architecture'"));
   }
-  auto arch = m->file_->GetString("general.architecture");
-  if (!arch.ok()) return arch.status();
-  const ArchDef* def = FindArch(*arch);
+  HERD_ASSIGN_OR_RETURN(auto arch, m->file_->GetString("general.architecture"));
+  const ArchDef* def = FindArch(arch);
   if (def == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(m->file_->path(), ": unsupported architecture '", *arch,
+    return absl::InvalidArgumentError(absl::StrCat(m->file_->path(), ": unsupported architecture '", arch,
                                                    "' (supported: ", absl::StrJoin(SupportedArchitectures(), ", "),
                                                    ")"));
   }
-  m->hp_.arch = *arch;
+  m->hp_.arch = arch;
   m->arch_ = def;
   Loader ld(m.get());
-  absl::Status s = def->load(ld);
-  if (!s.ok()) return s;
+  HERD_RETURN_IF_ERROR(def->load(ld));
   if (static_cast<int64_t>(m->w_.layers.size()) != m->hp_.n_layer) {
-    return absl::InternalError(absl::StrCat(m->file_->path(), ": ", *arch, " loader left ", m->w_.layers.size(), " of ",
+    return absl::InternalError(absl::StrCat(m->file_->path(), ": ", arch, " loader left ", m->w_.layers.size(), " of ",
                                             m->hp_.n_layer, " layers"));
   }
   return m;

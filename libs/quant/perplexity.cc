@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/engine/engine.h"
 
 namespace herd::quant {
@@ -42,9 +43,8 @@ absl::StatusOr<PerplexityResult> Perplexity(const model::Model& model, const tok
   ep.n_ctx = n_kv;
   ep.n_batch = std::min(opt.n_ubatch, n_batch);
   ep.kv_type = opt.kv_type;
-  auto eng = engine::Engine::Create(model, ep, backend);
-  if (!eng.ok()) return eng.status();
-  const int64_t n_vocab = (*eng)->n_vocab();
+  HERD_ASSIGN_OR_RETURN(auto eng, engine::Engine::Create(model, ep, backend));
+  const int64_t n_vocab = eng->n_vocab();
 
   PerplexityResult res;
   res.n_tokens = static_cast<int64_t>(tokens.size());
@@ -61,7 +61,7 @@ absl::StatusOr<PerplexityResult> Perplexity(const model::Model& model, const tok
   for (int64_t i = 0; i < n_chunk; i += n_seq) {
     const int64_t start = i * n_ctx;
     const int64_t n_seq_batch = std::min(n_seq, n_chunk - i);
-    (*eng)->kv().Clear();
+    eng->kv().Clear();
     for (auto& l : seq_logits) l.clear();
     for (int64_t j = 0; j < num_batches; ++j) {
       const int64_t batch_start = start + j * n_batch;
@@ -76,14 +76,13 @@ absl::StatusOr<PerplexityResult> Perplexity(const model::Model& model, const tok
           batch.Add(tok, static_cast<int32_t>(pos), static_cast<int32_t>(seq), pos >= first);
         }
       }
-      absl::Status s = (*eng)->Decode(batch);
-      if (!s.ok()) return s;
+      HERD_RETURN_IF_ERROR(eng->Decode(batch));
       // Outputs come in batch order: sequence by sequence.
       int64_t out = 0;
       for (int64_t seq = 0; seq < n_seq_batch; ++seq) {
         for (int64_t k = 0; k < batch_size; ++k) {
           if (j * n_batch + k < first) continue;
-          const float* l = (*eng)->Logits(out++);
+          const float* l = eng->Logits(out++);
           if (l == nullptr) return absl::InternalError("perplexity: missing logits");
           seq_logits[static_cast<size_t>(seq)].insert(seq_logits[static_cast<size_t>(seq)].end(), l, l + n_vocab);
         }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/base/thread_pool.h"
 #include "libs/gguf/gguf.h"
 #include "libs/quant/type_rules.h"
@@ -127,26 +128,22 @@ absl::StatusOr<TypeOptions> ParseOptions(const std::string& src_path, const std:
     return absl::InvalidArgumentError(absl::StrCat("n_threads: must be in [1, 1024], got ", options.n_threads));
   }
   TypeOptions topt;
-  auto ft = ParseFileType(options.type);
-  if (!ft.ok()) return ft.status();
-  topt.file_type = *ft;
+  HERD_ASSIGN_OR_RETURN(topt.file_type, ParseFileType(options.type));
   topt.pure = options.pure;
   if (!options.output_tensor_type.empty()) {
-    auto t = ParseQuantType(options.output_tensor_type, "output_tensor_type");
-    if (!t.ok()) return t.status();
+    HERD_ASSIGN_OR_RETURN(auto t, ParseQuantType(options.output_tensor_type, "output_tensor_type"));
     topt.has_output_tensor_type = true;
-    topt.output_tensor_type = *t;
+    topt.output_tensor_type = t;
   }
   if (!options.token_embedding_type.empty()) {
-    auto t = ParseQuantType(options.token_embedding_type, "token_embedding_type");
-    if (!t.ok()) return t.status();
+    HERD_ASSIGN_OR_RETURN(auto t, ParseQuantType(options.token_embedding_type, "token_embedding_type"));
     topt.has_token_embedding_type = true;
-    topt.token_embedding_type = *t;
+    topt.token_embedding_type = t;
   }
   for (size_t i = 0; i < options.tensor_type_overrides.size(); ++i) {
-    auto o = ParseTensorTypeOverride(options.tensor_type_overrides[i], absl::StrCat("tensor_type_overrides[", i, "]"));
-    if (!o.ok()) return o.status();
-    topt.overrides.push_back(std::move(*o));
+    HERD_ASSIGN_OR_RETURN(auto o, ParseTensorTypeOverride(options.tensor_type_overrides[i],
+                                                          absl::StrCat("tensor_type_overrides[", i, "]")));
+    topt.overrides.push_back(std::move(o));
   }
   return topt;
 }
@@ -244,8 +241,7 @@ class Converter {
     out_.reserve(plans.size());
     for (size_t ti = 0; ti < plans.size(); ++ti) {
       if (Cancelled(cancel_)) return CancelledError();
-      absl::Status s = ConvertTensor(static_cast<int>(ti), plans[ti]);
-      if (!s.ok()) return s;
+      HERD_RETURN_IF_ERROR(ConvertTensor(static_cast<int>(ti), plans[ti]));
     }
     return absl::OkStatus();
   }
@@ -285,12 +281,10 @@ class Converter {
       return absl::OkStatus();
     }
     if (!scratch_open_) {
-      absl::Status s = scratch_.Open(DirOf(dst_path_));
-      if (!s.ok()) return s;
+      HERD_RETURN_IF_ERROR(scratch_.Open(DirOf(dst_path_)));
       scratch_open_ = true;
     }
-    absl::Status s = QuantizeTensor(ti, p, &o);
-    if (!s.ok()) return s;
+    HERD_RETURN_IF_ERROR(QuantizeTensor(ti, p, &o));
     out_.push_back(std::move(o));
     return absl::OkStatus();
   }
@@ -317,9 +311,8 @@ class Converter {
                          " block ", static_cast<int64_t>(r0 * (ne0 / GetGgmlTypeTraits(p.type)->block_size)) + bad,
                          " has a non-finite scale: values out of F16 range)"));
       }
-      auto off = scratch_.Append(chunk_.data(), chunk_.size());
-      if (!off.ok()) return off.status();
-      if (first_chunk) o->scratch_offset = *off;
+      HERD_ASSIGN_OR_RETURN(auto off, scratch_.Append(chunk_.data(), chunk_.size()));
+      if (first_chunk) o->scratch_offset = off;
       first_chunk = false;
       progress_->AddBytes(src_row * static_cast<size_t>(nr));
       progress_->Report(ti, t.name, false);
@@ -370,33 +363,29 @@ absl::Status QuantizeModel(const std::string& src_path, const std::string& dst_p
                            const std::atomic<bool>* cancel) {
   const Clock::time_point t0 = Clock::now();
   // ---- options
-  auto topt = ParseOptions(src_path, dst_path, options);
-  if (!topt.ok()) return topt.status();
+  HERD_ASSIGN_OR_RETURN(auto topt, ParseOptions(src_path, dst_path, options));
   if (Cancelled(cancel)) return CancelledError();
 
   // ---- source and plan
-  if (absl::Status s = CheckNotSource(src_path, dst_path); !s.ok()) return s;
-  auto file = gguf::GgufFile::Open(src_path);
-  if (!file.ok()) return file.status();
-  const gguf::GgufFile& src = **file;
-  auto info = ReadModelInfo(src);
-  if (!info.ok()) return info.status();
-  auto plans = PlanTensorTypes(src, *info, *topt);
+  HERD_RETURN_IF_ERROR(CheckNotSource(src_path, dst_path));
+  HERD_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::Open(src_path));
+  const gguf::GgufFile& src = *file;
+  HERD_ASSIGN_OR_RETURN(auto info, ReadModelInfo(src));
+  auto plans = PlanTensorTypes(src, info, topt);
   if (!plans.ok()) return absl::Status(plans.status().code(), absl::StrCat(src_path, ": ", plans.status().message()));
-  auto bytes_total = CheckPlans(src_path, *plans);
-  if (!bytes_total.ok()) return bytes_total.status();
+  HERD_ASSIGN_OR_RETURN(auto bytes_total, CheckPlans(src_path, *plans));
 
   // ---- output metadata, then convert
   gguf::GgufWriter writer(3);
-  SetOutputMetadata(src, topt->file_type.ftype, &writer);
+  SetOutputMetadata(src, topt.file_type.ftype, &writer);
   const int n_total = static_cast<int>(plans->size());
-  ProgressReporter reporter(progress, t0, n_total, *bytes_total);
+  ProgressReporter reporter(progress, t0, n_total, bytes_total);
   Converter converter(src_path, dst_path, options.n_threads, cancel, &reporter);
-  if (absl::Status s = converter.Run(*plans); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(converter.Run(*plans));
   if (Cancelled(cancel)) return CancelledError();
 
   // ---- write (temp file + fsync + rename inside GgufWriter::WriteFile)
-  if (absl::Status s = converter.AddTensors(&writer); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(converter.AddTensors(&writer));
   reporter.Report(n_total, "", true);  // all tensors converted; writing
   return writer.WriteFile(dst_path);
 }

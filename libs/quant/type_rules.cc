@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/tensor/quants.h"
 
 namespace herd::quant {
@@ -245,8 +246,7 @@ absl::StatusOr<GgmlType> GetTypeImpl(State& qs, const ModelInfo& info, const Typ
     // only IQ3 mixtures change attn_q
   } else if (cat == Category::kFfnDown) {
     int i_layer, n_layer;
-    absl::Status s = LayerInfo(info, qs.i_ffn_down, qs.n_ffn_down, t.name, &i_layer, &n_layer);
-    if (!s.ok()) return s;
+    HERD_RETURN_IF_ERROR(LayerInfo(info, qs.i_ffn_down, qs.n_ffn_down, t.name, &i_layer, &n_layer));
     if (ftype == kQ2_K) {
       new_type = GgmlType::Q3_K;
     } else if (ftype == kQ3_K_M) {
@@ -393,9 +393,7 @@ absl::StatusOr<TensorTypeOverride> ParseTensorTypeOverride(const std::string& sp
   }
   TensorTypeOverride o;
   o.pattern = Lower(spec.substr(0, eq));
-  auto type = ParseQuantType(spec.substr(eq + 1), field);
-  if (!type.ok()) return type.status();
-  o.type = *type;
+  HERD_ASSIGN_OR_RETURN(o.type, ParseQuantType(spec.substr(eq + 1), field));
   try {
     o.re = std::regex(o.pattern);
   } catch (const std::regex_error& e) {
@@ -486,15 +484,12 @@ absl::StatusOr<std::vector<TensorPlan>> PlanTensorTypes(const gguf::GgufFile& f,
             }
           }
           if (!manual && !opt.pure) {
-            auto r = GetTypeImpl(qs, info, opt, new_type, *t, cat);
-            if (!r.ok()) return r.status();
-            new_type = *r;
+            HERD_ASSIGN_OR_RETURN(new_type, GetTypeImpl(qs, info, opt, new_type, *t, cat));
           }
           std::string note;
-          auto fb = Fallback(*t, new_type, &note);
-          if (!fb.ok()) return fb.status();
+          HERD_ASSIGN_OR_RETURN(auto fb, Fallback(*t, new_type, &note));
           if (!note.empty()) p.note = note;
-          new_type = *fb;
+          new_type = fb;
         }
         p.type = new_type;
       }

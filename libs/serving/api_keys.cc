@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 
 #include "libs/base/sha256.h"
+#include "libs/base/status_macros.h"
 
 namespace herd::serving {
 
@@ -47,8 +48,7 @@ absl::StatusOr<ApiKeys> ApiKeys::FromFile(const std::string& path) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
-    absl::Status s = keys.Add(line, absl::StrCat(path, ":", line_no));
-    if (!s.ok()) return s;
+    HERD_RETURN_IF_ERROR(keys.Add(line, absl::StrCat(path, ":", line_no)));
   }
   if (!keys.enabled()) return absl::InvalidArgumentError(absl::StrCat("key file ", path, " holds no key"));
   return keys;
@@ -59,8 +59,7 @@ absl::StatusOr<ApiKeys> ApiKeys::FromList(absl::string_view list, absl::string_v
   for (absl::string_view k : absl::StrSplit(list, ',')) {
     k = absl::StripAsciiWhitespace(k);
     if (k.empty()) continue;
-    absl::Status s = keys.Add(k, source);
-    if (!s.ok()) return s;
+    HERD_RETURN_IF_ERROR(keys.Add(k, source));
   }
   if (!keys.enabled()) return absl::InvalidArgumentError(absl::StrCat(source, " holds no key"));
   return keys;

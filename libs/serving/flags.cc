@@ -20,7 +20,8 @@ void ParseServiceFlags(int argc, char** argv, const std::string& program, const 
                        const std::string& flags_path) {
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [flags_path](absl::string_view file) {
-    return absl::StrContains(file, flags_path) || absl::StrContains(file, "libs/serving/security_flags");
+    return absl::StrContains(file, flags_path) || absl::StrContains(file, "libs/serving/service_flags") ||
+           absl::StrContains(file, "libs/serving/security_flags");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.version_string = [program] { return VersionLine(program) + "\n"; };
@@ -32,6 +33,12 @@ void ParseServiceFlags(int argc, char** argv, const std::string& program, const 
     if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0 || std::strcmp(a, "-help") == 0 ||
         std::strcmp(a, "--helpfull") == 0 || std::strcmp(a, "--helpshort") == 0) {
       absl::flags_internal::FlagsHelp(std::cout, flags_path, absl::flags_internal::HelpFormat::kHumanReadable, usage);
+      // The flags every service shares (libs/serving/service_flags.cc), when linked in.
+      if (absl::FindCommandLineFlag("grace_ms") != nullptr) {
+        absl::flags_internal::FlagsHelp(std::cout, "libs/serving/service_flags",
+                                        absl::flags_internal::HelpFormat::kHumanReadable,
+                                        "flags every herd service shares:");
+      }
       // The shared security flags (libs/serving/security_flags.cc), when linked in.
       if (absl::FindCommandLineFlag("tls_cert_file") != nullptr) {
         absl::flags_internal::FlagsHelp(std::cout, "libs/serving/security_flags",

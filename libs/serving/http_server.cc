@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 #include "libs/serving/http_parse.h"
 
 namespace herd::serving::http {
@@ -137,9 +138,7 @@ class TlsContext {
     cert_ = o.tls_cert_file;
     key_ = o.tls_key_file;
     ca_ = o.tls_client_ca_file;
-    auto ctx = Build();
-    if (!ctx.ok()) return ctx.status();
-    ctx_ = *ctx;
+    HERD_ASSIGN_OR_RETURN(ctx_, Build());
     stamps_ = Stamps();
     return absl::OkStatus();
   }
@@ -856,7 +855,7 @@ absl::StatusOr<int> Server::Start(const std::string& host, int port) {
   }
   if (!s.opts.tls_cert_file.empty()) {
     s.tls.emplace();
-    if (absl::Status st = s.tls->Init(s.opts); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(s.tls->Init(s.opts));
   }
   // Idle connections cost a descriptor each: raise the soft limit to the hard one.
   struct rlimit rl;

@@ -18,6 +18,8 @@
 #include "grpcpp/security/tls_credentials_options.h"
 #include "grpcpp/support/client_interceptor.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::serving {
 namespace {
 
@@ -181,17 +183,17 @@ absl::Status ValidateServerSecurity(const ServerSecurity& s) {
   }
   if (s.tls() && s.tls_refresh_seconds == 0) return absl::InvalidArgumentError("TLS refresh interval must be >= 1 s");
   if (!s.tls_cert_file.empty()) {
-    if (auto st = Readable(s.tls_cert_file, "TLS certificate file"); !st.ok()) return st;
-    if (auto st = Readable(s.tls_key_file, "TLS key file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(s.tls_cert_file, "TLS certificate file"));
+    HERD_RETURN_IF_ERROR(Readable(s.tls_key_file, "TLS key file"));
   }
   if (!s.tls_ca_file.empty()) {
-    if (auto st = Readable(s.tls_ca_file, "TLS CA file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(s.tls_ca_file, "TLS CA file"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const ServerSecurity& s) {
-  if (auto st = ValidateServerSecurity(s); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(ValidateServerSecurity(s));
   std::shared_ptr<const KeyCheck> check = s.auth() ? std::make_shared<const KeyCheck>(s) : nullptr;
   if (!s.tls()) {
     if (check == nullptr) return grpc::InsecureServerCredentials();
@@ -237,11 +239,11 @@ absl::Status ValidateClientSecurity(const ClientSecurity& c) {
     return absl::InvalidArgumentError("a TLS client certificate needs a CA file to verify the server");
   }
   if (!c.tls_ca_file.empty()) {
-    if (auto st = Readable(c.tls_ca_file, "TLS CA file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(c.tls_ca_file, "TLS CA file"));
   }
   if (!c.tls_cert_file.empty()) {
-    if (auto st = Readable(c.tls_cert_file, "TLS certificate file"); !st.ok()) return st;
-    if (auto st = Readable(c.tls_key_file, "TLS key file"); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(Readable(c.tls_cert_file, "TLS certificate file"));
+    HERD_RETURN_IF_ERROR(Readable(c.tls_key_file, "TLS key file"));
   }
   return absl::OkStatus();
 }
@@ -279,8 +281,7 @@ absl::StatusOr<std::string> LoadClientKey(const std::string& file, const char* e
   std::string text, source;
   if (!file.empty()) {
     // Validates the whole file the way servers read it.
-    auto keys = ApiKeys::FromFile(file);
-    if (!keys.ok()) return keys.status();
+    HERD_ASSIGN_OR_RETURN(auto keys, ApiKeys::FromFile(file));
     std::ifstream in(file, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
@@ -293,8 +294,7 @@ absl::StatusOr<std::string> LoadClientKey(const std::string& file, const char* e
   const char* v = env_name != nullptr ? std::getenv(env_name) : nullptr;
   if (v == nullptr || *v == '\0') return std::string();
   const std::string src = absl::StrCat("environment variable ", env_name);
-  auto keys = ApiKeys::FromList(v, src);
-  if (!keys.ok()) return keys.status();
+  HERD_ASSIGN_OR_RETURN(auto keys, ApiKeys::FromList(v, src));
   for (absl::string_view k : absl::StrSplit(v, ',')) {
     k = absl::StripAsciiWhitespace(k);
     if (!k.empty()) return std::string(k);

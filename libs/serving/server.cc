@@ -11,6 +11,7 @@
 #include "grpcpp/health_check_service_interface.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 
 namespace herd::serving {
 namespace {
@@ -60,8 +61,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
                                                               int* bound_port) {
   // From here on SIGTERM/SIGINT request a graceful shutdown instead of killing the process.
   InstallShutdownSignalHandlers();
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(opts.security);
-  if (!creds.ok()) return creds.status();
+  HERD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, MakeServerCredentials(opts.security));
   if (opts.security.auth() && !opts.security.tls()) {
     HERD_LOG(Warning)
         << "gRPC on " << opts.address
@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const GrpcServerOp
   // clone of "host:0" binds a second ephemeral port that serves the whole API without
   // being announced (and any process of the same user could bind our port too).
   b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  b.AddListeningPort(opts.address, *creds, bound_port);
+  b.AddListeningPort(opts.address, creds, bound_port);
   b.SetMaxReceiveMessageSize(opts.max_message_bytes);
   b.SetMaxSendMessageSize(opts.max_message_bytes);
   for (grpc::Service* s : services) b.RegisterService(s);

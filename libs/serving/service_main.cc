@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/serving/security_flags.h"
 
 namespace herd::serving {
@@ -40,13 +41,11 @@ std::string ListenAddress(const std::string& host, int port) {
 }
 
 absl::StatusOr<InternalSecurity> InternalSecurityFromFlags() {
-  auto keys = ClusterKeysFromFlags();
-  if (!keys.ok()) return keys.status();
-  auto server = ServerSecurityFromFlags(*keys);
-  if (!server.ok()) return server.status();
+  HERD_ASSIGN_OR_RETURN(auto keys, ClusterKeysFromFlags());
+  HERD_ASSIGN_OR_RETURN(auto server, ServerSecurityFromFlags(keys));
   InternalSecurity out;
-  out.cluster_keys = *std::move(keys);
-  out.server = *std::move(server);
+  out.cluster_keys = std::move(keys);
+  out.server = std::move(server);
   return out;
 }
 
@@ -73,18 +72,15 @@ absl::StatusOr<int> ServiceMain::StartMetrics(Registry* registry, http::ServerOp
   metrics_ = std::make_unique<MetricsHttpServer>(registry, std::move(opts));
   metrics_port_ = -1;
   if (port < 0) return -1;
-  auto bound = metrics_->Start(host, port);
-  if (!bound.ok()) return bound.status();
-  metrics_port_ = *bound;
+  HERD_ASSIGN_OR_RETURN(metrics_port_, metrics_->Start(host, port));
   return metrics_port_;
 }
 
 absl::StatusOr<int> ServiceMain::StartGrpc(const GrpcServerOptions& opts, const std::vector<grpc::Service*>& services,
                                            const std::string& health_service) {
   int bound = 0;
-  auto server = StartGrpcServer(opts, services, &bound);
-  if (!server.ok()) return server.status();
-  server_ = *std::move(server);
+  HERD_ASSIGN_OR_RETURN(auto server, StartGrpcServer(opts, services, &bound));
+  server_ = std::move(server);
   port_ = bound;
   // StartGrpcServer marks the server ("") SERVING; probes may also ask for the service.
   if (!health_service.empty()) server_->GetHealthCheckService()->SetServingStatus(health_service, true);

@@ -9,8 +9,9 @@
 //   - the metrics HTTP port, the gRPC server with health for the service, the
 //     "NAME listening on HOST:PORT" / "NAME metrics on HOST:PORT" lines that launchers
 //     read, and the graceful wait for shutdown.
-// The flags themselves stay in each main.cc (their defaults and help differ per service,
-// and `--help` lists the flags of the service's own sources).
+// The flags every service shares (--host, --grace_ms, --max_message_bytes) are defined
+// once in service_flags.h; the others, --port and --metrics_port included (their defaults
+// differ per service), stay in each main.cc.
 #pragma once
 #include <chrono>
 #include <functional>

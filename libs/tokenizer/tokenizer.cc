@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/tokenizer/vocab_impl.h"
 
 namespace herd::tokenizer {
@@ -145,8 +146,7 @@ Vocab::~Vocab() = default;
 
 absl::StatusOr<std::unique_ptr<Vocab>> Vocab::FromGguf(const gguf::GgufFile& f) {
   auto impl = std::make_unique<Impl>();
-  absl::Status s = impl->Load(f);
-  if (!s.ok()) return s;
+  HERD_RETURN_IF_ERROR(impl->Load(f));
   return std::unique_ptr<Vocab>(new Vocab(std::move(impl)));
 }
 

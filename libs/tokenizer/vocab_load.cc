@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/tokenizer/vocab_impl.h"
 
 namespace herd::tokenizer {
@@ -68,9 +69,7 @@ std::string Vocab::Impl::ComputePiece(int32_t id) const {
 
 absl::Status GetOptionalBool(const gguf::GgufFile& f, const char* key, bool* out) {
   if (f.Find(key) == nullptr) return absl::OkStatus();
-  auto v = f.GetBool(key);
-  if (!v.ok()) return v.status();
-  *out = *v;
+  HERD_ASSIGN_OR_RETURN(*out, f.GetBool(key));
   return absl::OkStatus();
 }
 
@@ -121,13 +120,13 @@ absl::Status CheckPerTokenArray(const gguf::GgufFile& f, const gguf::Value* v, c
 
 absl::Status Vocab::Impl::Load(const gguf::GgufFile& f) {
   std::string tokenizer_pre;
-  if (auto s = LoadModelType(f, &tokenizer_pre); !s.ok()) return s;
-  if (auto s = ApplyPreTokenizer(f, tokenizer_pre); !s.ok()) return s;
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_space_prefix", &add_space_prefix); !s.ok()) return s;
-  if (auto s = LoadTokens(f); !s.ok()) return s;
-  if (auto s = BuildSplitter(); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(LoadModelType(f, &tokenizer_pre));
+  HERD_RETURN_IF_ERROR(ApplyPreTokenizer(f, tokenizer_pre));
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_space_prefix", &add_space_prefix));
+  HERD_RETURN_IF_ERROR(LoadTokens(f));
+  HERD_RETURN_IF_ERROR(BuildSplitter());
   FindNewline();  // before the special-token cache exists, as llama.cpp
-  if (auto s = LoadSpecialTokens(f); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(LoadSpecialTokens(f));
   DetectSpecialTokensByText();
   BuildEog();
   BuildCaches();
@@ -145,9 +144,7 @@ absl::Status Vocab::Impl::LoadModelType(const gguf::GgufFile& f, std::string* to
     model = *m;
   }
   if (f.Find("tokenizer.ggml.pre") != nullptr) {
-    auto p = f.GetString("tokenizer.ggml.pre");
-    if (!p.ok()) return p.status();
-    *tokenizer_pre = *p;
+    HERD_ASSIGN_OR_RETURN(*tokenizer_pre, f.GetString("tokenizer.ggml.pre"));
   }
 
   if (model == "llama") {
@@ -169,7 +166,7 @@ absl::Status Vocab::Impl::LoadModelType(const gguf::GgufFile& f, std::string* to
     add_sep = true;
   } else if (model == "gpt2" || model == "gemma4") {
     type = VocabType::kBpe;
-    if (auto s = LoadBpeMerges(f); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(LoadBpeMerges(f));
     bos = 11;
     eos = 11;
     unk = kTokenNull;
@@ -391,9 +388,9 @@ absl::Status Vocab::Impl::LoadSpecialTokens(const gguf::GgufFile& f) {
     // else: out of range (e.g. 0xFFFFFFFF) -> keep the default, as llama.cpp does
   }
 
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_bos_token", &add_bos); !s.ok()) return s;
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_eos_token", &add_eos); !s.ok()) return s;
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.add_sep_token", &add_sep); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_bos_token", &add_bos));
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_eos_token", &add_eos));
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.add_sep_token", &add_sep));
   if (pre == Pre::kGemma4 && type == VocabType::kBpe && !add_bos) add_bos = true;
 
   if (auto s = CheckAddToken(f, add_bos, bos, "tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id"); !s.ok()) {
@@ -407,7 +404,7 @@ absl::Status Vocab::Impl::LoadSpecialTokens(const gguf::GgufFile& f) {
     return s;
   }
 
-  if (auto s = GetOptionalBool(f, "tokenizer.ggml.normalizer.lowercase", &lowercase); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(GetOptionalBool(f, "tokenizer.ggml.normalizer.lowercase", &lowercase));
   strip_accents = lowercase;
   return GetOptionalBool(f, "tokenizer.ggml.normalizer.strip_accents", &strip_accents);
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/json_schema.h"
 
@@ -207,23 +208,20 @@ std::string PrefixGbnfRules(absl::string_view g, absl::string_view prefix) {
 absl::StatusOr<std::string> ForcedCallGrammar(Format format, const json& tools, absl::string_view function_name,
                                               bool parallel) {
   if (format == Format::kNone) return absl::InvalidArgumentError("tool_choice: the template has no tool-call syntax");
-  absl::StatusOr<std::vector<Tool>> list = ReadTools(tools, function_name);
-  if (!list.ok()) return list.status();
+  HERD_ASSIGN_OR_RETURN(std::vector<Tool> list, ReadTools(tools, function_name));
   std::string rules;
   std::vector<std::string> calls;
-  for (size_t i = 0; i < list->size(); ++i) {
-    const Tool& tool = (*list)[i];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Tool& tool = list[i];
     const std::string prefix = absl::StrCat("t", i, "-");
     if (format == Format::kQwen3Coder || format == Format::kGlm) {
-      absl::StatusOr<std::string> call = XmlCall(format, tool, prefix, &rules);
-      if (!call.ok()) return call.status();
-      calls.push_back(*std::move(call));
+      HERD_ASSIGN_OR_RETURN(std::string call, XmlCall(format, tool, prefix, &rules));
+      calls.push_back(std::move(call));
       continue;
     }
     std::string args;
-    absl::Status st = SchemaRules(tool.parameters, prefix, absl::StrCat("tools[", tool.index, "].function.parameters"),
-                                  &rules, &args);
-    if (!st.ok()) return st;
+    HERD_RETURN_IF_ERROR(SchemaRules(tool.parameters, prefix,
+                                     absl::StrCat("tools[", tool.index, "].function.parameters"), &rules, &args));
     const std::string name = JsonText(tool.name);
     std::string call;
     switch (format) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 #include "libs/engine/spec/spec_proto.h"
 #include "libs/serving/grpc_status.h"
 
@@ -136,11 +137,10 @@ absl::StatusOr<std::shared_ptr<DraftServiceImpl::Session>> DraftServiceImpl::Get
     }
   }
   // Build the drafter outside the lock (a draft model's lock may be busy drafting).
-  auto spec = SpecSession::Create(config, opts_.resources, seed);
-  if (!spec.ok()) return spec.status();
+  HERD_ASSIGN_OR_RETURN(auto spec, SpecSession::Create(config, opts_.resources, seed));
   auto s = std::make_shared<Session>();
   s->id = id;
-  s->spec = *std::move(spec);
+  s->spec = std::move(spec);
   s->reported.type = config.type;
   std::vector<std::shared_ptr<Session>> graveyard;
   std::shared_ptr<Session> result;
@@ -208,9 +208,7 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
   if (req.n_max() < 0) return absl::InvalidArgumentError(absl::StrCat("n_max: ", req.n_max(), " must be >= 0"));
   SpecConfig config = opts_.defaults;
   if (req.has_config()) {
-    auto c = engine::spec::SpecConfigFromProto(req.config(), opts_.defaults, "config.");
-    if (!c.ok()) return c.status();
-    config = *c;
+    HERD_ASSIGN_OR_RETURN(config, engine::spec::SpecConfigFromProto(req.config(), opts_.defaults, "config."));
   }
   if (config.type == SpecType::kDraftModel && !opts_.target_model.empty() && !req.model().empty() &&
       req.model() != opts_.target_model) {
@@ -219,13 +217,12 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
   }
 
   bool created = false;
-  auto got = GetOrCreate(req.session_id(), config, req.seed(), &created);
-  if (!got.ok()) return got.status();
-  Session* s = got->get();
+  HERD_ASSIGN_OR_RETURN(auto got, GetOrCreate(req.session_id(), config, req.seed(), &created));
+  Session* s = got.get();
   std::lock_guard<std::mutex> l(s->mu);
   SpecSession* spec = s->spec.get();
   if (!created && req.has_config() && spec->config() != config) {
-    if (absl::Status st = spec->Reconfigure(config, opts_.resources); !st.ok()) return st;
+    HERD_RETURN_IF_ERROR(spec->Reconfigure(config, opts_.resources));
   }
 
   // Lost-call recovery: reconcile the caller's view of the history with ours.
@@ -246,9 +243,8 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
     }
     if (!same) {  // not expected: start the session over from the caller's view
       std::vector<int32_t> kept(spec->history().begin(), spec->history().begin() + req.start());
-      auto fresh = SpecSession::Create(spec->config(), opts_.resources, req.seed());
-      if (!fresh.ok()) return fresh.status();
-      s->spec = *std::move(fresh);
+      HERD_ASSIGN_OR_RETURN(auto fresh, SpecSession::Create(spec->config(), opts_.resources, req.seed()));
+      s->spec = std::move(fresh);
       s->reported = SpecStats();
       s->reported.type = s->spec->config().type;
       spec = s->spec.get();

@@ -26,13 +26,11 @@
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_flags.h"
 #include "libs/serving/service_main.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "services/draft/draft_service.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
-          "e.g. in a container).");
 ABSL_FLAG(int, port, 50055, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9095, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(std::string, spec_type, "",
@@ -67,8 +65,6 @@ ABSL_FLAG(int, device, 0, "Device index within --backend.");
 ABSL_FLAG(int, max_sessions, 1024, "Most sessions held; the least recently used is evicted for a new one.");
 ABSL_FLAG(double, session_idle_s, 300, "Sessions unused this many seconds are evicted.");
 ABSL_FLAG(int64_t, max_history, 1 << 20, "Most history tokens per session.");
-ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight calls may run (ms).");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
 
 namespace {
 
@@ -100,10 +96,10 @@ int main(int argc, char** argv) {
       "services/draft/");
   namespace spec = herd::engine::spec;
 
-  const std::string host = absl::GetFlag(FLAGS_host);
-  const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (absl::Status s = herd::serving::CheckPortFlags(port, metrics_port); !s.ok())
-    return Fail(std::string(s.message()));
+  auto flags = herd::serving::ReadServiceFlags(absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port));
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
+  const std::string host = flags->host;
+  const int port = flags->port, metrics_port = flags->metrics_port;
   if (absl::GetFlag(FLAGS_max_sessions) < 1) return Fail("--max_sessions must be >= 1");
   if (!(absl::GetFlag(FLAGS_session_idle_s) > 0)) return Fail("--session_idle_s must be > 0");
   if (absl::GetFlag(FLAGS_max_history) < 1) return Fail("--max_history must be >= 1");
@@ -111,7 +107,6 @@ int main(int argc, char** argv) {
     return Fail("--threads must be in 1..256");
   }
   if (absl::GetFlag(FLAGS_draft_ctx) < 0) return Fail("--draft_ctx must be >= 0");
-  if (absl::GetFlag(FLAGS_grace_ms) < 0) return Fail("--grace_ms must be >= 0");
 
   const std::string model_draft = absl::GetFlag(FLAGS_model_draft);
   spec::SpecConfig defaults;
@@ -214,8 +209,8 @@ int main(int argc, char** argv) {
   if (!m.ok()) return Fail(std::string(m.status().message()));
   herd::serving::GrpcServerOptions gopts;
   gopts.address = herd::serving::ListenAddress(host, port);
-  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  gopts.max_message_bytes = flags->max_message_bytes;
+  gopts.shutdown_grace = flags->grace;
   gopts.security = std::move(security->server);
   HERD_LOG(Info) << "draft: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   auto server = process.StartGrpc(gopts, {&service}, "herd.v1.Draft");

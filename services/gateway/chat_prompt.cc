@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/json_nesting.h"
+#include "libs/base/status_macros.h"
 
 namespace herd::gateway {
 namespace {
@@ -16,7 +17,7 @@ absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError
 
 absl::StatusOr<json> ParseJsonArray(const std::string& text, const std::string& field) {
   // Bounded before parsing: the template walks (and copies) what is parsed here.
-  if (absl::Status s = CheckJsonNesting(text, field); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(CheckJsonNesting(text, field));
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Invalid(absl::StrCat(field, ": invalid JSON"));
   if (!j.is_array()) return Invalid(absl::StrCat(field, ": must be a JSON array"));
@@ -42,9 +43,8 @@ absl::StatusOr<ChatTemplateInfo> MakeChatTemplateInfo(std::string_view gguf_temp
   std::string_view source = !override_template.empty() ? override_template
                             : !gguf_template.empty()   ? gguf_template
                                                        : chat::ChatMlTemplate();
-  auto t = chat::ChatTemplate::Parse(source);
-  if (!t.ok()) return t.status();
-  info.tmpl = std::make_shared<const chat::ChatTemplate>(*std::move(t));
+  HERD_ASSIGN_OR_RETURN(auto t, chat::ChatTemplate::Parse(source));
+  info.tmpl = std::make_shared<const chat::ChatTemplate>(std::move(t));
   return info;
 }
 
@@ -59,14 +59,12 @@ absl::Status ValidateChatPrompt(const v1::ChatPrompt& chat, int64_t max_bytes) {
     const std::string f = absl::StrCat("chat.messages[", i, "].");
     if (m.role().empty()) return Invalid(f + "role: required");
     if (!m.tool_calls_json().empty()) {
-      auto j = ParseJsonArray(m.tool_calls_json(), f + "tool_calls_json");
-      if (!j.ok()) return j.status();
+      HERD_ASSIGN_OR_RETURN(auto j, ParseJsonArray(m.tool_calls_json(), f + "tool_calls_json"));
     }
     bytes += static_cast<int64_t>(m.content().size() + m.tool_calls_json().size());
   }
   if (!chat.tools_json().empty()) {
-    auto j = ParseJsonArray(chat.tools_json(), "chat.tools_json");
-    if (!j.ok()) return j.status();
+    HERD_ASSIGN_OR_RETURN(auto j, ParseJsonArray(chat.tools_json(), "chat.tools_json"));
     bytes += static_cast<int64_t>(chat.tools_json().size());
   }
   if (bytes > max_bytes) {
@@ -102,16 +100,14 @@ absl::StatusOr<std::string> RenderChatPrompt(const v1::ChatPrompt& chat, const C
     if (!m.name().empty()) msg["name"] = m.name();
     if (!m.tool_call_id().empty()) msg["tool_call_id"] = m.tool_call_id();
     if (!m.tool_calls_json().empty()) {
-      auto calls = ParseJsonArray(m.tool_calls_json(), "chat.messages[].tool_calls_json");
-      if (!calls.ok()) return calls.status();
-      msg["tool_calls"] = *std::move(calls);
+      HERD_ASSIGN_OR_RETURN(auto calls, ParseJsonArray(m.tool_calls_json(), "chat.messages[].tool_calls_json"));
+      msg["tool_calls"] = std::move(calls);
     }
     in.messages.push_back(std::move(msg));
   }
   if (!chat.tools_json().empty() && chat.tool_choice() != "none") {
-    auto tools = ParseJsonArray(chat.tools_json(), "chat.tools_json");
-    if (!tools.ok()) return tools.status();
-    in.tools = *std::move(tools);
+    HERD_ASSIGN_OR_RETURN(auto tools, ParseJsonArray(chat.tools_json(), "chat.tools_json"));
+    in.tools = std::move(tools);
   }
   in.add_generation_prompt = chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
   // reasoning_effort reaches templates that read it (gpt-oss); others never see it.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/json_schema.h"
 #include "libs/grammar/matcher.h"
@@ -118,8 +119,8 @@ absl::Status LogitBias(const json& lb, const tokenizer::Vocab& vocab, v1::Sampli
       int64_t id = 0;
       if (!absl::SimpleAtoi(it.key(), &id)) return Bad(absl::StrCat(field, ": key must be a token id"));
       float bias = 0;
-      if (absl::Status s = BiasValue(it.value(), field, &bias); !s.ok()) return s;
-      if (absl::Status s = AddBias(id, bias, vocab, field, out); !s.ok()) return s;
+      HERD_RETURN_IF_ERROR(BiasValue(it.value(), field, &bias));
+      HERD_RETURN_IF_ERROR(AddBias(id, bias, vocab, field, out));
     }
     return absl::OkStatus();
   }
@@ -130,15 +131,15 @@ absl::Status LogitBias(const json& lb, const tokenizer::Vocab& vocab, v1::Sampli
     const std::string field = absl::StrCat("logit_bias[", i, "]");
     if (!e.is_array() || e.size() != 2) return Bad(absl::StrCat(field, ": must be a [token, bias] pair"));
     float bias = 0;
-    if (absl::Status s = BiasValue(e[1], field, &bias); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(BiasValue(e[1], field, &bias));
     if (e[0].is_number_integer()) {
-      if (absl::Status s = AddBias(e[0].get<int64_t>(), bias, vocab, field, out); !s.ok()) return s;
+      HERD_RETURN_IF_ERROR(AddBias(e[0].get<int64_t>(), bias, vocab, field, out));
     } else if (e[0].is_string()) {
       const std::vector<int32_t> ids =
           vocab.Tokenize(e[0].get<std::string>(), /*add_special=*/false, /*parse_special=*/false);
       if (ids.empty()) return Bad(absl::StrCat(field, ": the string has no tokens"));
       for (int32_t id : ids) {
-        if (absl::Status s = AddBias(id, bias, vocab, field, out); !s.ok()) return s;
+        HERD_RETURN_IF_ERROR(AddBias(id, bias, vocab, field, out));
       }
       if (static_cast<size_t>(out->logit_bias_size()) > max_entries) {
         return Bad(absl::StrCat(field, ": more than ", max_entries, " biased tokens (the vocabulary's size)"));
@@ -174,13 +175,13 @@ absl::Status ParseConstraints(const nlohmann::json& body, const tokenizer::Vocab
   }
   if (Present(body, "json_schema")) {
     std::string g;
-    if (absl::Status s = FromSchema(body["json_schema"], "json_schema", &g); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(FromSchema(body["json_schema"], "json_schema", &g));
     grammar = g;
     sources.push_back("json_schema");
   }
   if (Present(body, "response_format")) {
     std::string g;
-    if (absl::Status s = ResponseFormat(body["response_format"], &g); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(ResponseFormat(body["response_format"], &g));
     if (!g.empty()) {
       grammar = g;
       sources.push_back("response_format");
@@ -200,7 +201,7 @@ absl::Status ParseConstraints(const nlohmann::json& body, const tokenizer::Vocab
     out->set_grammar(grammar);
   }
   if (Present(body, "logit_bias")) {
-    if (absl::Status s = LogitBias(body["logit_bias"], vocab, out); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(LogitBias(body["logit_bias"], vocab, out));
   }
   return absl::OkStatus();
 }

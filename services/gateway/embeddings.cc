@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 #include "libs/engine/embedding.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
@@ -121,8 +122,7 @@ absl::StatusOr<v1::EmbedResponse> EmbedImpl(Gateway& gw, const v1::EmbedRequest&
   if (norm < -1) return Invalid(absl::StrCat("normalize: must be >= -1 (got ", norm, ")"));
   absl::Status s = CheckModel(gw, req.model());
   if (!s.ok()) return s;
-  auto vocab = gw.vocabs().Get(req.model(), deadline);
-  if (!vocab.ok()) return vocab.status();
+  HERD_ASSIGN_OR_RETURN(auto vocab, gw.vocabs().Get(req.model(), deadline));
   if (req.dimensions() < 0) return Invalid(absl::StrCat("dimensions: must be positive (got ", req.dimensions(), ")"));
   int64_t max_ctx = 0;
   bool matryoshka = true;  // every live worker of the model says its embeddings truncate
@@ -132,9 +132,8 @@ absl::StatusOr<v1::EmbedResponse> EmbedImpl(Gateway& gw, const v1::EmbedRequest&
   }
   std::vector<std::vector<int32_t>> inputs;
   for (int i = 0; i < req.inputs_size(); ++i) {
-    auto t = InputTokens(req.inputs(i), i, **vocab, gw.options().max_prompt_bytes, max_ctx);
-    if (!t.ok()) return t.status();
-    inputs.push_back(*std::move(t));
+    HERD_ASSIGN_OR_RETURN(auto t, InputTokens(req.inputs(i), i, *vocab, gw.options().max_prompt_bytes, max_ctx));
+    inputs.push_back(std::move(t));
   }
   // Inputs run concurrently (each one is a separate Worker.Embed, so several workers,
   // or one worker's queue, can work on them), answers kept in input order.
@@ -237,8 +236,7 @@ absl::Status ParseInput(const json& input, v1::EmbedRequest* req) {
     if (input[i].is_string()) {
       req->add_inputs()->set_text(input[i].get<std::string>());
     } else if (input[i].is_array()) {
-      absl::Status s = add_ids(input[i], name);
-      if (!s.ok()) return s;
+      HERD_RETURN_IF_ERROR(add_ids(input[i], name));
     } else {
       return Invalid(absl::StrCat(name, ": must be a string or an array of token ids"));
     }
@@ -256,11 +254,10 @@ absl::Status ParseOptions(const json& body, EmbeddingsHttpRequest* out) {
   }
   if (body.contains("pooling")) {
     if (!body["pooling"].is_string()) return Invalid("pooling: must be a string (mean, cls or last)");
-    auto p = engine::ParsePooling(body["pooling"].get<std::string>());
-    if (!p.ok()) return p.status();
-    out->req.set_pooling(*p == engine::Pooling::kMean  ? v1::POOLING_MEAN
-                         : *p == engine::Pooling::kCls ? v1::POOLING_CLS
-                                                       : v1::POOLING_LAST);
+    HERD_ASSIGN_OR_RETURN(auto p, engine::ParsePooling(body["pooling"].get<std::string>()));
+    out->req.set_pooling(p == engine::Pooling::kMean  ? v1::POOLING_MEAN
+                         : p == engine::Pooling::kCls ? v1::POOLING_CLS
+                                                      : v1::POOLING_LAST);
   }
   if (body.contains("dimensions")) {
     const json& d = body["dimensions"];

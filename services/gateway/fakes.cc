@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/gguf/gguf.h"
 
 namespace herd::gateway::testing {
@@ -235,10 +236,9 @@ grpc::Status FakeWorker::Session(grpc::ServerContext* ctx,
 FakeLoader::~FakeLoader() { Kill(); }
 
 absl::Status FakeLoader::AddModelFromFile(const std::string& model, const std::string& gguf_path) {
-  auto f = gguf::GgufFile::Open(gguf_path);
-  if (!f.ok()) return f.status();
-  gguf::GgufWriter w((*f)->version());
-  for (const gguf::KeyValue& kv : (*f)->metadata()) w.SetValue(kv.key, kv.value);
+  HERD_ASSIGN_OR_RETURN(auto f, gguf::GgufFile::Open(gguf_path));
+  gguf::GgufWriter w(f->version());
+  for (const gguf::KeyValue& kv : f->metadata()) w.SetValue(kv.key, kv.value);
   std::lock_guard<std::mutex> l(mu_);
   vocab_[model] = w.WriteToString();
   return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/spec_loop.h"
 #include "libs/engine/spec/spec_proto.h"
@@ -144,8 +145,7 @@ Gateway::Gateway(GatewayOptions opts, serving::Registry* metrics) : opts_(std::m
 Gateway::~Gateway() { Stop(); }
 
 absl::Status Gateway::Start() {
-  absl::Status s = pool_->Start();
-  if (!s.ok()) return s;
+  HERD_RETURN_IF_ERROR(pool_->Start());
   std::lock_guard<std::mutex> l(active_mu_);
   stopping_ = false;
   if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watchdog(); });
@@ -233,12 +233,10 @@ absl::Status Gateway::TokenizePrompt(const v1::GenerateRequest& req, Generation*
     return absl::OkStatus();
   }
   if (req.prompt_case() == v1::GenerateRequest::kChat) {
-    auto tmpl = vocabs_->GetChatTemplate(req.model(), g->deadline);
-    if (!tmpl.ok()) return tmpl.status();
-    auto text = RenderChatPrompt(req.chat(), **tmpl, *g->vocab);
-    if (!text.ok()) return text.status();
-    if (absl::Status s = ChatOutputRules(req.chat(), (*tmpl)->tmpl->source(), *text, g); !s.ok()) return s;
-    g->prompt = g->vocab->Tokenize(*text, /*add_special=*/true, /*parse_special=*/true);
+    HERD_ASSIGN_OR_RETURN(auto tmpl, vocabs_->GetChatTemplate(req.model(), g->deadline));
+    HERD_ASSIGN_OR_RETURN(auto text, RenderChatPrompt(req.chat(), *tmpl, *g->vocab));
+    HERD_RETURN_IF_ERROR(ChatOutputRules(req.chat(), tmpl->tmpl->source(), text, g));
+    g->prompt = g->vocab->Tokenize(text, /*add_special=*/true, /*parse_special=*/true);
     if (g->prompt.empty()) return Invalid("chat: the rendered prompt tokenizes to no tokens");
     return absl::OkStatus();
   }
@@ -286,19 +284,16 @@ absl::Status Gateway::FitContext(const v1::GenerateRequest& req, Generation* g) 
 
 absl::Status Gateway::PrepareSteps(const v1::GenerateRequest& req, Generation* g) {
   if (draining_) return absl::UnavailableError("gateway is shutting down");
-  auto spec = ValidateGenerateRequest(req, opts_.max_prompt_bytes, opts_.spec_defaults);
-  if (!spec.ok()) return spec.status();
-  g->spec = *spec;
-  if (absl::Status s = CheckModelServed(req.model()); !s.ok()) return s;
-  auto vocab = vocabs_->Get(req.model(), g->deadline);
-  if (!vocab.ok()) return vocab.status();
-  g->vocab = *vocab;
-  if (absl::Status s = TokenizePrompt(req, g); !s.ok()) return s;
-  if (absl::Status s = FitContext(req, g); !s.ok()) return s;
+  HERD_ASSIGN_OR_RETURN(g->spec, ValidateGenerateRequest(req, opts_.max_prompt_bytes, opts_.spec_defaults));
+  HERD_RETURN_IF_ERROR(CheckModelServed(req.model()));
+  HERD_ASSIGN_OR_RETURN(auto vocab, vocabs_->Get(req.model(), g->deadline));
+  g->vocab = vocab;
+  HERD_RETURN_IF_ERROR(TokenizePrompt(req, g));
+  HERD_RETURN_IF_ERROR(FitContext(req, g));
   g->stops.assign(req.stop().begin(), req.stop().end());
   g->logprobs = req.has_logprobs() ? req.logprobs() : 0;
   g->ignore_eos = req.ignore_eos();
-  if (absl::Status s = ValidateLogitBiasIds(req.sampling(), g->vocab->n_tokens()); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ValidateLogitBiasIds(req.sampling(), g->vocab->n_tokens()));
   g->sampling = req.sampling();
   if (!g->forced_grammar.empty()) {
     if (g->sampling.has_grammar() && !g->sampling.grammar().empty()) {
@@ -356,9 +351,8 @@ absl::StatusOr<std::unique_ptr<Gateway::Generation>> Gateway::Prepare(const v1::
 
 absl::Status Gateway::Generate(const v1::GenerateRequest& req, absl::Time deadline, GenerateSink* sink,
                                const std::string& method) {
-  auto g = Prepare(req, deadline, method);
-  if (!g.ok()) return g.status();
-  return Run(**g, sink);
+  HERD_ASSIGN_OR_RETURN(auto g, Prepare(req, deadline, method));
+  return Run(*g, sink);
 }
 
 bool Gateway::CutByGateway(const Generation& g, int reason) {
@@ -502,12 +496,11 @@ v1::SessionStart SessionStartOf(const Gateway::Generation& g) {
 }
 
 absl::Status Gateway::AwaitStarted(AttemptRun& a) {
-  absl::StatusOr<v1::SessionStarted> started = a.ws.ReadStarted();
-  if (!started.ok()) return started.status();
+  HERD_ASSIGN_OR_RETURN(v1::SessionStarted started, a.ws.ReadStarted());
   a.started = true;
-  a.g.queue_ms = started->queue_ms();
-  a.g.cached_tokens = started->n_cached();
-  if (started->n_cached() > 0) prefix_tokens_realized_->Add(started->n_cached());
+  a.g.queue_ms = started.queue_ms();
+  a.g.cached_tokens = started.n_cached();
+  if (started.n_cached() > 0) prefix_tokens_realized_->Add(started.n_cached());
   return absl::OkStatus();
 }
 
@@ -530,14 +523,13 @@ absl::Status Gateway::RunPlain(AttemptRun& a) {
   v1::SessionStep step;
   step.set_n_steps(ClampSteps(a.tracker.remaining()));
   if (!a.ws.Start(SessionStartOf(a.g), &step)) return Broken();
-  if (absl::Status s = AwaitStarted(a); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(AwaitStarted(a));
   for (;;) {
     const int64_t expected = ClampSteps(a.tracker.remaining());
     bool run_ended = false;
     for (int64_t k = 0; k < expected && !a.tracker.finished() && !run_ended; ++k) {
-      absl::StatusOr<v1::StepResult> sr = a.ws.ReadStep();
-      if (!sr.ok()) return sr.status();
-      if (absl::Status s = Deliver(a, *sr, &run_ended); !s.ok()) return s;
+      HERD_ASSIGN_OR_RETURN(v1::StepResult sr, a.ws.ReadStep());
+      HERD_RETURN_IF_ERROR(Deliver(a, sr, &run_ended));
     }
     if (a.tracker.finished()) return absl::OkStatus();
     // An end-of-generation token ended the worker's run of steps (ignore_eos): ask for
@@ -577,7 +569,7 @@ absl::Status Gateway::RunSpeculative(AttemptRun& a) {
   v1::StepResult last;
   hooks.verify = [&](const engine::spec::DraftResult& d) -> absl::StatusOr<engine::spec::SpecPass> {
     if (!a.started) {
-      if (absl::Status s = AwaitStarted(a); !s.ok()) return s;
+      HERD_RETURN_IF_ERROR(AwaitStarted(a));
     }
     v1::SessionStep step;
     step.mutable_draft()->Add(d.tokens.begin(), d.tokens.end());
@@ -586,9 +578,8 @@ absl::Status Gateway::RunSpeculative(AttemptRun& a) {
     }
     step.set_n_steps(1);
     if (!a.ws.Step(step)) return Broken();
-    absl::StatusOr<v1::StepResult> sr = a.ws.ReadStep();
-    if (!sr.ok()) return sr.status();
-    last = *std::move(sr);
+    HERD_ASSIGN_OR_RETURN(v1::StepResult sr, a.ws.ReadStep());
+    last = std::move(sr);
     engine::spec::SpecPass pass;
     pass.tokens.assign(last.tokens().begin(), last.tokens().end());
     pass.n_accepted = last.n_accepted();
@@ -713,10 +704,9 @@ absl::StatusOr<v1::TokenizeResponse> Gateway::Tokenize(const v1::TokenizeRequest
     }
     size_t bad = 0;
     if (!IsValidUtf8(req.text(), &bad)) return Invalid(absl::StrCat("text: invalid UTF-8 at byte ", bad));
-    auto vocab = vocabs_->Get(req.model(), deadline);
-    if (!vocab.ok()) return vocab.status();
+    HERD_ASSIGN_OR_RETURN(auto vocab, vocabs_->Get(req.model(), deadline));
     v1::TokenizeResponse resp;
-    std::vector<int32_t> ids = (*vocab)->Tokenize(req.text(), req.add_special(), req.parse_special());
+    std::vector<int32_t> ids = vocab->Tokenize(req.text(), req.add_special(), req.parse_special());
     resp.mutable_ids()->Add(ids.begin(), ids.end());
     return resp;
   }();
@@ -728,13 +718,12 @@ absl::StatusOr<v1::DetokenizeResponse> Gateway::Detokenize(const v1::DetokenizeR
   const absl::Time t0 = absl::Now();
   absl::StatusOr<v1::DetokenizeResponse> out = [&]() -> absl::StatusOr<v1::DetokenizeResponse> {
     if (req.model().empty()) return Invalid("model: required");
-    auto vocab = vocabs_->Get(req.model(), deadline);
-    if (!vocab.ok()) return vocab.status();
+    HERD_ASSIGN_OR_RETURN(auto vocab, vocabs_->Get(req.model(), deadline));
     std::vector<int32_t> ids(req.ids().begin(), req.ids().end());
-    absl::Status s = (*vocab)->ValidateTokens(ids);
+    absl::Status s = vocab->ValidateTokens(ids);
     if (!s.ok()) return Invalid(absl::StrCat("ids: ", s.message()));
     v1::DetokenizeResponse resp;
-    resp.set_text(SanitizeUtf8((*vocab)->Detokenize(ids)));
+    resp.set_text(SanitizeUtf8(vocab->Detokenize(ids)));
     return resp;
   }();
   RecordRequest("Detokenize", out.status(), absl::Now() - t0);

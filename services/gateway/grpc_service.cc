@@ -13,6 +13,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/method_handler.h"
 
+#include "libs/base/status_macros.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/lenient.pb.h"
 #include "services/gateway/request_validation.h"
@@ -81,7 +82,7 @@ absl::Status ParseStrict(absl::string_view bytes, Public* out) {
   if (out->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return absl::OkStatus();
   Lenient view;
   if (view.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    if (absl::Status s = Utf8Errors(view); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(Utf8Errors(view));
   }
   return absl::InvalidArgumentError(absl::StrCat("request: ", bytes.size(), " bytes are not a valid ",
                                                  Public::descriptor()->full_name(), " protobuf message"));

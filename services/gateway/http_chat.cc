@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_routes.h"
@@ -64,9 +65,8 @@ absl::Status ParseMessage(const json& m, const nlohmann::ordered_json* ordered, 
   out->set_role(s);
   auto content = m.find("content");
   if (content != m.end()) {
-    auto text = ContentText(*content, f + ".content");
-    if (!text.ok()) return text.status();
-    out->set_content(*text);
+    HERD_ASSIGN_OR_RETURN(auto text, ContentText(*content, f + ".content"));
+    out->set_content(text);
   }
   for (const auto& [key, set] :
        {std::pair<const char*, void (v1::ChatMessage::*)(const std::string&)>{"name", &v1::ChatMessage::set_name},
@@ -111,7 +111,7 @@ absl::Status ParseTools(const json& body, const nlohmann::ordered_json* ordered,
     }
   }
   bool parallel = true, has = false;
-  if (absl::Status s = GetBool(body, "parallel_tool_calls", &parallel, &has); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(GetBool(body, "parallel_tool_calls", &parallel, &has));
   if (has) chat->set_parallel_tool_calls(parallel);
   auto tools = body.find("tools");
   const bool forced = choice == "required" || choice == "function";
@@ -135,14 +135,14 @@ absl::Status ParseTools(const json& body, const nlohmann::ordered_json* ordered,
 absl::Status ParseReasoning(const json& body, v1::ChatPrompt* chat) {
   std::string s;
   bool has = false;
-  if (absl::Status st = GetString(body, "reasoning_format", &s, &has); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(GetString(body, "reasoning_format", &s, &has));
   if (has) {
     if (s != "auto" && s != "deepseek" && s != "none") {
       return Bad(absl::StrCat("reasoning_format: '", s, "' is not one of auto, deepseek, none"));
     }
     chat->set_reasoning_format(s);
   }
-  if (absl::Status st = GetString(body, "reasoning_effort", &s, &has); !st.ok()) return st;
+  HERD_RETURN_IF_ERROR(GetString(body, "reasoning_effort", &s, &has));
   if (has) {
     if (s != "minimal" && s != "low" && s != "medium" && s != "high") {
       return Bad(absl::StrCat("reasoning_effort: '", s, "' is not one of minimal, low, medium, high"));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/toolcall/tool_calls.h"
 #include "services/gateway/constraints.h"
 #include "services/gateway/http_util.h"
@@ -63,7 +64,6 @@ absl::Status ParseSampling(const json& body, v1::SamplingParams* sp) {
   bool has = false;
   int64_t iv = 0;
   double dv = 0;
-  absl::Status s;
   struct FloatField {
     const char* key;
     void (v1::SamplingParams::*set)(float);
@@ -74,14 +74,14 @@ absl::Status ParseSampling(const json& body, v1::SamplingParams* sp) {
         FloatField{"repeat_penalty", &v1::SamplingParams::set_repeat_penalty},
         FloatField{"presence_penalty", &v1::SamplingParams::set_presence_penalty},
         FloatField{"frequency_penalty", &v1::SamplingParams::set_frequency_penalty}}) {
-    if (!(s = GetNumber(body, f.key, &dv, &has)).ok()) return s;
+    HERD_RETURN_IF_ERROR(GetNumber(body, f.key, &dv, &has));
     if (has) (sp->*f.set)(static_cast<float>(dv));
   }
-  if (!(s = GetInt(body, "top_k", &iv, &has)).ok()) return s;
+  HERD_RETURN_IF_ERROR(GetInt(body, "top_k", &iv, &has));
   if (has) sp->set_top_k(ClampI32(iv));
-  if (!(s = GetInt(body, "repeat_last_n", &iv, &has)).ok()) return s;
+  HERD_RETURN_IF_ERROR(GetInt(body, "repeat_last_n", &iv, &has));
   if (has) sp->set_repeat_last_n(ClampI32(iv));
-  if (!(s = GetInt(body, "seed", &iv, &has)).ok()) return s;
+  HERD_RETURN_IF_ERROR(GetInt(body, "seed", &iv, &has));
   if (has && iv != -1) {
     if (iv < 0 || iv > 0xFFFFFFFFll) return Bad(absl::StrCat("seed: must be -1 or in 0..4294967295 (got ", iv, ")"));
     sp->set_seed(static_cast<uint32_t>(iv));
@@ -477,9 +477,8 @@ absl::Status ParseCommonFields(const json& body, ApiKind kind, HttpGeneration* o
 
 absl::Status ApplyConstraints(Gateway* gw, const json& body, HttpGeneration* gen) {
   if (!HasConstraints(body)) return absl::OkStatus();  // no vocabulary fetch for plain requests
-  auto vocab = gw->vocabs().Get(gen->req.model(), absl::Now() + absl::Seconds(10));
-  if (!vocab.ok()) return vocab.status();
-  return ParseConstraints(body, **vocab, gen->req.mutable_sampling());
+  HERD_ASSIGN_OR_RETURN(auto vocab, gw->vocabs().Get(gen->req.model(), absl::Now() + absl::Seconds(10)));
+  return ParseConstraints(body, *vocab, gen->req.mutable_sampling());
 }
 
 void ServeGeneration(Gateway* gw, HttpGeneration gen, ApiKind kind, const std::string& method,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "libs/base/status_macros.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_routes.h"
 #include "services/gateway/http_util.h"
@@ -35,8 +36,7 @@ json ModelJson(const v1::ModelCard& c) {
 absl::StatusOr<std::string> ResolveModel(Gateway* gw, const json& body) {
   std::string model;
   bool has = false;
-  absl::Status s = GetString(body, "model", &model, &has);
-  if (!s.ok()) return s;
+  HERD_RETURN_IF_ERROR(GetString(body, "model", &model, &has));
   if (has) return model;
   const v1::ListModelsResponse models = gw->ListModels();
   if (models.models_size() == 1) return models.models(0).name();
@@ -52,10 +52,9 @@ absl::StatusOr<std::string> ResolveModel(Gateway* gw, const json& body) {
 absl::StatusOr<json> Tokenize(Gateway* gw, const json& body) {
   absl::Status s = CheckKnownFields(body, {"model", "content", "add_special", "parse_special", "with_pieces"});
   if (!s.ok()) return s;
-  auto model = ResolveModel(gw, body);
-  if (!model.ok()) return model.status();
+  HERD_ASSIGN_OR_RETURN(auto model, ResolveModel(gw, body));
   v1::TokenizeRequest req;
-  req.set_model(*model);
+  req.set_model(model);
   std::string content;
   bool has = false, add_special = false, parse_special = true, with_pieces = false;
   if (!(s = GetString(body, "content", &content, &has)).ok()) return s;
@@ -66,17 +65,15 @@ absl::StatusOr<json> Tokenize(Gateway* gw, const json& body) {
   if (!(s = GetBool(body, "with_pieces", &with_pieces, &has)).ok()) return s;
   req.set_add_special(add_special);
   req.set_parse_special(parse_special);
-  auto r = gw->Tokenize(req, absl::Now() + absl::Seconds(30));
-  if (!r.ok()) return r.status();
+  HERD_ASSIGN_OR_RETURN(auto r, gw->Tokenize(req, absl::Now() + absl::Seconds(30)));
   json tokens = json::array();
   if (!with_pieces) {
-    for (int32_t id : r->ids()) tokens.push_back(id);
+    for (int32_t id : r.ids()) tokens.push_back(id);
     return json{{"tokens", tokens}};
   }
-  auto vocab = gw->vocabs().Get(*model, absl::Now() + absl::Seconds(30));
-  if (!vocab.ok()) return vocab.status();
-  for (int32_t id : r->ids()) {
-    const std::string piece = (*vocab)->TokenToPiece(id, /*special=*/true);
+  HERD_ASSIGN_OR_RETURN(auto vocab, gw->vocabs().Get(model, absl::Now() + absl::Seconds(30)));
+  for (int32_t id : r.ids()) {
+    const std::string piece = vocab->TokenToPiece(id, /*special=*/true);
     json p;
     if (IsValidUtf8(piece)) {
       p = piece;
@@ -93,10 +90,8 @@ absl::StatusOr<json> Tokenize(Gateway* gw, const json& body) {
 // llama-server does (special tokens rendered, the leading space of an SPM piece kept),
 // with each incomplete or invalid UTF-8 sequence as one U+FFFD.
 absl::StatusOr<json> Detokenize(Gateway* gw, const json& body) {
-  absl::Status s = CheckKnownFields(body, {"model", "tokens"});
-  if (!s.ok()) return s;
-  auto model = ResolveModel(gw, body);
-  if (!model.ok()) return model.status();
+  HERD_RETURN_IF_ERROR(CheckKnownFields(body, {"model", "tokens"}));
+  HERD_ASSIGN_OR_RETURN(auto model, ResolveModel(gw, body));
   auto tokens = body.find("tokens");
   if (tokens == body.end() || tokens->is_null()) return Bad("tokens: required");
   if (!tokens->is_array()) return Bad("tokens: must be an array of token ids");
@@ -108,11 +103,10 @@ absl::StatusOr<json> Detokenize(Gateway* gw, const json& body) {
     }
     ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
-  auto vocab = gw->vocabs().Get(*model, absl::Now() + absl::Seconds(30));
-  if (!vocab.ok()) return vocab.status();
-  if (absl::Status vs = (*vocab)->ValidateTokens(ids); !vs.ok()) return Bad(absl::StrCat("tokens: ", vs.message()));
+  HERD_ASSIGN_OR_RETURN(auto vocab, gw->vocabs().Get(model, absl::Now() + absl::Seconds(30)));
+  if (absl::Status vs = vocab->ValidateTokens(ids); !vs.ok()) return Bad(absl::StrCat("tokens: ", vs.message()));
   std::string text;
-  for (int32_t id : ids) text += (*vocab)->TokenToPiece(id, /*special=*/true);
+  for (int32_t id : ids) text += vocab->TokenToPiece(id, /*special=*/true);
   return json{{"content", SanitizeUtf8(text)}};
 }
 

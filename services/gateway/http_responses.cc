@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
+#include "libs/base/status_macros.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_generation.h"
 #include "services/gateway/http_routes.h"
@@ -110,17 +111,16 @@ absl::Status AddInputItem(const json& item, const std::string& f, ojson* msgs, s
     type = t->get<std::string>();
   }
   if (type == "message") {
-    if (absl::Status s = CheckKeys(item, f, {"type", "role", "content", "id", "status"}); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(CheckKeys(item, f, {"type", "role", "content", "id", "status"}));
     std::string role;
-    if (absl::Status s = RequiredString(item, f, "role", &role); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(RequiredString(item, f, "role", &role));
     if (role != "user" && role != "system" && role != "developer" && role != "assistant") {
       return Bad(absl::StrCat(f, ".role: '", role, "' is not one of user, system, developer, assistant"));
     }
     auto content = item.find("content");
     if (content == item.end() || content->is_null()) return Bad(absl::StrCat(f, ".content: required"));
-    auto text = ContentText(*content, f + ".content");
-    if (!text.ok()) return text.status();
-    msgs->push_back(ojson{{"role", role}, {"content", *text}});
+    HERD_ASSIGN_OR_RETURN(auto text, ContentText(*content, f + ".content"));
+    msgs->push_back(ojson{{"role", role}, {"content", text}});
     fields->push_back(f);
     return absl::OkStatus();
   }
@@ -144,14 +144,13 @@ absl::Status AddInputItem(const json& item, const std::string& f, ojson* msgs, s
     return absl::OkStatus();
   }
   if (type == "function_call_output") {
-    if (absl::Status s = CheckKeys(item, f, {"type", "call_id", "output", "id", "status"}); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(CheckKeys(item, f, {"type", "call_id", "output", "id", "status"}));
     std::string call_id;
-    if (absl::Status s = RequiredString(item, f, "call_id", &call_id); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(RequiredString(item, f, "call_id", &call_id));
     auto output = item.find("output");
     if (output == item.end() || output->is_null()) return Bad(absl::StrCat(f, ".output: required"));
-    auto text = ContentText(*output, f + ".output");
-    if (!text.ok()) return text.status();
-    msgs->push_back(ojson{{"role", "tool"}, {"tool_call_id", call_id}, {"content", *text}});
+    HERD_ASSIGN_OR_RETURN(auto text, ContentText(*output, f + ".output"));
+    msgs->push_back(ojson{{"role", "tool"}, {"tool_call_id", call_id}, {"content", text}});
     fields->push_back(f);
     return absl::OkStatus();
   }
@@ -174,13 +173,13 @@ absl::Status ConvertTools(const json& tools, const ojson& ordered, ojson* out) {
     const json& t = tools[i];
     if (!t.is_object()) return Bad(absl::StrCat(f, ": must be an object"));
     std::string type;
-    if (absl::Status s = RequiredString(t, f, "type", &type); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(RequiredString(t, f, "type", &type));
     if (type != "function") {
       return Bad(absl::StrCat(f, ".type: '", type, "' is not supported (function tools only)"));
     }
-    if (absl::Status s = CheckKeys(t, f, {"type", "name", "description", "parameters", "strict"}); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(CheckKeys(t, f, {"type", "name", "description", "parameters", "strict"}));
     std::string name;
-    if (absl::Status s = RequiredString(t, f, "name", &name); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(RequiredString(t, f, "name", &name));
     if (name.empty()) return Bad(absl::StrCat(f, ".name: must be a non-empty string"));
     if (auto d = t.find("description"); d != t.end() && !d->is_null() && !d->is_string()) {
       return Bad(absl::StrCat(f, ".description: must be a string"));
@@ -209,12 +208,12 @@ absl::Status ConvertToolChoice(const json& tc, ojson* chat) {
   }
   if (!tc.is_object()) return Bad("tool_choice: must be a string or an object");
   std::string type;
-  if (absl::Status s = RequiredString(tc, "tool_choice", "type", &type); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(RequiredString(tc, "tool_choice", "type", &type));
   if (type != "function")
     return Bad(absl::StrCat("tool_choice.type: '", type, "' is not supported (\"function\" only)"));
-  if (absl::Status s = CheckKeys(tc, "tool_choice", {"type", "name"}); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(CheckKeys(tc, "tool_choice", {"type", "name"}));
   std::string name;
-  if (absl::Status s = RequiredString(tc, "tool_choice", "name", &name); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(RequiredString(tc, "tool_choice", "name", &name));
   if (name.empty()) return Bad("tool_choice.name: must be a non-empty string");
   (*chat)["tool_choice"] = ojson{{"type", "function"}, {"function", {{"name", name}}}};
   return absl::OkStatus();
@@ -223,14 +222,14 @@ absl::Status ConvertToolChoice(const json& tc, ojson* chat) {
 // text.format -> chat's response_format.
 absl::Status ConvertTextFormat(const json& text, ojson* chat) {
   if (!text.is_object()) return Bad("text: must be an object");
-  if (absl::Status s = CheckKeys(text, "text", {"format"}); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(CheckKeys(text, "text", {"format"}));
   auto format = text.find("format");
   if (format == text.end() || format->is_null()) return absl::OkStatus();
   if (!format->is_object()) return Bad("text.format: must be an object");
   std::string type;
-  if (absl::Status s = RequiredString(*format, "text.format", "type", &type); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(RequiredString(*format, "text.format", "type", &type));
   if (type == "text" || type == "json_object") {
-    if (absl::Status s = CheckKeys(*format, "text.format", {"type"}); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(CheckKeys(*format, "text.format", {"type"}));
     if (type == "json_object") (*chat)["response_format"] = ojson{{"type", "json_object"}};
     return absl::OkStatus();
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/json_nesting.h"
+#include "libs/base/status_macros.h"
 #include "services/gateway/http_server.h"
 
 namespace herd::gateway {
@@ -248,7 +249,7 @@ absl::Status CheckKnownFields(const json& body, const std::vector<const char*>& 
 
 absl::StatusOr<json> ParseJsonObject(const std::string& body) {
   // Before parsing: every later walk or copy of the document recurses per level.
-  if (absl::Status s = CheckJsonNesting(body, "request body"); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(CheckJsonNesting(body, "request body"));
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("request body: invalid JSON");
   if (!j.is_object()) return Bad("request body: must be a JSON object");

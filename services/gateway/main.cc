@@ -27,6 +27,7 @@
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_flags.h"
 #include "libs/serving/service_main.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
@@ -36,13 +37,9 @@ ABSL_FLAG(std::string, workers, "", "comma-separated worker addresses \"h1:p1,h2
 ABSL_FLAG(std::string, workers_dns, "",
           "NAME:PORT; every address NAME resolves to is a worker (e.g. a Kubernetes headless "
           "service); re-resolved every --dns_refresh_ms");
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "address to bind the gRPC, HTTP and metrics ports on (loopback only by default; 0.0.0.0 = every "
-          "interface, e.g. in a container)");
 ABSL_FLAG(int, port, 50051, "gRPC port (0 = pick a free port)");
 ABSL_FLAG(int, http_port, 8080, "OpenAI-compatible HTTP port (0 = pick a free port, -1 = off)");
 ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0 = pick a free port, -1 = off)");
-ABSL_FLAG(int, grace_ms, 5000, "on SIGTERM, in-flight streams get this long to finish before they are cancelled");
 ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "largest prompt text in bytes");
 ABSL_FLAG(int, request_timeout_ms, 600000, "upper bound of a request's lifetime (0 = none)");
 ABSL_FLAG(int, default_n_predict, -1,
@@ -86,7 +83,6 @@ ABSL_FLAG(std::string, http_tls_cert_file, "",
           "HTTPS: PEM certificate chain (with --http_tls_key_file); re-read when it changes");
 ABSL_FLAG(std::string, http_tls_key_file, "", "HTTPS: PEM private key");
 ABSL_FLAG(std::string, http_tls_client_ca_file, "", "HTTPS: require client certificates signed by this CA (mTLS)");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC message size limit");
 ABSL_FLAG(int, malloc_trim_ms, 5000,
           "while no request is in flight, hand freed heap memory back to the OS (glibc malloc_trim) at most this "
           "often, so that RSS falls after large requests (0 = never)");
@@ -156,7 +152,6 @@ absl::Status GeneralOptionsFromFlags(const herd::serving::ClientSecurity& client
   opts->pool.poll_interval = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_poll_ms)));
   opts->pool.info_timeout = absl::Milliseconds(std::max(10, absl::GetFlag(FLAGS_info_timeout_ms)));
   opts->pool.dns_interval = absl::Milliseconds(std::max(100, absl::GetFlag(FLAGS_dns_refresh_ms)));
-  opts->pool.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   auto policy = herd::gateway::ParseRoutePolicy(absl::GetFlag(FLAGS_route_policy));
   if (!policy.ok()) return absl::InvalidArgumentError(std::string(policy.status().message()));
   opts->pool.route_policy = *policy;
@@ -340,6 +335,8 @@ int main(int argc, char** argv) {
       "services/gateway/");
   using herd::gateway::Gateway;
 
+  auto flags = herd::serving::ReadServiceFlags(absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port));
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
   auto api_keys = herd::serving::ApiKeys::Load(absl::GetFlag(FLAGS_api_key_file), "HERD_API_KEYS");
   if (!api_keys.ok()) return Fail(absl::StrCat("API keys: ", api_keys.status().message()));
   auto security = herd::serving::ServerSecurityFromFlags(*api_keys);
@@ -351,6 +348,7 @@ int main(int argc, char** argv) {
   if (absl::Status st = GeneralOptionsFromFlags(*client_security, &opts); !st.ok()) {
     return Fail(std::string(st.message()));
   }
+  opts.pool.max_message_bytes = flags->max_message_bytes;
   if (absl::Status st = SpecOptionsFromFlags(&opts); !st.ok()) return Fail(std::string(st.message()));
   if (absl::Status st = ChatTemplateFromFlags(&opts); !st.ok()) return Fail(std::string(st.message()));
   namespace spec = herd::engine::spec;
@@ -360,12 +358,12 @@ int main(int argc, char** argv) {
   absl::Status s = gw.Start();
   if (!s.ok()) return Fail(std::string(s.message()));
 
-  const std::string host = absl::GetFlag(FLAGS_host);
+  const std::string host = flags->host;
   herd::gateway::GatewayServiceImpl service(&gw);
   herd::serving::GrpcServerOptions gopts;
-  gopts.address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  const auto grace = std::chrono::milliseconds(std::max(0, absl::GetFlag(FLAGS_grace_ms)));
+  gopts.address = absl::StrCat(host, ":", flags->port);
+  gopts.max_message_bytes = flags->max_message_bytes;
+  const auto grace = flags->grace;
   gopts.shutdown_grace = grace;
   gopts.security = *std::move(security);
   HERD_LOG(Info) << "gateway: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
@@ -384,8 +382,7 @@ int main(int argc, char** argv) {
     std::printf("%s on %s:%d\n", hs.tls_cert_file.empty() ? "http" : "https", host.c_str(), *hp);
     std::fflush(stdout);
   }
-  auto mp = process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&*api_keys), host,
-                                 absl::GetFlag(FLAGS_metrics_port));
+  auto mp = process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&*api_keys), host, flags->metrics_port);
   if (!mp.ok()) return Fail(std::string(mp.status().message()));
   if (*mp >= 0) {
     std::printf("metrics on %s:%d\n", host.c_str(), *mp);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
 #include "services/gateway/chat_prompt.h"
@@ -48,15 +49,13 @@ absl::StatusOr<engine::spec::SpecConfig> ValidateGenerateRequest(const v1::Gener
       break;
     }
     case v1::GenerateRequest::kChat: {
-      absl::Status cs = ValidateChatPrompt(req.chat(), max_prompt_bytes);
-      if (!cs.ok()) return cs;
+      HERD_RETURN_IF_ERROR(ValidateChatPrompt(req.chat(), max_prompt_bytes));
       break;
     }
     default:
       return Invalid("prompt: required (text, tokens or chat)");
   }
-  absl::Status s = ValidateSampling(req.sampling());
-  if (!s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ValidateSampling(req.sampling()));
   if (req.has_n_predict() && (req.n_predict() < -1 || req.n_predict() == 0)) {
     return Invalid(absl::StrCat("n_predict: must be -1 or 1..n_ctx (got ", req.n_predict(), ")"));
   }

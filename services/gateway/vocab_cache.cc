@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 #include "libs/gguf/gguf.h"
 
 namespace herd::gateway {
@@ -50,8 +51,7 @@ absl::StatusOr<std::shared_ptr<const tokenizer::Vocab>> VocabCache::Get(const st
   std::shared_ptr<Entry> e = EntryFor(model);
   std::lock_guard<std::mutex> fl(e->fetch_mu);
   if (e->vocab == nullptr) {
-    absl::Status s = Fetch(model, deadline, e.get());
-    if (!s.ok()) return s;
+    HERD_RETURN_IF_ERROR(Fetch(model, deadline, e.get()));
   }
   return e->vocab;
 }
@@ -62,8 +62,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplateInfo>> VocabCache::GetChatTempl
   std::shared_ptr<Entry> e = EntryFor(model);
   std::lock_guard<std::mutex> fl(e->fetch_mu);
   if (e->vocab == nullptr) {
-    absl::Status s = Fetch(model, deadline, e.get());
-    if (!s.ok()) return s;
+    HERD_RETURN_IF_ERROR(Fetch(model, deadline, e.get()));
   }
   if (e->compiled == nullptr) {
     auto info = MakeChatTemplateInfo(e->chat_template, override_template_);

@@ -21,6 +21,7 @@
 
 #include "libs/base/log.h"
 #include "libs/base/sha256.h"
+#include "libs/base/status_macros.h"
 #include "libs/gguf/gguf.h"
 #include "services/loader/quantize_backend.h"
 
@@ -115,9 +116,8 @@ absl::StatusOr<std::unique_ptr<LoaderServiceImpl>> LoaderServiceImpl::Create(con
     return absl::InvalidArgumentError(
         absl::StrCat("max_concurrent_quantize ", opts.max_concurrent_quantize, " must be at least 1"));
   }
-  auto store = ModelStore::Open(opts.models_dir);
-  if (!store.ok()) return store.status();
-  return std::unique_ptr<LoaderServiceImpl>(new LoaderServiceImpl(opts, *std::move(store)));
+  HERD_ASSIGN_OR_RETURN(auto store, ModelStore::Open(opts.models_dir));
+  return std::unique_ptr<LoaderServiceImpl>(new LoaderServiceImpl(opts, std::move(store)));
 }
 
 LoaderServiceImpl::LoaderServiceImpl(const LoaderOptions& opts, ModelStore store)
@@ -170,10 +170,9 @@ grpc::Status LoaderServiceImpl::Finish(const char* method, grpc::ServerContext* 
 // ListModels
 
 absl::StatusOr<herd::v1::LoaderListModelsResponse> LoaderServiceImpl::List() const {
-  auto entries = store_.List();
-  if (!entries.ok()) return entries.status();
+  HERD_ASSIGN_OR_RETURN(auto entries, store_.List());
   herd::v1::LoaderListModelsResponse resp;
-  for (const StoreEntry& e : *entries) {
+  for (const StoreEntry& e : entries) {
     herd::v1::StoredModel* m = resp.add_models();
     m->set_name(e.name);
     m->set_size_bytes(e.size_bytes);
@@ -220,26 +219,23 @@ absl::StatusOr<std::string> LoaderServiceImpl::CachedSha256(const std::string& r
       return it->second.hex;
     }
   }
-  auto hex = Sha256File(real_path, cancelled);
-  if (!hex.ok()) return hex.status();
+  HERD_ASSIGN_OR_RETURN(auto hex, Sha256File(real_path, cancelled));
   std::lock_guard<std::mutex> l(mu_);
   sha_cache_[real_path] = {static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(st.st_ino), mtime_ns, ctime_ns,
-                           *hex};
-  return *hex;
+                           hex};
+  return hex;
 }
 
 absl::StatusOr<herd::v1::ModelInfo> LoaderServiceImpl::Describe(const herd::v1::GetModelInfoRequest& req,
                                                                 const std::function<bool()>& cancelled) {
-  auto path = store_.Resolve(req.name());
-  if (!path.ok()) return path.status();
-  auto file = gguf::GgufFile::Open(*path);
-  if (!file.ok()) return file.status();
-  const gguf::GgufFile& f = **file;
+  HERD_ASSIGN_OR_RETURN(auto path, store_.Resolve(req.name()));
+  HERD_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::Open(path));
+  const gguf::GgufFile& f = *file;
 
   herd::v1::ModelInfo info;
   info.set_name(req.name());
   info.set_file_size(f.file_size());
-  info.set_local_path(*path);
+  info.set_local_path(path);
   info.set_data_offset(f.data_offset());
   FillHparams(f, info.mutable_hparams());
   for (const gguf::KeyValue& kv : f.metadata()) {
@@ -263,9 +259,8 @@ absl::StatusOr<herd::v1::ModelInfo> LoaderServiceImpl::Describe(const herd::v1::
     info.set_vocab_gguf(w.WriteToString());
   }
   if (req.include_sha256()) {
-    auto hex = CachedSha256(*path, cancelled);
-    if (!hex.ok()) return hex.status();
-    info.set_sha256(*hex);
+    HERD_ASSIGN_OR_RETURN(auto hex, CachedSha256(path, cancelled));
+    info.set_sha256(hex);
   }
   const size_t bytes = info.ByteSizeLong();
   if (static_cast<int64_t>(bytes) > opts_.max_message_bytes) {
@@ -305,11 +300,10 @@ absl::Status LoaderServiceImpl::StreamTensors(const herd::v1::ReadTensorsRequest
                                                    kMaxChunkBytes, " (0 = ", kDefaultChunkBytes, ")"));
   }
   chunk = std::min(chunk, opts_.max_chunk_bytes);
-  auto path = store_.Resolve(req.name());
-  if (!path.ok()) return path.status();
+  HERD_ASSIGN_OR_RETURN(auto path, store_.Resolve(req.name()));
 
   Fd fd;
-  fd.fd = ::open(path->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd.fd < 0) {
     return absl::InternalError(absl::StrCat("cannot open model '", Shown(req.name()), "': ", std::strerror(errno)));
   }

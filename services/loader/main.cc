@@ -20,20 +20,16 @@
 #include "libs/serving/metrics.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_flags.h"
 #include "libs/serving/service_main.h"
 #include "services/loader/loader_service.h"
 #include "services/loader/quantize_backend.h"
 
 ABSL_FLAG(std::string, models_dir, "", "Directory of *.gguf models served by this loader (required).");
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
-          "e.g. in a container).");
 ABSL_FLAG(int, port, 50052, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9092, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
-ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight streams may run before they are cancelled (ms).");
 ABSL_FLAG(int, max_chunk_bytes, 4 << 20,
           "Largest ReadTensors chunk sent, 4096..4194304; larger requested chunk sizes are cut to this.");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
 ABSL_FLAG(int, quantize_threads, 0, "Threads per Quantize job (0 = all hardware threads).");
 ABSL_FLAG(int, max_concurrent_quantize, 1, "Quantize jobs allowed to run at once.");
 ABSL_FLAG(std::string, admin_key_file, "",
@@ -51,14 +47,13 @@ int main(int argc, char** argv) {
                                    "herd-loader --models_dir=DIR [--port=N] [--metrics_port=N]: the herd model store",
                                    "services/loader/");
 
-  const std::string host = absl::GetFlag(FLAGS_host);
-  const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  auto flags = herd::serving::ReadServiceFlags(absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port));
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
+  const std::string host = flags->host;
+  const int port = flags->port, metrics_port = flags->metrics_port;
   if (absl::GetFlag(FLAGS_models_dir).empty()) return Fail("--models_dir is required");
-  if (absl::Status s = herd::serving::CheckPortFlags(port, metrics_port); !s.ok())
-    return Fail(std::string(s.message()));
-  if (absl::GetFlag(FLAGS_grace_ms) < 0) return Fail("--grace_ms must be >= 0");
   if (absl::GetFlag(FLAGS_max_chunk_bytes) <= 0) return Fail("--max_chunk_bytes must be positive");
-  if (absl::GetFlag(FLAGS_max_message_bytes) < (4 << 20) + 4096) {
+  if (flags->max_message_bytes < (4 << 20) + 4096) {
     return Fail("--max_message_bytes must admit a 4 MiB chunk (>= 4198400)");
   }
 
@@ -72,7 +67,7 @@ int main(int argc, char** argv) {
   herd::loader::LoaderOptions opts;
   opts.models_dir = absl::GetFlag(FLAGS_models_dir);
   opts.max_chunk_bytes = static_cast<uint32_t>(absl::GetFlag(FLAGS_max_chunk_bytes));
-  opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  opts.max_message_bytes = flags->max_message_bytes;
   opts.quantize_threads = absl::GetFlag(FLAGS_quantize_threads);
   opts.max_concurrent_quantize = absl::GetFlag(FLAGS_max_concurrent_quantize);
   opts.registry = &registry;
@@ -95,7 +90,7 @@ int main(int argc, char** argv) {
   herd::serving::GrpcServerOptions gopts;
   gopts.address = herd::serving::ListenAddress(host, port);
   gopts.max_message_bytes = opts.max_message_bytes;
-  gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  gopts.shutdown_grace = flags->grace;
   gopts.security = std::move(security->server);
   auto server = process.StartGrpc(gopts, {service->get()}, "herd.v1.Loader");
   if (!server.ok()) return Fail(std::string(server.status().message()));

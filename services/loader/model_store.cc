@@ -18,6 +18,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
+
 namespace herd::loader {
 namespace {
 
@@ -78,7 +80,7 @@ absl::StatusOr<ModelStore> ModelStore::Open(const std::string& dir) {
 }
 
 absl::StatusOr<std::string> ModelStore::Resolve(absl::string_view name) const {
-  if (absl::Status s = ValidateModelName(name); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ValidateModelName(name));
   const std::string path = absl::StrCat(root_, "/", name, kExt);
   std::string real;
   int err = 0;
@@ -106,7 +108,7 @@ absl::StatusOr<std::string> ModelStore::Resolve(absl::string_view name) const {
 }
 
 absl::StatusOr<std::string> ModelStore::PathForNewModel(absl::string_view name) const {
-  if (absl::Status s = ValidateModelName(name); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(ValidateModelName(name));
   const std::string path = absl::StrCat(root_, "/", name, kExt);
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {

@@ -28,6 +28,7 @@
 #include "libs/serving/prefix_blocks.h"
 #include "libs/serving/security_flags.h"
 #include "libs/serving/server.h"
+#include "libs/serving/service_flags.h"
 #include "libs/serving/service_main.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "services/worker/worker_service.h"
@@ -39,9 +40,6 @@ ABSL_FLAG(std::string, model_path, "", "Open this local GGUF file instead of ask
 ABSL_FLAG(int, load_timeout_ms, 600000,
           "Deadline for fetching the model from the loader (ms); while the loader is unreachable (starting, "
           "restarting) the worker keeps asking until then.");
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address to bind the gRPC and metrics ports on (loopback only by default; 0.0.0.0 = every interface, "
-          "e.g. in a container).");
 ABSL_FLAG(int, port, 50053, "gRPC port (0 = pick a free port; the chosen one is printed).");
 ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a free port; -1 = disabled).");
 ABSL_FLAG(int, threads, 0,
@@ -88,8 +86,6 @@ ABSL_FLAG(std::string, pooling, "",
           "empty = the GGUF's <arch>.pooling_type, else mean");
 ABSL_FLAG(bool, matryoshka, false,
           "The model's embeddings may be truncated to a prefix (Matryoshka-trained): enables OpenAI `dimensions`");
-ABSL_FLAG(int, grace_ms, 5000, "On SIGTERM, how long in-flight sessions may run before they are cancelled (ms).");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "gRPC send/receive message limit in bytes.");
 
 namespace {
 
@@ -99,6 +95,112 @@ std::string BaseName(const std::string& path) {
   std::string b = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   if (b.size() > 5 && b.substr(b.size() - 5) == ".gguf") b.resize(b.size() - 5);
   return b;
+}
+
+// The worker's own flags, in range. Errors: INVALID_ARGUMENT naming the flag.
+absl::Status CheckFlags(const herd::serving::ServiceFlags& flags) {
+  auto bad = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
+  const std::string loader_addr = absl::GetFlag(FLAGS_loader), model_name_flag = absl::GetFlag(FLAGS_model),
+                    model_path = absl::GetFlag(FLAGS_model_path);
+  if (model_path.empty() && (loader_addr.empty() || model_name_flag.empty())) {
+    return bad("give --model_path=FILE, or --loader=HOST:PORT with --model=NAME");
+  }
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0 || threads > 1024) return bad(absl::StrCat("--threads ", threads, " is outside 0..1024"));
+  const int64_t n_ctx = absl::GetFlag(FLAGS_n_ctx), n_ctx_seq = absl::GetFlag(FLAGS_n_ctx_seq),
+                n_batch = absl::GetFlag(FLAGS_n_batch);
+  if (n_ctx < 0 || n_ctx > (int64_t{1} << 24)) return bad(absl::StrCat("--n_ctx ", n_ctx, " is outside 0..16777216"));
+  if (n_ctx_seq < 0) return bad(absl::StrCat("--n_ctx_seq ", n_ctx_seq, " must be >= 0"));
+  if (n_batch < 1 || n_batch > 65536) return bad(absl::StrCat("--n_batch ", n_batch, " is outside 1..65536"));
+  const int max_sequences = absl::GetFlag(FLAGS_max_sequences), max_queue = absl::GetFlag(FLAGS_max_queue);
+  if (max_sequences < 1 || max_sequences > 4096) {
+    return bad(absl::StrCat("--max_sequences ", max_sequences, " is outside 1..4096"));
+  }
+  if (max_queue < 0) return bad(absl::StrCat("--max_queue ", max_queue, " must be >= 0"));
+  const std::string policy = absl::GetFlag(FLAGS_queue_policy), kv_type = absl::GetFlag(FLAGS_kv_type);
+  if (policy != "wait" && policy != "reject") return bad("--queue_policy must be wait or reject, got " + policy);
+  if (kv_type != "f16" && kv_type != "f32") return bad("--kv_type must be f16 or f32, got " + kv_type);
+  if (absl::GetFlag(FLAGS_max_draft) < 0) return bad("--max_draft must be >= 0");
+  if (absl::GetFlag(FLAGS_load_timeout_ms) < 1) return bad("--load_timeout_ms must be >= 1");
+  if (flags.max_message_bytes < (1 << 20)) return bad("--max_message_bytes must be >= 1048576");
+  return absl::OkStatus();
+}
+
+// The model of --model_path, or --model fetched from --loader; `*name` is its name (the
+// file's base name when --model is not given). Errors: the message to fail start-up with.
+absl::StatusOr<std::unique_ptr<herd::model::Model>> LoadModel(const herd::serving::ServiceFlags& flags,
+                                                              const herd::serving::ClientSecurity& client_security,
+                                                              std::string* name) {
+  const std::string loader_addr = absl::GetFlag(FLAGS_loader), model_path = absl::GetFlag(FLAGS_model_path);
+  *name = absl::GetFlag(FLAGS_model);
+  if (!model_path.empty()) {
+    auto m = herd::model::Model::Load(model_path);
+    if (!m.ok()) {
+      return absl::Status(m.status().code(), absl::StrCat("--model_path ", model_path, ": ", m.status().message()));
+    }
+    if (name->empty()) *name = BaseName(model_path);
+    return m;
+  }
+  auto channel = herd::loader::MakeLoaderChannel(loader_addr, flags.max_message_bytes, client_security);
+  auto stub = herd::v1::Loader::NewStub(channel);
+  herd::loader::FetchStats fs;
+  herd::loader::FetchOptions fopts;
+  fopts.wait_for_loader = true;  // a loader that is (re)starting: retry until --load_timeout_ms
+  auto f = herd::loader::FetchModel(stub.get(), *name, std::chrono::milliseconds(absl::GetFlag(FLAGS_load_timeout_ms)),
+                                    fopts, &fs);
+  if (!f.ok()) {
+    return absl::Status(f.status().code(),
+                        absl::StrCat("fetching model ", *name, " from ", loader_addr, ": ", f.status().ToString()));
+  }
+  HERD_LOG(Info) << "worker: model " << *name << " from " << loader_addr
+                 << (fs.mmapped ? " (mapped the loader's file)"
+                                : absl::StrCat(" (streamed ", fs.bytes_streamed, " bytes)"));
+  auto m = herd::model::Model::FromGguf(*std::move(f));
+  if (!m.ok()) return absl::Status(m.status().code(), absl::StrCat("model ", *name, ": ", m.status().message()));
+  return m;
+}
+
+// The service's options from the flags and the model. Errors: INVALID_ARGUMENT naming
+// the flag (--pooling, --prefix_block_tokens, --prefix_digest_max_blocks).
+absl::StatusOr<herd::worker::WorkerServiceOptions> ServiceOptions(const herd::model::Model& model,
+                                                                  const std::string& model_name,
+                                                                  const std::string& backend_name) {
+  herd::worker::WorkerServiceOptions wopts;
+  wopts.model_name = model_name;
+  wopts.architecture = model.hparams().arch;
+  wopts.backend = backend_name;
+  wopts.default_pooling = herd::engine::DefaultPooling(model.file(), model.hparams().arch);
+  if (const std::string p = absl::GetFlag(FLAGS_pooling); !p.empty()) {
+    auto parsed = herd::engine::ParsePooling(p);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--pooling: ", parsed.status().message()));
+    wopts.default_pooling = *parsed;
+  }
+  wopts.matryoshka = absl::GetFlag(FLAGS_matryoshka);
+  wopts.prefix_block_tokens = absl::GetFlag(FLAGS_prefix_block_tokens);
+  wopts.prefix_digest_max_blocks = absl::GetFlag(FLAGS_prefix_digest_max_blocks);
+  if (wopts.prefix_block_tokens < 0 || wopts.prefix_block_tokens > herd::serving::kMaxPrefixBlockTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefix_block_tokens ", wopts.prefix_block_tokens,
+                                                   " must be in [0, ", herd::serving::kMaxPrefixBlockTokens, "]"));
+  }
+  if (wopts.prefix_digest_max_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix_digest_max_blocks ", wopts.prefix_digest_max_blocks, " must be >= 0"));
+  }
+  return wopts;
+}
+
+// On shutdown: stop admitting, then wait up to `grace` for the open sessions to end.
+void DrainSessions(herd::worker::WorkerServiceImpl* service, std::chrono::milliseconds grace) {
+  service->StopAdmitting();
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  HERD_LOG(Info) << "worker: draining " << service->open_sessions() << " open sessions for up to " << grace.count()
+                 << " ms";
+  while (service->open_sessions() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (service->open_sessions() > 0) {
+    HERD_LOG(Warning) << "worker: grace period over; cancelling " << service->open_sessions() << " sessions";
+  }
 }
 
 }  // namespace
@@ -115,35 +217,15 @@ int main(int argc, char** argv) {
   // must not kill the process: remember it (exit after loading, or Wait() returns).
   herd::serving::CatchSignalsEarly();
 
-  const std::string host = absl::GetFlag(FLAGS_host);
-  const int port = absl::GetFlag(FLAGS_port), metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  const std::string loader_addr = absl::GetFlag(FLAGS_loader), model_name_flag = absl::GetFlag(FLAGS_model),
-                    model_path = absl::GetFlag(FLAGS_model_path);
-  if (model_path.empty() && (loader_addr.empty() || model_name_flag.empty())) {
-    return Fail("give --model_path=FILE, or --loader=HOST:PORT with --model=NAME");
-  }
-  if (absl::Status s = herd::serving::CheckPortFlags(port, metrics_port); !s.ok())
-    return Fail(std::string(s.message()));
+  auto flags = herd::serving::ReadServiceFlags(absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port));
+  if (!flags.ok()) return Fail(std::string(flags.status().message()));
+  const std::string host = flags->host;
+  const int port = flags->port, metrics_port = flags->metrics_port;
+  if (absl::Status s = CheckFlags(*flags); !s.ok()) return Fail(std::string(s.message()));
   int threads = absl::GetFlag(FLAGS_threads);
-  if (threads < 0 || threads > 1024) return Fail(absl::StrCat("--threads ", threads, " is outside 0..1024"));
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t n_ctx = absl::GetFlag(FLAGS_n_ctx), n_ctx_seq = absl::GetFlag(FLAGS_n_ctx_seq),
-                n_batch = absl::GetFlag(FLAGS_n_batch);
-  if (n_ctx < 0 || n_ctx > (int64_t{1} << 24)) return Fail(absl::StrCat("--n_ctx ", n_ctx, " is outside 0..16777216"));
-  if (n_ctx_seq < 0) return Fail(absl::StrCat("--n_ctx_seq ", n_ctx_seq, " must be >= 0"));
-  if (n_batch < 1 || n_batch > 65536) return Fail(absl::StrCat("--n_batch ", n_batch, " is outside 1..65536"));
-  const int max_sequences = absl::GetFlag(FLAGS_max_sequences), max_queue = absl::GetFlag(FLAGS_max_queue);
-  if (max_sequences < 1 || max_sequences > 4096) {
-    return Fail(absl::StrCat("--max_sequences ", max_sequences, " is outside 1..4096"));
-  }
-  if (max_queue < 0) return Fail(absl::StrCat("--max_queue ", max_queue, " must be >= 0"));
+  const int64_t n_batch = absl::GetFlag(FLAGS_n_batch);
   const std::string policy = absl::GetFlag(FLAGS_queue_policy), kv_type = absl::GetFlag(FLAGS_kv_type);
-  if (policy != "wait" && policy != "reject") return Fail("--queue_policy must be wait or reject, got " + policy);
-  if (kv_type != "f16" && kv_type != "f32") return Fail("--kv_type must be f16 or f32, got " + kv_type);
-  if (absl::GetFlag(FLAGS_max_draft) < 0) return Fail("--max_draft must be >= 0");
-  if (absl::GetFlag(FLAGS_grace_ms) < 0) return Fail("--grace_ms must be >= 0");
-  if (absl::GetFlag(FLAGS_load_timeout_ms) < 1) return Fail("--load_timeout_ms must be >= 1");
-  if (absl::GetFlag(FLAGS_max_message_bytes) < (1 << 20)) return Fail("--max_message_bytes must be >= 1048576");
 
   auto security = herd::serving::InternalSecurityFromFlags();
   if (!security.ok()) return Fail(std::string(security.status().message()));
@@ -151,31 +233,10 @@ int main(int argc, char** argv) {
   if (!client_security.ok()) return Fail(std::string(client_security.status().message()));
 
   // The model: a local file, or through the loader.
-  std::unique_ptr<herd::model::Model> model;
-  std::string model_name = model_name_flag;
-  if (!model_path.empty()) {
-    auto m = herd::model::Model::Load(model_path);
-    if (!m.ok()) return Fail(absl::StrCat("--model_path ", model_path, ": ", m.status().message()));
-    model = *std::move(m);
-    if (model_name.empty()) model_name = BaseName(model_path);
-  } else {
-    auto channel =
-        herd::loader::MakeLoaderChannel(loader_addr, absl::GetFlag(FLAGS_max_message_bytes), *client_security);
-    auto stub = herd::v1::Loader::NewStub(channel);
-    herd::loader::FetchStats fs;
-    herd::loader::FetchOptions fopts;
-    fopts.wait_for_loader = true;  // a loader that is (re)starting: retry until --load_timeout_ms
-    auto f = herd::loader::FetchModel(stub.get(), model_name,
-                                      std::chrono::milliseconds(absl::GetFlag(FLAGS_load_timeout_ms)), fopts, &fs);
-    if (!f.ok())
-      return Fail(absl::StrCat("fetching model ", model_name, " from ", loader_addr, ": ", f.status().ToString()));
-    HERD_LOG(Info) << "worker: model " << model_name << " from " << loader_addr
-                   << (fs.mmapped ? " (mapped the loader's file)"
-                                  : absl::StrCat(" (streamed ", fs.bytes_streamed, " bytes)"));
-    auto m = herd::model::Model::FromGguf(*std::move(f));
-    if (!m.ok()) return Fail(absl::StrCat("model ", model_name, ": ", m.status().message()));
-    model = *std::move(m);
-  }
+  std::string model_name;
+  auto loaded = LoadModel(*flags, *client_security, &model_name);
+  if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+  std::unique_ptr<herd::model::Model> model = *std::move(loaded);
   auto vocab = herd::tokenizer::Vocab::FromGguf(model->file());
   if (!vocab.ok()) return Fail(absl::StrCat("model ", model_name, " vocabulary: ", vocab.status().message()));
 
@@ -194,19 +255,19 @@ int main(int argc, char** argv) {
   }
 
   herd::engine::EngineParams ep;
-  ep.n_ctx = n_ctx;
+  ep.n_ctx = absl::GetFlag(FLAGS_n_ctx);
   ep.n_batch = n_batch;
   ep.kv_type = kv_type == "f32" ? herd::GgmlType::F32 : herd::GgmlType::F16;
   auto engine = herd::engine::Engine::Create(*model, ep, backend->get());
   if (!engine.ok()) return Fail(absl::StrCat("engine: ", engine.status().message()));
 
   herd::engine::SchedulerConfig sc;
-  sc.max_sequences = max_sequences;
-  sc.n_ctx_seq = n_ctx_seq;
+  sc.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  sc.n_ctx_seq = absl::GetFlag(FLAGS_n_ctx_seq);
   sc.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   sc.max_cached_prefixes = absl::GetFlag(FLAGS_max_cached_prefixes);
   sc.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
-  sc.max_queue = max_queue;
+  sc.max_queue = absl::GetFlag(FLAGS_max_queue);
   sc.queue_policy = policy == "reject" ? herd::engine::QueuePolicy::kReject : herd::engine::QueuePolicy::kWait;
   sc.max_draft = absl::GetFlag(FLAGS_max_draft);
   auto scheduler = herd::engine::Scheduler::Create(engine->get(), vocab->get(), sc);
@@ -218,27 +279,9 @@ int main(int argc, char** argv) {
   }
 
   herd::serving::Registry registry;
-  herd::worker::WorkerServiceOptions wopts;
-  wopts.model_name = model_name;
-  wopts.architecture = model->hparams().arch;
-  wopts.backend = backend_name;
-  wopts.default_pooling = herd::engine::DefaultPooling(model->file(), model->hparams().arch);
-  if (const std::string p = absl::GetFlag(FLAGS_pooling); !p.empty()) {
-    auto parsed = herd::engine::ParsePooling(p);
-    if (!parsed.ok()) return Fail(absl::StrCat("--pooling: ", parsed.status().message()));
-    wopts.default_pooling = *parsed;
-  }
-  wopts.matryoshka = absl::GetFlag(FLAGS_matryoshka);
-  wopts.prefix_block_tokens = absl::GetFlag(FLAGS_prefix_block_tokens);
-  wopts.prefix_digest_max_blocks = absl::GetFlag(FLAGS_prefix_digest_max_blocks);
-  if (wopts.prefix_block_tokens < 0 || wopts.prefix_block_tokens > herd::serving::kMaxPrefixBlockTokens) {
-    return Fail(absl::StrCat("--prefix_block_tokens ", wopts.prefix_block_tokens, " must be in [0, ",
-                             herd::serving::kMaxPrefixBlockTokens, "]"));
-  }
-  if (wopts.prefix_digest_max_blocks < 0) {
-    return Fail(absl::StrCat("--prefix_digest_max_blocks ", wopts.prefix_digest_max_blocks, " must be >= 0"));
-  }
-  auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), wopts, &registry);
+  auto wopts = ServiceOptions(*model, model_name, backend_name);
+  if (!wopts.ok()) return Fail(std::string(wopts.status().message()));
+  auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), *wopts, &registry);
 
   herd::serving::ServiceMain process("worker");
   auto m =
@@ -246,8 +289,8 @@ int main(int argc, char** argv) {
   if (!m.ok()) return Fail(std::string(m.status().message()));
   herd::serving::GrpcServerOptions gopts;
   gopts.address = herd::serving::ListenAddress(host, port);
-  gopts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  gopts.shutdown_grace = std::chrono::milliseconds(absl::GetFlag(FLAGS_grace_ms));
+  gopts.max_message_bytes = flags->max_message_bytes;
+  gopts.shutdown_grace = flags->grace;
   gopts.security = std::move(security->server);
   HERD_LOG(Info) << "worker: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   auto server = process.StartGrpc(gopts, {service.get()}, "herd.v1.Worker");
@@ -262,18 +305,7 @@ int main(int argc, char** argv) {
 
   // Drain here rather than in grpc::Server::Shutdown(deadline), which also waits for idle
   // client connections to go away: once the last session ends, shut down at once.
-  process.Wait(std::chrono::milliseconds(0), [&] {
-    service->StopAdmitting();
-    const auto deadline = std::chrono::steady_clock::now() + gopts.shutdown_grace;
-    HERD_LOG(Info) << "worker: draining " << service->open_sessions() << " open sessions for up to "
-                   << gopts.shutdown_grace.count() << " ms";
-    while (service->open_sessions() > 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (service->open_sessions() > 0) {
-      HERD_LOG(Warning) << "worker: grace period over; cancelling " << service->open_sessions() << " sessions";
-    }
-  });
+  process.Wait(std::chrono::milliseconds(0), [&] { DrainSessions(service.get(), gopts.shutdown_grace); });
   process.ResetServer();  // every session has finished (or was cancelled at the grace deadline)
   service.reset();
   (*scheduler)->Shutdown();

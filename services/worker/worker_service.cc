@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/base/status_macros.h"
 #include "libs/engine/sampling_proto.h"
 #include "libs/engine/spec/spec_proto.h"
 #include "libs/serving/prefix_blocks.h"
@@ -21,10 +22,6 @@ namespace herd::worker {
 namespace {
 
 namespace v1 = herd::v1;
-
-// The metric label of a status code: its canonical name ("UNAVAILABLE"); gRPC's codes are
-// absl's.
-std::string CodeName(grpc::StatusCode c) { return absl::StatusCodeToString(static_cast<absl::StatusCode>(c)); }
 
 // "field: message" from the scheduler -> "<prefix>.field: message" (INVALID_ARGUMENT only).
 absl::Status Prefixed(const absl::Status& s, const char* prefix) {
@@ -39,9 +36,8 @@ const grpc::Status kCancelledOk = grpc::Status::OK;
 absl::StatusOr<engine::SequenceParams> ToSequenceParams(const v1::SessionStart& start, int32_t max_logprobs) {
   engine::SequenceParams p;
   p.prompt.assign(start.prompt().begin(), start.prompt().end());
-  auto sampling = engine::SamplingParamsFromProto(start.sampling(), "start.sampling.");
-  if (!sampling.ok()) return sampling.status();
-  p.sampling = *std::move(sampling);
+  HERD_ASSIGN_OR_RETURN(auto sampling, engine::SamplingParamsFromProto(start.sampling(), "start.sampling."));
+  p.sampling = std::move(sampling);
   if (start.has_logprobs()) {
     if (start.logprobs() < 0 || start.logprobs() > max_logprobs) {
       return absl::InvalidArgumentError(
@@ -358,7 +354,8 @@ void WorkerServiceImpl::UpdateGauges(int32_t active, int32_t queued, int64_t kv_
 }
 
 void WorkerServiceImpl::CountRequest(grpc::StatusCode code) {
-  if (requests_ != nullptr) requests_->Add(1, {CodeName(code)});
+  // The label is the code's canonical name ("UNAVAILABLE"); gRPC's codes are absl's.
+  if (requests_ != nullptr) requests_->Add(1, {absl::StatusCodeToString(static_cast<absl::StatusCode>(code))});
 }
 
 void WorkerServiceImpl::StopAdmitting() {

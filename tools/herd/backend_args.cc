@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/backend/registry.h"
+#include "libs/base/status_macros.h"
 
 namespace herd::cli {
 
@@ -32,9 +33,8 @@ std::vector<FlagSpec> WithBackendFlags(std::vector<FlagSpec> specs) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> BackendFromArgs(const Args& args, int threads, model::Model* model) {
-  absl::StatusOr<int64_t> device = args.GetInt("--device");
-  if (!device.ok()) return device.status();
-  return OpenBackend(args.Get("--backend"), static_cast<int>(*device), threads, model, args.Has("--ggml-order"));
+  HERD_ASSIGN_OR_RETURN(int64_t device, args.GetInt("--device"));
+  return OpenBackend(args.Get("--backend"), static_cast<int>(device), threads, model, args.Has("--ggml-order"));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> OpenBackend(const std::string& name, int device, int threads,
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenBackend(const std::string& name, in
   o.device = device;
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateBackend(name, o);
   if (!b.ok()) return absl::Status(b.status().code(), absl::StrCat("--backend ", name, ": ", b.status().message()));
-  if (absl::Status s = model->PlaceWeights(b->get()); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(model->PlaceWeights(b->get()));
   return b;
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "libs/base/status_macros.h"
+
 namespace herd::cli {
 
 const std::vector<FlagSpec>& ClientSecurityFlags() {
@@ -30,7 +32,7 @@ absl::StatusOr<serving::ClientSecurity> ClientSecurityFromArgs(const Args& args,
   c.tls_cert_file = args.Get("--tls-cert-file");
   c.tls_key_file = args.Get("--tls-key-file");
   c.tls_server_name = args.Get("--tls-server-name");
-  if (absl::Status s = serving::ValidateClientSecurity(c); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(serving::ValidateClientSecurity(c));
   const std::string file = args.Get("--api-key-file");
   const char* env = nullptr;
   for (const char* e : key_envs) {
@@ -40,9 +42,8 @@ absl::StatusOr<serving::ClientSecurity> ClientSecurityFromArgs(const Args& args,
       break;
     }
   }
-  auto key = serving::LoadClientKey(file, file.empty() ? env : nullptr);
-  if (!key.ok()) return key.status();
-  c.key = *std::move(key);
+  HERD_ASSIGN_OR_RETURN(auto key, serving::LoadClientKey(file, file.empty() ? env : nullptr));
+  c.key = std::move(key);
   return c;
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/grpcpp.h"
 
+#include "libs/base/status_macros.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 
 namespace herd::cli {
@@ -191,7 +192,7 @@ absl::Status LocalCluster::Launch(Process* p, std::chrono::milliseconds timeout)
   };
   const bool want_http = wants("--http_port"), want_metrics = wants("--metrics_port");
   std::shared_ptr<Announcement> ann;
-  if (absl::Status s = Spawn(p, &ann); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(Spawn(p, &ann));
   const pid_t pid = p->pid;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock<std::mutex> lk(ann->mu);
@@ -229,12 +230,9 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
     std::sort(models.begin(), models.end());
     if (models.empty()) return absl::NotFoundError(absl::StrCat("no .gguf models in ", opts.models_dir));
   }
-  auto loader_bin = FindBinary("services/loader/loader");
-  if (!loader_bin.ok()) return loader_bin.status();
-  auto worker_bin = FindBinary("services/worker/worker");
-  if (!worker_bin.ok()) return worker_bin.status();
-  auto gateway_bin = FindBinary("services/gateway/gateway");
-  if (!gateway_bin.ok()) return gateway_bin.status();
+  HERD_ASSIGN_OR_RETURN(auto loader_bin, FindBinary("services/loader/loader"));
+  HERD_ASSIGN_OR_RETURN(auto worker_bin, FindBinary("services/worker/worker"));
+  HERD_ASSIGN_OR_RETURN(auto gateway_bin, FindBinary("services/gateway/gateway"));
   absl::StatusOr<std::string> draft_bin = std::string();
   if (opts.draft_workers > 0) {
     draft_bin = FindBinary("services/draft/draft");
@@ -245,8 +243,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
 
   auto loader = std::make_unique<Process>();
   loader->name = "loader";
-  loader->argv = {*loader_bin, "--models_dir=" + opts.models_dir, "--host=" + opts.host, "--port=0",
-                  "--metrics_port=0"};
+  loader->argv = {loader_bin, "--models_dir=" + opts.models_dir, "--host=" + opts.host, "--port=0", "--metrics_port=0"};
   for (const std::string& f : opts.extra_flags) loader->argv.push_back(f);
   absl::Status s = Launch(loader.get(), timeout);
   PinPorts(loader.get());
@@ -260,7 +257,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
       auto w = std::make_unique<Process>();
       w->name = absl::StrCat("worker-", m, "-", i);
       const int port = FreePort();
-      w->argv = {*worker_bin,
+      w->argv = {worker_bin,
                  "--loader=" + loader_addr,
                  "--model=" + m,
                  "--host=" + opts.host,
@@ -310,7 +307,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   }
   auto gw = std::make_unique<Process>();
   gw->name = "gateway";
-  gw->argv = {*gateway_bin,
+  gw->argv = {gateway_bin,
               "--loader=" + loader_addr,
               "--workers=" + absl::StrJoin(worker_addrs, ","),
               "--host=" + opts.host,
@@ -494,41 +491,36 @@ int LocalCluster::Restarts(const std::string& name) const {
 
 absl::Status LocalCluster::KillWorker(size_t i) {
   std::lock_guard<std::mutex> l(mu_);
-  auto p = ProcAt(1, n_workers_, i, "worker");
-  if (!p.ok()) return p.status();
-  return Kill(*p);
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1, n_workers_, i, "worker"));
+  return Kill(p);
 }
 
 absl::Status LocalCluster::TerminateWorker(size_t i) {
   std::lock_guard<std::mutex> l(mu_);
-  auto p = ProcAt(1, n_workers_, i, "worker");
-  if (!p.ok()) return p.status();
-  if ((*p)->pid <= 0) return absl::FailedPreconditionError(absl::StrCat((*p)->name, " is not running"));
-  ::kill((*p)->pid, SIGTERM);  // the supervisor reaps it (and restarts it with `restart`)
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1, n_workers_, i, "worker"));
+  if (p->pid <= 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is not running"));
+  ::kill(p->pid, SIGTERM);  // the supervisor reaps it (and restarts it with `restart`)
   return absl::OkStatus();
 }
 
 absl::Status LocalCluster::RestartWorker(size_t i, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> l(mu_);
-  auto p = ProcAt(1, n_workers_, i, "worker");
-  if (!p.ok()) return p.status();
-  if ((*p)->pid > 0) return absl::FailedPreconditionError(absl::StrCat((*p)->name, " is running"));
-  return Launch(*p, timeout);
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1, n_workers_, i, "worker"));
+  if (p->pid > 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is running"));
+  return Launch(p, timeout);
 }
 
 absl::Status LocalCluster::KillDraftWorker(size_t i) {
   std::lock_guard<std::mutex> l(mu_);
-  auto p = ProcAt(1 + n_workers_, n_drafts_, i, "draft worker");
-  if (!p.ok()) return p.status();
-  return Kill(*p);
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_workers_, n_drafts_, i, "draft worker"));
+  return Kill(p);
 }
 
 absl::Status LocalCluster::RestartDraftWorker(size_t i, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> l(mu_);
-  auto p = ProcAt(1 + n_workers_, n_drafts_, i, "draft worker");
-  if (!p.ok()) return p.status();
-  if ((*p)->pid > 0) return absl::FailedPreconditionError(absl::StrCat((*p)->name, " is running"));
-  return Launch(*p, timeout);
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_workers_, n_drafts_, i, "draft worker"));
+  if (p->pid > 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is running"));
+  return Launch(p, timeout);
 }
 
 void LocalCluster::WaitForSignal() {

@@ -15,6 +15,7 @@
 
 #include "libs/base/json_nesting.h"
 #include "libs/base/mmap.h"
+#include "libs/base/status_macros.h"
 #include "libs/chat/chat_template.h"
 #include "libs/gguf/gguf.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -30,10 +31,9 @@ int Fail(const absl::Status& s) {
 }
 
 absl::StatusOr<nlohmann::ordered_json> ReadJson(const std::string& path) {
-  auto text = ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  if (absl::Status s = CheckJsonNesting(*text, path); !s.ok()) return s;
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  HERD_ASSIGN_OR_RETURN(auto text, ReadFileToString(path));
+  HERD_RETURN_IF_ERROR(CheckJsonNesting(text, path));
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   return j;
 }
@@ -53,9 +53,8 @@ std::string SpecialToken(const gguf::GgufFile& f, const tokenizer::Vocab* vocab,
 
 // Fills the template source and special tokens from a GGUF model.
 absl::Status FromModel(const std::string& path, std::string* source, chat::ChatTemplateInputs* in) {
-  auto file = gguf::GgufFile::Open(path);
-  if (!file.ok()) return file.status();
-  const gguf::GgufFile& f = **file;
+  HERD_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::Open(path));
+  const gguf::GgufFile& f = *file;
   auto tmpl = f.GetString("tokenizer.chat_template");
   if (tmpl.ok()) {
     *source = *tmpl;

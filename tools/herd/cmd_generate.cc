@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 
 #include "libs/base/json_nesting.h"
+#include "libs/base/status_macros.h"
 #include "libs/grammar/json_schema.h"
 #include "proto/herd/v1/gateway.grpc.pb.h"
 #include "tools/herd/args.h"
@@ -89,17 +90,14 @@ absl::Status SetGrammar(const Args& args, herd::v1::SamplingParams* sp) {
     sp->set_grammar(ss.str());
   }
   if (args.Has("-j")) {
-    if (absl::Status s = CheckJsonNesting(args.Get("-j"), "--json-schema"); !s.ok()) return s;
+    HERD_RETURN_IF_ERROR(CheckJsonNesting(args.Get("-j"), "--json-schema"));
     const nlohmann::json schema = nlohmann::json::parse(args.Get("-j"), nullptr, /*allow_exceptions=*/false);
     if (schema.is_discarded()) return absl::InvalidArgumentError("--json-schema: invalid JSON");
-    auto g = grammar::JsonSchemaToGrammar(schema);
-    if (!g.ok()) return g.status();
-    sp->set_grammar(*g);
+    HERD_ASSIGN_OR_RETURN(auto g, grammar::JsonSchemaToGrammar(schema));
+    sp->set_grammar(g);
   }
   return absl::OkStatus();
 }
-
-std::string CodeName(grpc::StatusCode c) { return absl::StatusCodeToString(static_cast<absl::StatusCode>(c)); }
 
 const char* FinishName(herd::v1::FinishReason r) {
   switch (r) {
@@ -317,7 +315,10 @@ int CmdGenerate(int argc, char** argv) {
   if (*timeout_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(*timeout_ms));
   const StreamOutcome o = StreamGeneration(stub.get(), &ctx, req);
   if (!o.status.ok()) {
-    return Fail(absl::StrFormat("generate: %s: %s", CodeName(o.status.error_code()), o.status.error_message()));
+    // gRPC's status codes are absl's: print the canonical name ("UNAVAILABLE").
+    return Fail(absl::StrFormat("generate: %s: %s",
+                                absl::StatusCodeToString(static_cast<absl::StatusCode>(o.status.error_code())),
+                                o.status.error_message()));
   }
   PrintSummary(o);
   return 0;

@@ -21,6 +21,7 @@
 #include "libs/base/cpu_features.h"
 #include "libs/base/json_nesting.h"
 #include "libs/base/mmap.h"
+#include "libs/base/status_macros.h"
 #include "libs/base/version.h"
 #include "libs/engine/generate.h"
 #include "libs/engine/spec/spec_generate.h"
@@ -106,9 +107,7 @@ absl::StatusOr<engine::spec::SpecConfig> SpecConfigFromArgs(const Args& args) {
   namespace spec = engine::spec;
   spec::SpecConfig c;
   if (!args.Get("--spec-type").empty()) {
-    auto t = spec::ParseSpecType(args.Get("--spec-type"), "--spec-type");
-    if (!t.ok()) return t.status();
-    c.type = *t;
+    HERD_ASSIGN_OR_RETURN(c.type, spec::ParseSpecType(args.Get("--spec-type"), "--spec-type"));
   } else if (!args.Get("-md").empty()) {
     c.type = spec::SpecType::kDraftModel;
   }
@@ -120,14 +119,12 @@ absl::StatusOr<engine::spec::SpecConfig> SpecConfigFromArgs(const Args& args) {
        {IntOpt{"--spec-ngram-size-n", &c.ngram_size_n}, IntOpt{"--spec-ngram-size-m", &c.ngram_size_m},
         IntOpt{"--spec-ngram-check-rate", &c.ngram_check_rate}, IntOpt{"--spec-ngram-min-hits", &c.ngram_min_hits},
         IntOpt{"--draft-max", &c.draft_max}, IntOpt{"--draft-min", &c.draft_min}}) {
-    auto v = args.GetInt(o.flag);
-    if (!v.ok()) return v.status();
-    if (*v < INT32_MIN || *v > INT32_MAX) return absl::InvalidArgumentError(absl::StrCat(o.flag, ": out of range"));
-    *o.out = static_cast<int32_t>(*v);
+    HERD_ASSIGN_OR_RETURN(auto v, args.GetInt(o.flag));
+    if (v < INT32_MIN || v > INT32_MAX) return absl::InvalidArgumentError(absl::StrCat(o.flag, ": out of range"));
+    *o.out = static_cast<int32_t>(v);
   }
-  auto p_min = args.GetDouble("--draft-p-min");
-  if (!p_min.ok()) return p_min.status();
-  c.draft_p_min = static_cast<float>(*p_min);
+  HERD_ASSIGN_OR_RETURN(auto p_min, args.GetDouble("--draft-p-min"));
+  c.draft_p_min = static_cast<float>(p_min);
   if (absl::Status s = spec::ValidateSpecConfig(c); !s.ok()) {
     // Name the option, llama.cpp's way.
     static const std::pair<const char*, const char*> kMap[] = {{"ngram_size_n:", "--spec-ngram-size-n:"},
@@ -329,21 +326,19 @@ absl::Status LoadSpecResources(const RunOptions& o, const engine::Engine& eng, c
     dp.n_threads = o.threads;
     dp.backend = o.backend;
     dp.device = o.device;
-    auto dm = spec::DraftModel::Load(o.model_draft, dp);
-    if (!dm.ok()) return dm.status();
-    if (absl::Status s = (*dm)->AttachTarget(vocab); !s.ok()) {
+    HERD_ASSIGN_OR_RETURN(auto dm, spec::DraftModel::Load(o.model_draft, dp));
+    if (absl::Status s = dm->AttachTarget(vocab); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--model-draft ", o.model_draft, ": ", s.message()));
     }
-    st->draft_model = *std::move(dm);
+    st->draft_model = std::move(dm);
     st->resources.draft_model = st->draft_model.get();
     std::fprintf(stderr, "herd: draft model %s: arch %s, n_vocab %lld\n", o.model_draft.c_str(),
                  st->draft_model->model().hparams().arch.c_str(),
                  static_cast<long long>(st->draft_model->vocab().n_tokens()));
   }
   if (!o.lookup_static.empty()) {
-    auto c = spec::NgramCacheLoad(o.lookup_static);
-    if (!c.ok()) return c.status();
-    st->resources.ngram_cache.static_cache = std::make_shared<const spec::NgramCache>(*std::move(c));
+    HERD_ASSIGN_OR_RETURN(auto c, spec::NgramCacheLoad(o.lookup_static));
+    st->resources.ngram_cache.static_cache = std::make_shared<const spec::NgramCache>(std::move(c));
   }
   if (!o.lookup_dynamic.empty()) {
     auto c = spec::NgramCacheLoad(o.lookup_dynamic);
@@ -386,7 +381,7 @@ absl::Status SaveDynamicCache(const std::string& path, const engine::GenerateRes
   std::vector<int32_t> all = g.prompt_ids;
   all.insert(all.end(), g.output_ids.begin(), g.output_ids.end());
   spec::NgramCacheUpdate(dynamic, spec::kNgramCacheMin, spec::kNgramCacheMax, all, static_cast<int64_t>(all.size()));
-  if (absl::Status s = spec::NgramCacheSave(*dynamic, path); !s.ok()) return s;
+  HERD_RETURN_IF_ERROR(spec::NgramCacheSave(*dynamic, path));
   std::fprintf(stderr, "herd: dynamic n-gram cache %s: %zu n-grams\n", path.c_str(), dynamic->size());
   return absl::OkStatus();
 }

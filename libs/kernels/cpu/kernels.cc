@@ -749,229 +749,247 @@ size_t PackedWeightBytes(GgmlType w, int64_t k, int64_t m, Isa isa) {
   return static_cast<size_t>(panels * (k / 32) * PackedBlockBytes(w));
 }
 
-void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
-                 int64_t p1, Isa isa) {
-  const uint8_t* src = static_cast<const uint8_t*>(w_data);
-  uint8_t* out = static_cast<uint8_t*>(packed);
-  if (w == GgmlType::F16 && F16SlabLayout(isa)) {
-    // Panel p is half h = p % 2 of slab p / 2: lanes 8h..8h+7 of each element's 16. The
-    // last panel also zeroes the other half of its slab when it is the first half.
-    const int64_t panels = (m + kPackRows - 1) / kPackRows;
-    for (int64_t p = p0; p < p1; ++p) {
-      uint8_t* slab = out + static_cast<size_t>(p / 2) * static_cast<size_t>(k) * 32;
-      const int64_t lanes = p == panels - 1 && p % 2 == 0 ? 16 : 8;
-      for (int64_t l = 0; l < lanes; ++l) {
-        const int64_t lane = 8 * (p % 2) + l;
-        const int64_t row = p * kPackRows + l;
-        if (row < m && l < 8) {
-          const uint8_t* r = src + static_cast<size_t>(row) * w_stride;
-          for (int64_t e = 0; e < k; ++e) std::memcpy(slab + e * 32 + lane * 2, r + e * 2, 2);
+namespace {
+
+// PackWeights of one type family: panels p0..p1 of `m` rows of `k` elements at `src`
+// (rows `w_stride` bytes apart) into `out` (PackedWeightBytes layout).
+
+// F16 in the AVX-512 slab layout: 16 rows per slab, 2 panels per slab.
+void PackF16Slabs(GgmlType /*w*/, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+                  int64_t p1) {
+  // Panel p is half h = p % 2 of slab p / 2: lanes 8h..8h+7 of each element's 16. The
+  // last panel also zeroes the other half of its slab when it is the first half.
+  const int64_t panels = (m + kPackRows - 1) / kPackRows;
+  for (int64_t p = p0; p < p1; ++p) {
+    uint8_t* slab = out + static_cast<size_t>(p / 2) * static_cast<size_t>(k) * 32;
+    const int64_t lanes = p == panels - 1 && p % 2 == 0 ? 16 : 8;
+    for (int64_t l = 0; l < lanes; ++l) {
+      const int64_t lane = 8 * (p % 2) + l;
+      const int64_t row = p * kPackRows + l;
+      if (row < m && l < 8) {
+        const uint8_t* r = src + static_cast<size_t>(row) * w_stride;
+        for (int64_t e = 0; e < k; ++e) std::memcpy(slab + e * 32 + lane * 2, r + e * 2, 2);
+      } else {
+        for (int64_t e = 0; e < k; ++e) std::memset(slab + e * 32 + lane * 2, 0, 2);
+      }
+    }
+  }
+}
+
+// F16 / BF16 in panels of 8 rows, interleaved per step.
+void PackF16Rows(GgmlType w, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+                 int64_t p1) {
+  // Per step (8 F16 / 16 BF16 elements, 16 / 32 bytes) the 8 rows' values.
+  const int64_t step_bytes = w == GgmlType::F16 ? 16 : 32;
+  const int64_t steps = k * 2 / step_bytes;
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t s = 0; s < steps; ++s) {
+      uint8_t* o = out + (p * steps + s) * kPackRows * step_bytes;
+      for (int64_t r = 0; r < kPackRows; ++r) {
+        const int64_t row = p * kPackRows + r;
+        if (row < m) {
+          std::memcpy(o + step_bytes * r, src + static_cast<size_t>(row) * w_stride + s * step_bytes,
+                      static_cast<size_t>(step_bytes));
         } else {
-          for (int64_t e = 0; e < k; ++e) std::memset(slab + e * 32 + lane * 2, 0, 2);
+          std::memset(o + step_bytes * r, 0, static_cast<size_t>(step_bytes));
         }
       }
     }
-    return;
   }
-  if (w == GgmlType::F16 || w == GgmlType::BF16) {
-    // Per step (8 F16 / 16 BF16 elements, 16 / 32 bytes) the 8 rows' values.
-    const int64_t step_bytes = w == GgmlType::F16 ? 16 : 32;
-    const int64_t steps = k * 2 / step_bytes;
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int64_t s = 0; s < steps; ++s) {
-        uint8_t* o = out + (p * steps + s) * kPackRows * step_bytes;
-        for (int64_t r = 0; r < kPackRows; ++r) {
-          const int64_t row = p * kPackRows + r;
-          if (row < m) {
-            std::memcpy(o + step_bytes * r, src + static_cast<size_t>(row) * w_stride + s * step_bytes,
-                        static_cast<size_t>(step_bytes));
-          } else {
-            std::memset(o + step_bytes * r, 0, static_cast<size_t>(step_bytes));
-          }
-        }
-      }
-    }
-    return;
-  }
-  if (w == GgmlType::Q4_K || w == GgmlType::Q5_K) {
-    const bool q5 = w == GgmlType::Q5_K;
-    const int64_t nb = k / kQK_K;
-    // block_q4_K: F16 d, F16 dmin, 12 scale bytes, 128 quant bytes; block_q5_K: 32 bytes of
-    // fifth bits (qh) before the quants.
-    const int64_t src_block = q5 ? 176 : 144;
-    const int64_t bb = q5 ? kPackedQ5KBlockBytes : kPackedQ4KBlockBytes;
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = out + (p * nb + b) * bb;
-        std::memset(o, 0, static_cast<size_t>(bb));
-        for (int64_t r = 0; r < kPackRows; ++r) {
-          const int64_t row = p * kPackRows + r;
-          if (row >= m) break;
-          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * src_block;
-          std::memcpy(o + 2 * r, blk, 2);
-          std::memcpy(o + 16 + 2 * r, blk + 2, 2);
-          uint8_t scales[8], mins[8];
-          UnpackScalesMinsK(blk + 4, scales, mins);
-          const uint8_t* qh = blk + 16;  // Q5_K: bit g of qh[e] is element e of group g's fifth bit
-          const uint8_t* qs = blk + (q5 ? 48 : 16);
-          for (int64_t g = 0; g < 8; ++g) {
-            o[32 + 8 * g + r] = scales[g];
-            o[96 + 8 * g + r] = mins[g];
-            // Group g: the low (g even) or high (g odd) nibbles of qs[32 * (g / 2) ...].
-            const auto q = [&](int64_t e) {
-              const uint8_t byte = qs[32 * (g / 2) + e];
-              return static_cast<uint8_t>(g % 2 == 0 ? byte & 0x0F : byte >> 4);
-            };
-            for (int64_t h = 0; h < 4; ++h) {
-              for (int64_t i = 0; i < 4; ++i) {
-                o[160 + 128 * g + 32 * h + 4 * r + i] = static_cast<uint8_t>(q(4 * h + i) | (q(4 * h + 16 + i) << 4));
-                if (q5) {
-                  uint8_t& hb = o[kPackedQ4KBlockBytes + 32 * g + 4 * r + i];
-                  hb = static_cast<uint8_t>(hb | (((qh[4 * h + i] >> g) & 1) << h) |
-                                            (((qh[4 * h + 16 + i] >> g) & 1) << (4 + h)));
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-    return;
-  }
-  if (w == GgmlType::Q2_K) {
-    const int64_t nb = k / kQK_K;
-    constexpr int64_t kSrcBlock = 84;  // block_q2_K: scales[16], qs[64], F16 d, F16 dmin
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = out + (p * nb + b) * kPackedQ2KBlockBytes;
-        std::memset(o, 0, static_cast<size_t>(kPackedQ2KBlockBytes));
-        for (int64_t r = 0; r < kPackRows; ++r) {
-          const int64_t row = p * kPackRows + r;
-          if (row >= m) break;
-          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
-          std::memcpy(o + 2 * r, blk + 80, 2);
-          std::memcpy(o + 16 + 2 * r, blk + 82, 2);
-          for (int64_t j = 0; j < 16; ++j) o[32 + 16 * (j / 2) + 2 * r + j % 2] = blk[j];
-          // Element e: half n = e / 128, shift j = e % 128 / 32, l = e % 32 (dequantize_row_q2_K).
-          const auto q = [&](int64_t e) { return (blk[16 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; };
-          for (int64_t g = 0; g < 8; ++g) {
-            uint8_t* og = o + 160 + 64 * g;
-            for (int64_t h = 0; h < 4; ++h) {
-              for (int64_t i = 0; i < 4; ++i) {
-                const int64_t ea = 32 * g + 4 * h + i;
-                og[4 * r + i] = static_cast<uint8_t>(og[4 * r + i] | (q(ea) << (2 * h)));
-                og[32 + 4 * r + i] = static_cast<uint8_t>(og[32 + 4 * r + i] | (q(ea + 16) << (2 * h)));
-              }
-            }
-          }
-        }
-      }
-    }
-    return;
-  }
-  if (w == GgmlType::Q3_K) {
-    const int64_t nb = k / kQK_K;
-    constexpr int64_t kSrcBlock = 110;  // block_q3_K: hmask[32], qs[64], scales[12], F16 d
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = out + (p * nb + b) * kPackedQ3KBlockBytes;
-        std::memset(o, 0, static_cast<size_t>(kPackedQ3KBlockBytes));
-        for (int64_t r = 0; r < kPackRows; ++r) {
-          const int64_t row = p * kPackRows + r;
-          if (row >= m) break;
-          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
-          std::memcpy(o + 2 * r, blk + 108, 2);
-          // The 16 6-bit scales as dequantize_row_q3_K unpacks them.
-          uint32_t aux[4];
-          std::memcpy(aux, blk + 96, 12);
-          const uint32_t tmp = aux[2];
-          aux[2] = ((aux[0] >> 4) & 0x0f0f0f0f) | (((tmp >> 4) & 0x03030303) << 4);
-          aux[3] = ((aux[1] >> 4) & 0x0f0f0f0f) | (((tmp >> 6) & 0x03030303) << 4);
-          aux[0] = (aux[0] & 0x0f0f0f0f) | (((tmp >> 0) & 0x03030303) << 4);
-          aux[1] = (aux[1] & 0x0f0f0f0f) | (((tmp >> 2) & 0x03030303) << 4);
-          uint8_t sc[16];
-          std::memcpy(sc, aux, 16);
-          for (int64_t j = 0; j < 16; ++j) o[16 + 16 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(sc[j] - 32);
-          // Element e: half n = e / 128, shift j = e % 128 / 32, l = e % 32.
-          const auto low = [&](int64_t e) { return (blk[32 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; };
-          const auto high = [&](int64_t e) { return (blk[e % 32] >> (4 * (e / 128) + e % 128 / 32)) & 1; };
-          for (int64_t g = 0; g < 8; ++g) {
-            uint8_t* og = o + 144 + 96 * g;
-            for (int64_t h = 0; h < 4; ++h) {
-              for (int64_t i = 0; i < 4; ++i) {
-                const int64_t ea = 32 * g + 4 * h + i, eb = ea + 16;
-                og[4 * r + i] = static_cast<uint8_t>(og[4 * r + i] | (low(ea) << (2 * h)));
-                og[32 + 4 * r + i] = static_cast<uint8_t>(og[32 + 4 * r + i] | (low(eb) << (2 * h)));
-                og[64 + 4 * r + i] = static_cast<uint8_t>(og[64 + 4 * r + i] | (high(ea) << h) | (high(eb) << (4 + h)));
-              }
-            }
-          }
-        }
-      }
-    }
-    return;
-  }
-  if (w == GgmlType::IQ4_XS) {
-    const int64_t nb = k / kQK_K;
-    constexpr int64_t kSrcBlock = 136;  // block_iq4_xs: F16 d, u16 scales_h, scales_l[4], qs[128]
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = out + (p * nb + b) * kPackedIQ4XSBlockBytes;
-        std::memset(o, 0, static_cast<size_t>(kPackedIQ4XSBlockBytes));
-        for (int64_t r = 0; r < kPackRows; ++r) {
-          const int64_t row = p * kPackRows + r;
-          if (row >= m) break;
-          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
-          std::memcpy(o + 2 * r, blk, 2);
-          uint16_t scales_h;
-          std::memcpy(&scales_h, blk + 2, 2);
-          for (int64_t g = 0; g < 8; ++g) {
-            const int ls = ((blk[4 + g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
-            o[16 + 8 * g + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
-            // Sub-block g: qs[16g + j] holds elements j (low nibble) and 16 + j (high), as Q4_0.
-            for (int64_t h = 0; h < 4; ++h) std::memcpy(o + 80 + 128 * g + 32 * h + 4 * r, blk + 8 + 16 * g + 4 * h, 4);
-          }
-        }
-      }
-    }
-    return;
-  }
-  if (w == GgmlType::Q6_K) {
-    const int64_t nb = k / kQK_K;
-    constexpr int64_t kSrcBlock = 210;  // block_q6_K: ql[128], qh[64], int8 scales[16], F16 d
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* o = out + (p * nb + b) * kPackedQ6KBlockBytes;
-        std::memset(o, 0, static_cast<size_t>(kPackedQ6KBlockBytes));
-        for (int64_t r = 0; r < kPackRows; ++r) {
-          const int64_t row = p * kPackRows + r;
-          if (row >= m) break;
-          const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
-          std::memcpy(o + 2 * r, blk + 208, 2);
-          for (int64_t j = 0; j < 16; ++j) o[16 + 16 * (j / 2) + 2 * r + j % 2] = blk[192 + j];
-          // Quant e (0..63) as dequantize_row_q6_K reads it: half n, l = e % 32, t = e / 32 % 4.
+}
+
+// Q4_K / Q5_K super-blocks of 8 rows (kPackedQ4KBlockBytes / kPackedQ5KBlockBytes).
+void PackQ4KQ5K(GgmlType w, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+                int64_t p1) {
+  const bool q5 = w == GgmlType::Q5_K;
+  const int64_t nb = k / kQK_K;
+  // block_q4_K: F16 d, F16 dmin, 12 scale bytes, 128 quant bytes; block_q5_K: 32 bytes of
+  // fifth bits (qh) before the quants.
+  const int64_t src_block = q5 ? 176 : 144;
+  const int64_t bb = q5 ? kPackedQ5KBlockBytes : kPackedQ4KBlockBytes;
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (p * nb + b) * bb;
+      std::memset(o, 0, static_cast<size_t>(bb));
+      for (int64_t r = 0; r < kPackRows; ++r) {
+        const int64_t row = p * kPackRows + r;
+        if (row >= m) break;
+        const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * src_block;
+        std::memcpy(o + 2 * r, blk, 2);
+        std::memcpy(o + 16 + 2 * r, blk + 2, 2);
+        uint8_t scales[8], mins[8];
+        UnpackScalesMinsK(blk + 4, scales, mins);
+        const uint8_t* qh = blk + 16;  // Q5_K: bit g of qh[e] is element e of group g's fifth bit
+        const uint8_t* qs = blk + (q5 ? 48 : 16);
+        for (int64_t g = 0; g < 8; ++g) {
+          o[32 + 8 * g + r] = scales[g];
+          o[96 + 8 * g + r] = mins[g];
+          // Group g: the low (g even) or high (g odd) nibbles of qs[32 * (g / 2) ...].
           const auto q = [&](int64_t e) {
-            const int64_t n = e / 128, l = e % 32, t = e % 128 / 32;
-            const uint8_t lq = blk[64 * n + l + 32 * (t % 2)];
-            const int lo = t < 2 ? lq & 0x0F : lq >> 4;
-            return static_cast<uint8_t>(lo | (((blk[128 + 32 * n + l] >> (2 * t)) & 3) << 4));
+            const uint8_t byte = qs[32 * (g / 2) + e];
+            return static_cast<uint8_t>(g % 2 == 0 ? byte & 0x0F : byte >> 4);
           };
-          for (int64_t g = 0; g < 8; ++g) {
-            uint8_t* og = o + 144 + 192 * g;
-            for (int64_t h = 0; h < 4; ++h) {
-              for (int64_t i = 0; i < 4; ++i) {
-                const uint8_t a = q(32 * g + 4 * h + i), c = q(32 * g + 4 * h + 16 + i);
-                og[32 * h + 4 * r + i] = static_cast<uint8_t>((a & 0x0F) | ((c & 0x0F) << 4));
-                og[128 + 4 * r + i] = static_cast<uint8_t>(og[128 + 4 * r + i] | ((a >> 4) << (2 * h)));
-                og[160 + 4 * r + i] = static_cast<uint8_t>(og[160 + 4 * r + i] | ((c >> 4) << (2 * h)));
+          for (int64_t h = 0; h < 4; ++h) {
+            for (int64_t i = 0; i < 4; ++i) {
+              o[160 + 128 * g + 32 * h + 4 * r + i] = static_cast<uint8_t>(q(4 * h + i) | (q(4 * h + 16 + i) << 4));
+              if (q5) {
+                uint8_t& hb = o[kPackedQ4KBlockBytes + 32 * g + 4 * r + i];
+                hb = static_cast<uint8_t>(hb | (((qh[4 * h + i] >> g) & 1) << h) |
+                                          (((qh[4 * h + 16 + i] >> g) & 1) << (4 + h)));
               }
             }
           }
         }
       }
     }
-    return;
   }
+}
+
+// Q2_K super-blocks of 8 rows (kPackedQ2KBlockBytes).
+void PackQ2K(GgmlType /*w*/, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+             int64_t p1) {
+  const int64_t nb = k / kQK_K;
+  constexpr int64_t kSrcBlock = 84;  // block_q2_K: scales[16], qs[64], F16 d, F16 dmin
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (p * nb + b) * kPackedQ2KBlockBytes;
+      std::memset(o, 0, static_cast<size_t>(kPackedQ2KBlockBytes));
+      for (int64_t r = 0; r < kPackRows; ++r) {
+        const int64_t row = p * kPackRows + r;
+        if (row >= m) break;
+        const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+        std::memcpy(o + 2 * r, blk + 80, 2);
+        std::memcpy(o + 16 + 2 * r, blk + 82, 2);
+        for (int64_t j = 0; j < 16; ++j) o[32 + 16 * (j / 2) + 2 * r + j % 2] = blk[j];
+        // Element e: half n = e / 128, shift j = e % 128 / 32, l = e % 32 (dequantize_row_q2_K).
+        const auto q = [&](int64_t e) { return (blk[16 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; };
+        for (int64_t g = 0; g < 8; ++g) {
+          uint8_t* og = o + 160 + 64 * g;
+          for (int64_t h = 0; h < 4; ++h) {
+            for (int64_t i = 0; i < 4; ++i) {
+              const int64_t ea = 32 * g + 4 * h + i;
+              og[4 * r + i] = static_cast<uint8_t>(og[4 * r + i] | (q(ea) << (2 * h)));
+              og[32 + 4 * r + i] = static_cast<uint8_t>(og[32 + 4 * r + i] | (q(ea + 16) << (2 * h)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q3_K super-blocks of 8 rows (kPackedQ3KBlockBytes).
+void PackQ3K(GgmlType /*w*/, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+             int64_t p1) {
+  const int64_t nb = k / kQK_K;
+  constexpr int64_t kSrcBlock = 110;  // block_q3_K: hmask[32], qs[64], scales[12], F16 d
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (p * nb + b) * kPackedQ3KBlockBytes;
+      std::memset(o, 0, static_cast<size_t>(kPackedQ3KBlockBytes));
+      for (int64_t r = 0; r < kPackRows; ++r) {
+        const int64_t row = p * kPackRows + r;
+        if (row >= m) break;
+        const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+        std::memcpy(o + 2 * r, blk + 108, 2);
+        // The 16 6-bit scales as dequantize_row_q3_K unpacks them.
+        uint32_t aux[4];
+        std::memcpy(aux, blk + 96, 12);
+        const uint32_t tmp = aux[2];
+        aux[2] = ((aux[0] >> 4) & 0x0f0f0f0f) | (((tmp >> 4) & 0x03030303) << 4);
+        aux[3] = ((aux[1] >> 4) & 0x0f0f0f0f) | (((tmp >> 6) & 0x03030303) << 4);
+        aux[0] = (aux[0] & 0x0f0f0f0f) | (((tmp >> 0) & 0x03030303) << 4);
+        aux[1] = (aux[1] & 0x0f0f0f0f) | (((tmp >> 2) & 0x03030303) << 4);
+        uint8_t sc[16];
+        std::memcpy(sc, aux, 16);
+        for (int64_t j = 0; j < 16; ++j) o[16 + 16 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(sc[j] - 32);
+        // Element e: half n = e / 128, shift j = e % 128 / 32, l = e % 32.
+        const auto low = [&](int64_t e) { return (blk[32 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; };
+        const auto high = [&](int64_t e) { return (blk[e % 32] >> (4 * (e / 128) + e % 128 / 32)) & 1; };
+        for (int64_t g = 0; g < 8; ++g) {
+          uint8_t* og = o + 144 + 96 * g;
+          for (int64_t h = 0; h < 4; ++h) {
+            for (int64_t i = 0; i < 4; ++i) {
+              const int64_t ea = 32 * g + 4 * h + i, eb = ea + 16;
+              og[4 * r + i] = static_cast<uint8_t>(og[4 * r + i] | (low(ea) << (2 * h)));
+              og[32 + 4 * r + i] = static_cast<uint8_t>(og[32 + 4 * r + i] | (low(eb) << (2 * h)));
+              og[64 + 4 * r + i] = static_cast<uint8_t>(og[64 + 4 * r + i] | (high(ea) << h) | (high(eb) << (4 + h)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// IQ4_XS super-blocks of 8 rows (kPackedIQ4XSBlockBytes).
+void PackIQ4XS(GgmlType /*w*/, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+               int64_t p1) {
+  const int64_t nb = k / kQK_K;
+  constexpr int64_t kSrcBlock = 136;  // block_iq4_xs: F16 d, u16 scales_h, scales_l[4], qs[128]
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (p * nb + b) * kPackedIQ4XSBlockBytes;
+      std::memset(o, 0, static_cast<size_t>(kPackedIQ4XSBlockBytes));
+      for (int64_t r = 0; r < kPackRows; ++r) {
+        const int64_t row = p * kPackRows + r;
+        if (row >= m) break;
+        const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+        std::memcpy(o + 2 * r, blk, 2);
+        uint16_t scales_h;
+        std::memcpy(&scales_h, blk + 2, 2);
+        for (int64_t g = 0; g < 8; ++g) {
+          const int ls = ((blk[4 + g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
+          o[16 + 8 * g + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+          // Sub-block g: qs[16g + j] holds elements j (low nibble) and 16 + j (high), as Q4_0.
+          for (int64_t h = 0; h < 4; ++h) std::memcpy(o + 80 + 128 * g + 32 * h + 4 * r, blk + 8 + 16 * g + 4 * h, 4);
+        }
+      }
+    }
+  }
+}
+
+// Q6_K super-blocks of 8 rows (kPackedQ6KBlockBytes).
+void PackQ6K(GgmlType /*w*/, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+             int64_t p1) {
+  const int64_t nb = k / kQK_K;
+  constexpr int64_t kSrcBlock = 210;  // block_q6_K: ql[128], qh[64], int8 scales[16], F16 d
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (p * nb + b) * kPackedQ6KBlockBytes;
+      std::memset(o, 0, static_cast<size_t>(kPackedQ6KBlockBytes));
+      for (int64_t r = 0; r < kPackRows; ++r) {
+        const int64_t row = p * kPackRows + r;
+        if (row >= m) break;
+        const uint8_t* blk = src + static_cast<size_t>(row) * w_stride + b * kSrcBlock;
+        std::memcpy(o + 2 * r, blk + 208, 2);
+        for (int64_t j = 0; j < 16; ++j) o[16 + 16 * (j / 2) + 2 * r + j % 2] = blk[192 + j];
+        // Quant e (0..63) as dequantize_row_q6_K reads it: half n, l = e % 32, t = e / 32 % 4.
+        const auto q = [&](int64_t e) {
+          const int64_t n = e / 128, l = e % 32, t = e % 128 / 32;
+          const uint8_t lq = blk[64 * n + l + 32 * (t % 2)];
+          const int lo = t < 2 ? lq & 0x0F : lq >> 4;
+          return static_cast<uint8_t>(lo | (((blk[128 + 32 * n + l] >> (2 * t)) & 3) << 4));
+        };
+        for (int64_t g = 0; g < 8; ++g) {
+          uint8_t* og = o + 144 + 192 * g;
+          for (int64_t h = 0; h < 4; ++h) {
+            for (int64_t i = 0; i < 4; ++i) {
+              const uint8_t a = q(32 * g + 4 * h + i), c = q(32 * g + 4 * h + 16 + i);
+              og[32 * h + 4 * r + i] = static_cast<uint8_t>((a & 0x0F) | ((c & 0x0F) << 4));
+              og[128 + 4 * r + i] = static_cast<uint8_t>(og[128 + 4 * r + i] | ((a >> 4) << (2 * h)));
+              og[160 + 4 * r + i] = static_cast<uint8_t>(og[160 + 4 * r + i] | ((c >> 4) << (2 * h)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): PackedBlockBytes(w) per 8 rows.
+void PackBlocks32(GgmlType w, int64_t k, int64_t m, const uint8_t* src, size_t w_stride, uint8_t* out, int64_t p0,
+                  int64_t p1) {
   const int64_t bb = PackedBlockBytes(w);
   if (bb == 0) return;
   const bool q8 = w == GgmlType::Q8_0;
@@ -1010,6 +1028,43 @@ void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_
       }
     }
   }
+}
+
+}  // namespace
+
+void PackWeights(GgmlType w, int64_t k, int64_t m, const void* w_data, size_t w_stride, void* packed, int64_t p0,
+                 int64_t p1, Isa isa) {
+  const uint8_t* src = static_cast<const uint8_t*>(w_data);
+  uint8_t* out = static_cast<uint8_t*>(packed);
+  using PackFn = void (*)(GgmlType, int64_t, int64_t, const uint8_t*, size_t, uint8_t*, int64_t, int64_t);
+  PackFn pack = PackBlocks32;
+  switch (w) {
+    case GgmlType::F16:
+      pack = F16SlabLayout(isa) ? PackF16Slabs : PackF16Rows;
+      break;
+    case GgmlType::BF16:
+      pack = PackF16Rows;
+      break;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+      pack = PackQ4KQ5K;
+      break;
+    case GgmlType::Q2_K:
+      pack = PackQ2K;
+      break;
+    case GgmlType::Q3_K:
+      pack = PackQ3K;
+      break;
+    case GgmlType::IQ4_XS:
+      pack = PackIQ4XS;
+      break;
+    case GgmlType::Q6_K:
+      pack = PackQ6K;
+      break;
+    default:
+      break;
+  }
+  pack(w, k, m, src, w_stride, out, p0, p1);
 }
 
 void MulMatPacked(GgmlType w, Isa isa, int64_t k, const void* packed, const void* a_data, size_t a_stride, float* dst,
