@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "libs/base/log.h"
+#include "libs/engine/kv_cache_manager.h"
 #include "libs/engine/spec/rejection.h"
 #include "libs/engine/spec/verify.h"
 
@@ -127,14 +128,6 @@ struct EmbedJob {
   Scheduler::EmbedCallback done;
 };
 
-// The KV cells of an ended sequence kept for prefix caching, under their own sequence
-// id (>= Core::cache_base); tokens[i] is the token at position i.
-struct CachedPrefix {
-  int32_t kv_seq = -1;
-  std::vector<int32_t> tokens;
-  uint64_t last_use = 0;
-};
-
 // Length of the common prefix of a and b[0..b_len).
 static int32_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b, size_t b_len) {
   const size_t n = std::min({a.size(), b.size(), b_len});
@@ -159,12 +152,10 @@ struct Core {
   std::vector<std::shared_ptr<SeqState>> active;  // admission order
   std::vector<int32_t> free_ids;                  // KV sequence ids of free slots: 0..capacity-1
   int32_t embed_seq = 0;                          // KV sequence id of embedding jobs (= capacity)
-  int32_t cache_base = 0;                         // cached prefixes use ids cache_base, cache_base + 1, ...
-  std::vector<CachedPrefix> cached;
-  std::vector<int32_t> free_cache_ids;
-  int32_t next_cache_id = 0;
-  uint64_t use_clock = 0;
-  uint64_t cache_epoch = 0;  // bumped whenever `cached` gains or loses an entry
+  // The cache policy: pool accounting, prefix cache (ids from capacity + 1 up), room
+  // checks, eviction and preemption. Called under mu (its counters and cached set are
+  // read by Stats() and CachedPrompts()).
+  std::unique_ptr<KvCacheManager> kvm;
   std::deque<EmbedJob> embed_jobs;
   size_t rr = 0;  // round-robin start of the decode scan
   SchedulerStats stats;
@@ -196,16 +187,10 @@ struct Core {
   bool ReleaseCancelledLocked(Outbox* out);
   void ReleaseLocked(const std::shared_ptr<SeqState>& s, absl::Status status, Outbox* out);
   bool AdmitLocked(Outbox* out);
-  // Prefix caching and the cell pool.
-  int32_t FindPrefixLocked(const SeqState& s, int32_t* src) const;
-  int64_t NeedCellsLocked(const SeqState& s, int32_t reuse) const;
+  // The active sequences as the KV-cache manager sees them (admission order).
+  std::vector<RunningSeq> RunningLocked() const;
   bool CatchUpOrWaitLocked(SeqState* s);
-  int64_t DecodeDemandLocked() const;
   bool CanAdmitLocked(const SeqState& s) const;
-  void RetainLocked(SeqState* s);
-  void DropCachedLocked(size_t i);
-  bool EvictOneLocked();
-  bool EnsureFreeCellsLocked(int64_t n);
   void PreemptLocked(const std::shared_ptr<SeqState>& s);
   void UpdateKvStatsLocked();
   std::vector<Work> PlanLocked();
@@ -233,7 +218,7 @@ bool Core::HasWorkLocked() const {
 
 void Core::ReleaseLocked(const std::shared_ptr<SeqState>& s, absl::Status status, Outbox* out) {
   if (s->phase == SeqState::Phase::kActive) {
-    RetainLocked(s.get());
+    kvm->Release(s->kv_seq, s->tokens, s->n_past);  // with prefix caching its cells stay cached
     free_ids.push_back(s->kv_seq);
     s->kv_seq = -1;
     s->sampler.reset();
@@ -259,22 +244,23 @@ bool Core::ReleaseCancelledLocked(Outbox* out) {
   return !gone.empty();
 }
 
-// The longest prefix of s's tokens (at most all but the pending one) whose K/V some
-// active sequence or cached prefix holds; *src is that sequence's KV id (-1: none).
-int32_t Core::FindPrefixLocked(const SeqState& s, int32_t* src) const {
-  *src = -1;
-  if (!cfg.prefix_cache || s.tokens.size() < 2) return 0;
-  const size_t limit = s.tokens.size() - 1;
-  int32_t best = 0;
+// Each active sequence's tokens with their K/V in the cache and the cells its next
+// decode or verification step takes (0 while prefilling, idle or full).
+std::vector<RunningSeq> Core::RunningLocked() const {
+  std::vector<RunningSeq> running;
+  running.reserve(active.size());
   for (const auto& a : active) {
-    const int32_t n = CommonPrefix(s.tokens, a->tokens, std::min<size_t>(limit, static_cast<size_t>(a->n_past)));
-    if (n > best) best = n, *src = a->kv_seq;
+    RunningSeq r;
+    r.kv_seq = a->kv_seq;
+    r.tokens = a->tokens;
+    r.n_past = a->n_past;
+    if (a->PrefillDone() && !a->requests.empty() && !a->context_full) {
+      r.next_step_cells = 1 + std::min<int64_t>(static_cast<int64_t>(a->requests.front().draft.size()),
+                                                std::max<int64_t>(0, n_batch - 1));
+    }
+    running.push_back(r);
   }
-  for (const CachedPrefix& e : cached) {
-    const int32_t n = CommonPrefix(s.tokens, e.tokens, limit);
-    if (n > best) best = n, *src = e.kv_seq;
-  }
-  return best;
+  return running;
 }
 
 // Prompts that arrive together and share a prefix (a system prompt) compute it once: a
@@ -288,18 +274,8 @@ constexpr int32_t kMinSharedPrefill = 16;
 
 bool Core::CatchUpOrWaitLocked(SeqState* s) {
   if (!cfg.prefix_cache || s->PrefillDone()) return false;
-  int32_t src = -1;
-  const int32_t have = FindPrefixLocked(*s, &src);
-  if (have > s->n_past && src >= 0 && src != s->kv_seq &&
-      engine->kv().SeqCopyKeepsOrder(src, s->kv_seq, s->n_past, have)) {
-    engine->kv().SeqCopy(src, s->kv_seq, s->n_past, have);
-    stats.prefix_tokens_reused += static_cast<uint64_t>(have - s->n_past);
-    s->n_past = have;
-    for (CachedPrefix& e : cached) {
-      if (e.kv_seq == src) e.last_use = ++use_clock;
-    }
-    if (s->PrefillDone()) return true;
-  }
+  s->n_past = kvm->CatchUp(s->kv_seq, s->tokens, s->n_past, RunningLocked());
+  if (s->PrefillDone()) return true;
   const size_t limit = s->tokens.size() - 1;
   for (const auto& a : active) {
     if (a.get() == s) break;  // only sequences admitted before s
@@ -310,31 +286,11 @@ bool Core::CatchUpOrWaitLocked(SeqState* s) {
   return false;
 }
 
-// Cells a sequence needs to be admitted: its prefill beyond the reused prefix, and the
-// pending token's cell.
-int64_t Core::NeedCellsLocked(const SeqState& s, int32_t reuse) const {
-  return static_cast<int64_t>(s.tokens.size()) - reuse;
-}
-
-// Cells the next iteration's decode and verification steps take at most.
-int64_t Core::DecodeDemandLocked() const {
-  int64_t n = 0;
-  for (const auto& a : active) {
-    if (!a->PrefillDone() || a->requests.empty() || a->context_full) continue;
-    n += 1 +
-         std::min<int64_t>(static_cast<int64_t>(a->requests.front().draft.size()), std::max<int64_t>(0, n_batch - 1));
-  }
-  return n;
-}
-
-// Whether the pool has room for s beside the running sequences' next steps (cells held
-// only by cached prefixes count as free: they are evicted on demand).
+// Whether a slot is free and the pool has room for s beside the running sequences' next
+// steps (KvCacheManager::CanAdmit).
 bool Core::CanAdmitLocked(const SeqState& s) const {
   if (free_ids.empty()) return false;
-  int32_t src = -1;
-  const int32_t reuse = FindPrefixLocked(s, &src);
-  const int64_t avail = engine->kv().n_free() + engine->kv().CellsOnlyInSeqsFrom(cache_base);
-  return NeedCellsLocked(s, reuse) + DecodeDemandLocked() <= avail;
+  return kvm->CanAdmit(s.tokens, RunningLocked());
 }
 
 bool Core::AdmitLocked(Outbox* out) {
@@ -342,24 +298,12 @@ bool Core::AdmitLocked(Outbox* out) {
   while (!queue.empty() && static_cast<int32_t>(active.size()) < capacity && CanAdmitLocked(*queue.front())) {
     std::shared_ptr<SeqState> s = queue.front();
     queue.pop_front();
-    int32_t src = -1;
-    const int32_t reuse = FindPrefixLocked(*s, &src);
     s->kv_seq = free_ids.back();
     free_ids.pop_back();
     s->phase = SeqState::Phase::kActive;
-    s->n_past = 0;
-    if (cfg.prefix_cache) ++stats.prefix_cache_lookups;
-    if (reuse > 0) {
-      // Share the prefix's cells (their K/V are this sequence's too: same tokens at the
-      // same positions) and prefill only the rest.
-      engine->kv().SeqCopy(src, s->kv_seq, 0, reuse);
-      s->n_past = reuse;
-      ++stats.prefix_cache_hits;
-      stats.prefix_tokens_reused += static_cast<uint64_t>(reuse);
-      for (CachedPrefix& e : cached) {
-        if (e.kv_seq == src) e.last_use = ++use_clock;
-      }
-    }
+    // Shares the longest cached or running prefix's cells; only the rest is prefilled.
+    const int32_t reuse = kvm->Admit(s->kv_seq, s->tokens, RunningLocked());
+    s->n_past = reuse;
     active.push_back(s);
     any = true;
     if (s->started) continue;  // re-admitted after a preemption: tokens, sampler and pending kept
@@ -381,102 +325,38 @@ bool Core::AdmitLocked(Outbox* out) {
   return any;
 }
 
-// Called as an active sequence ends: with prefix caching its cells stay, as a cached
-// prefix of tokens[0..n_past), unless a cached prefix already covers them; cached
-// prefixes that are prefixes of the new one are dropped (it covers them). Then frees the
-// sequence's own id.
-void Core::RetainLocked(SeqState* s) {
-  KvCache& kv = engine->kv();
-  if (cfg.prefix_cache && cfg.max_cached_prefixes > 0 && s->n_past > 0) {
-    const size_t n = static_cast<size_t>(s->n_past);
-    bool covered = false;
-    for (size_t i = cached.size(); i-- > 0;) {
-      const CachedPrefix& e = cached[i];
-      const size_t common = static_cast<size_t>(CommonPrefix(s->tokens, e.tokens, n));
-      if (common == n && e.tokens.size() >= n) {
-        covered = true;
-        cached[i].last_use = ++use_clock;
-        break;
-      }
-      if (common == e.tokens.size()) DropCachedLocked(i);
-    }
-    if (!covered) {
-      while (static_cast<int32_t>(cached.size()) >= cfg.max_cached_prefixes && EvictOneLocked()) {
-      }
-      CachedPrefix e;
-      if (!free_cache_ids.empty()) {
-        e.kv_seq = free_cache_ids.back();
-        free_cache_ids.pop_back();
-      } else {
-        e.kv_seq = cache_base + next_cache_id++;
-      }
-      e.tokens.assign(s->tokens.begin(), s->tokens.begin() + static_cast<long>(n));
-      e.last_use = ++use_clock;
-      kv.SeqCopy(s->kv_seq, e.kv_seq, 0, s->n_past);
-      cached.push_back(std::move(e));
-      ++cache_epoch;
-    }
-  }
-  kv.SeqRemove(s->kv_seq, 0, -1);
-}
-
-void Core::DropCachedLocked(size_t i) {
-  engine->kv().SeqRemove(cached[i].kv_seq, 0, -1);
-  free_cache_ids.push_back(cached[i].kv_seq);
-  cached.erase(cached.begin() + static_cast<long>(i));
-  ++cache_epoch;
-}
-
-// Drops the least recently used cached prefix (its cells shared with running sequences
-// stay theirs). False when none is cached.
-bool Core::EvictOneLocked() {
-  if (cached.empty()) return false;
-  size_t lru = 0;
-  for (size_t i = 1; i < cached.size(); ++i) {
-    if (cached[i].last_use < cached[lru].last_use) lru = i;
-  }
-  DropCachedLocked(lru);
-  ++stats.prefix_evictions;
-  return true;
-}
-
-// Evicts cached prefixes until n cells are free; false if that is not enough.
-bool Core::EnsureFreeCellsLocked(int64_t n) {
-  while (engine->kv().n_free() < n) {
-    if (!EvictOneLocked()) return false;
-  }
-  return true;
-}
-
 // Takes an active sequence back to the head of the queue, freeing its cells (vLLM's
 // preemption by recomputation): on re-admission it prefills its prompt and the tokens
 // accepted so far again and continues with the same pending token, sampler and requests.
 void Core::PreemptLocked(const std::shared_ptr<SeqState>& s) {
-  engine->kv().SeqRemove(s->kv_seq, 0, -1);
+  kvm->Preempt(s->kv_seq);
   free_ids.push_back(s->kv_seq);
   s->kv_seq = -1;
   s->n_past = 0;
   s->phase = SeqState::Phase::kQueued;
   active.erase(std::find(active.begin(), active.end(), s));
   queue.push_front(s);
-  ++stats.preemptions;
   HERD_LOG(Info) << "scheduler: KV cache full, sequence " << s->id << " preempted (" << s->tokens.size()
                  << " tokens to recompute)";
 }
 
 void Core::UpdateKvStatsLocked() {
   stats.kv_cells_used = engine->kv().used();
-  stats.kv_cells_cached = engine->kv().CellsOnlyInSeqsFrom(cache_base);
-  stats.cached_prefixes = static_cast<int32_t>(cached.size());
+  stats.kv_cells_cached = kvm->cells_cached();
+  stats.cached_prefixes = kvm->n_cached();
 }
 
 std::vector<Work> Core::PlanLocked() {
   std::vector<Work> plan;
   const int64_t budget = n_batch;
   int64_t used = 0;
-  // Room for this iteration's decode steps: evict cached prefixes, then preempt the
-  // most recently admitted sequences until the rest fit.
-  while (!active.empty() && !EnsureFreeCellsLocked(DecodeDemandLocked())) PreemptLocked(active.back());
+  // Room for this iteration's decode steps: the manager evicts cached prefixes, then
+  // names the sequence to preempt (the most recently admitted) until the rest fit.
+  for (;;) {
+    const int32_t victim = kvm->ChoosePreemption(RunningLocked());
+    if (victim < 0) break;
+    PreemptLocked(active[static_cast<size_t>(victim)]);
+  }
   bool prefill_pending = false;
   for (const auto& s : active) prefill_pending |= !s->PrefillDone();
   // Decode and verification steps first (they are latency-bound), but leave at least a
@@ -512,7 +392,7 @@ std::vector<Work> Core::PlanLocked() {
   for (const auto& s : active) {
     if (s->PrefillDone() || CatchUpOrWaitLocked(s.get())) continue;
     const int64_t want = std::min<int64_t>({s->PrefillRemaining(), budget - used, prefill_budget - prefill_used});
-    (void)EnsureFreeCellsLocked(used + want);  // evicts cached prefixes; never preempts for prefill
+    (void)kvm->EnsureFreeCells(used + want);  // evicts cached prefixes; never preempts for prefill
     const int64_t chunk = std::min<int64_t>(want, engine->kv().n_free() - used);
     if (chunk <= 0) break;
     prefill_used += chunk;
@@ -658,7 +538,7 @@ void Core::Run() {
     std::deque<EmbedJob> jobs = TakeEmbedJobsLocked();
     int64_t largest_job = 0;
     for (const EmbedJob& j : jobs) largest_job = std::max<int64_t>(largest_job, static_cast<int64_t>(j.tokens.size()));
-    if (largest_job > 0) (void)EnsureFreeCellsLocked(largest_job);
+    if (largest_job > 0) (void)kvm->EnsureFreeCells(largest_job);
     std::vector<Work> plan = PlanLocked();
     l.unlock();
     out.Deliver();
@@ -725,8 +605,7 @@ void Core::Run() {
   std::vector<std::shared_ptr<SeqState>> all(active.begin(), active.end());
   all.insert(all.end(), queue.begin(), queue.end());
   for (const auto& s : all) ReleaseLocked(s, absl::UnavailableError("scheduler shut down"), &out);
-  cached.clear();
-  engine->kv().Clear();
+  kvm->Clear();
   UpdateKvStatsLocked();
   std::deque<EmbedJob> jobs;
   jobs.swap(embed_jobs);
@@ -901,9 +780,12 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   core->max_draft = config.max_draft;
   for (int32_t i = core->capacity - 1; i >= 0; --i) core->free_ids.push_back(i);
   core->embed_seq = core->capacity;
-  core->cache_base = core->capacity + 1;
   core->stats.kv_cells_total = n_ctx;
-  engine->kv().Clear();
+  KvCacheManagerConfig kc;
+  kc.prefix_cache = config.prefix_cache;
+  kc.max_cached_prefixes = config.max_cached_prefixes;
+  kc.first_cache_seq = core->capacity + 1;
+  core->kvm = std::make_unique<KvCacheManager>(&engine->kv(), kc);  // clears the cache
   // One pool: every sequence may take any free cell (KvCache::Allocate keeps each
   // sequence's cells in position order while the pool has room after them).
   for (int32_t i = 0; i <= core->capacity; ++i) engine->kv().SetSeqRange(i, 0, 0);
@@ -1027,6 +909,12 @@ SchedulerStats Scheduler::Stats() const {
   SchedulerStats s = core_->stats;
   s.active = static_cast<int32_t>(core_->active.size());
   s.queued = static_cast<int32_t>(core_->queue.size());
+  const KvCacheManagerStats& k = core_->kvm->stats();
+  s.prefix_cache_lookups = k.prefix_cache_lookups;
+  s.prefix_cache_hits = k.prefix_cache_hits;
+  s.prefix_tokens_reused = k.prefix_tokens_reused;
+  s.prefix_evictions = k.prefix_evictions;
+  s.preemptions = k.preemptions;
   return s;
 }
 
@@ -1037,11 +925,11 @@ uint64_t MixVersion(uint64_t h, uint64_t v) {
 }
 }  // namespace
 
-// The cache epoch and the ids of the active sequences (ids are never reused), so any
-// admission, end or cache change gives another value.
+// The manager's cache version and the ids of the active sequences (ids are never
+// reused), so any admission, end or cache change gives another value.
 static uint64_t PrefixVersionLocked(const internal::Core& c) {
   if (!c.cfg.prefix_cache) return 0;
-  uint64_t h = MixVersion(1, c.cache_epoch);
+  uint64_t h = MixVersion(1, c.kvm->version());
   for (const auto& a : c.active) h = MixVersion(h, a->id);
   return h == 0 ? 1 : h;
 }
@@ -1056,7 +944,7 @@ std::vector<std::vector<int32_t>> Scheduler::CachedPrompts(uint64_t* version) co
   std::vector<std::vector<int32_t>> out;
   if (version != nullptr) *version = PrefixVersionLocked(*core_);
   if (!core_->cfg.prefix_cache) return out;
-  for (const internal::CachedPrefix& e : core_->cached) out.push_back(e.tokens);
+  out = core_->kvm->CachedTokens();
   for (const auto& a : core_->active) out.push_back(a->prompt);
   return out;
 }

@@ -35,12 +35,16 @@
 // continues generating (the consumer decides).
 //
 // The KV pool. All sequences take cells from the engine's one KV cache as they grow (no
-// fixed share: a sequence may hold up to n_ctx_seq cells, n_ctx by default). At most
-// `capacity()` = max_sequences sequences are active at once; the queue's head is admitted
-// when a slot is free and the pool has room for its prompt beside the running
-// sequences' next steps. When no slot or no room is free a new sequence waits in a FIFO
-// queue (QueuePolicy::kWait, at most max_queue waiting, beyond that RESOURCE_EXHAUSTED)
-// or is refused at once with RESOURCE_EXHAUSTED when no slot is free (kReject). When
+// fixed share: a sequence may hold up to n_ctx_seq cells, n_ctx by default). The cache
+// policy below (room for admission, prefix cache, eviction, the choice of the sequence
+// to preempt) is KvCacheManager's (kv_cache_manager.h, tested without a model); the
+// scheduler keeps the queue, plans batches, runs them and requeues what the manager
+// preempts. At most `capacity()` = max_sequences sequences are active at once; the
+// queue's head is admitted when a slot is free and the pool has room for its prompt
+// beside the running sequences' next steps. When no slot or no room is free a new
+// sequence waits in a FIFO queue (QueuePolicy::kWait, at most max_queue waiting, beyond
+// that RESOURCE_EXHAUSTED) or is refused at once with RESOURCE_EXHAUSTED when no slot is
+// free (kReject). When
 // running sequences outgrow the pool, cached prefixes are evicted first (least recently
 // used), then the most recently admitted sequence is preempted (vLLM's preemption by
 // recomputation): its cells are freed and it goes back to the head of the queue; on
