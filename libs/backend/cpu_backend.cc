@@ -125,22 +125,16 @@ DeviceInfo CpuBackend::HostDevice() {
 
 DeviceInfo CpuBackend::device() const { return HostDevice(); }
 
-float AlibiSlope(int h, int n_head, float max_bias) {
-  if (max_bias <= 0.0f) return 1.0f;
-  const uint32_t n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(static_cast<float>(n_head))));
-  const float m0 = std::pow(2.0f, -max_bias / n_head_log2);
-  const float m1 = std::pow(2.0f, -(max_bias / 2.0f) / n_head_log2);
-  return static_cast<uint32_t>(h) < n_head_log2
-             ? std::pow(m0, static_cast<float>(h + 1))
-             : std::pow(m1, static_cast<float>(2 * (h - static_cast<int>(n_head_log2)) + 1));
-}
-
 CpuBackend::CpuBackend(int n_threads, Isa isa, bool repack, bool pin_threads, bool ggml_order)
     : pool_(n_threads, pin_threads),
       isa_(isa),
       repack_(repack),
       ggml_order_(ggml_order),
-      shared_prefix_attention_(false) {}
+      shared_prefix_attention_(false) {
+  limits_.get_rows_type = CanDequantize;
+  limits_.mul_mat_type = cpu::SupportsMulMat;
+  limits_.set_rows_type = CanQuantize;
+}
 
 namespace {
 
@@ -262,45 +256,7 @@ absl::Status CpuBackend::CopyTensor(const Tensor* src, Tensor* dst) {
   return absl::OkStatus();
 }
 
-bool CpuBackend::SupportsOp(const Tensor& n) const {
-  switch (n.op) {
-    case Op::kNone:
-    case Op::kView:
-      return true;
-    case Op::kGetRows:
-      return CanDequantize(n.src[0]->type) && n.src[1]->type == GgmlType::I32;
-    case Op::kMulMat:
-      return cpu::SupportsMulMat(n.src[0]->type) && n.src[1]->type == GgmlType::F32 && n.src[0]->ne[2] == 1 &&
-             n.src[0]->ne[3] == 1 && n.src[0]->ne[0] == n.src[1]->ne[0];
-    case Op::kAdd:
-    case Op::kMul:
-      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32 && n.src[0]->ne[0] == n.src[1]->ne[0];
-    case Op::kScale:
-    case Op::kRmsNorm:
-    case Op::kNorm:
-    case Op::kSilu:
-    case Op::kGelu:
-    case Op::kGeluErf:
-    case Op::kClamp:
-    case Op::kSoftMax:
-      return n.src[0]->type == GgmlType::F32;
-    case Op::kCont:
-      return n.src[0]->type == GgmlType::F32 && n.src[0]->nb[0] == sizeof(float);
-    case Op::kSwiglu:
-      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::F32;
-    case Op::kRope:
-      return n.src[0]->type == GgmlType::F32 && n.src[1]->type == GgmlType::I32 && n.i_params[0] <= n.src[0]->ne[0] &&
-             n.i_params[0] % 2 == 0;
-    case Op::kFlashAttnExt:
-      return n.src[0]->type == GgmlType::F32 && (n.src[1]->type == GgmlType::F32 || n.src[1]->type == GgmlType::F16) &&
-             n.src[2]->type == n.src[1]->type && n.src[1]->ne[0] == n.src[0]->ne[0] &&
-             n.src[0]->ne[1] % n.src[1]->ne[1] == 0;
-    case Op::kSetRows:
-      return CanQuantize(n.src[0]->type) && n.src[1]->type == GgmlType::F32 && n.src[2]->type == GgmlType::I32;
-    default:
-      return false;
-  }
-}
+bool CpuBackend::SupportsOp(const Tensor& n) const { return OpSupported(n, limits_); }
 
 uint8_t* CpuBackend::Work(size_t bytes) {
   if (work_.size() < bytes + 64) work_.resize(bytes + 64);
@@ -433,21 +389,24 @@ void ComputeBinary(ThreadPool& pool, Tensor* n) {
 void ComputeUnary(ThreadPool& pool, Tensor* n) {
   const Tensor* a = n->src[0];
   const int64_t ne0 = n->ne[0];
-  const float* fp = n->f_params;
+  const float eps = n->op == Op::kRmsNorm || n->op == Op::kNorm ? NormParams::Of(*n).eps : 0.0f;
+  const ClampParams clamp = n->op == Op::kClamp ? ClampParams::Of(*n) : ClampParams{};
   switch (n->op) {
-    case Op::kScale:
+    case Op::kScale: {
+      const float scale = ScaleParams::Of(*n).scale;
       ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Scale(F32Row(a, i1, i2, i3), fp[0], F32Row(n, i1, i2, i3), ne0);
+        cpu::Scale(F32Row(a, i1, i2, i3), scale, F32Row(n, i1, i2, i3), ne0);
       });
       return;
+    }
     case Op::kRmsNorm:
       ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::RmsNorm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, fp[0]);
+        cpu::RmsNorm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, eps);
       });
       return;
     case Op::kNorm:
       ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Norm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, fp[0]);
+        cpu::Norm(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, eps);
       });
       return;
     case Op::kSilu:
@@ -467,7 +426,7 @@ void ComputeUnary(ThreadPool& pool, Tensor* n) {
       return;
     case Op::kClamp:
       ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
-        cpu::Clamp(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, fp[0], fp[1]);
+        cpu::Clamp(F32Row(a, i1, i2, i3), F32Row(n, i1, i2, i3), ne0, clamp.min, clamp.max);
       });
       return;
     case Op::kCont:
@@ -484,8 +443,9 @@ void ComputeUnary(ThreadPool& pool, Tensor* n) {
 void ComputeSoftMax(ThreadPool& pool, Tensor* n) {
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
-  const float scale = n->f_params[0];
-  const float max_bias = n->f_params[1];
+  const SoftMaxParams sp = SoftMaxParams::Of(*n);
+  const float scale = sp.scale;
+  const float max_bias = sp.max_bias;
   const int n_head = static_cast<int>(n->ne[2]);
   ForRows(pool, n, [&](int64_t i1, int64_t i2, int64_t i3) {
     const float* mask = b ? F32Row(b, i1 % b->ne[1]) : nullptr;
@@ -498,16 +458,17 @@ void ComputeSoftMax(ThreadPool& pool, Tensor* n) {
 // frequency factors of src[2].
 void ComputeRope(ThreadPool& pool, Tensor* n) {
   const Tensor* a = n->src[0];
+  const RopeParams rp = RopeParams::Of(*n);
   cpu::RopeParams p;
-  p.n_dims = n->i_params[0];
-  p.neox = (n->i_params[1] & 2) != 0;
-  p.n_ctx_orig = n->i_params[2];
-  p.freq_base = n->f_params[0];
-  p.freq_scale = n->f_params[1];
-  p.ext_factor = n->f_params[2];
-  p.attn_factor = n->f_params[3];
-  p.beta_fast = n->f_params[4];
-  p.beta_slow = n->f_params[5];
+  p.n_dims = rp.n_dims;
+  p.neox = rp.neox();
+  p.n_ctx_orig = rp.n_ctx_orig;
+  p.freq_base = rp.freq_base;
+  p.freq_scale = rp.freq_scale;
+  p.ext_factor = rp.ext_factor;
+  p.attn_factor = rp.attn_factor;
+  p.beta_fast = rp.beta_fast;
+  p.beta_slow = rp.beta_slow;
   const int32_t* pos = static_cast<const int32_t*>(n->src[1]->data);
   const float* ff = n->src[2] ? static_cast<const float*>(n->src[2]->data) : nullptr;
   const int64_t n_tokens = n->ne[2];
@@ -674,8 +635,9 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
   Tensor* k = n->src[1];
   Tensor* v = n->src[2];
   Tensor* mask = n->src[3];
-  const float scale = n->f_params[0];
-  const float max_bias = n->f_params[1];
+  const FlashAttnParams fp = FlashAttnParams::Of(*n);
+  const float scale = fp.scale;
+  const float max_bias = fp.max_bias;
   const int64_t hd = q->ne[0];
   const int64_t n_head = q->ne[1];
   const int64_t n_tokens = q->ne[2];
@@ -819,8 +781,9 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
   Tensor* k = n->src[1];
   Tensor* v = n->src[2];
   Tensor* mask = n->src[3];
-  const float scale = n->f_params[0];
-  const float max_bias = n->f_params[1];
+  const FlashAttnParams fp = FlashAttnParams::Of(*n);
+  const float scale = fp.scale;
+  const float max_bias = fp.max_bias;
   const int64_t hd = q->ne[0];
   const int64_t n_head = q->ne[1];
   const int64_t n_tokens = q->ne[2];
@@ -980,8 +943,9 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::v
   Tensor* k = n->src[1];
   Tensor* v = n->src[2];
   Tensor* mask = n->src[3];
-  const float scale = n->f_params[0];
-  const float max_bias = n->f_params[1];
+  const FlashAttnParams fp = FlashAttnParams::Of(*n);
+  const float scale = fp.scale;
+  const float max_bias = fp.max_bias;
   const int64_t hd = q->ne[0];
   const int64_t n_head = q->ne[1];
   const int64_t n_tokens = q->ne[2];

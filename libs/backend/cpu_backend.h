@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 
 #include "libs/backend/backend.h"
+#include "libs/backend/op_support.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/thread_pool.h"
 #include "libs/kernels/cpu/kernels.h"
@@ -106,10 +107,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<uint8_t[], void (*)(void*)> arena_{nullptr, nullptr};
   size_t arena_size_ = 0;
   std::vector<uint8_t> work_;
+  OpLimits limits_;  // what SupportsOp accepts beyond the op's shape rules
 };
-
-/// ALiBi slope of head `h` of `n_head` (ggml soft_max / flash_attn_ext: heads beyond
-/// the largest power of two use the interleaved m1 sequence). 1.0 when max_bias <= 0.
-float AlibiSlope(int h, int n_head, float max_bias);
 
 }  // namespace herd

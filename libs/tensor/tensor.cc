@@ -1,5 +1,7 @@
 #include "libs/tensor/tensor.h"
 
+#include "libs/tensor/op_params.h"
+
 namespace herd {
 
 const char* OpName(Op op) {
@@ -153,21 +155,21 @@ Tensor* Graph::Mul(Tensor* a, Tensor* b) {
 Tensor* Graph::Scale(Tensor* a, float s) {
   Tensor* t = NewNode(Op::kScale, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
   t->src[0] = a;
-  t->f_params[0] = s;
+  ScaleParams{s}.Write(t);
   return t;
 }
 
 Tensor* Graph::RmsNorm(Tensor* a, float eps) {
   Tensor* t = NewNode(Op::kRmsNorm, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
   t->src[0] = a;
-  t->f_params[0] = eps;
+  NormParams{eps}.Write(t);
   return t;
 }
 
 Tensor* Graph::Norm(Tensor* a, float eps) {
   Tensor* t = NewNode(Op::kNorm, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
   t->src[0] = a;
-  t->f_params[0] = eps;
+  NormParams{eps}.Write(t);
   return t;
 }
 
@@ -177,15 +179,17 @@ Tensor* Graph::Rope(Tensor* a, Tensor* pos, Tensor* freq_factors, int n_dims, in
   t->src[0] = a;
   t->src[1] = pos;
   t->src[2] = freq_factors;
-  t->i_params[0] = n_dims;
-  t->i_params[1] = mode;
-  t->i_params[2] = n_ctx_orig;
-  t->f_params[0] = freq_base;
-  t->f_params[1] = freq_scale;
-  t->f_params[2] = ext_factor;
-  t->f_params[3] = attn_factor;
-  t->f_params[4] = beta_fast;
-  t->f_params[5] = beta_slow;
+  RopeParams p;
+  p.n_dims = n_dims;
+  p.mode = mode;
+  p.n_ctx_orig = n_ctx_orig;
+  p.freq_base = freq_base;
+  p.freq_scale = freq_scale;
+  p.ext_factor = ext_factor;
+  p.attn_factor = attn_factor;
+  p.beta_fast = beta_fast;
+  p.beta_slow = beta_slow;
+  p.Write(t);
   return t;
 }
 
@@ -193,8 +197,7 @@ Tensor* Graph::SoftMax(Tensor* a, Tensor* mask, float scale, float max_bias) {
   Tensor* t = NewNode(Op::kSoftMax, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
   t->src[0] = a;
   t->src[1] = mask;
-  t->f_params[0] = scale;
-  t->f_params[1] = max_bias;
+  SoftMaxParams{scale, max_bias}.Write(t);
   return t;
 }
 
@@ -219,8 +222,7 @@ Tensor* Graph::GeluErf(Tensor* a) {
 Tensor* Graph::Clamp(Tensor* a, float lo, float hi) {
   Tensor* t = NewNode(Op::kClamp, GgmlType::F32, {a->ne[0], a->ne[1], a->ne[2], a->ne[3]});
   t->src[0] = a;
-  t->f_params[0] = lo;
-  t->f_params[1] = hi;
+  ClampParams{lo, hi}.Write(t);
   return t;
 }
 
@@ -242,8 +244,7 @@ Tensor* Graph::FlashAttnExt(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float
   t->src[0] = q;
   t->src[1] = k;
   t->src[2] = v;
-  t->f_params[0] = scale;
-  t->f_params[1] = max_bias;
+  FlashAttnParams{scale, max_bias}.Write(t);
   t->src[3] = mask;
   return t;
 }

@@ -30,8 +30,10 @@
 #include "absl/strings/strip.h"
 
 #include "libs/backend/cuda/kernels.h"
+#include "libs/backend/op_support.h"
 #include "libs/base/log.h"
 #include "libs/tensor/graph_alloc.h"
+#include "libs/tensor/op_params.h"
 
 namespace herd {
 namespace {
@@ -258,8 +260,6 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBufferType::Allocate(size_t size) {
 // ---------------------------------------------------------------------------
 // The backend.
 
-bool IsF32(const Tensor* t) { return t != nullptr && t->type == GgmlType::F32; }
-
 int WTypeOf(GgmlType t) {
   switch (t) {
     case GgmlType::F32:
@@ -278,8 +278,6 @@ int WTypeOf(GgmlType t) {
       return -1;
   }
 }
-
-int64_t BlockSize(GgmlType t) { return GetGgmlTypeTraits(t)->block_size; }
 
 // Shape and strides the kernels can index: positive extents; for F32 / F16 / I32 rows of
 // contiguous elements and element-aligned strides and view offsets; for block types
@@ -306,23 +304,32 @@ bool UniformColumns(const Tensor* t) {
          (t->ne[3] == 1 || t->nb[3] == t->nb[2] * static_cast<size_t>(t->ne[2]));
 }
 
+// The ALiBi constants (libs/tensor/op_params.h) of n_head heads as the kernels take them.
 cuda::Alibi AlibiParams(int64_t n_head, float max_bias) {
+  const AlibiConsts c = AlibiConsts::For(n_head, max_bias);
   cuda::Alibi a;
-  if (max_bias <= 0.0f) return a;
-  a.use = 1;
-  a.n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(static_cast<float>(n_head))));
-  a.m0 = std::pow(2.0f, -max_bias / a.n_head_log2);
-  a.m1 = std::pow(2.0f, -(max_bias / 2.0f) / a.n_head_log2);
+  a.use = static_cast<int>(c.use);
+  a.n_head_log2 = c.n_head_log2;
+  a.m0 = c.m0;
+  a.m1 = c.m1;
   return a;
 }
 
-// ggml_rope_yarn_corr_dims (the CPU's RopeYarnCorrDims, same float operations).
-void YarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
-  const auto corr_dim = [&](float n_rot) {
-    return n_dims * std::log(n_ctx_orig / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(freq_base));
-  };
-  dims[0] = std::max(0.0f, std::floor(corr_dim(beta_fast)));
-  dims[1] = std::min(static_cast<float>(n_dims - 1), std::ceil(corr_dim(beta_slow)));
+// RoPE's constants (libs/tensor/op_params.h) as the kernel takes them.
+cuda::RopeConsts RopeConstsOf(const Tensor& n) {
+  const RopeParams p = RopeParams::Of(n);
+  cuda::RopeConsts rc;
+  rc.n_dims = p.n_dims;
+  rc.neox = p.neox() ? 1 : 0;
+  rc.freq_scale = p.freq_scale;
+  rc.ext_factor = p.ext_factor;
+  rc.theta_scale = p.theta_scale();
+  float corr[2];
+  p.CorrDims(corr);
+  rc.corr0 = corr[0];
+  rc.corr1 = corr[1];
+  rc.mscale = p.mscale();
+  return rc;
 }
 
 // How a batched mul_mat runs and the scratch it needs.
@@ -334,7 +341,10 @@ struct GemmPlan {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(DeviceInfo info, std::shared_ptr<CudaBufferType> buft) : info_(std::move(info)), buft_(std::move(buft)) {}
+  CudaBackend(DeviceInfo info, std::shared_ptr<CudaBufferType> buft)
+      : info_(std::move(info)),
+        buft_(std::move(buft)),
+        limits_(GpuOpLimits([](GgmlType t) { return WTypeOf(t) >= 0; }, [](const Tensor& t) { return Fits(&t); })) {}
   ~CudaBackend() override;
   absl::Status Init(const GpuOptions& opts);
 
@@ -381,6 +391,7 @@ class CudaBackend : public Backend {
 
   DeviceInfo info_;
   std::shared_ptr<CudaBufferType> buft_;
+  OpLimits limits_;  // what SupportsOp accepts beyond the op's shape rules
   mutable std::mutex mu_;
   cudaStream_t stream_ = nullptr;
   unsigned* err_dev_ = nullptr;      // the kernels' error word
@@ -616,61 +627,7 @@ absl::Status CudaBackend::CopyTensor(const Tensor* src, Tensor* dst) {
   return SyncLocked("cudaStreamSynchronize (after a device-to-device copy)");
 }
 
-bool CudaBackend::SupportsOp(const Tensor& n) const {
-  const Tensor* a = n.src[0];
-  const Tensor* b = n.src[1];
-  switch (n.op) {
-    case Op::kNone:
-    case Op::kView:
-      return true;
-    case Op::kGetRows:
-      return a != nullptr && b != nullptr && WTypeOf(a->type) >= 0 && b->type == GgmlType::I32 &&
-             a->ne[0] % BlockSize(a->type) == 0 && Fits(a) && Fits(b) && Fits(&n);
-    case Op::kMulMat:
-      return a != nullptr && IsF32(b) && WTypeOf(a->type) >= 0 && a->ne[2] == 1 && a->ne[3] == 1 &&
-             a->ne[0] == b->ne[0] && a->ne[0] % BlockSize(a->type) == 0 && Fits(a) && Fits(b) && Fits(&n);
-    case Op::kAdd:
-    case Op::kMul:
-    case Op::kSwiglu:
-      return IsF32(a) && IsF32(b) && a->ne[0] == b->ne[0] && Fits(a) && Fits(b) && Fits(&n);
-    case Op::kScale:
-    case Op::kRmsNorm:
-    case Op::kNorm:
-    case Op::kSilu:
-    case Op::kGelu:
-    case Op::kGeluErf:
-    case Op::kClamp:
-      return IsF32(a) && Fits(a) && Fits(&n);
-    case Op::kCont:
-      return IsF32(a) && a->nb[0] == sizeof(float) && Fits(a) && Fits(&n);
-    case Op::kSoftMax:
-      return IsF32(a) && Fits(a) && Fits(&n) && (b == nullptr || (IsF32(b) && b->ne[0] >= a->ne[0] && Fits(b)));
-    case Op::kRope: {
-      const Tensor* ff = n.src[2];
-      return IsF32(a) && b != nullptr && b->type == GgmlType::I32 && n.i_params[0] <= a->ne[0] &&
-             n.i_params[0] % 2 == 0 && n.i_params[0] > 0 && b->ne[0] >= a->ne[2] && Fits(a) && Fits(b) && Fits(&n) &&
-             (ff == nullptr || (IsF32(ff) && ff->ne[0] >= n.i_params[0] / 2 && Fits(ff)));
-    }
-    case Op::kFlashAttnExt: {
-      const Tensor* k = n.src[1];
-      const Tensor* v = n.src[2];
-      const Tensor* mask = n.src[3];
-      return IsF32(a) && k != nullptr && v != nullptr && (k->type == GgmlType::F32 || k->type == GgmlType::F16) &&
-             v->type == k->type && k->ne[0] == a->ne[0] && v->ne[0] == a->ne[0] && a->ne[0] <= 256 && k->ne[1] > 0 &&
-             a->ne[1] % k->ne[1] == 0 && v->ne[1] == k->ne[1] && v->ne[2] >= k->ne[2] && Fits(a) && Fits(k) &&
-             Fits(v) && Fits(&n) &&
-             (mask == nullptr || (IsF32(mask) && mask->ne[0] >= k->ne[2] && mask->ne[1] >= a->ne[2] && Fits(mask)));
-    }
-    case Op::kSetRows: {
-      const Tensor* idx = n.src[2];
-      return a != nullptr && (a->type == GgmlType::F32 || a->type == GgmlType::F16) && IsF32(b) && idx != nullptr &&
-             idx->type == GgmlType::I32 && idx->ne[0] >= b->ne[1] && b->ne[0] <= a->ne[0] && Fits(a) && Fits(b) &&
-             Fits(idx);
-    }
-    default:
-      return false;
-  }
-}
+bool CudaBackend::SupportsOp(const Tensor& n) const { return OpSupported(n, limits_); }
 
 GemmPlan CudaBackend::PlanMulMat(const Tensor* n) const {
   GemmPlan p;
@@ -855,7 +812,9 @@ absl::Status CudaBackend::Encode(Tensor* n) {
       if (n->op == Op::kGelu) op = cuda::UnaryOp::kGelu;
       if (n->op == Op::kGeluErf) op = cuda::UnaryOp::kGeluErf;
       if (n->op == Op::kClamp) op = cuda::UnaryOp::kClamp;
-      HERD_LAUNCH("unary", cuda::Unary(op, *da, *dn, n->f_params[0], n->f_params[1], stream_));
+      float fp[2];
+      ElementOpFloats(*n, fp);
+      HERD_LAUNCH("unary", cuda::Unary(op, *da, *dn, fp[0], fp[1], stream_));
       return absl::OkStatus();
     }
     case Op::kRmsNorm:
@@ -864,7 +823,7 @@ absl::Status CudaBackend::Encode(Tensor* n) {
       if (!da.ok()) return da.status();
       absl::StatusOr<DevTensor> dn = Dev(n, 4);
       if (!dn.ok()) return dn.status();
-      HERD_LAUNCH("norm", cuda::Norm(n->op == Op::kRmsNorm, *da, *dn, n->f_params[0], stream_));
+      HERD_LAUNCH("norm", cuda::Norm(n->op == Op::kRmsNorm, *da, *dn, NormParams::Of(*n).eps, stream_));
       return absl::OkStatus();
     }
     case Op::kSoftMax: {
@@ -878,8 +837,9 @@ absl::Status CudaBackend::Encode(Tensor* n) {
         if (!r.ok()) return r.status();
         dm = *r;
       }
-      HERD_LAUNCH("soft_max", cuda::SoftMax(*da, b != nullptr ? &dm : nullptr, *dn, n->f_params[0],
-                                            AlibiParams(n->ne[2], n->f_params[1]), stream_));
+      const SoftMaxParams sp = SoftMaxParams::Of(*n);
+      HERD_LAUNCH("soft_max", cuda::SoftMax(*da, b != nullptr ? &dm : nullptr, *dn, sp.scale,
+                                            AlibiParams(n->ne[2], sp.max_bias), stream_));
       return absl::OkStatus();
     }
     case Op::kRope: {
@@ -896,19 +856,7 @@ absl::Status CudaBackend::Encode(Tensor* n) {
         if (!r.ok()) return r.status();
         dff = *r;
       }
-      cuda::RopeConsts rc;
-      rc.n_dims = n->i_params[0];
-      rc.neox = (n->i_params[1] & 2) ? 1 : 0;
-      const float freq_base = n->f_params[0];
-      rc.freq_scale = n->f_params[1];
-      rc.ext_factor = n->f_params[2];
-      rc.theta_scale = std::pow(freq_base, -2.0f / rc.n_dims);
-      float corr[2];
-      YarnCorrDims(rc.n_dims, n->i_params[2], freq_base, n->f_params[4], n->f_params[5], corr);
-      rc.corr0 = corr[0];
-      rc.corr1 = corr[1];
-      rc.mscale = n->f_params[3];
-      if (rc.ext_factor != 0.0f) rc.mscale *= 1.0f + 0.1f * std::log(1.0f / rc.freq_scale);
+      const cuda::RopeConsts rc = RopeConstsOf(*n);
       HERD_LAUNCH("rope", cuda::Rope(*da, *dpos, ff != nullptr ? &dff : nullptr, *dn, rc, stream_));
       return absl::OkStatus();
     }
@@ -943,8 +891,9 @@ absl::Status CudaBackend::Encode(Tensor* n) {
         if (!r.ok()) return r.status();
         dm = *r;
       }
-      HERD_LAUNCH("flash_attn_ext", cuda::FlashAttn(*dq, *dk, *dv, mask != nullptr ? &dm : nullptr, *dn, f16,
-                                                    n->f_params[0], AlibiParams(a->ne[1], n->f_params[1]), stream_));
+      const FlashAttnParams fp = FlashAttnParams::Of(*n);
+      HERD_LAUNCH("flash_attn_ext", cuda::FlashAttn(*dq, *dk, *dv, mask != nullptr ? &dm : nullptr, *dn, f16, fp.scale,
+                                                    AlibiParams(a->ne[1], fp.max_bias), stream_));
       return absl::OkStatus();
     }
     default:

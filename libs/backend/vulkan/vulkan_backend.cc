@@ -12,9 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/backend/op_support.h"
 #include "libs/backend/vulkan/vk_api.h"
 #include "libs/base/log.h"
 #include "libs/tensor/graph_alloc.h"
+#include "libs/tensor/op_params.h"
 
 namespace herd {
 namespace {
@@ -718,38 +720,13 @@ class Push {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// ggml_rope_yarn_corr_dims (the CPU backend's RopeYarnCorrDims, same float operations).
-void YarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
-  const auto corr_dim = [&](float n_rot) {
-    return n_dims * std::log(n_ctx_orig / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(freq_base));
-  };
-  dims[0] = std::max(0.0f, std::floor(corr_dim(beta_fast)));
-  dims[1] = std::min(static_cast<float>(n_dims - 1), std::ceil(corr_dim(beta_slow)));
-}
-
-// ALiBi constants of AlibiSlope (libs/backend/cpu_backend.cc) for n_head heads.
-struct Alibi {
-  uint32_t use = 0, n_head_log2 = 1;
-  float m0 = 1.0f, m1 = 1.0f;
-};
-Alibi AlibiParams(int64_t n_head, float max_bias) {
-  Alibi a;
-  if (max_bias <= 0.0f) return a;
-  a.use = 1;
-  a.n_head_log2 = 1u << static_cast<uint32_t>(std::floor(std::log2(static_cast<float>(n_head))));
-  a.m0 = std::pow(2.0f, -max_bias / a.n_head_log2);
-  a.m1 = std::pow(2.0f, -(max_bias / 2.0f) / a.n_head_log2);
-  return a;
-}
-
-int64_t BlockSize(GgmlType t) { return GetGgmlTypeTraits(t)->block_size; }
-
-bool IsF32(const Tensor* t) { return t != nullptr && t->type == GgmlType::F32; }
-
 class VulkanBackend : public Backend {
  public:
   VulkanBackend(std::shared_ptr<VulkanContext> ctx, std::shared_ptr<VulkanBufferType> buft)
-      : ctx_(std::move(ctx)), buft_(std::move(buft)) {}
+      : ctx_(std::move(ctx)),
+        buft_(std::move(buft)),
+        limits_(GpuOpLimits([](GgmlType t) { return TypeVariant(t) >= 0; },
+                            [this](const Tensor& t) { return Fits(&t); })) {}
   ~VulkanBackend() override;
   absl::Status Init();
 
@@ -777,6 +754,7 @@ class VulkanBackend : public Backend {
 
   std::shared_ptr<VulkanContext> ctx_;
   std::shared_ptr<VulkanBufferType> buft_;
+  OpLimits limits_;  // what SupportsOp accepts beyond the op's shape rules (Fits: this backend's)
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout pipe_layout_ = VK_NULL_HANDLE;
   std::array<VkPipeline, kPipeCount> pipes_{};
@@ -931,61 +909,7 @@ bool VulkanBackend::Fits(const Tensor* t) const {
   return true;
 }
 
-bool VulkanBackend::SupportsOp(const Tensor& n) const {
-  const Tensor* a = n.src[0];
-  const Tensor* b = n.src[1];
-  switch (n.op) {
-    case Op::kNone:
-    case Op::kView:
-      return true;
-    case Op::kGetRows:
-      return a != nullptr && b != nullptr && TypeVariant(a->type) >= 0 && b->type == GgmlType::I32 &&
-             a->ne[0] % BlockSize(a->type) == 0 && Fits(a) && Fits(b) && Fits(&n);
-    case Op::kMulMat:
-      return a != nullptr && IsF32(b) && TypeVariant(a->type) >= 0 && a->ne[2] == 1 && a->ne[3] == 1 &&
-             a->ne[0] == b->ne[0] && a->ne[0] % BlockSize(a->type) == 0 && Fits(a) && Fits(b) && Fits(&n);
-    case Op::kAdd:
-    case Op::kMul:
-    case Op::kSwiglu:
-      return IsF32(a) && IsF32(b) && a->ne[0] == b->ne[0] && Fits(a) && Fits(b) && Fits(&n);
-    case Op::kScale:
-    case Op::kRmsNorm:
-    case Op::kNorm:
-    case Op::kSilu:
-    case Op::kGelu:
-    case Op::kGeluErf:
-    case Op::kClamp:
-      return IsF32(a) && Fits(a) && Fits(&n);
-    case Op::kCont:
-      return IsF32(a) && a->nb[0] == sizeof(float) && Fits(a) && Fits(&n);
-    case Op::kSoftMax:
-      return IsF32(a) && Fits(a) && Fits(&n) && (b == nullptr || (IsF32(b) && b->ne[0] >= a->ne[0] && Fits(b)));
-    case Op::kRope: {
-      const Tensor* ff = n.src[2];
-      return IsF32(a) && b != nullptr && b->type == GgmlType::I32 && n.i_params[0] <= a->ne[0] &&
-             n.i_params[0] % 2 == 0 && n.i_params[0] > 0 && b->ne[0] >= a->ne[2] && Fits(a) && Fits(b) && Fits(&n) &&
-             (ff == nullptr || (IsF32(ff) && ff->ne[0] >= n.i_params[0] / 2 && Fits(ff)));
-    }
-    case Op::kFlashAttnExt: {
-      const Tensor* k = n.src[1];
-      const Tensor* v = n.src[2];
-      const Tensor* mask = n.src[3];
-      return IsF32(a) && k != nullptr && v != nullptr && (k->type == GgmlType::F32 || k->type == GgmlType::F16) &&
-             v->type == k->type && k->ne[0] == a->ne[0] && v->ne[0] == a->ne[0] && a->ne[0] <= 256 && k->ne[1] > 0 &&
-             a->ne[1] % k->ne[1] == 0 && v->ne[1] == k->ne[1] && v->ne[2] >= k->ne[2] && Fits(a) && Fits(k) &&
-             Fits(v) && Fits(&n) &&
-             (mask == nullptr || (IsF32(mask) && mask->ne[0] >= k->ne[2] && mask->ne[1] >= a->ne[2] && Fits(mask)));
-    }
-    case Op::kSetRows: {
-      const Tensor* idx = n.src[2];
-      return a != nullptr && (a->type == GgmlType::F32 || a->type == GgmlType::F16) && IsF32(b) && idx != nullptr &&
-             idx->type == GgmlType::I32 && idx->ne[0] >= b->ne[1] && b->ne[0] <= a->ne[0] && Fits(a) && Fits(b) &&
-             Fits(idx);
-    }
-    default:
-      return false;
-  }
-}
+bool VulkanBackend::SupportsOp(const Tensor& n) const { return OpSupported(n, limits_); }
 
 absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const {
   Dispatch d;
@@ -1070,7 +994,9 @@ absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const 
       p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
       p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
       p.U(*r1 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      p.F(n->f_params[0]).F(n->f_params[1]);
+      float fp[2];
+      ElementOpFloats(*n, fp);
+      p.F(fp[0]).F(fp[1]);
       d.groups = CeilDiv(static_cast<uint64_t>(n->nelements()), 256);
       break;
     }
@@ -1084,7 +1010,7 @@ absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const 
       p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->nrows());
       p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
       p.U(*r1 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      p.F(n->f_params[0]);
+      p.F(NormParams::Of(*n).eps);
       d.groups = static_cast<uint64_t>(n->nrows());
       break;
     }
@@ -1100,12 +1026,13 @@ absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const 
       r2 = add_arg(n, 4);
       if (!r0.ok() || !r1.ok() || !r2.ok()) break;
       d.write = 2;
-      const Alibi al = AlibiParams(n->ne[2], n->f_params[1]);
+      const SoftMaxParams sp = SoftMaxParams::Of(*n);
+      const AlibiConsts al = AlibiConsts::For(n->ne[2], sp.max_bias);
       p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->nrows());
       p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
       p.U(*r2 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
       p.U(*r1 / 4).U(b ? f(b->nb[1]) : 0).U(b ? b->ne[1] : 1).U(b ? 1 : 0);
-      p.F(n->f_params[0]).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
+      p.F(sp.scale).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
       d.groups = static_cast<uint64_t>(n->nrows());
       break;
     }
@@ -1123,17 +1050,15 @@ absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const 
       r3 = add_arg(n, 4);
       if (!r0.ok() || !r1.ok() || !r2.ok() || !r3.ok()) break;
       d.write = 3;
-      const int n_dims = n->i_params[0];
-      const float freq_base = n->f_params[0], freq_scale = n->f_params[1], ext_factor = n->f_params[2];
+      const RopeParams rp = RopeParams::Of(*n);
+      const int n_dims = rp.n_dims;
       float corr[2];
-      YarnCorrDims(n_dims, n->i_params[2], freq_base, n->f_params[4], n->f_params[5], corr);
-      float mscale = n->f_params[3];
-      if (ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
+      rp.CorrDims(corr);
       p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
       p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
       p.U(*r3 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      p.U(*r1 / 4).U(*r2 / 4).U(ff ? 1 : 0).U(static_cast<uint32_t>(n_dims)).U((n->i_params[1] & 2) ? 1 : 0);
-      p.F(std::pow(freq_base, -2.0f / n_dims)).F(freq_scale).F(ext_factor).F(mscale).F(corr[0]).F(corr[1]);
+      p.U(*r1 / 4).U(*r2 / 4).U(ff ? 1 : 0).U(static_cast<uint32_t>(n_dims)).U(rp.neox() ? 1 : 0);
+      p.F(rp.theta_scale()).F(rp.freq_scale).F(rp.ext_factor).F(rp.mscale()).F(corr[0]).F(corr[1]);
       const uint64_t slots = static_cast<uint64_t>(n_dims / 2 + (n->ne[0] - n_dims));
       d.groups = CeilDiv(slots * static_cast<uint64_t>(n->nrows()), 256);
       break;
@@ -1170,14 +1095,15 @@ absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const 
       r4 = add_arg(n, 4);
       if (!r0.ok() || !r1.ok() || !r2.ok() || !r3.ok() || !r4.ok()) break;
       d.write = 4;
-      const Alibi al = AlibiParams(a->ne[1], n->f_params[1]);
+      const FlashAttnParams fp = FlashAttnParams::Of(*n);
+      const AlibiConsts al = AlibiConsts::For(a->ne[1], fp.max_bias);
       p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2]));
       p.U(*r1).U(k->nb[1]).U(k->nb[2]);
       p.U(*r2).U(v->nb[1]).U(v->nb[2]);
       p.U(*r3 / 4).U(mask ? f(mask->nb[1]) : 0);
       p.U(*r4 / 4).U(f(n->nb[1])).U(f(n->nb[2]));
       p.U(a->ne[0]).U(a->ne[1]).U(a->ne[2]).U(k->ne[2]).U(a->ne[1] / k->ne[1]).U(mask ? 1 : 0);
-      p.F(n->f_params[0]).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
+      p.F(fp.scale).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
       d.groups = static_cast<uint64_t>(a->ne[1]) * static_cast<uint64_t>(a->ne[2]);
       break;
     }

@@ -13,6 +13,7 @@
 #include "libs/base/fp16.h"
 #include "libs/kernels/cpu/internal.h"
 #include "libs/kernels/cpu/kernels.h"
+#include "libs/tensor/op_params.h"
 
 namespace herd::cpu {
 
@@ -33,11 +34,6 @@ const uint16_t* GeluTable() {
     return t;
   }();
   return table->data();
-}
-
-// ggml_rope_yarn_corr_dim
-float YarnCorrDim(int n_dims, int n_ctx_orig, float n_rot, float base) {
-  return n_dims * std::log(n_ctx_orig / (n_rot * 2 * static_cast<float>(M_PI))) / (2 * std::log(base));
 }
 
 float YarnRamp(float low, float high, int i0) {
@@ -99,10 +95,7 @@ void SoftMax(const float* x, float* y, int64_t n, float scale, const float* mask
 }
 
 void RopeYarnCorrDims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
-  const float start = std::floor(YarnCorrDim(n_dims, n_ctx_orig, beta_fast, freq_base));
-  const float end = std::ceil(YarnCorrDim(n_dims, n_ctx_orig, beta_slow, freq_base));
-  dims[0] = std::max(0.0f, start);
-  dims[1] = std::min(static_cast<float>(n_dims - 1), end);
+  herd::YarnCorrDims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow, dims);  // the one shared definition
 }
 
 void RopeCache(const RopeParams& p, float pos, const float* freq_factors, float* cos_sin) {
