@@ -38,8 +38,11 @@ struct Gateway::AsyncRun {
   int attempt = 0;
 };
 
-// One attempt on one worker: the Session call as a callback reactor. Deletes itself when
-// the call is done.
+// One attempt on one worker: the Session call as a callback reactor. Owned by two
+// references: the call's (self_, dropped by OnDone) and Start's (dropped when StartCall has
+// returned), so OnDone on a callback thread never frees the ClientContext while StartCall
+// still reads it (gRPC orders the two with atomics ThreadSanitizer cannot see; a
+// shared_ptr's count is an edge it can).
 class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::SessionResponse> {
  public:
   AsyncAttempt(Gateway* gw, std::shared_ptr<AsyncRun> run, WorkerPool::Lease lease)
@@ -49,8 +52,16 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
         address_(lease_->address()),
         tracker_(*run_->g, AttemptBudget(*run_->g, lease_->info())) {}
 
+  // Creates the attempt and starts its call.
+  static void Start(Gateway* gw, std::shared_ptr<AsyncRun> run, WorkerPool::Lease lease) {
+    auto attempt = std::make_shared<AsyncAttempt>(gw, std::move(run), std::move(lease));
+    attempt->self_ = attempt;
+    attempt->Go();
+  }
+
+ private:
   // Starts the call. Touches nothing of this object after StartCall: the whole call
-  // may end, and OnDone delete it, before StartCall returns.
+  // may end, and OnDone drop the call's reference, before StartCall returns.
   void Go() {
     Generation& g = *run_->g;
     ctx_.set_deadline(absl::ToChronoTime(g.deadline));
@@ -79,6 +90,7 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
     StartCall();
   }
 
+ public:
   void OnWriteDone(bool ok) override {
     Acquire();
     const v1::SessionRequest* next = nullptr;
@@ -126,7 +138,7 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
     Gateway* gw = gw_;
     std::shared_ptr<AsyncRun> run = std::move(run_);
     const std::string addr = address_;
-    delete this;
+    self_.reset();  // may delete this
     gw->AfterAsyncAttempt(std::move(run), addr, a);
     gw->async_attempts_.fetch_sub(1);
   }
@@ -201,6 +213,7 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
   bool writing_ = false;
   std::atomic<bool> broken_{false};
   std::atomic<bool> started_call_{false};
+  std::shared_ptr<AsyncAttempt> self_;  // the call's reference, dropped by OnDone
   // Reads are sequential: these are touched only by OnReadDone, then by OnDone.
   bool started_ = false;
   bool client_gone_ = false;
@@ -237,7 +250,7 @@ void Gateway::NextAsyncAttempt(std::shared_ptr<AsyncRun> run) {
     auto lease = pool_->Acquire(g.model, static_cast<int64_t>(g.prompt.size()), run->tried, g.prompt);
     if (lease.ok()) {
       g.worker = lease->address();
-      (new AsyncAttempt(this, run, *std::move(lease)))->Go();
+      AsyncAttempt::Start(this, run, *std::move(lease));
       return;
     }
     status = run->last_error.ok() ? lease.status() : run->last_error;
