@@ -8,6 +8,27 @@ absl::StatusOr<std::unique_ptr<Buffer>> BufferType::FromHostPtr(void*, size_t) {
   return absl::UnimplementedError(absl::StrCat("buffer type ", name(), " cannot wrap host memory"));
 }
 
+absl::Status LocateTensor(const Tensor* t, const BufferType* buft, absl::string_view backend, const Buffer** buf,
+                          size_t* offset) {
+  const Buffer* b = t->buffer != nullptr ? t->buffer : (t->view_src != nullptr ? t->view_src->buffer : nullptr);
+  if (t->data == nullptr || b == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data in a buffer"));
+  }
+  if (b->type() != buft) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(), " buffer, not in ", backend, " memory"));
+  }
+  const uint8_t* base = static_cast<const uint8_t*>(b->base());
+  const uint8_t* p = static_cast<const uint8_t*>(t->data);
+  if (p < base || static_cast<size_t>(p - base) + t->nbytes() > b->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t->name, "' (", t->nbytes(), " bytes) lies outside its ", b->size(), "-byte buffer"));
+  }
+  *buf = b;
+  *offset = static_cast<size_t>(p - base);
+  return absl::OkStatus();
+}
+
 absl::Status PlaceTensor(Tensor* t, Buffer* buf, size_t offset) {
   const size_t align = buf->type()->alignment();
   if (offset % align != 0) {

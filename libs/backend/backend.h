@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 #include "libs/tensor/tensor.h"
 
@@ -66,6 +67,14 @@ struct DeviceInfo {
 /// Places `t` at `offset` inside `buf` (sets t->buffer and t->data).
 /// INVALID_ARGUMENT when it does not fit or the offset is misaligned.
 absl::Status PlaceTensor(Tensor* t, Buffer* buf, size_t offset);
+
+/// Where t's bytes lie: its buffer (a view's: its root's), which must be of type `buft`,
+/// and t->data's byte offset from that buffer's base(). FAILED_PRECONDITION when t has no
+/// data in a buffer; INVALID_ARGUMENT when the buffer is of another type or t's bytes do
+/// not lie inside it. `backend` names the memory in the messages ("tensor 'x' is in a CPU
+/// buffer, not in <backend> memory").
+absl::Status LocateTensor(const Tensor* t, const BufferType* buft, absl::string_view backend, const Buffer** buf,
+                          size_t* offset);
 
 /// A compute device.
 class Backend {

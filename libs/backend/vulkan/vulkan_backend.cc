@@ -846,23 +846,9 @@ VulkanBackend::~VulkanBackend() {
 }
 
 absl::Status VulkanBackend::Locate(const Tensor* t, const VulkanBuffer** buf, size_t* offset) const {
-  const Buffer* b = t->buffer != nullptr ? t->buffer : (t->view_src != nullptr ? t->view_src->buffer : nullptr);
-  if (t->data == nullptr || b == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data in a buffer"));
-  }
-  if (b->type() != buft_.get()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(), " buffer, not in ", name(), " memory"));
-  }
-  const auto* vb = static_cast<const VulkanBuffer*>(b);
-  const uint8_t* base = static_cast<const uint8_t*>(vb->base());
-  const uint8_t* p = static_cast<const uint8_t*>(t->data);
-  if (p < base || static_cast<size_t>(p - base) + t->nbytes() > vb->size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", t->name, "' (", t->nbytes(), " bytes) lies outside its ", vb->size(), "-byte buffer"));
-  }
-  *buf = vb;
-  *offset = static_cast<size_t>(p - base);
+  const Buffer* b = nullptr;
+  if (absl::Status s = LocateTensor(t, buft_.get(), name(), &b, offset); !s.ok()) return s;
+  *buf = static_cast<const VulkanBuffer*>(b);
   return absl::OkStatus();
 }
 
