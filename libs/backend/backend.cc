@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/tensor/graph_alloc.h"
+
 namespace herd {
 
 absl::StatusOr<std::unique_ptr<Buffer>> BufferType::FromHostPtr(void*, size_t) {
@@ -26,6 +28,23 @@ absl::Status LocateTensor(const Tensor* t, const BufferType* buft, absl::string_
   }
   *buf = b;
   *offset = static_cast<size_t>(p - base);
+  return absl::OkStatus();
+}
+
+absl::Status PlaceInScratch(Graph& g, size_t alignment, void* fake_base,
+                            const std::function<absl::Status(size_t)>& ensure_scratch,
+                            const std::unique_ptr<Buffer>& scratch) {
+  if (g.placed()) return absl::OkStatus();
+  GraphPlan plan = PlanGraph(g, alignment);
+  if (plan.arena_size > 0) {
+    absl::Status s = ensure_scratch(plan.arena_size);
+    if (!s.ok()) return s;
+  }
+  ApplyPlan(plan, g, fake_base);
+  for (Tensor* t : plan.tensors) t->buffer = scratch.get();
+  for (Tensor* t : g.nodes()) {
+    if (t->view_src != nullptr) t->buffer = t->view_src->buffer;
+  }
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,15 @@ absl::Status PlaceTensor(Tensor* t, Buffer* buf, size_t offset);
 /// buffer, not in <backend> memory").
 absl::Status LocateTensor(const Tensor* t, const BufferType* buft, absl::string_view backend, const Buffer** buf,
                           size_t* offset);
+
+/// For a backend whose buffers the host cannot address (base() is a fake address): places
+/// an unplaced graph's intermediate tensors in the backend's one scratch buffer. Plans g
+/// (PlanGraph with `alignment`), has ensure_scratch(bytes) grow `scratch` when the plan
+/// needs memory (its error is returned), lays the tensors out from fake_base (ApplyPlan)
+/// and points them at *scratch, views at their root's buffer. A placed graph: nothing.
+absl::Status PlaceInScratch(Graph& g, size_t alignment, void* fake_base,
+                            const std::function<absl::Status(size_t)>& ensure_scratch,
+                            const std::unique_ptr<Buffer>& scratch);
 
 /// A compute device.
 class Backend {

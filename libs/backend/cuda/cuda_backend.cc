@@ -898,17 +898,10 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
-  if (!g.placed()) {
-    GraphPlan plan = PlanGraph(g, buft_->alignment());
-    if (plan.arena_size > 0) {
-      absl::Status s = EnsureScratch(plan.arena_size);
-      if (!s.ok()) return s;
-    }
-    ApplyPlan(plan, g, kFakeBase);
-    for (Tensor* t : plan.tensors) t->buffer = scratch_.get();
-    for (Tensor* t : g.nodes()) {
-      if (t->view_src != nullptr) t->buffer = t->view_src->buffer;
-    }
+  if (absl::Status s = PlaceInScratch(
+          g, buft_->alignment(), kFakeBase, [this](size_t bytes) { return EnsureScratch(bytes); }, scratch_);
+      !s.ok()) {
+    return s;
   }
   size_t work = 0;
   for (Tensor* n : g.nodes()) {
