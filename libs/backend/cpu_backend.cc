@@ -300,6 +300,41 @@ absl::Status CpuBackend::GraphCompute(Graph& ctx) {
 
 namespace {
 
+// A FLASH_ATTN_EXT node's operands and sizes: q [hd, n_head, n_tokens] F32, k / v
+// [hd, n_head_kv, n_kv], mask [n_kv, n_tokens] F32 or none; gqa = n_head / n_head_kv.
+struct FlashAttnDims {
+  const Tensor* q;
+  const Tensor* k;
+  const Tensor* v;
+  const Tensor* mask;  // nullptr: every cell seen
+  float scale, max_bias;
+  int64_t hd, n_head, n_tokens, n_kv, n_head_kv, gqa;
+  explicit FlashAttnDims(const Tensor* n)
+      : q(n->src[0]),
+        k(n->src[1]),
+        v(n->src[2]),
+        mask(n->src[3]),
+        scale(FlashAttnParams::Of(*n).scale),
+        max_bias(FlashAttnParams::Of(*n).max_bias),
+        hd(q->ne[0]),
+        n_head(q->ne[1]),
+        n_tokens(q->ne[2]),
+        n_kv(k->ne[2]),
+        n_head_kv(k->ne[1]),
+        gqa(n_head / n_head_kv) {}
+};
+
+// The cells a query token sees, in cell order, into *vis (cleared first): where its mask
+// row (n_kv floats) is not -inf; every cell without a mask (mrow nullptr).
+void VisibleCells(const float* mrow, int64_t n_kv, std::vector<int32_t>* vis) {
+  vis->clear();
+  if (mrow != nullptr) {
+    cpu::AppendVisibleCells(mrow, n_kv, vis);
+  } else {
+    for (int64_t c = 0; c < n_kv; ++c) vis->push_back(static_cast<int32_t>(c));
+  }
+}
+
 // Work on fewer elements than this runs on the calling thread: waking the pool costs more.
 constexpr int64_t kInlineElements = 16384;
 
@@ -632,31 +667,19 @@ absl::Status CpuBackend::ComputeMulMat(Tensor* n) {
 }
 
 absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
-  Tensor* q = n->src[0];
-  Tensor* k = n->src[1];
-  Tensor* v = n->src[2];
-  Tensor* mask = n->src[3];
-  const FlashAttnParams fp = FlashAttnParams::Of(*n);
-  const float scale = fp.scale;
-  const float max_bias = fp.max_bias;
-  const int64_t hd = q->ne[0];
-  const int64_t n_head = q->ne[1];
-  const int64_t n_tokens = q->ne[2];
-  const int64_t n_kv = k->ne[2];
-  const int64_t n_head_kv = k->ne[1];
-  const int64_t gqa = n_head / n_head_kv;
-  const GgmlType kt = k->type;
+  const FlashAttnDims fd(n);
+  const GgmlType kt = fd.k->type;
   // ggml computes KQ with ggml_vec_dot_f16 on F16 K; for head sizes below 64 that is its
   // scalar (double-accumulating) loop, which the scalar kernel reproduces.
-  cpu::VecDotFn dot = cpu::GetVecDot(kt, (kt == GgmlType::F16 && q->ne[0] < 64) ? Isa::kScalar : isa_);
+  cpu::VecDotFn dot = cpu::GetVecDot(kt, (kt == GgmlType::F16 && fd.q->ne[0] < 64) ? Isa::kScalar : isa_);
   if (dot == nullptr) return absl::UnimplementedError("flash_attn_ext: no vec_dot for K type");
-  const size_t q_row = GgmlRowSize(kt, hd);
+  const size_t q_row = GgmlRowSize(kt, fd.hd);
   // F16 K/V (the KV cache's type). Prompt-sized batches: llama.cpp's tiled path (its
   // condition: >= 64 query rows, F16 or F32 K and V of one type, head size a multiple of
   // the SIMD width: 8 floats on AVX2, 16 on AVX-512; herd takes 16 on every CPU, so which
   // path runs never depends on the CPU).
-  if (kt == GgmlType::F16 && v->type == GgmlType::F16 && k->nb[1] == q_row && v->nb[1] == q_row) {
-    if (n_tokens >= kFlashAttnTileTokens && hd % 16 == 0 && v->ne[0] == hd && q->type == GgmlType::F32 &&
+  if (kt == GgmlType::F16 && fd.v->type == GgmlType::F16 && fd.k->nb[1] == q_row && fd.v->nb[1] == q_row) {
+    if (fd.n_tokens >= kFlashAttnTileTokens && fd.hd % 16 == 0 && fd.v->ne[0] == fd.hd && fd.q->type == GgmlType::F32 &&
         n->type == GgmlType::F32) {
       return FlashAttnTiled(n, dot);
     }
@@ -667,46 +690,41 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
     }
     return FlashAttnF16(n, dot, nullptr);
   }
-  const int64_t n_work = n_tokens * n_head;
+  const int64_t n_work = fd.n_tokens * fd.n_head;
   pool_.Run([&](int ith, int nth) {
-    std::vector<float> scores(static_cast<size_t>(n_kv));
+    std::vector<float> scores(static_cast<size_t>(fd.n_kv));
     // The cells token t may see (mask != -inf), shared by its heads: a batch of many
     // sequences in a large pool masks most cells, so each (token, head) visits only its
     // own (in cell order, as the full scan did).
     std::vector<int32_t> vis;
-    vis.reserve(static_cast<size_t>(n_kv));
+    vis.reserve(static_cast<size_t>(fd.n_kv));
     int64_t vis_t = -1;
     std::vector<uint8_t> qconv(q_row + 64);
-    std::vector<float> acc(static_cast<size_t>(hd));
-    std::vector<float> vrow(static_cast<size_t>(hd));
-    std::vector<uint16_t> vkq16(static_cast<size_t>(hd));
+    std::vector<float> acc(static_cast<size_t>(fd.hd));
+    std::vector<float> vrow(static_cast<size_t>(fd.hd));
+    std::vector<uint16_t> vkq16(static_cast<size_t>(fd.hd));
     // Round-robin, as in FlashAttnF16 (causal masks make later tokens dearer).
     for (int64_t w = ith; w < n_work; w += nth) {
-      const int64_t t = w / n_head;
-      const int64_t h = w % n_head;
-      const int64_t hk = h / gqa;
-      const float slope = AlibiSlope(static_cast<int>(h), static_cast<int>(n_head), max_bias);
-      const float* qv = F32Row(q, h, t);
-      cpu::FromFloat(kt, qv, qconv.data(), hd, isa_);
-      const float* mrow = mask ? F32Row(mask, t) : nullptr;
+      const int64_t t = w / fd.n_head;
+      const int64_t h = w % fd.n_head;
+      const int64_t hk = h / fd.gqa;
+      const float slope = AlibiSlope(static_cast<int>(h), static_cast<int>(fd.n_head), fd.max_bias);
+      const float* qv = F32Row(fd.q, h, t);
+      cpu::FromFloat(kt, qv, qconv.data(), fd.hd, isa_);
+      const float* mrow = fd.mask ? F32Row(fd.mask, t) : nullptr;
       if (t != vis_t) {
-        vis.clear();
         // slope > 0, so slope * mask is -inf exactly where the mask is.
-        if (mrow != nullptr) {
-          cpu::AppendVisibleCells(mrow, n_kv, &vis);
-        } else {
-          for (int64_t c = 0; c < n_kv; ++c) vis.push_back(static_cast<int32_t>(c));
-        }
+        VisibleCells(mrow, fd.n_kv, &vis);
         vis_t = t;
       }
       const int64_t n_vis = static_cast<int64_t>(vis.size());
       float mx = -std::numeric_limits<float>::infinity();
       // K rows are nb[2] apart and in decode mostly not cached: request them ahead.
-      const size_t k_row_bytes = GgmlRowSize(kt, hd);
+      const size_t k_row_bytes = GgmlRowSize(kt, fd.hd);
       // Far enough ahead to cover a DRAM miss (a decode's K/V rows are rarely cached).
       constexpr int64_t kAheadK = 24;
       const auto prefetch_k = [&](int64_t i) {
-        const uint8_t* p = k->row(hk, vis[static_cast<size_t>(i)]);
+        const uint8_t* p = fd.k->row(hk, vis[static_cast<size_t>(i)]);
         for (size_t b = 0; b < k_row_bytes; b += 64) __builtin_prefetch(p + b);
       };
       for (int64_t i = 0; i < kAheadK && i < n_vis; ++i) prefetch_k(i);
@@ -715,38 +733,39 @@ absl::Status CpuBackend::ComputeFlashAttn(Tensor* n) {
         const int64_t c = vis[static_cast<size_t>(i)];
         const float mv = mrow ? slope * mrow[c] : 0.0f;
         float s;
-        dot(hd, &s, k->row(hk, c), qconv.data());
-        s = s * scale + mv;
+        dot(fd.hd, &s, fd.k->row(hk, c), qconv.data());
+        s = s * fd.scale + mv;
         scores[i] = s;
         if (s > mx) mx = s;
       }
       float* out = F32Row(n, h, t);
-      if (v->type == GgmlType::F16) {
+      if (fd.v->type == GgmlType::F16) {
         // llama.cpp's path for an F16 V: online softmax with the accumulator in F16.
-        cpu::FlashAttnF16VRowIdx(scores.data(), vis.data(), n_vis, v->row(hk, 0), v->nb[2], hd, vkq16.data(), out);
+        cpu::FlashAttnF16VRowIdx(scores.data(), vis.data(), n_vis, fd.v->row(hk, 0), fd.v->nb[2], fd.hd, vkq16.data(),
+                                 out);
         continue;
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       double sum = 0.0;
       if (mx == -std::numeric_limits<float>::infinity()) {
-        std::fill(out, out + hd, 0.0f);
+        std::fill(out, out + fd.hd, 0.0f);
         continue;
       }
       for (int64_t i = 0; i < n_vis; ++i) {
         if (scores[i] == -std::numeric_limits<float>::infinity()) continue;
         const float p = std::exp(scores[i] - mx);
         sum += p;
-        const uint8_t* vr = v->row(hk, vis[static_cast<size_t>(i)]);
-        if (v->type == GgmlType::F32) {
+        const uint8_t* vr = fd.v->row(hk, vis[static_cast<size_t>(i)]);
+        if (fd.v->type == GgmlType::F32) {
           const float* vf = reinterpret_cast<const float*>(vr);
-          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vf[d];
+          for (int64_t d = 0; d < fd.hd; ++d) acc[d] += p * vf[d];
         } else {
-          DequantizeRow(v->type, vr, vrow.data(), hd);
-          for (int64_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+          DequantizeRow(fd.v->type, vr, vrow.data(), fd.hd);
+          for (int64_t d = 0; d < fd.hd; ++d) acc[d] += p * vrow[d];
         }
       }
       const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+      for (int64_t d = 0; d < fd.hd; ++d) out[d] = acc[d] * inv;
     }
   });
   return absl::OkStatus();
@@ -778,14 +797,8 @@ void ToF32Row(const Tensor* t, const uint8_t* row, float* out, int64_t n) {
 
 // The shapes of one tiled flash attention (FlashAttnTiled): query tiles of qt tokens
 // (rows_max = qt * gqa query rows) x KV tiles of kt cells.
-struct TiledAttn {
-  const Tensor* q;
-  const Tensor* k;
-  const Tensor* v;
-  const Tensor* mask;  // nullptr: every cell seen
+struct TiledAttn : FlashAttnDims {
   Tensor* out;
-  float scale, max_bias;
-  int64_t hd, n_head, n_tokens, n_kv, n_head_kv, gqa;
   static constexpr int64_t kt = kFlashAttnTileKv;
   int64_t qt, rows_max, n_qtiles, n_kvtiles;
   size_t tile_floats;  // floats of one K (or V) tile: hd * kt
@@ -793,16 +806,7 @@ struct TiledAttn {
   // kv_seen[qi * n_kvtiles + ct]: some token of query tile qi sees a cell of KV tile ct.
   std::vector<uint8_t> kv_seen;
 
-  TiledAttn(Tensor* n, Isa isa_) : q(n->src[0]), k(n->src[1]), v(n->src[2]), mask(n->src[3]), out(n), isa(isa_) {
-    const FlashAttnParams fp = FlashAttnParams::Of(*n);
-    scale = fp.scale;
-    max_bias = fp.max_bias;
-    hd = q->ne[0];
-    n_head = q->ne[1];
-    n_tokens = q->ne[2];
-    n_kv = k->ne[2];
-    n_head_kv = k->ne[1];
-    gqa = n_head / n_head_kv;
+  TiledAttn(Tensor* n, Isa isa_) : FlashAttnDims(n), out(n), isa(isa_) {
     qt = std::max<int64_t>(1, kFlashAttnTileRows / gqa);
     rows_max = qt * gqa;
     n_qtiles = (n_tokens + qt - 1) / qt;
@@ -992,27 +996,16 @@ absl::Status CpuBackend::FlashAttnTiled(Tensor* n, cpu::VecDotFn dot) {
 }
 
 absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::vector<int64_t>* tokens) {
-  Tensor* q = n->src[0];
-  Tensor* k = n->src[1];
-  Tensor* v = n->src[2];
-  Tensor* mask = n->src[3];
-  const FlashAttnParams fp = FlashAttnParams::Of(*n);
-  const float scale = fp.scale;
-  const float max_bias = fp.max_bias;
-  const int64_t hd = q->ne[0];
-  const int64_t n_head = q->ne[1];
-  const int64_t n_tokens = q->ne[2];
-  const int64_t n_kv = k->ne[2];
-  const int64_t n_head_kv = k->ne[1];
-  const int64_t gqa = n_head / n_head_kv;
-  const size_t q_row = GgmlRowSize(GgmlType::F16, hd);
+  const FlashAttnDims fd(n);
+  const size_t q_row = GgmlRowSize(GgmlType::F16, fd.hd);
   // Enough work items for every thread even for one token (groups of KV heads).
   const int64_t nth_pool = pool_.size();
-  const int64_t n_groups = std::min<int64_t>(n_head_kv, std::max<int64_t>(1, (4 * nth_pool + n_tokens - 1) / n_tokens));
-  const int64_t n_work = (tokens != nullptr ? static_cast<int64_t>(tokens->size()) : n_tokens) * n_groups;
+  const int64_t n_groups =
+      std::min<int64_t>(fd.n_head_kv, std::max<int64_t>(1, (4 * nth_pool + fd.n_tokens - 1) / fd.n_tokens));
+  const int64_t n_work = (tokens != nullptr ? static_cast<int64_t>(tokens->size()) : fd.n_tokens) * n_groups;
   pool_.Run([&](int ith, int nth) {
     std::vector<int32_t> vis;
-    vis.reserve(static_cast<size_t>(n_kv));
+    vis.reserve(static_cast<size_t>(fd.n_kv));
     int64_t vis_t = -1;
     std::vector<uint8_t> qconv;
     std::vector<float> scores, slope;
@@ -1023,16 +1016,11 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::v
     for (int64_t w = ith; w < n_work; w += nth) {
       const int64_t t = tokens != nullptr ? (*tokens)[static_cast<size_t>(w / n_groups)] : w / n_groups;
       const int64_t g = w % n_groups;
-      const int64_t hk0 = g * n_head_kv / n_groups, hk1 = (g + 1) * n_head_kv / n_groups;
-      const int64_t h0 = hk0 * gqa, nh = (hk1 - hk0) * gqa;
-      const float* mrow = mask ? F32Row(mask, t) : nullptr;
+      const int64_t hk0 = g * fd.n_head_kv / n_groups, hk1 = (g + 1) * fd.n_head_kv / n_groups;
+      const int64_t h0 = hk0 * fd.gqa, nh = (hk1 - hk0) * fd.gqa;
+      const float* mrow = fd.mask ? F32Row(fd.mask, t) : nullptr;
       if (t != vis_t) {
-        vis.clear();
-        if (mrow != nullptr) {
-          cpu::AppendVisibleCells(mrow, n_kv, &vis);
-        } else {
-          for (int64_t c = 0; c < n_kv; ++c) vis.push_back(static_cast<int32_t>(c));
-        }
+        VisibleCells(mrow, fd.n_kv, &vis);
         vis_t = t;
       }
       const int64_t n_vis = static_cast<int64_t>(vis.size());
@@ -1040,26 +1028,26 @@ absl::Status CpuBackend::FlashAttnF16(Tensor* n, cpu::VecDotFn dot, const std::v
       scores.resize(static_cast<size_t>(nh * std::max<int64_t>(1, n_vis)));
       slope.resize(static_cast<size_t>(nh));
       kv_row.resize(static_cast<size_t>(nh));
-      vkq16.resize(static_cast<size_t>(nh * hd));
+      vkq16.resize(static_cast<size_t>(nh * fd.hd));
       for (int64_t j = 0; j < nh; ++j) {
-        kv_row[static_cast<size_t>(j)] = static_cast<size_t>((h0 + j) / gqa) * k->nb[1];  // no division per cell
-        cpu::FromFloat(GgmlType::F16, F32Row(q, h0 + j, t), qconv.data() + j * q_row, hd, isa_);
-        slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(h0 + j), static_cast<int>(n_head), max_bias);
+        kv_row[static_cast<size_t>(j)] = static_cast<size_t>((h0 + j) / fd.gqa) * fd.k->nb[1];  // no division per cell
+        cpu::FromFloat(GgmlType::F16, F32Row(fd.q, h0 + j, t), qconv.data() + j * q_row, fd.hd, isa_);
+        slope[static_cast<size_t>(j)] = AlibiSlope(static_cast<int>(h0 + j), static_cast<int>(fd.n_head), fd.max_bias);
       }
       cpu::FlashAttnF16Token fa;
-      fa.hd = hd;
+      fa.hd = fd.hd;
       fa.nh = nh;
       fa.q = reinterpret_cast<const uint16_t*>(qconv.data());
-      fa.k = static_cast<const uint8_t*>(k->data);
-      fa.v = static_cast<const uint8_t*>(v->data);
-      fa.k_stride = k->nb[2];
-      fa.v_stride = v->nb[2];
+      fa.k = static_cast<const uint8_t*>(fd.k->data);
+      fa.v = static_cast<const uint8_t*>(fd.v->data);
+      fa.k_stride = fd.k->nb[2];
+      fa.v_stride = fd.v->nb[2];
       fa.head_off = kv_row.data();
       fa.idx = vis.data();
       fa.n = n_vis;
       fa.mask = mrow;
       fa.slope = slope.data();
-      fa.scale = scale;
+      fa.scale = fd.scale;
       fa.out = F32Row(n, h0, t);
       fa.out_stride = n->nb[1] / sizeof(float);
       fa.scores = scores.data();
