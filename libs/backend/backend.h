@@ -11,12 +11,14 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 #include "libs/tensor/tensor.h"
 
@@ -66,6 +68,23 @@ struct DeviceInfo {
 /// Places `t` at `offset` inside `buf` (sets t->buffer and t->data).
 /// INVALID_ARGUMENT when it does not fit or the offset is misaligned.
 absl::Status PlaceTensor(Tensor* t, Buffer* buf, size_t offset);
+
+/// Where t's bytes lie: its buffer (a view's: its root's), which must be of type `buft`,
+/// and t->data's byte offset from that buffer's base(). FAILED_PRECONDITION when t has no
+/// data in a buffer; INVALID_ARGUMENT when the buffer is of another type or t's bytes do
+/// not lie inside it. `backend` names the memory in the messages ("tensor 'x' is in a CPU
+/// buffer, not in <backend> memory").
+absl::Status LocateTensor(const Tensor* t, const BufferType* buft, absl::string_view backend, const Buffer** buf,
+                          size_t* offset);
+
+/// For a backend whose buffers the host cannot address (base() is a fake address): places
+/// an unplaced graph's intermediate tensors in the backend's one scratch buffer. Plans g
+/// (PlanGraph with `alignment`), has ensure_scratch(bytes) grow `scratch` when the plan
+/// needs memory (its error is returned), lays the tensors out from fake_base (ApplyPlan)
+/// and points them at *scratch, views at their root's buffer. A placed graph: nothing.
+absl::Status PlaceInScratch(Graph& g, size_t alignment, void* fake_base,
+                            const std::function<absl::Status(size_t)>& ensure_scratch,
+                            const std::unique_ptr<Buffer>& scratch);
 
 /// A compute device.
 class Backend {

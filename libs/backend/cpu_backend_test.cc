@@ -253,36 +253,58 @@ TEST_P(CpuBackendTest, GetRowsAndSetRowsConvertTypes) {
   EXPECT_EQ(backend_.GraphCompute(g2).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// K and V of a flash-attention test in type kt (F32 or F16): random values (seeds
+// seed, seed + 1), their bytes, and the values those bytes hold.
+struct TestKv {
+  std::vector<uint8_t> kb, vb;  // bytes in type kt
+  std::vector<float> kr, vr;    // kb, vb read back
+  TestKv(GgmlType kt, size_t n, uint32_t seed) {
+    std::vector<float> kf = Rand(n, seed);
+    std::vector<float> vf = Rand(n, seed + 1);
+    const size_t el = kt == GgmlType::F32 ? 4 : 2;
+    kb.resize(kf.size() * el);
+    vb.resize(vf.size() * el);
+    QuantizeRow(kt, kf.data(), kb.data(), static_cast<int64_t>(kf.size()));
+    QuantizeRow(kt, vf.data(), vb.data(), static_cast<int64_t>(vf.size()));
+    kr.resize(kf.size());
+    vr.resize(vf.size());
+    DequantizeRow(kt, kb.data(), kr.data(), static_cast<int64_t>(kf.size()));
+    DequantizeRow(kt, vb.data(), vr.data(), static_cast<int64_t>(vf.size()));
+  }
+};
+
+// FLASH_ATTN_EXT of q [hd, n_head, n_tok] F32 over kv's K / V [hd, n_head_kv, n_kv] and
+// mask [n_kv, n_tok] in g, scale 1/sqrt(hd); its output.
+Tensor* TestFlashAttn(Graph& g, GgmlType kt, int64_t hd, int64_t n_head, int64_t n_head_kv, int64_t n_kv, int64_t n_tok,
+                      std::vector<float>& q, TestKv& kv, std::vector<float>& mask, float max_bias) {
+  Tensor* tq = g.NewTensor(GgmlType::F32, {hd, n_head, n_tok});
+  tq->data = q.data();
+  Tensor* tk = g.NewTensor(kt, {hd, n_head_kv, n_kv});
+  tk->data = kv.kb.data();
+  Tensor* tv = g.NewTensor(kt, {hd, n_head_kv, n_kv});
+  tv->data = kv.vb.data();
+  Tensor* tm = g.NewTensor(GgmlType::F32, {n_kv, n_tok});
+  tm->data = mask.data();
+  Tensor* out = g.FlashAttnExt(tq, tk, tv, tm, 1.0f / std::sqrt(static_cast<float>(hd)), max_bias);
+  g.SetOutput(out);
+  return out;
+}
+
 // Plain attention: softmax(scale * q.k + mask) v per head, GQA grouping.
 TEST_P(CpuBackendTest, FlashAttnMatchesPlainAttentionWithMaskAndGqa) {
   const int64_t hd = 32, n_head = 4, n_head_kv = 2, n_kv = 7, n_tok = 3;
   for (GgmlType kt : {GgmlType::F32, GgmlType::F16}) {
     std::vector<float> q = Rand(static_cast<size_t>(hd * n_head * n_tok), 6);
-    std::vector<float> kf = Rand(static_cast<size_t>(hd * n_head_kv * n_kv), 7);
-    std::vector<float> vf = Rand(static_cast<size_t>(hd * n_head_kv * n_kv), 8);
-    const size_t el = kt == GgmlType::F32 ? 4 : 2;
-    std::vector<uint8_t> kb(kf.size() * el), vb(vf.size() * el);
-    QuantizeRow(kt, kf.data(), kb.data(), static_cast<int64_t>(kf.size()));
-    QuantizeRow(kt, vf.data(), vb.data(), static_cast<int64_t>(vf.size()));
-    std::vector<float> kr(kf.size()), vr(vf.size());
-    DequantizeRow(kt, kb.data(), kr.data(), static_cast<int64_t>(kf.size()));
-    DequantizeRow(kt, vb.data(), vr.data(), static_cast<int64_t>(vf.size()));
+    TestKv kv(kt, static_cast<size_t>(hd * n_head_kv * n_kv), 7);
+    const std::vector<float>& kr = kv.kr;
+    const std::vector<float>& vr = kv.vr;
     std::vector<float> mask(static_cast<size_t>(n_kv * n_tok));
     const float ninf = -std::numeric_limits<float>::infinity();
     for (int64_t t = 0; t < n_tok; ++t)
       for (int64_t c = 0; c < n_kv; ++c) mask[static_cast<size_t>(t * n_kv + c)] = (c <= 4 + t && c != 1) ? 0.0f : ninf;
     Graph g;
-    Tensor* tq = g.NewTensor(GgmlType::F32, {hd, n_head, n_tok});
-    tq->data = q.data();
-    Tensor* tk = g.NewTensor(kt, {hd, n_head_kv, n_kv});
-    tk->data = kb.data();
-    Tensor* tv = g.NewTensor(kt, {hd, n_head_kv, n_kv});
-    tv->data = vb.data();
-    Tensor* tm = g.NewTensor(GgmlType::F32, {n_kv, n_tok});
-    tm->data = mask.data();
+    Tensor* out = TestFlashAttn(g, kt, hd, n_head, n_head_kv, n_kv, n_tok, q, kv, mask, 0.0f);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    Tensor* out = g.FlashAttnExt(tq, tk, tv, tm, scale, 0.0f);
-    g.SetOutput(out);
     ASSERT_TRUE(backend_.GraphCompute(g).ok());
     for (int64_t t = 0; t < n_tok; ++t) {
       for (int64_t h = 0; h < n_head; ++h) {
@@ -327,15 +349,9 @@ void CheckFlashAttnAgainstPlain(CpuBackend& backend, int64_t n_kv, int64_t n_tok
   for (GgmlType kt : {GgmlType::F32, GgmlType::F16}) {
     for (float max_bias : {0.0f, 8.0f}) {
       std::vector<float> q = Rand(static_cast<size_t>(hd * n_head * n_tok), 16);
-      std::vector<float> kf = Rand(static_cast<size_t>(hd * n_head_kv * n_kv), 17);
-      std::vector<float> vf = Rand(static_cast<size_t>(hd * n_head_kv * n_kv), 18);
-      const size_t el = kt == GgmlType::F32 ? 4 : 2;
-      std::vector<uint8_t> kb(kf.size() * el), vb(vf.size() * el);
-      QuantizeRow(kt, kf.data(), kb.data(), static_cast<int64_t>(kf.size()));
-      QuantizeRow(kt, vf.data(), vb.data(), static_cast<int64_t>(vf.size()));
-      std::vector<float> kr(kf.size()), vr(vf.size());
-      DequantizeRow(kt, kb.data(), kr.data(), static_cast<int64_t>(kf.size()));
-      DequantizeRow(kt, vb.data(), vr.data(), static_cast<int64_t>(vf.size()));
+      TestKv kv(kt, static_cast<size_t>(hd * n_head_kv * n_kv), 17);
+      const std::vector<float>& kr = kv.kr;
+      const std::vector<float>& vr = kv.vr;
       std::vector<float> mask(static_cast<size_t>(n_kv * n_tok));
       for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t c = 0; c < n_kv; ++c) {
@@ -343,17 +359,8 @@ void CheckFlashAttnAgainstPlain(CpuBackend& backend, int64_t n_kv, int64_t n_tok
         }
       }
       Graph g;
-      Tensor* tq = g.NewTensor(GgmlType::F32, {hd, n_head, n_tok});
-      tq->data = q.data();
-      Tensor* tk = g.NewTensor(kt, {hd, n_head_kv, n_kv});
-      tk->data = kb.data();
-      Tensor* tv = g.NewTensor(kt, {hd, n_head_kv, n_kv});
-      tv->data = vb.data();
-      Tensor* tm = g.NewTensor(GgmlType::F32, {n_kv, n_tok});
-      tm->data = mask.data();
+      Tensor* out = TestFlashAttn(g, kt, hd, n_head, n_head_kv, n_kv, n_tok, q, kv, mask, max_bias);
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      Tensor* out = g.FlashAttnExt(tq, tk, tv, tm, scale, max_bias);
-      g.SetOutput(out);
       ASSERT_TRUE(backend.GraphCompute(g).ok());
       for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t h = 0; h < n_head; ++h) {

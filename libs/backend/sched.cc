@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/status_macros.h"
 #include "libs/tensor/graph_alloc.h"
 
 namespace herd {
@@ -113,25 +114,41 @@ absl::Status Scheduler::Grow(std::vector<std::unique_ptr<Buffer>>& bufs, size_t 
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::GraphCompute(Graph& g) {
-  if (g.placed()) return absl::InvalidArgumentError("scheduler: the graph is already placed");
-  const std::vector<Tensor*>& nodes = g.nodes();
-  const size_t nb = backends_.size();
-  stats_ = SchedStats();
-  stats_.nodes_per_backend.assign(nb, 0);
-
-  // 1. Assign every compute node to a backend (views: no compute, no backend).
-  std::unordered_map<const Tensor*, size_t> where;  // compute node -> backend
-  auto memory_of = [&](Tensor* t) -> size_t {       // backend whose memory holds t
-    Tensor* r = Root(t);
-    auto it = where.find(r);
-    return it != where.end() ? it->second : OwnerOfTensor(r);
+// One GraphCompute call's working state, filled phase by phase.
+struct Scheduler::GraphRun {
+  // A maximal run of compute nodes on one backend.
+  struct Split {
+    size_t backend;
+    std::vector<Tensor*> nodes;
   };
+  // An input a split copies into its backend's memory.
+  struct Copy {
+    Tensor* src;
+    Tensor header;  // the copy, in the split backend's memory
+    size_t offset;
+  };
+  std::unordered_map<const Tensor*, size_t> where;  // compute node -> backend
+  std::vector<Split> splits;
+  std::vector<std::vector<Copy>> copies;  // per split
+  std::vector<size_t> copy_bytes;         // per backend
+  // Nodes read by another split, kept alive for the whole graph (never reused), with
+  // their is_output before.
+  std::vector<std::pair<Tensor*, bool>> kept;
+};
+
+size_t Scheduler::MemoryOf(const GraphRun& run, Tensor* t) const {
+  Tensor* r = Root(t);
+  auto it = run.where.find(r);
+  return it != run.where.end() ? it->second : OwnerOfTensor(r);
+}
+
+absl::Status Scheduler::AssignBackends(const std::vector<Tensor*>& nodes, GraphRun& run) {
+  const size_t nb = backends_.size();
   for (Tensor* n : nodes) {
     if (n->op == Op::kView) continue;
     size_t pick = nb;
     if (n->op == Op::kSetRows) {  // a write into a buffer: only its owner can do it
-      pick = memory_of(n->src[0]);
+      pick = MemoryOf(run, n->src[0]);
       if (!backends_[pick]->SupportsOp(*n)) {
         return absl::UnimplementedError(absl::StrCat("scheduler: ", backends_[pick]->name(), " owns the buffer '",
                                                      n->src[0]->name, "' that ", OpName(n->op), " node '", n->name,
@@ -141,7 +158,7 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
     for (int i = 0; pick == nb && i < 4; ++i) {  // the backend holding a weight (leaf) it reads
       Tensor* s = n->src[i];
       if (s == nullptr || Root(s)->op != Op::kNone || BufferOf(s) == nullptr) continue;
-      const size_t owner = memory_of(s);
+      const size_t owner = MemoryOf(run, s);
       if (!BufferOf(s)->type()->is_host() && backends_[owner]->SupportsOp(*n)) pick = owner;
     }
     for (size_t b = 0; pick == nb && b < nb; ++b) {
@@ -150,71 +167,67 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
     if (pick == nb) {
       return absl::UnimplementedError(absl::StrCat("no backend supports ", OpName(n->op), " for node '", n->name, "'"));
     }
-    where[n] = pick;
+    run.where[n] = pick;
     stats_.nodes_per_backend[pick]++;
   }
+  return absl::OkStatus();
+}
 
-  // 2. Splits: maximal runs of compute nodes on one backend.
-  struct Split {
-    size_t backend;
-    std::vector<Tensor*> nodes;
-  };
-  std::vector<Split> splits;
+void Scheduler::MakeSplits(const std::vector<Tensor*>& nodes, GraphRun& run) {
   for (Tensor* n : nodes) {
     if (n->op == Op::kView) continue;
-    if (splits.empty() || splits.back().backend != where[n]) splits.push_back(Split{where[n], {}});
-    splits.back().nodes.push_back(n);
+    if (run.splits.empty() || run.splits.back().backend != run.where[n]) {
+      run.splits.push_back(GraphRun::Split{run.where[n], {}});
+    }
+    run.splits.back().nodes.push_back(n);
   }
-  stats_.n_splits = static_cast<int>(splits.size());
+  stats_.n_splits = static_cast<int>(run.splits.size());
+}
 
-  // 3. Inputs each split must copy in: a source in memory its backend cannot use.
-  struct Copy {
-    Tensor* src;
-    Tensor header;  // the copy, in the split backend's memory
-    size_t offset;
-  };
-  std::vector<std::vector<Copy>> copies(splits.size());
-  std::vector<size_t> copy_bytes(nb, 0);
-  // Nodes read by another split are kept alive for the whole graph (never reused).
-  std::vector<std::pair<Tensor*, bool>> kept;
-  for (size_t si = 0; si < splits.size(); ++si) {
-    const size_t b = splits[si].backend;
-    for (Tensor* n : splits[si].nodes) {
+void Scheduler::FindCopies(GraphRun& run) {
+  const size_t nb = backends_.size();
+  run.copies.assign(run.splits.size(), {});
+  run.copy_bytes.assign(nb, 0);
+  for (size_t si = 0; si < run.splits.size(); ++si) {
+    const GraphRun::Split& split = run.splits[si];
+    const size_t b = split.backend;
+    for (Tensor* n : split.nodes) {
       for (Tensor* s : n->src) {
         if (s == nullptr) continue;
         Tensor* r = Root(s);
-        auto it = where.find(r);
+        auto it = run.where.find(r);
         const bool other_split =
-            it != where.end() && (it->second != b || std::find(splits[si].nodes.begin(), splits[si].nodes.end(), r) ==
-                                                         splits[si].nodes.end());
+            it != run.where.end() &&
+            (it->second != b || std::find(split.nodes.begin(), split.nodes.end(), r) == split.nodes.end());
         if (other_split && !r->is_output) {
-          kept.emplace_back(r, r->is_output);
+          run.kept.emplace_back(r, r->is_output);
           r->is_output = true;
         }
-        const size_t mem = memory_of(s);
-        const Buffer* buf = it != where.end() ? nullptr : BufferOf(r);
+        const size_t mem = MemoryOf(run, s);
+        const Buffer* buf = it != run.where.end() ? nullptr : BufferOf(r);
         const BufferType* buft =
-            it != where.end() ? backends_[mem]->default_buffer_type() : (buf != nullptr ? buf->type() : nullptr);
+            it != run.where.end() ? backends_[mem]->default_buffer_type() : (buf != nullptr ? buf->type() : nullptr);
         const bool usable = buft == nullptr ? backends_[b]->CanUseBufferType(backends_[nb - 1]->default_buffer_type())
                                             : backends_[b]->CanUseBufferType(buft);
         if (usable) continue;
         bool seen = false;
-        for (const Copy& c : copies[si]) seen |= c.src == s;
+        for (const GraphRun::Copy& c : run.copies[si]) seen |= c.src == s;
         if (seen) continue;
-        Copy c{s, *s, copy_bytes[b]};
-        copy_bytes[b] += AlignUp(s->nbytes());
-        copies[si].push_back(c);
+        GraphRun::Copy c{s, *s, run.copy_bytes[b]};
+        run.copy_bytes[b] += AlignUp(s->nbytes());
+        run.copies[si].push_back(c);
       }
     }
   }
+}
 
-  // 4. Place: per backend, plan its nodes (liveness within its own nodes; nodes other
-  // splits read are kept), then views and copies.
+absl::Status Scheduler::PlaceTensors(const std::vector<Tensor*>& nodes, GraphRun& run) {
+  const size_t nb = backends_.size();
   absl::Status status = absl::OkStatus();
   for (size_t b = 0; b < nb && status.ok(); ++b) {
     std::vector<Tensor*> mine;
     for (Tensor* n : nodes) {
-      if (n->op != Op::kView && where[n] == b) mine.push_back(n);
+      if (n->op != Op::kView && run.where[n] == b) mine.push_back(n);
     }
     if (mine.empty()) continue;
     std::unique_ptr<Graph> sub = Graph::Placed(mine);
@@ -225,7 +238,7 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
     ApplyPlan(plan, *sub, arenas_[b]->base());
     for (Tensor* t : plan.tensors) t->buffer = arenas_[b].get();
   }
-  for (auto& [t, was] : kept) t->is_output = was;
+  for (auto& [t, was] : run.kept) t->is_output = was;
   if (!status.ok()) return status;
   for (Tensor* n : nodes) {
     if (n->view_src != nullptr) {
@@ -234,11 +247,11 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
     }
   }
   for (size_t b = 0; b < nb; ++b) {
-    if (absl::Status s = Grow(copies_, b, copy_bytes[b]); !s.ok()) return s;
+    if (absl::Status s = Grow(copies_, b, run.copy_bytes[b]); !s.ok()) return s;
   }
-  for (size_t si = 0; si < splits.size(); ++si) {
-    const size_t b = splits[si].backend;
-    for (Copy& c : copies[si]) {
+  for (size_t si = 0; si < run.splits.size(); ++si) {
+    const size_t b = run.splits[si].backend;
+    for (GraphRun::Copy& c : run.copies[si]) {
       Tensor& h = c.header;
       h.op = Op::kNone;
       for (Tensor*& s : h.src) s = nullptr;
@@ -249,15 +262,16 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
       h.name = absl::StrCat(c.src->name, "#", backends_[b]->name());
     }
   }
+  return absl::OkStatus();
+}
 
-  // 5. Run the splits in order: copy the inputs in, point the nodes at the copies,
-  // compute, point them back.
+absl::Status Scheduler::RunSplits(GraphRun& run) {
   std::vector<uint8_t> host;
-  for (size_t si = 0; si < splits.size(); ++si) {
-    Split& sp = splits[si];
+  for (size_t si = 0; si < run.splits.size(); ++si) {
+    GraphRun::Split& sp = run.splits[si];
     Backend* be = backends_[sp.backend].get();
-    for (Copy& c : copies[si]) {
-      const size_t from = memory_of(c.src);
+    for (GraphRun::Copy& c : run.copies[si]) {
+      const size_t from = MemoryOf(run, c.src);
       const size_t bytes = c.src->nbytes();
       host.resize(bytes);
       if (absl::Status s = backends_[from]->GetTensor(c.src, host.data(), 0, bytes); !s.ok()) return s;
@@ -269,7 +283,7 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
     std::vector<std::pair<Tensor**, Tensor*>> rewired;
     for (Tensor* n : sp.nodes) {
       for (Tensor*& s : n->src) {
-        for (Copy& c : copies[si]) {
+        for (GraphRun::Copy& c : run.copies[si]) {
           if (s == c.src) {
             rewired.emplace_back(&s, s);
             s = &c.header;
@@ -285,6 +299,19 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status Scheduler::GraphCompute(Graph& g) {
+  if (g.placed()) return absl::InvalidArgumentError("scheduler: the graph is already placed");
+  const std::vector<Tensor*>& nodes = g.nodes();
+  stats_ = SchedStats();
+  stats_.nodes_per_backend.assign(backends_.size(), 0);
+  GraphRun run;
+  HERD_RETURN_IF_ERROR(AssignBackends(nodes, run));
+  MakeSplits(nodes, run);
+  FindCopies(run);
+  HERD_RETURN_IF_ERROR(PlaceTensors(nodes, run));
+  return RunSplits(run);
 }
 
 }  // namespace herd

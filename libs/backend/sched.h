@@ -69,6 +69,23 @@ class Scheduler : public Backend {
   size_t OwnerOfTensor(const Tensor* t) const;
   absl::Status Grow(std::vector<std::unique_ptr<Buffer>>& bufs, size_t i, size_t bytes);
 
+  // GraphCompute's phases, in order, over one call's state (sched.cc).
+  struct GraphRun;
+  // The backend whose memory holds t (its root's): its compute node's, else its buffer's.
+  size_t MemoryOf(const GraphRun& run, Tensor* t) const;
+  // 1. Assigns every compute node to a backend (views: no compute, no backend).
+  absl::Status AssignBackends(const std::vector<Tensor*>& nodes, GraphRun& run);
+  // 2. Splits: maximal runs of compute nodes on one backend.
+  void MakeSplits(const std::vector<Tensor*>& nodes, GraphRun& run);
+  // 3. Inputs each split must copy in: a source in memory its backend cannot use.
+  void FindCopies(GraphRun& run);
+  // 4. Place: per backend, plan its nodes (liveness within its own nodes; nodes other
+  // splits read are kept), then views and copies.
+  absl::Status PlaceTensors(const std::vector<Tensor*>& nodes, GraphRun& run);
+  // 5. Runs the splits in order: copy the inputs in, point the nodes at the copies,
+  // compute, point them back.
+  absl::Status RunSplits(GraphRun& run);
+
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<std::unique_ptr<Buffer>> arenas_;  // per backend: planned intermediate nodes
   std::vector<std::unique_ptr<Buffer>> copies_;  // per backend: tensors copied in

@@ -464,22 +464,10 @@ DeviceInfo CudaBackend::device() const {
 }
 
 absl::StatusOr<uint8_t*> CudaBackend::Locate(const Tensor* t) const {
-  const Buffer* b = t->buffer != nullptr ? t->buffer : (t->view_src != nullptr ? t->view_src->buffer : nullptr);
-  if (t->data == nullptr || b == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data in a buffer"));
-  }
-  if (b->type() != buft_.get()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(), " buffer, not in ", name(), " memory"));
-  }
-  const auto* cb = static_cast<const CudaBuffer*>(b);
-  const uint8_t* base = static_cast<const uint8_t*>(cb->base());
-  const uint8_t* p = static_cast<const uint8_t*>(t->data);
-  if (p < base || static_cast<size_t>(p - base) + t->nbytes() > cb->size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", t->name, "' (", t->nbytes(), " bytes) lies outside its ", cb->size(), "-byte buffer"));
-  }
-  return cb->dev() + (p - base);
+  const Buffer* b = nullptr;
+  size_t offset = 0;
+  if (absl::Status s = LocateTensor(t, buft_.get(), name(), &b, &offset); !s.ok()) return s;
+  return static_cast<const CudaBuffer*>(b)->dev() + offset;
 }
 
 absl::StatusOr<DevTensor> CudaBackend::Dev(const Tensor* t, size_t elem_align) const {
@@ -910,17 +898,10 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
-  if (!g.placed()) {
-    GraphPlan plan = PlanGraph(g, buft_->alignment());
-    if (plan.arena_size > 0) {
-      absl::Status s = EnsureScratch(plan.arena_size);
-      if (!s.ok()) return s;
-    }
-    ApplyPlan(plan, g, kFakeBase);
-    for (Tensor* t : plan.tensors) t->buffer = scratch_.get();
-    for (Tensor* t : g.nodes()) {
-      if (t->view_src != nullptr) t->buffer = t->view_src->buffer;
-    }
+  if (absl::Status s = PlaceInScratch(
+          g, buft_->alignment(), kFakeBase, [this](size_t bytes) { return EnsureScratch(bytes); }, scratch_);
+      !s.ok()) {
+    return s;
   }
   size_t work = 0;
   for (Tensor* n : g.nodes()) {

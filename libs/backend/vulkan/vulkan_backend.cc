@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 
 #include "libs/backend/op_support.h"
@@ -845,23 +846,9 @@ VulkanBackend::~VulkanBackend() {
 }
 
 absl::Status VulkanBackend::Locate(const Tensor* t, const VulkanBuffer** buf, size_t* offset) const {
-  const Buffer* b = t->buffer != nullptr ? t->buffer : (t->view_src != nullptr ? t->view_src->buffer : nullptr);
-  if (t->data == nullptr || b == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("tensor '", t->name, "' has no data in a buffer"));
-  }
-  if (b->type() != buft_.get()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", t->name, "' is in a ", b->type()->name(), " buffer, not in ", name(), " memory"));
-  }
-  const auto* vb = static_cast<const VulkanBuffer*>(b);
-  const uint8_t* base = static_cast<const uint8_t*>(vb->base());
-  const uint8_t* p = static_cast<const uint8_t*>(t->data);
-  if (p < base || static_cast<size_t>(p - base) + t->nbytes() > vb->size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", t->name, "' (", t->nbytes(), " bytes) lies outside its ", vb->size(), "-byte buffer"));
-  }
-  *buf = vb;
-  *offset = static_cast<size_t>(p - base);
+  const Buffer* b = nullptr;
+  if (absl::Status s = LocateTensor(t, buft_.get(), name(), &b, offset); !s.ok()) return s;
+  *buf = static_cast<const VulkanBuffer*>(b);
   return absl::OkStatus();
 }
 
@@ -911,208 +898,276 @@ bool VulkanBackend::Fits(const Tensor* t) const {
 
 bool VulkanBackend::SupportsOp(const Tensor& n) const { return OpSupported(n, limits_); }
 
-absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const {
-  Dispatch d;
-  const auto add_arg = [&](const Tensor* t, uint32_t elem_align) -> absl::StatusOr<uint32_t> {
-    absl::StatusOr<Arg> a = MakeArg(t, elem_align);
-    if (!a.ok()) return a.status();
-    d.args[d.nargs] = *a;
-    return d.args[d.nargs++].resid;
-  };
-  // Unused bindings (optional tensors) stay on the dummy buffer.
-  const auto add_dummy = [&]() { d.args[d.nargs++] = Arg{&dummy_, 0, kSizeGranule, 0, 0, 0}; };
-  const auto f = [](size_t bytes) { return static_cast<uint64_t>(bytes / 4); };  // floats
+// Binds a dispatch's tensors in order (Encode's helper). The first failure is kept
+// (status()); later tensors are still tried, as each op binds all of its own first.
+class ArgBinder {
+ public:
+  using MakeArgFn = absl::FunctionRef<absl::StatusOr<Arg>(const Tensor*, uint32_t)>;
+  ArgBinder(MakeArgFn make_arg, const DeviceBuffer* dummy, Dispatch* d) : make_arg_(make_arg), dummy_(dummy), d_(d) {}
+  /// Binds t (its first byte a multiple of elem_align); returns its offset inside the
+  /// binding in bytes (0 when it fails).
+  uint32_t Add(const Tensor* t, uint32_t elem_align) {
+    absl::StatusOr<Arg> a = make_arg_(t, elem_align);
+    if (!a.ok()) {
+      if (status_.ok()) status_ = a.status();
+      return 0;
+    }
+    d_->args[d_->nargs] = *a;
+    return d_->args[d_->nargs++].resid;
+  }
+  /// Add(t), or for a null t (an unused optional tensor) the dummy buffer, offset 0.
+  uint32_t AddOptional(const Tensor* t, uint32_t elem_align) {
+    if (t != nullptr) return Add(t, elem_align);
+    d_->args[d_->nargs++] = Arg{dummy_, 0, kSizeGranule, 0, 0, 0};
+    return 0;
+  }
+  bool ok() const { return status_.ok(); }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  MakeArgFn make_arg_;
+  const DeviceBuffer* dummy_;
+  Dispatch* d_;
+  absl::Status status_;
+};
+
+uint64_t Floats(size_t bytes) { return static_cast<uint64_t>(bytes / 4); }
+
+// The element alignment of a weight's bytes: F32 4, F16 2, block types 1.
+uint32_t WeightAlign(GgmlType t) { return t == GgmlType::F32 ? 4 : t == GgmlType::F16 ? 2 : 1; }
+
+// The per-op encoders below fill d (pipeline, arguments, push constants in the shader's
+// order, workgroups); they return early, leaving d incomplete, when args fails.
+void EncodeGetRows(const Tensor* n, ArgBinder& args, Dispatch& d) {
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
   Push p(&d);
-  // Each argument's offset inside its binding (bytes); ok until a MakeArg fails.
-  absl::StatusOr<uint32_t> r0 = 0u, r1 = 0u, r2 = 0u, r3 = 0u, r4 = 0u;
+  d.pipe = kPipeGetRows + TypeVariant(a->type);
+  const uint32_t r0 = args.Add(a, WeightAlign(a->type));
+  const uint32_t r1 = args.Add(b, 4);
+  const uint32_t r2 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 2;
+  p.U(r0).U(a->nb[1]).U(a->ne[1]).U(a->ne[0]).U(b->ne[0]).U(r1 / 4).U(r2 / 4).U(Floats(n->nb[1]));
+  d.groups = static_cast<uint64_t>(b->ne[0]) * CeilDiv(a->ne[0], 256);
+}
 
+void EncodeMulMat(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  Push p(&d);
+  const int64_t ncols = b->ne[1] * b->ne[2] * b->ne[3];
+  const bool vec = ncols <= kVulkanMatVecMaxCols;
+  d.pipe = (vec ? kPipeMatVec : kPipeMatMul) + TypeVariant(a->type);
+  const uint32_t r0 = args.Add(a, WeightAlign(a->type));
+  const uint32_t r1 = args.Add(b, 4);
+  const uint32_t r2 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 2;
+  p.U(r0).U(a->nb[1]).U(a->ne[0]).U(a->ne[1]);
+  p.U(r1 / 4).U(Floats(b->nb[1])).U(Floats(b->nb[2])).U(Floats(b->nb[3])).U(b->ne[1]).U(b->ne[2]);
+  p.U(r2 / 4).U(Floats(n->nb[1])).U(Floats(n->nb[2])).U(Floats(n->nb[3])).U(ncols);
+  d.groups =
+      vec ? static_cast<uint64_t>(a->ne[1]) * static_cast<uint64_t>(ncols) : CeilDiv(a->ne[1], 64) * CeilDiv(ncols, 64);
+}
+
+// An F32 tensor's offset (in floats) and its strides nb[1..3] in floats.
+void PushF32Strides(Push& p, const Tensor* t, uint32_t offset_bytes) {
+  p.U(offset_bytes / 4).U(Floats(t->nb[1])).U(Floats(t->nb[2])).U(Floats(t->nb[3]));
+}
+
+// add, mul, swiglu.
+void EncodeBinary(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  Push p(&d);
+  d.pipe = kPipeBinary + (n->op == Op::kAdd ? kBAdd : n->op == Op::kMul ? kBMul : kBSwiglu);
+  const uint32_t r0 = args.Add(a, 4);
+  const uint32_t r1 = args.Add(b, 4);
+  const uint32_t r2 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 2;
+  p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
+  PushF32Strides(p, a, r0);
+  PushF32Strides(p, b, r1);
+  p.U(b->ne[1]).U(b->ne[2]).U(b->ne[3]);
+  PushF32Strides(p, n, r2);
+  d.groups = CeilDiv(static_cast<uint64_t>(n->nelements()), 256);
+}
+
+// scale, silu, gelu, gelu_erf, clamp, cont.
+void EncodeUnary(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  Push p(&d);
+  UnaryOp op = kUCopy;
+  if (n->op == Op::kScale) op = kUScale;
+  if (n->op == Op::kSilu) op = kUSilu;
+  if (n->op == Op::kGelu) op = kUGelu;
+  if (n->op == Op::kGeluErf) op = kUGeluErf;
+  if (n->op == Op::kClamp) op = kUClamp;
+  d.pipe = kPipeUnary + op;
+  const uint32_t r0 = args.Add(a, 4);
+  const uint32_t r1 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 1;
+  p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
+  PushF32Strides(p, a, r0);
+  PushF32Strides(p, n, r1);
+  float fp[2];
+  ElementOpFloats(*n, fp);
+  p.F(fp[0]).F(fp[1]);
+  d.groups = CeilDiv(static_cast<uint64_t>(n->nelements()), 256);
+}
+
+// rms_norm, norm.
+void EncodeNorm(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  Push p(&d);
+  d.pipe = kPipeNorm + (n->op == Op::kRmsNorm ? 0 : 1);
+  const uint32_t r0 = args.Add(a, 4);
+  const uint32_t r1 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 1;
+  p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->nrows());
+  PushF32Strides(p, a, r0);
+  PushF32Strides(p, n, r1);
+  p.F(NormParams::Of(*n).eps);
+  d.groups = static_cast<uint64_t>(n->nrows());
+}
+
+void EncodeSoftMax(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  Push p(&d);
+  d.pipe = kPipeSoftMax;
+  const uint32_t r0 = args.Add(a, 4);
+  const uint32_t r1 = args.AddOptional(b, 4);
+  const uint32_t r2 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 2;
+  const SoftMaxParams sp = SoftMaxParams::Of(*n);
+  const AlibiConsts al = AlibiConsts::For(n->ne[2], sp.max_bias);
+  p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->nrows());
+  PushF32Strides(p, a, r0);
+  PushF32Strides(p, n, r2);
+  p.U(r1 / 4).U(b ? Floats(b->nb[1]) : 0).U(b ? b->ne[1] : 1).U(b ? 1 : 0);
+  p.F(sp.scale).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
+  d.groups = static_cast<uint64_t>(n->nrows());
+}
+
+void EncodeRope(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  const Tensor* ff = n->src[2];
+  Push p(&d);
+  d.pipe = kPipeRope;
+  const uint32_t r0 = args.Add(a, 4);
+  const uint32_t r1 = args.Add(b, 4);
+  const uint32_t r2 = args.AddOptional(ff, 4);
+  const uint32_t r3 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 3;
+  const RopeParams rp = RopeParams::Of(*n);
+  const int n_dims = rp.n_dims;
+  float corr[2];
+  rp.CorrDims(corr);
+  p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
+  PushF32Strides(p, a, r0);
+  PushF32Strides(p, n, r3);
+  p.U(r1 / 4).U(r2 / 4).U(ff ? 1 : 0).U(static_cast<uint32_t>(n_dims)).U(rp.neox() ? 1 : 0);
+  p.F(rp.theta_scale()).F(rp.freq_scale).F(rp.ext_factor).F(rp.mscale()).F(corr[0]).F(corr[1]);
+  const uint64_t slots = static_cast<uint64_t>(n_dims / 2 + (n->ne[0] - n_dims));
+  d.groups = CeilDiv(slots * static_cast<uint64_t>(n->nrows()), 256);
+}
+
+void EncodeSetRows(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  const Tensor* idx = n->src[2];
+  Push p(&d);
+  const bool f16 = a->type == GgmlType::F16;
+  d.pipe = f16 ? kPipeSetRowsF16 : kPipeSetRowsF32;
+  const uint32_t r0 = args.Add(b, 4);
+  const uint32_t r1 = args.Add(idx, 4);
+  const uint32_t r2 = args.Add(a, f16 ? 2 : 4);
+  if (!args.ok()) return;
+  d.write = 2;
+  p.U(b->ne[0]).U(b->ne[1]).U(r0 / 4).U(Floats(b->nb[1])).U(r1 / 4).U(r2).U(a->nb[1]).U(a->ne[1]);
+  d.groups = static_cast<uint64_t>(b->ne[1]) * CeilDiv(b->ne[0], 256);
+}
+
+void EncodeFlashAttn(const Tensor* n, ArgBinder& args, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* k = n->src[1];
+  const Tensor* v = n->src[2];
+  const Tensor* mask = n->src[3];
+  Push p(&d);
+  const bool f16 = k->type == GgmlType::F16;
+  d.pipe = f16 ? kPipeFlashAttnF16 : kPipeFlashAttnF32;
+  const uint32_t kv_align = f16 ? 2 : 4;
+  const uint32_t r0 = args.Add(a, 4);
+  const uint32_t r1 = args.Add(k, kv_align);
+  const uint32_t r2 = args.Add(v, kv_align);
+  const uint32_t r3 = args.AddOptional(mask, 4);
+  const uint32_t r4 = args.Add(n, 4);
+  if (!args.ok()) return;
+  d.write = 4;
+  const FlashAttnParams fp = FlashAttnParams::Of(*n);
+  const AlibiConsts al = AlibiConsts::For(a->ne[1], fp.max_bias);
+  p.U(r0 / 4).U(Floats(a->nb[1])).U(Floats(a->nb[2]));
+  p.U(r1).U(k->nb[1]).U(k->nb[2]);
+  p.U(r2).U(v->nb[1]).U(v->nb[2]);
+  p.U(r3 / 4).U(mask ? Floats(mask->nb[1]) : 0);
+  p.U(r4 / 4).U(Floats(n->nb[1])).U(Floats(n->nb[2]));
+  p.U(a->ne[0]).U(a->ne[1]).U(a->ne[2]).U(k->ne[2]).U(a->ne[1] / k->ne[1]).U(mask ? 1 : 0);
+  p.F(fp.scale).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
+  d.groups = static_cast<uint64_t>(a->ne[1]) * static_cast<uint64_t>(a->ne[2]);
+}
+
+absl::Status VulkanBackend::Encode(Tensor* n, std::vector<Dispatch>* out) const {
+  Dispatch d;
+  const auto make_arg = [this](const Tensor* t, uint32_t elem_align) { return MakeArg(t, elem_align); };
+  ArgBinder args(make_arg, &dummy_, &d);  // holds a reference to make_arg
   switch (n->op) {
-    case Op::kGetRows: {
-      const int tv = TypeVariant(a->type);
-      d.pipe = kPipeGetRows + tv;
-      r0 = add_arg(a, a->type == GgmlType::F32 ? 4 : a->type == GgmlType::F16 ? 2 : 1);
-      r1 = add_arg(b, 4);
-      r2 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok() || !r2.ok()) break;
-      d.write = 2;
-      p.U(*r0).U(a->nb[1]).U(a->ne[1]).U(a->ne[0]).U(b->ne[0]).U(*r1 / 4).U(*r2 / 4).U(f(n->nb[1]));
-      d.groups = static_cast<uint64_t>(b->ne[0]) * CeilDiv(a->ne[0], 256);
+    case Op::kGetRows:
+      EncodeGetRows(n, args, d);
       break;
-    }
-    case Op::kMulMat: {
-      const int tv = TypeVariant(a->type);
-      const int64_t ncols = b->ne[1] * b->ne[2] * b->ne[3];
-      const bool vec = ncols <= kVulkanMatVecMaxCols;
-      d.pipe = (vec ? kPipeMatVec : kPipeMatMul) + tv;
-      r0 = add_arg(a, a->type == GgmlType::F32 ? 4 : a->type == GgmlType::F16 ? 2 : 1);
-      r1 = add_arg(b, 4);
-      r2 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok() || !r2.ok()) break;
-      d.write = 2;
-      p.U(*r0).U(a->nb[1]).U(a->ne[0]).U(a->ne[1]);
-      p.U(*r1 / 4).U(f(b->nb[1])).U(f(b->nb[2])).U(f(b->nb[3])).U(b->ne[1]).U(b->ne[2]);
-      p.U(*r2 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3])).U(ncols);
-      d.groups = vec ? static_cast<uint64_t>(a->ne[1]) * static_cast<uint64_t>(ncols)
-                     : CeilDiv(a->ne[1], 64) * CeilDiv(ncols, 64);
+    case Op::kMulMat:
+      EncodeMulMat(n, args, d);
       break;
-    }
     case Op::kAdd:
     case Op::kMul:
-    case Op::kSwiglu: {
-      d.pipe = kPipeBinary + (n->op == Op::kAdd ? kBAdd : n->op == Op::kMul ? kBMul : kBSwiglu);
-      r0 = add_arg(a, 4);
-      r1 = add_arg(b, 4);
-      r2 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok() || !r2.ok()) break;
-      d.write = 2;
-      p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
-      p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
-      p.U(*r1 / 4).U(f(b->nb[1])).U(f(b->nb[2])).U(f(b->nb[3])).U(b->ne[1]).U(b->ne[2]).U(b->ne[3]);
-      p.U(*r2 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      d.groups = CeilDiv(static_cast<uint64_t>(n->nelements()), 256);
+    case Op::kSwiglu:
+      EncodeBinary(n, args, d);
       break;
-    }
     case Op::kScale:
     case Op::kSilu:
     case Op::kGelu:
     case Op::kGeluErf:
     case Op::kClamp:
-    case Op::kCont: {
-      UnaryOp op = kUCopy;
-      if (n->op == Op::kScale) op = kUScale;
-      if (n->op == Op::kSilu) op = kUSilu;
-      if (n->op == Op::kGelu) op = kUGelu;
-      if (n->op == Op::kGeluErf) op = kUGeluErf;
-      if (n->op == Op::kClamp) op = kUClamp;
-      d.pipe = kPipeUnary + op;
-      r0 = add_arg(a, 4);
-      r1 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok()) break;
-      d.write = 1;
-      p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
-      p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
-      p.U(*r1 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      float fp[2];
-      ElementOpFloats(*n, fp);
-      p.F(fp[0]).F(fp[1]);
-      d.groups = CeilDiv(static_cast<uint64_t>(n->nelements()), 256);
+    case Op::kCont:
+      EncodeUnary(n, args, d);
       break;
-    }
     case Op::kRmsNorm:
-    case Op::kNorm: {
-      d.pipe = kPipeNorm + (n->op == Op::kRmsNorm ? 0 : 1);
-      r0 = add_arg(a, 4);
-      r1 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok()) break;
-      d.write = 1;
-      p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->nrows());
-      p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
-      p.U(*r1 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      p.F(NormParams::Of(*n).eps);
-      d.groups = static_cast<uint64_t>(n->nrows());
+    case Op::kNorm:
+      EncodeNorm(n, args, d);
       break;
-    }
-    case Op::kSoftMax: {
-      d.pipe = kPipeSoftMax;
-      r0 = add_arg(a, 4);
-      if (b != nullptr) {
-        r1 = add_arg(b, 4);
-      } else {
-        add_dummy();
-        r1 = 0u;
-      }
-      r2 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok() || !r2.ok()) break;
-      d.write = 2;
-      const SoftMaxParams sp = SoftMaxParams::Of(*n);
-      const AlibiConsts al = AlibiConsts::For(n->ne[2], sp.max_bias);
-      p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->nrows());
-      p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
-      p.U(*r2 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      p.U(*r1 / 4).U(b ? f(b->nb[1]) : 0).U(b ? b->ne[1] : 1).U(b ? 1 : 0);
-      p.F(sp.scale).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
-      d.groups = static_cast<uint64_t>(n->nrows());
+    case Op::kSoftMax:
+      EncodeSoftMax(n, args, d);
       break;
-    }
-    case Op::kRope: {
-      d.pipe = kPipeRope;
-      const Tensor* ff = n->src[2];
-      r0 = add_arg(a, 4);
-      r1 = add_arg(b, 4);
-      if (ff != nullptr) {
-        r2 = add_arg(ff, 4);
-      } else {
-        add_dummy();
-        r2 = 0u;
-      }
-      r3 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok() || !r2.ok() || !r3.ok()) break;
-      d.write = 3;
-      const RopeParams rp = RopeParams::Of(*n);
-      const int n_dims = rp.n_dims;
-      float corr[2];
-      rp.CorrDims(corr);
-      p.U(n->ne[0]).U(n->ne[1]).U(n->ne[2]).U(n->ne[3]);
-      p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2])).U(f(a->nb[3]));
-      p.U(*r3 / 4).U(f(n->nb[1])).U(f(n->nb[2])).U(f(n->nb[3]));
-      p.U(*r1 / 4).U(*r2 / 4).U(ff ? 1 : 0).U(static_cast<uint32_t>(n_dims)).U(rp.neox() ? 1 : 0);
-      p.F(rp.theta_scale()).F(rp.freq_scale).F(rp.ext_factor).F(rp.mscale()).F(corr[0]).F(corr[1]);
-      const uint64_t slots = static_cast<uint64_t>(n_dims / 2 + (n->ne[0] - n_dims));
-      d.groups = CeilDiv(slots * static_cast<uint64_t>(n->nrows()), 256);
+    case Op::kRope:
+      EncodeRope(n, args, d);
       break;
-    }
-    case Op::kSetRows: {
-      const Tensor* idx = n->src[2];
-      const bool f16 = a->type == GgmlType::F16;
-      d.pipe = f16 ? kPipeSetRowsF16 : kPipeSetRowsF32;
-      r0 = add_arg(b, 4);
-      r1 = add_arg(idx, 4);
-      r2 = add_arg(a, f16 ? 2 : 4);
-      if (!r0.ok() || !r1.ok() || !r2.ok()) break;
-      d.write = 2;
-      p.U(b->ne[0]).U(b->ne[1]).U(*r0 / 4).U(f(b->nb[1])).U(*r1 / 4).U(*r2).U(a->nb[1]).U(a->ne[1]);
-      d.groups = static_cast<uint64_t>(b->ne[1]) * CeilDiv(b->ne[0], 256);
+    case Op::kSetRows:
+      EncodeSetRows(n, args, d);
       break;
-    }
-    case Op::kFlashAttnExt: {
-      const Tensor* k = n->src[1];
-      const Tensor* v = n->src[2];
-      const Tensor* mask = n->src[3];
-      const bool f16 = k->type == GgmlType::F16;
-      d.pipe = f16 ? kPipeFlashAttnF16 : kPipeFlashAttnF32;
-      const uint32_t kv_align = f16 ? 2 : 4;
-      r0 = add_arg(a, 4);
-      r1 = add_arg(k, kv_align);
-      r2 = add_arg(v, kv_align);
-      if (mask != nullptr) {
-        r3 = add_arg(mask, 4);
-      } else {
-        add_dummy();
-        r3 = 0u;
-      }
-      r4 = add_arg(n, 4);
-      if (!r0.ok() || !r1.ok() || !r2.ok() || !r3.ok() || !r4.ok()) break;
-      d.write = 4;
-      const FlashAttnParams fp = FlashAttnParams::Of(*n);
-      const AlibiConsts al = AlibiConsts::For(a->ne[1], fp.max_bias);
-      p.U(*r0 / 4).U(f(a->nb[1])).U(f(a->nb[2]));
-      p.U(*r1).U(k->nb[1]).U(k->nb[2]);
-      p.U(*r2).U(v->nb[1]).U(v->nb[2]);
-      p.U(*r3 / 4).U(mask ? f(mask->nb[1]) : 0);
-      p.U(*r4 / 4).U(f(n->nb[1])).U(f(n->nb[2]));
-      p.U(a->ne[0]).U(a->ne[1]).U(a->ne[2]).U(k->ne[2]).U(a->ne[1] / k->ne[1]).U(mask ? 1 : 0);
-      p.F(fp.scale).U(al.use).U(al.n_head_log2).F(al.m0).F(al.m1);
-      d.groups = static_cast<uint64_t>(a->ne[1]) * static_cast<uint64_t>(a->ne[2]);
+    case Op::kFlashAttnExt:
+      EncodeFlashAttn(n, args, d);
       break;
-    }
     default:
       return absl::UnimplementedError(absl::StrCat(name(), " does not support ", OpName(n->op)));
   }
-  for (const absl::StatusOr<uint32_t>* r : {&r0, &r1, &r2, &r3, &r4}) {
-    if (!r->ok()) return r->status();
-  }
+  if (!args.ok()) return args.status();
   if (d.groups == 0) return absl::OkStatus();  // nothing to compute
   out->push_back(d);
   return absl::OkStatus();
@@ -1269,17 +1324,10 @@ absl::Status VulkanBackend::GraphCompute(Graph& g) {
     }
   }
   std::lock_guard<std::mutex> lock(ctx_->mu());
-  if (!g.placed()) {
-    GraphPlan plan = PlanGraph(g, buft_->alignment());
-    if (plan.arena_size > 0) {
-      absl::Status s = EnsureScratch(plan.arena_size);
-      if (!s.ok()) return s;
-    }
-    ApplyPlan(plan, g, kFakeBase);
-    for (Tensor* t : plan.tensors) t->buffer = scratch_.get();
-    for (Tensor* t : g.nodes()) {
-      if (t->view_src != nullptr) t->buffer = t->view_src->buffer;
-    }
+  if (absl::Status s = PlaceInScratch(
+          g, buft_->alignment(), kFakeBase, [this](size_t bytes) { return EnsureScratch(bytes); }, scratch_);
+      !s.ok()) {
+    return s;
   }
   std::vector<Dispatch> ds;
   ds.reserve(g.nodes().size());

@@ -254,8 +254,12 @@ void ScaleF16(uint16_t* y, float v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(Fp16ToFp32(y[i]) * v);
 }
 
-void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd, uint16_t* vkq16,
-                      float* out) {
+namespace {
+// FlashAttnF16VRow's online softmax over n cells, cell i's V row at row_of(i): scores[i]
+// (-inf: skipped), the accumulator in F16 (ggml's one_chunk order).
+template <typename RowOf>
+void FlashAttnF16VAccumulate(const float* scores, int64_t n, RowOf row_of, const uint8_t* v, size_t v_stride,
+                             int64_t hd, uint16_t* vkq16, float* out) {
   for (int64_t d = 0; d < hd; ++d) vkq16[d] = 0;
   float S = 0.0f;
   float M = -std::numeric_limits<float>::infinity();
@@ -263,40 +267,8 @@ void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_
   // rows ahead so their misses overlap instead of serialising the F16 accumulator chain.
   constexpr int64_t kAhead = 24;
   const size_t row_bytes = static_cast<size_t>(hd) * 2;
-  const auto prefetch_row = [&](int64_t c) {
-    const uint8_t* p = v + static_cast<size_t>(c) * v_stride;
-    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b);
-  };
-  for (int64_t c = 0; c < kAhead && c < n_kv; ++c) prefetch_row(c);
-  for (int64_t c = 0; c < n_kv; ++c) {
-    if (c + kAhead < n_kv) prefetch_row(c + kAhead);
-    const float s = scores[c];
-    if (s == -std::numeric_limits<float>::infinity()) continue;
-    const float Mold = M;
-    float ms = 1.0f, vs = 1.0f;
-    if (s > M) {
-      M = s;
-      ms = std::exp(Mold - M);
-      ScaleF16(vkq16, ms, hd);
-    } else {
-      vs = std::exp(s - M);
-    }
-    MadF16(reinterpret_cast<const uint16_t*>(v + static_cast<size_t>(c) * v_stride), vs, vkq16, hd);
-    S = std::fma(S, ms, vs);  // ggml-cpu is built with FP contraction: S*ms + vs is one fma
-  }
-  const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
-  for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(vkq16[d]) * s_inv;
-}
-
-void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, const uint8_t* v, size_t v_stride,
-                         int64_t hd, uint16_t* vkq16, float* out) {
-  for (int64_t d = 0; d < hd; ++d) vkq16[d] = 0;
-  float S = 0.0f;
-  float M = -std::numeric_limits<float>::infinity();
-  constexpr int64_t kAhead = 24;
-  const size_t row_bytes = static_cast<size_t>(hd) * 2;
   const auto prefetch_row = [&](int64_t i) {
-    const uint8_t* p = v + static_cast<size_t>(idx[i]) * v_stride;
+    const uint8_t* p = v + static_cast<size_t>(row_of(i)) * v_stride;
     for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b);
   };
   for (int64_t i = 0; i < kAhead && i < n; ++i) prefetch_row(i);
@@ -313,11 +285,24 @@ void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, con
     } else {
       vs = std::exp(s - M);
     }
-    MadF16(reinterpret_cast<const uint16_t*>(v + static_cast<size_t>(idx[i]) * v_stride), vs, vkq16, hd);
-    S = std::fma(S, ms, vs);
+    MadF16(reinterpret_cast<const uint16_t*>(v + static_cast<size_t>(row_of(i)) * v_stride), vs, vkq16, hd);
+    S = std::fma(S, ms, vs);  // ggml-cpu is built with FP contraction: S*ms + vs is one fma
   }
   const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
   for (int64_t d = 0; d < hd; ++d) out[d] = Fp16ToFp32(vkq16[d]) * s_inv;
+}
+}  // namespace
+
+void FlashAttnF16VRow(const float* scores, int64_t n_kv, const uint8_t* v, size_t v_stride, int64_t hd, uint16_t* vkq16,
+                      float* out) {
+  FlashAttnF16VAccumulate(
+      scores, n_kv, [](int64_t c) { return c; }, v, v_stride, hd, vkq16, out);
+}
+
+void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, const uint8_t* v, size_t v_stride,
+                         int64_t hd, uint16_t* vkq16, float* out) {
+  FlashAttnF16VAccumulate(
+      scores, n, [idx](int64_t i) { return idx[i]; }, v, v_stride, hd, vkq16, out);
 }
 
 void AppendVisibleCells(const float* mrow, int64_t n, std::vector<int32_t>* vis) {
