@@ -9,6 +9,21 @@
 
 namespace herd::testing {
 
+void ExpectDevice0(const DeviceInfo& d, const std::string& kind, const std::string& name, Backend* device,
+                   Backend* host) {
+  EXPECT_EQ(d.backend, kind);
+  EXPECT_EQ(d.index, 0);
+  EXPECT_EQ(d.name, name);
+  EXPECT_FALSE(d.description.empty());
+  EXPECT_GT(d.memory_total, 0u);
+  EXPECT_FALSE(d.host_visible);
+  EXPECT_EQ(device->name(), name);
+  EXPECT_EQ(device->device().description, d.description);
+  EXPECT_FALSE(device->default_buffer_type()->is_host());
+  EXPECT_TRUE(device->CanUseBufferType(device->default_buffer_type()));
+  EXPECT_FALSE(device->CanUseBufferType(host->default_buffer_type()));
+}
+
 void ExpectTransfersRoundTrip(Backend* device, Backend* host) {
   Graph g;
   Tensor* a = g.NewTensor(GgmlType::F32, {1000, 3});

@@ -3,9 +3,17 @@
 // backend (its device info, async staging, BLAS paths) stays in its own test; op results
 // against the CPU are tests/backend_ops's.
 #pragma once
+#include <string>
+
 #include "libs/backend/backend.h"
 
 namespace herd::testing {
+
+/// `d` is device 0 of kind `kind` named `name` ("Vulkan0"), with a description and
+/// memory, not host-visible, and `device` (a backend on it) reports it: its default
+/// buffer type is not host memory, and it takes its own buffers but not `host`'s.
+void ExpectDevice0(const DeviceInfo& d, const std::string& kind, const std::string& name, Backend* device,
+                   Backend* host);
 
 /// SetTensor / CopyTensor / GetTensor on `device`'s own buffers round-trip exactly, at
 /// byte offsets too; a write past a tensor is OUT_OF_RANGE; Buffer::Clear zeroes; a
