@@ -140,7 +140,7 @@ pack() {
   # What the CUDA binaries need of the driver (run prints it beside the driver's version).
   {
     echo "cudart $(awk '/#define CUDART_VERSION/{print $3}' /usr/local/cuda/include/cuda_runtime_api.h)"
-    echo "build nvcc $(/usr/local/cuda/bin/nvcc --version | grep -o 'V[0-9.]*' | tr -d V), sm_90 SASS + compute_90 PTX"
+    echo "build nvcc $(/usr/local/cuda/bin/nvcc --version | grep -o 'V[0-9][0-9.]*' | tr -d V), sm_90 SASS + compute_90 PTX"
   } > "$PACK/cuda.txt"
   # compute-sanitizer (run's memcheck pass), where this CUDA install has it and it fits.
   local san=/usr/local/cuda/compute-sanitizer
