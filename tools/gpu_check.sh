@@ -411,7 +411,7 @@ run() {
       note="$CASE_COUNTS"
       # Skipped: the first line of the tests' own output says why.
       grep -q '^\[  SKIPPED \]' "$dir/cases.log" && state=skipped note="$CASE_COUNTS; $(grep -m 1 -vE \
-        '^(\[|---|Running main|Note: |$)' "$dir/cases.log" | cut -c1-160)"
+        '^(\[|---|Running main|Note: |$)|: Skipped$' "$dir/cases.log" | cut -c1-160)"
     fi
     [[ "$state" == FAILED ]] && { failed=1; echo "FAILED: $t"; }
     record "$name" "$rc" "$state" "$note"
