@@ -119,12 +119,26 @@ struct Cublas {
 };
 
 // The process-wide cuBLAS library, or nullptr when it cannot be opened (loaded once).
+// $HERD_CUBLAS_PATH (a libcublas.so.13 file, e.g. a pip wheel's nvidia/cublas/lib one; its
+// libcublasLt is found beside it) comes first: tools/gpu_check.sh sets it to what its own
+// search found, so the check and the backend use the same library. Then the dynamic
+// loader's search (LD_LIBRARY_PATH, ldconfig's cache, /usr/lib/x86_64-linux-gnu, ...), then
+// the CUDA install's lib64.
 const Cublas* LoadCublas() {
   static const Cublas* loaded = []() -> const Cublas* {
     void* lib = nullptr;
+    const char* env_path = std::getenv("HERD_CUBLAS_PATH");
+    if (env_path != nullptr && *env_path != '\0') {
+      lib = dlopen(env_path, RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) {
+        const char* why = dlerror();
+        HERD_LOG(Warning) << "CUDA backend: HERD_CUBLAS_PATH=" << env_path
+                          << " cannot be opened: " << (why != nullptr ? why : "?");
+      }
+    }
     for (const char* name : {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13"}) {
-      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
       if (lib != nullptr) break;
+      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     }
     if (lib == nullptr) {
       HERD_LOG(Info) << "CUDA backend: libcublas.so.13 not found; batched mul_mat uses the built-in tiled kernel";
