@@ -12,15 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/errno_status.h"
+
 namespace herd {
-namespace {
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  std::string msg = absl::StrCat(what, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
-}
-}  // namespace
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "libs/base/errno_status.h"
+
 namespace herd {
 namespace {
 
@@ -24,13 +26,6 @@ constexpr uint32_t kK[64] = {
 };
 
 inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  std::string msg = absl::StrCat(what, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
-}
 
 }  // namespace
 

@@ -108,6 +108,9 @@ class Parser {
   absl::StatusOr<ExprPtr> CondExpr();
   absl::StatusOr<ExprPtr> Or();
   absl::StatusOr<ExprPtr> And();
+  // OPERAND (KEYWORD OPERAND)*, left-associative: the `or` and `and` levels.
+  absl::StatusOr<ExprPtr> KeywordChain(const char* keyword, Expr::Kind kind,
+                                       absl::StatusOr<ExprPtr> (Parser::*operand)());
   absl::StatusOr<ExprPtr> Not();
   absl::StatusOr<ExprPtr> Compare();
   absl::StatusOr<ExprPtr> Binary(int level);
@@ -119,6 +122,8 @@ class Parser {
   absl::StatusOr<ExprPtr> Subscribed();
   absl::StatusOr<ExprPtr> Filter(ExprPtr node, bool start_inline);
   absl::StatusOr<ExprPtr> Test(ExprPtr node);
+  // A call of `callee` with the argument list at the current "(".
+  absl::StatusOr<ExprPtr> Call(ExprPtr callee);
   absl::Status CallArgs(Expr* call);
   absl::StatusOr<ExprPtr> ListOrDict(bool dict);
 
@@ -443,13 +448,14 @@ absl::StatusOr<ExprPtr> Parser::CondExpr() {
   return node;
 }
 
-absl::StatusOr<ExprPtr> Parser::Or() {
-  HERD_ASSIGN_OR_RETURN(auto left, And());
+absl::StatusOr<ExprPtr> Parser::KeywordChain(const char* keyword, Expr::Kind kind,
+                                             absl::StatusOr<ExprPtr> (Parser::*operand)()) {
+  HERD_ASSIGN_OR_RETURN(auto left, (this->*operand)());
   ExprPtr node = std::move(left);
-  while (IsName("or")) {
-    auto n = Node(Expr::Kind::kOr, Cur());
+  while (IsName(keyword)) {
+    auto n = Node(kind, Cur());
     Next();
-    HERD_ASSIGN_OR_RETURN(auto right, And());
+    HERD_ASSIGN_OR_RETURN(auto right, (this->*operand)());
     n->args.push_back(std::move(node));
     n->args.push_back(std::move(right));
     node = std::move(n);
@@ -457,19 +463,9 @@ absl::StatusOr<ExprPtr> Parser::Or() {
   return node;
 }
 
-absl::StatusOr<ExprPtr> Parser::And() {
-  HERD_ASSIGN_OR_RETURN(auto left, Not());
-  ExprPtr node = std::move(left);
-  while (IsName("and")) {
-    auto n = Node(Expr::Kind::kAnd, Cur());
-    Next();
-    HERD_ASSIGN_OR_RETURN(auto right, Not());
-    n->args.push_back(std::move(node));
-    n->args.push_back(std::move(right));
-    node = std::move(n);
-  }
-  return node;
-}
+absl::StatusOr<ExprPtr> Parser::Or() { return KeywordChain("or", Expr::Kind::kOr, &Parser::And); }
+
+absl::StatusOr<ExprPtr> Parser::And() { return KeywordChain("and", Expr::Kind::kAnd, &Parser::Not); }
 
 absl::StatusOr<ExprPtr> Parser::Not() {
   if (IsName("not")) {
@@ -625,10 +621,7 @@ absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
       HERD_ASSIGN_OR_RETURN(auto s, Subscript(std::move(node)));
       node = std::move(s);
     } else if (IsOp("(")) {
-      auto call = Node(Expr::Kind::kCall, Cur());
-      call->args.push_back(std::move(node));
-      HERD_RETURN_IF_ERROR(CallArgs(call.get()));
-      node = std::move(call);
+      HERD_ASSIGN_OR_RETURN(node, Call(std::move(node)));
     } else {
       return node;
     }
@@ -644,10 +637,7 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
       HERD_ASSIGN_OR_RETURN(auto t, Test(std::move(node)));
       node = std::move(t);
     } else if (IsOp("(")) {
-      auto call = Node(Expr::Kind::kCall, Cur());
-      call->args.push_back(std::move(node));
-      HERD_RETURN_IF_ERROR(CallArgs(call.get()));
-      node = std::move(call);
+      HERD_ASSIGN_OR_RETURN(node, Call(std::move(node)));
     } else {
       return node;
     }
@@ -730,6 +720,13 @@ absl::StatusOr<ExprPtr> Parser::Subscribed() {
     slice->args.push_back(nullptr);
   }
   return slice;
+}
+
+absl::StatusOr<ExprPtr> Parser::Call(ExprPtr callee) {
+  auto call = Node(Expr::Kind::kCall, Cur());
+  call->args.push_back(std::move(callee));
+  HERD_RETURN_IF_ERROR(CallArgs(call.get()));
+  return call;
 }
 
 absl::Status Parser::CallArgs(Expr* call) {

@@ -20,6 +20,7 @@
 #include "libs/gguf/gguf.h"
 #include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
+#include "tests/stories_model_test.h"
 
 namespace herd::engine {
 namespace {
@@ -32,19 +33,8 @@ SamplingParams Greedy() {
   return p;
 }
 
-class SchedulerTest : public ::testing::Test {
+class SchedulerTest : public StoriesModelTest {
  protected:
-  void SetUp() override {
-    const std::string shared = SharedDir();
-    if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
-    auto m = model::Model::Load(shared + "/models/stories260K.gguf");
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = *std::move(m);
-    auto v = tokenizer::Vocab::FromGguf(model_->file());
-    ASSERT_TRUE(v.ok()) << v.status();
-    vocab_ = *std::move(v);
-  }
-
   std::unique_ptr<Engine> MakeEngine(int64_t n_ctx, int64_t n_batch) {
     EngineParams p;
     p.n_ctx = n_ctx;
@@ -58,6 +48,48 @@ class SchedulerTest : public ::testing::Test {
     auto s = Scheduler::Create(e, vocab_.get(), cfg);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
+  }
+
+  // A scheduler of `max_sequences` slots, the other settings at their defaults.
+  std::unique_ptr<Scheduler> MakeScheduler(Engine* e, int max_sequences) {
+    SchedulerConfig cfg;
+    cfg.max_sequences = max_sequences;
+    return MakeScheduler(e, cfg);
+  }
+
+  // A request for `prompt` with `sampling` (greedy unless given) that ignores eos unless told.
+  static SequenceParams SeqParams(std::vector<int32_t> prompt, const SamplingParams& sampling = Greedy(),
+                                  bool ignore_eos = true) {
+    SequenceParams p;
+    p.prompt = std::move(prompt);
+    p.sampling = sampling;
+    p.ignore_eos = ignore_eos;
+    return p;
+  }
+
+  // Starts a greedy sequence (ignoring eos) for each prompt; empty (with a failure
+  // recorded) when one does not start.
+  static std::vector<std::unique_ptr<Sequence>> StartGreedy(Scheduler* sched,
+                                                            const std::vector<std::vector<int32_t>>& prompts) {
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    for (const auto& prompt : prompts) {
+      auto s = sched->Start(SeqParams(prompt));
+      if (!s.ok()) {
+        ADD_FAILURE() << s.status();
+        return {};
+      }
+      seqs.push_back(*std::move(s));
+    }
+    return seqs;
+  }
+
+  // Each sequence starts and its next `n` tokens equal `solo`'s entry.
+  static void ExpectSoloOutputs(const std::vector<std::unique_ptr<Sequence>>& seqs, int32_t n,
+                                const std::vector<std::vector<int32_t>>& solo) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      ExpectStarted(seqs[i].get());
+      EXPECT_EQ(Collect(seqs[i].get(), n), solo[i]) << "sequence " << i;
+    }
   }
 
   // Solo reference: the single-sequence generation loop on a fresh engine.
@@ -131,8 +163,6 @@ class SchedulerTest : public ::testing::Test {
     return p;
   }
 
-  std::unique_ptr<model::Model> model_;
-  std::unique_ptr<tokenizer::Vocab> vocab_;
   std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);
   Backend& backend_ = *backend_owner_;
 };
@@ -215,27 +245,19 @@ TEST_F(SchedulerTest, LongPromptSplitAcrossIterationsEqualsSolo) {
   const std::vector<int32_t> prompt = RandomPrompt(rng, 150);
   const std::vector<int32_t> solo = Solo(prompt, 20, Greedy());
   auto engine = MakeEngine(512, 16);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
   // A second, short sequence decodes while the long prompt is being processed. It asks
   // for 200 steps (checking the first 30) so that it is still decoding when the long
   // prompt arrives: 30 steps of stories260K can all run before the second Start.
-  SequenceParams q;
-  q.prompt = {1, 403, 407};
-  q.sampling = Greedy();
-  q.ignore_eos = true;
+  SequenceParams q = SeqParams({1, 403, 407});
   const std::vector<int32_t> solo_short = Solo(q.prompt, 30, Greedy());
   auto other = sched->Start(q);
   ASSERT_TRUE(other.ok());
   ExpectStarted(other->get());
   ASSERT_TRUE((*other)->Step(200).ok());
 
-  SequenceParams p;
-  p.prompt = prompt;
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams(prompt);
   auto seq = sched->Start(p);
   ASSERT_TRUE(seq.ok()) << seq.status();
   ExpectStarted(seq->get());
@@ -259,14 +281,9 @@ TEST_F(SchedulerTest, DraftVerificationAcceptsTheMatchingPrefix) {
   const std::vector<int32_t> cont = Solo(prompt, 40, Greedy());
   ASSERT_EQ(cont.size(), 40u);
   auto engine = MakeEngine(256, 64);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
-  SequenceParams p;
-  p.prompt = prompt;
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams(prompt);
   auto seq = sched->Start(p);
   ASSERT_TRUE(seq.ok());
   Sequence* s = seq->get();
@@ -312,14 +329,9 @@ TEST_F(SchedulerTest, LongDraftsAreCutToTheBatch) {
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286};
   const std::vector<int32_t> cont = Solo(prompt, 40, Greedy());
   auto engine = MakeEngine(256, 8);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
-  SequenceParams p;
-  p.prompt = prompt;
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams(prompt);
   auto seq = sched->Start(p);
   ASSERT_TRUE(seq.ok());
   ExpectStarted(seq->get());
@@ -339,14 +351,9 @@ TEST_F(SchedulerTest, SeededSamplingWithDraftsEqualsWithout) {
   sp.seed = 42;
   sp.repeat_penalty = 1.1f;
   auto engine = MakeEngine(256, 64);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
-  SequenceParams p;
-  p.prompt = prompt;
-  p.sampling = sp;
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams(prompt, sp);
   auto a = sched->Start(p);
   ASSERT_TRUE(a.ok());
   ExpectStarted(a->get());
@@ -415,9 +422,7 @@ TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
   };
 
   auto engine = MakeEngine(256, 64);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
   int all_accepted = 0, rejected = 0, some_accepted = 0;
   for (size_t di = 0; di < drafts.size(); ++di) {
@@ -444,10 +449,7 @@ TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
       std::vector<int32_t> want_tokens(draft.begin(), draft.begin() + want->n_accepted);
       want_tokens.push_back(want->token);
 
-      SequenceParams p;
-      p.prompt = prompt;
-      p.sampling = sp;
-      p.ignore_eos = true;
+      SequenceParams p = SeqParams(prompt, sp);
       p.logprobs = 2;
       auto seq = sched->Start(p);
       ASSERT_TRUE(seq.ok()) << seq.status();
@@ -478,10 +480,7 @@ TEST_F(SchedulerTest, DraftsWithProbabilitiesAreVerifiedByRejectionSampling) {
 
   // A greedy sequence ignores q: the greedy continuation is accepted whole.
   {
-    SequenceParams p;
-    p.prompt = prompt;
-    p.sampling = Greedy();
-    p.ignore_eos = true;
+    SequenceParams p = SeqParams(prompt);
     auto seq = sched->Start(p);
     ASSERT_TRUE(seq.ok());
     ExpectStarted(seq->get());
@@ -533,10 +532,7 @@ TEST_F(SchedulerTest, InterleavedDraftRejectionsKeepSoloOutputs) {
   std::vector<std::thread> threads;
   for (int i = 0; i < n_seq; ++i) {
     threads.emplace_back([&, i] {
-      SequenceParams p;
-      p.prompt = prompts[i];
-      p.sampling = Greedy();
-      p.ignore_eos = true;
+      SequenceParams p = SeqParams(prompts[i]);
       auto seq = sched->Start(p);
       ASSERT_TRUE(seq.ok()) << seq.status();
       ExpectStarted(seq->get());
@@ -566,14 +562,9 @@ TEST_F(SchedulerTest, InterleavedDraftRejectionsKeepSoloOutputs) {
 
 TEST_F(SchedulerTest, CancelAndCloseFreeKvCells) {
   auto engine = MakeEngine(256, 64);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
-  SequenceParams p;
-  p.prompt = {1, 403, 407, 261, 378};
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams({1, 403, 407, 261, 378});
   auto seq = sched->Start(p);
   ASSERT_TRUE(seq.ok());
   ExpectStarted(seq->get());
@@ -626,10 +617,7 @@ TEST_F(SchedulerTest, CancelAndCloseFreeKvCells) {
 
 TEST_F(SchedulerTest, AdmissionQueuesOrRejects) {
   auto engine = MakeEngine(256, 64);
-  SequenceParams p;
-  p.prompt = {1, 403, 407};
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams({1, 403, 407});
   {
     SchedulerConfig cfg;
     cfg.max_sequences = 2;
@@ -680,9 +668,7 @@ TEST_F(SchedulerTest, AdmissionQueuesOrRejects) {
   }
   {
     // Cancelling a queued sequence ends it without admission.
-    SchedulerConfig cfg;
-    cfg.max_sequences = 1;
-    auto sched = MakeScheduler(engine.get(), cfg);
+    auto sched = MakeScheduler(engine.get(), 1);
     ASSERT_NE(sched, nullptr);
     auto a = sched->Start(p);
     auto b = sched->Start(p);
@@ -772,10 +758,7 @@ TEST_F(SchedulerTest, ContextFullAfterNCtxSeqTokens) {
   cfg.n_ctx_seq = 16;
   auto sched = MakeScheduler(engine.get(), cfg);
   ASSERT_NE(sched, nullptr);
-  SequenceParams p;
-  p.prompt = {1, 403, 407, 261, 378, 432, 383, 286, 300, 301};
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams({1, 403, 407, 261, 378, 432, 383, 286, 300, 301});
   auto seq = sched->Start(p);
   ASSERT_TRUE(seq.ok());
   ExpectStarted(seq->get());
@@ -797,9 +780,7 @@ TEST_F(SchedulerTest, ContextFullAfterNCtxSeqTokens) {
 
 TEST_F(SchedulerTest, Logprobs) {
   auto engine = MakeEngine(1024, 64);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
   SequenceParams p;
   p.prompt = vocab_->Tokenize("Once upon a time", true, true);
@@ -1040,13 +1021,9 @@ TEST_F(SchedulerTest, GrammarWithDraftsEqualsSoloAndMatches) {
   EXPECT_TRUE(m->AcceptBytes(text).ok() && m->CanEnd()) << text;
 
   auto engine = MakeEngine(256, 64);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 2;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 2);
   ASSERT_NE(sched, nullptr);
-  SequenceParams p;
-  p.prompt = prompt;
-  p.sampling = sp;
+  SequenceParams p = SeqParams(prompt, sp, /*ignore_eos=*/false);
   auto a = sched->Start(p);
   ASSERT_TRUE(a.ok()) << a.status();
   ExpectStarted(a->get());
@@ -1151,9 +1128,7 @@ TEST_F(SchedulerTest, PrefixCacheReusesCellsAndKeepsSoloOutputs) {
   for (const auto& p : prompts) solo.push_back(Solo(p, 12, Greedy()));
 
   auto engine = MakeEngine(512, 64);
-  SchedulerConfig cfg;
-  cfg.max_sequences = 4;
-  auto sched = MakeScheduler(engine.get(), cfg);
+  auto sched = MakeScheduler(engine.get(), 4);
   ASSERT_NE(sched, nullptr);
   EXPECT_EQ(RunOne(sched.get(), prompts[0], 12), solo[0]);
   SchedulerStats st = sched->Stats();
@@ -1171,10 +1146,7 @@ TEST_F(SchedulerTest, PrefixCacheReusesCellsAndKeepsSoloOutputs) {
   EXPECT_EQ(sched->Stats().prefix_tokens_reused, system.size() + prompts[1].size() - 1);
 
   // Concurrent sequences share a running one's prefix.
-  SequenceParams p;
-  p.prompt = prompts[2];
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams(prompts[2]);
   auto a = sched->Start(p);
   ASSERT_TRUE(a.ok());
   ExpectStarted(a->get());
@@ -1214,20 +1186,9 @@ TEST_F(SchedulerTest, PromptsArrivingTogetherComputeTheirSharedPrefixOnce) {
   cfg.max_prefill_tokens = 64;
   auto sched = MakeScheduler(engine.get(), cfg);
   ASSERT_NE(sched, nullptr);
-  std::vector<std::unique_ptr<Sequence>> seqs;
-  for (const auto& p : prompts) {
-    SequenceParams sp;
-    sp.prompt = p;
-    sp.sampling = Greedy();
-    sp.ignore_eos = true;
-    auto s = sched->Start(sp);
-    ASSERT_TRUE(s.ok()) << s.status();
-    seqs.push_back(*std::move(s));
-  }
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    ExpectStarted(seqs[i].get());
-    EXPECT_EQ(Collect(seqs[i].get(), 8), solo[i]) << "sequence " << i;
-  }
+  std::vector<std::unique_ptr<Sequence>> seqs = StartGreedy(sched.get(), prompts);
+  ASSERT_EQ(seqs.size(), prompts.size());
+  ExpectSoloOutputs(seqs, 8, solo);
   const SchedulerStats st = sched->Stats();
   EXPECT_EQ(st.prompt_tokens + st.prefix_tokens_reused, total);
   // Each follower takes the system prompt's cells: at most kMinSharedPrefill (16) of its
@@ -1259,20 +1220,9 @@ TEST_F(SchedulerTest, PrefillTokenBudgetSplitsPromptsArrivingTogether) {
     max_prompt_tokens = std::max(max_prompt_tokens, it.prompt_tokens);
     if (it.active > 1) max_prompt_tokens_multi = std::max(max_prompt_tokens_multi, it.prompt_tokens);
   });
-  std::vector<std::unique_ptr<Sequence>> seqs;
-  for (const auto& p : prompts) {
-    SequenceParams sp;
-    sp.prompt = p;
-    sp.sampling = Greedy();
-    sp.ignore_eos = true;
-    auto s = sched->Start(sp);
-    ASSERT_TRUE(s.ok()) << s.status();
-    seqs.push_back(*std::move(s));
-  }
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    ExpectStarted(seqs[i].get());
-    EXPECT_EQ(Collect(seqs[i].get(), 6), solo[i]) << "sequence " << i;
-  }
+  std::vector<std::unique_ptr<Sequence>> seqs = StartGreedy(sched.get(), prompts);
+  ASSERT_EQ(seqs.size(), prompts.size());
+  ExpectSoloOutputs(seqs, 6, solo);
   seqs.clear();
   // Alone: the whole prompt in one pass (118 tokens: BOS comes from the prefix cache).
   EXPECT_EQ(RunOne(sched.get(), RandomPrompt(rng, 120), 2).size(), 2u);
@@ -1359,10 +1309,7 @@ TEST_F(SchedulerTest, CachedPrefixesAreEvictedLeastRecentlyUsedFirst) {
   EXPECT_LE(st.kv_cells_used, 64);
 
   // Cancel mid-generation: the cells become a cached prefix (none leak), reusable.
-  SequenceParams p;
-  p.prompt = prompts[1];
-  p.sampling = Greedy();
-  p.ignore_eos = true;
+  SequenceParams p = SeqParams(prompts[1]);
   auto s = sched->Start(p);
   ASSERT_TRUE(s.ok());
   ExpectStarted(s->get());

@@ -85,6 +85,14 @@ ClientSecurity Tls(const std::string& ca) {
   return c;
 }
 
+// Server security with the test server certificate and key (TLS, no client certificate).
+ServerSecurity ServerTls(const testing::TestCerts& c) {
+  ServerSecurity sec;
+  sec.tls_cert_file = c.server_cert;
+  sec.tls_key_file = c.server_key;
+  return sec;
+}
+
 TEST(ApiKeyTest, PlaintextRequiresTheKey) {
   ServerSecurity sec;
   sec.keys = Keys(kKey);
@@ -146,9 +154,7 @@ TEST(ApiKeyTest, NoKeysConfiguredMeansOpen) {
 
 TEST(TlsTest, EndToEndWithKey) {
   const auto& c = Certs();
-  ServerSecurity sec;
-  sec.tls_cert_file = c.server_cert;
-  sec.tls_key_file = c.server_key;
+  ServerSecurity sec = ServerTls(c);
   sec.keys = Keys(kKey);
   sec.health_open = false;
   auto s = Start(sec);
@@ -164,9 +170,7 @@ TEST(TlsTest, EndToEndWithKey) {
 
 TEST(TlsTest, PlaintextClientFailsCleanly) {
   const auto& c = Certs();
-  ServerSecurity sec;
-  sec.tls_cert_file = c.server_cert;
-  sec.tls_key_file = c.server_key;
+  ServerSecurity sec = ServerTls(c);
   auto s = Start(sec);
   ASSERT_NE(s->server, nullptr);
   const auto t0 = std::chrono::steady_clock::now();
@@ -177,9 +181,7 @@ TEST(TlsTest, PlaintextClientFailsCleanly) {
 
 TEST(TlsTest, UntrustedServerAndWrongNameAreRefused) {
   const auto& c = Certs();
-  ServerSecurity sec;
-  sec.tls_cert_file = c.server_cert;
-  sec.tls_key_file = c.server_key;
+  ServerSecurity sec = ServerTls(c);
   auto s = Start(sec);
   ASSERT_NE(s->server, nullptr);
   EXPECT_EQ(Check(MakeChannel(s->addr(), Tls(c.ca2))).error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -193,9 +195,7 @@ TEST(TlsTest, UntrustedServerAndWrongNameAreRefused) {
 
 TEST(TlsTest, MutualTlsRequiresAClientCertificate) {
   const auto& c = Certs();
-  ServerSecurity sec;
-  sec.tls_cert_file = c.server_cert;
-  sec.tls_key_file = c.server_key;
+  ServerSecurity sec = ServerTls(c);
   sec.tls_ca_file = c.ca;
   auto s = Start(sec);
   ASSERT_NE(s->server, nullptr);

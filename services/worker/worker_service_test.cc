@@ -15,6 +15,7 @@
 #include "libs/serving/server.h"
 #include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
+#include "tests/stories_model_test.h"
 
 namespace herd::worker {
 namespace {
@@ -22,18 +23,8 @@ namespace {
 namespace v1 = herd::v1;
 using Stream = grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>;
 
-class WorkerServiceTest : public ::testing::Test {
+class WorkerServiceTest : public StoriesModelTest {
  protected:
-  void SetUp() override {
-    const std::string shared = SharedDir();
-    if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
-    auto m = model::Model::Load(shared + "/models/stories260K.gguf");
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = *std::move(m);
-    auto v = tokenizer::Vocab::FromGguf(model_->file());
-    ASSERT_TRUE(v.ok()) << v.status();
-    vocab_ = *std::move(v);
-  }
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();
@@ -139,8 +130,6 @@ class WorkerServiceTest : public ::testing::Test {
     return st->Finish();
   }
 
-  std::unique_ptr<model::Model> model_;
-  std::unique_ptr<tokenizer::Vocab> vocab_;
   std::unique_ptr<Backend> backend_owner_ =
       CpuBackendForTests(2);  // the server's (its scheduler thread computes on it)
   Backend& backend_ = *backend_owner_;

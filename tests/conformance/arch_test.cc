@@ -54,39 +54,9 @@ std::string ArchDir() {
   return shared.empty() ? "" : shared + "/reference/arch";
 }
 
-std::vector<std::string> Cases(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n.rfind("synth-", 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".json") out.push_back(dir + "/" + n);
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 json ReadJson(const std::string& path) {
   std::ifstream in(path);
   return json::parse(in);
-}
-
-// Architectures whose MLP uses GELU (llama.cpp's F16-table GELU): 1e-3 logit tolerance.
-bool UsesGelu(const std::string& arch) {
-  static const std::set<std::string> kGelu = {"mpt",   "gpt2", "gptneox", "starcoder",
-                                              "bloom", "phi2", "gemma",   "falcon"};
-  return kGelu.count(arch) > 0;
-}
-
-// Index of the first output whose greedy margin is below 2 x the logit error (ids from
-// there on may part legitimately); the number of ids to compare.
-size_t Comparable(const json& block, double logit_err) {
-  const auto margins = block["greedy_margins"].get<std::vector<double>>();
-  for (size_t j = 0; j < margins.size(); ++j) {
-    if (margins[j] < 2 * logit_err) return j;
-  }
-  return margins.size();
 }
 
 // Logits at `positions` of S = prompt + output: the prompt in one batch, then the reference
@@ -146,7 +116,7 @@ constexpr bool kEngineFillsAlibiMask = KvCacheFillsAlibiMask<engine::KvCache>::v
 TEST(ArchConformance, EveryReferenceModel) {
   const std::string dir = ArchDir();
   if (dir.empty()) GTEST_SKIP() << kSharedDirMissing << " (needed for ../shared/reference/arch)";
-  const std::vector<std::string> cases = Cases(dir);
+  const std::vector<std::string> cases = conformance::ReferenceCases(dir, {"synth-"});
   ASSERT_GE(cases.size(), 12u) << "expected the 12 synth-*.json cases in " << dir;
   std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
   Backend& backend = *backend_owner;
@@ -177,7 +147,7 @@ TEST(ArchConformance, EveryReferenceModel) {
 
     const auto positions = ref["logits"]["positions"].get<std::vector<int>>();
     const int64_t n_ctx = ref["settings"]["n_ctx"].get<int64_t>();
-    const double tol = UsesGelu(arch) ? 1e-3 : 1e-4;
+    const double tol = conformance::UsesGelu(arch) ? 1e-3 : 1e-4;
 
     // F32 KV cache vs llama.cpp's F32 K/V without flash attention.
     model::SequenceRunner runner(**model, &backend, n_ctx);
@@ -187,7 +157,7 @@ TEST(ArchConformance, EveryReferenceModel) {
     const double d32 = conformance::MaxAbsDiff(logits, alt["logits"]["values"]);
     EXPECT_LE(d32, tol);
 
-    const size_t comparable = Comparable(alt, std::max(d32, 1e-5));
+    const size_t comparable = conformance::Comparable(alt, std::max(d32, 1e-5));
     auto greedy_or = runner.Greedy(prompt_ids, ref["n_predict"].get<int>());
     ASSERT_TRUE(greedy_or.ok()) << greedy_or.status();
     const std::vector<int32_t>& greedy = *greedy_or;
@@ -209,7 +179,7 @@ TEST(ArchConformance, EveryReferenceModel) {
           conformance::MaxAbsDiff(RunnerLogitsAt(r16, prompt_ids, out, positions), ref["logits"]["values"]);
       const double tol16 = 1.25 * alt["comparison_to_primary"]["logits_max_abs_diff"].get<double>();
       EXPECT_LE(d16, tol16) << "F16 KV vs primary";
-      const size_t c16 = Comparable(ref, d16);
+      const size_t c16 = conformance::Comparable(ref, d16);
       auto greedy16 = r16.Greedy(prompt_ids, ref["n_predict"].get<int>());
       ASSERT_TRUE(greedy16.ok()) << greedy16.status();
       ASSERT_GE(greedy16->size(), c16);
@@ -235,7 +205,7 @@ TEST(ArchConformance, EveryReferenceModel) {
       gp.ignore_eos = true;
       auto res = engine::Generate(**eng, **vocab, gp);
       ASSERT_TRUE(res.ok()) << res.status();
-      const size_t ce = Comparable(alt, std::max(de, 1e-5));
+      const size_t ce = conformance::Comparable(alt, std::max(de, 1e-5));
       ASSERT_GE(res->output_ids.size(), ce);
       for (size_t j = 0; j < ce; ++j) EXPECT_EQ(res->output_ids[j], alt_out[j]) << "Engine, output index " << j;
       std::printf("%-20s %-9s Engine F32 KV max |dlogit| %.2g; greedy %zu ids compared\n", "", "", de, ce);
@@ -354,7 +324,7 @@ std::vector<std::string> RequiredKeys(const std::string& arch) {
 TEST(ArchConformance, MissingRequiredKeyIsNamed) {
   const std::string dir = ArchDir();
   if (dir.empty()) GTEST_SKIP() << kSharedDirMissing;
-  for (const std::string& path : Cases(dir)) {
+  for (const std::string& path : conformance::ReferenceCases(dir, {"synth-"})) {
     const json ref = ReadJson(path);
     const std::string arch = ref["arch"].get<std::string>();
     const std::string gguf_path = SharedDir() + "/" + ref["model_path"].get<std::string>();

@@ -34,37 +34,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::vector<std::string> Cases(const std::string& dir, const std::vector<std::string>& prefixes) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    const std::string n = e->d_name;
-    for (const std::string& p : prefixes) {
-      if (n.rfind(p, 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".json") out.push_back(dir + "/" + n);
-    }
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// llama.cpp's CPU GELU goes through an F16 table (herd's CPU reproduces it; the CPU
-// tests allow 1e-3 for these families), so the same bound applies to a device.
-bool UsesGelu(const std::string& arch) {
-  static const std::set<std::string> kGelu = {"mpt",   "gpt2", "gptneox", "starcoder",
-                                              "bloom", "phi2", "gemma",   "falcon"};
-  return kGelu.count(arch) > 0;
-}
-
-size_t Comparable(const json& block, double logit_err) {
-  const auto margins = block["greedy_margins"].get<std::vector<double>>();
-  for (size_t j = 0; j < margins.size(); ++j) {
-    if (margins[j] < 2 * logit_err) return j;
-  }
-  return margins.size();
-}
-
 // One reference case on backend kind `kind`.
 void CheckCase(const std::string& kind, const std::string& path) {
   SCOPED_TRACE(kind + ": " + path);
@@ -81,7 +50,7 @@ void CheckCase(const std::string& kind, const std::string& path) {
   auto vocab = tokenizer::Vocab::FromGguf((*model)->file());
   ASSERT_TRUE(vocab.ok()) << vocab.status();
   const std::string arch = (*model)->hparams().arch;
-  const double tol = UsesGelu(arch) ? 1e-3 : 1e-4;
+  const double tol = conformance::UsesGelu(arch) ? 1e-3 : 1e-4;
   const auto prompt_ids = ref["prompt_ids"].get<std::vector<int32_t>>();
   const auto positions = ref["logits"]["positions"].get<std::vector<int>>();
   engine::EngineParams ep;
@@ -100,7 +69,7 @@ void CheckCase(const std::string& kind, const std::string& path) {
   gp.ignore_eos = true;
   auto res = engine::Generate(**eng, **vocab, gp);
   ASSERT_TRUE(res.ok()) << res.status();
-  const size_t comparable = Comparable(alt, std::max(d, 1e-5));
+  const size_t comparable = conformance::Comparable(alt, std::max(d, 1e-5));
   ASSERT_GE(res->output_ids.size(), comparable);
   bool equal = true;
   for (size_t j = 0; j < comparable; ++j) {
@@ -115,8 +84,8 @@ void CheckCase(const std::string& kind, const std::string& path) {
 TEST(BackendsConformance, EveryDeviceBackendOnEveryReferenceModel) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
-  std::vector<std::string> cases = Cases(shared + "/reference", {"A-", "B-"});
-  for (const std::string& c : Cases(shared + "/reference/arch", {"synth-"})) cases.push_back(c);
+  std::vector<std::string> cases = conformance::ReferenceCases(shared + "/reference", {"A-", "B-"});
+  for (const std::string& c : conformance::ReferenceCases(shared + "/reference/arch", {"synth-"})) cases.push_back(c);
   ASSERT_FALSE(cases.empty());
   int tested = 0;
   for (const BackendKind& k : BackendKinds()) {

@@ -1,8 +1,11 @@
 #include "tests/conformance/logits.h"
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -61,6 +64,39 @@ double MaxAbsDiff(const std::vector<std::vector<float>>& ours, const nlohmann::j
     }
   }
   return m;
+}
+
+std::vector<std::string> ReferenceCases(const std::string& dir, const std::vector<std::string>& prefixes) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() <= 5 || n.substr(n.size() - 5) != ".json") continue;
+    for (const std::string& p : prefixes) {
+      if (n.rfind(p, 0) == 0) {
+        out.push_back(dir + "/" + n);
+        break;
+      }
+    }
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool UsesGelu(const std::string& arch) {
+  static const std::set<std::string> kGelu = {"mpt",   "gpt2", "gptneox", "starcoder",
+                                              "bloom", "phi2", "gemma",   "falcon"};
+  return kGelu.count(arch) > 0;
+}
+
+size_t Comparable(const nlohmann::json& block, double logit_err) {
+  const auto margins = block["greedy_margins"].get<std::vector<double>>();
+  for (size_t j = 0; j < margins.size(); ++j) {
+    if (margins[j] < 2 * logit_err) return j;
+  }
+  return margins.size();
 }
 
 }  // namespace herd::conformance

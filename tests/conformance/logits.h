@@ -1,6 +1,8 @@
 // Logit comparisons shared by the conformance tests against llama.cpp's references.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,5 +33,17 @@ std::vector<std::vector<float>> TeacherForcedLogitsOrFail(engine::Engine& eng, c
 /// `ref_values` a JSON array of rows of numbers (reference/*.json "logits"."values").
 /// +infinity when the row counts or a row's length differ.
 double MaxAbsDiff(const std::vector<std::vector<float>>& ours, const nlohmann::json& ref_values);
+
+/// The DIR/NAME.json files whose NAME starts with one of `prefixes`, sorted (a reference
+/// directory's cases); none when DIR cannot be read.
+std::vector<std::string> ReferenceCases(const std::string& dir, const std::vector<std::string>& prefixes);
+
+/// Whether architecture `arch`'s MLP uses GELU (llama.cpp's F16-table GELU): those
+/// families get a 1e-3 logit tolerance instead of 1e-4.
+bool UsesGelu(const std::string& arch);
+
+/// Index of the first output whose greedy margin (`block`'s "greedy_margins") is below
+/// 2 x `logit_err` (ids from there on may part legitimately): the number of ids to compare.
+size_t Comparable(const nlohmann::json& block, double logit_err);
 
 }  // namespace herd::conformance

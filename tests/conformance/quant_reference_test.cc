@@ -70,21 +70,6 @@ bool StrictLogits(const std::string& path, const json& ref) {
   return !counts.contains("Q5_0");
 }
 
-std::vector<std::string> Cases(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if ((n.rfind("C-", 0) == 0 || n.rfind("D-", 0) == 0) && n.size() > 5 && n.substr(n.size() - 5) == ".json") {
-      out.push_back(dir + "/" + n);
-    }
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // Max |dlogit| per position.
 std::vector<double> DiffPerPosition(const std::vector<std::vector<float>>& ours, const json& ref_values) {
   std::vector<double> d;
@@ -132,7 +117,7 @@ size_t CheckGreedy(engine::Engine& eng, const tokenizer::Vocab& vocab, const jso
 TEST(QuantReference, EveryQuantizedCase) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
-  const std::vector<std::string> cases = Cases(shared + "/reference");
+  const std::vector<std::string> cases = conformance::ReferenceCases(shared + "/reference", {"C-", "D-"});
   ASSERT_GE(cases.size(), 31u);
   std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
   Backend& backend = *backend_owner;
@@ -277,7 +262,7 @@ TEST(QuantReference, GgmlOrderGivesLlamaCppResultsForEveryStoriesQuant) {
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
   if (!OnReferenceIsa()) GTEST_SKIP() << "the references come from an AVX-512 CPU; this one has less";
   std::vector<std::string> cases;
-  for (const std::string& c : Cases(shared + "/reference")) {
+  for (const std::string& c : conformance::ReferenceCases(shared + "/reference", {"C-", "D-"})) {
     if (c.find("/C-stories260K-") != std::string::npos) cases.push_back(c);
   }
   ASSERT_EQ(cases.size(), 11u);

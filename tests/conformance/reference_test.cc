@@ -33,21 +33,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::vector<std::string> Cases(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if ((n.rfind("A-", 0) == 0 || n.rfind("B-", 0) == 0) && n.size() > 5 && n.substr(n.size() - 5) == ".json") {
-      out.push_back(dir + "/" + n);
-    }
-  }
-  closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 struct Loaded {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<tokenizer::Vocab> vocab;
@@ -81,7 +66,7 @@ void CheckGreedy(engine::Engine& eng, const tokenizer::Vocab& vocab, const json&
 TEST(Reference, EveryStoriesAndTinyRandomCase) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << "../shared not found: set HERD_SHARED to run the llama.cpp conformance tests";
-  const std::vector<std::string> cases = Cases(shared + "/reference");
+  const std::vector<std::string> cases = conformance::ReferenceCases(shared + "/reference", {"A-", "B-"});
   ASSERT_GE(cases.size(), 6u);
   std::unique_ptr<Backend> backend_owner = CpuBackendForTests(2);
   Backend& backend = *backend_owner;

@@ -13,17 +13,8 @@ if ! /usr/bin/python3 -c "import grpc, google.protobuf" 2>/dev/null; then
   exit 1
 fi
 log="$TEST_TMPDIR/up.log"
-"$R/tools/herd/herd" up --models "$SHARED/models" --model stories260K >"$log" 2>&1 &
-up=$!
-trap 'kill -INT $up 2>/dev/null; wait $up 2>/dev/null' EXIT
-addr=""
-for _ in $(seq 1 600); do
-  addr=$(sed -n 's/^gateway  \([^ ]*\) (gRPC)$/\1/p' "$log")
-  [[ -n "$addr" ]] && break
-  kill -0 $up 2>/dev/null || { cat "$log"; echo "FAIL: herd up exited"; exit 1; }
-  sleep 0.1
-done
-[[ -n "$addr" ]] || { cat "$log"; echo "FAIL: no gateway address"; exit 1; }
+source "$R/tests/e2e/herd_up.sh"
+start_herd_up "$log" "$R/tools/herd/herd" up --models "$SHARED/models" --model stories260K
 out=$(PYTHONPATH="$R" /usr/bin/python3 "$R/tools/python/herd_client.py" --gateway "$addr" -m stories260K \
       -p "Once upon a time" -n 16 --temp 0 2>"$TEST_TMPDIR/py.err")
 rc=$?

@@ -50,18 +50,9 @@ done
 
 # 2. herd up --draft-workers 1 + herd generate --spec-type: same text, statistics printed.
 log="$tmp/up.log"
-"$HERD" up --models "$M" --model stories260K --draft-workers 1 --model-draft "$M/stories260K.gguf" \
-  --draft-timeout-ms 3000 >"$log" 2>&1 &
-up=$!
-trap 'kill -INT $up 2>/dev/null; wait $up 2>/dev/null' EXIT
-addr=""
-for _ in $(seq 1 600); do
-  addr=$(sed -n 's/^gateway  \([^ ]*\) (gRPC)$/\1/p' "$log")
-  [[ -n "$addr" ]] && break
-  kill -0 $up 2>/dev/null || { cat "$log"; echo "FAIL: herd up exited"; exit 1; }
-  sleep 0.1
-done
-[[ -n "$addr" ]] || { cat "$log"; echo "FAIL: no gateway address"; exit 1; }
+source "$R/tests/e2e/herd_up.sh"
+start_herd_up "$log" "$HERD" up --models "$M" --model stories260K --draft-workers 1 \
+  --model-draft "$M/stories260K.gguf" --draft-timeout-ms 3000
 grep -q "^draft    " "$log" && echo "PASS herd up lists the draft worker" || fail "no draft worker line"
 prompt=$(cat "$tmp/prompt.txt")
 "$HERD" generate --gateway "$addr" -m stories260K -p "$prompt" -n 64 --temp 0 >"$tmp/g0.txt" 2>"$tmp/g0.err" \

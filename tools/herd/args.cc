@@ -1,6 +1,7 @@
 #include "tools/herd/args.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,32 @@ std::string Args::Usage(const std::vector<FlagSpec>& specs) {
     absl::StrAppend(&out, "\n");
   }
   return out;
+}
+
+std::optional<Args> ParseCommand(const std::vector<FlagSpec>& specs, int argc, char** argv, const std::string& usage,
+                                 int* exit_status) {
+  auto args = Args::Parse(specs, argc, argv, 2);
+  if (!args.ok()) {
+    *exit_status = UsageError(std::string(args.status().message()), usage);
+    return std::nullopt;
+  }
+  if (args->Has("-h")) {
+    std::fputs(usage.c_str(), stdout);
+    *exit_status = 0;
+    return std::nullopt;
+  }
+  return *std::move(args);
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int UsageError(const std::string& msg, const std::string& usage) {
+  const std::string first = usage.substr(0, usage.find('\n'));
+  std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(), first.c_str());
+  return 2;
 }
 
 }  // namespace herd::cli

@@ -2,6 +2,7 @@
 // ("-m FILE", "--top-k 40", "--temp=0.5") and boolean switches.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,18 @@ class Args {
   std::map<std::string, std::string> defaults_;
   std::vector<std::string> positional_;
 };
+
+/// Parses argv[2..] by `specs` for a command whose help text is `usage`. Returns the flags;
+/// or nothing, with `*exit_status` set to the status the command returns now: 2 after a
+/// usage error (UsageError), 0 after printing `usage` on stdout for -h.
+std::optional<Args> ParseCommand(const std::vector<FlagSpec>& specs, int argc, char** argv, const std::string& usage,
+                                 int* exit_status);
+
+/// Prints "herd: error: MESSAGE" for `s` on stderr; returns the error exit status, 1.
+int Fail(const absl::Status& s);
+
+/// Prints "herd: error: MSG (FIRST USAGE LINE; -h for all flags)" on stderr; returns the
+/// usage error exit status, 2.
+int UsageError(const std::string& msg, const std::string& usage);
 
 }  // namespace herd::cli

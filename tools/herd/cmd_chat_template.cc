@@ -25,11 +25,6 @@
 namespace herd::cli {
 namespace {
 
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
-  return 1;
-}
-
 absl::StatusOr<nlohmann::ordered_json> ReadJson(const std::string& path) {
   HERD_ASSIGN_OR_RETURN(auto text, ReadFileToString(path));
   HERD_RETURN_IF_ERROR(CheckJsonNesting(text, path));
@@ -92,11 +87,7 @@ int CmdChatTemplate(int argc, char** argv) {
     }
   }
   auto args = Args::Parse(specs, argc, argv, 2);
-  auto usage_error = [&](const std::string& msg) {
-    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(),
-                 usage.substr(0, usage.find('\n')).c_str());
-    return 2;
-  };
+  auto usage_error = [&](const std::string& msg) { return UsageError(msg, usage); };
   if (!args.ok()) return usage_error(std::string(args.status().message()));
   if (args->Has("-m") == args->Has("--chat-template")) {
     return usage_error("chat-template: give one of -m MODEL or --chat-template FILE");

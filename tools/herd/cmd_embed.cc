@@ -24,17 +24,6 @@
 namespace herd::cli {
 namespace {
 
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
-  return 1;
-}
-
-int Usage(const std::string& msg, const std::string& usage) {
-  std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(),
-               usage.substr(0, usage.find('\n')).c_str());
-  return 2;
-}
-
 const std::vector<FlagSpec>& EmbedFlags() {
   static const std::vector<FlagSpec> specs = WithBackendFlags({
       {{"-m", "--model"}, true, "GGUF model file", ""},
@@ -99,16 +88,13 @@ int CmdEmbed(int argc, char** argv) {
   const std::vector<FlagSpec>& specs = EmbedFlags();
   const std::string usage =
       "usage: herd embed -m MODEL -p TEXT [--pooling mean|cls|last] [--embd-normalize N]\n" + Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) return Usage(std::string(args.status().message()), usage);
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
-  if (args->Get("-m").empty()) return Usage("-m MODEL is required", usage);
-  if (args->Get("-p").empty()) return Usage("-p TEXT is required", usage);
+  int exit_status = 0;
+  auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
+  if (!args) return exit_status;
+  if (args->Get("-m").empty()) return UsageError("-m MODEL is required", usage);
+  if (args->Get("-p").empty()) return UsageError("-p TEXT is required", usage);
   auto opts = OptionsFromArgs(*args);
-  if (!opts.ok()) return Usage(std::string(opts.status().message()), usage);
+  if (!opts.ok()) return UsageError(std::string(opts.status().message()), usage);
 
   auto model = model::Model::Load(args->Get("-m"));
   if (!model.ok()) return Fail(model.status());

@@ -272,16 +272,9 @@ int CmdGenerate(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  auto args = Args::Parse(specs, static_cast<int>(rest.size()), rest.data(), 2);
-  if (!args.ok()) {
-    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(),
-                 usage_text.substr(0, usage_text.find('\n')).c_str());
-    return 2;
-  }
-  if (args->Has("-h")) {
-    std::fputs(usage_text.c_str(), stdout);
-    return 0;
-  }
+  int exit_status = 0;
+  auto args = ParseCommand(specs, static_cast<int>(rest.size()), rest.data(), usage_text, &exit_status);
+  if (!args) return exit_status;
   if (args->Get("-m").empty() || !args->Has("-p")) {
     std::fprintf(stderr, "herd: generate: -m MODEL and -p PROMPT are required\n%s", usage_text.c_str());
     return 2;

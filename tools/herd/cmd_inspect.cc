@@ -26,17 +26,6 @@
 namespace herd::cli {
 namespace {
 
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
-  return 1;
-}
-
-int UsageError(const std::string& msg, const std::string& usage) {
-  const std::string first = usage.substr(0, usage.find('\n'));
-  std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(), first.c_str());
-  return 2;
-}
-
 void PrintTable(const gguf::GgufFile& f) {
   std::printf("file: %s\nversion: %u\nalignment: %u\nsize: %llu bytes\nmetadata: %zu keys\n", f.path().c_str(),
               f.version(), f.alignment(), static_cast<unsigned long long>(f.file_size()), f.metadata().size());
@@ -93,12 +82,9 @@ int CmdInspect(int argc, char** argv) {
       "  prints the GGUF header, every metadata key and the tensor table; with --tensor, that\n"
       "  tensor's rows (raw block bytes in hex, blocks separated by spaces, or dequantized floats)\n" +
       Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
+  int exit_status = 0;
+  auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
+  if (!args) return exit_status;
   if (args->positional().size() != 1) return UsageError("inspect: give exactly one MODEL", usage);
   if (!args->Has("--tensor") && (args->Has("--rows") || args->Has("--dequant"))) {
     return UsageError("--rows and --dequant need --tensor", usage);

@@ -14,14 +14,7 @@
 #include "tools/herd/commands.h"
 
 namespace herd::cli {
-namespace {
-
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
-  return 1;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 int CmdPerplexity(int argc, char** argv) {
   static const std::vector<FlagSpec> specs = WithBackendFlags({
@@ -35,16 +28,9 @@ int CmdPerplexity(int argc, char** argv) {
       {{"-h", "--help"}, false, "show this help", ""},
   });
   const std::string usage = "usage: herd perplexity -m MODEL -f TEXT [-c N] [flags]\n" + Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) {
-    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(),
-                 usage.substr(0, usage.find('\n')).c_str());
-    return 2;
-  }
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
+  int exit_status = 0;
+  auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
+  if (!args) return exit_status;
   if (args->Get("-m").empty() || args->Get("-f").empty()) {
     std::fprintf(stderr, "herd: perplexity: -m MODEL and -f TEXT are required\n%s", usage.c_str());
     return 2;
@@ -54,11 +40,7 @@ int CmdPerplexity(int argc, char** argv) {
   auto chunks = args->GetInt("--chunks");
   auto threads = args->GetInt("-t");
   for (const absl::Status& s : {n_ctx.status(), n_batch.status(), chunks.status(), threads.status()}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(s.message()).c_str(),
-                   usage.substr(0, usage.find('\n')).c_str());
-      return 2;
-    }
+    if (!s.ok()) return UsageError(std::string(s.message()), usage);
   }
   if (*threads < 1 || *threads > 256) {
     std::fprintf(stderr, "herd: -t: threads must be in [1, 256]\n");

@@ -251,16 +251,9 @@ int CmdUp(int argc, char** argv) {
   const std::string usage =
       "usage: herd up --models DIR [--workers N] [--draft-workers N [--spec-type T] [--model-draft GGUF]] [flags]\n" +
       Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) {
-    std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", std::string(args.status().message()).c_str(),
-                 usage.substr(0, usage.find('\n')).c_str());
-    return 2;
-  }
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
+  int exit_status = 0;
+  auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
+  if (!args) return exit_status;
   if (args->Get("--models").empty()) {
     std::fprintf(stderr, "herd: up: --models DIR is required\n%s", usage.c_str());
     return 2;

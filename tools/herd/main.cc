@@ -38,18 +38,6 @@
 namespace herd::cli {
 namespace {
 
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "herd: error: %s\n", std::string(s.message()).c_str());
-  return 1;
-}
-
-// One line on stderr, like every other error; the first usage line names the command.
-int UsageError(const std::string& msg, const std::string& usage) {
-  const std::string first = usage.substr(0, usage.find('\n'));
-  std::fprintf(stderr, "herd: error: %s (%s; -h for all flags)\n", msg.c_str(), first.c_str());
-  return 2;
-}
-
 const std::vector<FlagSpec>& RunFlags() {
   static const std::vector<FlagSpec> specs = WithBackendFlags({
       {{"-m", "--model"}, true, "GGUF model file", ""},
@@ -428,12 +416,9 @@ int RunModel(const RunOptions& o) {
 int CmdRun(int argc, char** argv) {
   const auto& specs = RunFlags();
   const std::string usage = "usage: herd run -m MODEL -p PROMPT [flags]\n" + Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
+  int exit_status = 0;
+  auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
+  if (!args) return exit_status;
   RunOptions o;
   if (EarlyExit e = ParseRunOptions(*args, usage, &o)) return *e;
   return RunModel(o);
@@ -449,12 +434,9 @@ int CmdTokenize(int argc, char** argv) {
       {{"-h", "--help"}, false, "show this help", ""},
   };
   const std::string usage = "usage: herd tokenize -m MODEL -p TEXT\n" + Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
+  int exit_status = 0;
+  auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
+  if (!args) return exit_status;
   if (args->Get("-m").empty()) return UsageError("tokenize: -m MODEL is required", usage);
   if (!args->Has("-p") && !args->Has("-f")) return UsageError("tokenize: -p TEXT or -f FILE is required", usage);
   std::string text = args->Get("-p");
@@ -483,12 +465,9 @@ int CmdConvert(int argc, char** argv) {
   };
   const std::string usage =
       "usage: herd convert --llama2c MODEL.bin --tokenizer TOK.bin -o OUT.gguf\n" + Args::Usage(specs);
-  auto args = Args::Parse(specs, argc, argv, 2);
-  if (!args.ok()) return UsageError(std::string(args.status().message()), usage);
-  if (args->Has("-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
+  int exit_status = 0;
+  auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
+  if (!args) return exit_status;
   if (args->Get("--llama2c").empty() || args->Get("--tokenizer").empty() || args->Get("-o").empty()) {
     return UsageError("convert: --llama2c, --tokenizer and -o are required", usage);
   }
