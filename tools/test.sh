@@ -7,6 +7,8 @@
 #                                   tools/tsan.supp for the un-instrumented Debian gRPC/protobuf/abseil)
 #   4. tools/fuzz.sh               (each libFuzzer target of tests/fuzz for $HERD_FUZZ_SECONDS, default 20 s)
 #   5. clang-format-14             (every C++ file as .clang-format formats it; drift fails, naming the files)
+#   6. tools/clang_tidy.sh         (clang-tidy-14 on libs/ with .clang-tidy's checks; a finding fails,
+#                                   named FILE:LINE:CHECK; results cached per file in ~/.cache/herd/clang-tidy)
 # and ends with one plain line "N passed, N failed" over all of them. Our code builds with
 # -Wall -Wextra -Werror (.bazelrc --per_file_copt; tools/fuzz.sh likewise with clang).
 # Installs missing Debian packages first (tools/setup.sh is idempotent).
@@ -57,6 +59,18 @@ else
   echo "$drift" | sed 's/^/  /'
   rc=1
 fi
+# Static analysis: counted as one test, //tools:clang_tidy.
+t0=$SECONDS
+tidy=$(tools/clang_tidy.sh 2>&1)
+tidy_rc=$?
+if ((tidy_rc == 0)); then
+  echo "//tools:clang_tidy                                                      PASSED in $((SECONDS - t0)).0s" | tee -a "$log"
+else
+  echo "//tools:clang_tidy                                                      FAILED: clang-tidy findings (tools/clang_tidy.sh [FILE.cc]):" | tee -a "$log"
+  echo "$tidy" | grep -v '^clang-tidy: ' | sed 's/^/  /'
+  rc=1
+fi
+echo "$tidy" | grep '^clang-tidy: ' || true
 (( rc1 != 0 )) && rc=$rc1
 (( rc2 != 0 )) && rc=$rc2
 (( rc3 != 0 )) && rc=$rc3

@@ -113,7 +113,7 @@ absl::StatusOr<bool> CallTest(Interpreter&, const std::string& name, const Value
   if (args.pos.size() > 1 || !args.kw.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("test '", name, "': too many arguments"));
   }
-  return it->second(v, args.pos.empty() ? nullptr : &args.pos[0]);
+  return it->second(v, args.pos.empty() ? nullptr : args.pos.data());
 }
 
 }  // namespace herd::chat::internal

@@ -59,7 +59,7 @@ class Scratch {
       return ErrnoError(errno, absl::StrCat("dst_path: cannot create a scratch file in '", dir, "'"));
     }
     std::string tmpl = dir + "/.herd-quantize-XXXXXX";
-    fd_ = ::mkostemp(&tmpl[0], O_CLOEXEC);
+    fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd_ < 0) return ErrnoError(errno, absl::StrCat("dst_path: cannot create a scratch file in '", dir, "'"));
     ::unlink(tmpl.c_str());
     return absl::OkStatus();
