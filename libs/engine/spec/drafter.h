@@ -3,6 +3,7 @@
 // common_speculative_state: begin / draft / accept). One Drafter per sequence; its
 // state starts fresh with the sequence.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -68,6 +69,8 @@ class Drafter {
 /// This is the one interface both loops use: SpecSession implements it in-process over a
 /// Drafter; the gateway implements it over a draft-worker session. A source that fails
 /// costs speed, never correctness: an error counts as an empty draft. Not thread-safe.
+class DraftBatcher;
+
 class DraftSource {
  public:
   virtual ~DraftSource() = default;
@@ -85,7 +88,49 @@ class DraftSource {
   virtual void End() {}
   /// llama.cpp's statistics so far (common_speculative_print_stats).
   virtual SpecStats Stats() const = 0;
+  /// What can draft for this source together with others in one call (e.g. the pool of
+  /// draft workers: one RPC per worker for every sequence it serves); nullptr = Propose
+  /// alone. See ProposeAll.
+  virtual DraftBatcher* batcher() { return nullptr; }
 };
+
+/// One draft asked for in a batch: the source, its cap, and (filled in) the result.
+struct DraftJob {
+  DraftSource* source = nullptr;
+  int32_t n_max = 0;
+  absl::StatusOr<DraftResult> result = DraftResult{};
+};
+
+/// Drafts for several sources at once. Thread-compatible with its sources: called by
+/// the one thread that drives them.
+class DraftBatcher {
+ public:
+  virtual ~DraftBatcher() = default;
+  /// Fills every job's result, as each source's Propose(n_max) would (errors per job).
+  /// Every job's source returns this batcher from batcher().
+  virtual void ProposeBatch(const std::vector<DraftJob*>& jobs) = 0;
+};
+
+/// Fills every job's result: the jobs whose sources share a batcher go to it in one
+/// ProposeBatch call, the others are proposed one by one.
+inline void ProposeAll(std::vector<DraftJob>* jobs) {
+  std::vector<DraftBatcher*> batchers;
+  for (DraftJob& j : *jobs) {
+    DraftBatcher* b = j.source->batcher();
+    if (b == nullptr) {
+      j.result = j.source->Propose(j.n_max);
+    } else if (std::find(batchers.begin(), batchers.end(), b) == batchers.end()) {
+      batchers.push_back(b);
+    }
+  }
+  for (DraftBatcher* b : batchers) {
+    std::vector<DraftJob*> group;
+    for (DraftJob& j : *jobs) {
+      if (j.source->batcher() == b) group.push_back(&j);
+    }
+    b->ProposeBatch(group);
+  }
+}
 
 /// A drafter that never drafts (type "none").
 class NoneDrafter : public Drafter {

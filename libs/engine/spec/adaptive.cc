@@ -1,0 +1,131 @@
+#include "libs/engine/spec/adaptive.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace herd::engine::spec {
+
+AcceptanceEstimate::AcceptanceEstimate(double prior, double prior_weight, double decay)
+    : accepted_(prior * prior_weight), trials_(prior_weight), decay_(decay) {}
+
+void AcceptanceEstimate::Record(int32_t drafted, int32_t accepted) {
+  if (drafted <= 0) return;
+  accepted = std::clamp(accepted, 0, drafted);
+  // Each accepted token is a success; a rejection (accepted < drafted) one failure.
+  accepted_ = accepted_ * decay_ + accepted;
+  trials_ = trials_ * decay_ + accepted + (accepted < drafted ? 1 : 0);
+  ++drafts_;
+}
+
+double AcceptanceEstimate::rate() const {
+  if (trials_ <= 0) return 0;
+  return std::clamp(accepted_ / trials_, 0.0, 0.999);
+}
+
+int32_t DraftLengthFor(double acceptance, double threshold, int32_t k_max) {
+  if (k_max <= 0 || threshold >= 1 || acceptance <= 0) return 0;
+  if (threshold <= 0) return k_max;
+  // a^k > threshold  <=>  k < log(threshold) / log(a)
+  if (acceptance >= 1) return k_max;
+  const double k = std::log(threshold) / std::log(acceptance);
+  const double whole = std::ceil(k) - 1;  // the largest integer strictly below k
+  return static_cast<int32_t>(std::clamp(whole, 0.0, static_cast<double>(k_max)));
+}
+
+double ExpectedTokens(double acceptance, int32_t k) {
+  double sum = 0, term = 1;
+  for (int32_t i = 0; i <= k; ++i) {
+    sum += term;
+    term *= acceptance;
+  }
+  return sum;
+}
+
+IterationCostModel::IterationCostModel(double prior_c_share, double decay)
+    : prior_share_(std::clamp(prior_c_share, 0.0, 0.99)), decay_(decay) {}
+
+void IterationCostModel::Observe(int32_t batch_tokens, double seconds) {
+  if (batch_tokens < 1 || !(seconds > 0) || !std::isfinite(seconds)) return;
+  const double x = batch_tokens, y = seconds;
+  sw_ = sw_ * decay_ + 1;
+  sx_ = sx_ * decay_ + x;
+  sy_ = sy_ * decay_ + y;
+  sxx_ = sxx_ * decay_ + x * x;
+  sxy_ = sxy_ * decay_ + x * y;
+  ++n_;
+}
+
+void IterationCostModel::Fit(double* t0, double* c) const {
+  *t0 = 0;
+  *c = 0;
+  if (sw_ <= 0) return;
+  const double mx = sx_ / sw_, my = sy_ / sw_;
+  const double vxx = sxx_ / sw_ - mx * mx, vxy = sxy_ / sw_ - mx * my;
+  // The prior: t(T) = t0 + c*T with c*1 / (t0 + c) = prior_share at the mean time per
+  // pass, weighted as one pass at a batch size one away from the mean (ridge toward it).
+  const double prior_c = my * prior_share_ / (1 + prior_share_ * (mx - 1));
+  const double lambda = 1.0 / sw_;
+  double slope = (vxy + lambda * prior_c) / (vxx + lambda);
+  slope = std::max(0.0, slope);
+  double intercept = my - slope * mx;
+  if (intercept < 0) {  // all time per token: keep the fit through the mean
+    intercept = 0;
+    slope = my / mx;
+  }
+  *t0 = intercept;
+  *c = slope;
+}
+
+double IterationCostModel::t0() const {
+  double t0, c;
+  Fit(&t0, &c);
+  return t0;
+}
+
+double IterationCostModel::c() const {
+  double t0, c;
+  Fit(&t0, &c);
+  return c;
+}
+
+double IterationCostModel::TokenShare(int32_t batch_tokens) const {
+  if (n_ == 0) return prior_share_;
+  double t0, c;
+  Fit(&t0, &c);
+  const double per_token = c * std::max(1, batch_tokens);
+  const double total = t0 + per_token;
+  return total > 0 ? std::clamp(per_token / total, 0.0, 1.0) : prior_share_;
+}
+
+SpeculationSwitch::SpeculationSwitch(double min_speedup, int32_t cooldown, double decay)
+    : min_speedup_(min_speedup), decay_(decay), cooldown_(cooldown) {}
+
+double SpeculationSwitch::speedup() const {
+  if (seconds_ <= 0 || plain_seconds_ <= 0 || plain_tokens_ <= 0) return 1.0;
+  return (tokens_ / seconds_) / (plain_tokens_ / plain_seconds_);
+}
+
+void SpeculationSwitch::Observe(int32_t sequences, int32_t tokens_out, int32_t draft_tokens, double seconds,
+                                double plain_seconds) {
+  if (cooldown_left_ > 0) {
+    if (--cooldown_left_ == 0) {  // try again from a clean slate
+      tokens_ = seconds_ = plain_tokens_ = plain_seconds_ = 0;
+      since_on_ = 0;
+    }
+    return;
+  }
+  if (draft_tokens <= 0 || sequences <= 0 || !(seconds > 0) || !(plain_seconds > 0)) return;
+  tokens_ = tokens_ * decay_ + tokens_out;
+  seconds_ = seconds_ * decay_ + seconds;
+  plain_tokens_ = plain_tokens_ * decay_ + sequences;
+  plain_seconds_ = plain_seconds_ * decay_ + plain_seconds;
+  ++since_on_;
+  // Judge only over a window of speculative passes (single passes are noisy).
+  constexpr int32_t kMinPasses = 8;
+  if (since_on_ >= kMinPasses && speedup() < min_speedup_) {
+    cooldown_left_ = cooldown_;
+    ++offs_;
+  }
+}
+
+}  // namespace herd::engine::spec

@@ -1,0 +1,109 @@
+// Adaptive speculation for a batching target (the scheduler's side of speculative
+// decoding under load): how long each sequence's next draft should be, given how often
+// its drafts are accepted and what one more token in the batch costs, and a switch
+// that stops drafting while it measurably does not pay.
+//
+// The model. A draft of k tokens whose tokens are each accepted with probability a
+// (given the previous ones were) yields E(k) = (1 - a^(k+1)) / (1 - a) tokens per pass
+// (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding",
+// eq. 1). One forward pass over T batch tokens takes t(T) = t0 + c*T (a fixed part --
+// weights read once per pass: decode is memory-bound -- plus a per-token part, fitted
+// online from the scheduler's own passes: IterationCostModel). The j-th draft token of
+// a sequence adds a^j expected tokens and costs c seconds; the batch produces about
+// T / t(T) tokens per second without it, so it pays while a^j > c*T / t(T), the share
+// of the pass's time that is per-token work. Small batches (memory-bound) draft long;
+// full batches, where every extra token costs as much as it yields, draft little or
+// nothing (vLLM and SGLang report speculation's gain shrinking as load rises for the
+// same reason).
+//
+// Acceptance a is estimated per sequence as accepted / (accepted + rejections) over
+// its recent drafts (the maximum-likelihood estimate of a geometric acceptance), with
+// exponential forgetting, starting from a prior. A sequence whose estimate falls below
+// the threshold stops drafting and probes again every `probe_interval` passes with a
+// one-token draft, so a sequence whose text becomes predictable resumes.
+#pragma once
+#include <cstdint>
+
+namespace herd::engine::spec {
+
+/// Per-token acceptance of one sequence's drafts (not thread-safe).
+class AcceptanceEstimate {
+ public:
+  /// `prior` in (0, 1): the estimate before any draft, weighted as `prior_weight`
+  /// draft tokens; `decay` in (0, 1]: weight kept by past drafts per new draft.
+  explicit AcceptanceEstimate(double prior = 0.6, double prior_weight = 4, double decay = 0.9);
+  /// A verified draft of `drafted` tokens of which the first `accepted` were accepted.
+  void Record(int32_t drafted, int32_t accepted);
+  /// The estimate of a, in [0, 1).
+  double rate() const;
+  /// Drafts recorded.
+  int64_t drafts() const { return drafts_; }
+
+ private:
+  double accepted_, trials_, decay_;
+  int64_t drafts_ = 0;
+};
+
+/// The longest k in [0, k_max] whose last token still pays: a^k > threshold (see the
+/// file comment); 0 when even one token does not. threshold <= 0 gives k_max (no cost
+/// known), threshold >= 1 gives 0.
+int32_t DraftLengthFor(double acceptance, double threshold, int32_t k_max);
+
+/// Expected tokens per pass of a k-token draft at per-token acceptance a: sum of a^i,
+/// i = 0..k.
+double ExpectedTokens(double acceptance, int32_t k);
+
+/// Online fit of a forward pass's time t(T) = t0 + c*T over batch tokens T (least
+/// squares with exponential forgetting, regularized toward `prior_c_share`: the
+/// per-token share c*T/t(T) at T = 1 assumed before the data says otherwise).
+/// Not thread-safe.
+class IterationCostModel {
+ public:
+  explicit IterationCostModel(double prior_c_share = 0.05, double decay = 0.98);
+  /// One pass of `batch_tokens` (>= 1) that took `seconds` (> 0).
+  void Observe(int32_t batch_tokens, double seconds);
+  /// The per-token share of a pass of `batch_tokens`: c*T / (t0 + c*T), in [0, 1].
+  double TokenShare(int32_t batch_tokens) const;
+  /// Passes observed (a fit needs at least two distinct batch sizes).
+  int64_t n() const { return n_; }
+  double t0() const;
+  double c() const;
+
+ private:
+  void Fit(double* t0, double* c) const;
+  double prior_share_, decay_;
+  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  int64_t n_ = 0;
+};
+
+/// The worker-level switch: compares the tokens per second of passes that carried
+/// drafts (draft wait included) with what plain passes of the same sequences would
+/// have produced (IterationCostModel's t(T) at one token per sequence). While the
+/// measured speedup is below `min_speedup` over the recent window, Enabled() is false
+/// for `cooldown` passes, then drafting is tried again. Not thread-safe.
+class SpeculationSwitch {
+ public:
+  explicit SpeculationSwitch(double min_speedup = 1.0, int32_t cooldown = 64, double decay = 0.95);
+  /// One pass: `sequences` decode sequences, `tokens_out` tokens they produced,
+  /// `draft_tokens` draft tokens verified (0: a plain pass), `seconds` the pass plus the
+  /// wait for its drafts, `plain_seconds` the model's time of the pass without drafts.
+  void Observe(int32_t sequences, int32_t tokens_out, int32_t draft_tokens, double seconds, double plain_seconds);
+  /// Whether drafts should be asked for now.
+  bool Enabled() const { return cooldown_left_ <= 0; }
+  /// The recent speedup estimate (1 before any speculative pass).
+  double speedup() const;
+  /// Times the switch turned speculation off.
+  int64_t offs() const { return offs_; }
+
+ private:
+  double min_speedup_, decay_;
+  int32_t cooldown_;
+  int32_t cooldown_left_ = 0;
+  // Decayed sums over speculative passes: tokens produced and seconds taken, and the
+  // sequences and model seconds of the same passes without drafts.
+  double tokens_ = 0, seconds_ = 0, plain_tokens_ = 0, plain_seconds_ = 0;
+  int32_t since_on_ = 0;  // speculative passes since drafting was (re)enabled
+  int64_t offs_ = 0;
+};
+
+}  // namespace herd::engine::spec

@@ -1,0 +1,160 @@
+#include "libs/engine/spec/adaptive.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "libs/engine/spec/drafter.h"
+
+namespace herd::engine::spec {
+namespace {
+
+TEST(AcceptanceEstimate, ConvergesToTheGeometricRate) {
+  // Drafts of 8 tokens accepting 0, 1 or 3 tokens (each twice) or all 8 (four times)
+  // in every 10; without forgetting the estimate is the maximum-likelihood one of a
+  // geometric acceptance: accepted / (accepted + rejections).
+  AcceptanceEstimate a(0.5, 4, 1.0);
+  for (int i = 0; i < 2000; ++i) {
+    const int k = i % 10 < 2 ? 0 : (i % 10 < 4 ? 1 : (i % 10 < 6 ? 3 : 8));
+    a.Record(8, k);
+  }
+  const double acc = 200 * (2 * 0 + 2 * 1 + 2 * 3 + 4 * 8), rej = 200 * 6;
+  EXPECT_NEAR(a.rate(), acc / (acc + rej), 0.001);
+  EXPECT_EQ(a.drafts(), 2000);
+}
+
+TEST(AcceptanceEstimate, AlwaysRejectedDraftsDriveTheRateToZero) {
+  AcceptanceEstimate a;  // prior 0.6
+  EXPECT_NEAR(a.rate(), 0.6, 1e-9);
+  for (int i = 0; i < 40; ++i) a.Record(4, 0);
+  EXPECT_LT(a.rate(), 0.01);
+  a.Record(0, 0);  // an empty draft changes nothing
+  EXPECT_EQ(a.drafts(), 40);
+}
+
+TEST(DraftLengthFor, LastTokenMustPay) {
+  // a^k > t: a = 0.8, t = 0.1 -> k < log(0.1)/log(0.8) = 10.3 -> 10.
+  EXPECT_EQ(DraftLengthFor(0.8, 0.1, 16), 10);
+  EXPECT_EQ(DraftLengthFor(0.8, 0.1, 4), 4);    // capped
+  EXPECT_EQ(DraftLengthFor(0.8, 0.9, 16), 0);   // not even one token pays
+  EXPECT_EQ(DraftLengthFor(0.8, 0.0, 16), 16);  // no cost known
+  EXPECT_EQ(DraftLengthFor(0.0, 0.01, 16), 0);  // never accepted
+  EXPECT_EQ(DraftLengthFor(0.5, 0.25, 16), 1);  // 0.5^2 = 0.25 is not > 0.25
+  EXPECT_EQ(DraftLengthFor(0.5, 0.2499, 16), 2);
+  EXPECT_EQ(DraftLengthFor(0.9, 1.0, 16), 0);
+}
+
+TEST(ExpectedTokens, GeometricSum) {
+  EXPECT_DOUBLE_EQ(ExpectedTokens(0.5, 0), 1.0);
+  EXPECT_DOUBLE_EQ(ExpectedTokens(0.5, 3), 1.875);
+  EXPECT_NEAR(ExpectedTokens(0.8, 10), (1 - std::pow(0.8, 11)) / 0.2, 1e-12);
+}
+
+TEST(IterationCostModel, FitsFixedAndPerTokenTime) {
+  IterationCostModel m(0.05, 1.0);
+  EXPECT_DOUBLE_EQ(m.TokenShare(1), 0.05);  // the prior before any data
+  // t(T) = 10 ms + 0.5 ms * T
+  for (int rep = 0; rep < 50; ++rep) {
+    for (int t : {1, 2, 4, 8, 16, 32}) m.Observe(t, 0.010 + 0.0005 * t);
+  }
+  EXPECT_NEAR(m.t0(), 0.010, 2e-4);
+  EXPECT_NEAR(m.c(), 0.0005, 2e-5);
+  EXPECT_NEAR(m.TokenShare(20), 0.010 / 0.020, 0.01);
+  EXPECT_LT(m.TokenShare(1), m.TokenShare(64));
+}
+
+TEST(IterationCostModel, OneBatchSizeFallsBackToThePrior) {
+  IterationCostModel m(0.05, 0.98);
+  for (int i = 0; i < 100; ++i) m.Observe(4, 0.02);
+  // No spread in T: the slope is the prior's, the fit still passes through the mean.
+  EXPECT_NEAR(m.t0() + 4 * m.c(), 0.02, 1e-9);
+  EXPECT_NEAR(m.TokenShare(1), 0.05, 1e-3);
+  m.Observe(0, 1.0);   // ignored
+  m.Observe(4, -1.0);  // ignored
+  EXPECT_EQ(m.n(), 100);
+}
+
+TEST(SpeculationSwitch, TurnsOffWhenSlowerAndRetriesAfterCooldown) {
+  SpeculationSwitch sw(1.0, 10, 0.9);
+  EXPECT_TRUE(sw.Enabled());
+  // Passes with drafts that yield one token per sequence and take twice as long.
+  int passes = 0;
+  while (sw.Enabled() && passes < 100) {
+    sw.Observe(4, 4, 8, 0.02, 0.01);
+    ++passes;
+  }
+  EXPECT_FALSE(sw.Enabled());
+  EXPECT_EQ(passes, 8);  // judged after the minimum window
+  EXPECT_NEAR(sw.speedup(), 0.5, 1e-9);
+  EXPECT_EQ(sw.offs(), 1);
+  for (int i = 0; i < 9; ++i) sw.Observe(4, 4, 0, 0.01, 0.01);
+  EXPECT_FALSE(sw.Enabled());
+  sw.Observe(4, 4, 0, 0.01, 0.01);
+  EXPECT_TRUE(sw.Enabled());
+  EXPECT_DOUBLE_EQ(sw.speedup(), 1.0);  // a clean slate
+}
+
+TEST(SpeculationSwitch, StaysOnWhileDraftsPay) {
+  SpeculationSwitch sw;
+  for (int i = 0; i < 200; ++i) sw.Observe(2, 6, 8, 0.012, 0.01);  // 3 tokens/seq at 1.2x time
+  EXPECT_TRUE(sw.Enabled());
+  EXPECT_NEAR(sw.speedup(), 2.5, 1e-9);
+  EXPECT_EQ(sw.offs(), 0);
+  sw.Observe(2, 2, 0, 0.01, 0.01);  // plain passes do not count
+  EXPECT_NEAR(sw.speedup(), 2.5, 1e-9);
+}
+
+class FixedSource : public DraftSource {
+ public:
+  FixedSource(std::vector<int32_t> draft, DraftBatcher* b) : draft_(std::move(draft)), b_(b) {}
+  void Append(const std::vector<int32_t>&) override {}
+  absl::StatusOr<DraftResult> Propose(int32_t n_max) override {
+    ++proposes;
+    DraftResult r;
+    r.tokens.assign(draft_.begin(), draft_.begin() + std::min<size_t>(draft_.size(), n_max));
+    return r;
+  }
+  void Accept(int32_t) override {}
+  SpecStats Stats() const override { return {}; }
+  DraftBatcher* batcher() override { return b_; }
+  int proposes = 0;
+
+ private:
+  std::vector<int32_t> draft_;
+  DraftBatcher* b_;
+};
+
+class CountingBatcher : public DraftBatcher {
+ public:
+  void ProposeBatch(const std::vector<DraftJob*>& jobs) override {
+    ++calls;
+    sizes.push_back(jobs.size());
+    for (DraftJob* j : jobs) j->result = absl::UnavailableError("batched");
+  }
+  int calls = 0;
+  std::vector<size_t> sizes;
+};
+
+TEST(ProposeAll, GroupsJobsByBatcher) {
+  CountingBatcher b1, b2;
+  FixedSource a({1, 2, 3}, nullptr), b({4}, &b1), c({5}, &b2), d({6}, &b1);
+  std::vector<DraftJob> jobs(4);
+  jobs[0].source = &a;
+  jobs[0].n_max = 2;
+  jobs[1].source = &b;
+  jobs[2].source = &c;
+  jobs[3].source = &d;
+  ProposeAll(&jobs);
+  EXPECT_EQ(a.proposes, 1);
+  ASSERT_TRUE(jobs[0].result.ok());
+  EXPECT_EQ(jobs[0].result->tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(b1.calls, 1);
+  EXPECT_EQ(b1.sizes, std::vector<size_t>{2});
+  EXPECT_EQ(b2.calls, 1);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(jobs[i].result.status().message(), "batched");
+  EXPECT_EQ(b.proposes + c.proposes + d.proposes, 0);
+}
+
+}  // namespace
+}  // namespace herd::engine::spec
