@@ -13,7 +13,9 @@
 
 #include "libs/base/log.h"
 #include "libs/engine/kv_cache_manager.h"
+#include "libs/engine/spec/adaptive.h"
 #include "libs/engine/spec/rejection.h"
+#include "libs/engine/spec/spec_loop.h"
 #include "libs/engine/spec/verify.h"
 
 namespace herd::engine {
@@ -58,6 +60,12 @@ struct SeqState {
   bool pending_is_prompt = true;  // pending is still the last prompt token
   std::unique_ptr<Sampler> sampler;
   std::mt19937 spec_rng;  // rejection sampling of drafts with probabilities
+  // Scheduler-driven speculation (SequenceParams::draft_source).
+  std::shared_ptr<spec::DraftSource> draft_source;
+  int32_t draft_min = 0, draft_max = 0, n_predict = 0;
+  size_t source_len = 0;  // tokens of `tokens` the source has seen (Append)
+  spec::AcceptanceEstimate acceptance;
+  int32_t passes_since_draft = 0;  // passes without a draft (probe timing)
   double prompt_ms = 0, generation_ms = 0;
 
   // Events (ev_mu is a leaf lock).
@@ -117,6 +125,7 @@ struct Work {
   std::vector<spec::SparseDist> draft_q;  // verify: empty, or one distribution per draft token
   int64_t out_begin = 0;                  // verify: index of the pending token's logits
   bool was_prompt = false;                // verify: the pending token was the last prompt token
+  int32_t auto_draft = 0;                 // verify: draft tokens to ask s->draft_source for
   StepResult result;
   absl::Status error;  // verify: the sequence cannot continue (grammar dead end)
 };
@@ -158,6 +167,9 @@ struct Core {
   std::unique_ptr<KvCacheManager> kvm;
   std::deque<EmbedJob> embed_jobs;
   size_t rr = 0;  // round-robin start of the decode scan
+  // Adaptive speculation (spec/adaptive.h): the fit of a pass's time and the switch.
+  spec::IterationCostModel pass_cost;
+  spec::SpeculationSwitch spec_switch;
   SchedulerStats stats;
   std::thread thread;
 
@@ -195,6 +207,9 @@ struct Core {
   void UpdateKvStatsLocked();
   std::vector<Work> PlanLocked();
   absl::Status Execute(std::vector<Work>* plan, double* seconds);
+  int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, double token_share) const;
+  double ProposeDrafts(std::vector<Work>* plan, int32_t* errors);
+  void AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens);
   void VerifyDraft(Work* w);
   void FillGaugesLocked(IterationStats* it) const;
   void Observe(const IterationStats& it);
@@ -364,6 +379,10 @@ std::vector<Work> Core::PlanLocked() {
   const int64_t decode_budget =
       prefill_pending ? std::max<int64_t>(1, budget - std::max<int64_t>(1, budget / 4)) : budget;
   const size_t n = active.size();
+  // The per-token share of this pass's time, at one token per decoding sequence.
+  int32_t n_decoding = 0;
+  for (const auto& s : active) n_decoding += s->PrefillDone() && !s->requests.empty() && !s->context_full;
+  const double token_share = pass_cost.TokenShare(std::max(1, n_decoding));
   for (size_t k = 0; k < n; ++k) {
     const std::shared_ptr<SeqState>& s = active[(rr + k) % n];
     if (!s->PrefillDone() || s->requests.empty() || s->context_full) continue;
@@ -374,11 +393,16 @@ std::vector<Work> Core::PlanLocked() {
     const int64_t room = n_ctx_seq - s->n_past - 2;
     const size_t n_draft = static_cast<size_t>(std::max<int64_t>(
         0, std::min<int64_t>(static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
-    const int64_t cost = 1 + static_cast<int64_t>(n_draft);
+    // A plain step of a sequence with a draft source: the scheduler drafts for it.
+    const int32_t auto_draft = r.draft.empty() && s->draft_source != nullptr
+                                   ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), token_share)
+                                   : 0;
+    const int64_t cost = 1 + static_cast<int64_t>(n_draft) + auto_draft;
     // The first step of an iteration may use the whole batch, so a long draft cannot starve.
     if (used + cost > (used == 0 ? budget : decode_budget)) continue;
     Work w;
     w.s = s;
+    w.auto_draft = auto_draft;
     w.draft.assign(r.draft.begin(), r.draft.begin() + static_cast<long>(n_draft));
     if (!r.draft_q.empty()) w.draft_q.assign(r.draft_q.begin(), r.draft_q.begin() + static_cast<long>(n_draft));
     if (!r.draft.empty() || --r.n_steps <= 0) s->requests.pop_front();
@@ -432,6 +456,106 @@ void Core::VerifyDraft(Work* w) {
   s.pending_is_prompt = false;
   // The sequence now holds n_past tokens plus the pending one: full at n_ctx_seq.
   r.context_full = s.n_past + 1 >= n_ctx_seq;
+}
+
+// The draft length for a plain step of s: at most draft_max, the room in its context and
+// batch, and what its n_predict leaves (the pass yields one token of its own); with
+// adaptive speculation, the longest draft whose last token still pays (DraftLengthFor
+// over s's acceptance and the pass's per-token share), none while the switch is off,
+// and a probe every spec_probe_interval passes once drafting stopped paying. Drafts
+// shorter than max(1, draft_min) are not asked for.
+int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, double token_share) const {
+  int64_t k_max = std::min<int64_t>({s.draft_max, k_cap, max_draft});
+  if (s.n_predict > 0) {
+    const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.n_prompt();
+    k_max = std::min<int64_t>(k_max, s.n_predict - generated - 1);
+  }
+  const int32_t k_min = std::max(1, s.draft_min);
+  if (k_max < k_min) return 0;
+  if (!cfg.adaptive_speculation) return static_cast<int32_t>(k_max);
+  if (!spec_switch.Enabled()) return 0;
+  int32_t k = spec::DraftLengthFor(s.acceptance.rate(), token_share, static_cast<int32_t>(k_max));
+  if (k < k_min) k = s.passes_since_draft >= cfg.spec_probe_interval ? k_min : 0;
+  return k;
+}
+
+// Asks the draft sources of the plan's auto-drafting steps for their drafts, all in one
+// spec::ProposeAll (one call per draft worker), and puts them in the plan. Runs on the
+// scheduler thread without the lock. Returns the seconds spent waiting; *errors gets
+// the drafts that failed (they are empty).
+double Core::ProposeDrafts(std::vector<Work>* plan, int32_t* errors) {
+  *errors = 0;
+  std::vector<spec::DraftJob> jobs;
+  std::vector<Work*> owners;
+  for (Work& w : *plan) {
+    if (w.prefill || w.s->draft_source == nullptr) continue;
+    SeqState& s = *w.s;
+    // The source sees every token of the sequence before it drafts.
+    if (s.source_len < s.tokens.size()) {
+      s.draft_source->Append(std::vector<int32_t>(s.tokens.begin() + static_cast<long>(s.source_len), s.tokens.end()));
+      s.source_len = s.tokens.size();
+    }
+    if (w.auto_draft <= 0) continue;
+    spec::DraftJob j;
+    j.source = s.draft_source.get();
+    j.n_max = w.auto_draft;
+    jobs.push_back(std::move(j));
+    owners.push_back(&w);
+  }
+  if (jobs.empty()) return 0;
+  const auto t0 = Clock::now();
+  spec::ProposeAll(&jobs);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Work& w = *owners[i];
+    if (!jobs[i].result.ok()) {
+      ++*errors;
+      continue;
+    }
+    spec::DraftResult d = *std::move(jobs[i].result);
+    spec::SanitizeDraft(&d, n_vocab, w.auto_draft);
+    if (static_cast<int32_t>(d.tokens.size()) < std::max(1, w.s->draft_min)) continue;
+    w.draft = std::move(d.tokens);
+    if (!d.probs.empty()) w.draft_q = std::move(d.probs);
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// After a pass (under mu, on the scheduler thread): reports acceptance to the draft sources, updates each sequence's
+// acceptance estimate and statistics, the pass-time fit and the switch.
+void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens) {
+  if (batch_tokens > 0) pass_cost.Observe(batch_tokens, pass_seconds);
+  int32_t seqs = 0, out = 0, drafted = 0;
+  for (Work& w : *plan) {
+    if (w.prefill || w.s->draft_source == nullptr) continue;
+    SeqState& s = *w.s;
+    ++seqs;
+    out += static_cast<int32_t>(w.result.tokens.size());
+    if (!w.draft.empty() && w.error.ok()) {
+      const int32_t n_draft = static_cast<int32_t>(w.draft.size());
+      s.draft_source->Accept(w.result.n_accepted);
+      s.acceptance.Record(n_draft, w.result.n_accepted);
+      s.passes_since_draft = 0;
+      drafted += n_draft;
+      ++stats.spec_passes;
+      stats.spec_draft_tokens += static_cast<uint64_t>(n_draft);
+      stats.spec_accepted_tokens += static_cast<uint64_t>(w.result.n_accepted);
+    } else {
+      ++s.passes_since_draft;
+    }
+    w.result.spec_stats = s.draft_source->Stats();
+  }
+  if (seqs == 0 || !cfg.adaptive_speculation) return;
+  // What the same sequences' plain pass would have taken: one token each instead of
+  // their drafts, by the fitted t(T).
+  const double plain = pass_cost.t0() + pass_cost.c() * std::max(1, batch_tokens - drafted);
+  const bool was_on = spec_switch.Enabled();
+  spec_switch.Observe(seqs, out, drafted, pass_seconds + draft_seconds, plain);
+  if (was_on && !spec_switch.Enabled()) {
+    HERD_LOG(Info) << "scheduler: speculation paused: measured speedup " << spec_switch.speedup() << " < 1";
+  }
+  stats.spec_switch_offs = static_cast<uint64_t>(spec_switch.offs());
+  stats.spec_enabled = spec_switch.Enabled();
+  stats.spec_speedup = spec_switch.speedup();
 }
 
 absl::Status Core::Execute(std::vector<Work>* plan, double* seconds) {
@@ -546,7 +670,12 @@ void Core::Run() {
 
     IterationStats it;
     absl::Status st;
-    if (!plan.empty()) st = Execute(&plan, &it.seconds);
+    double draft_seconds = 0;
+    int32_t draft_errors = 0;
+    if (!plan.empty()) {
+      draft_seconds = ProposeDrafts(&plan, &draft_errors);
+      st = Execute(&plan, &it.seconds);
+    }
 
     l.lock();
     if (!plan.empty() && !st.ok()) {
@@ -556,6 +685,11 @@ void Core::Run() {
       }
       changed = true;
     } else if (!plan.empty()) {
+      stats.spec_draft_errors += static_cast<uint64_t>(draft_errors);
+      stats.spec_draft_wait_ms += draft_seconds * 1000;
+      int32_t pass_tokens = 0;
+      for (const Work& w : plan) pass_tokens += w.prefill ? w.n_prefill : 1 + static_cast<int32_t>(w.draft.size());
+      AfterPass(&plan, it.seconds, draft_seconds, pass_tokens);
       for (const Work& w : plan) {
         if (w.prefill) {
           it.batch_tokens += w.n_prefill;
@@ -765,6 +899,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   if (config.max_draft < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_draft: ", config.max_draft, " must be >= 0"));
   }
+  if (config.spec_probe_interval < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec_probe_interval: ", config.spec_probe_interval, " must be >= 1"));
+  }
   if (config.max_logprobs < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_logprobs: ", config.max_logprobs, " must be >= 0"));
   }
@@ -822,6 +960,19 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
     return absl::InvalidArgumentError(
         absl::StrCat("logprobs: ", params.logprobs, " is outside [0, ", c.cfg.max_logprobs, "]"));
   }
+  if (params.draft_source != nullptr) {
+    if (params.draft_max < 0 || params.draft_max > c.max_draft) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("draft_max: ", params.draft_max, " is outside [0, ", c.max_draft, "]"));
+    }
+    if (params.draft_min < 0 || params.draft_min > params.draft_max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("draft_min: ", params.draft_min, " is outside [0, draft_max = ", params.draft_max, "]"));
+    }
+  }
+  if (params.n_predict < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("n_predict: ", params.n_predict, " is negative"));
+  }
   SamplingParams sp = params.sampling;
   sp.n_probs = params.logprobs;
   std::shared_ptr<const grammar::TokenPieces> pieces;
@@ -843,6 +994,10 @@ absl::StatusOr<std::unique_ptr<Sequence>> Scheduler::Start(SequenceParams params
   st->logprobs = params.logprobs;
   st->ignore_eos = params.ignore_eos;
   st->notify = std::move(params.on_event);
+  st->draft_source = std::move(params.draft_source);
+  st->draft_min = params.draft_min;
+  st->draft_max = params.draft_max;
+  st->n_predict = params.n_predict;
   st->t_start = internal::Clock::now();
   {
     std::lock_guard<std::mutex> l(c.mu);

@@ -105,6 +105,7 @@
 #include "libs/engine/engine.h"
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/drafter.h"
+#include "libs/engine/spec/spec_config.h"
 #include "libs/tokenizer/tokenizer.h"
 
 namespace herd::engine {
@@ -151,6 +152,15 @@ struct SchedulerStats {
   uint64_t prefix_tokens_reused = 0;       // prompt tokens not recomputed thanks to them
   uint64_t prefix_evictions = 0;           // cached prefixes dropped for room
   uint64_t preemptions = 0;                // sequences sent back to the queue for room
+  // Speculation driven by the scheduler (sequences with a draft_source).
+  uint64_t spec_passes = 0;           // verification passes that carried a draft
+  uint64_t spec_draft_tokens = 0;     // draft tokens verified
+  uint64_t spec_accepted_tokens = 0;  // of them, accepted
+  uint64_t spec_draft_errors = 0;     // drafts that failed or missed their deadline (empty)
+  uint64_t spec_switch_offs = 0;      // times the switch turned drafting off
+  bool spec_enabled = true;           // the switch's state now
+  double spec_speedup = 1.0;          // its recent speedup estimate
+  double spec_draft_wait_ms = 0;      // total time the scheduler waited for drafts
 };
 
 struct SchedulerConfig {
@@ -178,6 +188,13 @@ struct SchedulerConfig {
   int32_t max_draft = 1024;
   /// Largest SequenceParams::logprobs (top-n alternatives per token).
   int32_t max_logprobs = 20;
+  /// Sequences with a draft_source: choose each draft's length from the sequence's
+  /// acceptance and the per-token cost of a pass, and stop drafting while drafts
+  /// measurably do not pay (spec/adaptive.h). false: every draft asks for draft_max.
+  bool adaptive_speculation = true;
+  /// A sequence whose drafts stopped paying probes again with a short draft every this
+  /// many passes (>= 1).
+  int32_t spec_probe_interval = 16;
 };
 
 /// The outcome of one forward pass of one sequence.
@@ -189,6 +206,9 @@ struct StepResult {
   bool context_full = false;            // no room for another token in this sequence
   double prompt_ms = 0;                 // cumulative prompt-processing wall time
   double generation_ms = 0;             // cumulative generation wall time
+  /// Sequences with a draft_source: their drafts' cumulative statistics (type kNone
+  /// otherwise).
+  spec::SpecStats spec_stats;
 };
 
 /// What a sequence's consumer receives, in order: kStarted once (on admission), kStep per
@@ -215,6 +235,22 @@ struct SequenceParams {
   bool ignore_eos = false;  // never flag eos
   /// Optional: called after each event is queued (see Sequence::SetNotify).
   std::function<void()> on_event;
+  /// Optional: speculative decoding driven by the scheduler. Each pass a plain Step
+  /// asks for, the scheduler first asks this source for a draft (all such sequences of
+  /// the pass together: spec::ProposeAll, so a draft worker gets one call per pass) and
+  /// verifies it in the same batched forward pass as the other sequences; the
+  /// StepResult then holds the accepted draft tokens and one sampled token. The source
+  /// sees the prompt, every produced token and every acceptance; a failing source costs
+  /// speed only (an empty draft). Once started, only the scheduler thread uses it (the
+  /// caller must not); shared so that SequenceParams stays copyable.
+  std::shared_ptr<spec::DraftSource> draft_source;
+  /// Draft bounds for draft_source (0 <= draft_min <= draft_max <= max_draft): drafts
+  /// shorter than draft_min are not verified (llama.cpp's n_min).
+  int32_t draft_min = 0;
+  int32_t draft_max = 16;
+  /// Most tokens this sequence will generate (the caller's n_predict; 0 = no bound):
+  /// no draft runs past it.
+  int32_t n_predict = 0;
 };
 
 namespace internal {

@@ -1324,4 +1324,179 @@ TEST_F(SchedulerTest, CachedPrefixesAreEvictedLeastRecentlyUsedFirst) {
   EXPECT_EQ(engine->kv().used(), 0);
 }
 
+// ---------------------------------------------------------------- scheduler-driven speculation
+
+namespace {
+
+// Drafts from a known continuation: the tokens that follow the history it was given
+// (Append) in `truth`, or, with `wrong`, each of them plus one (never accepted).
+class OracleSource : public spec::DraftSource {
+ public:
+  OracleSource(std::vector<int32_t> truth, bool wrong, spec::DraftBatcher* batcher = nullptr)
+      : truth_(std::move(truth)), wrong_(wrong), batcher_(batcher) {}
+  void Append(const std::vector<int32_t>& tokens) override {
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+  }
+  absl::StatusOr<spec::DraftResult> Propose(int32_t n_max) override {
+    ++stats_.calls;
+    spec::DraftResult r;
+    // The history must be a prefix of the truth (the scheduler appends every token).
+    if (history_.size() > truth_.size() || !std::equal(history_.begin(), history_.end(), truth_.begin())) {
+      return absl::InternalError("history diverged from the expected continuation");
+    }
+    for (size_t i = history_.size(); i < truth_.size() && static_cast<int32_t>(r.tokens.size()) < n_max; ++i) {
+      r.tokens.push_back(wrong_ ? (truth_[i] + 1) % 512 : truth_[i]);
+    }
+    last_ = static_cast<int32_t>(r.tokens.size());
+    if (last_ > 0) {
+      ++stats_.gen_drafts;
+      stats_.gen_tokens += last_;
+    }
+    return r;
+  }
+  void Accept(int32_t n) override {
+    stats_.acc_tokens += n;
+    stats_.acc_drafts += n > 0;
+  }
+  spec::SpecStats Stats() const override { return stats_; }
+  spec::DraftBatcher* batcher() override { return batcher_; }
+
+ private:
+  std::vector<int32_t> truth_, history_;
+  bool wrong_;
+  spec::DraftBatcher* batcher_;
+  int32_t last_ = 0;
+  spec::SpecStats stats_;
+};
+
+// Proposes each job through its source, recording the group sizes.
+class RecordingBatcher : public spec::DraftBatcher {
+ public:
+  void ProposeBatch(const std::vector<spec::DraftJob*>& jobs) override {
+    max_group = std::max(max_group, jobs.size());
+    ++calls;
+    for (spec::DraftJob* j : jobs) j->result = j->source->Propose(j->n_max);
+  }
+  size_t max_group = 0;
+  int calls = 0;
+};
+
+// A source whose every draft fails (a draft worker that is down).
+class FailingSource : public spec::DraftSource {
+ public:
+  void Append(const std::vector<int32_t>&) override {}
+  absl::StatusOr<spec::DraftResult> Propose(int32_t) override { return absl::UnavailableError("draft worker down"); }
+  void Accept(int32_t) override {}
+  spec::SpecStats Stats() const override { return {}; }
+};
+
+// Runs `sources.size()` greedy sequences of `prompts` with those draft sources, n
+// tokens each (n_predict = n), and returns their outputs; *passes gets the StepResults.
+std::vector<std::vector<int32_t>> RunWithSources(Scheduler* sched, const std::vector<std::vector<int32_t>>& prompts,
+                                                 std::vector<std::shared_ptr<spec::DraftSource>> sources, int32_t n,
+                                                 int32_t* passes, spec::SpecStats* last_stats = nullptr) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SequenceParams p;
+    p.prompt = prompts[i];
+    p.sampling.temp = 0.0f;
+    p.ignore_eos = true;
+    p.draft_source = std::move(sources[i]);
+    p.draft_max = 8;
+    p.n_predict = n;
+    auto s = sched->Start(std::move(p));
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return {};
+    EXPECT_TRUE((*s)->Step(n).ok());
+    seqs.push_back(*std::move(s));
+  }
+  std::vector<std::vector<int32_t>> out(seqs.size());
+  *passes = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    SequenceEvent ev;
+    while (static_cast<int32_t>(out[i].size()) < n && seqs[i]->Next(&ev, std::chrono::seconds(120))) {
+      if (ev.kind == SequenceEvent::Kind::kStarted) continue;
+      if (ev.kind != SequenceEvent::Kind::kStep) {
+        ADD_FAILURE() << "sequence " << i << " ended: " << ev.status;
+        break;
+      }
+      ++*passes;
+      EXPECT_EQ(ev.step.tokens.size(), static_cast<size_t>(ev.step.n_accepted + 1));
+      out[i].insert(out[i].end(), ev.step.tokens.begin(), ev.step.tokens.end());
+      if (last_stats != nullptr) *last_stats = ev.step.spec_stats;
+    }
+    EXPECT_EQ(static_cast<int32_t>(out[i].size()), n) << "sequence " << i << " never reached n_predict";
+  }
+  return out;
+}
+
+}  // namespace
+
+// The scheduler asks each sequence's source for a draft every pass and verifies it in
+// the batch: with drafts that are always right, outputs equal the solo ones in far fewer
+// passes, every draft token is accepted, and the draft sources of one batcher are asked
+// together (one ProposeBatch for several sequences).
+TEST_F(SchedulerTest, SchedulerDrivenDraftsKeepOutputsAndSavePasses) {
+  auto engine = MakeEngine(1024, 256);
+  auto sched = MakeScheduler(engine.get(), 4);
+  ASSERT_NE(sched, nullptr);
+  std::mt19937 rng(7);
+  const int32_t n = 48;
+  std::vector<std::vector<int32_t>> prompts, solo;
+  std::vector<std::shared_ptr<spec::DraftSource>> sources;
+  RecordingBatcher batcher;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(RandomPrompt(rng, 6 + 3 * i));
+    solo.push_back(Solo(prompts.back(), n, Greedy()));
+    std::vector<int32_t> truth = prompts.back();
+    truth.insert(truth.end(), solo.back().begin(), solo.back().end());
+    sources.push_back(std::make_unique<OracleSource>(truth, false, &batcher));
+  }
+  int32_t passes = 0;
+  spec::SpecStats last;
+  const auto out = RunWithSources(sched.get(), prompts, std::move(sources), n, &passes, &last);
+  EXPECT_EQ(out, solo);
+  const SchedulerStats st = sched->Stats();
+  EXPECT_GT(st.spec_passes, 0u);
+  EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);  // every oracle token accepted
+  EXPECT_EQ(st.spec_draft_errors, 0u);
+  EXPECT_LT(passes, 4 * n / 2) << "drafts that are always right should at least halve the passes";
+  EXPECT_GT(batcher.max_group, 1u) << "sequences decoding together should be drafted together";
+  EXPECT_GT(last.gen_tokens, 0);
+  EXPECT_EQ(last.acc_tokens, last.gen_tokens);
+}
+
+// Drafts that are never accepted, or that fail, change no output; with adaptive
+// speculation the scheduler soon stops asking for long drafts (it probes with short ones).
+TEST_F(SchedulerTest, RejectedOrFailingDraftsKeepOutputsAndFadeOut) {
+  auto engine = MakeEngine(1024, 256);
+  auto sched = MakeScheduler(engine.get(), 4);
+  ASSERT_NE(sched, nullptr);
+  std::mt19937 rng(11);
+  const int32_t n = 64;
+  std::vector<std::vector<int32_t>> prompts, solo;
+  std::vector<std::shared_ptr<spec::DraftSource>> sources;
+  for (int i = 0; i < 2; ++i) {
+    prompts.push_back(RandomPrompt(rng, 8 + i));
+    solo.push_back(Solo(prompts.back(), n, Greedy()));
+    std::vector<int32_t> truth = prompts.back();
+    truth.insert(truth.end(), solo.back().begin(), solo.back().end());
+    if (i == 0) {
+      sources.push_back(std::make_unique<OracleSource>(truth, /*wrong=*/true));
+    } else {
+      sources.push_back(std::make_unique<FailingSource>());
+    }
+  }
+  int32_t passes = 0;
+  const auto out = RunWithSources(sched.get(), prompts, std::move(sources), n, &passes);
+  EXPECT_EQ(out, solo);
+  const SchedulerStats st = sched->Stats();
+  EXPECT_EQ(st.spec_accepted_tokens, 0u);
+  EXPECT_GT(st.spec_draft_errors, 0u);
+  // Without adaptation every pass of the wrong source would carry up to 8 draft tokens
+  // (~8 * 64); adapted, a few early drafts and one-token probes remain.
+  EXPECT_LT(st.spec_draft_tokens, 8u * n / 4) << "drafts that never pay should fade out";
+  EXPECT_EQ(passes, 2 * n);  // one token per pass: nothing accepted
+}
+
 }  // namespace herd::engine
