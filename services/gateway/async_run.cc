@@ -73,7 +73,8 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
     // The whole generation is one Step, sent with the Start (the worker accepts Steps
     // before it has sent Started).
     v1::SessionRequest start;
-    *start.mutable_start() = SessionStartOf(g);
+    *start.mutable_start() = SessionStartOf(g, lease_->info(), tracker_.remaining());
+    g.worker_speculation = false;
     v1::SessionRequest step;
     step.mutable_step()->set_n_steps(ClampSteps(tracker_.remaining()));
     const v1::SessionRequest* first = nullptr;
@@ -133,6 +134,8 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
     e.worker = status;
     e.loop = loop_;
     Generation& g = *run_->g;
+    e.speculative = g.worker_speculation;
+    if (g.worker_speculation) gw_->RecordSpecStats(g.spec_stats);
     const Attempt a = gw_->ClassifyAttempt(g, run_->sink.get(), &run_->active, address_, e);
     lease_.reset();  // the worker's load, before the generation may end
     Gateway* gw = gw_;
@@ -223,7 +226,10 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
 
 void Gateway::RunAsync(std::shared_ptr<Generation> g, std::shared_ptr<GenerateSink> sink,
                        std::function<void(absl::Status)> done) {
-  if (g->spec.type != engine::spec::SpecType::kNone) {
+  // Speculative generations stay asynchronous where the workers draft themselves;
+  // where the gateway must drive the drafts, its loop blocks on draft calls.
+  if (g->spec.type != engine::spec::SpecType::kNone &&
+      !pool_->AllLiveWorkersRunSpec(g->model, engine::spec::SpecTypeName(g->spec.type))) {
     {
       std::lock_guard<std::mutex> l(active_mu_);
       if (blocking_ == nullptr) blocking_ = std::make_unique<BlockingRunner>(opts_.blocking_threads);

@@ -60,9 +60,15 @@ v1::GenerateResponse CompletionTracker::Consume(const v1::StepResult& sr, bool* 
     }
   }
   msg.set_text(std::move(text));
+  if (sr.has_spec_stats()) {  // the worker drafts (SessionStart.speculative)
+    g_.speculative = true;
+    g_.worker_speculation = true;
+    g_.spec_stats = sr.spec_stats();
+  }
   if (finished()) {
     msg.set_finish_reason(g_.finish);
     FillUsage(g_, msg.mutable_usage());
+    if (g_.worker_speculation) *msg.add_speculative() = g_.spec_stats;
   }
   return msg;
 }

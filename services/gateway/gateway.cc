@@ -11,6 +11,7 @@
 
 #include "libs/base/log.h"
 #include "libs/base/status_macros.h"
+#include "libs/clients/draft_source.h"
 #include "libs/engine/sampling.h"
 #include "libs/engine/spec/spec_loop.h"
 #include "libs/engine/spec/spec_proto.h"
@@ -43,52 +44,6 @@ const char* FinishName(v1::FinishReason r) {
 }
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
-
-// A DraftSource over one draft-worker session (libs/clients/draft_client.h): only new
-// tokens cross the wire, each Propose has the client's deadline, failures are empty
-// drafts (reported as errors so that the gateway counts them).
-class DraftWorkerSource : public engine::spec::DraftSource {
- public:
-  explicit DraftWorkerSource(std::unique_ptr<draft::DraftSession> s) : s_(std::move(s)) {}
-  void Append(const std::vector<int32_t>& tokens) override {
-    if (s_ != nullptr) s_->Append(tokens);
-  }
-  absl::StatusOr<engine::spec::DraftResult> Propose(int32_t n_max) override {
-    if (s_ == nullptr) return absl::FailedPreconditionError("the drafter has ended");
-    draft::DraftReply r = s_->Propose(n_max);
-    if (!r.error.empty()) {
-      return r.error == "deadline" ? absl::DeadlineExceededError("draft worker: deadline")
-                                   : absl::UnavailableError(absl::StrCat("draft worker: ", r.error));
-    }
-    engine::spec::DraftResult d;
-    d.tokens = std::move(r.tokens);
-    d.probs.reserve(r.probs.size());
-    for (const v1::DraftTokenProbs& q : r.probs) {
-      absl::StatusOr<engine::spec::SparseDist> p = engine::spec::SparseDistFromProto(q);
-      if (!p.ok()) {  // malformed: verified as a deterministic draft (still exact)
-        d.probs.clear();
-        break;
-      }
-      d.probs.push_back(*std::move(p));
-    }
-    return d;
-  }
-  void Accept(int32_t n_accepted) override {
-    if (s_ != nullptr) s_->Accepted(n_accepted);
-  }
-  void End() override {
-    if (s_ == nullptr) return;
-    stats_ = s_->stats();
-    s_.reset();  // ends the session on its worker in the background
-  }
-  engine::spec::SpecStats Stats() const override {
-    return engine::spec::SpecStatsFromProto(s_ != nullptr ? s_->stats() : stats_);
-  }
-
- private:
-  std::unique_ptr<draft::DraftSession> s_;
-  v1::SpeculativeStats stats_;
-};
 
 }  // namespace
 
@@ -454,7 +409,7 @@ std::unique_ptr<engine::spec::DraftSource> Gateway::MakeDrafter(const Generation
   }
   if (opts_.drafter_factory) return opts_.drafter_factory(p);
   if (draft_client_ == nullptr) return nullptr;
-  return std::make_unique<DraftWorkerSource>(
+  return std::make_unique<draft::DraftWorkerSource>(
       draft_client_->NewSession(p.session_id, p.model, p.config, p.temperature, p.seed));
 }
 
@@ -486,12 +441,24 @@ absl::Status Broken() { return absl::UnavailableError("the worker session ended"
 
 }  // namespace
 
-v1::SessionStart SessionStartOf(const Gateway::Generation& g) {
+bool WorkerRunsSpec(const Gateway::Generation& g, const v1::WorkerInfo& info) {
+  if (g.spec.type == engine::spec::SpecType::kNone) return false;
+  const std::string type = engine::spec::SpecTypeName(g.spec.type);
+  return std::find(info.spec_types().begin(), info.spec_types().end(), type) != info.spec_types().end();
+}
+
+v1::SessionStart SessionStartOf(const Gateway::Generation& g, const v1::WorkerInfo& info, int64_t remaining) {
   v1::SessionStart start;
   start.mutable_prompt()->Add(g.prompt.begin(), g.prompt.end());
   *start.mutable_sampling() = g.sampling;
   if (g.logprobs > 0) start.set_logprobs(g.logprobs);
   start.set_ignore_eos(g.ignore_eos);
+  if (WorkerRunsSpec(g, info)) {
+    engine::spec::SpecConfigToProto(g.spec, start.mutable_speculative());
+    start.set_n_predict(static_cast<int32_t>(std::clamp<int64_t>(remaining, 0, INT32_MAX)));
+    start.set_draft_seed(g.sampling.has_seed() ? g.sampling.seed()
+                                               : static_cast<uint32_t>(std::hash<std::string>()(g.id)));
+  }
   return start;
 }
 
@@ -522,7 +489,7 @@ absl::Status Gateway::RunPlain(AttemptRun& a) {
   // worker accepts Steps before Started) to save a round trip before the first token.
   v1::SessionStep step;
   step.set_n_steps(ClampSteps(a.tracker.remaining()));
-  if (!a.ws.Start(SessionStartOf(a.g), &step)) return Broken();
+  if (!a.ws.Start(SessionStartOf(a.g, a.info, a.tracker.remaining()), &step)) return Broken();
   HERD_RETURN_IF_ERROR(AwaitStarted(a));
   for (;;) {
     const int64_t expected = ClampSteps(a.tracker.remaining());
@@ -546,7 +513,7 @@ absl::Status Gateway::RunSpeculative(AttemptRun& a) {
   // greedy target ignores them, so they are not sent then).
   const bool sampled = g.sampling.has_temperature() ? g.sampling.temperature() > 0 : true;
   const std::string spec_type = engine::spec::SpecTypeName(g.spec.type);
-  if (!a.ws.Start(SessionStartOf(g), nullptr)) return Broken();
+  if (!a.ws.Start(SessionStartOf(g, a.info, a.tracker.remaining()), nullptr)) return Broken();
   a.drafter->Append(g.prompt);
 
   engine::spec::SpecLoopLimits limits;
@@ -599,7 +566,11 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
   const int64_t budget = AttemptBudget(g, lease.info());
   WorkerSession ws(lease.stub(), lease.address(), g.deadline);
   active->SetContext(ws.context());
-  std::unique_ptr<engine::spec::DraftSource> drafter = MakeDrafter(g, attempt);
+  // A worker that drafts the request's type itself gets the configuration in its
+  // SessionStart and runs the plain protocol; otherwise the gateway drives the drafts.
+  std::unique_ptr<engine::spec::DraftSource> drafter =
+      WorkerRunsSpec(g, lease.info()) ? nullptr : MakeDrafter(g, attempt);
+  g.worker_speculation = false;
   CompletionTracker tracker(g, budget);
   AttemptRun a{g, ws, tracker, sink, active, drafter.get(), lease.info()};
   const absl::Status loop = drafter != nullptr ? RunSpeculative(a) : RunPlain(a);
@@ -608,6 +579,8 @@ Gateway::Attempt Gateway::RunOnWorker(Generation& g, WorkerPool::Lease& lease, G
     g.speculative = true;
     g.spec_stats.Clear();
     engine::spec::SpecStatsToProto(drafter->Stats(), &g.spec_stats);
+    RecordSpecStats(g.spec_stats);
+  } else if (g.worker_speculation) {
     RecordSpecStats(g.spec_stats);
   }
   return EndAttempt(a, lease.address(), loop);
@@ -624,7 +597,7 @@ Gateway::Attempt Gateway::EndAttempt(AttemptRun& a, const std::string& addr, con
   e.broken = a.ws.broken();
   e.started = a.started;
   e.client_gone = a.client_gone;
-  e.speculative = a.drafter != nullptr;
+  e.speculative = a.drafter != nullptr || a.g.worker_speculation;
   e.loop = loop;
   return ClassifyAttempt(a.g, a.sink, a.active, addr, e);
 }

@@ -55,6 +55,7 @@ class Generation {
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   bool speculative = false;         // a drafter ran (spec_stats is meaningful)
   v1::SpeculativeStats spec_stats;  // of the last attempt
+  bool worker_speculation = false;  // the worker drafted (its StepResults carried spec_stats)
 };
 
 /// The usage block of a last message: prompt and completion tokens and the timings so

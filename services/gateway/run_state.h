@@ -103,8 +103,11 @@ struct Gateway::AttemptEnd {
   absl::Status loop;         // the loop's own status (protocol errors)
 };
 
-/// The Start message of a generation's worker Session.
-v1::SessionStart SessionStartOf(const Gateway::Generation& g);
+/// Whether `info`'s worker drafts g's speculative type itself (WorkerInfo.spec_types).
+bool WorkerRunsSpec(const Gateway::Generation& g, const v1::WorkerInfo& info);
+/// The SessionStart of g on a worker with `info`, `remaining` tokens to generate (with
+/// the speculative configuration when the worker drafts it: WorkerRunsSpec).
+v1::SessionStart SessionStartOf(const Gateway::Generation& g, const v1::WorkerInfo& info, int64_t remaining);
 
 /// A Step's n_steps for `n` tokens still wanted.
 inline int32_t ClampSteps(int64_t n) {

@@ -94,15 +94,26 @@ absl::Status VocabCache::Fetch(const std::string& model, absl::Time deadline, En
     return absl::FailedPreconditionError(
         absl::StrCat("model ", ShortName(model), ": no vocabulary (the gateway runs without --loader)"));
   }
-  grpc::ClientContext ctx;
   // At least a few seconds for a large vocabulary even when the request is nearly due.
-  ctx.set_deadline(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(5))));
+  const absl::Time call_deadline = std::max(deadline, absl::Now() + absl::Seconds(5));
   v1::GetModelInfoRequest req;
   req.set_name(model);
   req.set_include_vocab_gguf(true);
   v1::ModelInfo info;
   const absl::Time t0 = absl::Now();
-  grpc::Status st = stub_->GetModelInfo(&ctx, req, &info);
+  grpc::Status st;
+  // A connection attempt that fails transiently (a handshake cut while the loader's
+  // channel reconnects, a SETTINGS frame late on a loaded machine) is retried once,
+  // waiting up to 5 s (within the call's deadline) for the channel to be ready;
+  // a loader that stays down still fails within that.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(
+        absl::ToChronoTime(attempt == 0 ? call_deadline : std::min(call_deadline, absl::Now() + absl::Seconds(5))));
+    ctx.set_wait_for_ready(attempt > 0);
+    st = stub_->GetModelInfo(&ctx, req, &info);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+  }
   if (!st.ok()) {
     const std::string msg = absl::StrCat("loader ", loader_address_, ": GetModelInfo(", ShortName(model),
                                          "): ", ShortName(st.error_message(), 512));

@@ -272,6 +272,16 @@ std::vector<WorkerSnapshot> WorkerPool::LiveWorkersFor(const std::string& model)
   return out;
 }
 
+bool WorkerPool::AllLiveWorkersRunSpec(const std::string& model, const std::string& type) const {
+  const std::vector<WorkerSnapshot> live = LiveWorkersFor(model);
+  if (live.empty()) return false;
+  for (const WorkerSnapshot& s : live) {
+    const auto& types = s.info.spec_types();
+    if (std::find(types.begin(), types.end(), type) == types.end()) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, int64_t min_ctx_seq,
                                                       const std::set<std::string>& exclude,
                                                       absl::Span<const int32_t> prompt) {

@@ -140,6 +140,9 @@ class WorkerPool {
   void ReportFailure(const std::string& address, const std::string& error);
 
   std::vector<WorkerSnapshot> Snapshot() const;
+  /// Whether every live worker serving `model` drafts `type` itself
+  /// (WorkerInfo.spec_types); false when none is live.
+  bool AllLiveWorkersRunSpec(const std::string& model, const std::string& type) const;
   int live_count() const;
 
  private:

@@ -19,6 +19,8 @@
 
 #include "libs/backend/registry.h"
 #include "libs/base/log.h"
+#include "libs/clients/address.h"
+#include "libs/clients/draft_client.h"
 #include "libs/clients/loader_client.h"
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
@@ -55,6 +57,21 @@ ABSL_FLAG(int, max_sequences, 8,
 ABSL_FLAG(bool, prefix_cache, true,
           "Keep ended sequences' KV cells and reuse them for prompts sharing a prefix (evicted when room is needed).");
 ABSL_FLAG(int, max_cached_prefixes, 64, "Most cached prompt prefixes kept (least recently used dropped first).");
+// Speculation run by the worker (SessionStart.speculative; WorkerInfo.spec_types).
+ABSL_FLAG(bool, worker_speculation, true,
+          "draft here: the scheduler asks every speculative sequence's draft once per pass (n-gram types "
+          "in-process, draft-model from --draft_workers) and sizes drafts to acceptance and load; false: callers "
+          "(an older gateway) send drafts with each step");
+ABSL_FLAG(bool, adaptive_speculation, true,
+          "size each draft to its sequence's acceptance and the batch's per-token cost, and pause drafting while "
+          "it measures no speedup (false: every draft asks for draft_max)");
+ABSL_FLAG(std::string, draft_workers, "",
+          "comma-separated draft worker addresses \"h1:p1,h2:p2\" (herd.v1.Draft) for draft-model speculation");
+ABSL_FLAG(std::string, draft_workers_dns, "",
+          "NAME:PORT; every address NAME resolves to is a draft worker (e.g. a Kubernetes headless service)");
+ABSL_FLAG(int, draft_timeout_ms, 50,
+          "deadline of each pass's draft call; a late, failing or absent draft worker means plain steps, never an "
+          "error");
 ABSL_FLAG(int, max_prefill_tokens, 256,
           "Most prompt tokens one forward pass prefills while several sequences are active (0 = n_batch): prompts "
           "arriving together start streaming sooner.");
@@ -178,6 +195,7 @@ absl::StatusOr<herd::worker::WorkerServiceOptions> ServiceOptions(const herd::mo
   wopts.matryoshka = absl::GetFlag(FLAGS_matryoshka);
   wopts.prefix_block_tokens = absl::GetFlag(FLAGS_prefix_block_tokens);
   wopts.prefix_digest_max_blocks = absl::GetFlag(FLAGS_prefix_digest_max_blocks);
+  wopts.worker_speculation = absl::GetFlag(FLAGS_worker_speculation);
   if (wopts.prefix_block_tokens < 0 || wopts.prefix_block_tokens > herd::serving::kMaxPrefixBlockTokens) {
     return absl::InvalidArgumentError(absl::StrCat("--prefix_block_tokens ", wopts.prefix_block_tokens,
                                                    " must be in [0, ", herd::serving::kMaxPrefixBlockTokens, "]"));
@@ -187,6 +205,22 @@ absl::StatusOr<herd::worker::WorkerServiceOptions> ServiceOptions(const herd::mo
         absl::StrCat("--prefix_digest_max_blocks ", wopts.prefix_digest_max_blocks, " must be >= 0"));
   }
   return wopts;
+}
+
+// The draft workers of draft-model speculation (--draft_workers, --draft_workers_dns,
+// --draft_timeout_ms). Errors: INVALID_ARGUMENT naming the flag.
+absl::StatusOr<herd::draft::DraftClientOptions> DraftClientOptions(const herd::serving::ClientSecurity& security) {
+  herd::draft::DraftClientOptions o;
+  if (!absl::GetFlag(FLAGS_draft_workers).empty()) {
+    auto list = herd::clients::ParseAddressList(absl::GetFlag(FLAGS_draft_workers), "draft_workers");
+    if (!list.ok()) return absl::InvalidArgumentError(absl::StrCat("--", list.status().message()));
+    o.addresses = *list;
+  }
+  o.dns = absl::GetFlag(FLAGS_draft_workers_dns);
+  if (absl::GetFlag(FLAGS_draft_timeout_ms) < 1) return absl::InvalidArgumentError("--draft_timeout_ms must be >= 1");
+  o.deadline = std::chrono::milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
+  o.security = security;
+  return o;
 }
 
 // On shutdown: stop admitting, then wait up to `grace` for the open sessions to end.
@@ -270,6 +304,7 @@ int main(int argc, char** argv) {
   sc.max_queue = absl::GetFlag(FLAGS_max_queue);
   sc.queue_policy = policy == "reject" ? herd::engine::QueuePolicy::kReject : herd::engine::QueuePolicy::kWait;
   sc.max_draft = absl::GetFlag(FLAGS_max_draft);
+  sc.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
   auto scheduler = herd::engine::Scheduler::Create(engine->get(), vocab->get(), sc);
   if (!scheduler.ok()) return Fail(absl::StrCat("scheduler: ", scheduler.status().message()));
 
@@ -281,6 +316,13 @@ int main(int argc, char** argv) {
   herd::serving::Registry registry;
   auto wopts = ServiceOptions(*model, model_name, backend_name);
   if (!wopts.ok()) return Fail(std::string(wopts.status().message()));
+  auto drafts = DraftClientOptions(*client_security);
+  if (!drafts.ok()) return Fail(std::string(drafts.status().message()));
+  std::unique_ptr<herd::draft::DraftClient> draft_client;
+  if (wopts->worker_speculation && (!drafts->addresses.empty() || !drafts->dns.empty())) {
+    draft_client = std::make_unique<herd::draft::DraftClient>(*std::move(drafts));
+    wopts->draft_client = draft_client.get();
+  }
   auto service = std::make_unique<herd::worker::WorkerServiceImpl>(scheduler->get(), *wopts, &registry);
 
   herd::serving::ServiceMain process("worker");

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include "libs/base/log.h"
 #include "libs/base/status_macros.h"
@@ -159,6 +160,9 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
         r->set_context_full(st.context_full);
         r->set_prompt_ms(st.prompt_ms);
         r->set_generation_ms(st.generation_ms);
+        if (st.spec_stats.type != engine::spec::SpecType::kNone || st.spec_stats.calls > 0) {
+          engine::spec::SpecStatsToProto(st.spec_stats, r->mutable_spec_stats());
+        }
         break;
       }
       case engine::SequenceEvent::Kind::kEnded:
@@ -188,6 +192,25 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
       FinishLocked(ToGrpcStatus(ids));
       return;
     }
+    if (req_.start().has_speculative() && req_.start().speculative().type() != "none" &&
+        !req_.start().speculative().type().empty()) {
+      auto source = svc_->MakeDraftSource(
+          req_.start(), absl::StrCat(svc_->opts_.model_name, "-", svc_->next_draft_session_.fetch_add(1)));
+      if (!source.ok()) {
+        FinishLocked(ToGrpcStatus(source.status()));
+        return;
+      }
+      params->draft_source = *std::move(source);
+      params->draft_min = req_.start().speculative().draft_min();
+      params->draft_max = std::min(req_.start().speculative().draft_max(), svc_->scheduler_->max_draft());
+      params->draft_min = std::min(params->draft_min, params->draft_max);
+    }
+    if (req_.start().n_predict() < 0) {
+      FinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                absl::StrCat("start.n_predict: ", req_.start().n_predict(), " is negative")));
+      return;
+    }
+    params->n_predict = req_.start().n_predict();
     // The callback may run (on the scheduler thread) as soon as Start returns; it blocks
     // on mu_ until seq_ is set below.
     params->on_event = [this] { Pump(); };
@@ -253,7 +276,20 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
 WorkerServiceImpl::WorkerServiceImpl(engine::Scheduler* scheduler, WorkerServiceOptions opts,
                                      serving::Registry* registry)
     : scheduler_(scheduler), opts_(std::move(opts)) {
+  if (opts_.draft_client != nullptr) draft_batcher_ = std::make_unique<draft::DraftClientBatcher>(opts_.draft_client);
   if (registry != nullptr) {
+    spec_draft_tokens_ = registry->Counter("herd_worker_spec_draft_tokens_total",
+                                           "Draft tokens this worker's scheduler verified (worker-run speculation).");
+    spec_accepted_tokens_ =
+        registry->Counter("herd_worker_spec_accepted_tokens_total", "Of those draft tokens, the ones accepted.");
+    spec_passes_ = registry->Counter("herd_worker_spec_passes_total", "Sequence passes that verified a draft.");
+    spec_draft_errors_ = registry->Counter("herd_worker_spec_draft_errors_total",
+                                           "Drafts that failed or missed their deadline (verified as plain steps).");
+    spec_offs_ = registry->Counter("herd_worker_spec_switch_offs_total",
+                                   "Times the worker paused drafting because it measured no speedup.");
+    spec_enabled_ = registry->Gauge("herd_worker_spec_enabled", "1 while the worker asks for drafts, 0 while paused.");
+    spec_speedup_ = registry->Gauge("herd_worker_spec_speedup",
+                                    "Recent measured speedup of passes with drafts over plain passes (1 = none).");
     requests_ = registry->Counter("herd_worker_requests_total",
                                   "Worker RPCs (Info, Session, Embed) by final status code.", {"code"});
     active_ = registry->Gauge("herd_worker_active_sequences", "Sequences admitted (prefilling or generating).");
@@ -340,6 +376,13 @@ void WorkerServiceImpl::UpdatePoolCounters() {
   add(prefix_tokens_, st.prefix_tokens_reused, &counted_.prefix_tokens_reused);
   add(prefix_evictions_, st.prefix_evictions, &counted_.prefix_evictions);
   add(preemptions_, st.preemptions, &counted_.preemptions);
+  add(spec_draft_tokens_, st.spec_draft_tokens, &counted_.spec_draft_tokens);
+  add(spec_accepted_tokens_, st.spec_accepted_tokens, &counted_.spec_accepted_tokens);
+  add(spec_passes_, st.spec_passes, &counted_.spec_passes);
+  add(spec_draft_errors_, st.spec_draft_errors, &counted_.spec_draft_errors);
+  add(spec_offs_, st.spec_switch_offs, &counted_.spec_switch_offs);
+  spec_enabled_->Set(st.spec_enabled ? 1 : 0);
+  spec_speedup_->Set(st.spec_speedup);
 }
 
 void WorkerServiceImpl::UpdateGauges(int32_t active, int32_t queued, int64_t kv_used, int64_t kv_cached,
@@ -381,7 +424,44 @@ v1::WorkerInfo WorkerServiceImpl::MakeInfo() const {
   info.set_pooling(ToProtoPooling(opts_.default_pooling));
   info.set_matryoshka(opts_.matryoshka);
   info.set_draining(draining_.load());
+  for (const std::string& t : SpecTypes()) info.add_spec_types(t);
   return info;
+}
+
+std::vector<std::string> WorkerServiceImpl::SpecTypes() const {
+  std::vector<std::string> out;
+  if (!opts_.worker_speculation) return out;
+  for (engine::spec::SpecType t : {engine::spec::SpecType::kNgramSimple, engine::spec::SpecType::kNgramMapK,
+                                   engine::spec::SpecType::kNgramMapK4v, engine::spec::SpecType::kNgramCache}) {
+    out.push_back(engine::spec::SpecTypeName(t));
+  }
+  if (opts_.draft_client != nullptr) out.push_back(engine::spec::SpecTypeName(engine::spec::SpecType::kDraftModel));
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<engine::spec::DraftSource>> WorkerServiceImpl::MakeDraftSource(
+    const v1::SessionStart& start, const std::string& session_id) {
+  const std::vector<std::string> types = SpecTypes();
+  const std::string& type = start.speculative().type();
+  if (std::find(types.begin(), types.end(), type) == types.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "start.speculative.type: '", type,
+        "' is not drafted by this worker (it drafts: ", types.empty() ? "none" : absl::StrJoin(types, ", "), ")"));
+  }
+  // Every field is set by the caller; unset ones take llama.cpp's defaults.
+  auto config =
+      engine::spec::SpecConfigFromProto(start.speculative(), engine::spec::SpecConfig(), "start.speculative.");
+  if (!config.ok()) return config.status();
+  if (config->type == engine::spec::SpecType::kDraftModel) {
+    const float temp =
+        start.sampling().has_temperature() ? start.sampling().temperature() : engine::SamplingParams().temp;
+    return std::shared_ptr<engine::spec::DraftSource>(std::make_shared<draft::DraftWorkerSource>(
+        opts_.draft_client->NewSession(session_id, opts_.model_name, start.speculative(), temp, start.draft_seed()),
+        draft_batcher_.get()));
+  }
+  auto session = engine::spec::SpecSession::Create(*config, opts_.spec_resources, start.draft_seed());
+  if (!session.ok()) return Prefixed(session.status(), "start.speculative");
+  return std::shared_ptr<engine::spec::DraftSource>(std::move(*session));
 }
 
 void WorkerServiceImpl::FillPrefixDigest(uint64_t known_version, v1::WorkerInfo* info) {

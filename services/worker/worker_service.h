@@ -25,7 +25,10 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 
+#include "libs/clients/draft_client.h"
+#include "libs/clients/draft_source.h"
 #include "libs/engine/scheduler.h"
+#include "libs/engine/spec/session.h"
 #include "libs/serving/grpc_status.h"
 #include "libs/serving/metrics.h"
 #include "proto/herd/v1/worker.grpc.pb.h"
@@ -45,6 +48,14 @@ struct WorkerServiceOptions {
   int32_t prefix_block_tokens = 16;
   /// Most block hashes one digest carries (the first prompts' blocks win).
   int32_t prefix_digest_max_blocks = 65536;
+  /// Speculation run by this worker (SessionStart.speculative, WorkerInfo.spec_types):
+  /// the n-gram types always (their drafters run in-process, with these resources),
+  /// "draft-model" when `draft_client` is set (drafts from the draft workers, one
+  /// batched call per draft worker per scheduler pass). Both must outlive the service.
+  engine::spec::SpecResources spec_resources;
+  draft::DraftClient* draft_client = nullptr;
+  /// Turns worker-run speculation off (WorkerInfo.spec_types empty: callers draft).
+  bool worker_speculation = true;
 };
 
 /// herd.v1.Pooling -> engine::Pooling; UNSPECIFIED gives `dflt`. INVALID_ARGUMENT naming
@@ -88,6 +99,13 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
 
   /// Fills a WorkerInfo from the scheduler's current state.
   herd::v1::WorkerInfo MakeInfo() const;
+  /// The speculative types this worker drafts itself (WorkerInfo.spec_types).
+  std::vector<std::string> SpecTypes() const;
+  /// The draft source of a SessionStart with `speculative` set (`session_id` names its
+  /// draft-worker session). Errors: INVALID_ARGUMENT naming "start.speculative.<field>";
+  /// FAILED_PRECONDITION for a type this worker does not draft (not in SpecTypes()).
+  absl::StatusOr<std::shared_ptr<engine::spec::DraftSource>> MakeDraftSource(const herd::v1::SessionStart& start,
+                                                                             const std::string& session_id);
 
  private:
   friend class SessionReactor;
@@ -100,6 +118,8 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
 
   engine::Scheduler* scheduler_;
   WorkerServiceOptions opts_;
+  std::unique_ptr<draft::DraftClientBatcher> draft_batcher_;  // over opts_.draft_client
+  std::atomic<uint64_t> next_draft_session_{1};
   std::atomic<int> open_sessions_{0};
   std::atomic<bool> draining_{false};
   std::atomic<int> pending_embeds_{0};  // Embed calls whose scheduler job has not answered
@@ -120,6 +140,13 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   serving::MetricFamily* prefix_tokens_ = nullptr;
   serving::MetricFamily* prefix_evictions_ = nullptr;
   serving::MetricFamily* preemptions_ = nullptr;
+  serving::MetricFamily* spec_draft_tokens_ = nullptr;
+  serving::MetricFamily* spec_accepted_tokens_ = nullptr;
+  serving::MetricFamily* spec_passes_ = nullptr;
+  serving::MetricFamily* spec_draft_errors_ = nullptr;
+  serving::MetricFamily* spec_offs_ = nullptr;
+  serving::MetricFamily* spec_enabled_ = nullptr;
+  serving::MetricFamily* spec_speedup_ = nullptr;
   engine::SchedulerStats counted_;  // what UpdatePoolCounters has added so far (scheduler thread)
   serving::MetricFamily* batch_tokens_ = nullptr;
   serving::MetricFamily* batch_sequences_ = nullptr;

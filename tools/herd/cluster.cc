@@ -251,6 +251,13 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   if (!s.ok()) return s;
   const std::string loader_addr = procs_[0]->grpc_addr;
 
+  // The draft workers' ports are chosen first: the target workers draft (draft-model
+  // speculation runs in their schedulers) and are told where the draft workers are.
+  std::vector<int> draft_ports;
+  for (int i = 0; i < opts.draft_workers; ++i) draft_ports.push_back(FreePort());
+  std::vector<std::string> planned_draft_addrs;
+  for (int p : draft_ports) planned_draft_addrs.push_back(absl::StrCat(opts.host, ":", p));
+
   std::vector<std::string> worker_addrs;
   for (const std::string& m : models) {
     for (int i = 0; i < opts.workers_per_model; ++i) {
@@ -266,6 +273,9 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
                  absl::StrCat("--threads=", opts.threads_per_worker)};
       if (opts.n_ctx > 0) w->argv.push_back(absl::StrCat("--n_ctx=", opts.n_ctx));
       if (opts.max_sequences > 0) w->argv.push_back(absl::StrCat("--max_sequences=", opts.max_sequences));
+      if (!planned_draft_addrs.empty()) {
+        w->argv.push_back("--draft_workers=" + absl::StrJoin(planned_draft_addrs, ","));
+      }
       if (!opts.worker_backends.empty()) {
         w->argv.push_back("--backend=" + opts.worker_backends[static_cast<size_t>(i) % opts.worker_backends.size()]);
       }
@@ -283,8 +293,8 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   for (int i = 0; i < opts.draft_workers; ++i) {
     auto d = std::make_unique<Process>();
     d->name = absl::StrCat("draft-", i);
-    d->argv = {*draft_bin, "--host=" + opts.host, absl::StrCat("--port=", FreePort()), "--metrics_port=0",
-               absl::StrCat("--threads=", opts.threads_per_worker)};
+    d->argv = {*draft_bin, "--host=" + opts.host, absl::StrCat("--port=", draft_ports[static_cast<size_t>(i)]),
+               "--metrics_port=0", absl::StrCat("--threads=", opts.threads_per_worker)};
     // The gateway sends every request's whole configuration; the draft worker's default
     // type only matters to other callers (and draft-model needs a model there).
     const bool draft_type = opts.spec_type == "draft-model" || opts.spec_type == "draft";
