@@ -650,6 +650,83 @@ TEST_F(WorkerServiceTest, AdmissionRejectOrQueue) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }
 
+// Worker-run speculation: a SessionStart with a speculative type the worker lists in
+// spec_types gets drafts from the worker's own scheduler: StepResults may carry several
+// tokens, the output equals the plain one, and each result reports the statistics. A type
+// the worker does not draft (draft-model without draft workers) is FAILED_PRECONDITION.
+TEST_F(WorkerServiceTest, WorkerRunSpeculationEqualsPlainAndReportsStats) {
+  engine::SchedulerConfig cfg;
+  cfg.max_sequences = 4;
+  cfg.adaptive_speculation = false;  // every pass drafts (the adaptation has its own tests)
+  StartServer(cfg);
+  const v1::WorkerInfo info = Info();
+  const std::vector<std::string> types(info.spec_types().begin(), info.spec_types().end());
+  EXPECT_EQ(types, (std::vector<std::string>{"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}));
+
+  // A prompt that repeats a passage, so that n-gram drafts find it.
+  std::vector<int32_t> prompt = prompt_;
+  const std::vector<int32_t> solo0 = Solo(prompt_, 24);
+  prompt.insert(prompt.end(), solo0.begin(), solo0.end());
+  prompt.insert(prompt.end(), prompt_.begin() + 1, prompt_.end());
+  const int32_t n = 40;
+  const std::vector<int32_t> solo = Solo(prompt, n);
+
+  v1::SessionRequest start = StartReq(prompt);
+  v1::SpeculativeConfig* sc = start.mutable_start()->mutable_speculative();
+  sc->set_type("ngram-simple");
+  sc->set_draft_max(8);
+  sc->set_draft_min(1);
+  sc->set_ngram_size_n(3);
+  sc->set_ngram_size_m(8);
+  sc->set_ngram_check_rate(1);
+  sc->set_ngram_min_hits(1);
+  start.mutable_start()->set_n_predict(n);
+  std::vector<v1::SessionResponse> out;
+  // n steps: with drafts accepted, fewer passes than tokens reach n tokens; the worker
+  // stops at n_predict.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  std::unique_ptr<Stream> st = stub_->Session(&ctx);
+  ASSERT_TRUE(st->Write(start));
+  ASSERT_TRUE(st->Write(StepReq(n)));
+  std::vector<int32_t> got;
+  int results = 0;
+  v1::SpeculativeStats last;
+  v1::SessionResponse resp;
+  while (static_cast<int32_t>(got.size()) < n && st->Read(&resp)) {
+    if (!resp.has_step()) continue;
+    ++results;
+    EXPECT_EQ(resp.step().tokens_size(), resp.step().n_accepted() + 1);
+    got.insert(got.end(), resp.step().tokens().begin(), resp.step().tokens().end());
+    ASSERT_TRUE(resp.step().has_spec_stats());
+    last = resp.step().spec_stats();
+  }
+  ASSERT_TRUE(st->Write(CancelReq()));
+  st->WritesDone();
+  while (st->Read(&resp)) {
+  }
+  EXPECT_TRUE(st->Finish().ok());
+  EXPECT_EQ(got, solo);
+  EXPECT_EQ(last.type(), "ngram-simple");
+  EXPECT_GT(last.calls(), 0);
+  EXPECT_GT(last.acc_tokens(), 0) << last.DebugString();
+  EXPECT_LT(results, n) << "accepted drafts should need fewer passes than tokens";
+  EXPECT_NE(registry_.Render().find("herd_worker_spec_accepted_tokens_total"), std::string::npos);
+
+  // draft-model: no draft workers here.
+  v1::SessionRequest dm = StartReq(prompt_);
+  dm.mutable_start()->mutable_speculative()->set_type("draft-model");
+  grpc::Status s = RunToEnd({dm, StepReq(4)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("start.speculative.type"), std::string::npos) << s.error_message();
+  // A bad field is named.
+  v1::SessionRequest bad = start;
+  bad.mutable_start()->mutable_speculative()->set_ngram_size_n(0);
+  s = RunToEnd({bad, StepReq(4)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("ngram_size_n"), std::string::npos) << s.error_message();
+}
+
 TEST(WorkerServiceConversion, SamplingDefaultsAndNames) {
   v1::SessionStart start;
   start.add_prompt(1);
