@@ -61,13 +61,18 @@ class SecureClusterTest : public ::testing::Test {
     o.max_sequences = 4;
     o.n_ctx = 2048;
     o.draft_workers = 1;
-    o.spec_type = "ngram-simple";
+    // draft-model: the target worker asks the draft worker (worker-run speculation), so
+    // that call crosses mTLS with the cluster key too.
+    o.spec_type = "draft-model";
+    o.model_draft = shared_ + "/models/stories260K.gguf";
+    o.draft_target_model = "stories260K";
     o.extra_flags = {"--tls_cert_file=" + certs_.server_cert, "--tls_key_file=" + certs_.server_key,
                      "--tls_ca_file=" + certs_.ca};
     o.gateway_security = Client(kApiKey);
     // Drafts must arrive over mTLS (no draft failures below), not within the default
     // 50 ms: a loaded CI machine may take longer for the first handshake.
     o.extra_gateway_flags = {"--draft_timeout_ms=5000"};
+    o.extra_worker_flags = {"--draft_timeout_ms=5000"};
     start_status_ = cluster_->Start(o, std::chrono::seconds(120));
   }
   static void TearDownTestSuite() {
@@ -125,10 +130,11 @@ TEST_F(SecureClusterTest, GatewayNeedsAnApiKeyAndReachesEveryServiceOverMtls) {
   grpc::Status ok = Generate(serving::MakeChannel(gw, Client(kApiKey)), &n);
   ASSERT_TRUE(ok.ok()) << ok.error_message();  // gateway -> loader (vocab) and -> worker (session)
   EXPECT_EQ(n, 16);
-  // gateway -> draft worker: the draft worker served proposals (a refused call would not
-  // reach its handler), and the gateway saw no failed draft call.
+  // worker -> draft worker: the draft worker served proposals (a refused call would not
+  // reach its handler), and neither the worker nor the gateway saw a failed draft call.
   ASSERT_EQ(cluster_->draft_workers().size(), 1u);
   EXPECT_GT(e2e::MetricSum(cluster_->draft_workers()[0]->metrics_addr, "herd_draft_calls_total"), 0);
+  EXPECT_EQ(e2e::MetricSum(cluster_->workers()[0]->metrics_addr, "herd_worker_spec_draft_errors_total"), 0);
   EXPECT_EQ(e2e::MetricSum(cluster_->gateway_metrics_addr(), "herd_gateway_spec_draft_failures_total"), 0);
 }
 
