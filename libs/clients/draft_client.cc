@@ -262,15 +262,53 @@ namespace {
 // Most requests per ProposeBatch call (the draft worker's bound).
 constexpr size_t kMaxBatchRequests = 256;
 
-// One ProposeBatch RPC in flight.
+// One unary Propose in flight (to a worker without ProposeBatch).
+struct UnaryCall {
+  grpc::ClientContext ctx;
+  herd::v1::DraftResponse resp;
+  grpc::Status status;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<herd::v1::DraftResponse>> reader;
+};
+
+// One ProposeBatch RPC in flight, or its requests sent one by one (`unary`).
 struct BatchCall {
+  herd::v1::Draft::Stub* stub = nullptr;  // the worker's
+  std::atomic<bool>* no_batch = nullptr;  // the worker's Worker::no_batch
   grpc::ClientContext ctx;
   herd::v1::DraftBatchRequest req;
   herd::v1::DraftBatchResponse resp;
   grpc::Status status;
   std::unique_ptr<grpc::ClientAsyncResponseReader<herd::v1::DraftBatchResponse>> reader;
+  std::vector<std::unique_ptr<UnaryCall>> unary;
   std::vector<size_t> members;  // indices into the caller's session list, in request order
 };
+
+// Waits for `n` calls started on `cq` (each tagged with the grpc::Status* it fills),
+// then drains and shuts it down.
+void WaitAll(grpc::CompletionQueue* cq, size_t n) {
+  for (size_t k = 0; k < n; ++k) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!cq->Next(&tag, &ok)) break;
+    if (!ok) *static_cast<grpc::Status*>(tag) = grpc::Status(grpc::StatusCode::UNKNOWN, "call failed");
+  }
+  cq->Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq->Next(&tag, &ok)) {
+  }
+}
+
+// Sends call->req's requests as unary Propose calls (a worker without ProposeBatch).
+void StartUnary(BatchCall* call, std::chrono::system_clock::time_point deadline, grpc::CompletionQueue* cq) {
+  for (const herd::v1::DraftRequest& r : call->req.requests()) {
+    auto u = std::make_unique<UnaryCall>();
+    u->ctx.set_deadline(deadline);
+    u->reader = call->stub->AsyncPropose(&u->ctx, r, cq);
+    u->reader->Finish(&u->resp, &u->status, &u->status);
+    call->unary.push_back(std::move(u));
+  }
+}
 
 }  // namespace
 
@@ -282,31 +320,42 @@ void DraftClient::SendBatches(const std::vector<DraftSession*>& sessions, const 
   for (size_t i : *ask) by_worker[sessions[i]->worker_.get()].push_back(i);
   std::vector<std::unique_ptr<BatchCall>> calls;
   grpc::CompletionQueue cq;
+  size_t started = 0;
   for (auto& [worker, members] : by_worker) {
     for (size_t b = 0; b < members.size(); b += kMaxBatchRequests) {
       auto call = std::make_unique<BatchCall>();
+      call->stub = worker->stub.get();
+      call->no_batch = &worker->no_batch;
       for (size_t k = b; k < std::min(members.size(), b + kMaxBatchRequests); ++k) {
         const size_t i = members[k];
         *call->req.add_requests() = sessions[i]->BuildRequest(i < n_max.size() ? n_max[i] : 0, n_accepted[i]);
         call->members.push_back(i);
       }
-      call->ctx.set_deadline(deadline);
-      call->reader = worker->stub->AsyncProposeBatch(&call->ctx, call->req, &cq);
-      call->reader->Finish(&call->resp, &call->status, call.get());
+      if (worker->no_batch.load()) {
+        StartUnary(call.get(), deadline, &cq);
+        started += call->unary.size();
+      } else {
+        call->ctx.set_deadline(deadline);
+        call->reader = worker->stub->AsyncProposeBatch(&call->ctx, call->req, &cq);
+        call->reader->Finish(&call->resp, &call->status, &call->status);
+        ++started;
+      }
       calls.push_back(std::move(call));
     }
   }
-  for (size_t n = 0; n < calls.size(); ++n) {
-    void* tag = nullptr;
-    bool ok = false;
-    if (!cq.Next(&tag, &ok)) break;
-    if (!ok) static_cast<BatchCall*>(tag)->status = grpc::Status(grpc::StatusCode::UNKNOWN, "call failed");
+  WaitAll(&cq, started);
+  // Workers without ProposeBatch (older draft workers): the same requests one by one.
+  grpc::CompletionQueue unary_cq;
+  size_t unary_started = 0;
+  for (const auto& call : calls) {
+    if (call->unary.empty() && call->status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      call->no_batch->store(true);
+      StartUnary(call.get(), deadline, &unary_cq);
+      unary_started += call->unary.size();
+    }
   }
-  cq.Shutdown();
-  void* tag = nullptr;
-  bool ok = false;
-  while (cq.Next(&tag, &ok)) {
-  }
+  WaitAll(&unary_cq, unary_started);
+
   std::vector<size_t> again;
   const herd::v1::DraftResponse no_response;
   for (const auto& call : calls) {
@@ -314,18 +363,21 @@ void DraftClient::SendBatches(const std::vector<DraftSession*>& sessions, const 
     for (size_t k = 0; k < call->members.size(); ++k) {
       const size_t i = call->members[k];
       DraftSession* s = sessions[i];
+      DraftReply* out = &(*replies)[i];
       bool resend;
-      if (!whole_ok) {
+      if (!call->unary.empty()) {
+        resend = s->HandleReply(call->unary[k]->status, call->unary[k]->resp, out);
+      } else if (!whole_ok) {
         const grpc::Status st = call->status.ok()
                                     ? grpc::Status(grpc::StatusCode::INTERNAL, "draft worker answered the wrong count")
                                     : call->status;
-        resend = s->HandleReply(st, no_response, &(*replies)[i]);
+        resend = s->HandleReply(st, no_response, out);
       } else {
         const herd::v1::DraftBatchItem& item = call->resp.items(static_cast<int>(k));
         resend = item.code() == 0
-                     ? s->HandleReply(grpc::Status::OK, item.response(), &(*replies)[i])
+                     ? s->HandleReply(grpc::Status::OK, item.response(), out)
                      : s->HandleReply(grpc::Status(static_cast<grpc::StatusCode>(item.code()), item.error()),
-                                      no_response, &(*replies)[i]);
+                                      no_response, out);
       }
       if (resend) again.push_back(i);
     }

@@ -12,6 +12,7 @@
 // is skipped by that session only. The worker list is fixed (`addresses`) or resolved
 // from DNS (`dns`, re-resolved every `dns_interval`), or both.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -126,7 +127,9 @@ class DraftClient {
   /// (a resend after a resync included) under one deadline (options().deadline).
   /// Result i is sessions[i]'s draft; never fails (errors are empty drafts with
   /// `error` set). A session listed twice gets, the second time, an empty draft with an
-  /// error and no effect. Sessions must be this client's; not thread-safe per session.
+  /// error and no effect. A worker that answers UNIMPLEMENTED (an older draft worker
+  /// without ProposeBatch) is asked with one Propose per session instead, from then on.
+  /// Sessions must be this client's; not thread-safe per session.
   std::vector<DraftReply> ProposeBatch(const std::vector<DraftSession*>& sessions, const std::vector<int32_t>& n_max);
   /// A session for one sequence. `config` is the request's speculative configuration
   /// (unset fields: the worker's defaults); `temperature` > 0 asks a draft model for
@@ -176,6 +179,9 @@ struct DraftSession::Worker {
   std::string address;
   std::unique_ptr<herd::v1::Draft::Stub> stub;
   std::chrono::steady_clock::time_point down_until{};  // guarded by DraftClient::mu_
+  /// The worker answered ProposeBatch with UNIMPLEMENTED (an older draft worker): its
+  /// sessions are asked with one Propose call each.
+  std::atomic<bool> no_batch{false};
 };
 
 }  // namespace herd::draft

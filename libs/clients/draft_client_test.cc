@@ -333,6 +333,48 @@ TEST(DraftClient, ProposeBatchWithAWorkerStoppedMidTest) {
   EXPECT_EQ(b.service->n_sessions(), static_cast<size_t>(kN));
 }
 
+// An older draft worker: Propose only (ProposeBatch answers UNIMPLEMENTED).
+class ProposeOnlyService final : public herd::v1::Draft::Service {
+ public:
+  explicit ProposeOnlyService(DraftServiceImpl* impl) : impl_(impl) {}
+  grpc::Status Propose(grpc::ServerContext* ctx, const herd::v1::DraftRequest* req,
+                       herd::v1::DraftResponse* resp) override {
+    return impl_->Propose(ctx, req, resp);
+  }
+
+ private:
+  DraftServiceImpl* impl_;
+};
+
+TEST(DraftClient, ProposeBatchFallsBackToProposeOnOlderWorkers) {
+  Worker impl = StartWorker();  // its own server is not used
+  ProposeOnlyService old(impl.service.get());
+  serving::GrpcServerOptions g;
+  g.address = "127.0.0.1:0";
+  int port = 0;
+  auto server = serving::StartGrpcServer(g, {&old}, &port);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  DraftClient client(Opts({address}));
+  constexpr int kN = 3;
+  auto sessions = NgramSessions(&client, "old-", kN);
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<DraftReply> got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+    for (int k = 0; k < kN; ++k) {
+      const DraftReply& d = got[static_cast<size_t>(k)];
+      EXPECT_TRUE(d.error.empty()) << round << " " << k << ": " << d.error;
+      const Tokens want = round == 0 ? Tokens{3 + 10 * k, 4 + 10 * k, 5 + 10 * k, 6 + 10 * k} : After(k);
+      EXPECT_EQ(d.tokens, want) << round << " " << k;
+      EXPECT_EQ(sessions[static_cast<size_t>(k)]->worker(), address);  // not marked down
+      sessions[static_cast<size_t>(k)]->Accepted(0);
+      sessions[static_cast<size_t>(k)]->Append({9, 1 + 10 * k, 2 + 10 * k});
+    }
+  }
+  EXPECT_EQ(impl.service->n_sessions(), static_cast<size_t>(kN));
+  sessions.clear();
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
 // With a draft model per worker, one ProposeBatch is one draft-model batch per worker
 // (one RPC each), and its drafts equal per-session Propose.
 TEST(DraftClient, ProposeBatchIsOneDraftModelBatchPerWorker) {
