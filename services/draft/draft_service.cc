@@ -323,9 +323,10 @@ void DraftServiceImpl::RunItems(std::vector<Item>* items) {
     if (!it.status.ok() || it.answered) continue;
     SpecSession* spec = it.session->spec.get();
     engine::spec::Drafter* drafter = spec->drafter();
-    if (drafter->type() == SpecType::kDraftModel && opts_.resources.draft_model != nullptr) {
+    auto* dmd = dynamic_cast<engine::spec::DraftModelDrafter*>(drafter);
+    if (dmd != nullptr && opts_.resources.draft_model != nullptr) {
       engine::spec::DraftJob job;
-      job.seq = static_cast<engine::spec::DraftModelDrafter*>(drafter)->seq();
+      job.seq = dmd->seq();
       job.history = &spec->history();
       job.params = it.params;
       jobs.push_back(job);
