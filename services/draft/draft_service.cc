@@ -306,14 +306,12 @@ void DraftServiceImpl::RunItems(std::vector<Item>* items) {
     }
     it.session = *std::move(got);
   }
-  // Lock the sessions in address order (no deadlock with concurrent calls).
-  std::vector<Item*> live;
+  // One call at a time per session: claim all of this call's sessions at once.
+  std::vector<Session*> claimed;
   for (Item& it : *items) {
-    if (it.status.ok()) live.push_back(&it);
+    if (it.status.ok()) claimed.push_back(it.session.get());
   }
-  std::sort(live.begin(), live.end(), [](const Item* a, const Item* b) { return a->session < b->session; });
-  std::vector<std::unique_lock<std::mutex>> locks;
-  for (Item* it : live) locks.emplace_back(it->session->mu);
+  ClaimSessions(claimed);
 
   std::vector<engine::spec::DraftJob> jobs;
   std::vector<Item*> batched;
@@ -339,6 +337,22 @@ void DraftServiceImpl::RunItems(std::vector<Item>* items) {
     std::vector<engine::spec::DraftResult> drafts = opts_.resources.draft_model->DraftBatch(jobs);
     for (size_t i = 0; i < batched.size(); ++i) Finish(batched[i], std::move(drafts[i]));
   }
+  ReleaseSessions(claimed);
+}
+
+void DraftServiceImpl::ClaimSessions(const std::vector<Session*>& sessions) {
+  std::unique_lock<std::mutex> l(claim_mu_);
+  claim_cv_.wait(
+      l, [&] { return std::none_of(sessions.begin(), sessions.end(), [](const Session* s) { return s->busy; }); });
+  for (Session* s : sessions) s->busy = true;
+}
+
+void DraftServiceImpl::ReleaseSessions(const std::vector<Session*>& sessions) {
+  {
+    std::lock_guard<std::mutex> l(claim_mu_);
+    for (Session* s : sessions) s->busy = false;
+  }
+  claim_cv_.notify_all();
 }
 
 absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp) {

@@ -89,7 +89,7 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
  private:
   struct Session {
     std::string id;
-    std::mutex mu;  // one call at a time
+    bool busy = false;  // a call is using it (guarded by claim_mu_): one call at a time
     std::unique_ptr<engine::spec::SpecSession> spec;
     engine::spec::SpecStats reported;  // already added to the metrics counters
   };
@@ -123,6 +123,11 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
   absl::Status Prepare(Item* it);
   // Records the drafter's proposal and fills the response.
   void Finish(Item* it, engine::spec::DraftResult proposal);
+  // Waits until none of `sessions` (distinct) is busy, then marks them all busy at once
+  // (all or nothing: concurrent calls cannot deadlock on each other's sessions, and at
+  // most one mutex is held). ReleaseSessions clears the marks.
+  void ClaimSessions(const std::vector<Session*>& sessions);
+  void ReleaseSessions(const std::vector<Session*>& sessions);
 
   // The session for `id`, created with `config` if absent (evicting as needed).
   absl::StatusOr<std::shared_ptr<Session>> GetOrCreate(const std::string& id, const engine::spec::SpecConfig& config,
@@ -137,6 +142,9 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
   std::unordered_map<std::string, Entry> sessions_;
   std::list<std::string> lru_;
   std::atomic<int64_t> evictions_{0};
+
+  std::mutex claim_mu_;  // every Session::busy
+  std::condition_variable claim_cv_;
 
   std::mutex reaper_mu_;
   std::condition_variable reaper_cv_;

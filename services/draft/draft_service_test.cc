@@ -3,6 +3,7 @@
 // metrics, and the draft-model type on stories260K.
 #include "services/draft/draft_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -417,6 +418,47 @@ TEST_F(DraftServiceTest, ProposeBatchDraftsDraftModelItemsInOneBatch) {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_.reset();
   service_.reset();  // sessions (drafters) go before the draft model
+}
+
+// Concurrent calls whose batches share sessions, in different orders, neither deadlock
+// nor interleave inside a session: every call's tokens land, one call at a time.
+TEST_F(DraftServiceTest, ConcurrentBatchesSharingSessions) {
+  Start(NgramOptions());
+  constexpr int kThreads = 4, kCalls = 20, kSessions = 6;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        std::vector<herd::v1::DraftRequest> reqs;
+        for (int k = 0; k < kSessions; ++k) {
+          const int id = (t % 2 == 0) ? k : kSessions - 1 - k;  // opposite orders
+          reqs.push_back(Req("c" + std::to_string(id), {1, 2, 3}, -1, -1));
+        }
+        herd::v1::DraftBatchResponse b;
+        if (c % 5 == 4) {  // a plain Propose now and then
+          herd::v1::DraftResponse r;
+          if (!Propose(reqs[0].session_id(), {1, 2, 3}, -1, -1, &r).ok()) ++failures;
+          reqs.erase(reqs.begin());
+        }
+        if (!ProposeBatch(reqs, &b).ok() || b.items_size() != static_cast<int>(reqs.size())) {
+          ++failures;
+          continue;
+        }
+        for (const auto& item : b.items()) failures += item.code() == 0 ? 0 : 1;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  herd::v1::DraftBatchResponse b;
+  std::vector<herd::v1::DraftRequest> reqs;
+  for (int k = 0; k < kSessions; ++k) reqs.push_back(Req("c" + std::to_string(k), {}, -1, -1));
+  ASSERT_TRUE(ProposeBatch(reqs, &b).ok());
+  for (int k = 0; k < kSessions; ++k) {
+    EXPECT_EQ(b.items(k).response().history_len(), 3 * kThreads * kCalls) << k;
+    EXPECT_EQ(b.items(k).response().stats().calls(), kThreads * kCalls + 1) << k;
+  }
 }
 
 }  // namespace
