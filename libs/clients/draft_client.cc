@@ -392,7 +392,11 @@ std::vector<DraftReply> DraftClient::ProposeBatch(const std::vector<DraftSession
   std::vector<size_t> ask;  // sessions to send a request for
   std::set<const DraftSession*> seen;
   for (size_t i = 0; i < sessions.size(); ++i) {
-    if (sessions[i] == nullptr || !seen.insert(sessions[i]).second) {
+    if (sessions[i] == nullptr) {
+      replies[i].error = "no session";
+      continue;
+    }
+    if (!seen.insert(sessions[i]).second) {
       replies[i].error = "session listed twice in one batch";
       continue;
     }

@@ -11,6 +11,10 @@
 // (FAILED_PRECONDITION, e.g. its draft model was checked against another target model)
 // is skipped by that session only. The worker list is fixed (`addresses`) or resolved
 // from DNS (`dns`, re-resolved every `dns_interval`), or both.
+//
+// Batching: DraftClient::ProposeBatch asks for many sessions' drafts with one
+// ProposeBatch RPC per worker (in flight concurrently), e.g. once per target-worker
+// iteration; DraftSession::Propose is the same path for one session.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -127,7 +131,7 @@ class DraftClient {
   /// (a resend after a resync included) under one deadline (options().deadline).
   /// Result i is sessions[i]'s draft; never fails (errors are empty drafts with
   /// `error` set). A session listed twice gets, the second time, an empty draft with an
-  /// error and no effect. A worker that answers UNIMPLEMENTED (an older draft worker
+  /// error and no effect (a null session: "no session"). A worker that answers UNIMPLEMENTED (an older draft worker
   /// without ProposeBatch) is asked with one Propose per session instead, from then on.
   /// Sessions must be this client's; not thread-safe per session.
   std::vector<DraftReply> ProposeBatch(const std::vector<DraftSession*>& sessions, const std::vector<int32_t>& n_max);

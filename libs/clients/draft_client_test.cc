@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <set>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -373,6 +374,67 @@ TEST(DraftClient, ProposeBatchFallsBackToProposeOnOlderWorkers) {
   EXPECT_EQ(impl.service->n_sessions(), static_cast<size_t>(kN));
   sessions.clear();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+// A slow draft worker: ProposeBatch answers after `delay`.
+class SlowService final : public herd::v1::Draft::Service {
+ public:
+  SlowService(DraftServiceImpl* impl, std::chrono::milliseconds delay) : impl_(impl), delay_(delay) {}
+  grpc::Status ProposeBatch(grpc::ServerContext* ctx, const herd::v1::DraftBatchRequest* req,
+                            herd::v1::DraftBatchResponse* resp) override {
+    std::this_thread::sleep_for(delay_);
+    return impl_->ProposeBatch(ctx, req, resp);
+  }
+
+ private:
+  DraftServiceImpl* impl_;
+  std::chrono::milliseconds delay_;
+};
+
+// The calls to different workers are in flight at once, under one deadline.
+TEST(DraftClient, ProposeBatchCallsWorkersConcurrentlyUnderOneDeadline) {
+  constexpr auto kDelay = std::chrono::milliseconds(400);
+  Worker impl_a = StartWorker(), impl_b = StartWorker();
+  SlowService slow_a(impl_a.service.get(), kDelay), slow_b(impl_b.service.get(), kDelay);
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<std::string> addresses;
+  for (SlowService* svc : {&slow_a, &slow_b}) {
+    serving::GrpcServerOptions g;
+    g.address = "127.0.0.1:0";
+    int port = 0;
+    auto server = serving::StartGrpcServer(g, {svc}, &port);
+    ASSERT_TRUE(server.ok()) << server.status();
+    servers.push_back(*std::move(server));
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
+  }
+  constexpr int kN = 8;
+  {
+    DraftClient client(Opts(addresses));  // deadline 5 s
+    auto sessions = NgramSessions(&client, "slow-", kN);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<DraftReply> got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    std::set<std::string> used;
+    for (int k = 0; k < kN; ++k) {
+      EXPECT_EQ(got[static_cast<size_t>(k)].tokens.size(), 4u) << got[static_cast<size_t>(k)].error;
+      used.insert(sessions[static_cast<size_t>(k)]->worker());
+    }
+    ASSERT_EQ(used.size(), 2u);
+    EXPECT_LT(took, 2 * kDelay) << "the two workers' calls should overlap";
+  }
+  {
+    DraftClientOptions o = Opts(addresses);
+    o.deadline = std::chrono::milliseconds(100);
+    DraftClient client(o);
+    auto sessions = NgramSessions(&client, "late-", kN);
+    const std::vector<DraftReply> got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+    for (int k = 0; k < kN; ++k) {
+      EXPECT_TRUE(got[static_cast<size_t>(k)].tokens.empty()) << k;
+      EXPECT_EQ(got[static_cast<size_t>(k)].error, "deadline") << k;
+      EXPECT_NE(sessions[static_cast<size_t>(k)]->worker(), "") << "a slow worker is kept";
+    }
+  }
+  for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
 // With a draft model per worker, one ProposeBatch is one draft-model batch per worker
