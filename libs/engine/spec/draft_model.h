@@ -56,7 +56,7 @@ struct DraftModelParams {
 /// One sequence's draft request of DraftModel::DraftBatch.
 struct DraftJob {
   int32_t seq = 0;                                // the sequence's KV id (DraftModelDrafter::seq())
-  const std::vector<int32_t>* history = nullptr;  // its history (see Drafter::Draft); must not be null
+  const std::vector<int32_t>* history = nullptr;  // its history (Drafter::Draft); null = an empty draft
   DraftParams params;                             // its rng (temp > 0) is used by this job only
 };
 
@@ -98,9 +98,11 @@ class DraftModel {
   /// DraftFor(jobs[i]) alone would give (bit for bit when greedy, cells permitting).
   /// One Decode brings every sequence's KV up to its history (only what changed is
   /// evaluated), then one Decode per draft position carries the next token of every
-  /// sequence still drafting. A job that fails (vocabulary, no KV room) gets an empty
-  /// draft; a sequence listed twice is drafted twice, in order. Concurrent calls are
-  /// merged into one batch (group commit). Thread-safe.
+  /// sequence still drafting. When the KV cache has no room for the whole catch-up,
+  /// the jobs are drafted one after another instead. A job that fails (vocabulary, no
+  /// KV room) gets an empty draft; a sequence listed twice is drafted twice, in order.
+  /// The histories must not change until the call returns. Concurrent calls are merged
+  /// into one batch (group commit). Thread-safe.
   std::vector<DraftResult> DraftBatch(const std::vector<DraftJob>& jobs);
   /// Batches run so far (a batch = one catch-up Decode plus its draft steps); with
   /// group commit, fewer than the DraftFor / DraftBatch calls under concurrency.

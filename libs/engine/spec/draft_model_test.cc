@@ -289,6 +289,28 @@ TEST_F(DraftModelTest, DraftBatchHandlesBadAndRepeatedJobs) {
   EXPECT_EQ(b->Draft(History(7), p).tokens, Expected(7, 4));
 }
 
+// A KV cache too small for the whole batch: the jobs are drafted one after another
+// (each evicting the other) and still right.
+TEST_F(DraftModelTest, DraftBatchWithoutRoomForAllDraftsOneAtATime) {
+  auto dm = LoadDraft(/*n_ctx=*/64);
+  ASSERT_NE(dm, nullptr);
+  auto a = dm->NewDrafter(), b = dm->NewDrafter();
+  DraftParams p;
+  p.n_max = 4;
+  p.p_min = 0.0f;
+  for (size_t k = 18; k < 26; k += 3) {
+    const Tokens ha = History(k), hb = History(k + 1);
+    ASSERT_GT(ha.size() + hb.size(), 64u) << "the two histories must not fit together";
+    std::vector<DraftJob> jobs(2);
+    jobs[0] = {static_cast<DraftModelDrafter*>(a.get())->seq(), &ha, p};
+    jobs[1] = {static_cast<DraftModelDrafter*>(b.get())->seq(), &hb, p};
+    const std::vector<DraftResult> got = dm->DraftBatch(jobs);
+    EXPECT_EQ(got[0].tokens, Expected(k, 4)) << k;
+    EXPECT_EQ(got[1].tokens, Expected(k + 1, 4)) << k;
+  }
+  EXPECT_GT(dm->n_kv_evictions(), 0);
+}
+
 // Concurrent DraftFor calls from 8 threads (group commit: merged into shared batches)
 // give the same drafts as sequential calls.
 TEST_F(DraftModelTest, ConcurrentDraftForEqualsSequential) {
