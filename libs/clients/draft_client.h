@@ -11,7 +11,12 @@
 // (FAILED_PRECONDITION, e.g. its draft model was checked against another target model)
 // is skipped by that session only. The worker list is fixed (`addresses`) or resolved
 // from DNS (`dns`, re-resolved every `dns_interval`), or both.
+//
+// Batching: DraftClient::ProposeBatch asks for many sessions' drafts with one
+// ProposeBatch RPC per worker (in flight concurrently), e.g. once per target-worker
+// iteration; DraftSession::Propose is the same path for one session.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -72,6 +77,7 @@ class DraftSession {
   void Accepted(int32_t n_accepted);
   /// Asks for a draft of at most `n_max` tokens (0 = the config's draft_max) to follow
   /// the history. Never fails: errors and missed deadlines give an empty draft.
+  /// DraftClient::ProposeBatch of this session alone.
   DraftReply Propose(int32_t n_max);
 
   /// llama.cpp statistics as seen by the verifier: #calls = Propose calls, #gen
@@ -87,6 +93,14 @@ class DraftSession {
   DraftSession(DraftClient* client, std::string id, std::string model, herd::v1::SpeculativeConfig config,
                float temperature, uint32_t seed);
   void MoveTo(std::shared_ptr<Worker> next);
+  // The start of a Propose: counts the call, takes the pending n_accepted, picks a
+  // worker. False when there is nothing to ask (out->error says why).
+  bool BeginPropose(DraftReply* out, int32_t* n_accepted);
+  // The request for the worker: the tokens it lacks, from synced_.
+  herd::v1::DraftRequest BuildRequest(int32_t n_max, int32_t n_accepted) const;
+  // Handles the worker's answer `s` / `resp` (failures: mark-down, moves, disabling).
+  // True when the worker lacks tokens and the request must be sent again now.
+  bool HandleReply(const grpc::Status& s, const herd::v1::DraftResponse& resp, DraftReply* out);
 
   DraftClient* client_;
   std::string id_, model_;
@@ -110,6 +124,17 @@ class DraftClient {
   explicit DraftClient(DraftClientOptions opts);
   ~DraftClient();
 
+  /// Propose for each session (sessions[i] with cap n_max[i]; a missing n_max is 0):
+  /// the same bookkeeping, statistics and failure handling as DraftSession::Propose,
+  /// but one ProposeBatch RPC per draft worker (split in calls of at most 256) carries
+  /// all its sessions, the calls to different workers in flight at once, all of them
+  /// (a resend after a resync included) under one deadline (options().deadline).
+  /// Result i is sessions[i]'s draft; never fails (errors are empty drafts with
+  /// `error` set). A session listed twice gets, the second time, an empty draft with an
+  /// error and no effect (a null session: "no session"). A worker that answers UNIMPLEMENTED (an older draft worker
+  /// without ProposeBatch) is asked with one Propose per session instead, from then on.
+  /// Sessions must be this client's; not thread-safe per session.
+  std::vector<DraftReply> ProposeBatch(const std::vector<DraftSession*>& sessions, const std::vector<int32_t>& n_max);
   /// A session for one sequence. `config` is the request's speculative configuration
   /// (unset fields: the worker's defaults); `temperature` > 0 asks a draft model for
   /// sampled drafts with distributions.
@@ -134,6 +159,12 @@ class DraftClient {
   bool IsDown(const Worker& w) const;
   void MarkDown(Worker* w);
   void EndLater(std::shared_ptr<Worker> w, const std::string& session_id);
+  // One round of ProposeBatch: sends the requests of sessions[i] for i in `ask`, one
+  // call per worker, handles the answers into `replies`; `ask` becomes the sessions to
+  // resend (resync).
+  void SendBatches(const std::vector<DraftSession*>& sessions, const std::vector<int32_t>& n_max,
+                   const std::vector<int32_t>& n_accepted, std::vector<size_t>* ask, std::vector<DraftReply>* replies,
+                   std::chrono::system_clock::time_point deadline);
   void BackgroundLoop();
   std::shared_ptr<Worker> MakeWorker(const std::string& address) const;
 
@@ -152,6 +183,9 @@ struct DraftSession::Worker {
   std::string address;
   std::unique_ptr<herd::v1::Draft::Stub> stub;
   std::chrono::steady_clock::time_point down_until{};  // guarded by DraftClient::mu_
+  /// The worker answered ProposeBatch with UNIMPLEMENTED (an older draft worker): its
+  /// sessions are asked with one Propose call each.
+  std::atomic<bool> no_batch{false};
 };
 
 }  // namespace herd::draft

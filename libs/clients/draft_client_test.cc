@@ -4,6 +4,8 @@
 #include "libs/clients/draft_client.h"
 
 #include <chrono>
+#include <set>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -212,6 +214,274 @@ TEST(DraftClient, WorkerThatRefusesTheConfigurationIsSkipped) {
     EXPECT_TRUE(d.tokens.empty());
     EXPECT_FALSE(d.error.empty());
   }
+}
+
+// Sessions spread over two workers; `n` ngram sessions with different histories.
+std::vector<std::unique_ptr<DraftSession>> NgramSessions(DraftClient* client, const std::string& prefix, int n) {
+  std::vector<std::unique_ptr<DraftSession>> out;
+  for (int k = 0; k < n; ++k) {
+    out.push_back(client->NewSession(prefix + std::to_string(k), "m", herd::v1::SpeculativeConfig()));
+    // 1 2 3 4 5 6 1 2 drafts 3 4 5 6; the tokens differ per session (offset 10 * k).
+    Tokens h;
+    for (int32_t t : {1, 2, 3, 4, 5, 6, 1, 2}) h.push_back(t + 10 * k);
+    out.back()->Append(h);
+  }
+  return out;
+}
+
+std::vector<DraftSession*> Raw(const std::vector<std::unique_ptr<DraftSession>>& v) {
+  std::vector<DraftSession*> out;
+  for (const auto& s : v) out.push_back(s.get());
+  return out;
+}
+
+TEST(DraftClient, ProposeBatchAcrossWorkersEqualsPerSessionPropose) {
+  Worker a = StartWorker(), b = StartWorker();
+  DraftClient client(Opts({a.address, b.address}));
+  constexpr int kN = 8;
+  auto batched = NgramSessions(&client, "batch-", kN), solo = NgramSessions(&client, "solo-", kN);
+  std::vector<int32_t> n_max;
+  for (int k = 0; k < kN; ++k) n_max.push_back(k % 3 == 0 ? 2 : 0);
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<DraftReply> got = client.ProposeBatch(Raw(batched), n_max);
+    ASSERT_EQ(got.size(), static_cast<size_t>(kN));
+    for (int k = 0; k < kN; ++k) {
+      const DraftReply want = solo[static_cast<size_t>(k)]->Propose(n_max[static_cast<size_t>(k)]);
+      EXPECT_TRUE(got[static_cast<size_t>(k)].error.empty()) << got[static_cast<size_t>(k)].error;
+      EXPECT_EQ(got[static_cast<size_t>(k)].tokens, want.tokens) << "round " << round << " session " << k;
+      if (round == 0) {
+        EXPECT_EQ(got[static_cast<size_t>(k)].tokens.size(), k % 3 == 0 ? 2u : 4u) << k;
+      }
+      // The target accepts one token and produces 7 + 10k, then 1 2 again.
+      const int32_t n_acc = got[static_cast<size_t>(k)].tokens.empty() ? 0 : 1;
+      for (auto* s : {batched[static_cast<size_t>(k)].get(), solo[static_cast<size_t>(k)].get()}) {
+        s->Accepted(n_acc);
+        Tokens next(got[static_cast<size_t>(k)].tokens.begin(), got[static_cast<size_t>(k)].tokens.begin() + n_acc);
+        next.push_back(7 + 10 * k);
+        next.push_back(1 + 10 * k);
+        next.push_back(2 + 10 * k);
+        s->Append(next);
+      }
+    }
+  }
+  std::set<std::string> used;
+  for (int k = 0; k < kN; ++k) {
+    const DraftSession& s = *batched[static_cast<size_t>(k)];
+    const DraftSession& o = *solo[static_cast<size_t>(k)];
+    used.insert(s.worker());
+    EXPECT_EQ(s.stats().calls(), 3);
+    EXPECT_EQ(s.stats().calls(), o.stats().calls());
+    EXPECT_EQ(s.stats().gen_drafts(), o.stats().gen_drafts());
+    EXPECT_EQ(s.stats().gen_tokens(), o.stats().gen_tokens());
+    EXPECT_EQ(s.stats().acc_tokens(), o.stats().acc_tokens());
+    EXPECT_EQ(s.history_size(), o.history_size());
+  }
+  EXPECT_EQ(used.size(), 2u) << "the batch should span both workers";
+  // A session listed twice: the second entry is an empty draft without effects.
+  const std::vector<DraftReply> dup = client.ProposeBatch({batched[0].get(), batched[0].get()}, {0, 0});
+  ASSERT_EQ(dup.size(), 2u);
+  EXPECT_TRUE(dup[0].error.empty()) << dup[0].error;
+  EXPECT_FALSE(dup[0].tokens.empty());
+  EXPECT_EQ(dup[1].error, "session listed twice in one batch");
+  EXPECT_EQ(batched[0]->stats().calls(), 4);
+  EXPECT_TRUE(client.ProposeBatch({}, {}).empty());
+}
+
+// The draft after "1 2 3 4 5 6 1 2" + "9 1 2" (offset 10 * k): from the latest earlier
+// (1 2), followed by 9 1 2, repeated.
+Tokens After(int k) { return Tokens{9, 1 + 10 * k, 2 + 10 * k, 9}; }
+
+TEST(DraftClient, ProposeBatchWithAWorkerStoppedMidTest) {
+  Worker a = StartWorker(), b = StartWorker();
+  DraftClient client(Opts({a.address, b.address}));
+  constexpr int kN = 8;
+  auto sessions = NgramSessions(&client, "kill-", kN);
+  std::vector<DraftReply> got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+  std::vector<std::string> where;
+  for (int k = 0; k < kN; ++k) {
+    EXPECT_EQ(got[static_cast<size_t>(k)].tokens.size(), 4u) << got[static_cast<size_t>(k)].error;
+    where.push_back(sessions[static_cast<size_t>(k)]->worker());
+    sessions[static_cast<size_t>(k)]->Accepted(0);
+    sessions[static_cast<size_t>(k)]->Append({9, 1 + 10 * k, 2 + 10 * k});
+  }
+  const std::string killed = a.address, alive = b.address;
+  ASSERT_NE(std::count(where.begin(), where.end(), killed), 0) << "some sessions on each worker";
+  ASSERT_NE(std::count(where.begin(), where.end(), alive), 0) << "some sessions on each worker";
+  a.Kill();
+  got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+  for (int k = 0; k < kN; ++k) {
+    const DraftReply& d = got[static_cast<size_t>(k)];
+    if (where[static_cast<size_t>(k)] == killed) {
+      EXPECT_TRUE(d.tokens.empty()) << k;
+      EXPECT_FALSE(d.error.empty()) << k;
+      EXPECT_EQ(sessions[static_cast<size_t>(k)]->worker(), alive) << k;  // moved
+    } else {
+      EXPECT_TRUE(d.error.empty()) << k << ": " << d.error;
+      EXPECT_EQ(d.tokens, After(k)) << k;
+    }
+  }
+  // Next round: the moved sessions send their whole history to the live worker.
+  for (int k = 0; k < kN; ++k) {
+    sessions[static_cast<size_t>(k)]->Accepted(0);
+    sessions[static_cast<size_t>(k)]->Append({3 + 10 * k});  // ... 9 1 2 3: (2 3) was followed by 4 5 6 1
+  }
+  got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+  for (int k = 0; k < kN; ++k) {
+    EXPECT_TRUE(got[static_cast<size_t>(k)].error.empty()) << k << ": " << got[static_cast<size_t>(k)].error;
+    EXPECT_EQ(got[static_cast<size_t>(k)].tokens, (Tokens{4 + 10 * k, 5 + 10 * k, 6 + 10 * k, 1 + 10 * k})) << k;
+    EXPECT_EQ(sessions[static_cast<size_t>(k)]->worker(), alive);
+  }
+  EXPECT_EQ(b.service->n_sessions(), static_cast<size_t>(kN));
+}
+
+// An older draft worker: Propose only (ProposeBatch answers UNIMPLEMENTED).
+class ProposeOnlyService final : public herd::v1::Draft::Service {
+ public:
+  explicit ProposeOnlyService(DraftServiceImpl* impl) : impl_(impl) {}
+  grpc::Status Propose(grpc::ServerContext* ctx, const herd::v1::DraftRequest* req,
+                       herd::v1::DraftResponse* resp) override {
+    return impl_->Propose(ctx, req, resp);
+  }
+
+ private:
+  DraftServiceImpl* impl_;
+};
+
+TEST(DraftClient, ProposeBatchFallsBackToProposeOnOlderWorkers) {
+  Worker impl = StartWorker();  // its own server is not used
+  ProposeOnlyService old(impl.service.get());
+  serving::GrpcServerOptions g;
+  g.address = "127.0.0.1:0";
+  int port = 0;
+  auto server = serving::StartGrpcServer(g, {&old}, &port);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  DraftClient client(Opts({address}));
+  constexpr int kN = 3;
+  auto sessions = NgramSessions(&client, "old-", kN);
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<DraftReply> got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+    for (int k = 0; k < kN; ++k) {
+      const DraftReply& d = got[static_cast<size_t>(k)];
+      EXPECT_TRUE(d.error.empty()) << round << " " << k << ": " << d.error;
+      const Tokens want = round == 0 ? Tokens{3 + 10 * k, 4 + 10 * k, 5 + 10 * k, 6 + 10 * k} : After(k);
+      EXPECT_EQ(d.tokens, want) << round << " " << k;
+      EXPECT_EQ(sessions[static_cast<size_t>(k)]->worker(), address);  // not marked down
+      sessions[static_cast<size_t>(k)]->Accepted(0);
+      sessions[static_cast<size_t>(k)]->Append({9, 1 + 10 * k, 2 + 10 * k});
+    }
+  }
+  EXPECT_EQ(impl.service->n_sessions(), static_cast<size_t>(kN));
+  sessions.clear();
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+// A slow draft worker: ProposeBatch answers after `delay`.
+class SlowService final : public herd::v1::Draft::Service {
+ public:
+  SlowService(DraftServiceImpl* impl, std::chrono::milliseconds delay) : impl_(impl), delay_(delay) {}
+  grpc::Status ProposeBatch(grpc::ServerContext* ctx, const herd::v1::DraftBatchRequest* req,
+                            herd::v1::DraftBatchResponse* resp) override {
+    std::this_thread::sleep_for(delay_);
+    return impl_->ProposeBatch(ctx, req, resp);
+  }
+
+ private:
+  DraftServiceImpl* impl_;
+  std::chrono::milliseconds delay_;
+};
+
+// The calls to different workers are in flight at once, under one deadline.
+TEST(DraftClient, ProposeBatchCallsWorkersConcurrentlyUnderOneDeadline) {
+  constexpr auto kDelay = std::chrono::milliseconds(400);
+  Worker impl_a = StartWorker(), impl_b = StartWorker();
+  SlowService slow_a(impl_a.service.get(), kDelay), slow_b(impl_b.service.get(), kDelay);
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<std::string> addresses;
+  for (SlowService* svc : {&slow_a, &slow_b}) {
+    serving::GrpcServerOptions g;
+    g.address = "127.0.0.1:0";
+    int port = 0;
+    auto server = serving::StartGrpcServer(g, {svc}, &port);
+    ASSERT_TRUE(server.ok()) << server.status();
+    servers.push_back(*std::move(server));
+    addresses.push_back("127.0.0.1:" + std::to_string(port));
+  }
+  constexpr int kN = 8;
+  {
+    DraftClient client(Opts(addresses));  // deadline 5 s
+    auto sessions = NgramSessions(&client, "slow-", kN);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<DraftReply> got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    std::set<std::string> used;
+    for (int k = 0; k < kN; ++k) {
+      EXPECT_EQ(got[static_cast<size_t>(k)].tokens.size(), 4u) << got[static_cast<size_t>(k)].error;
+      used.insert(sessions[static_cast<size_t>(k)]->worker());
+    }
+    ASSERT_EQ(used.size(), 2u);
+    EXPECT_LT(took, 2 * kDelay) << "the two workers' calls should overlap";
+  }
+  {
+    DraftClientOptions o = Opts(addresses);
+    o.deadline = std::chrono::milliseconds(100);
+    DraftClient client(o);
+    auto sessions = NgramSessions(&client, "late-", kN);
+    const std::vector<DraftReply> got = client.ProposeBatch(Raw(sessions), std::vector<int32_t>(kN, 0));
+    for (int k = 0; k < kN; ++k) {
+      EXPECT_TRUE(got[static_cast<size_t>(k)].tokens.empty()) << k;
+      EXPECT_EQ(got[static_cast<size_t>(k)].error, "deadline") << k;
+      EXPECT_NE(sessions[static_cast<size_t>(k)]->worker(), "") << "a slow worker is kept";
+    }
+  }
+  for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+// With a draft model per worker, one ProposeBatch is one draft-model batch per worker
+// (one RPC each), and its drafts equal per-session Propose.
+TEST(DraftClient, ProposeBatchIsOneDraftModelBatchPerWorker) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  engine::spec::DraftModelParams dp;
+  dp.n_ctx = 512;
+  std::vector<std::unique_ptr<engine::spec::DraftModel>> dms;
+  for (int i = 0; i < 2; ++i) {
+    auto dm = engine::spec::DraftModel::Load(shared + "/models/stories260K.gguf", dp);
+    ASSERT_TRUE(dm.ok()) << dm.status();
+    ASSERT_TRUE((*dm)->AttachTarget((*dm)->vocab()).ok());
+    dms.push_back(*std::move(dm));
+  }
+  Worker a = StartWorker(64, dms[0].get()), b = StartWorker(64, dms[1].get());
+  DraftClient client(Opts({a.address, b.address}));
+  herd::v1::SpeculativeConfig cfg;
+  cfg.set_type("draft-model");
+  cfg.set_draft_p_min(0.0f);
+  cfg.set_draft_max(4);
+  const std::vector<std::string> texts = {"Once upon a time", "The cat",     "Lily went",
+                                          "One day, a boy",   "The sun was", "Tom had a"};
+  std::vector<std::unique_ptr<DraftSession>> batched, solo;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Tokens p = dms[0]->vocab().Tokenize(texts[i], true, false);
+    batched.push_back(client.NewSession("db" + std::to_string(i), "m", cfg));
+    solo.push_back(client.NewSession("ds" + std::to_string(i), "m", cfg));
+    batched.back()->Append(p);
+    solo.back()->Append(p);
+  }
+  const int64_t a0 = dms[0]->n_batches(), b0 = dms[1]->n_batches();
+  const std::vector<DraftReply> got = client.ProposeBatch(Raw(batched), std::vector<int32_t>(texts.size(), 0));
+  int on_a = 0;
+  for (const auto& s : batched) on_a += s->worker() == a.address ? 1 : 0;
+  EXPECT_EQ(dms[0]->n_batches() - a0, on_a > 0 ? 1 : 0);
+  EXPECT_EQ(dms[1]->n_batches() - b0, on_a < static_cast<int>(texts.size()) ? 1 : 0);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_TRUE(got[i].error.empty()) << got[i].error;
+    EXPECT_EQ(got[i].tokens.size(), 4u) << texts[i];
+    EXPECT_EQ(got[i].tokens, solo[i]->Propose(0).tokens) << texts[i];
+  }
+  batched.clear();
+  solo.clear();
+  a.Kill();
+  b.Kill();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -185,46 +186,52 @@ void DraftServiceImpl::ReportStats(Session* s) {
   s->reported = now;
 }
 
-absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp) {
-  if (req.session_id().empty()) return absl::InvalidArgumentError("session_id: must not be empty");
+absl::Status DraftServiceImpl::Validate(const herd::v1::DraftRequest& req, const std::string& prefix,
+                                        SpecConfig* config) const {
+  if (req.session_id().empty())
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "session_id: must not be empty"));
   if (req.session_id().size() > kMaxSessionIdBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("session_id: ", req.session_id().size(), " bytes, more than ", kMaxSessionIdBytes));
+        absl::StrCat(prefix, "session_id: ", req.session_id().size(), " bytes, more than ", kMaxSessionIdBytes));
   }
   for (int i = 0; i < req.new_tokens_size(); ++i) {
     const int32_t t = req.new_tokens(i);
     if (t < 0 || (opts_.target_n_vocab > 0 && t >= opts_.target_n_vocab)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("new_tokens[", i, "]: token ", t, " is outside [0, ",
+          absl::StrCat(prefix, "new_tokens[", i, "]: token ", t, " is outside [0, ",
                        opts_.target_n_vocab > 0 ? absl::StrCat(opts_.target_n_vocab) : std::string("inf"), ")"));
     }
   }
   if (!std::isfinite(req.temperature()) || req.temperature() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("temperature: ", req.temperature(), " must be finite and >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "temperature: ", req.temperature(), " must be finite and >= 0"));
   }
   if (req.has_start() && req.start() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("start: ", req.start(), " must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "start: ", req.start(), " must be >= 0"));
   }
-  if (req.n_max() < 0) return absl::InvalidArgumentError(absl::StrCat("n_max: ", req.n_max(), " must be >= 0"));
-  SpecConfig config = opts_.defaults;
+  if (req.n_max() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "n_max: ", req.n_max(), " must be >= 0"));
+  }
+  *config = opts_.defaults;
   if (req.has_config()) {
-    HERD_ASSIGN_OR_RETURN(config, engine::spec::SpecConfigFromProto(req.config(), opts_.defaults, "config."));
+    HERD_ASSIGN_OR_RETURN(*config, engine::spec::SpecConfigFromProto(req.config(), opts_.defaults, prefix + "config."));
   }
-  if (config.type == SpecType::kDraftModel && !opts_.target_model.empty() && !req.model().empty() &&
+  if (config->type == SpecType::kDraftModel && !opts_.target_model.empty() && !req.model().empty() &&
       req.model() != opts_.target_model) {
-    return absl::FailedPreconditionError(absl::StrCat("model: this draft worker's draft model was checked against \"",
+    return absl::FailedPreconditionError(absl::StrCat(prefix,
+                                                      "model: this draft worker's draft model was checked against \"",
                                                       opts_.target_model, "\", not \"", req.model(), "\""));
   }
+  return absl::OkStatus();
+}
 
-  bool created = false;
-  HERD_ASSIGN_OR_RETURN(auto got, GetOrCreate(req.session_id(), config, req.seed(), &created));
-  Session* s = got.get();
-  std::lock_guard<std::mutex> l(s->mu);
+absl::Status DraftServiceImpl::Prepare(Item* it) {
+  const herd::v1::DraftRequest& req = *it->req;
+  Session* s = it->session.get();
   SpecSession* spec = s->spec.get();
-  if (!created && req.has_config() && spec->config() != config) {
-    HERD_RETURN_IF_ERROR(spec->Reconfigure(config, opts_.resources));
+  if (!it->created && req.has_config() && spec->config() != it->config) {
+    HERD_RETURN_IF_ERROR(spec->Reconfigure(it->config, opts_.resources));
   }
-
   // Lost-call recovery: reconcile the caller's view of the history with ours.
   const int64_t have = static_cast<int64_t>(spec->history().size());
   int64_t skip = 0;  // leading new tokens we already have
@@ -232,8 +239,9 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
   if (req.has_start() && req.start() != have) {
     if (m_resyncs_) m_resyncs_->Add(1);
     if (req.start() > have) {  // we miss tokens: ask for them
-      resp->set_history_len(have);
-      engine::spec::SpecStatsToProto(spec->stats(), resp->mutable_stats());
+      it->resp->set_history_len(have);
+      engine::spec::SpecStatsToProto(spec->stats(), it->resp->mutable_stats());
+      it->answered = true;
       return absl::OkStatus();
     }
     const int64_t overlap = std::min<int64_t>(have - req.start(), req.new_tokens_size());
@@ -257,17 +265,129 @@ absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd
   const int64_t n_new = req.new_tokens_size() - skip;
   if (static_cast<int64_t>(spec->history().size()) + n_new > opts_.max_history) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("new_tokens: the session history would exceed ", opts_.max_history, " tokens"));
+        absl::StrCat(it->prefix, "new_tokens: the session history would exceed ", opts_.max_history, " tokens"));
   }
   if (!duplicate && req.n_accepted() >= 0) spec->Accept(req.n_accepted());
   if (n_new > 0) spec->Append(std::vector<int32_t>(req.new_tokens().begin() + skip, req.new_tokens().end()));
+  if (!spec->BeginDraft(req.n_max(), req.temperature(), &it->params)) {
+    it->answered = true;  // nothing to draft: an empty draft
+    Finish(it, engine::spec::DraftResult());
+  }
+  return absl::OkStatus();
+}
 
-  engine::spec::DraftResult d = spec->Draft(req.n_max(), req.temperature());
+void DraftServiceImpl::Finish(Item* it, engine::spec::DraftResult proposal) {
+  Session* s = it->session.get();
+  SpecSession* spec = s->spec.get();
+  engine::spec::DraftResult d = it->answered ? std::move(proposal) : spec->FinishDraft(std::move(proposal), it->params);
+  herd::v1::DraftResponse* resp = it->resp;
   resp->mutable_tokens()->Assign(d.tokens.begin(), d.tokens.end());
   for (const engine::spec::SparseDist& q : d.probs) engine::spec::SparseDistToProto(q, resp->add_probs());
   resp->set_history_len(static_cast<int64_t>(spec->history().size()));
   engine::spec::SpecStatsToProto(spec->stats(), resp->mutable_stats());
   ReportStats(s);
+}
+
+void DraftServiceImpl::RunItems(std::vector<Item>* items) {
+  std::map<std::string, size_t> first;  // session id -> its item
+  for (size_t i = 0; i < items->size(); ++i) {
+    Item& it = (*items)[i];
+    if (!it.status.ok()) continue;
+    auto [pos, fresh] = first.emplace(it.req->session_id(), i);
+    if (!fresh) {
+      it.status = absl::InvalidArgumentError(
+          absl::StrCat(it.prefix, "session_id: \"", it.req->session_id(), "\" is already requests[", pos->second, "]"));
+      continue;
+    }
+    auto got = GetOrCreate(it.req->session_id(), it.config, it.req->seed(), &it.created);
+    if (!got.ok()) {
+      it.status = got.status();
+      continue;
+    }
+    it.session = *std::move(got);
+  }
+  // One call at a time per session: claim all of this call's sessions at once.
+  std::vector<Session*> claimed;
+  for (Item& it : *items) {
+    if (it.status.ok()) claimed.push_back(it.session.get());
+  }
+  ClaimSessions(claimed);
+
+  std::vector<engine::spec::DraftJob> jobs;
+  std::vector<Item*> batched;
+  for (Item& it : *items) {
+    if (!it.status.ok()) continue;
+    it.status = Prepare(&it);
+    if (!it.status.ok() || it.answered) continue;
+    SpecSession* spec = it.session->spec.get();
+    engine::spec::Drafter* drafter = spec->drafter();
+    auto* dmd = dynamic_cast<engine::spec::DraftModelDrafter*>(drafter);
+    if (dmd != nullptr && opts_.resources.draft_model != nullptr) {
+      engine::spec::DraftJob job;
+      job.seq = dmd->seq();
+      job.history = &spec->history();
+      job.params = it.params;
+      jobs.push_back(job);
+      batched.push_back(&it);
+    } else {
+      Finish(&it, drafter->Draft(spec->history(), it.params));
+    }
+  }
+  if (!jobs.empty()) {
+    std::vector<engine::spec::DraftResult> drafts = opts_.resources.draft_model->DraftBatch(jobs);
+    for (size_t i = 0; i < batched.size(); ++i) Finish(batched[i], std::move(drafts[i]));
+  }
+  ReleaseSessions(claimed);
+}
+
+void DraftServiceImpl::ClaimSessions(const std::vector<Session*>& sessions) {
+  std::unique_lock<std::mutex> l(claim_mu_);
+  claim_cv_.wait(
+      l, [&] { return std::none_of(sessions.begin(), sessions.end(), [](const Session* s) { return s->busy; }); });
+  for (Session* s : sessions) s->busy = true;
+}
+
+void DraftServiceImpl::ReleaseSessions(const std::vector<Session*>& sessions) {
+  {
+    std::lock_guard<std::mutex> l(claim_mu_);
+    for (Session* s : sessions) s->busy = false;
+  }
+  claim_cv_.notify_all();
+}
+
+absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp) {
+  std::vector<Item> items(1);
+  items[0].req = &req;
+  items[0].resp = resp;
+  items[0].status = Validate(req, "", &items[0].config);
+  RunItems(&items);
+  return items[0].status;
+}
+
+absl::Status DraftServiceImpl::DoProposeBatch(const herd::v1::DraftBatchRequest& req,
+                                              herd::v1::DraftBatchResponse* resp) {
+  if (req.requests_size() > kMaxBatchRequests) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("requests: ", req.requests_size(), " requests, more than ", kMaxBatchRequests));
+  }
+  resp->Clear();
+  std::vector<Item> items(static_cast<size_t>(req.requests_size()));
+  for (int i = 0; i < req.requests_size(); ++i) {
+    Item& it = items[static_cast<size_t>(i)];
+    it.req = &req.requests(i);
+    it.resp = resp->add_items()->mutable_response();
+    it.prefix = absl::StrCat("requests[", i, "].");
+    it.status = Validate(*it.req, it.prefix, &it.config);
+  }
+  RunItems(&items);
+  for (int i = 0; i < req.requests_size(); ++i) {
+    const absl::Status& s = items[static_cast<size_t>(i)].status;
+    if (s.ok()) continue;
+    herd::v1::DraftBatchItem* item = resp->mutable_items(i);
+    item->clear_response();
+    item->set_code(static_cast<int32_t>(s.code()));
+    item->set_error(std::string(s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -286,6 +406,27 @@ grpc::Status DraftServiceImpl::Propose(grpc::ServerContext* ctx, const herd::v1:
                         {s.ok() ? resp->stats().type() : std::string("error")});
   }
   return serving::ToGrpcStatus(s);
+}
+
+grpc::Status DraftServiceImpl::ProposeBatch(grpc::ServerContext* ctx, const herd::v1::DraftBatchRequest* req,
+                                            herd::v1::DraftBatchResponse* resp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s =
+      ctx != nullptr && ctx->IsCancelled() ? absl::CancelledError("the caller cancelled") : DoProposeBatch(*req, resp);
+  if (!s.ok()) {
+    resp->Clear();
+    if (m_errors_) m_errors_->Add(1, {StatusCodeLabel(s.code())});
+    HERD_LOG(Debug) << "draft: ProposeBatch: " << s;
+    return serving::ToGrpcStatus(s);
+  }
+  // Per item, as if each were a Propose call that took the batch's time.
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const herd::v1::DraftBatchItem& item : resp->items()) {
+    const bool ok = item.code() == 0;
+    if (!ok && m_errors_) m_errors_->Add(1, {StatusCodeLabel(static_cast<absl::StatusCode>(item.code()))});
+    if (m_latency_) m_latency_->Observe(secs, {ok ? item.response().stats().type() : std::string("error")});
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status DraftServiceImpl::EndSession(grpc::ServerContext* ctx, const herd::v1::EndSessionRequest* req,

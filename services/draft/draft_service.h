@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
@@ -24,6 +25,9 @@
 #include "proto/herd/v1/draft.grpc.pb.h"
 
 namespace herd::draft {
+
+/// Most requests in one ProposeBatch call.
+inline constexpr int kMaxBatchRequests = 256;
 
 struct DraftServiceOptions {
   /// Configuration for requests that leave fields unset (the --spec_* / --draft_* flags).
@@ -60,12 +64,21 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
   /// here; RESOURCE_EXHAUSTED past max_history; CANCELLED when the caller gave up.
   grpc::Status Propose(grpc::ServerContext* ctx, const herd::v1::DraftRequest* req,
                        herd::v1::DraftResponse* resp) override;
+  /// Propose for each of req->requests (at most kMaxBatchRequests): items[i] answers
+  /// requests[i] with its own code / error (fields named requests[i].<field>), the
+  /// others still served; all draft-model drafts are made in one DraftModel::DraftBatch.
+  /// A session repeated in one call gets INVALID_ARGUMENT in the repeat's item. Errors
+  /// of the whole call: INVALID_ARGUMENT ("requests: ...") past the bound; CANCELLED.
+  grpc::Status ProposeBatch(grpc::ServerContext* ctx, const herd::v1::DraftBatchRequest* req,
+                            herd::v1::DraftBatchResponse* resp) override;
   /// Forgets a session (unknown ids are fine).
   grpc::Status EndSession(grpc::ServerContext* ctx, const herd::v1::EndSessionRequest* req,
                           herd::v1::EndSessionResponse* resp) override;
 
   /// Propose without gRPC (the same checks and effects).
   absl::Status DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp);
+  /// ProposeBatch without gRPC (the same checks and effects; no metrics of errors).
+  absl::Status DoProposeBatch(const herd::v1::DraftBatchRequest& req, herd::v1::DraftBatchResponse* resp);
   /// Evicts sessions idle longer than session_idle; returns how many.
   size_t EvictIdle();
 
@@ -76,7 +89,7 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
  private:
   struct Session {
     std::string id;
-    std::mutex mu;  // one call at a time
+    bool busy = false;  // a call is using it (guarded by claim_mu_): one call at a time
     std::unique_ptr<engine::spec::SpecSession> spec;
     engine::spec::SpecStats reported;  // already added to the metrics counters
   };
@@ -85,6 +98,36 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
     std::chrono::steady_clock::time_point last_use;
     std::list<std::string>::iterator lru;  // position in lru_ (front = most recent)
   };
+
+  // One request of a Propose / ProposeBatch call in progress.
+  struct Item {
+    const herd::v1::DraftRequest* req = nullptr;
+    herd::v1::DraftResponse* resp = nullptr;
+    std::string prefix;  // "" or "requests[i]." (error messages)
+    absl::Status status;
+    engine::spec::SpecConfig config;
+    std::shared_ptr<Session> session;
+    bool created = false;
+    bool answered = false;  // resp is complete (resync) or status is an error
+    engine::spec::DraftParams params;
+  };
+
+  // Checks the request's fields and resolves its configuration (errors name the field).
+  absl::Status Validate(const herd::v1::DraftRequest& req, const std::string& prefix,
+                        engine::spec::SpecConfig* config) const;
+  // Runs items whose status is OK: sessions, history bookkeeping, drafting (the
+  // draft-model ones in one batch), responses. Sets each item's status.
+  void RunItems(std::vector<Item>* items);
+  // With the session locked: reconfiguration, lost-call recovery, n_accepted, new
+  // tokens; then either answers (resync) or prepares the draft (params).
+  absl::Status Prepare(Item* it);
+  // Records the drafter's proposal and fills the response.
+  void Finish(Item* it, engine::spec::DraftResult proposal);
+  // Waits until none of `sessions` (distinct) is busy, then marks them all busy at once
+  // (all or nothing: concurrent calls cannot deadlock on each other's sessions, and at
+  // most one mutex is held). ReleaseSessions clears the marks.
+  void ClaimSessions(const std::vector<Session*>& sessions);
+  void ReleaseSessions(const std::vector<Session*>& sessions);
 
   // The session for `id`, created with `config` if absent (evicting as needed).
   absl::StatusOr<std::shared_ptr<Session>> GetOrCreate(const std::string& id, const engine::spec::SpecConfig& config,
@@ -99,6 +142,9 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
   std::unordered_map<std::string, Entry> sessions_;
   std::list<std::string> lru_;
   std::atomic<int64_t> evictions_{0};
+
+  std::mutex claim_mu_;  // every Session::busy
+  std::condition_variable claim_cv_;
 
   std::mutex reaper_mu_;
   std::condition_variable reaper_cv_;

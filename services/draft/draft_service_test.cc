@@ -3,6 +3,7 @@
 // metrics, and the draft-model type on stories260K.
 #include "services/draft/draft_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -52,6 +53,22 @@ class DraftServiceTest : public ::testing::Test {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return stub_->Propose(&ctx, req, resp);
+  }
+  static herd::v1::DraftRequest Req(const std::string& session, const Tokens& new_tokens, int n_accepted,
+                                    int64_t start) {
+    herd::v1::DraftRequest req;
+    req.set_session_id(session);
+    req.mutable_new_tokens()->Assign(new_tokens.begin(), new_tokens.end());
+    req.set_n_accepted(n_accepted);
+    if (start >= 0) req.set_start(start);
+    return req;
+  }
+  grpc::Status ProposeBatch(const std::vector<herd::v1::DraftRequest>& reqs, herd::v1::DraftBatchResponse* resp) {
+    herd::v1::DraftBatchRequest req;
+    for (const auto& r : reqs) *req.add_requests() = r;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub_->ProposeBatch(&ctx, req, resp);
   }
   static Tokens Toks(const herd::v1::DraftResponse& r) { return Tokens(r.tokens().begin(), r.tokens().end()); }
 
@@ -286,6 +303,162 @@ TEST_F(DraftServiceTest, DraftModelType) {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_.reset();
   service_.reset();  // sessions (drafters) go before the draft model
+}
+
+TEST_F(DraftServiceTest, ProposeBatchAnswersEachRequestInOrder) {
+  DraftServiceOptions o = NgramOptions();
+  o.target_n_vocab = 100;
+  Start(o);
+  herd::v1::DraftBatchResponse b;
+  ASSERT_TRUE(ProposeBatch({Req("s1", kPrompt, 0, 0), Req("bad", {1, 2, 100}, 0, 0), Req("s2", {7, 8, 9, 7, 8}, 0, 0),
+                            Req("s1", {4}, 0, 15), Req("", {1}, 0, 0)},
+                           &b)
+                  .ok());
+  ASSERT_EQ(b.items_size(), 5);
+  EXPECT_EQ(b.items(0).code(), 0) << b.items(0).error();
+  EXPECT_EQ(Toks(b.items(0).response()), (Tokens{4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(b.items(0).response().history_len(), 15);
+  EXPECT_EQ(b.items(1).code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(b.items(1).error(), "requests[1].new_tokens[2]: token 100 is outside [0, 100)");
+  EXPECT_FALSE(b.items(1).has_response());
+  EXPECT_EQ(b.items(2).code(), 0) << b.items(2).error();
+  EXPECT_EQ(Toks(b.items(2).response()), (Tokens{9, 7, 8, 9, 7, 8, 9, 7}));
+  EXPECT_EQ(b.items(3).code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(b.items(3).error(), "requests[3].session_id: \"s1\" is already requests[0]");
+  EXPECT_EQ(b.items(4).code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(b.items(4).error(), "requests[4].session_id: must not be empty");
+  EXPECT_EQ(service_->n_sessions(), 2u);
+  // The next batch carries only new tokens, n_accepted and lost-call recovery per item.
+  ASSERT_TRUE(ProposeBatch({Req("s1", {4, 5, 6, 40}, 3, 15), Req("s2", {9}, 0, 9)}, &b).ok());
+  ASSERT_EQ(b.items_size(), 2);
+  EXPECT_EQ(b.items(0).code(), 0);
+  EXPECT_EQ(b.items(0).response().history_len(), 19);
+  EXPECT_EQ(b.items(0).response().stats().acc_tokens(), 3);
+  EXPECT_EQ(b.items(0).response().stats().calls(), 2);
+  EXPECT_EQ(b.items(1).code(), 0);
+  EXPECT_EQ(b.items(1).response().history_len(), 5);  // it has 5, not 9: resend from there
+  EXPECT_TRUE(Toks(b.items(1).response()).empty());
+  // Same metrics as Propose, per item.
+  const std::string m = registry_.Render();
+  EXPECT_NE(m.find("herd_draft_calls_total{type=\"ngram-simple\"} 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_errors_total{code=\"INVALID_ARGUMENT\"} 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_propose_seconds_count{type=\"ngram-simple\"} 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("herd_draft_resyncs_total 1"), std::string::npos) << m;
+}
+
+TEST_F(DraftServiceTest, ProposeBatchIsBounded) {
+  Start(NgramOptions());
+  herd::v1::DraftBatchResponse b;
+  ASSERT_TRUE(ProposeBatch({}, &b).ok());
+  EXPECT_EQ(b.items_size(), 0);
+  std::vector<herd::v1::DraftRequest> many;
+  for (int i = 0; i <= kMaxBatchRequests; ++i) many.push_back(Req("s" + std::to_string(i), kPrompt, 0, 0));
+  grpc::Status s = ProposeBatch(many, &b);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "requests: 257 requests, more than 256");
+  EXPECT_EQ(service_->n_sessions(), 0u);
+  many.pop_back();
+  ASSERT_TRUE(ProposeBatch(many, &b).ok());
+  EXPECT_EQ(b.items_size(), kMaxBatchRequests);
+  EXPECT_EQ(Toks(b.items(255).response()), (Tokens{4, 5, 6, 7, 8, 9, 10, 11}));
+}
+
+// Draft-model items of one ProposeBatch are drafted in one DraftModel batch and equal
+// what Propose gives each session; an n-gram item in the same call runs its drafter.
+TEST_F(DraftServiceTest, ProposeBatchDraftsDraftModelItemsInOneBatch) {
+  const std::string shared = SharedDir();
+  if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
+  engine::spec::DraftModelParams dp;
+  dp.n_ctx = 512;
+  auto dm = engine::spec::DraftModel::Load(shared + "/models/stories260K.gguf", dp);
+  ASSERT_TRUE(dm.ok()) << dm.status();
+  ASSERT_TRUE((*dm)->AttachTarget((*dm)->vocab()).ok());
+  DraftServiceOptions o;
+  o.defaults.type = engine::spec::SpecType::kDraftModel;
+  o.defaults.draft_p_min = 0.0f;
+  o.resources.draft_model = dm->get();
+  o.target_n_vocab = (*dm)->vocab().n_tokens();
+  o.reaper = false;
+  Start(o);
+  const std::vector<std::string> texts = {"Once upon a time", "The little dog", "Lily and Tom went to the park",
+                                          "One day"};
+  std::vector<herd::v1::DraftRequest> reqs;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Tokens p = (*dm)->vocab().Tokenize(texts[i], true, false);
+    reqs.push_back(Req("b" + std::to_string(i), p, 0, 0));
+    reqs.back().set_n_max(static_cast<int>(3 + i));
+  }
+  herd::v1::DraftRequest ngram = Req("ngram", kPrompt, 0, 0);
+  ngram.mutable_config()->set_type("ngram-simple");
+  ngram.mutable_config()->set_ngram_size_n(2);
+  ngram.mutable_config()->set_ngram_size_m(8);
+  std::vector<herd::v1::DraftRequest> all = reqs;
+  all.push_back(ngram);
+  const int64_t batches = (*dm)->n_batches();
+  herd::v1::DraftBatchResponse b;
+  ASSERT_TRUE(ProposeBatch(all, &b).ok());
+  EXPECT_EQ((*dm)->n_batches(), batches + 1);  // one batch for the four sessions
+  ASSERT_EQ(b.items_size(), 5);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const herd::v1::DraftBatchItem& it = b.items(static_cast<int>(i));
+    ASSERT_EQ(it.code(), 0) << it.error();
+    EXPECT_EQ(it.response().tokens_size(), static_cast<int>(3 + i));
+    EXPECT_EQ(it.response().stats().type(), "draft-model");
+    // The same request alone, on a fresh session: the same draft.
+    herd::v1::DraftRequest solo = reqs[i];
+    solo.set_session_id("solo" + std::to_string(i));
+    herd::v1::DraftResponse r;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Propose(&ctx, solo, &r).ok());
+    EXPECT_EQ(Toks(r), Toks(it.response())) << texts[i];
+  }
+  EXPECT_EQ(b.items(4).code(), 0) << b.items(4).error();
+  EXPECT_EQ(Toks(b.items(4).response()), (Tokens{4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(b.items(4).response().stats().type(), "ngram-simple");
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_.reset();
+  service_.reset();  // sessions (drafters) go before the draft model
+}
+
+// Concurrent calls whose batches share sessions, in different orders, neither deadlock
+// nor interleave inside a session: every call's tokens land, one call at a time.
+TEST_F(DraftServiceTest, ConcurrentBatchesSharingSessions) {
+  Start(NgramOptions());
+  constexpr int kThreads = 4, kCalls = 20, kSessions = 6;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        std::vector<herd::v1::DraftRequest> reqs;
+        for (int k = 0; k < kSessions; ++k) {
+          const int id = (t % 2 == 0) ? k : kSessions - 1 - k;  // opposite orders
+          reqs.push_back(Req("c" + std::to_string(id), {1, 2, 3}, -1, -1));
+        }
+        herd::v1::DraftBatchResponse b;
+        if (c % 5 == 4) {  // a plain Propose now and then
+          herd::v1::DraftResponse r;
+          if (!Propose(reqs[0].session_id(), {1, 2, 3}, -1, -1, &r).ok()) ++failures;
+          reqs.erase(reqs.begin());
+        }
+        if (!ProposeBatch(reqs, &b).ok() || b.items_size() != static_cast<int>(reqs.size())) {
+          ++failures;
+          continue;
+        }
+        for (const auto& item : b.items()) failures += item.code() == 0 ? 0 : 1;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  herd::v1::DraftBatchResponse b;
+  std::vector<herd::v1::DraftRequest> reqs;
+  for (int k = 0; k < kSessions; ++k) reqs.push_back(Req("c" + std::to_string(k), {}, -1, -1));
+  ASSERT_TRUE(ProposeBatch(reqs, &b).ok());
+  for (int k = 0; k < kSessions; ++k) {
+    EXPECT_EQ(b.items(k).response().history_len(), 3 * kThreads * kCalls) << k;
+    EXPECT_EQ(b.items(k).response().stats().calls(), kThreads * kCalls + 1) << k;
+  }
 }
 
 }  // namespace

@@ -136,11 +136,16 @@ void DraftModel::ReleaseSeq(int32_t seq) {
   free_seqs_.push_back(seq);
 }
 
-bool DraftModel::EvictOtherLocked(int32_t seq) {
+int64_t DraftModel::n_batches() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return n_batches_;
+}
+
+bool DraftModel::EvictOtherLocked(const std::set<int32_t>& busy) {
   int32_t victim = -1;
   uint64_t oldest = UINT64_MAX;
   for (const auto& [s, st] : seqs_) {
-    if (s != seq && !st.kv_tokens.empty() && st.last_use < oldest) {
+    if (busy.count(s) == 0 && !st.kv_tokens.empty() && st.last_use < oldest) {
       oldest = st.last_use;
       victim = s;
     }
@@ -152,12 +157,14 @@ bool DraftModel::EvictOtherLocked(int32_t seq) {
   return true;
 }
 
-absl::Status DraftModel::DecodeLocked(int32_t seq, const Batch& batch, int32_t p0) {
+absl::Status DraftModel::DecodeLocked(const Batch& batch, const std::set<int32_t>& busy,
+                                      const std::vector<std::pair<int32_t, int32_t>>& undo) {
   for (;;) {
     absl::Status s = engine_->Decode(batch);
     if (s.ok()) return s;
-    engine_->kv().SeqRemove(seq, p0, -1);  // whatever part of the batch may have landed
-    if (s.code() != absl::StatusCode::kResourceExhausted || !EvictOtherLocked(seq)) return s;
+    // Whatever part of the batch may have landed.
+    for (const auto& [seq, p0] : undo) engine_->kv().SeqRemove(seq, p0, -1);
+    if (s.code() != absl::StatusCode::kResourceExhausted || !EvictOtherLocked(busy)) return s;
   }
 }
 
@@ -188,22 +195,75 @@ void DraftModel::TopK(const float* logits, float temp, SparseDist* out) const {
 }
 
 DraftResult DraftModel::DraftFor(int32_t seq, const std::vector<int32_t>& h, const DraftParams& params) {
-  DraftResult r;
+  DraftJob job;
+  job.seq = seq;
+  job.history = &h;
+  job.params = params;
+  return std::move(DraftBatch({job})[0]);
+}
+
+std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftJob>& jobs) {
+  std::vector<DraftResult> results(jobs.size());
+  if (jobs.empty()) return results;
+  Request req{&jobs, &results};
+  std::unique_lock<std::mutex> ql(q_mu_);
+  queue_.push_back(&req);
+  for (;;) {
+    q_cv_.wait(ql, [&] { return req.done || !leading_; });
+    if (req.done) return results;
+    // Lead: draft everything queued (our own request included) as one batch.
+    leading_ = true;
+    std::vector<Request*> taken(queue_.begin(), queue_.end());
+    queue_.clear();
+    ql.unlock();
+    std::vector<const DraftJob*> all;
+    std::vector<DraftResult*> outs;
+    for (Request* r : taken) {
+      for (size_t i = 0; i < r->jobs->size(); ++i) {
+        all.push_back(&(*r->jobs)[i]);
+        outs.push_back(&(*r->results)[i]);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      while (!all.empty()) {  // rounds in which each sequence appears once
+        std::set<int32_t> seen;
+        std::vector<const DraftJob*> round, rest;
+        std::vector<DraftResult*> round_out, rest_out;
+        for (size_t i = 0; i < all.size(); ++i) {
+          const bool first = seen.insert(all[i]->seq).second;
+          (first ? round : rest).push_back(all[i]);
+          (first ? round_out : rest_out).push_back(outs[i]);
+        }
+        RunBatchLocked(round, round_out);
+        all = std::move(rest);
+        outs = std::move(rest_out);
+      }
+    }
+    ql.lock();
+    for (Request* r : taken) r->done = true;
+    leading_ = false;
+    q_cv_.notify_all();
+  }
+}
+
+bool DraftModel::CatchUpLocked(Active* a, Batch* batch) {
+  if (a->job->history == nullptr) return false;
+  const std::vector<int32_t>& h = *a->job->history;
+  const int32_t seq = a->job->seq;
   const int64_t L = static_cast<int64_t>(h.size());
-  const int64_t n_max = params.n_max;
-  if (L == 0 || n_max <= 0) return r;
+  const int64_t n_max = a->job->params.n_max;
+  if (L == 0 || n_max <= 0 || seq < 0) return false;
   const int64_t W = seq_window_ - n_max - 1;  // history tokens that fit with a full draft
-  if (W < 1) return r;
+  if (W < 1) return false;
   int64_t start = 0;
   if (L > W) {
     const int64_t step = std::max<int64_t>(1, W / 2);
     start = (L - W + step - 1) / step * step;
   }
   for (int64_t i = start; i < L; ++i) {
-    if (h[static_cast<size_t>(i)] < 0 || h[static_cast<size_t>(i)] >= n_vocab_) return r;  // not in the draft vocab
+    if (h[static_cast<size_t>(i)] < 0 || h[static_cast<size_t>(i)] >= n_vocab_) return false;  // not in the vocab
   }
-
-  std::lock_guard<std::mutex> l(mu_);
   SeqState& st = seqs_[seq];
   st.last_use = ++clock_;
   KvCache& kv = engine_->kv();
@@ -219,48 +279,95 @@ DraftResult DraftModel::DraftFor(int32_t seq, const std::vector<int32_t>& h, con
   while (keep < max_keep && st.kv_tokens[static_cast<size_t>(keep)] == h[static_cast<size_t>(start + keep)]) ++keep;
   kv.SeqRemove(seq, static_cast<int32_t>(keep), -1);
   st.kv_tokens.resize(static_cast<size_t>(keep));
-
-  Batch batch;
   for (int64_t i = keep; i < n_win; ++i) {
-    batch.Add(h[static_cast<size_t>(start + i)], static_cast<int32_t>(i), seq, i == n_win - 1);
+    batch->Add(h[static_cast<size_t>(start + i)], static_cast<int32_t>(i), seq, i == n_win - 1);
   }
-  if (absl::Status s = DecodeLocked(seq, batch, static_cast<int32_t>(keep)); !s.ok()) {
-    HERD_LOG(Warning) << "draft model: sequence " << seq << ": " << s.message();
-    kv.SeqRemove(seq, 0, -1);
-    st.kv_tokens.clear();
-    return r;
-  }
-  for (int64_t i = keep; i < n_win; ++i) st.kv_tokens.push_back(h[static_cast<size_t>(start + i)]);
+  a->st = &st;
+  a->n_win = n_win;
+  a->keep = keep;
+  return true;
+}
 
-  const int64_t limit_vocab = target_n_vocab_ > 0 ? std::min(target_n_vocab_, n_vocab_) : n_vocab_;
-  SparseDist cand;
-  for (int64_t i = 0; i < n_max; ++i) {
-    const float* logits = engine_->Logits(0);
-    if (logits == nullptr) break;
-    const float temp = params.temp > 0 && params.rng != nullptr ? params.temp : 0.0f;
-    TopK(logits, temp, &cand);
-    if (cand.empty() || cand[0].p < params.p_min) break;  // only very confident drafts
-    int32_t id = cand[0].id;
-    if (temp > 0) {
-      const double u = static_cast<double>((*params.rng)() >> 8) * (1.0 / 16777216.0);
-      double acc = 0;
-      for (const TokenProb& c : cand) {
-        acc += c.p;
-        id = c.id;
-        if (u < acc) break;
-      }
-    }
-    if (id >= limit_vocab) break;
-    r.tokens.push_back(id);
-    if (temp > 0) r.probs.push_back(cand);
-    if (static_cast<int64_t>(r.tokens.size()) >= n_max) break;
-    Batch one;
-    const int32_t pos = static_cast<int32_t>(n_win + i);
-    one.Add(id, pos, seq, true);
-    if (!DecodeLocked(seq, one, pos).ok()) break;
-    st.kv_tokens.push_back(id);
+void DraftModel::RunBatchLocked(const std::vector<const DraftJob*>& jobs, const std::vector<DraftResult*>& results) {
+  ++n_batches_;
+  std::vector<Active> act;
+  Batch batch;
+  std::set<int32_t> busy;
+  std::vector<std::pair<int32_t, int32_t>> undo;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Active a{jobs[i], results[i]};
+    if (!CatchUpLocked(&a, &batch)) continue;
+    a.out_idx = static_cast<int64_t>(act.size());
+    busy.insert(a.job->seq);
+    undo.emplace_back(a.job->seq, static_cast<int32_t>(a.keep));
+    act.push_back(a);
   }
-  return r;
+  if (act.empty()) return;
+  if (absl::Status s = DecodeLocked(batch, busy, undo); !s.ok()) {
+    if (s.code() == absl::StatusCode::kResourceExhausted && act.size() > 1) {
+      // No room for all of them at once: one at a time (each may evict the others).
+      for (const Active& a : act) RunBatchLocked({a.job}, {a.out});
+      return;
+    }
+    for (const Active& a : act) {
+      HERD_LOG(Warning) << "draft model: sequence " << a.job->seq << ": " << s.message();
+      engine_->kv().SeqRemove(a.job->seq, 0, -1);
+      a.st->kv_tokens.clear();
+    }
+    return;
+  }
+  for (const Active& a : act) {
+    const std::vector<int32_t>& h = *a.job->history;
+    const int64_t start = static_cast<int64_t>(h.size()) - a.n_win;
+    for (int64_t i = a.keep; i < a.n_win; ++i) a.st->kv_tokens.push_back(h[static_cast<size_t>(start + i)]);
+  }
+  DraftStepsLocked(&act);
+}
+
+void DraftModel::DraftStepsLocked(std::vector<Active>* act) {
+  const int64_t limit_vocab = target_n_vocab_ > 0 ? std::min(target_n_vocab_, n_vocab_) : n_vocab_;
+  std::set<int32_t> busy;
+  for (const Active& a : *act) busy.insert(a.job->seq);
+  SparseDist cand;
+  for (;;) {
+    Batch step;
+    std::vector<std::pair<int32_t, int32_t>> undo;
+    std::vector<Active*> next;
+    for (Active& a : *act) {
+      if (a.out_idx < 0) continue;
+      const float* logits = engine_->Logits(a.out_idx);
+      a.out_idx = -1;
+      if (logits == nullptr) continue;
+      const DraftParams& params = a.job->params;
+      const float temp = params.temp > 0 && params.rng != nullptr ? params.temp : 0.0f;
+      TopK(logits, temp, &cand);
+      if (cand.empty() || cand[0].p < params.p_min) continue;  // only very confident drafts
+      int32_t id = cand[0].id;
+      if (temp > 0) {
+        const double u = static_cast<double>((*params.rng)() >> 8) * (1.0 / 16777216.0);
+        double acc = 0;
+        for (const TokenProb& c : cand) {
+          acc += c.p;
+          id = c.id;
+          if (u < acc) break;
+        }
+      }
+      if (id >= limit_vocab) continue;
+      a.out->tokens.push_back(id);
+      if (temp > 0) a.out->probs.push_back(cand);
+      if (static_cast<int64_t>(a.out->tokens.size()) >= params.n_max) continue;
+      const int32_t pos = static_cast<int32_t>(a.n_win + static_cast<int64_t>(a.out->tokens.size()) - 1);
+      step.Add(id, pos, a.job->seq, true);
+      undo.emplace_back(a.job->seq, pos);
+      next.push_back(&a);
+    }
+    if (next.empty()) return;
+    if (!DecodeLocked(step, busy, undo).ok()) return;  // the drafts end here
+    for (size_t j = 0; j < next.size(); ++j) {
+      next[j]->out_idx = static_cast<int64_t>(j);
+      next[j]->st->kv_tokens.push_back(step.tokens[j]);
+    }
+  }
 }
 
 }  // namespace herd::engine::spec

@@ -2,11 +2,15 @@
 // greedily (llama.cpp common_speculative_state_draft / common_speculative_gen_draft),
 // plus the vocabulary compatibility check of common_speculative_are_compatible.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,9 +53,18 @@ struct DraftModelParams {
   int32_t top_k = 10;
 };
 
-/// A loaded draft model shared by the sequences of one process (thread-safe: drafting
-/// is serialized by a mutex). Each sequence gets a DraftModelDrafter (NewDrafter) that
-/// owns one KV sequence id. The DraftModel must outlive its drafters.
+/// One sequence's draft request of DraftModel::DraftBatch.
+struct DraftJob {
+  int32_t seq = 0;                                // the sequence's KV id (DraftModelDrafter::seq())
+  const std::vector<int32_t>* history = nullptr;  // its history (Drafter::Draft); null = an empty draft
+  DraftParams params;                             // its rng (temp > 0) is used by this job only
+};
+
+/// A loaded draft model shared by the sequences of one process. Thread-safe, with group
+/// commit: concurrent DraftFor / DraftBatch callers queue their jobs, one of them (the
+/// leader) drafts everything queued as one batch while the others wait for their
+/// results. Each sequence gets a DraftModelDrafter (NewDrafter) that owns one KV
+/// sequence id. The DraftModel must outlive its drafters.
 class DraftModel {
  public:
   /// Loads the GGUF at `path` and allocates the KV cache. Errors: the model loader's
@@ -78,8 +91,22 @@ class DraftModel {
   /// Times a sequence lost its cells to make room for another.
   int64_t n_kv_evictions() const;
 
-  /// Drafts for sequence `seq` (see DraftModelDrafter). Thread-safe.
+  /// Drafts for sequence `seq` (see DraftModelDrafter): DraftBatch of one job.
+  /// Thread-safe.
   DraftResult DraftFor(int32_t seq, const std::vector<int32_t>& history, const DraftParams& params);
+  /// Drafts for several sequences at once; result i is job i's draft, the same as
+  /// DraftFor(jobs[i]) alone would give (bit for bit when greedy, cells permitting).
+  /// One Decode brings every sequence's KV up to its history (only what changed is
+  /// evaluated), then one Decode per draft position carries the next token of every
+  /// sequence still drafting. When the KV cache has no room for the whole catch-up,
+  /// the jobs are drafted one after another instead. A job that fails (vocabulary, no
+  /// KV room) gets an empty draft; a sequence listed twice is drafted twice, in order.
+  /// The histories must not change until the call returns. Concurrent calls are merged
+  /// into one batch (group commit). Thread-safe.
+  std::vector<DraftResult> DraftBatch(const std::vector<DraftJob>& jobs);
+  /// Batches run so far (a batch = one catch-up Decode plus its draft steps); with
+  /// group commit, fewer than the DraftFor / DraftBatch calls under concurrency.
+  int64_t n_batches() const;
   /// Frees the cells of `seq` and forgets it. Thread-safe.
   void ReleaseSeq(int32_t seq);
 
@@ -89,9 +116,34 @@ class DraftModel {
     std::vector<int32_t> kv_tokens;  // tokens at KV positions 0..
     uint64_t last_use = 0;
   };
+  // One job of a running batch.
+  struct Active {
+    const DraftJob* job;
+    DraftResult* out;
+    SeqState* st = nullptr;
+    int64_t n_win = 0;     // history tokens in the window (KV positions 0..n_win-1)
+    int64_t keep = 0;      // KV positions kept from before this batch
+    int64_t out_idx = -1;  // its logits in the last Decode (-1: done)
+  };
+  // A caller's jobs waiting in queue_ (group commit).
+  struct Request {
+    const std::vector<DraftJob>* jobs;
+    std::vector<DraftResult>* results;
+    bool done = false;
+  };
   DraftModel() = default;
-  absl::Status DecodeLocked(int32_t seq, const Batch& batch, int32_t p0);
-  bool EvictOtherLocked(int32_t seq);
+  // Runs `jobs` (each seq at most once) with mu_ held; writes `results`.
+  void RunBatchLocked(const std::vector<const DraftJob*>& jobs, const std::vector<DraftResult*>& results);
+  // Prepares job `a` (window, KV reuse) and adds its new tokens to `batch`; false when
+  // the job cannot draft (its result stays empty).
+  bool CatchUpLocked(Active* a, Batch* batch);
+  // The draft steps of the caught-up jobs `act` (out_idx set) until none continues.
+  void DraftStepsLocked(std::vector<Active>* act);
+  // Decode with eviction of other sequences (not in `busy`) on RESOURCE_EXHAUSTED; on
+  // failure every (seq, p0) in `undo` is cut back to p0.
+  absl::Status DecodeLocked(const Batch& batch, const std::set<int32_t>& busy,
+                            const std::vector<std::pair<int32_t, int32_t>>& undo);
+  bool EvictOtherLocked(const std::set<int32_t>& busy);
   void TopK(const float* logits, float temp, SparseDist* out) const;
 
   std::string path_;
@@ -110,6 +162,13 @@ class DraftModel {
   std::vector<int32_t> free_seqs_;
   uint64_t clock_ = 0;
   int64_t kv_evictions_ = 0;
+  int64_t n_batches_ = 0;
+
+  // Group commit: requests wait in queue_; leading_ while one caller drafts them.
+  std::mutex q_mu_;
+  std::condition_variable q_cv_;
+  std::deque<Request*> queue_;
+  bool leading_ = false;
 };
 
 /// draft-model (llama.cpp common_speculative_state_draft::draft): keeps the

@@ -5,7 +5,9 @@
 #include "libs/engine/spec/draft_model.h"
 
 #include <cmath>
+#include <iostream>
 #include <random>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -208,6 +210,142 @@ TEST_F(DraftModelTest, SampledDraftsCarryTheirDistributions) {
       EXPECT_LE(r.probs[i].size(), 10u);
     }
   }
+}
+
+// Several sequences with different histories drafted in one DraftBatch give what each
+// drafted alone gives, through growth, rejection (jumping back) and p_min stops.
+TEST_F(DraftModelTest, DraftBatchEqualsOneAtATime) {
+  auto solo = LoadDraft(), batched = LoadDraft();
+  ASSERT_NE(solo, nullptr);
+  ASSERT_NE(batched, nullptr);
+  constexpr int kSeqs = 5;
+  std::vector<std::unique_ptr<Drafter>> solo_d, batch_d;
+  for (int i = 0; i < kSeqs; ++i) {
+    solo_d.push_back(solo->NewDrafter());
+    batch_d.push_back(batched->NewDrafter());
+  }
+  // Per round, the history length of each sequence (some grow, some jump back).
+  const std::vector<std::vector<size_t>> rounds = {
+      {1, 4, 9, 15, 22}, {2, 5, 12, 16, 7}, {3, 9, 12, 20, 8}, {10, 2, 13, 21, 23}};
+  int64_t drafted = 0;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    std::vector<Tokens> hist(kSeqs);
+    std::vector<DraftJob> jobs(kSeqs);
+    std::vector<DraftParams> params(kSeqs);
+    for (int i = 0; i < kSeqs; ++i) {
+      hist[static_cast<size_t>(i)] = History(rounds[r][static_cast<size_t>(i)]);
+      DraftParams& p = params[static_cast<size_t>(i)];
+      p.n_max = 3 + i;                     // different lengths
+      p.p_min = i % 2 == 0 ? 0.0f : 0.6f;  // some stop early
+      DraftJob& j = jobs[static_cast<size_t>(i)];
+      j.seq = static_cast<DraftModelDrafter*>(batch_d[static_cast<size_t>(i)].get())->seq();
+      j.history = &hist[static_cast<size_t>(i)];
+      j.params = p;
+    }
+    const int64_t batches_before = batched->n_batches();
+    const std::vector<DraftResult> got = batched->DraftBatch(jobs);
+    EXPECT_EQ(batched->n_batches(), batches_before + 1) << "one batch for all sequences";
+    ASSERT_EQ(got.size(), static_cast<size_t>(kSeqs));
+    for (int i = 0; i < kSeqs; ++i) {
+      const size_t u = static_cast<size_t>(i);
+      const Tokens want = solo_d[u]->Draft(hist[u], params[u]).tokens;
+      EXPECT_EQ(got[u].tokens, want) << "round " << r << " seq " << i;
+      EXPECT_TRUE(got[u].probs.empty());
+      if (params[u].p_min == 0.0f) {
+        EXPECT_EQ(got[u].tokens, Expected(rounds[r][u], params[u].n_max)) << "round " << r << " seq " << i;
+      }
+      drafted += static_cast<int64_t>(got[u].tokens.size());
+    }
+  }
+  EXPECT_GT(drafted, 40);
+  EXPECT_EQ(batched->n_cached_seqs(), static_cast<size_t>(kSeqs));
+}
+
+TEST_F(DraftModelTest, DraftBatchHandlesBadAndRepeatedJobs) {
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  auto a = dm->NewDrafter(), b = dm->NewDrafter();
+  const int32_t sa = static_cast<DraftModelDrafter*>(a.get())->seq();
+  const int32_t sb = static_cast<DraftModelDrafter*>(b.get())->seq();
+  const Tokens h5 = History(5), h9 = History(9), bad = {1, 2, 100000}, empty;
+  DraftParams p;
+  p.n_max = 4;
+  p.p_min = 0.0f;
+  std::vector<DraftJob> jobs(5);
+  jobs[0] = {sa, &h5, p};
+  jobs[1] = {sb, &bad, p};    // not in the vocabulary: empty, the others still draft
+  jobs[2] = {sa, &h9, p};     // the same sequence again: drafted after jobs[0]
+  jobs[3] = {sb, &empty, p};  // nothing to continue
+  jobs[4] = {sb, nullptr, p};
+  const std::vector<DraftResult> got = dm->DraftBatch(jobs);
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[0].tokens, Expected(5, 4));
+  EXPECT_TRUE(got[1].tokens.empty());
+  EXPECT_EQ(got[2].tokens, Expected(9, 4));
+  EXPECT_TRUE(got[3].tokens.empty());
+  EXPECT_TRUE(got[4].tokens.empty());
+  EXPECT_TRUE(dm->DraftBatch({}).empty());
+  // The sequence keeps working after its bad job.
+  EXPECT_EQ(b->Draft(History(7), p).tokens, Expected(7, 4));
+}
+
+// A KV cache too small for the whole batch: the jobs are drafted one after another
+// (each evicting the other) and still right.
+TEST_F(DraftModelTest, DraftBatchWithoutRoomForAllDraftsOneAtATime) {
+  auto dm = LoadDraft(/*n_ctx=*/64);
+  ASSERT_NE(dm, nullptr);
+  auto a = dm->NewDrafter(), b = dm->NewDrafter();
+  DraftParams p;
+  p.n_max = 4;
+  p.p_min = 0.0f;
+  for (size_t k = 18; k < 26; k += 3) {
+    const Tokens ha = History(k), hb = History(k + 1);
+    ASSERT_GT(ha.size() + hb.size(), 64u) << "the two histories must not fit together";
+    std::vector<DraftJob> jobs(2);
+    jobs[0] = {static_cast<DraftModelDrafter*>(a.get())->seq(), &ha, p};
+    jobs[1] = {static_cast<DraftModelDrafter*>(b.get())->seq(), &hb, p};
+    const std::vector<DraftResult> got = dm->DraftBatch(jobs);
+    EXPECT_EQ(got[0].tokens, Expected(k, 4)) << k;
+    EXPECT_EQ(got[1].tokens, Expected(k + 1, 4)) << k;
+  }
+  EXPECT_GT(dm->n_kv_evictions(), 0);
+}
+
+// Concurrent DraftFor calls from 8 threads (group commit: merged into shared batches)
+// give the same drafts as sequential calls.
+TEST_F(DraftModelTest, ConcurrentDraftForEqualsSequential) {
+  auto seq_dm = LoadDraft(), conc_dm = LoadDraft();
+  ASSERT_NE(seq_dm, nullptr);
+  ASSERT_NE(conc_dm, nullptr);
+  constexpr int kThreads = 8, kCalls = 6;
+  DraftParams p;
+  p.n_max = 5;
+  p.p_min = 0.0f;
+  auto len = [](int t, int c) { return static_cast<size_t>(1 + (t * 5 + c * 3) % 30); };
+  std::vector<std::vector<Tokens>> want(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    auto d = seq_dm->NewDrafter();
+    for (int c = 0; c < kCalls; ++c) want[static_cast<size_t>(t)].push_back(d->Draft(History(len(t, c)), p).tokens);
+  }
+  std::vector<std::vector<Tokens>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto d = conc_dm->NewDrafter();
+      for (int c = 0; c < kCalls; ++c) got[static_cast<size_t>(t)].push_back(d->Draft(History(len(t, c)), p).tokens);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(got[static_cast<size_t>(t)], want[static_cast<size_t>(t)]) << "thread " << t;
+    for (int c = 0; c < kCalls; ++c) {
+      EXPECT_EQ(got[static_cast<size_t>(t)][static_cast<size_t>(c)], Expected(len(t, c), 5)) << t << " " << c;
+    }
+  }
+  // 8 threads start together: at least some of their calls share a batch.
+  EXPECT_LT(conc_dm->n_batches(), kThreads * kCalls);
+  std::cout << "batches for " << kThreads * kCalls << " concurrent calls: " << conc_dm->n_batches() << "\n";
+  EXPECT_EQ(conc_dm->n_cached_seqs(), 0u);  // every drafter released its sequence
 }
 
 }  // namespace

@@ -67,18 +67,26 @@ void SpecSession::Accept(int32_t n_accepted) {
 }
 
 DraftResult SpecSession::Draft(int32_t n_max_cap, float temp) {
+  DraftParams p;
+  if (!BeginDraft(n_max_cap, temp, &p)) return DraftResult();
+  return FinishDraft(drafter_->Draft(history_, p), p);
+}
+
+bool SpecSession::BeginDraft(int32_t n_max_cap, float temp, DraftParams* params) {
   ++stats_.calls;
   pending_ = 0;
   int32_t n_max = config_.draft_max;
   if (n_max_cap > 0) n_max = std::min(n_max, n_max_cap);
-  DraftResult r;
-  if (n_max <= 0 || n_max < config_.draft_min || history_.empty()) return r;
-  DraftParams p;
-  p.n_max = n_max;
-  p.p_min = config_.draft_p_min;
-  p.temp = temp;
-  p.rng = &rng_;
-  r = drafter_->Draft(history_, p);
+  if (n_max <= 0 || n_max < config_.draft_min || history_.empty()) return false;
+  params->n_max = n_max;
+  params->p_min = config_.draft_p_min;
+  params->temp = temp;
+  params->rng = &rng_;
+  return true;
+}
+
+DraftResult SpecSession::FinishDraft(DraftResult r, const DraftParams& params) {
+  const int32_t n_max = params.n_max;
   if (static_cast<int32_t>(r.tokens.size()) > n_max) r.tokens.resize(static_cast<size_t>(n_max));
   if (r.probs.size() > r.tokens.size()) r.probs.resize(r.tokens.size());
   if (static_cast<int32_t>(r.tokens.size()) < config_.draft_min) r = DraftResult();  // too small

@@ -55,6 +55,16 @@ class SpecSession : public DraftSource {
   /// length (e.g. tokens left before n_predict or the context end); `temp` > 0 asks a
   /// draft model to sample its draft (DraftResult::probs).
   DraftResult Draft(int32_t n_max_cap = 0, float temp = 0.0f);
+  /// Draft() in two halves, so that a caller can run several sessions' drafters at once
+  /// (DraftModel::DraftBatch): BeginDraft counts the call and returns false when there is
+  /// nothing to draft (the draft is then empty; FinishDraft need not be called), else
+  /// fills `params` for drafter()->Draft(history(), *params). FinishDraft applies the
+  /// n_max / draft_min rules to that proposal and records it. Draft() is exactly
+  /// BeginDraft, drafter()->Draft, FinishDraft.
+  bool BeginDraft(int32_t n_max_cap, float temp, DraftParams* params);
+  DraftResult FinishDraft(DraftResult proposal, const DraftParams& params);
+  /// The session's drafter (its type is config().type).
+  Drafter* drafter() { return drafter_.get(); }
 
   /// Drops the drafter's state and builds a new one for `config` (history and
   /// statistics of the old type are kept only if the type is unchanged).
