@@ -70,9 +70,7 @@ void DraftClientBatcher::ProposeBatch(const std::vector<engine::spec::DraftJob*>
     asked.push_back(j);
   }
   if (sessions.empty()) return;
-  std::vector<DraftReply> replies;
-  replies.reserve(sessions.size());
-  for (size_t i = 0; i < sessions.size(); ++i) replies.push_back(sessions[i]->Propose(n_max[i]));
+  std::vector<DraftReply> replies = client_->ProposeBatch(sessions, n_max);
   for (size_t i = 0; i < asked.size(); ++i) {
     asked[i]->result = i < replies.size() ? DraftWorkerSource::FromReply(std::move(replies[i]))
                                           : absl::InternalError("draft worker: no reply");
