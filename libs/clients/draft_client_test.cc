@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 
+#include "libs/clients/draft_source.h"
 #include "libs/engine/spec/draft_model.h"
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
@@ -482,6 +483,59 @@ TEST(DraftClient, ProposeBatchIsOneDraftModelBatchPerWorker) {
   solo.clear();
   a.Kill();
   b.Kill();
+}
+
+// DraftWorkerSources sharing a DraftClientBatcher are proposed together by
+// spec::ProposeAll (the target scheduler's per-pass call): the same drafts as each
+// source's own Propose, one ProposeBatch over both workers; a worker that stops gives
+// its sources errors (empty drafts) while the others still draft.
+TEST(DraftClient, DraftWorkerSourcesAreProposedTogether) {
+  Worker a = StartWorker(), b = StartWorker();
+  DraftClient client(Opts({a.address, b.address}));
+  DraftClientBatcher batcher(&client);
+  constexpr int kN = 8;  // "batch-0".."batch-7" hash onto both workers (see above)
+  auto batched_sessions = NgramSessions(&client, "batch-", kN), solo = NgramSessions(&client, "solo-", kN);
+  std::vector<std::unique_ptr<DraftWorkerSource>> sources;
+  for (auto& s : batched_sessions) sources.push_back(std::make_unique<DraftWorkerSource>(std::move(s), &batcher));
+  std::vector<engine::spec::DraftJob> jobs(kN);
+  for (int k = 0; k < kN; ++k) {
+    jobs[static_cast<size_t>(k)].source = sources[static_cast<size_t>(k)].get();
+    jobs[static_cast<size_t>(k)].n_max = 3;
+    EXPECT_EQ(sources[static_cast<size_t>(k)]->batcher(), &batcher);
+  }
+  engine::spec::ProposeAll(&jobs);
+  std::set<std::string> used;
+  for (int k = 0; k < kN; ++k) {
+    const auto& r = jobs[static_cast<size_t>(k)].result;
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tokens, solo[static_cast<size_t>(k)]->Propose(3).tokens) << k;
+    EXPECT_EQ(r->tokens.size(), 3u);
+    used.insert(sources[static_cast<size_t>(k)]->session()->worker());
+    EXPECT_EQ(sources[static_cast<size_t>(k)]->Stats().calls, 1);
+  }
+  EXPECT_EQ(used.size(), 2u) << "the sources should span both workers";
+  // One worker stops: its sources get errors (empty drafts), the others draft.
+  const std::string gone = a.address;
+  a.Kill();
+  for (auto& j : jobs) j.result = engine::spec::DraftResult{};
+  engine::spec::ProposeAll(&jobs);
+  int failed = 0, ok = 0;
+  for (int k = 0; k < kN; ++k) {
+    const auto& r = jobs[static_cast<size_t>(k)].result;
+    if (r.ok()) {
+      ++ok;
+    } else {
+      ++failed;
+      EXPECT_TRUE(absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status())) << r.status();
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(ok, 0);
+  // Ended sources answer FAILED_PRECONDITION without a call.
+  sources[0]->End();
+  jobs.resize(1);
+  engine::spec::ProposeAll(&jobs);
+  EXPECT_TRUE(absl::IsFailedPrecondition(jobs[0].result.status())) << jobs[0].result.status();
 }
 
 }  // namespace

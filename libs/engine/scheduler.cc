@@ -382,7 +382,7 @@ std::vector<Work> Core::PlanLocked() {
   // The per-token share of this pass's time, at one token per decoding sequence.
   int32_t n_decoding = 0;
   for (const auto& s : active) n_decoding += s->PrefillDone() && !s->requests.empty() && !s->context_full;
-  const double token_share = pass_cost.TokenShare(std::max(1, n_decoding));
+  const double token_share = std::max(spec::kMinDraftTokenShare, pass_cost.TokenShare(std::max(1, n_decoding)));
   for (size_t k = 0; k < n; ++k) {
     const std::shared_ptr<SeqState>& s = active[(rr + k) % n];
     if (!s->PrefillDone() || s->requests.empty() || s->context_full) continue;

@@ -313,7 +313,7 @@ void DraftServiceImpl::RunItems(std::vector<Item>* items) {
   }
   ClaimSessions(claimed);
 
-  std::vector<engine::spec::DraftJob> jobs;
+  std::vector<engine::spec::DraftModelJob> jobs;
   std::vector<Item*> batched;
   for (Item& it : *items) {
     if (!it.status.ok()) continue;
@@ -323,7 +323,7 @@ void DraftServiceImpl::RunItems(std::vector<Item>* items) {
     engine::spec::Drafter* drafter = spec->drafter();
     auto* dmd = dynamic_cast<engine::spec::DraftModelDrafter*>(drafter);
     if (dmd != nullptr && opts_.resources.draft_model != nullptr) {
-      engine::spec::DraftJob job;
+      engine::spec::DraftModelJob job;
       job.seq = dmd->seq();
       job.history = &spec->history();
       job.params = it.params;

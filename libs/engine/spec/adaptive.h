@@ -31,7 +31,7 @@ class AcceptanceEstimate {
  public:
   /// `prior` in (0, 1): the estimate before any draft, weighted as `prior_weight`
   /// draft tokens; `decay` in (0, 1]: weight kept by past drafts per new draft.
-  explicit AcceptanceEstimate(double prior = 0.6, double prior_weight = 4, double decay = 0.9);
+  explicit AcceptanceEstimate(double prior = 0.6, double prior_weight = 2, double decay = 0.8);
   /// A verified draft of `drafted` tokens of which the first `accepted` were accepted.
   void Record(int32_t drafted, int32_t accepted);
   /// The estimate of a, in [0, 1).
@@ -43,6 +43,12 @@ class AcceptanceEstimate {
   double accepted_, trials_, decay_;
   int64_t drafts_ = 0;
 };
+
+/// The smallest per-token share DraftLengthFor is given (the scheduler's floor): the cost
+/// model sees only the forward pass, not the drafting itself, so a draft token must be
+/// accepted with probability above this to be asked for even when verification looks
+/// free.
+inline constexpr double kMinDraftTokenShare = 0.05;
 
 /// The longest k in [0, k_max] whose last token still pays: a^k > threshold (see the
 /// file comment); 0 when even one token does not. threshold <= 0 gives k_max (no cost

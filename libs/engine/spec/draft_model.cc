@@ -195,14 +195,14 @@ void DraftModel::TopK(const float* logits, float temp, SparseDist* out) const {
 }
 
 DraftResult DraftModel::DraftFor(int32_t seq, const std::vector<int32_t>& h, const DraftParams& params) {
-  DraftJob job;
+  DraftModelJob job;
   job.seq = seq;
   job.history = &h;
   job.params = params;
   return std::move(DraftBatch({job})[0]);
 }
 
-std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftJob>& jobs) {
+std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftModelJob>& jobs) {
   std::vector<DraftResult> results(jobs.size());
   if (jobs.empty()) return results;
   Request req{&jobs, &results};
@@ -216,7 +216,7 @@ std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftJob>& job
     std::vector<Request*> taken(queue_.begin(), queue_.end());
     queue_.clear();
     ql.unlock();
-    std::vector<const DraftJob*> all;
+    std::vector<const DraftModelJob*> all;
     std::vector<DraftResult*> outs;
     for (Request* r : taken) {
       for (size_t i = 0; i < r->jobs->size(); ++i) {
@@ -228,7 +228,7 @@ std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftJob>& job
       std::lock_guard<std::mutex> l(mu_);
       while (!all.empty()) {  // rounds in which each sequence appears once
         std::set<int32_t> seen;
-        std::vector<const DraftJob*> round, rest;
+        std::vector<const DraftModelJob*> round, rest;
         std::vector<DraftResult*> round_out, rest_out;
         for (size_t i = 0; i < all.size(); ++i) {
           const bool first = seen.insert(all[i]->seq).second;
@@ -288,7 +288,8 @@ bool DraftModel::CatchUpLocked(Active* a, Batch* batch) {
   return true;
 }
 
-void DraftModel::RunBatchLocked(const std::vector<const DraftJob*>& jobs, const std::vector<DraftResult*>& results) {
+void DraftModel::RunBatchLocked(const std::vector<const DraftModelJob*>& jobs,
+                                const std::vector<DraftResult*>& results) {
   ++n_batches_;
   std::vector<Active> act;
   Batch batch;

@@ -54,7 +54,7 @@ struct DraftModelParams {
 };
 
 /// One sequence's draft request of DraftModel::DraftBatch.
-struct DraftJob {
+struct DraftModelJob {
   int32_t seq = 0;                                // the sequence's KV id (DraftModelDrafter::seq())
   const std::vector<int32_t>* history = nullptr;  // its history (Drafter::Draft); null = an empty draft
   DraftParams params;                             // its rng (temp > 0) is used by this job only
@@ -103,7 +103,7 @@ class DraftModel {
   /// KV room) gets an empty draft; a sequence listed twice is drafted twice, in order.
   /// The histories must not change until the call returns. Concurrent calls are merged
   /// into one batch (group commit). Thread-safe.
-  std::vector<DraftResult> DraftBatch(const std::vector<DraftJob>& jobs);
+  std::vector<DraftResult> DraftBatch(const std::vector<DraftModelJob>& jobs);
   /// Batches run so far (a batch = one catch-up Decode plus its draft steps); with
   /// group commit, fewer than the DraftFor / DraftBatch calls under concurrency.
   int64_t n_batches() const;
@@ -118,7 +118,7 @@ class DraftModel {
   };
   // One job of a running batch.
   struct Active {
-    const DraftJob* job;
+    const DraftModelJob* job;
     DraftResult* out;
     SeqState* st = nullptr;
     int64_t n_win = 0;     // history tokens in the window (KV positions 0..n_win-1)
@@ -127,13 +127,13 @@ class DraftModel {
   };
   // A caller's jobs waiting in queue_ (group commit).
   struct Request {
-    const std::vector<DraftJob>* jobs;
+    const std::vector<DraftModelJob>* jobs;
     std::vector<DraftResult>* results;
     bool done = false;
   };
   DraftModel() = default;
   // Runs `jobs` (each seq at most once) with mu_ held; writes `results`.
-  void RunBatchLocked(const std::vector<const DraftJob*>& jobs, const std::vector<DraftResult*>& results);
+  void RunBatchLocked(const std::vector<const DraftModelJob*>& jobs, const std::vector<DraftResult*>& results);
   // Prepares job `a` (window, KV reuse) and adds its new tokens to `batch`; false when
   // the job cannot draft (its result stays empty).
   bool CatchUpLocked(Active* a, Batch* batch);

@@ -230,14 +230,14 @@ TEST_F(DraftModelTest, DraftBatchEqualsOneAtATime) {
   int64_t drafted = 0;
   for (size_t r = 0; r < rounds.size(); ++r) {
     std::vector<Tokens> hist(kSeqs);
-    std::vector<DraftJob> jobs(kSeqs);
+    std::vector<DraftModelJob> jobs(kSeqs);
     std::vector<DraftParams> params(kSeqs);
     for (int i = 0; i < kSeqs; ++i) {
       hist[static_cast<size_t>(i)] = History(rounds[r][static_cast<size_t>(i)]);
       DraftParams& p = params[static_cast<size_t>(i)];
       p.n_max = 3 + i;                     // different lengths
       p.p_min = i % 2 == 0 ? 0.0f : 0.6f;  // some stop early
-      DraftJob& j = jobs[static_cast<size_t>(i)];
+      DraftModelJob& j = jobs[static_cast<size_t>(i)];
       j.seq = static_cast<DraftModelDrafter*>(batch_d[static_cast<size_t>(i)].get())->seq();
       j.history = &hist[static_cast<size_t>(i)];
       j.params = p;
@@ -271,7 +271,7 @@ TEST_F(DraftModelTest, DraftBatchHandlesBadAndRepeatedJobs) {
   DraftParams p;
   p.n_max = 4;
   p.p_min = 0.0f;
-  std::vector<DraftJob> jobs(5);
+  std::vector<DraftModelJob> jobs(5);
   jobs[0] = {sa, &h5, p};
   jobs[1] = {sb, &bad, p};    // not in the vocabulary: empty, the others still draft
   jobs[2] = {sa, &h9, p};     // the same sequence again: drafted after jobs[0]
@@ -301,7 +301,7 @@ TEST_F(DraftModelTest, DraftBatchWithoutRoomForAllDraftsOneAtATime) {
   for (size_t k = 18; k < 26; k += 3) {
     const Tokens ha = History(k), hb = History(k + 1);
     ASSERT_GT(ha.size() + hb.size(), 64u) << "the two histories must not fit together";
-    std::vector<DraftJob> jobs(2);
+    std::vector<DraftModelJob> jobs(2);
     jobs[0] = {static_cast<DraftModelDrafter*>(a.get())->seq(), &ha, p};
     jobs[1] = {static_cast<DraftModelDrafter*>(b.get())->seq(), &hb, p};
     const std::vector<DraftResult> got = dm->DraftBatch(jobs);
