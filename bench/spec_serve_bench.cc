@@ -76,6 +76,10 @@ ABSL_FLAG(bool, verbose, false, "forward the services' logs to stderr");
 ABSL_FLAG(std::vector<std::string>, worker_flags, {},
           "extra flags for the target worker, comma-separated (e.g. --worker_flags=--adaptive_speculation=false)");
 ABSL_FLAG(std::vector<std::string>, draft_flags, {}, "extra flags for the draft workers, comma-separated");
+ABSL_FLAG(std::vector<std::string>, gateway_flags, {"--info_timeout_ms=5000"},
+          "extra flags for the gateway, comma-separated. The default gives its Info polls 5 s instead of 1 s: on a "
+          "loaded 2-core machine a poll of the only worker can miss 1 s, which marks it not live and fails requests "
+          "with HTTP 503 \"no live worker serves it\"");
 
 namespace herd::bench {
 namespace {
@@ -258,6 +262,7 @@ absl::Status RunMode(const Models& models, const Mode& mode, const std::vector<i
     o.max_sequences = absl::GetFlag(FLAGS_max_seqs) > 0 ? absl::GetFlag(FLAGS_max_seqs) : std::max(16, max_level);
     o.extra_worker_flags = {"--kv_type=f16"};
     for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) o.extra_worker_flags.push_back(f);
+    for (const std::string& f : absl::GetFlag(FLAGS_gateway_flags)) o.extra_gateway_flags.push_back(f);
     o.draft_workers = mode.draft_workers;
     if (mode.draft_workers > 0) {
       o.model_draft = models.draft.path;
