@@ -20,9 +20,9 @@
 // tokens can arrive in one), the target worker's draft and accepted tokens, draft errors
 // and switch-offs over the level (its /metrics before and after), and tok/s relative to
 // "none" at the same level. The none mode's requests run twice (--none_repeat; the
-// second pass is not tabulated) because greedy decoding under batching is not
-// bit-reproducible: a near-tie of these random weights' logits can go either way
-// between two plain runs. A speculative output equal to neither none pass for the same
+// second pass, in a fresh cluster, is not tabulated) because greedy decoding under
+// batching is not bit-reproducible: a near-tie of these random weights' logits can go
+// either way between two plain runs. A speculative output equal to neither none pass for the same
 // prompt is a mismatch: reported on stderr, and the exit status is 1.
 // --server=HOST:PORT sends the same load to a running server instead (e.g. llama-server
 // -md; the modes then only change the "speculative" field, and acceptance is "-"
@@ -71,7 +71,8 @@ ABSL_FLAG(double, draft_p_min, 0.0,
           "speculative.draft_p_min of the draft-model requests (-1 = not sent: 0.75, which the flat distributions "
           "of random weights seldom reach, so the draft model would propose nothing)");
 ABSL_FLAG(bool, none_repeat, true,
-          "run the none mode's requests twice (the second pass not tabulated): a speculative output counts as "
+          "run the none mode's requests twice, the second time in a fresh cluster (not tabulated): a speculative "
+          "output counts as "
           "equal when it equals either pass (greedy outputs under batching can flip at near-ties)");
 ABSL_FLAG(std::string, cache_dir, "", "where the model GGUFs are written once and reused (default as serve_bench)");
 ABSL_FLAG(std::string, vocab, "", "GGUF whose tokenizer the models get (default SHARED/models/vocab/...-llama-spm)");
@@ -254,8 +255,10 @@ struct Models {
   PreparedModel target, draft;
 };
 
-// Starts a cluster for `mode` (unless --server), warms it up and runs the levels.
-absl::Status RunMode(const Models& models, const Mode& mode, const std::vector<int>& levels, ModeRun* run) {
+// Starts a cluster for `mode` (unless --server), warms it up and runs the levels into
+// `run`; with `repeat` only their texts, into run->repeat_text_of.
+absl::Status RunMode(const Models& models, const Mode& mode, const std::vector<int>& levels, bool repeat,
+                     ModeRun* run) {
   cli::LocalCluster cluster;
   Target target;
   std::vector<Target> metrics;
@@ -300,14 +303,16 @@ absl::Status RunMode(const Models& models, const Mode& mode, const std::vector<i
         StreamCompletion(target, Body(target.model, Words(8, 1), mode, 8), 8, absl::GetFlag(FLAGS_timeout_s));
     if (!r.error.empty()) st = absl::UnavailableError(absl::StrCat(mode.name, ": warm-up request: ", r.error));
   }
-  if (st.ok()) st = RunLevels(target, metrics, mode, levels, run);
-  if (st.ok() && mode.type == "none" && absl::GetFlag(FLAGS_none_repeat)) {
-    // The same requests again (not tabulated): how reproducible plain greedy outputs are.
+  if (st.ok() && repeat) {
+    // The none requests again in a fresh cluster (not tabulated): how reproducible plain
+    // greedy outputs are when the same prompts are batched differently.
     Mode again = mode;
     again.name = mode.name + " (repeat)";
-    ModeRun repeat;
-    st = RunLevels(target, metrics, again, levels, &repeat);
-    run->repeat_text_of = std::move(repeat.text_of);
+    ModeRun second;
+    st = RunLevels(target, metrics, again, levels, &second);
+    run->repeat_text_of = std::move(second.text_of);
+  } else if (st.ok()) {
+    st = RunLevels(target, metrics, mode, levels, run);
   }
   if (own) cluster.Stop();
   if (!st.ok()) return absl::UnavailableError(absl::StrCat(mode.name, ": ", st.message()));
@@ -440,7 +445,11 @@ int Main() {
   }
   std::vector<ModeRun> runs(modes->size());
   for (size_t m = 0; m < modes->size(); ++m) {
-    if (absl::Status st = RunMode(models, (*modes)[m], levels, &runs[m]); !st.ok()) return Fail(st.ToString());
+    const Mode& mode = (*modes)[m];
+    if (absl::Status st = RunMode(models, mode, levels, false, &runs[m]); !st.ok()) return Fail(st.ToString());
+    if (mode.type == "none" && absl::GetFlag(FLAGS_none_repeat)) {
+      if (absl::Status st = RunMode(models, mode, levels, true, &runs[m]); !st.ok()) return Fail(st.ToString());
+    }
   }
   std::vector<std::string> check;
   const int mismatches = CheckOutputs(*modes, runs, &check);
