@@ -383,6 +383,12 @@ std::vector<Work> Core::PlanLocked() {
   int32_t n_decoding = 0;
   for (const auto& s : active) n_decoding += s->PrefillDone() && !s->requests.empty() && !s->context_full;
   const double token_share = std::max(spec::kMinDraftTokenShare, pass_cost.TokenShare(std::max(1, n_decoding)));
+  // Cells for the drafts the scheduler asks for: what is free beyond every step's own
+  // demand (ensured above); cached prefixes are evicted for them, running sequences are
+  // never preempted for a draft.
+  int64_t step_cells = 0;
+  for (const RunningSeq& r : RunningLocked()) step_cells += r.next_step_cells;
+  int64_t draft_cells = 0;
   for (size_t k = 0; k < n; ++k) {
     const std::shared_ptr<SeqState>& s = active[(rr + k) % n];
     if (!s->PrefillDone() || s->requests.empty() || s->context_full) continue;
@@ -394,9 +400,22 @@ std::vector<Work> Core::PlanLocked() {
     const size_t n_draft = static_cast<size_t>(std::max<int64_t>(
         0, std::min<int64_t>(static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
     // A plain step of a sequence with a draft source: the scheduler drafts for it.
-    const int32_t auto_draft = r.draft.empty() && s->draft_source != nullptr
-                                   ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), token_share)
-                                   : 0;
+    int32_t auto_draft = r.draft.empty() && s->draft_source != nullptr
+                             ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), token_share)
+                             : 0;
+    // A draft shrinks to the batch budget left rather than delaying its sequence's step.
+    const int64_t limit = used == 0 ? budget : decode_budget;
+    auto_draft =
+        static_cast<int32_t>(std::clamp<int64_t>(limit - used - 1 - static_cast<int64_t>(n_draft), 0, auto_draft));
+    if (auto_draft > 0 && auto_draft < std::max(1, s->draft_min)) auto_draft = 0;
+    if (auto_draft > 0) {
+      const int64_t want = step_cells + draft_cells + auto_draft;
+      if (engine->kv().n_free() < want) (void)kvm->EnsureFreeCells(want);
+      const int64_t fit = engine->kv().n_free() - step_cells - draft_cells;
+      auto_draft = static_cast<int32_t>(std::clamp<int64_t>(fit, 0, auto_draft));
+      if (auto_draft < std::max(1, s->draft_min)) auto_draft = 0;
+      draft_cells += auto_draft;
+    }
     const int64_t cost = 1 + static_cast<int64_t>(n_draft) + auto_draft;
     // The first step of an iteration may use the whole batch, so a long draft cannot starve.
     if (used + cost > (used == 0 ? budget : decode_budget)) continue;

@@ -1504,4 +1504,49 @@ TEST_F(SchedulerTest, RejectedOrFailingDraftsKeepOutputsAndFadeOut) {
   EXPECT_EQ(passes, 2 * n);  // one token per pass: nothing accepted
 }
 
+// Drafts the scheduler asks for take only cells that are free beyond every step's own
+// demand: beside another sequence that holds much of the pool, drafts shrink instead of
+// failing the forward pass (before: RESOURCE_EXHAUSTED "KV cache full"), and the output
+// stays the solo one.
+TEST_F(SchedulerTest, SchedulerDraftsFitTheKvPool) {
+  const int32_t n = 64;
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 10), other = RandomPrompt(rng, 60);
+  // The oracle knows 16 tokens more than are read, so drafts near the end are long.
+  const std::vector<int32_t> longer = Solo(prompt, n + 16, Greedy());
+  const std::vector<int32_t> solo(longer.begin(), longer.begin() + n);
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), longer.begin(), longer.end());
+  // 136 cells: the other sequence holds 59, this one ends with 10 + 63 and one pending
+  // token; passes of 9 tokens (8 accepted drafts) reach 63 generated, where a pass of 9
+  // more finds 4 free cells.
+  auto engine = MakeEngine(136, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  cfg.adaptive_speculation = false;
+  cfg.prefix_cache = false;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  auto holder = sched->Start(SeqParams(other));  // prefills, then waits for steps
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  ExpectStarted(holder->get());
+  SequenceParams p = SeqParams(prompt);
+  p.draft_source = std::make_shared<OracleSource>(truth, false);
+  p.draft_max = 8;
+  auto seq = sched->Start(std::move(p));
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  ExpectStarted(seq->get());
+  std::vector<int32_t> out;
+  while (static_cast<int32_t>(out.size()) < n) {
+    ASSERT_TRUE((*seq)->Step(1).ok());
+    SequenceEvent ev = NextEvent(seq->get());
+    ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep) << ev.status;
+    out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+  }
+  EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + n), solo);
+  const SchedulerStats st = sched->Stats();
+  EXPECT_GT(st.spec_passes, 0u);
+  EXPECT_EQ(st.preemptions, 0u) << "no sequence is preempted for a draft";
+}
+
 }  // namespace herd::engine
