@@ -91,6 +91,7 @@ v1::WorkerEmbedRequest FakeWorker::last_embed() const {
 
 grpc::Status FakeWorker::Info(grpc::ServerContext*, const v1::WorkerInfoRequest*, v1::WorkerInfo* resp) {
   const FakeWorkerConfig c = config();
+  if (c.info_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(c.info_delay_ms));
   if (c.info_fails) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake worker: unhealthy");
   resp->set_model(c.model);
   resp->set_architecture(c.architecture);

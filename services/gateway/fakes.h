@@ -40,6 +40,8 @@ struct FakeWorkerConfig {
   grpc::StatusCode refuse = grpc::StatusCode::OK;
   // Info fails (as if the worker were unhealthy) when true.
   bool info_fails = false;
+  // Info answers after this long (a worker too busy to answer its poll in time).
+  int info_delay_ms = 0;
   // Embed: answers this error (OK = serve). Served vectors are {n_tokens, first token,
   // last token, pooling} as floats (pooling UNSPECIFIED reported as LAST).
   grpc::StatusCode embed_refuse = grpc::StatusCode::OK;

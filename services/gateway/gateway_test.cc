@@ -381,6 +381,35 @@ TEST_F(GatewayTest, DrainingWorkersGetNoNewSessions) {
   EXPECT_EQ(draining->sessions_started(), 1);
 }
 
+// A live worker whose Info misses the poll deadline (busy: its passes run long) stays in
+// rotation for two polls in a row and serves; the third miss takes it out; an answer
+// brings it back. A refused Info (UNAVAILABLE) takes it out at once.
+TEST_F(GatewayTest, SlowInfoKeepsABusyWorkerLiveForTwoPolls) {
+  FakeWorker* w = AddWorker("stories260K");
+  auto t = StartGateway({w}, [](GatewayOptions& o) {
+    o.pool.poll_interval = absl::Hours(1);
+    o.pool.info_timeout = absl::Milliseconds(100);
+  });
+  EXPECT_EQ(t->gw->pool().live_count(), 1);
+  w->Update([](FakeWorkerConfig& c) { c.info_delay_ms = 400; });
+  for (int i = 0; i < 2; ++i) {
+    t->gw->pool().PollNow();
+    EXPECT_EQ(t->gw->pool().live_count(), 1) << "slow poll " << i + 1;
+    EXPECT_TRUE(Run(t.get(), Req()).status.ok());
+  }
+  t->gw->pool().PollNow();
+  EXPECT_EQ(t->gw->pool().live_count(), 0);
+  Collected c = Run(t.get(), Req());
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNAVAILABLE) << c.status.error_message();
+  w->Update([](FakeWorkerConfig& cfg) { cfg.info_delay_ms = 0; });
+  t->gw->pool().PollNow();
+  EXPECT_EQ(t->gw->pool().live_count(), 1);
+  EXPECT_TRUE(Run(t.get(), Req()).status.ok());
+  w->Update([](FakeWorkerConfig& cfg) { cfg.info_fails = true; });
+  t->gw->pool().PollNow();
+  EXPECT_EQ(t->gw->pool().live_count(), 0) << "an Info that fails (not late) counts at once";
+}
+
 TEST_F(GatewayTest, StopStringSplitAcrossTokens) {
   FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
     c.script = {Byte('x'), Byte('a'), Byte('b'), Byte('y'), Byte('z')};

@@ -23,6 +23,7 @@ struct WorkerPool::Entry {
   int sessions = 0;            // open sessions through this gateway
   int started_since_info = 0;  // sessions opened since the Info we last applied
   std::string last_error;
+  int slow_polls = 0;  // consecutive Info polls of a live worker that missed info_timeout
   // Prefix-cache digest (info.prefix_block_hashes moved here, out of `info`).
   int32_t prefix_block_tokens = 0;
   uint64_t prefix_version = 0;
@@ -38,6 +39,11 @@ namespace {
 constexpr size_t kMaxRoutedBlocks = 1 << 20;
 // Entry::last_error of a worker whose Info says it is draining.
 constexpr char kDraining[] = "draining (stopped admitting)";
+// A live worker whose Info misses the poll deadline this many times in a row is taken
+// out of rotation; fewer misses leave it live with its last Info (a worker whose passes
+// run long under load answers late, but it is serving: sessions that fail on it are
+// reported by ReportFailure at once).
+constexpr int kMaxSlowPolls = 3;
 }  // namespace
 
 WorkerPool::Lease::Lease(std::shared_ptr<Entry> e, WorkerPool* pool) : e_(std::move(e)), pool_(pool) {
@@ -208,6 +214,7 @@ void WorkerPool::PollNow() {
       }
       e.live = true;
       e.has_info = true;
+      e.slow_polls = 0;
       const v1::WorkerInfo& r = c->resp;
       const int32_t bt = r.prefix_block_tokens();
       if (bt <= 0 || bt > serving::kMaxPrefixBlockTokens) {
@@ -234,7 +241,13 @@ void WorkerPool::PollNow() {
       e.started_since_info = std::max(0, e.started_since_info - c->started_at_send);
       e.last_error.clear();
       if (!c->resp.model().empty()) known_models_.insert(c->resp.model());
+    } else if (e.live && c->status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+               ++e.slow_polls < kMaxSlowPolls) {
+      HERD_LOG(Warning) << "worker " << e.address << " slow: Info missed its "
+                        << absl::FormatDuration(opts_.info_timeout) << " deadline (" << e.slow_polls << " of "
+                        << kMaxSlowPolls << " in a row); kept live with its last Info";
     } else {
+      e.slow_polls = 0;
       if (e.live || e.last_error.empty()) {
         HERD_LOG(Warning) << "worker " << e.address << " not live: Info: "
                           << (c->status.error_message().empty() ? std::to_string(c->status.error_code())
