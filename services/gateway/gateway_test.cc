@@ -388,10 +388,10 @@ TEST_F(GatewayTest, SlowInfoKeepsABusyWorkerLiveForTwoPolls) {
   FakeWorker* w = AddWorker("stories260K");
   auto t = StartGateway({w}, [](GatewayOptions& o) {
     o.pool.poll_interval = absl::Hours(1);
-    o.pool.info_timeout = absl::Milliseconds(100);
+    o.pool.info_timeout = absl::Milliseconds(500);
   });
   EXPECT_EQ(t->gw->pool().live_count(), 1);
-  w->Update([](FakeWorkerConfig& c) { c.info_delay_ms = 400; });
+  w->Update([](FakeWorkerConfig& c) { c.info_delay_ms = 2000; });
   for (int i = 0; i < 2; ++i) {
     t->gw->pool().PollNow();
     EXPECT_EQ(t->gw->pool().live_count(), 1) << "slow poll " << i + 1;
