@@ -27,6 +27,8 @@
 // --server=HOST:PORT sends the same load to a running server instead (e.g. llama-server
 // -md; the modes then only change the "speculative" field, and acceptance is "-"
 // unless the server's /metrics has herd's worker counters).
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -48,8 +50,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
+#include "bench/bench_models.h"
 #include "bench/http_load.h"
 #include "bench/serve_stats.h"
+#include "libs/base/status_macros.h"
+#include "libs/gguf/ggml_type.h"
 #include "tests/shared_data.h"
 #include "tools/herd/cluster.h"
 
@@ -61,6 +66,9 @@ ABSL_FLAG(int, max_tokens, 96, "max_tokens of each request (ignore_eos: each gen
 ABSL_FLAG(std::string, model, "llama-110m", "random-weight model shape: llama-110m or tinyllama-1.1b");
 ABSL_FLAG(std::string, target_type, "f16", "weight type of the target model");
 ABSL_FLAG(std::string, draft_type, "q4_0", "weight type of the draft model (the target's weights, quantized)");
+ABSL_FLAG(bool, draft_unrelated, false,
+          "draft with OTHER random weights of the same shape and vocabulary (bench_models' threaded generator): "
+          "its drafts are almost always rejected, the case where speculation must turn itself off");
 ABSL_FLAG(int, threads, 2, "compute threads of the target worker");
 ABSL_FLAG(int, draft_threads, 1, "compute threads of each draft worker");
 ABSL_FLAG(int, max_seqs, 0, "sequences of the target worker; 0 = the larger of 16 and the highest level");
@@ -423,6 +431,34 @@ std::vector<int> ParseLevels() {
   return levels;
 }
 
+// The --draft_unrelated draft: the same shape, type and vocabulary as `draft`, other
+// random weights (WriteModel's threaded generator draws other bytes than the serial one
+// CachedModel uses), written once beside it as <name>-unrelated.gguf.
+absl::StatusOr<PreparedModel> UnrelatedDraft(const PreparedModel& draft, const std::string& shared) {
+  const Shape* shape = FindShape(absl::GetFlag(FLAGS_model));
+  GgmlType wt;
+  if (shape == nullptr || !ParseGgmlType(absl::AsciiStrToLower(absl::GetFlag(FLAGS_draft_type)), &wt)) {
+    return absl::InvalidArgumentError("--draft_unrelated: unknown --model or --draft_type");
+  }
+  std::string vocab = absl::GetFlag(FLAGS_vocab);
+  if (vocab.empty()) vocab = shared + "/models/vocab/ggml-vocab-llama-spm.gguf";
+  PreparedModel m = draft;
+  m.name = draft.name + "-unrelated";
+  m.path = absl::StrCat(draft.dir, "/", m.name, ".gguf");
+  if (::access(m.path.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "writing the unrelated draft %s\n", m.path.c_str());
+    WriteOptions o;
+    o.vocab_path = vocab;
+    o.threads = 2;
+    const std::string tmp = m.path + ".tmp";
+    HERD_RETURN_IF_ERROR(WriteModel(*shape, wt, tmp, o));
+    if (std::rename(tmp.c_str(), m.path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", m.path, " failed"));
+    }
+  }
+  return m;
+}
+
 int Main() {
   const std::vector<int> levels = ParseLevels();
   absl::StatusOr<std::vector<Mode>> modes = ParseModes(absl::GetFlag(FLAGS_modes));
@@ -441,6 +477,11 @@ int Main() {
                                                      absl::GetFlag(FLAGS_vocab), shared);
       if (!m.ok()) return Fail(m.status().ToString());
       *out = *m;
+    }
+    if (absl::GetFlag(FLAGS_draft_unrelated)) {
+      absl::StatusOr<PreparedModel> m = UnrelatedDraft(models.draft, shared);
+      if (!m.ok()) return Fail(m.status().ToString());
+      models.draft = *m;
     }
   }
   std::vector<ModeRun> runs(modes->size());

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -65,7 +66,10 @@ struct SeqState {
   int32_t draft_min = 0, draft_max = 0, n_predict = 0;
   size_t source_len = 0;  // tokens of `tokens` the source has seen (Append)
   spec::AcceptanceEstimate acceptance;
+  spec::SpecType spec_type = spec::SpecType::kNone;
   int32_t passes_since_draft = 0;  // passes without a draft (probe timing)
+  int32_t probe_interval = 0;      // passes between probes (0: spec_probe_interval); doubles
+                                   // after each probe that is rejected or fails
   double prompt_ms = 0, generation_ms = 0;
 
   // Events (ev_mu is a leaf lock).
@@ -126,6 +130,7 @@ struct Work {
   int64_t out_begin = 0;                  // verify: index of the pending token's logits
   bool was_prompt = false;                // verify: the pending token was the last prompt token
   int32_t auto_draft = 0;                 // verify: draft tokens to ask s->draft_source for
+  bool draft_failed = false;              // verify: that request failed (error or deadline)
   StepResult result;
   absl::Status error;  // verify: the sequence cannot continue (grammar dead end)
 };
@@ -170,6 +175,11 @@ struct Core {
   // Adaptive speculation (spec/adaptive.h): the fit of a pass's time and the switch.
   spec::IterationCostModel pass_cost;
   spec::SpeculationSwitch spec_switch;
+  // Acceptance over all sequences, per speculative type: a new sequence's estimate
+  // starts from it (a fleet whose drafts are rejected does not pay a few rejected drafts
+  // per new request before each sequence learns it on its own).
+  std::map<spec::SpecType, spec::AcceptanceEstimate> type_acceptance;
+  void RecordAcceptance(SeqState& s, int32_t drafted, int32_t accepted);
   SchedulerStats stats;
   std::thread thread;
 
@@ -326,6 +336,13 @@ bool Core::AdmitLocked(Outbox* out) {
     // The sampler was built by Start(); penalties see the prompt, the grammar does not.
     for (int32_t t : s->prompt) (void)s->sampler->Accept(t, /*accept_grammar=*/false);
     s->spec_rng.seed(s->sampler->seed() ^ 0x5bd1e995u);
+    if (s->draft_source != nullptr) {
+      s->spec_type = s->draft_source->Stats().type;
+      auto it = type_acceptance.find(s->spec_type);
+      if (it != type_acceptance.end() && it->second.drafts() >= 4) {
+        s->acceptance = spec::AcceptanceEstimate(it->second.rate());
+      }
+    }
     s->pending = s->prompt.back();
     s->pending_is_prompt = true;
     ++stats.sequences_started;
@@ -494,7 +511,8 @@ int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, double token_sha
   if (!cfg.adaptive_speculation) return static_cast<int32_t>(k_max);
   if (!spec_switch.Enabled()) return 0;
   int32_t k = spec::DraftLengthFor(s.acceptance.rate(), token_share, static_cast<int32_t>(k_max));
-  if (k < k_min) k = s.passes_since_draft >= cfg.spec_probe_interval ? k_min : 0;
+  const int32_t probe = s.probe_interval > 0 ? s.probe_interval : cfg.spec_probe_interval;
+  if (k < k_min) k = s.passes_since_draft >= probe ? k_min : 0;
   return k;
 }
 
@@ -528,6 +546,7 @@ double Core::ProposeDrafts(std::vector<Work>* plan, int32_t* errors) {
     Work& w = *owners[i];
     if (!jobs[i].result.ok()) {
       ++*errors;
+      w.draft_failed = true;
       continue;
     }
     spec::DraftResult d = *std::move(jobs[i].result);
@@ -539,21 +558,38 @@ double Core::ProposeDrafts(std::vector<Work>* plan, int32_t* errors) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+void Core::RecordAcceptance(SeqState& s, int32_t drafted, int32_t accepted) {
+  s.acceptance.Record(drafted, accepted);
+  auto it = type_acceptance.try_emplace(s.spec_type, 0.6, 2.0, 0.95).first;
+  it->second.Record(drafted, accepted);
+}
+
 // After a pass (under mu, on the scheduler thread): reports acceptance to the draft sources, updates each sequence's
 // acceptance estimate and statistics, the pass-time fit and the switch.
 void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens) {
   if (batch_tokens > 0) pass_cost.Observe(batch_tokens, pass_seconds);
-  int32_t seqs = 0, out = 0, drafted = 0;
+  int32_t seqs = 0, out = 0, drafted = 0, asked = 0;
+  // Probes back off exponentially (to this many passes) while they do not pay.
+  constexpr int32_t kMaxProbeInterval = 256;
   for (Work& w : *plan) {
     if (w.prefill || w.s->draft_source == nullptr) continue;
     SeqState& s = *w.s;
     ++seqs;
+    asked += w.auto_draft;
     out += static_cast<int32_t>(w.result.tokens.size());
-    if (!w.draft.empty() && w.error.ok()) {
+    const int32_t probe = s.probe_interval > 0 ? s.probe_interval : cfg.spec_probe_interval;
+    if (w.draft_failed) {
+      // A failed or late draft cost a wait and gave nothing: for the sequence's policy
+      // it is a fully rejected draft, so a source that keeps failing fades out too.
+      RecordAcceptance(s, w.auto_draft, 0);
+      s.passes_since_draft = 0;
+      s.probe_interval = std::min(kMaxProbeInterval, 2 * probe);
+    } else if (!w.draft.empty() && w.error.ok()) {
       const int32_t n_draft = static_cast<int32_t>(w.draft.size());
       s.draft_source->Accept(w.result.n_accepted);
-      s.acceptance.Record(n_draft, w.result.n_accepted);
+      RecordAcceptance(s, n_draft, w.result.n_accepted);
       s.passes_since_draft = 0;
+      s.probe_interval = w.result.n_accepted > 0 ? 0 : std::min(kMaxProbeInterval, 2 * probe);
       drafted += n_draft;
       ++stats.spec_passes;
       stats.spec_draft_tokens += static_cast<uint64_t>(n_draft);
@@ -568,7 +604,9 @@ void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_
   // their drafts, by the fitted t(T).
   const double plain = pass_cost.t0() + pass_cost.c() * std::max(1, batch_tokens - drafted);
   const bool was_on = spec_switch.Enabled();
-  spec_switch.Observe(seqs, out, drafted, pass_seconds + draft_seconds, plain);
+  // Passes that asked for drafts count, drafts or not: a failed or empty draft's wait is
+  // part of what speculation costs.
+  spec_switch.Observe(seqs, out, asked, pass_seconds + draft_seconds, plain);
   if (was_on && !spec_switch.Enabled()) {
     HERD_LOG(Info) << "scheduler: speculation paused: measured speedup " << spec_switch.speedup() << " < 1";
   }

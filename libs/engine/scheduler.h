@@ -192,8 +192,9 @@ struct SchedulerConfig {
   /// acceptance and the per-token cost of a pass, and stop drafting while drafts
   /// measurably do not pay (spec/adaptive.h). false: every draft asks for draft_max.
   bool adaptive_speculation = true;
-  /// A sequence whose drafts stopped paying probes again with a short draft every this
-  /// many passes (>= 1).
+  /// A sequence whose drafts stopped paying probes again with a short draft after this
+  /// many passes (>= 1); the interval doubles (up to 256) after each probe that is
+  /// rejected or fails, and resets when a draft token is accepted.
   int32_t spec_probe_interval = 16;
 };
 

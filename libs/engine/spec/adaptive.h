@@ -91,8 +91,10 @@ class SpeculationSwitch {
  public:
   explicit SpeculationSwitch(double min_speedup = 1.0, int32_t cooldown = 64, double decay = 0.95);
   /// One pass: `sequences` decode sequences, `tokens_out` tokens they produced,
-  /// `draft_tokens` draft tokens verified (0: a plain pass), `seconds` the pass plus the
-  /// wait for its drafts, `plain_seconds` the model's time of the pass without drafts.
+  /// `draft_tokens` draft tokens asked for (0: a plain pass, not counted; a pass whose
+  /// drafts failed or came back empty counts, its wait is a cost of speculation),
+  /// `seconds` the pass plus the wait for its drafts, `plain_seconds` the model's time
+  /// of the pass without drafts.
   void Observe(int32_t sequences, int32_t tokens_out, int32_t draft_tokens, double seconds, double plain_seconds);
   /// Whether drafts should be asked for now.
   bool Enabled() const { return cooldown_left_ <= 0; }
