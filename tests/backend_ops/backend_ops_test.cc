@@ -20,6 +20,9 @@
 //     K = 4096 / 11008, flash attention at head dim 128 / 256 with 32/8 heads); slow on
 //     lavapipe and on the scalar reference, so off by default.
 //
+// backend_ops_remote_test is this file linked with kind "remote" backed by a compute
+// server on loopback (//libs/backend/remote:register_loopback) and compiled with
+// HERD_BACKEND_OPS_REMOTE_ONLY: every case through the remote backend's wire.
 // backend_ops_test has the kinds of the generic binaries (cpu, vulkan, cuda);
 // backend_ops_hip_test is this file linked with the hip kind (//libs/backend/hip:register)
 // and compiled with HERD_BACKEND_OPS_HIP_ONLY: it tests hip alone (the others are
@@ -492,6 +495,8 @@ std::vector<std::string> SelectedKinds() {
   const char* env = std::getenv("HERD_BACKEND_OPS_BACKENDS");
 #ifdef HERD_BACKEND_OPS_HIP_ONLY
   std::string want = "hip";
+#elif defined(HERD_BACKEND_OPS_REMOTE_ONLY)
+  std::string want = "remote";
 #else
   std::string want = "all";
 #endif

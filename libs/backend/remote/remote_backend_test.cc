@@ -1,0 +1,329 @@
+// The remote backend against a compute server on loopback, and the server's checks of
+// every message (ComputeServer driven directly with hand-made bad messages).
+#include "libs/backend/remote/remote_backend.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "libs/backend/cpu_backend.h"
+#include "libs/backend/remote/remote_server.h"
+#include "libs/backend/remote/testing/loopback.h"
+#include "libs/backend/remote/wire.h"
+#include "libs/backend/testing/device_checks.h"
+#include "libs/backend/testing/op_graph.h"
+
+namespace herd::remote {
+namespace {
+
+using ::herd::remote::testing::LoopbackServer;
+
+class RemoteBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = LoopbackServer::Start(1);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    auto b = server_->Connect();
+    ASSERT_TRUE(b.ok()) << b.status();
+    remote_ = *std::move(b);
+  }
+  std::unique_ptr<LoopbackServer> server_;
+  std::unique_ptr<RemoteBackend> remote_;
+  CpuBackend cpu_{1};
+};
+
+TEST_F(RemoteBackendTest, DeviceInfo) {
+  herd::testing::ExpectDevice0(remote_->device(), "remote", remote_->name(), remote_.get(), &cpu_);
+  EXPECT_NE(remote_->device().description.find(server_->address()), std::string::npos);
+}
+
+TEST_F(RemoteBackendTest, TransfersRoundTrip) { herd::testing::ExpectTransfersRoundTrip(remote_.get(), &cpu_); }
+
+TEST_F(RemoteBackendTest, BadIndexIsAnError) { herd::testing::ExpectBadIndexIsAnError(remote_.get(), &cpu_); }
+
+// Inputs, a graph and the read of its result cost one round trip.
+TEST_F(RemoteBackendTest, ComputeAndReadIsOneRoundTrip) {
+  Graph g;
+  Tensor* w = g.NewTensor(GgmlType::F32, {64, 32}, "w");
+  Tensor* x = g.NewTensor(GgmlType::F32, {64, 4}, "x");
+  Tensor* y = g.MulMat(w, x);
+  Tensor* z = g.RmsNorm(y, 1e-5f);
+  g.SetOutput(z);
+  auto buf = remote_->default_buffer_type()->Allocate(w->nbytes() + x->nbytes() + 256);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  ASSERT_TRUE(PlaceTensor(w, buf->get(), 0).ok());
+  ASSERT_TRUE(PlaceTensor(x, buf->get(), (w->nbytes() + 255) / 256 * 256).ok());
+  const std::vector<float> wv = herd::testing::OpGraph::Floats(64 * 32, 1);
+  const std::vector<float> xv = herd::testing::OpGraph::Floats(64 * 4, 2);
+  ASSERT_TRUE(remote_->SetTensor(w, wv.data(), 0, w->nbytes()).ok());
+  ASSERT_TRUE(remote_->Synchronize().ok());
+  const RemoteStats before = remote_->stats();
+  ASSERT_TRUE(remote_->SetTensorAsync(x, xv.data(), 0, x->nbytes()).ok());
+  ASSERT_TRUE(remote_->GraphCompute(g).ok());  // places y and z in a scratch buffer (one AllocBuffer)
+  std::vector<float> got(static_cast<size_t>(z->nelements()));
+  ASSERT_TRUE(remote_->GetTensor(z, got.data(), 0, z->nbytes()).ok());
+  const RemoteStats after = remote_->stats();
+  EXPECT_EQ(after.round_trips - before.round_trips, 2u);  // the scratch allocation + one Execute
+
+  // The same graph again: the scratch is reused, so one round trip.
+  ASSERT_TRUE(remote_->SetTensorAsync(x, xv.data(), 0, x->nbytes()).ok());
+  Graph g2;
+  Tensor* w2 = g2.NewTensor(GgmlType::F32, {64, 32}, "w");
+  Tensor* x2 = g2.NewTensor(GgmlType::F32, {64, 4}, "x");
+  *w2 = *w;
+  *x2 = *x;
+  Tensor* z2 = g2.RmsNorm(g2.MulMat(w2, x2), 1e-5f);
+  g2.SetOutput(z2);
+  ASSERT_TRUE(remote_->GraphCompute(g2).ok());
+  std::vector<float> again(got.size());
+  ASSERT_TRUE(remote_->GetTensor(z2, again.data(), 0, z2->nbytes()).ok());
+  EXPECT_EQ(remote_->stats().round_trips - after.round_trips, 1u);
+  EXPECT_EQ(again, got);
+
+  // The CPU computes the same.
+  Graph c;
+  Tensor* cw = c.NewTensor(GgmlType::F32, {64, 32});
+  Tensor* cx = c.NewTensor(GgmlType::F32, {64, 4});
+  cw->data = const_cast<float*>(wv.data());
+  cx->data = const_cast<float*>(xv.data());
+  Tensor* cz = c.RmsNorm(c.MulMat(cw, cx), 1e-5f);
+  c.SetOutput(cz);
+  ASSERT_TRUE(cpu_.GraphCompute(c).ok());
+  EXPECT_EQ(0, std::memcmp(cz->data, got.data(), cz->nbytes()));
+}
+
+// A server that stops answering: UNAVAILABLE naming it, within the deadline.
+TEST_F(RemoteBackendTest, LostServerIsUnavailableNamingIt) {
+  Graph g;
+  Tensor* a = g.NewTensor(GgmlType::F32, {16});
+  auto buf = remote_->default_buffer_type()->Allocate(a->nbytes());
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(PlaceTensor(a, buf->get(), 0).ok());
+  server_->Shutdown();
+  float v[16] = {};
+  absl::Status s = remote_->GetTensor(a, v, 0, sizeof(v));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find(server_->address()), std::string::npos) << s;
+  EXPECT_EQ(remote_->Probe().code(), absl::StatusCode::kUnavailable);
+}
+
+// ---------------------------------------------------------------------------
+// The server's checks, message by message.
+
+class ComputeServerTest : public ::testing::Test {
+ protected:
+  ComputeServerTest() : server_(std::make_unique<CpuBackend>(1), Opts(), 7) {}
+  static ServerOptions Opts() {
+    ServerOptions o;
+    o.max_buffer_bytes = 1 << 20;
+    return o;
+  }
+  uint64_t Alloc(uint64_t size) {
+    absl::StatusOr<uint64_t> id = server_.Alloc(7, size);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : 0;
+  }
+  absl::Status Run(const v1::Command& c) {
+    v1::ExecuteRequest req;
+    req.set_instance(7);
+    *req.add_commands() = c;
+    v1::ExecuteResponse resp;
+    return server_.Execute(req, &resp);
+  }
+  static v1::WireTensor Leaf(uint64_t buffer, uint64_t offset, std::vector<int64_t> ne, GgmlType type = GgmlType::F32) {
+    Tensor t;
+    t.type = type;
+    for (size_t i = 0; i < 4; ++i) t.ne[i] = i < ne.size() ? ne[i] : 1;
+    SetContiguousStrides(&t);
+    v1::WireTensor w;
+    w.set_type(static_cast<int>(type));
+    for (int i = 0; i < 4; ++i) {
+      w.add_ne(t.ne[i]);
+      w.add_nb(t.nb[i]);
+    }
+    w.set_buffer(buffer);
+    w.set_offset(offset);
+    w.set_name("leaf");
+    return w;
+  }
+  // A valid compute: rms_norm of a [64, 2] leaf at 0 into 1024.
+  v1::Command Norm(uint64_t buf) {
+    v1::Command c;
+    *c.mutable_compute()->add_tensors() = Leaf(buf, 0, {64, 2});
+    v1::WireTensor n = Leaf(buf, 1024, {64, 2});
+    n.set_op(static_cast<int>(Op::kRmsNorm));
+    n.add_src(0);
+    n.add_f_params(1e-5f);
+    *c.mutable_compute()->add_tensors() = n;
+    return c;
+  }
+  void ExpectBad(const v1::Command& c, const std::string& words) {
+    absl::Status s = Run(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(words), std::string::npos) << s;
+  }
+  ComputeServer server_;
+};
+
+TEST_F(ComputeServerTest, ValidGraphRuns) {
+  const uint64_t b = Alloc(4096);
+  EXPECT_TRUE(Run(Norm(b)).ok());
+}
+
+TEST_F(ComputeServerTest, OtherInstanceIsAborted) {
+  EXPECT_EQ(server_.Alloc(8, 64).status().code(), absl::StatusCode::kAborted);
+  v1::ExecuteRequest req;
+  req.set_instance(8);
+  v1::ExecuteResponse resp;
+  EXPECT_EQ(server_.Execute(req, &resp).code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(ComputeServerTest, BufferLimitIsResourceExhausted) {
+  EXPECT_EQ(server_.Alloc(7, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server_.Alloc(7, (1 << 20) + 1).status().code(), absl::StatusCode::kResourceExhausted);
+  const uint64_t b = Alloc(1 << 19);
+  EXPECT_EQ(server_.Alloc(7, (1 << 19) + 1).status().code(), absl::StatusCode::kResourceExhausted);
+  v1::Command f;
+  f.mutable_free()->set_buffer(b);
+  EXPECT_TRUE(Run(f).ok());
+  EXPECT_EQ(server_.bytes_allocated(), 0u);
+  EXPECT_TRUE(server_.Alloc(7, 1 << 20).ok());
+}
+
+TEST_F(ComputeServerTest, ByteRangesOutsideBuffersAreRefused) {
+  const uint64_t b = Alloc(256);
+  v1::Command c;
+  c.mutable_set()->set_buffer(b);
+  c.mutable_set()->set_offset(200);
+  c.mutable_set()->set_data(std::string(57, 'x'));
+  ExpectBad(c, "outside buffer");
+  c.mutable_set()->set_offset(~uint64_t{0});
+  c.mutable_set()->set_data("x");
+  ExpectBad(c, "outside buffer");
+  v1::Command g;
+  g.mutable_get()->set_buffer(b + 100);
+  g.mutable_get()->set_size(1);
+  ExpectBad(g, "unknown buffer");
+  v1::Command cp;
+  cp.mutable_copy()->set_src_buffer(b);
+  cp.mutable_copy()->set_dst_buffer(b);
+  cp.mutable_copy()->set_dst_offset(128);
+  cp.mutable_copy()->set_size(129);
+  ExpectBad(cp, "outside buffer");
+  v1::Command cl;
+  cl.mutable_clear()->set_buffer(b);
+  cl.mutable_clear()->set_value(256);
+  ExpectBad(cl, "not a byte");
+  EXPECT_EQ(Run(v1::Command()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ComputeServerTest, BadTensorsAreRefusedByName) {
+  const uint64_t b = Alloc(4096);
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_offset(4096 - 64);  // leaf past the end
+    ExpectBad(c, "outside buffer");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(1)->set_src(0, 1);  // itself
+    ExpectBad(c, "not an earlier tensor");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(1)->set_src(0, -7);
+    ExpectBad(c, "not an earlier tensor");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(1)->set_op(999);
+    ExpectBad(c, "unknown op");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_type(12345);
+    ExpectBad(c, "unknown type");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(1)->set_ne(1, 3);  // the node's shape is not its source's
+    ExpectBad(c, "not what it makes of its sources");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_ne(2, 0);
+    ExpectBad(c, "outside [1, 2^32]");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_nb(3, uint64_t{1} << 60);
+    ExpectBad(c, "above 2^48");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_nb(0, 2);
+    ExpectBad(c, "element size");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(1)->clear_src();  // rms_norm without its source
+    ExpectBad(c, "needs src[0]");
+  }
+  {
+    // A view reaching past its root.
+    v1::Command c = Norm(b);
+    v1::WireTensor v = Leaf(0, 0, {64, 2});
+    v.set_op(static_cast<int>(Op::kView));
+    v.add_src(0);
+    v.set_view_src(1);
+    v.set_view_offs(8);
+    *c.mutable_compute()->mutable_tensors(1) = v;
+    ExpectBad(c, "outside its root");
+  }
+  {
+    // A quantized matrix whose rows are not whole blocks.
+    v1::Command c;
+    *c.mutable_compute()->add_tensors() = Leaf(b, 0, {33, 2}, GgmlType::Q4_0);
+    ExpectBad(c, "not whole");
+  }
+  {
+    // mul_mat of mismatched inner sizes (SupportsOp refuses).
+    v1::Command c;
+    *c.mutable_compute()->add_tensors() = Leaf(b, 0, {64, 4});
+    *c.mutable_compute()->add_tensors() = Leaf(b, 1024, {32, 2});
+    v1::WireTensor m = Leaf(b, 2048, {4, 2});
+    m.set_op(static_cast<int>(Op::kMulMat));
+    m.add_src(0);
+    m.add_src(1);
+    *c.mutable_compute()->add_tensors() = m;
+    ExpectBad(c, "does not compute");
+  }
+}
+
+// get_rows ids past the table are the kernel's clean error, not a read outside it.
+TEST_F(ComputeServerTest, BadRowIdIsAnError) {
+  const uint64_t b = Alloc(4096);
+  v1::Command set;
+  set.mutable_set()->set_buffer(b);
+  set.mutable_set()->set_offset(2048);
+  const int32_t ids[2] = {1, 1000};
+  set.mutable_set()->set_data(ids, sizeof(ids));
+  ASSERT_TRUE(Run(set).ok());
+  v1::Command c;
+  *c.mutable_compute()->add_tensors() = Leaf(b, 0, {16, 4});
+  *c.mutable_compute()->add_tensors() = Leaf(b, 2048, {2}, GgmlType::I32);
+  v1::WireTensor r = Leaf(b, 3072, {16, 2});
+  r.set_op(static_cast<int>(Op::kGetRows));
+  r.add_src(0);
+  r.add_src(1);
+  *c.mutable_compute()->add_tensors() = r;
+  absl::Status s = Run(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("outside [0, 4)"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace herd::remote
