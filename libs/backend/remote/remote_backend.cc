@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,20 @@ namespace {
 void* const kFakeBase = reinterpret_cast<void*>(uintptr_t{0x1000});
 
 }  // namespace
+
+// One buffer on the server: its id there (new after the server restarted) and the writes
+// that can be sent again after a restart because their source is memory the caller
+// declared stable (AddStableHostRegion: the model's file mapping).
+struct BufferRecord {
+  std::atomic<uint64_t> id{0};
+  uint64_t size = 0;
+  struct Write {
+    uint64_t offset;
+    const uint8_t* src;
+    uint64_t size;
+  };
+  std::vector<Write> replay;  // guarded by Conn::mu_
+};
 
 // The link to one server and the queue of commands not yet sent. Shared by the backend
 // and its buffers (a buffer freed after the backend still queues its Free).
@@ -40,9 +55,14 @@ class RemoteBackend::Conn {
                         absl::StrCat("remote backend ", opts_.address, ": ", call, ": ", s.error_message()));
   }
 
-  absl::StatusOr<v1::GetDeviceResponse> GetDevice() {
+  // `probe`: wait (up to 5 s, at most the timeout) for a link being re-established
+  // instead of failing at once while the channel backs off.
+  absl::StatusOr<v1::GetDeviceResponse> GetDevice(bool probe = false) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + opts_.timeout);
+    ctx.set_deadline(
+        std::chrono::system_clock::now() +
+        (probe ? std::min<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(5)) : opts_.timeout));
+    ctx.set_wait_for_ready(probe);
     v1::GetDeviceResponse resp;
     grpc::Status s = stub_->GetDevice(&ctx, v1::GetDeviceRequest(), &resp);
     Count(0, resp.ByteSizeLong());
@@ -64,12 +84,18 @@ class RemoteBackend::Conn {
   }
 
   absl::StatusOr<uint64_t> Alloc(uint64_t size) {
-    v1::AllocBufferRequest req;
+    uint64_t instance = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (lost_) return LostError();
-      req.set_instance(instance_);
+      instance = instance_;
     }
+    return AllocOn(instance, size);
+  }
+
+  absl::StatusOr<uint64_t> AllocOn(uint64_t instance, uint64_t size) {
+    v1::AllocBufferRequest req;
+    req.set_instance(instance);
     req.set_size(size);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + opts_.timeout);
@@ -100,6 +126,128 @@ class RemoteBackend::Conn {
   absl::Status Flush() {
     std::unique_lock<std::mutex> lock(mu_);
     return FlushLocked(lock);
+  }
+
+  std::shared_ptr<BufferRecord> NewRecord(uint64_t id, uint64_t size) {
+    auto r = std::make_shared<BufferRecord>();
+    r->id = id;
+    r->size = size;
+    std::lock_guard<std::mutex> lock(mu_);
+    records_[r.get()] = r;
+    return r;
+  }
+  void Forget(BufferRecord* r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.erase(r);
+  }
+
+  void AddStable(const void* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stable_.emplace_back(reinterpret_cast<uintptr_t>(p), n);
+  }
+
+  // Remembers a write for replay when its source is stable; drops replays it overwrites.
+  void NoteWrite(BufferRecord* r, uint64_t offset, const void* src, uint64_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& w = r->replay;
+    if (!w.empty()) {
+      w.erase(std::remove_if(
+                  w.begin(), w.end(),
+                  [&](const BufferRecord::Write& x) { return x.offset < offset + size && offset < x.offset + x.size; }),
+              w.end());
+    }
+    const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+    for (const auto& [lo, n] : stable_) {
+      if (a >= lo && a - lo <= n && size <= n - (a - lo)) {
+        w.push_back({offset, static_cast<const uint8_t*>(src), size});
+        return;
+      }
+    }
+  }
+  void NoteOverwrite(BufferRecord* r, uint64_t offset, uint64_t size) { NoteWrite(r, offset, nullptr, size); }
+
+  void NotePrepare(const v1::Command& c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    prepares_.push_back(c);
+  }
+
+  // After a restart: new buffers for every live one, the stable writes and the prepared
+  // weights sent again. Other contents are lost (zero).
+  absl::Status Restore(uint64_t instance) {
+    std::vector<std::shared_ptr<BufferRecord>> recs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lost_ = true;  // nothing else goes out meanwhile
+      pending_.clear_commands();
+      reads_.clear();
+      pending_bytes_ = 0;
+      instance_ = instance;
+      for (auto& [p, r] : records_) recs.push_back(r);
+    }
+    std::unordered_map<uint64_t, uint64_t> ids;
+    for (const auto& r : recs) {
+      HERD_ASSIGN_OR_RETURN(uint64_t id, AllocOn(instance, r->size));
+      ids[r->id.load()] = id;
+      r->id = id;
+    }
+    v1::ExecuteRequest req;
+    size_t bytes = 0;
+    auto send = [&]() -> absl::Status {
+      if (req.commands_size() == 0) return absl::OkStatus();
+      req.set_instance(instance);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + opts_.timeout);
+      v1::ExecuteResponse resp;
+      grpc::Status s = stub_->Execute(&ctx, req, &resp);
+      Count(req.ByteSizeLong(), resp.ByteSizeLong());
+      req.clear_commands();
+      bytes = 0;
+      return s.ok() ? absl::OkStatus() : LinkError("Execute (restoring buffers)", s);
+    };
+    std::vector<v1::Command> prepares;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      prepares = prepares_;
+    }
+    for (const auto& r : recs) {
+      std::vector<BufferRecord::Write> writes;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        writes = r->replay;
+      }
+      for (const BufferRecord::Write& w : writes) {
+        for (uint64_t done = 0; done < w.size;) {
+          const uint64_t n = std::min<uint64_t>(opts_.max_batch_bytes, w.size - done);
+          v1::SetBytes* sb = req.add_commands()->mutable_set();
+          sb->set_buffer(r->id.load());
+          sb->set_offset(w.offset + done);
+          sb->set_data(w.src + done, n);
+          bytes += n;
+          done += n;
+          if (bytes >= opts_.max_batch_bytes) HERD_RETURN_IF_ERROR(send());
+        }
+      }
+    }
+    for (v1::Command& c : prepares) {
+      bool live = true;
+      for (v1::WireTensor& t : *c.mutable_prepare()->mutable_tensors()) {
+        auto it = ids.find(t.buffer());
+        if (it == ids.end()) {
+          live = false;
+          break;
+        }
+        t.set_buffer(it->second);
+      }
+      if (live) *req.add_commands() = std::move(c);
+    }
+    HERD_RETURN_IF_ERROR(send());
+    std::lock_guard<std::mutex> lock(mu_);
+    prepares_.clear();
+    for (v1::Command& c : prepares) {
+      if (c.has_prepare()) prepares_.push_back(c);
+    }
+    lost_ = false;
+    return absl::OkStatus();
   }
 
   RemoteStats stats() const {
@@ -175,15 +323,19 @@ class RemoteBackend::Conn {
   std::vector<std::pair<void*, uint64_t>> reads_;
   size_t pending_bytes_ = 0;
   std::atomic<uint64_t> round_trips_{0}, bytes_sent_{0}, bytes_received_{0};
+  std::unordered_map<BufferRecord*, std::shared_ptr<BufferRecord>> records_;
+  std::vector<std::pair<uintptr_t, size_t>> stable_;
+  std::vector<v1::Command> prepares_;  // PrepareWeights sent, for a restore
 };
 
 class RemoteBackend::RemoteBuffer : public Buffer {
  public:
   RemoteBuffer(BufferType* type, std::shared_ptr<Conn> conn, uint64_t id, size_t size)
-      : type_(type), conn_(std::move(conn)), id_(id), size_(size) {}
+      : type_(type), conn_(std::move(conn)), rec_(conn_->NewRecord(id, size)), size_(size) {}
   ~RemoteBuffer() override {
     v1::Command c;
-    c.mutable_free()->set_buffer(id_);
+    c.mutable_free()->set_buffer(rec_->id.load());
+    conn_->Forget(rec_.get());
     (void)conn_->Queue(std::move(c));  // sent with the next call; lost with a lost server
   }
   BufferType* type() const override { return type_; }
@@ -191,16 +343,18 @@ class RemoteBackend::RemoteBuffer : public Buffer {
   size_t size() const override { return size_; }
   void Clear(uint8_t value) override {
     v1::Command c;
-    c.mutable_clear()->set_buffer(id_);
+    c.mutable_clear()->set_buffer(rec_->id.load());
     c.mutable_clear()->set_value(value);
+    conn_->NoteOverwrite(rec_.get(), 0, size_);
     (void)conn_->Queue(std::move(c));
   }
-  uint64_t id() const { return id_; }
+  uint64_t id() const { return rec_->id.load(); }
+  BufferRecord* record() const { return rec_.get(); }
 
  private:
   BufferType* type_;
   std::shared_ptr<Conn> conn_;
-  uint64_t id_;
+  std::shared_ptr<BufferRecord> rec_;
   size_t size_;
 };
 
@@ -288,6 +442,8 @@ absl::Status RemoteBackend::SetTensor(Tensor* t, const void* data, size_t offset
                                               t->nbytes(), " bytes)"));
   }
   t->extra.reset();
+  const Buffer* buf = t->buffer != nullptr ? t->buffer : t->view_src->buffer;
+  conn_->NoteWrite(static_cast<const RemoteBuffer*>(buf)->record(), base + offset, data, size);
   const size_t chunk = std::max<size_t>(conn_->opts().max_batch_bytes, 1);
   const uint8_t* p = static_cast<const uint8_t*>(data);
   for (size_t done = 0; done < size || (size == 0 && done == 0); done += chunk) {
@@ -342,6 +498,8 @@ absl::Status RemoteBackend::CopyTensor(const Tensor* src, Tensor* dst) {
   HERD_RETURN_IF_ERROR(Locate(src, &sid, &soff));
   HERD_RETURN_IF_ERROR(Locate(dst, &did, &doff));
   dst->extra.reset();
+  const Buffer* dbuf = dst->buffer != nullptr ? dst->buffer : dst->view_src->buffer;
+  conn_->NoteOverwrite(static_cast<const RemoteBuffer*>(dbuf)->record(), doff, dst->nbytes());
   v1::Command c;
   v1::CopyBytes* cp = c.mutable_copy();
   cp->set_src_buffer(sid);
@@ -370,6 +528,7 @@ absl::Status RemoteBackend::PrepareWeights(const std::vector<Tensor*>& weights) 
         return std::make_pair(id, off);
       },
       c.mutable_prepare()));
+  conn_->NotePrepare(c);
   HERD_RETURN_IF_ERROR(conn_->Queue(std::move(c)));
   return conn_->Flush();
 }
@@ -414,6 +573,17 @@ absl::Status RemoteBackend::Probe() {
   }
   return absl::OkStatus();
 }
+
+absl::Status RemoteBackend::CheckDevice() {
+  HERD_ASSIGN_OR_RETURN(v1::GetDeviceResponse dev, conn_->GetDevice(/*probe=*/true));
+  if (dev.instance() == conn_->instance() && !conn_->lost()) return absl::OkStatus();
+  HERD_RETURN_IF_ERROR(conn_->Restore(dev.instance()));
+  return absl::DataLossError(absl::StrCat("remote backend ", conn_->opts().address,
+                                          ": the compute server restarted; its weights were sent again, the rest of "
+                                          "its memory (the KV cache) is lost"));
+}
+
+void RemoteBackend::AddStableHostRegion(const void* p, size_t size) { conn_->AddStable(p, size); }
 
 RemoteStats RemoteBackend::stats() const { return conn_->stats(); }
 

@@ -87,6 +87,17 @@ class RemoteBackend : public Backend {
   /// Whether the server answers now (GetDevice within the timeout) and is the same
   /// instance. OK, UNAVAILABLE (unreachable) or FAILED_PRECONDITION (restarted).
   absl::Status Probe();
+  /// Whether the server answers now (GetDevice within the timeout). After a restart
+  /// (another instance) it first restores this backend's memory: every live buffer is
+  /// allocated again, the writes from stable host memory (AddStableHostRegion) and the
+  /// prepared weights are sent again, and DATA_LOSS says the rest (the KV cache) is gone;
+  /// later calls work again. Errors: UNAVAILABLE naming the server while it cannot be
+  /// reached; DATA_LOSS once after a restore.
+  absl::Status CheckDevice();
+  /// Host memory [p, p + size) that stays valid and unchanged for the backend's life (a
+  /// model's file mapping): writes from it are remembered (pointer and range, not a copy)
+  /// and sent again after a server restart.
+  void AddStableHostRegion(const void* p, size_t size);
   RemoteStats stats() const;
   const std::string& address() const;
 

@@ -110,6 +110,63 @@ TEST_F(RemoteBackendTest, LostServerIsUnavailableNamingIt) {
   EXPECT_EQ(remote_->Probe().code(), absl::StatusCode::kUnavailable);
 }
 
+// A server that restarts: CheckDevice restores the buffers, sends the weights again
+// (written from stable memory) and says the rest is lost; computing works again.
+TEST_F(RemoteBackendTest, RestartedServerGetsItsWeightsBack) {
+  Graph g;
+  Tensor* w = g.NewTensor(GgmlType::Q8_0, {64, 32}, "blk.0.ffn_up.weight");
+  Tensor* x = g.NewTensor(GgmlType::F32, {64, 2}, "x");
+  Tensor* kv = g.NewTensor(GgmlType::F32, {16}, "cache");
+  Tensor* y = g.MulMat(w, x);
+  g.SetOutput(y);
+  std::vector<uint8_t> weights(w->nbytes());
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<uint8_t>((i * 37) % 251);
+  for (size_t b = 0; b < weights.size(); b += 34) weights[b + 1] = 0x1c;  // sane f16 block scales
+  remote_->AddStableHostRegion(weights.data(), weights.size());
+  auto wbuf = remote_->default_buffer_type()->Allocate(w->nbytes());
+  auto other = remote_->default_buffer_type()->Allocate(4096);
+  ASSERT_TRUE(wbuf.ok() && other.ok());
+  ASSERT_TRUE(PlaceTensor(w, wbuf->get(), 0).ok());
+  ASSERT_TRUE(PlaceTensor(x, other->get(), 0).ok());
+  ASSERT_TRUE(PlaceTensor(kv, other->get(), 1024).ok());
+  ASSERT_TRUE(remote_->SetTensor(w, weights.data(), 0, weights.size()).ok());
+  ASSERT_TRUE(remote_->PrepareWeights({w}).ok());
+  const std::vector<float> xv = herd::testing::OpGraph::Floats(128, 3);
+  const std::vector<float> kvv(16, 2.5f);
+  ASSERT_TRUE(remote_->SetTensor(kv, kvv.data(), 0, kv->nbytes()).ok());
+  auto run = [&](std::vector<float>* out) -> absl::Status {
+    if (absl::Status s = remote_->SetTensor(x, xv.data(), 0, x->nbytes()); !s.ok()) return s;
+    Graph again;
+    Tensor* y2 = again.MulMat(w, x);
+    again.SetOutput(y2);
+    if (absl::Status s = remote_->GraphCompute(again); !s.ok()) return s;
+    out->resize(static_cast<size_t>(y2->nelements()));
+    return remote_->GetTensor(y2, out->data(), 0, y2->nbytes());
+  };
+  std::vector<float> before;
+  ASSERT_TRUE(run(&before).ok());
+  ASSERT_TRUE(remote_->CheckDevice().ok());
+
+  const int port = std::stoi(server_->address().substr(server_->address().rfind(':') + 1));
+  server_->Shutdown();
+  EXPECT_EQ(remote_->CheckDevice().code(), absl::StatusCode::kUnavailable);
+  std::vector<float> during;
+  EXPECT_EQ(run(&during).code(), absl::StatusCode::kUnavailable);
+
+  auto restarted = LoopbackServer::Start(1, {}, /*instance=*/2, port);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  absl::Status s = remote_->CheckDevice();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(remote_->CheckDevice().ok());
+  std::vector<float> after;
+  ASSERT_TRUE(run(&after).ok());
+  EXPECT_EQ(after, before);
+  std::vector<float> kv_after(16, -1.0f);
+  ASSERT_TRUE(remote_->GetTensor(kv, kv_after.data(), 0, kv->nbytes()).ok());
+  EXPECT_EQ(kv_after, std::vector<float>(16, 0.0f));  // not stable memory: lost
+  server_ = *std::move(restarted);
+}
+
 // ---------------------------------------------------------------------------
 // The server's checks, message by message.
 

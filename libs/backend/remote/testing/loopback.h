@@ -14,10 +14,10 @@ namespace herd::remote::testing {
 
 class LoopbackServer {
  public:
-  /// Starts it on a free port with a CPU backend of `n_threads`. Errors: UNAVAILABLE when
-  /// no port can be bound.
+  /// Starts it on `port` (0: a free one) with a CPU backend of `n_threads`. Errors:
+  /// UNAVAILABLE when the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<LoopbackServer>> Start(int n_threads = 1, ServerOptions opts = {},
-                                                               uint64_t instance = 1);
+                                                               uint64_t instance = 1, int port = 0);
   ~LoopbackServer();
 
   /// "127.0.0.1:PORT".
