@@ -161,6 +161,10 @@ struct Core {
   std::condition_variable cv;
   bool stop = false;
   bool admitting = true;
+  // DropKvCache: pending (not OK) until the loop has ended every admitted sequence with
+  // it and emptied the KV cache; drop_epoch counts the drops done.
+  absl::Status drop_kv = absl::OkStatus();
+  uint64_t drop_epoch = 0;
   uint64_t next_id = 1;
   std::deque<std::shared_ptr<SeqState>> queue;    // admission order
   std::vector<std::shared_ptr<SeqState>> active;  // admission order
@@ -229,7 +233,7 @@ struct Core {
 };
 
 bool Core::HasWorkLocked() const {
-  if (!embed_jobs.empty()) return true;
+  if (!embed_jobs.empty() || !drop_kv.ok()) return true;
   for (const auto& s : queue) {
     if (s->cancel) return true;
   }
@@ -715,6 +719,16 @@ void Core::Run() {
     if (stop) break;
     Outbox out;
     bool changed = ReleaseCancelledLocked(&out);
+    if (!drop_kv.ok()) {  // the backend lost its memory: nothing computed before is valid
+      std::vector<std::shared_ptr<SeqState>> all(active.begin(), active.end());
+      for (const auto& s : all) ReleaseLocked(s, drop_kv, &out);
+      kvm->Clear();
+      UpdateKvStatsLocked();
+      drop_kv = absl::OkStatus();
+      ++drop_epoch;
+      cv.notify_all();
+      changed = true;
+    }
     changed |= AdmitLocked(&out);
     std::deque<EmbedJob> jobs = TakeEmbedJobsLocked();
     int64_t largest_job = 0;
@@ -991,6 +1005,16 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
 Scheduler::~Scheduler() { Shutdown(); }
 
 void Scheduler::Shutdown() { core_->ShutdownAndJoin(); }
+
+void Scheduler::DropKvCache(absl::Status why) {
+  if (why.ok()) why = absl::DataLossError("the KV cache was dropped");
+  std::unique_lock<std::mutex> l(core_->mu);
+  if (core_->stop) return;
+  const uint64_t epoch = core_->drop_epoch;
+  core_->drop_kv = std::move(why);
+  core_->cv.notify_all();
+  core_->cv.wait(l, [&] { return core_->stop || core_->drop_epoch != epoch; });
+}
 
 void Scheduler::StopAdmitting() {
   std::lock_guard<std::mutex> l(core_->mu);

@@ -344,6 +344,13 @@ class Scheduler {
   /// too few free cells (running sequences hold them) ends with RESOURCE_EXHAUSTED (retry).
   absl::Status Embed(std::vector<int32_t> tokens, Pooling pooling, EmbedCallback done);
 
+  /// For a backend whose memory was lost (a remote compute server that restarted:
+  /// Backend::CheckDevice's DATA_LOSS): ends every admitted sequence with `why` (an OK
+  /// status becomes DATA_LOSS) and empties the KV cache, prefix cache included; queued
+  /// sequences are admitted afresh. Returns once the scheduler thread has done it (at once
+  /// after Shutdown).
+  void DropKvCache(absl::Status why);
+
   /// New Start() calls fail with UNAVAILABLE; active and queued sequences continue.
   void StopAdmitting();
   /// Ends every sequence (kEnded with UNAVAILABLE), frees the KV cache and stops the

@@ -1167,6 +1167,35 @@ TEST_F(SchedulerTest, PrefixCacheReusesCellsAndKeepsSoloOutputs) {
 // Prompts that arrive together with a shared 120-token system prompt compute it once:
 // while the first prefills it (two 64-token passes), the others wait, then take its
 // cells and prefill only their own suffixes. Outputs equal solo runs.
+// A backend that lost its memory: every admitted sequence ends with the reason, the
+// prefix cache is emptied, and a new sequence runs from scratch with the solo output.
+TEST_F(SchedulerTest, DropKvCacheEndsAdmittedSequencesAndEmptiesTheCache) {
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  const std::vector<int32_t> solo = Solo(prompt, 4, Greedy());
+  auto engine = MakeEngine(256, 64);
+  auto sched = MakeScheduler(engine.get(), 2);
+  ASSERT_NE(sched, nullptr);
+  EXPECT_EQ(RunOne(sched.get(), prompt, 4), solo);  // leaves a cached prefix
+  auto seq = sched->Start(SeqParams(prompt));
+  ASSERT_TRUE(seq.ok());
+  ExpectStarted(seq->get());
+  EXPECT_EQ(Collect(seq->get(), 2).size(), 2u);
+  EXPECT_GT(sched->Stats().kv_cells_used, 0);
+  EXPECT_EQ(sched->Stats().cached_prefixes, 1);
+
+  sched->DropKvCache(absl::UnavailableError("remote backend 10.0.0.7:50061: restarted"));
+  // Done when DropKvCache returns: no waiting on timing.
+  EXPECT_EQ(sched->Stats().kv_cells_used, 0);
+  EXPECT_EQ(sched->Stats().cached_prefixes, 0);
+  EXPECT_EQ(sched->Stats().active, 0);
+  SequenceEvent ev = NextEvent(seq->get());
+  ASSERT_EQ(ev.kind, SequenceEvent::Kind::kEnded);
+  EXPECT_TRUE(absl::IsUnavailable(ev.status)) << ev.status;
+  EXPECT_NE(ev.status.message().find("10.0.0.7:50061"), std::string::npos);
+  EXPECT_EQ(RunOne(sched.get(), prompt, 4), solo);
+  EXPECT_EQ(sched->Stats().prefix_cache_hits, 0u);
+}
+
 TEST_F(SchedulerTest, PromptsArrivingTogetherComputeTheirSharedPrefixOnce) {
   std::mt19937 rng(99);
   const std::vector<int32_t> system = RandomPrompt(rng, 120);
