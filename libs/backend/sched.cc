@@ -201,7 +201,25 @@ size_t Scheduler::MemoryOf(const GraphRun& run, Tensor* t) const {
 
 absl::Status Scheduler::AssignBackends(const std::vector<Tensor*>& nodes, GraphRun& run) {
   const size_t nb = backends_.size();
-  size_t last_pinned = nb;  // the backend of the last node a weight pinned
+  // The backend holding a weight (a leaf in a buffer, not a graph input) that n reads,
+  // when it can compute n; nb if none.
+  const auto weight_pin = [&](const Tensor* n) {
+    for (const Tensor* s : n->src) {
+      if (s == nullptr) continue;
+      const Tensor* r = Root(const_cast<Tensor*>(s));
+      const Buffer* buf = BufferOf(s);
+      if (r->op != Op::kNone || r->is_input || buf == nullptr || !Pins(buf->type())) continue;
+      const size_t owner = OwnerOf(buf->type());
+      if (backends_[owner]->SupportsOp(*n)) return owner;
+    }
+    return nb;
+  };
+  // The backend of the last weight-pinned node; before the first, the first's.
+  size_t last_pinned = nb;
+  for (const Tensor* n : nodes) {
+    if (n->op == Op::kView || n->op == Op::kSetRows) continue;
+    if ((last_pinned = weight_pin(n)) != nb) break;
+  }
   for (Tensor* n : nodes) {
     if (n->op == Op::kView) continue;
     size_t pick = nb;
@@ -213,24 +231,10 @@ absl::Status Scheduler::AssignBackends(const std::vector<Tensor*>& nodes, GraphR
                                                      "' writes, but cannot compute it"));
       }
     }
-    // The backend holding a weight (a leaf in a buffer, not a graph input) it reads.
-    for (int i = 0; pick == nb && i < 4; ++i) {
-      Tensor* s = n->src[i];
-      if (s == nullptr) continue;
-      const Tensor* r = Root(s);
-      const Buffer* buf = BufferOf(s);
-      if (r->op != Op::kNone || r->is_input || buf == nullptr || !Pins(buf->type())) continue;
-      const size_t owner = MemoryOf(run, s);
-      if (backends_[owner]->SupportsOp(*n)) {
-        pick = owner;
-        last_pinned = owner;
-      }
-    }
+    if (pick == nb && (pick = weight_pin(n)) != nb) last_pinned = pick;
     // Else where the last weight-pinned node ran (ggml_backend_sched's expansion): a
     // layer's unweighted ops (norms, rope, attention, activations) stay with its weights.
-    if (pick == nb && last_pinned != nb && n->op != Op::kSetRows && backends_[last_pinned]->SupportsOp(*n)) {
-      pick = last_pinned;
-    }
+    if (pick == nb && last_pinned != nb && backends_[last_pinned]->SupportsOp(*n)) pick = last_pinned;
     for (size_t b = 0; pick == nb && b < nb; ++b) {
       if (backends_[b]->SupportsOp(*n)) pick = b;
     }
