@@ -325,6 +325,36 @@ TEST(SchedTest, WithoutAPlacementHostWeightsDoNotPullNodesOffTheDevice) {
   EXPECT_EQ(sched->last_stats().n_copies, 4);
 }
 
+// Records the weights PrepareWeights hands it.
+template <typename Base>
+class Recording : public Base {
+ public:
+  using Base::Base;
+  absl::Status PrepareWeights(const std::vector<Tensor*>& weights) override {
+    for (Tensor* t : weights) prepared.push_back(t->name);
+    return absl::OkStatus();
+  }
+  std::vector<std::string> prepared;
+};
+
+TEST(SchedTest, EachBackendPreparesTheWeightsInItsMemory) {
+  std::vector<std::unique_ptr<Backend>> bs;
+  bs.push_back(std::make_unique<Recording<FakeDevice>>(AllOps()));
+  bs.push_back(std::make_unique<Recording<CpuBackend>>(1));
+  auto s = Scheduler::Create(std::move(bs), 1);
+  ASSERT_TRUE(s.ok());
+  Scheduler& sched = **s;
+  ASSERT_TRUE(sched.SetLayerPlacement({1, 1, 0, 0}).ok());
+  auto net = BuildTwoLayers();
+  auto w0 = PlaceAndFill({net->norm[0], net->w[0]}, sched.layer_buffer_type(0, 2), &sched, 2);
+  auto w1 = PlaceAndFill({net->norm[1], net->w[1]}, sched.layer_buffer_type(1, 2), &sched, 3);
+  ASSERT_TRUE(sched.PrepareWeights({net->norm[0], net->w[0], net->norm[1], net->w[1]}).ok());
+  EXPECT_EQ(static_cast<Recording<CpuBackend>*>(sched.backend(1))->prepared,
+            (std::vector<std::string>{"blk.0.norm", "blk.0.w"}));
+  EXPECT_EQ(static_cast<Recording<FakeDevice>*>(sched.backend(0))->prepared,
+            (std::vector<std::string>{"blk.1.norm", "blk.1.w"}));
+}
+
 TEST(SchedTest, LayerPlacementIsChecked) {
   auto sched = SplitFakeCpu();
   EXPECT_EQ(sched->SetLayerPlacement({}).code(), absl::StatusCode::kInvalidArgument);
