@@ -94,6 +94,18 @@ class Backend {
   /// The device this backend computes on.
   virtual DeviceInfo device() const = 0;
   virtual BufferType* default_buffer_type() = 0;
+  /// The memory that layer `il` of an n_layer-layer model keeps its weights and KV cache
+  /// in (llama.cpp's -ngl / --tensor-split placement). il = -1 is the input layer
+  /// (token_embd, position_embd, token_types and any other tensor whose name starts with
+  /// "tok" or "pos"), il = n_layer the output layer (output_norm, output and every other
+  /// tensor not under "blk.N."). The default: default_buffer_type() for every layer; a
+  /// Scheduler with a layer placement (Scheduler::SetLayerPlacement) splits the layers
+  /// across its backends.
+  virtual BufferType* layer_buffer_type(int64_t il, int64_t n_layer) {
+    (void)il;
+    (void)n_layer;
+    return default_buffer_type();
+  }
   /// Whether this backend's compute can read and write tensors held in buffers of
   /// `buft` directly (the CPU: any host buffer; a device: its own memory). The
   /// scheduler copies a tensor into this backend's memory when not.

@@ -28,7 +28,16 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<std::unique_ptr<Backend>> backends) {
+  return Create(std::move(backends), 0);
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<std::unique_ptr<Backend>> backends,
+                                                             size_t memory_backend) {
   if (backends.empty()) return absl::InvalidArgumentError("scheduler: no backends");
+  if (memory_backend >= backends.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler: memory backend ", memory_backend, " of ", backends.size(), " backends"));
+  }
   for (const auto& b : backends) {
     if (b == nullptr) return absl::InvalidArgumentError("scheduler: null backend");
     if (kAlign % b->default_buffer_type()->alignment() != 0) {
@@ -40,7 +49,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<std::un
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler: the last backend (", backends.back()->name(), ") must compute in host memory"));
   }
-  std::unique_ptr<Scheduler> s(new Scheduler(std::move(backends)));
+  std::unique_ptr<Scheduler> s(new Scheduler(std::move(backends), memory_backend));
   s->arenas_.resize(s->backends_.size());
   s->copies_.resize(s->backends_.size());
   return s;
@@ -48,7 +57,55 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(std::vector<std::un
 
 std::string Scheduler::name() const { return backends_[0]->name(); }
 DeviceInfo Scheduler::device() const { return backends_[0]->device(); }
-BufferType* Scheduler::default_buffer_type() { return backends_[0]->default_buffer_type(); }
+BufferType* Scheduler::default_buffer_type() { return backends_[memory_]->default_buffer_type(); }
+
+absl::Status Scheduler::SetLayerPlacement(std::vector<size_t> backend_of) {
+  if (backend_of.size() < 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer placement: ", backend_of.size(), " entries; want n_layer + 2 (input, layers, output)"));
+  }
+  for (size_t i = 0; i < backend_of.size(); ++i) {
+    if (backend_of[i] >= backends_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer placement: entry ", i, " names backend ", backend_of[i], " of ", backends_.size()));
+    }
+  }
+  backend_of_ = std::move(backend_of);
+  return absl::OkStatus();
+}
+
+BufferType* Scheduler::layer_buffer_type(int64_t il, int64_t n_layer) {
+  if (backend_of_.empty() || n_layer + 2 != static_cast<int64_t>(backend_of_.size()) || il < -1 || il > n_layer) {
+    return default_buffer_type();
+  }
+  return backends_[backend_of_[static_cast<size_t>(il + 1)]]->default_buffer_type();
+}
+
+bool Scheduler::Pins(const BufferType* buft) const {
+  if (buft == nullptr) return false;
+  if (!buft->is_host() || buft == backends_[memory_]->default_buffer_type()) return true;
+  for (size_t b : backend_of_) {
+    if (backends_[b]->default_buffer_type() == buft) return true;
+  }
+  return false;
+}
+
+absl::Status Scheduler::PrepareWeights(const std::vector<Tensor*>& weights) {
+  // Each weight goes to the owner of its memory (the backend that computes with it),
+  // when that backend can use it.
+  std::vector<std::vector<Tensor*>> mine(backends_.size());
+  for (Tensor* w : weights) {
+    const Buffer* buf = BufferOf(w);
+    if (buf == nullptr) continue;
+    const size_t owner = OwnerOf(buf->type());
+    if (backends_[owner]->CanUseBufferType(buf->type())) mine[owner].push_back(w);
+  }
+  for (size_t b = 0; b < backends_.size(); ++b) {
+    if (mine[b].empty()) continue;
+    if (absl::Status s = backends_[b]->PrepareWeights(mine[b]); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 bool Scheduler::CanUseBufferType(const BufferType* buft) const {
   for (const auto& b : backends_) {
     if (b->CanUseBufferType(buft)) return true;
@@ -144,6 +201,25 @@ size_t Scheduler::MemoryOf(const GraphRun& run, Tensor* t) const {
 
 absl::Status Scheduler::AssignBackends(const std::vector<Tensor*>& nodes, GraphRun& run) {
   const size_t nb = backends_.size();
+  // The backend holding a weight (a leaf in a buffer, not a graph input) that n reads,
+  // when it can compute n; nb if none.
+  const auto weight_pin = [&](const Tensor* n) {
+    for (const Tensor* s : n->src) {
+      if (s == nullptr) continue;
+      const Tensor* r = Root(const_cast<Tensor*>(s));
+      const Buffer* buf = BufferOf(s);
+      if (r->op != Op::kNone || r->is_input || buf == nullptr || !Pins(buf->type())) continue;
+      const size_t owner = OwnerOf(buf->type());
+      if (backends_[owner]->SupportsOp(*n)) return owner;
+    }
+    return nb;
+  };
+  // The backend of the last weight-pinned node; before the first, the first's.
+  size_t last_pinned = nb;
+  for (const Tensor* n : nodes) {
+    if (n->op == Op::kView || n->op == Op::kSetRows) continue;
+    if ((last_pinned = weight_pin(n)) != nb) break;
+  }
   for (Tensor* n : nodes) {
     if (n->op == Op::kView) continue;
     size_t pick = nb;
@@ -155,12 +231,10 @@ absl::Status Scheduler::AssignBackends(const std::vector<Tensor*>& nodes, GraphR
                                                      "' writes, but cannot compute it"));
       }
     }
-    for (int i = 0; pick == nb && i < 4; ++i) {  // the backend holding a weight (leaf) it reads
-      Tensor* s = n->src[i];
-      if (s == nullptr || Root(s)->op != Op::kNone || BufferOf(s) == nullptr) continue;
-      const size_t owner = MemoryOf(run, s);
-      if (!BufferOf(s)->type()->is_host() && backends_[owner]->SupportsOp(*n)) pick = owner;
-    }
+    if (pick == nb && (pick = weight_pin(n)) != nb) last_pinned = pick;
+    // Else where the last weight-pinned node ran (ggml_backend_sched's expansion): a
+    // layer's unweighted ops (norms, rope, attention, activations) stay with its weights.
+    if (pick == nb && last_pinned != nb && backends_[last_pinned]->SupportsOp(*n)) pick = last_pinned;
     for (size_t b = 0; pick == nb && b < nb; ++b) {
       if (backends_[b]->SupportsOp(*n)) pick = b;
     }
@@ -274,8 +348,8 @@ absl::Status Scheduler::RunSplits(GraphRun& run) {
       const size_t from = MemoryOf(run, c.src);
       const size_t bytes = c.src->nbytes();
       host.resize(bytes);
+      // GetTensor waits for the work queued before it (the split that computed c.src).
       if (absl::Status s = backends_[from]->GetTensor(c.src, host.data(), 0, bytes); !s.ok()) return s;
-      if (absl::Status s = backends_[from]->Synchronize(); !s.ok()) return s;
       if (absl::Status s = be->SetTensor(&c.header, host.data(), 0, bytes); !s.ok()) return s;
       stats_.n_copies++;
       stats_.bytes_copied += bytes;
@@ -293,12 +367,11 @@ absl::Status Scheduler::RunSplits(GraphRun& run) {
       }
     }
     std::unique_ptr<Graph> part = Graph::Placed(sp.nodes);
-    absl::Status s = be->GraphCompute(*part);
-    if (s.ok()) s = be->Synchronize();
+    absl::Status s = be->GraphCompute(*part);  // may only be queued: synchronized below
     for (auto& [slot, orig] : rewired) *slot = orig;
     if (!s.ok()) return s;
   }
-  return absl::OkStatus();
+  return Synchronize();
 }
 
 absl::Status Scheduler::GraphCompute(Graph& g) {
@@ -312,6 +385,34 @@ absl::Status Scheduler::GraphCompute(Graph& g) {
   FindCopies(run);
   HERD_RETURN_IF_ERROR(PlaceTensors(nodes, run));
   return RunSplits(run);
+}
+
+std::vector<size_t> LayerPlacementFromSplit(int64_t n_layer, const std::vector<double>& proportions,
+                                            const std::vector<size_t>& backend_index) {
+  const size_t nd = backend_index.size();
+  if (nd == 0 || n_layer < 0 || (!proportions.empty() && proportions.size() != nd)) return {};
+  std::vector<double> cum(nd);
+  double total = 0;
+  for (size_t i = 0; i < nd; ++i) {
+    const double p = proportions.empty() ? 1.0 : proportions[i];
+    if (!(p >= 0)) return {};
+    total += p;
+    cum[i] = total;
+  }
+  if (!(total > 0)) return {};
+  for (double& c : cum) c /= total;
+  std::vector<size_t> out;
+  out.reserve(static_cast<size_t>(n_layer) + 2);
+  out.push_back(backend_index.front());
+  for (int64_t il = 0; il < n_layer; ++il) {
+    // llama.cpp (llama_model::load_tensors): the first device whose cumulative share
+    // exceeds il / n_layer.
+    const double at = static_cast<double>(il) / static_cast<double>(n_layer);
+    const size_t d = static_cast<size_t>(std::upper_bound(cum.begin(), cum.end(), at) - cum.begin());
+    out.push_back(backend_index[std::min(d, nd - 1)]);
+  }
+  out.push_back(backend_index.back());
+  return out;
 }
 
 }  // namespace herd

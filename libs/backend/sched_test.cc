@@ -6,6 +6,8 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -181,6 +183,219 @@ TEST(SchedTest, CreateChecksItsBackends) {
   device_last.push_back(std::make_unique<FakeDevice>(std::set<Op>{}));
   auto s = Scheduler::Create(std::move(device_last));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Every op the CPU computes: a device standing in for a remote CPU host.
+std::set<Op> AllOps() {
+  std::set<Op> ops;
+  for (int o = 0; o < static_cast<int>(Op::kCount); ++o) ops.insert(static_cast<Op>(o));
+  return ops;
+}
+
+// [fake (every op), cpu] with the scheduler's memory on the CPU.
+std::unique_ptr<Scheduler> SplitFakeCpu() {
+  std::vector<std::unique_ptr<Backend>> bs;
+  bs.push_back(std::make_unique<FakeDevice>(AllOps()));
+  bs.push_back(std::make_unique<CpuBackend>(1));
+  auto s = Scheduler::Create(std::move(bs), 1);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+// Two "layers" of norm -> mul(weight) -> mul_mat(weight) -> silu over an input x.
+struct TwoLayers {
+  Graph g;
+  Tensor* x;                   // F32 [16, 3], a graph input
+  Tensor* norm[2];             // F32 [16]
+  Tensor* w[2];                // F32 [16, 16]
+  Tensor* out[2];              // each layer's silu
+  std::vector<Tensor*> nodes;  // per layer: rms_norm, mul, mul_mat, silu
+};
+
+std::unique_ptr<TwoLayers> BuildTwoLayers() {
+  auto n = std::make_unique<TwoLayers>();
+  Graph& g = n->g;
+  n->x = g.NewTensor(GgmlType::F32, {16, 3}, "x");
+  n->x->is_input = true;
+  Tensor* h = n->x;
+  for (int il = 0; il < 2; ++il) {
+    n->norm[il] = g.NewTensor(GgmlType::F32, {16}, "blk." + std::to_string(il) + ".norm");
+    n->w[il] = g.NewTensor(GgmlType::F32, {16, 16}, "blk." + std::to_string(il) + ".w");
+    Tensor* a = g.RmsNorm(h, 1e-5f);
+    Tensor* b = g.Mul(a, n->norm[il]);
+    Tensor* c = g.MulMat(n->w[il], b);
+    h = n->out[il] = g.Silu(c);
+    for (Tensor* t : {a, b, c, h}) n->nodes.push_back(t);
+  }
+  g.SetOutput(h);
+  return n;
+}
+
+// Places `ts` in one buffer of `buft` and fills them with `seed`'s values through `be`.
+std::unique_ptr<Buffer> PlaceAndFill(const std::vector<Tensor*>& ts, BufferType* buft, Backend* be, int seed) {
+  size_t total = 0;
+  for (Tensor* t : ts) total += (t->nbytes() + 255) / 256 * 256;
+  auto buf = buft->Allocate(total);
+  EXPECT_TRUE(buf.ok()) << buf.status();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  size_t off = 0;
+  for (Tensor* t : ts) {
+    std::vector<float> v(static_cast<size_t>(t->nelements()));
+    for (float& f : v) f = u(rng);
+    EXPECT_TRUE(PlaceTensor(t, buf->get(), off).ok());
+    EXPECT_TRUE(be->SetTensor(t, v.data(), 0, t->nbytes()).ok());
+    off += (t->nbytes() + 255) / 256 * 256;
+  }
+  return *std::move(buf);
+}
+
+TEST(SchedTest, LayerSplitRunsEachLayerWhereItsWeightsAre) {
+  CpuBackend cpu(1);
+  auto ref = BuildTwoLayers();
+  auto ref_in = PlaceAndFill({ref->x}, cpu.default_buffer_type(), &cpu, 1);
+  auto ref_w0 = PlaceAndFill({ref->norm[0], ref->w[0]}, cpu.default_buffer_type(), &cpu, 2);
+  auto ref_w1 = PlaceAndFill({ref->norm[1], ref->w[1]}, cpu.default_buffer_type(), &cpu, 3);
+  ASSERT_TRUE(cpu.GraphCompute(ref->g).ok());
+  const std::vector<float> want = Read(&cpu, ref->out[1]);
+
+  auto sched = SplitFakeCpu();
+  auto* fake = static_cast<FakeDevice*>(sched->backend(0));
+  Backend* host = sched->backend(1);
+  // Input and layer 0 on the CPU, layer 1 and the output on the fake device.
+  ASSERT_TRUE(sched->SetLayerPlacement({1, 1, 0, 0}).ok());
+  EXPECT_EQ(sched->default_buffer_type(), host->default_buffer_type());
+  EXPECT_EQ(sched->layer_buffer_type(-1, 2), host->default_buffer_type());
+  EXPECT_EQ(sched->layer_buffer_type(0, 2), host->default_buffer_type());
+  EXPECT_EQ(sched->layer_buffer_type(1, 2), fake->default_buffer_type());
+  EXPECT_EQ(sched->layer_buffer_type(2, 2), fake->default_buffer_type());
+
+  auto net = BuildTwoLayers();
+  auto in = PlaceAndFill({net->x}, sched->default_buffer_type(), sched.get(), 1);
+  auto w0 = PlaceAndFill({net->norm[0], net->w[0]}, sched->layer_buffer_type(0, 2), sched.get(), 2);
+  auto w1 = PlaceAndFill({net->norm[1], net->w[1]}, sched->layer_buffer_type(1, 2), sched.get(), 3);
+  ASSERT_TRUE(w0->type()->is_host());
+  ASSERT_FALSE(w1->type()->is_host());
+  ASSERT_TRUE(sched->GraphCompute(net->g).ok());
+  EXPECT_EQ(Read(sched.get(), net->out[1]), want);  // the same kernels on both
+
+  // Layer 0's four nodes on the CPU (the input in CPU memory does not pull them to the
+  // device, the first backend); layer 1's weighted nodes and what follows them on the
+  // fake device. Layer 1's rms_norm reads no weight: it follows the last weight-pinned
+  // node, layer 0's mul_mat, onto the CPU.
+  const SchedStats& st = sched->last_stats();
+  EXPECT_EQ(st.nodes_per_backend[0], 3);
+  EXPECT_EQ(st.nodes_per_backend[1], 5);
+  EXPECT_EQ(st.n_splits, 2);
+  EXPECT_EQ(fake->nodes_computed(), 3);
+  for (size_t i = 0; i < net->nodes.size(); ++i) {
+    EXPECT_EQ(net->nodes[i]->buffer->type()->is_host(), i < 5) << net->nodes[i]->name;
+  }
+  // Only one hidden state crossed, once (layer 1's normed input, the size of layer 0's
+  // output).
+  EXPECT_EQ(st.n_copies, 1);
+  EXPECT_EQ(st.bytes_copied, net->out[0]->nbytes());
+
+  // The other way round: layer 0 on the device, layer 1 on the CPU: the input crosses in
+  // and layer 0's output crosses back.
+  auto sched2 = SplitFakeCpu();
+  ASSERT_TRUE(sched2->SetLayerPlacement({1, 0, 1, 1}).ok());
+  auto net2 = BuildTwoLayers();
+  auto in2 = PlaceAndFill({net2->x}, sched2->default_buffer_type(), sched2.get(), 1);
+  auto w20 = PlaceAndFill({net2->norm[0], net2->w[0]}, sched2->layer_buffer_type(0, 2), sched2.get(), 2);
+  auto w21 = PlaceAndFill({net2->norm[1], net2->w[1]}, sched2->layer_buffer_type(1, 2), sched2.get(), 3);
+  ASSERT_TRUE(sched2->GraphCompute(net2->g).ok());
+  EXPECT_EQ(Read(sched2.get(), net2->out[1]), want);
+  EXPECT_EQ(sched2->last_stats().nodes_per_backend[0], 5);
+  EXPECT_EQ(sched2->last_stats().n_splits, 2);
+  EXPECT_EQ(sched2->last_stats().n_copies, 2);
+  EXPECT_EQ(sched2->last_stats().bytes_copied, net2->x->nbytes() + net2->out[0]->nbytes());
+}
+
+TEST(SchedTest, WithoutAPlacementHostWeightsDoNotPullNodesOffTheDevice) {
+  // The old rule for [device, cpu] with the device's memory: host leaves do not pin, so
+  // the device computes everything and copies them in.
+  auto sched = FakeThenCpu(AllOps());
+  auto net = BuildTwoLayers();
+  CpuBackend cpu(1);
+  auto in = PlaceAndFill({net->x}, sched->default_buffer_type(), sched.get(), 1);
+  auto w = PlaceAndFill({net->norm[0], net->w[0], net->norm[1], net->w[1]}, cpu.default_buffer_type(), &cpu, 2);
+  ASSERT_TRUE(sched->GraphCompute(net->g).ok());
+  EXPECT_EQ(sched->last_stats().nodes_per_backend[0], 8);
+  EXPECT_EQ(sched->last_stats().n_copies, 4);
+}
+
+// Records the weights PrepareWeights hands it.
+template <typename Base>
+class Recording : public Base {
+ public:
+  using Base::Base;
+  absl::Status PrepareWeights(const std::vector<Tensor*>& weights) override {
+    for (Tensor* t : weights) prepared.push_back(t->name);
+    return absl::OkStatus();
+  }
+  std::vector<std::string> prepared;
+};
+
+TEST(SchedTest, EachBackendPreparesTheWeightsInItsMemory) {
+  std::vector<std::unique_ptr<Backend>> bs;
+  bs.push_back(std::make_unique<Recording<FakeDevice>>(AllOps()));
+  bs.push_back(std::make_unique<Recording<CpuBackend>>(1));
+  auto s = Scheduler::Create(std::move(bs), 1);
+  ASSERT_TRUE(s.ok());
+  Scheduler& sched = **s;
+  ASSERT_TRUE(sched.SetLayerPlacement({1, 1, 0, 0}).ok());
+  auto net = BuildTwoLayers();
+  auto w0 = PlaceAndFill({net->norm[0], net->w[0]}, sched.layer_buffer_type(0, 2), &sched, 2);
+  auto w1 = PlaceAndFill({net->norm[1], net->w[1]}, sched.layer_buffer_type(1, 2), &sched, 3);
+  ASSERT_TRUE(sched.PrepareWeights({net->norm[0], net->w[0], net->norm[1], net->w[1]}).ok());
+  EXPECT_EQ(static_cast<Recording<CpuBackend>*>(sched.backend(1))->prepared,
+            (std::vector<std::string>{"blk.0.norm", "blk.0.w"}));
+  EXPECT_EQ(static_cast<Recording<FakeDevice>*>(sched.backend(0))->prepared,
+            (std::vector<std::string>{"blk.1.norm", "blk.1.w"}));
+}
+
+TEST(SchedTest, LayerPlacementIsChecked) {
+  auto sched = SplitFakeCpu();
+  EXPECT_EQ(sched->SetLayerPlacement({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sched->SetLayerPlacement({0, 1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sched->SetLayerPlacement({0, 2, 1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(sched->layer_placement().empty());
+  BufferType* cpu_mem = sched->backend(1)->default_buffer_type();
+  EXPECT_EQ(sched->layer_buffer_type(0, 1), cpu_mem);  // no placement: the memory backend's
+  ASSERT_TRUE(sched->SetLayerPlacement({0, 0, 0}).ok());
+  EXPECT_EQ(sched->layer_buffer_type(0, 1), sched->backend(0)->default_buffer_type());
+  EXPECT_EQ(sched->layer_buffer_type(0, 2), cpu_mem);  // another n_layer: the default
+  EXPECT_EQ(sched->layer_buffer_type(5, 1), cpu_mem);  // outside [-1, n_layer]
+
+  std::vector<std::unique_ptr<Backend>> bs;
+  bs.push_back(std::make_unique<CpuBackend>(1));
+  EXPECT_EQ(Scheduler::Create(std::move(bs), 1).status().code(), absl::StatusCode::kInvalidArgument);
+  // The old Create keeps the first backend's memory.
+  auto first = FakeThenCpu({});
+  EXPECT_EQ(first->default_buffer_type(), first->backend(0)->default_buffer_type());
+}
+
+TEST(SchedTest, LayerPlacementFromSplitFollowsLlamaCpp) {
+  // --tensor-split 1,1 over [cpu (1), device (0)]: input and 0-3 on the CPU, 4-7 and the
+  // output on the device.
+  EXPECT_EQ(LayerPlacementFromSplit(8, {1, 1}, {1, 0}), (std::vector<size_t>{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(LayerPlacementFromSplit(8, {}, {1, 0}), (std::vector<size_t>{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}));
+  // 3:1 over 4 layers; odd counts round as llama.cpp does (layer il on the first device
+  // whose cumulative share exceeds il / n_layer).
+  EXPECT_EQ(LayerPlacementFromSplit(4, {3, 1}, {0, 1}), (std::vector<size_t>{0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(LayerPlacementFromSplit(5, {1, 1}, {0, 1}), (std::vector<size_t>{0, 0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(LayerPlacementFromSplit(3, {1, 1, 1}, {2, 0, 1}), (std::vector<size_t>{2, 2, 0, 1, 1}));
+  // A zero share gets no layers (but the output stays on the last listed).
+  EXPECT_EQ(LayerPlacementFromSplit(4, {1, 0}, {0, 1}), (std::vector<size_t>{0, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(LayerPlacementFromSplit(2, {1}, {1}), (std::vector<size_t>{1, 1, 1, 1}));
+  EXPECT_EQ(LayerPlacementFromSplit(0, {}, {0, 1}), (std::vector<size_t>{0, 1}));
+  // Bad inputs: nothing.
+  EXPECT_TRUE(LayerPlacementFromSplit(4, {}, {}).empty());
+  EXPECT_TRUE(LayerPlacementFromSplit(4, {1}, {0, 1}).empty());
+  EXPECT_TRUE(LayerPlacementFromSplit(4, {1, -1}, {0, 1}).empty());
+  EXPECT_TRUE(LayerPlacementFromSplit(4, {0, 0}, {0, 1}).empty());
+  EXPECT_TRUE(LayerPlacementFromSplit(-1, {}, {0}).empty());
 }
 
 }  // namespace

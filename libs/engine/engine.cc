@@ -13,14 +13,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::Model& model
   if (p.n_ctx < 0) return absl::InvalidArgumentError(absl::StrCat("n_ctx ", p.n_ctx, " must be >= 0"));
   if (p.n_batch < 1) return absl::InvalidArgumentError(absl::StrCat("n_batch ", p.n_batch, " must be >= 1"));
   if (p.n_ctx == 0) p.n_ctx = std::min<int64_t>(model.hparams().n_ctx_train, 4096);
-  const BufferType* weights = model.weights_buffer_type();
-  if (weights == nullptr ? !backend->default_buffer_type()->is_host() : !backend->CanUseBufferType(weights)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the model's weights are in ", weights == nullptr ? "the file mapping" : weights->name(),
-                     ", which backend ", backend->name(), " cannot use: place them first (Model::PlaceWeights)"));
+  const std::vector<const BufferType*> weights = model.weights_buffer_types();
+  if (weights.empty() && !backend->default_buffer_type()->is_host()) {
+    return absl::FailedPreconditionError(absl::StrCat("the model's weights are in the file mapping, which backend ",
+                                                      backend->name(),
+                                                      " cannot use: place them first (Model::PlaceWeights)"));
+  }
+  for (const BufferType* w : weights) {  // a layer split has several
+    if (!backend->CanUseBufferType(w)) {
+      return absl::FailedPreconditionError(absl::StrCat("the model's weights are in ", w->name(), ", which backend ",
+                                                        backend->name(),
+                                                        " cannot use: place them first (Model::PlaceWeights)"));
+    }
   }
   std::unique_ptr<Engine> e(new Engine(model, p, backend));
-  auto kv = KvCache::Create(model.hparams(), p.n_ctx, p.kv_type, backend->default_buffer_type());
+  // Each layer's K/V in its layer's memory (one memory unless the backend splits layers).
+  const int64_t n_layer = model.hparams().n_layer;
+  auto kv = KvCache::Create(model.hparams(), p.n_ctx, p.kv_type,
+                            [backend, n_layer](int64_t il) { return backend->layer_buffer_type(il, n_layer); });
   if (!kv.ok()) return kv.status();
   e->kv_ = *std::move(kv);
   return e;

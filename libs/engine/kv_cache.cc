@@ -10,6 +10,11 @@ namespace herd::engine {
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const model::Hparams& hp, int64_t n_cells, GgmlType type,
                                                          BufferType* buft) {
+  return Create(hp, n_cells, type, [buft](int64_t) { return buft; });
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const model::Hparams& hp, int64_t n_cells, GgmlType type,
+                                                         const std::function<BufferType*(int64_t il)>& buft_of) {
   if (type != GgmlType::F16 && type != GgmlType::F32) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache type ", GgmlTypeName(type), " is not supported (f16, f32)"));
@@ -17,21 +22,33 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const model::Hparams& h
   if (n_cells < 1) return absl::InvalidArgumentError(absl::StrCat("n_ctx ", n_cells, " must be >= 1"));
   std::unique_ptr<KvCache> kv(new KvCache());
   kv->type_ = type;
-  const size_t align = buft->alignment();
-  size_t total = 0;
+  std::vector<BufferType*> layer_buft;  // per layer
+  std::vector<BufferType*> types;       // distinct, in layer order
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     kv->k_.push_back(kv->tensors_.NewTensor(type, {hp.n_embd_k_gqa(), n_cells}, absl::StrCat("cache_k_l", il)));
     kv->v_.push_back(kv->tensors_.NewTensor(type, {hp.n_embd_v_gqa(), n_cells}, absl::StrCat("cache_v_l", il)));
+    layer_buft.push_back(buft_of(il));
+    if (std::find(types.begin(), types.end(), layer_buft.back()) == types.end()) types.push_back(layer_buft.back());
   }
-  for (Tensor* t : kv->tensors_.leaves()) total += (t->nbytes() + align - 1) / align * align;
-  auto buf = buft->Allocate(total);
-  if (!buf.ok()) return buf.status();
-  kv->buffer_ = *std::move(buf);
-  size_t off = 0;
-  for (Tensor* t : kv->tensors_.leaves()) {
-    absl::Status s = PlaceTensor(t, kv->buffer_.get(), off);
-    if (!s.ok()) return s;
-    off += (t->nbytes() + align - 1) / align * align;
+  for (BufferType* buft : types) {
+    const size_t align = buft->alignment();
+    const auto padded = [align](const Tensor* t) { return (t->nbytes() + align - 1) / align * align; };
+    size_t total = 0;
+    for (size_t il = 0; il < layer_buft.size(); ++il) {
+      if (layer_buft[il] == buft) total += padded(kv->k_[il]) + padded(kv->v_[il]);
+    }
+    auto buf = buft->Allocate(total);
+    if (!buf.ok()) return buf.status();
+    size_t off = 0;
+    for (size_t il = 0; il < layer_buft.size(); ++il) {
+      if (layer_buft[il] != buft) continue;
+      for (Tensor* t : {kv->k_[il], kv->v_[il]}) {
+        absl::Status s = PlaceTensor(t, buf->get(), off);
+        if (!s.ok()) return s;
+        off += padded(t);
+      }
+    }
+    kv->buffers_.push_back(*std::move(buf));
   }
   kv->pos_.assign(static_cast<size_t>(n_cells), -1);
   kv->seqs_.resize(static_cast<size_t>(n_cells));
@@ -45,7 +62,11 @@ int64_t KvCache::n_kv() const {
   return 0;
 }
 
-size_t KvCache::bytes() const { return buffer_ ? buffer_->size() : 0; }
+size_t KvCache::bytes() const {
+  size_t n = 0;
+  for (const auto& b : buffers_) n += b->size();
+  return n;
+}
 
 bool KvCache::Has(int64_t c, int32_t seq) const {
   const auto& s = seqs_[static_cast<size_t>(c)];

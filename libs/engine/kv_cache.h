@@ -11,6 +11,7 @@
 // differently from a solo run).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,10 @@ class KvCache {
   /// Errors: INVALID_ARGUMENT for another type or n_cells < 1; RESOURCE_EXHAUSTED.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const model::Hparams& hp, int64_t n_cells, GgmlType type,
                                                          BufferType* buft);
+  /// Same with layer il's K and V in memory buft_of(il) (a layer split: e.g.
+  /// backend->layer_buffer_type(il, n_layer)); one buffer per distinct buffer type.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const model::Hparams& hp, int64_t n_cells, GgmlType type,
+                                                         const std::function<BufferType*(int64_t il)>& buft_of);
 
   int64_t n_cells() const { return static_cast<int64_t>(pos_.size()); }
   GgmlType type() const { return type_; }
@@ -35,6 +40,7 @@ class KvCache {
   int64_t used() const { return used_; }
   /// One past the highest used cell (the attention window).
   int64_t n_kv() const;
+  /// Bytes of all its buffers.
   size_t bytes() const;
 
   /// Cells holding no sequence.
@@ -99,7 +105,7 @@ class KvCache {
 
   GgmlType type_ = GgmlType::F16;
   Graph tensors_;
-  std::unique_ptr<Buffer> buffer_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;  // one per memory kind
   std::vector<Tensor*> k_, v_;
   std::vector<int32_t> pos_;                            // -1 = empty
   std::vector<std::vector<int32_t>> seqs_;              // sequences of each cell

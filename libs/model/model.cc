@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -281,40 +283,45 @@ Tensor* Model::BuildForward(Graph& g, const ForwardInputs& in) const {
   return static_cast<const ArchDef*>(arch_)->build(*this, g, in);
 }
 
-absl::Status Model::PlaceWeights(Backend* backend) {
-  BufferType* buft = backend->default_buffer_type();
-  if (weights_buffer_ != nullptr) {
-    if (weights_buffer_->type() == buft) return backend->PrepareWeights(weights_graph_.leaves());
-    return absl::FailedPreconditionError(absl::StrCat("the weights of ", file_->path(), " are already in ",
-                                                      weights_buffer_->type()->name(), " memory, not ", buft->name()));
-  }
-  const std::vector<Tensor*>& leaves = weights_graph_.leaves();
-  if (leaves.empty()) return absl::OkStatus();
-  if (buft->is_host()) {
-    // One buffer over the span of the mapping that holds the weights.
-    const uint8_t* lo = nullptr;
-    const uint8_t* hi = nullptr;
-    for (const Tensor* t : leaves) {
-      const uint8_t* p = static_cast<const uint8_t*>(t->data);
-      if (lo == nullptr || p < lo) lo = p;
-      if (hi == nullptr || p + t->nbytes() > hi) hi = p + t->nbytes();
+int64_t LayerOfTensor(const std::string& name, int64_t n_layer) {
+  if (absl::StartsWith(name, "blk.")) {
+    const size_t dot = name.find('.', 4);
+    int64_t il = 0;
+    if (dot != std::string::npos && absl::SimpleAtoi(absl::string_view(name).substr(4, dot - 4), &il) && il >= 0 &&
+        il < n_layer) {
+      return il;
     }
-    absl::StatusOr<std::unique_ptr<Buffer>> b =
-        buft->FromHostPtr(const_cast<uint8_t*>(lo), static_cast<size_t>(hi - lo));
-    if (!b.ok()) return b.status();
-    weights_buffer_ = *std::move(b);
-    for (Tensor* t : leaves) t->buffer = weights_buffer_.get();
+  }
+  if (absl::StartsWith(name, "tok") || absl::StartsWith(name, "pos")) return -1;
+  return n_layer;
+}
+
+std::vector<const BufferType*> Model::weights_buffer_types() const {
+  std::vector<const BufferType*> out;
+  for (const auto& b : weights_buffers_) out.push_back(b->type());
+  return out;
+}
+
+absl::Status Model::PlaceWeights(Backend* backend) {
+  const std::vector<Tensor*>& leaves = weights_graph_.leaves();
+  std::vector<BufferType*> buft_of(leaves.size());
+  std::vector<BufferType*> types;  // distinct, in the order of the first weight in each
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    buft_of[i] = backend->layer_buffer_type(LayerOfTensor(leaves[i]->name, hp_.n_layer), hp_.n_layer);
+    if (std::find(types.begin(), types.end(), buft_of[i]) == types.end()) types.push_back(buft_of[i]);
+  }
+  if (!weights_buffers_.empty()) {
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const BufferType* have = leaves[i]->buffer != nullptr ? leaves[i]->buffer->type() : nullptr;
+      if (have != buft_of[i]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the weights of ", file_->path(), " are already placed: '", leaves[i]->name, "' is in ",
+                         have != nullptr ? have->name() : "the file mapping", " memory, not ", buft_of[i]->name()));
+      }
+    }
     return backend->PrepareWeights(leaves);
   }
-  const size_t align = buft->alignment();
-  size_t total = 0;
-  for (const Tensor* t : leaves) total += (t->nbytes() + align - 1) / align * align;
-  absl::StatusOr<std::unique_ptr<Buffer>> b = buft->Allocate(total);
-  if (!b.ok()) {
-    return absl::Status(b.status().code(), absl::StrCat("weights of ", file_->path(), " (", total, " bytes) in ",
-                                                        buft->name(), " memory: ", b.status().message()));
-  }
-  std::unique_ptr<Buffer> buf = *std::move(b);
+  if (leaves.empty()) return absl::OkStatus();
   std::vector<void*> host(leaves.size());
   for (size_t i = 0; i < leaves.size(); ++i) host[i] = leaves[i]->data;
   auto restore = [&] {  // on failure every weight stays in the mapping
@@ -323,22 +330,59 @@ absl::Status Model::PlaceWeights(Backend* backend) {
       leaves[i]->data = host[i];
     }
   };
-  size_t offset = 0;
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    Tensor* t = leaves[i];
-    absl::Status s = PlaceTensor(t, buf.get(), offset);
-    if (s.ok()) s = backend->SetTensor(t, host[i], 0, t->nbytes());
-    if (!s.ok()) {
-      restore();
-      return s;
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  for (BufferType* buft : types) {
+    std::vector<size_t> group;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (buft_of[i] == buft) group.push_back(i);
     }
-    offset += (t->nbytes() + align - 1) / align * align;
+    if (buft->is_host()) {
+      // One buffer over the span of the mapping that holds the group's weights.
+      const uint8_t* lo = nullptr;
+      const uint8_t* hi = nullptr;
+      for (size_t i : group) {
+        const uint8_t* p = static_cast<const uint8_t*>(host[i]);
+        if (lo == nullptr || p < lo) lo = p;
+        if (hi == nullptr || p + leaves[i]->nbytes() > hi) hi = p + leaves[i]->nbytes();
+      }
+      absl::StatusOr<std::unique_ptr<Buffer>> b =
+          buft->FromHostPtr(const_cast<uint8_t*>(lo), static_cast<size_t>(hi - lo));
+      if (!b.ok()) {
+        restore();
+        return b.status();
+      }
+      for (size_t i : group) leaves[i]->buffer = b->get();
+      bufs.push_back(*std::move(b));
+      continue;
+    }
+    const size_t align = buft->alignment();
+    size_t total = 0;
+    for (size_t i : group) total += (leaves[i]->nbytes() + align - 1) / align * align;
+    absl::StatusOr<std::unique_ptr<Buffer>> b = buft->Allocate(total);
+    if (!b.ok()) {
+      restore();
+      return absl::Status(b.status().code(), absl::StrCat("weights of ", file_->path(), " (", total, " bytes) in ",
+                                                          buft->name(), " memory: ", b.status().message()));
+    }
+    std::unique_ptr<Buffer> buf = *std::move(b);
+    size_t offset = 0;
+    for (size_t i : group) {
+      Tensor* t = leaves[i];
+      absl::Status s = PlaceTensor(t, buf.get(), offset);
+      if (s.ok()) s = backend->SetTensor(t, host[i], 0, t->nbytes());
+      if (!s.ok()) {
+        restore();
+        return s;
+      }
+      offset += (t->nbytes() + align - 1) / align * align;
+    }
+    bufs.push_back(std::move(buf));
   }
   if (absl::Status s = backend->Synchronize(); !s.ok()) {
     restore();
     return s;
   }
-  weights_buffer_ = std::move(buf);
+  weights_buffers_ = std::move(bufs);
   return backend->PrepareWeights(leaves);
 }
 

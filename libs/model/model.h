@@ -122,6 +122,12 @@ struct ForwardInputs {
   bool embeddings = false;
 };
 
+/// The layer a weight belongs to, by name (Backend::layer_buffer_type): N for
+/// "blk.N.*", -1 (the input layer) for names starting with "tok" or "pos" (token_embd,
+/// token_embd_norm, token_types, position_embd), n_layer (the output layer) for every
+/// other tensor (output_norm, output, rope_freqs, ...).
+int64_t LayerOfTensor(const std::string& name, int64_t n_layer);
+
 /// A model loaded from a GGUF file; weights stay in the file mapping (zero copy).
 class Model {
  public:
@@ -150,16 +156,26 @@ class Model {
   size_t weight_bytes() const { return weight_bytes_; }
 
   /// Puts the weights in the memory of `backend` (the placement of llama.cpp's
-  /// llama_model_loader::load_all_data): a host buffer type wraps the file mapping (no
-  /// copy, weights stay mmap'd); device memory gets one buffer with every weight
-  /// uploaded through SetTensor. Call once, before any engine uses the model with this
-  /// backend; the weights then live there (calling it again for the same buffer type
-  /// places nothing again). Then lets the backend prepare them (Backend::PrepareWeights:
-  /// the CPU repacks Q4_0 / Q8_0 matrices for its batched kernels). Errors: RESOURCE_EXHAUSTED when the device lacks
-  /// the memory; FAILED_PRECONDITION when the weights were placed in another backend's memory.
+  /// llama_model_loader::load_all_data), each weight in the memory of its layer,
+  /// backend->layer_buffer_type(LayerOfTensor(name, n_layer), n_layer) (one memory for
+  /// all unless the backend splits the layers, see Scheduler::SetLayerPlacement). Per
+  /// memory kind: a host buffer type wraps the span of the file mapping holding its
+  /// weights (no copy, weights stay mmap'd); device memory gets one buffer with its
+  /// weights uploaded through SetTensor. Call once, before any engine uses the model with
+  /// this backend; the weights then live there (calling it again with the same placement
+  /// places nothing again). On failure every weight stays in the mapping. Then lets the
+  /// backend prepare them (Backend::PrepareWeights: the CPU repacks Q4_0 / Q8_0 matrices
+  /// for its batched kernels). Errors: RESOURCE_EXHAUSTED when the device lacks the
+  /// memory; FAILED_PRECONDITION when the weights were placed in other memory.
   absl::Status PlaceWeights(Backend* backend);
-  /// The buffer type the weights live in (nullptr before PlaceWeights: the file mapping).
-  const BufferType* weights_buffer_type() const { return weights_buffer_ ? weights_buffer_->type() : nullptr; }
+  /// The buffer type the weights live in (nullptr before PlaceWeights: the file mapping);
+  /// when they are split over several, the input layer's (see weights_buffer_types).
+  const BufferType* weights_buffer_type() const {
+    return weights_buffers_.empty() ? nullptr : weights_buffers_[0]->type();
+  }
+  /// Every buffer type holding weights, in the order they were placed (the input
+  /// layer's first); empty before PlaceWeights.
+  std::vector<const BufferType*> weights_buffer_types() const;
 
  private:
   Model() = default;
@@ -171,7 +187,7 @@ class Model {
   Weights w_;
   const void* arch_ = nullptr;  // the registry entry (arch.h ArchDef)
   size_t weight_bytes_ = 0;
-  std::unique_ptr<Buffer> weights_buffer_;  // after PlaceWeights
+  std::vector<std::unique_ptr<Buffer>> weights_buffers_;  // after PlaceWeights: one per memory kind
 };
 
 }  // namespace herd::model
