@@ -140,6 +140,12 @@ class Backend {
     (void)weights;
     return absl::OkStatus();
   }
+  /// Whether the device can be used now, for a caller that watches it (the worker's
+  /// health). OK by default. A device that can be lost says so: UNAVAILABLE while it cannot
+  /// be reached (a remote compute server; naming it); DATA_LOSS once after it came back
+  /// without the memory it had (a restarted server: weights are restored, the KV cache is
+  /// not), so the caller drops what it computed before (engine::Scheduler::DropKvCache).
+  virtual absl::Status CheckDevice() { return absl::OkStatus(); }
   /// Whether this backend can compute `node` (its op, types and shapes).
   virtual bool SupportsOp(const Tensor& node) const = 0;
   /// Computes every node of `ctx` in order. Leaves must have data in memory this backend

@@ -4,9 +4,11 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 #include "libs/backend/cpu_backend.h"
 #include "libs/backend/cuda/cuda_backend.h"
@@ -136,6 +138,87 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, 
   for (const BackendKind& k : BackendKinds()) names.push_back(k.name);
   return absl::NotFoundError(absl::StrCat("unknown backend '", name, "': this build has ", absl::StrJoin(names, ", "),
                                           " (devices: ", DescribeDevices(), ")"));
+}
+
+bool IsSplitSpec(const std::string& spec) {
+  return spec.find(',') != std::string::npos || absl::StartsWith(spec, "remote://");
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateSplitBackend(const std::string& spec, const BackendOptions& opts,
+                                                            const SplitOptions& split) {
+  const std::vector<std::string> parts = absl::StrSplit(spec, ',');
+  std::vector<std::unique_ptr<Backend>> listed;
+  int cpu_at = -1;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    if (p.empty()) return absl::InvalidArgumentError(absl::StrCat("backend list '", spec, "': empty entry"));
+    for (size_t j = 0; j < i; ++j) {
+      if (parts[j] == p) return absl::InvalidArgumentError(absl::StrCat("backend list '", spec, "': ", p, " twice"));
+    }
+    if (absl::StartsWith(p, "remote://")) {
+      const std::string address = p.substr(9);
+      if (address.empty())
+        return absl::InvalidArgumentError(absl::StrCat("backend list '", spec, "': remote:// without HOST:PORT"));
+      if (!split.connect_remote) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("backend ", p, ": this program cannot reach remote backends"));
+      }
+      absl::StatusOr<std::unique_ptr<Backend>> b = split.connect_remote(address);
+      if (!b.ok()) return b.status();
+      listed.push_back(*std::move(b));
+      continue;
+    }
+    if (p == "cpu") {
+      auto cpu = std::make_unique<CpuBackend>(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads,
+                                              opts.ggml_order);
+      cpu->set_shared_prefix_attention(opts.shared_prefix_attention && !opts.ggml_order);
+      cpu_at = static_cast<int>(i);
+      listed.push_back(std::move(cpu));
+      continue;
+    }
+    const BackendKind* kind = nullptr;
+    for (const BackendKind& k : BackendKinds()) {
+      if (k.name == p) kind = &k;
+    }
+    if (kind == nullptr || opts.device < 0 || opts.device >= static_cast<int>(kind->devices().size())) {
+      // CreateBackend's NOT_FOUND, naming what this build and machine have.
+      absl::StatusOr<std::unique_ptr<Backend>> none = CreateBackend(p, opts);
+      if (!none.ok()) return none.status();
+    }
+    absl::StatusOr<std::unique_ptr<Backend>> b = kind->create(opts);
+    if (!b.ok()) return b.status();
+    listed.push_back(*std::move(b));
+  }
+  // Scheduler order: every listed backend but the CPU in list order, the CPU last.
+  std::vector<size_t> index(listed.size());
+  std::vector<std::unique_ptr<Backend>> chain;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (static_cast<int>(i) == cpu_at) continue;
+    index[i] = chain.size();
+    chain.push_back(std::move(listed[i]));
+  }
+  const size_t cpu_index = chain.size();
+  if (cpu_at >= 0) {
+    index[static_cast<size_t>(cpu_at)] = cpu_index;
+    chain.push_back(std::move(listed[static_cast<size_t>(cpu_at)]));
+  } else {
+    auto cpu = std::make_unique<CpuBackend>(std::max(1, opts.n_threads), BestIsa(), opts.repack, opts.pin_threads,
+                                            opts.ggml_order);
+    chain.push_back(std::move(cpu));
+  }
+  if (!split.tensor_split.empty() && split.tensor_split.size() != parts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor split of ", split.tensor_split.size(), " proportions for ",
+                                                   parts.size(), " backends ('", spec, "')"));
+  }
+  const std::vector<size_t> placement = LayerPlacementFromSplit(split.n_layer, split.tensor_split, index);
+  if (placement.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor split ", absl::StrJoin(split.tensor_split, ","),
+                                                   ": proportions must be >= 0 and sum > 0"));
+  }
+  absl::StatusOr<std::unique_ptr<Scheduler>> s = Scheduler::Create(std::move(chain), cpu_index);
+  if (!s.ok()) return s.status();
+  if (absl::Status st = (*s)->SetLayerPlacement(placement); !st.ok()) return st;
+  return std::unique_ptr<Backend>(*std::move(s));
 }
 
 }  // namespace herd

@@ -12,6 +12,7 @@
 // e.g. //libs/backend/hip:register) calls RegisterBackendKind from a static initializer,
 // so exactly the binaries that link it have the kind (//services/worker:worker_hip).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -83,5 +84,33 @@ std::string DescribeDevices();
 /// message listing what this build and machine have (DescribeDevices); the kind's own
 /// errors otherwise (e.g. UNAVAILABLE when the Vulkan device cannot be opened).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, const BackendOptions& opts);
+
+/// A model split by layers across several backends (llama.cpp's --rpc with
+/// --tensor-split): what CreateSplitBackend needs besides BackendOptions.
+struct SplitOptions {
+  int64_t n_layer = 0;  ///< the model's layers
+  /// One proportion per listed backend (--tensor_split 3,1); empty = even.
+  std::vector<double> tensor_split;
+  /// Creates the backend of a "remote://HOST:PORT" entry from "HOST:PORT" (the caller
+  /// brings the channel and its security: libs/backend/remote, serving::MakeChannel).
+  std::function<absl::StatusOr<std::unique_ptr<Backend>>(const std::string& address)> connect_remote;
+};
+
+/// True for a --backend value that lists several backends or a remote one ("cpu,remote://
+/// 10.0.0.7:50061", "remote://h:p").
+bool IsSplitSpec(const std::string& spec);
+
+/// A Scheduler over the backends listed in `spec` (comma-separated kind names, device
+/// opts.device for each device kind, and "remote://HOST:PORT" entries), with the layers
+/// in contiguous ranges in list order (LayerPlacementFromSplit: the input layer with the
+/// first listed, the output layer with the last). Device and remote backends come first
+/// in the scheduler's priority, the CPU last (a listed "cpu", else one added as the
+/// fallback for ops the others lack); graph inputs stay in CPU memory. Errors:
+/// INVALID_ARGUMENT for an empty entry, a kind listed twice, a tensor_split whose size
+/// differs from the list's or that sums to 0; NOT_FOUND as CreateBackend; FAILED_PRECONDITION
+/// for a remote entry without connect_remote; the connection's errors (UNAVAILABLE naming
+/// the address).
+absl::StatusOr<std::unique_ptr<Backend>> CreateSplitBackend(const std::string& spec, const BackendOptions& opts,
+                                                            const SplitOptions& split);
 
 }  // namespace herd

@@ -155,6 +155,19 @@ absl::Status Scheduler::Synchronize() {
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::CheckDevice() {
+  absl::Status first = absl::OkStatus();
+  for (const auto& b : backends_) {
+    absl::Status s = b->CheckDevice();
+    if (absl::IsDataLoss(s) && !absl::IsDataLoss(first)) {
+      first = s;
+    } else if (!s.ok() && first.ok()) {
+      first = s;
+    }
+  }
+  return first;
+}
+
 bool Scheduler::SupportsOp(const Tensor& node) const {
   for (const auto& b : backends_) {
     if (b->SupportsOp(node)) return true;
@@ -371,7 +384,10 @@ absl::Status Scheduler::RunSplits(GraphRun& run) {
     for (auto& [slot, orig] : rewired) *slot = orig;
     if (!s.ok()) return s;
   }
-  return Synchronize();
+  // Not synchronized here: the caller does (Backend::Synchronize; the engine after queuing
+  // the read of its results), so a lazy backend (remote) sends its last split's inputs and
+  // compute together with that read, in one round trip.
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::GraphCompute(Graph& g) {

@@ -6,10 +6,11 @@
 // node when that backend supports it, else goes to the first backend that does. Runs
 // of nodes on one backend form a split; a tensor a split reads from memory its backend
 // cannot use is copied into that backend's memory at the start of the split. The last
-// backend is the CPU, so ops a device lacks fall back to it. Backends are synchronized
-// once, after the last split (a copy between splits reads through GetTensor, which
-// waits for the work queued before it), so a lazy backend can send its inputs, compute
-// and reads in one round trip.
+// backend is the CPU, so ops a device lacks fall back to it. GraphCompute does not synchronize
+// (the caller does, as with any backend whose compute may be queued; a copy between splits
+// reads through GetTensor, which waits for the work queued before it), so a lazy backend
+// (remote) sends a decode step's inputs, its layers' compute and the read of its results
+// in one round trip.
 //
 // Layer split (llama.cpp's -ngl / --tensor-split): SetLayerPlacement puts each layer's
 // weights and KV cache in one backend's memory (Backend::layer_buffer_type, which
@@ -83,6 +84,8 @@ class Scheduler : public Backend {
   /// placed in host memory, a device those in its own).
   absl::Status PrepareWeights(const std::vector<Tensor*>& weights) override;
 
+  /// Every backend's CheckDevice: the first DATA_LOSS, else the first other error.
+  absl::Status CheckDevice() override;
   /// True when any backend supports the node.
   bool SupportsOp(const Tensor& node) const override;
   /// Assigns, places (one arena per backend, reused across calls), copies and computes.

@@ -9,15 +9,20 @@
 // once serving (port 0 picks a free port), so a launcher can read the ports. SIGTERM /
 // SIGINT: health turns NOT_SERVING, new sequences are refused (UNAVAILABLE), in-flight
 // sessions get --grace_ms to finish and are then cancelled.
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 #include "libs/backend/registry.h"
+#include "libs/backend/remote/remote_backend.h"
 #include "libs/base/log.h"
 #include "libs/clients/address.h"
 #include "libs/clients/draft_client.h"
@@ -47,7 +52,15 @@ ABSL_FLAG(int, metrics_port, 9093, "Prometheus /metrics HTTP port (0 = pick a fr
 ABSL_FLAG(int, threads, 0,
           "CPU compute threads (0 = all hardware threads); with a device backend, the CPU fallback's.");
 ABSL_FLAG(std::string, backend, "cpu",
-          "Compute backend: cpu, vulkan, ... (what this build and machine have is listed when the name is wrong).");
+          "Compute backend: cpu, vulkan, ... (what this build and machine have is listed when the name is wrong); or "
+          "a comma-separated list splitting the model's layers across backends in list order, remote compute "
+          "servers (herd-compute) as remote://HOST:PORT: cpu,remote://10.0.0.7:50061");
+ABSL_FLAG(std::string, tensor_split, "",
+          "With a --backend list: the share of the layers each listed backend holds, comma-separated (llama.cpp's "
+          "--tensor-split: 3,1 = three quarters on the first); empty = even");
+ABSL_FLAG(int, remote_timeout_ms, 30000,
+          "Deadline of every call to a remote compute server (ms): a forward pass whose server does not answer in "
+          "time fails with UNAVAILABLE naming it");
 ABSL_FLAG(int, device, 0, "Device index within --backend (its devices are listed when the index is wrong).");
 ABSL_FLAG(int64_t, n_ctx, 0, "KV cache cells shared by all sequences (0 = the model's context length, at most 4096).");
 ABSL_FLAG(int64_t, n_ctx_seq, 0, "Most KV cells one sequence may use, its context (0 = n_ctx, the whole pool).");
@@ -224,6 +237,105 @@ absl::StatusOr<herd::draft::DraftClientOptions> DraftClientOptions(const herd::s
 }
 
 // On shutdown: stop admitting, then wait up to `grace` for the open sessions to end.
+// The backend of --backend: one kind, or a layer split over a list with remote compute
+// servers reached with the worker's client security (TLS, cluster key).
+absl::StatusOr<std::unique_ptr<herd::Backend>> MakeBackend(const std::string& spec, const herd::BackendOptions& bopts,
+                                                           const herd::model::Model& model,
+                                                           const herd::serving::ClientSecurity& security) {
+  if (!herd::IsSplitSpec(spec)) return herd::CreateBackend(spec, bopts);
+  herd::SplitOptions so;
+  so.n_layer = model.hparams().n_layer;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_tensor_split), ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !(v >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("--tensor_split: '", part, "' is not a number >= 0"));
+    }
+    so.tensor_split.push_back(v);
+  }
+  // The weights' bytes stay in the model's mapping for the worker's life: a compute server
+  // that restarts gets them again from there.
+  const uint8_t* lo = nullptr;
+  const uint8_t* hi = nullptr;
+  for (const auto& t : model.file().tensors()) {
+    if (t.data == nullptr) continue;
+    if (lo == nullptr || t.data < lo) lo = t.data;
+    if (hi == nullptr || t.data + t.nbytes > hi) hi = t.data + t.nbytes;
+  }
+  const int timeout_ms = absl::GetFlag(FLAGS_remote_timeout_ms);
+  so.connect_remote = [&, lo, hi,
+                       timeout_ms](const std::string& address) -> absl::StatusOr<std::unique_ptr<herd::Backend>> {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxSendMessageSize(64 << 20);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    herd::remote::RemoteOptions ro;
+    ro.address = address;
+    ro.channel = herd::serving::MakeChannel(address, security, args);
+    ro.timeout = std::chrono::milliseconds(timeout_ms);
+    absl::StatusOr<std::unique_ptr<herd::remote::RemoteBackend>> b = herd::remote::RemoteBackend::Connect(ro);
+    if (!b.ok()) return b.status();
+    if (lo != nullptr) (*b)->AddStableHostRegion(lo, static_cast<size_t>(hi - lo));
+    return std::unique_ptr<herd::Backend>(*std::move(b));
+  };
+  return herd::CreateSplitBackend(spec, bopts, so);
+}
+
+// Watches a backend that can be lost (remote compute servers) once a second: health
+// NOT_SERVING while it cannot be reached, SERVING again when it answers; after a server
+// restart (DATA_LOSS: its weights were sent again) the KV cache is dropped first, ending
+// the sequences that used it.
+class DeviceWatch {
+ public:
+  DeviceWatch(herd::Backend* backend, herd::engine::Scheduler* scheduler, grpc::Server* server)
+      : backend_(backend), scheduler_(scheduler), server_(server), thread_([this] { Run(); }) {}
+  ~DeviceWatch() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    bool serving = true;
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stop_) {
+      l.unlock();
+      absl::Status s = backend_->CheckDevice();
+      if (absl::IsDataLoss(s)) {
+        HERD_LOG(Warning) << "worker: " << s.message() << "; dropping the KV cache";
+        scheduler_->DropKvCache(absl::UnavailableError(std::string(s.message())));
+        s = absl::OkStatus();
+      }
+      l.lock();
+      if (stop_) break;
+      if (s.ok() != serving) {
+        serving = s.ok();
+        server_->GetHealthCheckService()->SetServingStatus(serving);
+        if (serving) {
+          HERD_LOG(Info) << "worker: the backend is back: SERVING";
+        } else {
+          HERD_LOG(Warning) << "worker: NOT_SERVING: " << s.message();
+        }
+      }
+      cv_.wait_for(l, std::chrono::seconds(1), [&] { return stop_; });
+    }
+  }
+
+  herd::Backend* backend_;
+  herd::engine::Scheduler* scheduler_;
+  grpc::Server* server_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 void DrainSessions(herd::worker::WorkerServiceImpl* service, std::chrono::milliseconds grace) {
   service->StopAdmitting();
   const auto deadline = std::chrono::steady_clock::now() + grace;
@@ -282,7 +394,7 @@ int main(int argc, char** argv) {
   bopts.ggml_order = absl::GetFlag(FLAGS_ggml_order);
   bopts.shared_prefix_attention = absl::GetFlag(FLAGS_shared_prefix_attention);
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
-  auto backend = herd::CreateBackend(backend_name, bopts);
+  auto backend = MakeBackend(backend_name, bopts, *model, *client_security);
   if (!backend.ok()) return Fail(absl::StrCat("--backend ", backend_name, ": ", backend.status().message()));
   if (absl::Status s = model->PlaceWeights(backend->get()); !s.ok()) {
     return Fail(absl::StrCat("model ", model_name, " on ", (*backend)->device().name, ": ", s.message()));
@@ -344,10 +456,21 @@ int main(int argc, char** argv) {
                  << ", n_ctx " << (*scheduler)->n_ctx() << ", n_ctx_seq " << (*scheduler)->n_ctx_seq() << ", n_batch "
                  << n_batch << ", " << (*scheduler)->capacity() << " sequences, queue " << policy;
   process.PrintListening(host);
+  // A backend that can be lost (a remote compute server) is watched: health follows it.
+  std::unique_ptr<DeviceWatch> watch;
+  if (herd::IsSplitSpec(backend_name)) {
+    watch = std::make_unique<DeviceWatch>(backend->get(), scheduler->get(), process.server());
+  }
 
   // Drain here rather than in grpc::Server::Shutdown(deadline), which also waits for idle
   // client connections to go away: once the last session ends, shut down at once.
-  process.Wait(std::chrono::milliseconds(0), [&] { DrainSessions(service.get(), gopts.shutdown_grace); });
+  process.Wait(std::chrono::milliseconds(0), [&] {
+    if (watch != nullptr) {
+      watch->Stop();
+      process.server()->GetHealthCheckService()->SetServingStatus(false);  // the watch may have set it
+    }
+    DrainSessions(service.get(), gopts.shutdown_grace);
+  });
   process.ResetServer();  // every session has finished (or was cancelled at the grace deadline)
   service.reset();
   (*scheduler)->Shutdown();

@@ -93,7 +93,7 @@ class RemoteBackend : public Backend {
   /// prepared weights are sent again, and DATA_LOSS says the rest (the KV cache) is gone;
   /// later calls work again. Errors: UNAVAILABLE naming the server while it cannot be
   /// reached; DATA_LOSS once after a restore.
-  absl::Status CheckDevice();
+  absl::Status CheckDevice() override;
   /// Host memory [p, p + size) that stays valid and unchanged for the backend's life (a
   /// model's file mapping): writes from it are remembered (pointer and range, not a copy)
   /// and sent again after a server restart.
