@@ -303,6 +303,51 @@ TEST_F(ComputeServerTest, BadTensorsAreRefusedByName) {
   }
 }
 
+// Tensors whose address or strides are not aligned for their type are refused before a
+// kernel loads a float from them (found by tests/fuzz/remote_compute_fuzz: a flash
+// attention V leaf at offset 4039 was read as floats).
+TEST_F(ComputeServerTest, MisalignedTensorsAreRefused) {
+  const uint64_t b = Alloc(4096);
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_offset(3);  // F32 at an odd byte
+    ExpectBad(c, "offset 3 is not a multiple of 4 (F32 alignment)");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(1)->set_offset(1026);
+    ExpectBad(c, "offset 1026 is not a multiple of 4");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_nb(1, 258);  // rows 2 bytes apart from alignment
+    ExpectBad(c, "nb[1] = 258 is not a multiple of 4");
+  }
+  {
+    // A view 2 bytes into its F32 root.
+    v1::Command c = Norm(b);
+    v1::WireTensor v = Leaf(0, 0, {32, 1});
+    v.set_op(static_cast<int>(Op::kView));
+    v.add_src(0);
+    v.set_view_src(1);
+    v.set_view_offs(2);
+    *c.mutable_compute()->mutable_tensors(1) = v;
+    ExpectBad(c, "view_offs = 2 is not a multiple of 4");
+  }
+  {
+    // F16 and Q4_0 (18-byte blocks of halves) need 2 bytes; Q4_0 at an even offset is fine.
+    v1::Command c;
+    *c.mutable_compute()->add_tensors() = Leaf(b, 1, {32, 2}, GgmlType::F16);
+    ExpectBad(c, "offset 1 is not a multiple of 2 (F16 alignment)");
+    *c.mutable_compute()->mutable_tensors(0) = Leaf(b, 18, {32, 2}, GgmlType::Q4_0);
+    EXPECT_TRUE(Run(c).ok());
+  }
+  EXPECT_EQ(TypeAlignment(GgmlType::F32), 4u);
+  EXPECT_EQ(TypeAlignment(GgmlType::Q8_0), 2u);
+  EXPECT_EQ(TypeAlignment(GgmlType::I8), 1u);
+  EXPECT_EQ(TypeAlignment(GgmlType::F64), 8u);
+}
+
 // get_rows ids past the table are the kernel's clean error, not a read outside it.
 TEST_F(ComputeServerTest, BadRowIdIsAnError) {
   const uint64_t b = Alloc(4096);

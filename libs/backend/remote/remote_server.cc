@@ -207,7 +207,12 @@ absl::Status ComputeServer::BuildTensors(const google::protobuf::RepeatedPtrFiel
     // their root.
     if (s.ok() && t->view_src == nullptr) {
       Held* h = nullptr;
-      s = Range(w.buffer(), w.offset(), t->nbytes(), &h);
+      // The buffer's base is aligned (Device().alignment): the offset makes the address.
+      if (const uint64_t align = TypeAlignment(t->type); w.offset() % align != 0) {
+        s = absl::InvalidArgumentError(absl::StrCat("offset ", w.offset(), " is not a multiple of ", align, " (",
+                                                    GgmlTypeName(t->type), " alignment)"));
+      }
+      if (s.ok()) s = Range(w.buffer(), w.offset(), t->nbytes(), &h);
       if (s.ok()) {
         t->buffer = h->buf.get();
         t->data = static_cast<uint8_t*>(h->buf->base()) + w.offset();
