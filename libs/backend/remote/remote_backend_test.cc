@@ -348,6 +348,36 @@ TEST_F(ComputeServerTest, MisalignedTensorsAreRefused) {
   EXPECT_EQ(TypeAlignment(GgmlType::F64), 8u);
 }
 
+// Weights of one PrepareWeights command that share bytes are refused: preparing the
+// second dropped the first one's fresh layout while the backend was still to read it (a
+// use after free found by tests/fuzz/remote_compute_fuzz).
+TEST_F(ComputeServerTest, OverlappingPreparedWeightsAreRefused) {
+  const uint64_t b = Alloc(8192);
+  {
+    v1::Command c;
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 64, {128, 4}, GgmlType::Q8_0);
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 64, {128, 4}, GgmlType::Q8_0);  // the same bytes again
+    ExpectBad(c, "tensors[1] 'leaf' overlaps tensors[0]");
+  }
+  {
+    v1::Command c;
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 0, {128, 16}, GgmlType::Q8_0);  // 2176 bytes
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 4096, {128, 4}, GgmlType::Q8_0);
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 1024, {32, 2}, GgmlType::Q8_0);  // inside the first
+    ExpectBad(c, "tensors[2] 'leaf' overlaps tensors[0]");
+  }
+  {
+    // Side by side, and in another buffer at the same offset: fine.
+    const uint64_t b2 = Alloc(4096);
+    v1::Command c;
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 0, {128, 4}, GgmlType::Q8_0);  // 544 bytes
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 544, {128, 4}, GgmlType::Q8_0);
+    *c.mutable_prepare()->add_tensors() = Leaf(b2, 0, {128, 4}, GgmlType::Q8_0);
+    EXPECT_TRUE(Run(c).ok());
+    EXPECT_TRUE(Run(c).ok());  // prepared already
+  }
+}
+
 // get_rows ids past the table are the kernel's clean error, not a read outside it.
 TEST_F(ComputeServerTest, BadRowIdIsAnError) {
   const uint64_t b = Alloc(4096);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -265,6 +266,31 @@ absl::Status ComputeServer::Compute(const v1::ComputeGraph& c) {
 absl::Status ComputeServer::Prepare(const v1::PrepareWeights& p) {
   Graph g;
   if (absl::Status s = BuildTensors(p.tensors(), /*leaves_only=*/true, &g); !s.ok()) return s;
+  // Each weight is prepared once, over bytes of its own: a layout replaced or dropped
+  // while this command runs would leave a dangling tensor among the fresh ones.
+  std::vector<size_t> order(g.ptrs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto key = [&](size_t i) {
+    return std::make_pair(reinterpret_cast<uintptr_t>(g.ptrs[i]->buffer), reinterpret_cast<uintptr_t>(g.ptrs[i]->data));
+  };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  size_t reach = 0;  // the tensor reaching furthest so far in this buffer
+  for (size_t k = 1; k < order.size(); ++k) {
+    const size_t prev = order[k - 1];
+    const size_t cur = order[k];
+    if (key(prev).first != key(cur).first) {
+      reach = k;
+      continue;
+    }
+    const size_t far = order[reach];
+    if (key(cur).second < key(far).second + g.ptrs[far]->nbytes()) {
+      const size_t hi = std::max(far, cur);
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors[", hi, "] '", p.tensors(static_cast<int>(hi)).name().substr(0, kMaxName),
+                       "' overlaps tensors[", std::min(far, cur), "]: weights are prepared once each"));
+    }
+    if (key(cur).second + g.ptrs[cur]->nbytes() > key(far).second + g.ptrs[far]->nbytes()) reach = k;
+  }
   std::vector<Tensor*> fresh;
   for (size_t i = 0; i < g.ptrs.size(); ++i) {
     Tensor* t = g.ptrs[i];
