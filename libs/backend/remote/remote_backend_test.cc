@@ -378,6 +378,32 @@ TEST_F(ComputeServerTest, OverlappingPreparedWeightsAreRefused) {
   }
 }
 
+// A graph that reads a prepared weight and writes over its bytes (another node's
+// output): the server drops the stale layout, but the graph still holds its header as
+// a source, so it lives until the graph has run (it was freed first: a use after free
+// under ASan, found with tests/fuzz/remote_compute_fuzz).
+TEST_F(ComputeServerTest, NodeOverwritingAPreparedWeightTheGraphReads) {
+  const uint64_t b = Alloc(4096);
+  v1::Command prep;
+  *prep.mutable_prepare()->add_tensors() = Leaf(b, 0, {128, 4}, GgmlType::Q8_0);
+  ASSERT_TRUE(Run(prep).ok());
+  v1::Command c;
+  *c.mutable_compute()->add_tensors() = Leaf(b, 0, {128, 4}, GgmlType::Q8_0);  // the prepared weight
+  *c.mutable_compute()->add_tensors() = Leaf(b, 1024, {128, 2});
+  v1::WireTensor y = Leaf(b, 2048, {4, 2});
+  y.set_op(static_cast<int>(Op::kMulMat));
+  y.add_src(0);
+  y.add_src(1);
+  *c.mutable_compute()->add_tensors() = y;
+  v1::WireTensor z = Leaf(b, 0, {128, 2});  // x * 2 over the weight's bytes
+  z.set_op(static_cast<int>(Op::kScale));
+  z.add_src(1);
+  z.add_f_params(2.0f);
+  *c.mutable_compute()->add_tensors() = z;
+  EXPECT_TRUE(Run(c).ok());
+  EXPECT_TRUE(Run(c).ok());  // again, without a prepared layout
+}
+
 // get_rows ids past the table are the kernel's clean error, not a read outside it.
 TEST_F(ComputeServerTest, BadRowIdIsAnError) {
   const uint64_t b = Alloc(4096);

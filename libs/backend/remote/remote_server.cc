@@ -104,11 +104,12 @@ absl::Status ComputeServer::Range(uint64_t id, uint64_t offset, uint64_t size, H
   return absl::OkStatus();
 }
 
-void ComputeServer::Invalidate(Held* h, uint64_t offset, uint64_t size) {
+void ComputeServer::Invalidate(Held* h, uint64_t offset, uint64_t size, std::vector<std::unique_ptr<Tensor>>* dropped) {
   for (auto it = h->prepared.begin(); it != h->prepared.end();) {
     const uint64_t lo = it->first;
     const uint64_t hi = lo + it->second->nbytes();
     if (lo < offset + size && offset < hi) {
+      if (dropped != nullptr) dropped->push_back(std::move(it->second));
       it = h->prepared.erase(it);
     } else {
       ++it;
@@ -245,14 +246,16 @@ absl::Status ComputeServer::Compute(const v1::ComputeGraph& c) {
   Graph g;
   if (absl::Status s = BuildTensors(c.tensors(), /*leaves_only=*/false, &g); !s.ok()) return s;
   if (g.nodes.empty()) return absl::OkStatus();
-  // Nodes write their own bytes: layouts prepared over them are stale.
+  // Nodes write their own bytes: layouts prepared over them are stale. The graph may
+  // hold their headers as sources (BuildTensors), so they live until it has run.
+  std::vector<std::unique_ptr<Tensor>> dropped;
   for (Tensor* n : g.nodes) {
     Tensor* root = n->view_src != nullptr ? n->view_src : n;
     for (auto& [id, h] : buffers_) {
       if (h->buf.get() == root->buffer) {
         Invalidate(h.get(),
                    static_cast<uint64_t>(static_cast<uint8_t*>(n->data) - static_cast<uint8_t*>(h->buf->base())),
-                   n->nbytes());
+                   n->nbytes(), &dropped);
         break;
       }
     }
