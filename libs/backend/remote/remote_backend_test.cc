@@ -404,6 +404,23 @@ TEST_F(ComputeServerTest, NodeOverwritingAPreparedWeightTheGraphReads) {
   EXPECT_TRUE(Run(c).ok());  // again, without a prepared layout
 }
 
+// A node whose bytes overlap a source's (not exactly in place) is refused: CONT copied
+// rows with memcpy over the rows it was reading (found by tests/fuzz/remote_compute_fuzz).
+TEST_F(ComputeServerTest, NodeOverlappingItsSourceIsRefused) {
+  const uint64_t b = Alloc(4096);
+  v1::Command c;
+  *c.mutable_compute()->add_tensors() = Leaf(b, 0, {64, 4});
+  v1::WireTensor n = Leaf(b, 256, {64, 4});  // one row further: rows 1..3 overlap
+  n.set_op(static_cast<int>(Op::kCont));
+  n.add_src(0);
+  *c.mutable_compute()->add_tensors() = n;
+  ExpectBad(c, "tensors[1] 'leaf': its bytes overlap those of src[0]");
+  c.mutable_compute()->mutable_tensors(1)->set_offset(0);  // exactly in place
+  EXPECT_TRUE(Run(c).ok());
+  c.mutable_compute()->mutable_tensors(1)->set_offset(1024);  // beside it
+  EXPECT_TRUE(Run(c).ok());
+}
+
 // get_rows ids past the table are the kernel's clean error, not a read outside it.
 TEST_F(ComputeServerTest, BadRowIdIsAnError) {
   const uint64_t b = Alloc(4096);

@@ -232,6 +232,20 @@ absl::Status ComputeServer::BuildTensors(const google::protobuf::RepeatedPtrFiel
       s = absl::InvalidArgumentError(
           absl::StrCat(backend_->name(), " does not compute ", OpName(t->op), " with these sources"));
     }
+    // A node's bytes are its own while it runs: a kernel may copy a source row over its
+    // output (memcpy of overlapping ranges). Exactly in place (same bytes, same layout)
+    // is allowed; SET_ROWS writes into its src[0] by definition.
+    for (int k = 0; s.ok() && k < 4 && t->op != Op::kNone && t->op != Op::kView && t->op != Op::kSetRows; ++k) {
+      const Tensor* src = t->src[k];
+      if (src == nullptr || src->buffer != t->buffer) continue;
+      const auto* lo = static_cast<const uint8_t*>(t->data);
+      const auto* src_lo = static_cast<const uint8_t*>(src->data);
+      const bool overlap = lo < src_lo + src->nbytes() && src_lo < lo + t->nbytes();
+      if (overlap && !(lo == src_lo && SameLayout(*t, *src))) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("its bytes overlap those of src[", k, "] (only exactly in place, same offset and layout)"));
+      }
+    }
     if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("tensors[", i, "] '", w.name().substr(0, kMaxName), "': ", s.message()));
