@@ -360,6 +360,124 @@ TEST_F(ComputeServerTest, BadTensorsAreRefusedByName) {
   }
 }
 
+// Tensors whose address or strides are not aligned for their type are refused before a
+// kernel loads a float from them (found by tests/fuzz/remote_compute_fuzz: a flash
+// attention V leaf at offset 4039 was read as floats).
+TEST_F(ComputeServerTest, MisalignedTensorsAreRefused) {
+  const uint64_t b = Alloc(4096);
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_offset(3);  // F32 at an odd byte
+    ExpectBad(c, "offset 3 is not a multiple of 4 (F32 alignment)");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(1)->set_offset(1026);
+    ExpectBad(c, "offset 1026 is not a multiple of 4");
+  }
+  {
+    v1::Command c = Norm(b);
+    c.mutable_compute()->mutable_tensors(0)->set_nb(1, 258);  // rows 2 bytes apart from alignment
+    ExpectBad(c, "nb[1] = 258 is not a multiple of 4");
+  }
+  {
+    // A view 2 bytes into its F32 root.
+    v1::Command c = Norm(b);
+    v1::WireTensor v = Leaf(0, 0, {32, 1});
+    v.set_op(static_cast<int>(Op::kView));
+    v.add_src(0);
+    v.set_view_src(1);
+    v.set_view_offs(2);
+    *c.mutable_compute()->mutable_tensors(1) = v;
+    ExpectBad(c, "view_offs = 2 is not a multiple of 4");
+  }
+  {
+    // F16 and Q4_0 (18-byte blocks of halves) need 2 bytes; Q4_0 at an even offset is fine.
+    v1::Command c;
+    *c.mutable_compute()->add_tensors() = Leaf(b, 1, {32, 2}, GgmlType::F16);
+    ExpectBad(c, "offset 1 is not a multiple of 2 (F16 alignment)");
+    *c.mutable_compute()->mutable_tensors(0) = Leaf(b, 18, {32, 2}, GgmlType::Q4_0);
+    EXPECT_TRUE(Run(c).ok());
+  }
+  EXPECT_EQ(TypeAlignment(GgmlType::F32), 4u);
+  EXPECT_EQ(TypeAlignment(GgmlType::Q8_0), 2u);
+  EXPECT_EQ(TypeAlignment(GgmlType::I8), 1u);
+  EXPECT_EQ(TypeAlignment(GgmlType::F64), 8u);
+}
+
+// Weights of one PrepareWeights command that share bytes are refused: preparing the
+// second dropped the first one's fresh layout while the backend was still to read it (a
+// use after free found by tests/fuzz/remote_compute_fuzz).
+TEST_F(ComputeServerTest, OverlappingPreparedWeightsAreRefused) {
+  const uint64_t b = Alloc(8192);
+  {
+    v1::Command c;
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 64, {128, 4}, GgmlType::Q8_0);
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 64, {128, 4}, GgmlType::Q8_0);  // the same bytes again
+    ExpectBad(c, "tensors[1] 'leaf' overlaps tensors[0]");
+  }
+  {
+    v1::Command c;
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 0, {128, 16}, GgmlType::Q8_0);  // 2176 bytes
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 4096, {128, 4}, GgmlType::Q8_0);
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 1024, {32, 2}, GgmlType::Q8_0);  // inside the first
+    ExpectBad(c, "tensors[2] 'leaf' overlaps tensors[0]");
+  }
+  {
+    // Side by side, and in another buffer at the same offset: fine.
+    const uint64_t b2 = Alloc(4096);
+    v1::Command c;
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 0, {128, 4}, GgmlType::Q8_0);  // 544 bytes
+    *c.mutable_prepare()->add_tensors() = Leaf(b, 544, {128, 4}, GgmlType::Q8_0);
+    *c.mutable_prepare()->add_tensors() = Leaf(b2, 0, {128, 4}, GgmlType::Q8_0);
+    EXPECT_TRUE(Run(c).ok());
+    EXPECT_TRUE(Run(c).ok());  // prepared already
+  }
+}
+
+// A graph that reads a prepared weight and writes over its bytes (another node's
+// output): the server drops the stale layout, but the graph still holds its header as
+// a source, so it lives until the graph has run (it was freed first: a use after free
+// under ASan, found with tests/fuzz/remote_compute_fuzz).
+TEST_F(ComputeServerTest, NodeOverwritingAPreparedWeightTheGraphReads) {
+  const uint64_t b = Alloc(4096);
+  v1::Command prep;
+  *prep.mutable_prepare()->add_tensors() = Leaf(b, 0, {128, 4}, GgmlType::Q8_0);
+  ASSERT_TRUE(Run(prep).ok());
+  v1::Command c;
+  *c.mutable_compute()->add_tensors() = Leaf(b, 0, {128, 4}, GgmlType::Q8_0);  // the prepared weight
+  *c.mutable_compute()->add_tensors() = Leaf(b, 1024, {128, 2});
+  v1::WireTensor y = Leaf(b, 2048, {4, 2});
+  y.set_op(static_cast<int>(Op::kMulMat));
+  y.add_src(0);
+  y.add_src(1);
+  *c.mutable_compute()->add_tensors() = y;
+  v1::WireTensor z = Leaf(b, 0, {128, 2});  // x * 2 over the weight's bytes
+  z.set_op(static_cast<int>(Op::kScale));
+  z.add_src(1);
+  z.add_f_params(2.0f);
+  *c.mutable_compute()->add_tensors() = z;
+  EXPECT_TRUE(Run(c).ok());
+  EXPECT_TRUE(Run(c).ok());  // again, without a prepared layout
+}
+
+// A node whose bytes overlap a source's (not exactly in place) is refused: CONT copied
+// rows with memcpy over the rows it was reading (found by tests/fuzz/remote_compute_fuzz).
+TEST_F(ComputeServerTest, NodeOverlappingItsSourceIsRefused) {
+  const uint64_t b = Alloc(4096);
+  v1::Command c;
+  *c.mutable_compute()->add_tensors() = Leaf(b, 0, {64, 4});
+  v1::WireTensor n = Leaf(b, 256, {64, 4});  // one row further: rows 1..3 overlap
+  n.set_op(static_cast<int>(Op::kCont));
+  n.add_src(0);
+  *c.mutable_compute()->add_tensors() = n;
+  ExpectBad(c, "tensors[1] 'leaf': its bytes overlap those of src[0]");
+  c.mutable_compute()->mutable_tensors(1)->set_offset(0);  // exactly in place
+  EXPECT_TRUE(Run(c).ok());
+  c.mutable_compute()->mutable_tensors(1)->set_offset(1024);  // beside it
+  EXPECT_TRUE(Run(c).ok());
+}
+
 // get_rows ids past the table are the kernel's clean error, not a read outside it.
 TEST_F(ComputeServerTest, BadRowIdIsAnError) {
   const uint64_t b = Alloc(4096);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -103,11 +104,12 @@ absl::Status ComputeServer::Range(uint64_t id, uint64_t offset, uint64_t size, H
   return absl::OkStatus();
 }
 
-void ComputeServer::Invalidate(Held* h, uint64_t offset, uint64_t size) {
+void ComputeServer::Invalidate(Held* h, uint64_t offset, uint64_t size, std::vector<std::unique_ptr<Tensor>>* dropped) {
   for (auto it = h->prepared.begin(); it != h->prepared.end();) {
     const uint64_t lo = it->first;
     const uint64_t hi = lo + it->second->nbytes();
     if (lo < offset + size && offset < hi) {
+      if (dropped != nullptr) dropped->push_back(std::move(it->second));
       it = h->prepared.erase(it);
     } else {
       ++it;
@@ -207,7 +209,12 @@ absl::Status ComputeServer::BuildTensors(const google::protobuf::RepeatedPtrFiel
     // their root.
     if (s.ok() && t->view_src == nullptr) {
       Held* h = nullptr;
-      s = Range(w.buffer(), w.offset(), t->nbytes(), &h);
+      // The buffer's base is aligned (Device().alignment): the offset makes the address.
+      if (const uint64_t align = TypeAlignment(t->type); w.offset() % align != 0) {
+        s = absl::InvalidArgumentError(absl::StrCat("offset ", w.offset(), " is not a multiple of ", align, " (",
+                                                    GgmlTypeName(t->type), " alignment)"));
+      }
+      if (s.ok()) s = Range(w.buffer(), w.offset(), t->nbytes(), &h);
       if (s.ok()) {
         t->buffer = h->buf.get();
         t->data = static_cast<uint8_t*>(h->buf->base()) + w.offset();
@@ -225,6 +232,20 @@ absl::Status ComputeServer::BuildTensors(const google::protobuf::RepeatedPtrFiel
       s = absl::InvalidArgumentError(
           absl::StrCat(backend_->name(), " does not compute ", OpName(t->op), " with these sources"));
     }
+    // A node's bytes are its own while it runs: a kernel may copy a source row over its
+    // output (memcpy of overlapping ranges). Exactly in place (same bytes, same layout)
+    // is allowed; SET_ROWS writes into its src[0] by definition.
+    for (int k = 0; s.ok() && k < 4 && t->op != Op::kNone && t->op != Op::kView && t->op != Op::kSetRows; ++k) {
+      const Tensor* src = t->src[k];
+      if (src == nullptr || src->buffer != t->buffer) continue;
+      const auto* lo = static_cast<const uint8_t*>(t->data);
+      const auto* src_lo = static_cast<const uint8_t*>(src->data);
+      const bool overlap = lo < src_lo + src->nbytes() && src_lo < lo + t->nbytes();
+      if (overlap && !(lo == src_lo && SameLayout(*t, *src))) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("its bytes overlap those of src[", k, "] (only exactly in place, same offset and layout)"));
+      }
+    }
     if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("tensors[", i, "] '", w.name().substr(0, kMaxName), "': ", s.message()));
@@ -239,14 +260,16 @@ absl::Status ComputeServer::Compute(const v1::ComputeGraph& c) {
   Graph g;
   if (absl::Status s = BuildTensors(c.tensors(), /*leaves_only=*/false, &g); !s.ok()) return s;
   if (g.nodes.empty()) return absl::OkStatus();
-  // Nodes write their own bytes: layouts prepared over them are stale.
+  // Nodes write their own bytes: layouts prepared over them are stale. The graph may
+  // hold their headers as sources (BuildTensors), so they live until it has run.
+  std::vector<std::unique_ptr<Tensor>> dropped;
   for (Tensor* n : g.nodes) {
     Tensor* root = n->view_src != nullptr ? n->view_src : n;
     for (auto& [id, h] : buffers_) {
       if (h->buf.get() == root->buffer) {
         Invalidate(h.get(),
                    static_cast<uint64_t>(static_cast<uint8_t*>(n->data) - static_cast<uint8_t*>(h->buf->base())),
-                   n->nbytes());
+                   n->nbytes(), &dropped);
         break;
       }
     }
@@ -260,6 +283,31 @@ absl::Status ComputeServer::Compute(const v1::ComputeGraph& c) {
 absl::Status ComputeServer::Prepare(const v1::PrepareWeights& p) {
   Graph g;
   if (absl::Status s = BuildTensors(p.tensors(), /*leaves_only=*/true, &g); !s.ok()) return s;
+  // Each weight is prepared once, over bytes of its own: a layout replaced or dropped
+  // while this command runs would leave a dangling tensor among the fresh ones.
+  std::vector<size_t> order(g.ptrs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto key = [&](size_t i) {
+    return std::make_pair(reinterpret_cast<uintptr_t>(g.ptrs[i]->buffer), reinterpret_cast<uintptr_t>(g.ptrs[i]->data));
+  };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  size_t reach = 0;  // the tensor reaching furthest so far in this buffer
+  for (size_t k = 1; k < order.size(); ++k) {
+    const size_t prev = order[k - 1];
+    const size_t cur = order[k];
+    if (key(prev).first != key(cur).first) {
+      reach = k;
+      continue;
+    }
+    const size_t far = order[reach];
+    if (key(cur).second < key(far).second + g.ptrs[far]->nbytes()) {
+      const size_t hi = std::max(far, cur);
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors[", hi, "] '", p.tensors(static_cast<int>(hi)).name().substr(0, kMaxName),
+                       "' overlaps tensors[", std::min(far, cur), "]: weights are prepared once each"));
+    }
+    if (key(cur).second + g.ptrs[cur]->nbytes() > key(far).second + g.ptrs[far]->nbytes()) reach = k;
+  }
   std::vector<Tensor*> fresh;
   for (size_t i = 0; i < g.ptrs.size(); ++i) {
     Tensor* t = g.ptrs[i];

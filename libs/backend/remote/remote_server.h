@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -70,8 +71,9 @@ class ComputeServer {
   absl::Status RunCommand(const v1::Command& c, v1::ExecuteResponse* resp);
   absl::StatusOr<Held*> Find(uint64_t id);
   absl::Status Range(uint64_t id, uint64_t offset, uint64_t size, Held** out);
-  // Drops prepared-weight layouts overlapping [offset, offset + size) of `h`.
-  void Invalidate(Held* h, uint64_t offset, uint64_t size);
+  // Drops prepared-weight layouts overlapping [offset, offset + size) of `h`; into
+  // `dropped` when given (a graph about to run may still read their headers).
+  void Invalidate(Held* h, uint64_t offset, uint64_t size, std::vector<std::unique_ptr<Tensor>>* dropped = nullptr);
   absl::Status BuildTensors(const google::protobuf::RepeatedPtrField<v1::WireTensor>& wire, bool leaves_only, Graph* g);
   absl::Status Compute(const v1::ComputeGraph& c);
   absl::Status Prepare(const v1::PrepareWeights& p);

@@ -95,6 +95,15 @@ std::string CommandName(const v1::Command& c) {
   }
 }
 
+uint64_t TypeAlignment(GgmlType type) {
+  const GgmlTypeTraits* tr = GetGgmlTypeTraits(type);
+  if (tr == nullptr) return 1;
+  for (uint64_t a : {8, 4, 2}) {
+    if (tr->type_size % a == 0) return a;
+  }
+  return 1;
+}
+
 bool SameLayout(const Tensor& a, const Tensor& b) {
   if (a.type != b.type) return false;
   for (int i = 0; i < 4; ++i) {
@@ -129,6 +138,13 @@ absl::Status DecodeHeader(const v1::WireTensor& w, int index, const std::vector<
     return Bad(
         absl::StrCat("nb[0] = ", t->nb[0], " is not the ", GgmlTypeName(t->type), " element size ", tr->type_size));
   }
+  const uint64_t align = TypeAlignment(t->type);
+  for (int i = 1; i < 4; ++i) {
+    if (t->nb[i] % align != 0) {
+      return Bad(absl::StrCat("nb[", i, "] = ", t->nb[i], " is not a multiple of ", align, " (", GgmlTypeName(t->type),
+                              " alignment)"));
+    }
+  }
   unsigned __int128 span = GgmlRowSize(t->type, t->ne[0]);
   for (int i = 1; i < 4; ++i) span += static_cast<unsigned __int128>(t->ne[i] - 1) * t->nb[i];
   if (span > kMaxSpan) return Bad("spans more than 2^48 bytes");
@@ -162,6 +178,10 @@ absl::Status DecodeHeader(const v1::WireTensor& w, int index, const std::vector<
       return Bad(absl::StrCat("view_src = ", w.view_src(), " is not the root of src[0]"));
     }
     if (t->type != t->src[0]->type) return Bad("a view's type differs from its source's");
+    if (w.view_offs() % align != 0) {
+      return Bad(absl::StrCat("view_offs = ", w.view_offs(), " is not a multiple of ", align, " (",
+                              GgmlTypeName(t->type), " alignment)"));
+    }
     const size_t root_bytes = root->nbytes();
     if (w.view_offs() > root_bytes || span > root_bytes - w.view_offs()) {
       return Bad(absl::StrCat("view of ", static_cast<uint64_t>(span), " bytes at ", w.view_offs(),

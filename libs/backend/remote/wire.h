@@ -39,6 +39,11 @@ absl::Status RestartedError(uint64_t instance);
 /// "prepare".
 std::string CommandName(const v1::Command& c);
 
+/// The alignment a tensor of `type` needs of its address and strides: the largest of
+/// 8, 4, 2, 1 dividing its block size in bytes (F32 4, F16 2, Q4_0 2, Q4_K 8), so that a
+/// kernel may load its elements and block fields as their C++ types.
+uint64_t TypeAlignment(GgmlType type);
+
 /// Type, extents and strides equal (a prepared weight matches a later leaf).
 bool SameLayout(const Tensor& a, const Tensor& b);
 
@@ -46,10 +51,12 @@ bool SameLayout(const Tensor& a, const Tensor& b);
 /// `earlier` (already checked). Sets type, ne, nb, op, sources, parameters, name and, for
 /// views, view_src / view_offs; not data or buffer. INVALID_ARGUMENT naming the field when
 /// the type or op id is unknown; an extent is < 1 or > 2^32, or the elements > 2^40; a
-/// stride is > 2^48 or nb[0] is not the element size; ne[0] is not whole blocks; a
-/// source index is not in [0, index); a view lies outside its root or its root is not
-/// its source's root; a compute node's type, extents or strides differ from what its
-/// op makes of its sources (tensor.h's builders); an op has missing or extra sources.
+/// stride is > 2^48 or nb[0] is not the element size; a stride or a view's offset is
+/// not a multiple of TypeAlignment (the caller checks a buffer offset); ne[0] is not
+/// whole blocks; a source index is not in [0, index); a view lies outside its root or
+/// its root is not its source's root; a compute node's type, extents or strides differ
+/// from what its op makes of its sources (tensor.h's builders); an op has missing or
+/// extra sources.
 absl::Status DecodeHeader(const v1::WireTensor& w, int index, const std::vector<Tensor*>& earlier, Tensor* t);
 
 /// Where a tensor's bytes are on the server: (buffer id, offset). The client's lookup.
