@@ -283,13 +283,15 @@ absl::StatusOr<std::unique_ptr<herd::Backend>> MakeBackend(const std::string& sp
 }
 
 // Watches a backend that can be lost (remote compute servers) once a second: health
-// NOT_SERVING while it cannot be reached, SERVING again when it answers; after a server
+// NOT_SERVING (and Info / new sessions UNAVAILABLE, so the gateway routes elsewhere) while
+// it cannot be reached, SERVING again when it answers; after a server
 // restart (DATA_LOSS: its weights were sent again) the KV cache is dropped first, ending
 // the sequences that used it.
 class DeviceWatch {
  public:
-  DeviceWatch(herd::Backend* backend, herd::engine::Scheduler* scheduler, grpc::Server* server)
-      : backend_(backend), scheduler_(scheduler), server_(server), thread_([this] { Run(); }) {}
+  DeviceWatch(herd::Backend* backend, herd::engine::Scheduler* scheduler, herd::worker::WorkerServiceImpl* service,
+              grpc::Server* server)
+      : backend_(backend), scheduler_(scheduler), service_(service), server_(server), thread_([this] { Run(); }) {}
   ~DeviceWatch() { Stop(); }
   void Stop() {
     {
@@ -316,6 +318,7 @@ class DeviceWatch {
       if (stop_) break;
       if (s.ok() != serving) {
         serving = s.ok();
+        service_->SetBackendStatus(s);  // Info and new sessions: UNAVAILABLE while down
         server_->GetHealthCheckService()->SetServingStatus(serving);
         if (serving) {
           HERD_LOG(Info) << "worker: the backend is back: SERVING";
@@ -329,6 +332,7 @@ class DeviceWatch {
 
   herd::Backend* backend_;
   herd::engine::Scheduler* scheduler_;
+  herd::worker::WorkerServiceImpl* service_;
   grpc::Server* server_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -459,7 +463,7 @@ int main(int argc, char** argv) {
   // A backend that can be lost (a remote compute server) is watched: health follows it.
   std::unique_ptr<DeviceWatch> watch;
   if (herd::IsSplitSpec(backend_name)) {
-    watch = std::make_unique<DeviceWatch>(backend->get(), scheduler->get(), process.server());
+    watch = std::make_unique<DeviceWatch>(backend->get(), scheduler->get(), service.get(), process.server());
   }
 
   // Drain here rather than in grpc::Server::Shutdown(deadline), which also waits for idle

@@ -214,6 +214,10 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
     // The callback may run (on the scheduler thread) as soon as Start returns; it blocks
     // on mu_ until seq_ is set below.
     params->on_event = [this] { Pump(); };
+    if (absl::Status b = svc_->BackendStatus(); !b.ok()) {
+      FinishLocked(ToGrpcStatus(absl::UnavailableError(absl::StrCat("backend unavailable: ", b.message()))));
+      return;
+    }
     auto seq = svc_->scheduler_->Start(*std::move(params));
     if (!seq.ok()) {
       FinishLocked(ToGrpcStatus(Prefixed(seq.status(), "start")));
@@ -401,6 +405,16 @@ void WorkerServiceImpl::CountRequest(grpc::StatusCode code) {
   if (requests_ != nullptr) requests_->Add(1, {absl::StatusCodeToString(static_cast<absl::StatusCode>(code))});
 }
 
+void WorkerServiceImpl::SetBackendStatus(const absl::Status& s) {
+  std::lock_guard<std::mutex> l(backend_mu_);
+  backend_status_ = s;
+}
+
+absl::Status WorkerServiceImpl::BackendStatus() const {
+  std::lock_guard<std::mutex> l(backend_mu_);
+  return backend_status_;
+}
+
 void WorkerServiceImpl::StopAdmitting() {
   draining_ = true;
   scheduler_->StopAdmitting();
@@ -493,6 +507,12 @@ void WorkerServiceImpl::FillPrefixDigest(uint64_t known_version, v1::WorkerInfo*
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Info(grpc::CallbackServerContext* ctx, const v1::WorkerInfoRequest* req,
                                                   v1::WorkerInfo* resp) {
+  if (absl::Status b = BackendStatus(); !b.ok()) {
+    CountRequest(grpc::StatusCode::UNAVAILABLE);
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("backend unavailable: ", b.message())));
+    return r;
+  }
   *resp = MakeInfo();
   FillPrefixDigest(req->known_prefix_version(), resp);
   CountRequest(grpc::StatusCode::OK);

@@ -94,6 +94,11 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   void StopAdmitting();
   /// StopAdmitting() was called.
   bool draining() const { return draining_.load(); }
+  /// The backend's state, from the worker's device watch (a remote compute server of a
+  /// layer split): while it is not OK, Info answers UNAVAILABLE with it (routers stop
+  /// sending sessions here) and new sessions end with it. OK again restores both.
+  void SetBackendStatus(const absl::Status& s);
+  absl::Status BackendStatus() const;
   /// Session streams currently open.
   int open_sessions() const { return open_sessions_.load(); }
 
@@ -122,6 +127,8 @@ class WorkerServiceImpl final : public herd::v1::Worker::CallbackService {
   std::atomic<uint64_t> next_draft_session_{1};
   std::atomic<int> open_sessions_{0};
   std::atomic<bool> draining_{false};
+  mutable std::mutex backend_mu_;
+  absl::Status backend_status_;         // SetBackendStatus; guarded by backend_mu_
   std::atomic<int> pending_embeds_{0};  // Embed calls whose scheduler job has not answered
   // The last digest computed (hashing every cached prompt once per version, not per caller).
   std::mutex digest_mu_;

@@ -499,6 +499,51 @@ TEST_F(WorkerServiceTest, InvalidRequestsGetTheirCodeAndTheServiceStaysUp) {
   EXPECT_NE(metrics.find("herd_worker_requests_total{code=\"FAILED_PRECONDITION\"} 2"), std::string::npos) << metrics;
 }
 
+// A backend reported unavailable (a remote compute server down): Info and new sessions
+// answer UNAVAILABLE naming it; once it is back both work again.
+TEST_F(WorkerServiceTest, UnavailableBackendRefusesInfoAndSessionsUntilBack) {
+  StartServer(engine::SchedulerConfig());
+  service_->SetBackendStatus(absl::UnavailableError("remote backend 10.0.0.7:50061: unreachable"));
+  {
+    grpc::ClientContext ctx;
+    v1::WorkerInfo info;
+    grpc::Status s = stub_->Info(&ctx, v1::WorkerInfoRequest(), &info);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(s.error_message().find("10.0.0.7:50061"), std::string::npos) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> st = stub_->Session(&ctx);
+    st->Write(StartReq(prompt_));
+    v1::SessionResponse resp;
+    while (st->Read(&resp)) {
+    }
+    grpc::Status s = st->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(s.error_message().find("backend unavailable"), std::string::npos) << s.error_message();
+  }
+  service_->SetBackendStatus(absl::OkStatus());
+  grpc::ClientContext ctx;
+  v1::WorkerInfo info;
+  EXPECT_TRUE(stub_->Info(&ctx, v1::WorkerInfoRequest(), &info).ok());
+  std::vector<v1::SessionResponse> out;
+  grpc::ClientContext sctx;
+  std::unique_ptr<Stream> st = stub_->Session(&sctx);
+  st->Write(StartReq(prompt_));
+  st->Write(StepReq(3));
+  v1::SessionResponse resp;
+  int tokens = 0;
+  while (tokens < 3 && st->Read(&resp)) {
+    if (resp.has_step()) tokens += resp.step().tokens_size();
+  }
+  EXPECT_EQ(tokens, 3);
+  st->WritesDone();
+  while (st->Read(&resp)) {
+  }
+  st->Finish();
+  WaitKvFree();
+}
+
 TEST_F(WorkerServiceTest, ContextFullThenStepIsFailedPrecondition) {
   engine::SchedulerConfig cfg;
   cfg.max_sequences = 32;
