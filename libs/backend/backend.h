@@ -132,7 +132,9 @@ class Backend {
   /// device), naming the call.
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
 
-  /// Called once a model's weights are in memory this backend uses and will not change:
+  /// Called once a model's weights are in memory this backend uses and will not change
+  /// (with a layer split, the list is the whole model's: weights in memory this backend
+  /// does not use must be left alone):
   /// a backend may attach a layout its kernels prefer (Tensor::extra; ggml's "extra"
   /// buffer types such as the CPU repack). Errors: RESOURCE_EXHAUSTED when the memory
   /// for it cannot be had. The default does nothing.

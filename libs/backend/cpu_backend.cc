@@ -187,6 +187,8 @@ absl::Status CpuBackend::PrepareWeights(const std::vector<Tensor*>& weights) {
       std::none_of(weights.begin(), weights.end(), [](const Tensor* t) { return t->name == "output.weight"; });
   for (Tensor* t : weights) {
     const bool embd = t->name.find("embd") != std::string::npos && !(tied_output && t->name == "token_embd.weight");
+    const Buffer* buf = t->buffer != nullptr ? t->buffer : (t->view_src != nullptr ? t->view_src->buffer : nullptr);
+    if (buf != nullptr && !buf->type()->is_host()) continue;  // another backend's (a layer split)
     if (t->data == nullptr || !cpu::SupportsPacked(t->type, isa_) || t->ne[2] != 1 || t->ne[3] != 1 ||
         t->ne[0] % 32 != 0 || t->ne[1] < cpu::kPackRows || embd ||
         (ggml_order_ && (t->type == GgmlType::Q8_0 || t->type == GgmlType::Q5_0)) || PackedFor(t) != nullptr) {

@@ -100,9 +100,12 @@ absl::Status Scheduler::PrepareWeights(const std::vector<Tensor*>& weights) {
     const size_t owner = OwnerOf(buf->type());
     if (backends_[owner]->CanUseBufferType(buf->type())) mine[owner].push_back(w);
   }
+  // Each backend that holds some gets the whole list and prepares those in its memory: the
+  // others still tell it about the model (the CPU packs token_embd for the logits only when
+  // no output.weight exists anywhere, not when the output layer is on another backend).
   for (size_t b = 0; b < backends_.size(); ++b) {
     if (mine[b].empty()) continue;
-    if (absl::Status s = backends_[b]->PrepareWeights(mine[b]); !s.ok()) return s;
+    if (absl::Status s = backends_[b]->PrepareWeights(weights); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

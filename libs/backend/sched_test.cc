@@ -349,10 +349,37 @@ TEST(SchedTest, EachBackendPreparesTheWeightsInItsMemory) {
   auto w0 = PlaceAndFill({net->norm[0], net->w[0]}, sched.layer_buffer_type(0, 2), &sched, 2);
   auto w1 = PlaceAndFill({net->norm[1], net->w[1]}, sched.layer_buffer_type(1, 2), &sched, 3);
   ASSERT_TRUE(sched.PrepareWeights({net->norm[0], net->w[0], net->norm[1], net->w[1]}).ok());
-  EXPECT_EQ(static_cast<Recording<CpuBackend>*>(sched.backend(1))->prepared,
-            (std::vector<std::string>{"blk.0.norm", "blk.0.w"}));
-  EXPECT_EQ(static_cast<Recording<FakeDevice>*>(sched.backend(0))->prepared,
-            (std::vector<std::string>{"blk.1.norm", "blk.1.w"}));
+  // Each backend holding some is told the whole model (and leaves the others' alone:
+  // CpuBackend skips weights not in host memory, RemoteBackend those not in its own).
+  const std::vector<std::string> all = {"blk.0.norm", "blk.0.w", "blk.1.norm", "blk.1.w"};
+  EXPECT_EQ(static_cast<Recording<CpuBackend>*>(sched.backend(1))->prepared, all);
+  EXPECT_EQ(static_cast<Recording<FakeDevice>*>(sched.backend(0))->prepared, all);
+
+  // A backend holding none is not called.
+  std::vector<std::unique_ptr<Backend>> bs2;
+  bs2.push_back(std::make_unique<Recording<FakeDevice>>(AllOps()));
+  bs2.push_back(std::make_unique<Recording<CpuBackend>>(1));
+  auto s2 = Scheduler::Create(std::move(bs2), 1);
+  ASSERT_TRUE(s2.ok());
+  ASSERT_TRUE((*s2)->PrepareWeights({net->norm[0], net->w[0]}).ok());
+  EXPECT_EQ(static_cast<Recording<FakeDevice>*>((*s2)->backend(0))->prepared.size(), 0u);
+}
+
+// With a split, the CPU repacks only its own matrices: one in another backend's memory is
+// left alone (its bytes are not host memory).
+TEST(SchedTest, CpuPrepareLeavesOtherBackendsWeightsAlone) {
+  FakeDevice dev(AllOps());
+  CpuBackend cpu(1);
+  Graph g;
+  Tensor* mine = g.NewTensor(GgmlType::F16, {64, 16}, "blk.0.ffn_up.weight");
+  Tensor* theirs = g.NewTensor(GgmlType::F16, {64, 16}, "blk.1.ffn_up.weight");
+  auto hb = cpu.default_buffer_type()->Allocate(mine->nbytes());
+  auto db = dev.default_buffer_type()->Allocate(theirs->nbytes());
+  ASSERT_TRUE(hb.ok() && db.ok());
+  ASSERT_TRUE(PlaceTensor(mine, hb->get(), 0).ok());
+  ASSERT_TRUE(PlaceTensor(theirs, db->get(), 0).ok());
+  ASSERT_TRUE(cpu.PrepareWeights({mine, theirs}).ok());
+  EXPECT_EQ(theirs->extra, nullptr);
 }
 
 TEST(SchedTest, LayerPlacementIsChecked) {
