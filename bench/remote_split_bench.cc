@@ -5,8 +5,9 @@
 // started here on loopback with --threads, no cluster key), each side computing on
 // --threads CPU threads. Prints tok/s of both, the ratio split / one process, and what
 // crosses the wire (RemoteStats): round trips and bytes sent + received per pp pass and
-// per decoded token; tg after prompts of several lengths shows that the wire's cost per
-// token does not grow with the context (only the KV work does).
+// per decoded token; tg after prompts of several lengths shows what grows with the
+// context: the KV work on both sides, and on the wire only the attention mask's row (4
+// bytes per attended cell), still one round trip per token.
 //   bazel build //bench:remote_split_bench && bazel-bin/bench/remote_split_bench
 //       [--model llama-110m|tinyllama-1.1b|PATH.gguf] [--type f16|q8_0|q4_0] [--threads 1]
 //       [--pp 128] [--tg 64] [--contexts 16,128,512] [--reps 2] [--compute PATH] [--cache_dir DIR]
