@@ -140,18 +140,20 @@ def check_overlay(overlay, docs, table, bin_dir):
         objs.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
     configmaps = {n: cm.get("data", {}) for n, cm in objs.get("ConfigMap", {}).items()}
     deployments = objs.get("Deployment", {})
+    # StatefulSets (k8s/examples/remote-split's herd-compute) are checked like Deployments.
+    workloads = {**deployments, **objs.get("StatefulSet", {})}
     services = objs.get("Service", {})
     herd_bin = os.path.join(bin_dir, "tools/herd/herd")
-    # Deployment name -> (image name, expanded args, container ports)
+    # Deployment (or StatefulSet) name -> (image name, expanded args, container ports, pod labels, container)
     pods = {}
-    for dname, dep in deployments.items():
+    for dname, dep in workloads.items():
         tmpl = dep["spec"]["template"]
         sel = dep["spec"]["selector"]["matchLabels"]
         if any(tmpl["metadata"].get("labels", {}).get(k) != v for k, v in sel.items()):
-            fail(f"[{overlay}] Deployment {dname}: selector does not match its pod labels")
+            fail(f"[{overlay}] {dep['kind']} {dname}: selector does not match its pod labels")
         psc = tmpl["spec"].get("securityContext", {})
         if not psc.get("runAsNonRoot"):
-            fail(f"[{overlay}] Deployment {dname}: pods do not set runAsNonRoot")
+            fail(f"[{overlay}] {dep['kind']} {dname}: pods do not set runAsNonRoot")
         for c in tmpl["spec"]["containers"]:
             where = f"[{overlay}] {dname}/{c['name']}"
             m = re.fullmatch(r"ghcr\.io/herd/herd-([a-z0-9-]+):([A-Za-z0-9_.-]+)", c["image"])

@@ -31,6 +31,7 @@ IMAGES=(
   "worker-hip    services/worker/worker_hip /usr/lib/x86_64-linux-gnu/libamd_comgr.so.2"
   "draft      services/draft/draft"
   "gateway    services/gateway/gateway"
+  "compute    services/compute/compute"
 )
 REGISTRY="${HERD_IMAGES_REGISTRY:-ghcr.io/herd}"
 
