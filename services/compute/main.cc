@@ -32,6 +32,9 @@ ABSL_FLAG(int, metrics_port, 9096, "Prometheus /metrics HTTP port (0 = pick a fr
 ABSL_FLAG(int, threads, 0, "CPU threads computing graphs (0 = all hardware threads).");
 ABSL_FLAG(int64_t, max_buffer_bytes, int64_t{16} << 30,
           "Bytes of buffers (weights, KV cache, activations) held at once over every client.");
+ABSL_FLAG(int, client_idle_s, 60,
+          "A client (worker) not heard from for this long has its buffers released (a worker probes once a "
+          "second; one that died or restarted frees its half of the model this way).");
 
 namespace {
 int Fail(const std::string& msg) { return herd::serving::StartupFailure("herd-compute", msg); }
@@ -53,6 +56,8 @@ int main(int argc, char** argv) {
 
   herd::remote::ServerOptions opts;
   opts.max_buffer_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_buffer_bytes));
+  if (absl::GetFlag(FLAGS_client_idle_s) < 1) return Fail("--client_idle_s must be >= 1");
+  opts.client_idle = std::chrono::seconds(absl::GetFlag(FLAGS_client_idle_s));
   std::random_device rd;
   const uint64_t instance = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 1;
   herd::remote::ComputeServer state(std::make_unique<herd::CpuBackend>(threads), opts, instance);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <unordered_map>
 #include <utility>
 
@@ -38,7 +39,14 @@ struct BufferRecord {
 // and its buffers (a buffer freed after the backend still queues its Free).
 class RemoteBackend::Conn {
  public:
-  explicit Conn(RemoteOptions opts) : opts_(std::move(opts)), stub_(v1::RemoteCompute::NewStub(opts_.channel)) {}
+  explicit Conn(RemoteOptions opts)
+      : opts_(std::move(opts)), stub_(v1::RemoteCompute::NewStub(opts_.channel)), client_(NewClientId()) {}
+
+  // A random id naming this client to the server (its buffers' owner).
+  static uint64_t NewClientId() {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 1;
+  }
 
   const RemoteOptions& opts() const { return opts_; }
 
@@ -64,7 +72,9 @@ class RemoteBackend::Conn {
         (probe ? std::min<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(5)) : opts_.timeout));
     ctx.set_wait_for_ready(probe);
     v1::GetDeviceResponse resp;
-    grpc::Status s = stub_->GetDevice(&ctx, v1::GetDeviceRequest(), &resp);
+    v1::GetDeviceRequest req;
+    req.set_client(client_.load());
+    grpc::Status s = stub_->GetDevice(&ctx, req, &resp);
     Count(0, resp.ByteSizeLong());
     if (!s.ok()) return LinkError("GetDevice", s);
     return resp;
@@ -97,6 +107,7 @@ class RemoteBackend::Conn {
     v1::AllocBufferRequest req;
     req.set_instance(instance);
     req.set_size(size);
+    req.set_client(client_.load());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + opts_.timeout);
     v1::AllocBufferResponse resp;
@@ -182,6 +193,7 @@ class RemoteBackend::Conn {
       reads_.clear();
       pending_bytes_ = 0;
       instance_ = instance;
+      client_ = NewClientId();  // the old one's buffers are gone (or being released)
       for (auto& [p, r] : records_) recs.push_back(r);
     }
     std::unordered_map<uint64_t, uint64_t> ids;
@@ -195,6 +207,7 @@ class RemoteBackend::Conn {
     auto send = [&]() -> absl::Status {
       if (req.commands_size() == 0) return absl::OkStatus();
       req.set_instance(instance);
+      req.set_client(client_.load());
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + opts_.timeout);
       v1::ExecuteResponse resp;
@@ -260,8 +273,10 @@ class RemoteBackend::Conn {
 
  private:
   absl::Status LostError() const {
-    return absl::UnavailableError(
-        absl::StrCat("remote backend ", opts_.address, ": the compute server restarted and its buffers are gone"));
+    return absl::UnavailableError(absl::StrCat(
+        "remote backend ", opts_.address,
+        ": the compute server lost this worker's buffers (it restarted, or released them after the link was "
+        "down longer than its --client_idle_s)"));
   }
   void MarkLost() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -284,6 +299,7 @@ class RemoteBackend::Conn {
     v1::ExecuteRequest req;
     req.Swap(&pending_);
     req.set_instance(instance_);
+    req.set_client(client_.load());
     std::vector<std::pair<void*, uint64_t>> reads;
     reads.swap(reads_);
     pending_bytes_ = 0;
@@ -318,6 +334,7 @@ class RemoteBackend::Conn {
   std::unique_ptr<v1::RemoteCompute::Stub> stub_;
   mutable std::mutex mu_;
   uint64_t instance_ = 0;
+  std::atomic<uint64_t> client_;
   bool lost_ = false;
   v1::ExecuteRequest pending_;
   std::vector<std::pair<void*, uint64_t>> reads_;

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -236,6 +237,69 @@ TEST_F(ComputeServerTest, OtherInstanceIsAborted) {
   req.set_instance(8);
   v1::ExecuteResponse resp;
   EXPECT_EQ(server_.Execute(req, &resp).code(), absl::StatusCode::kAborted);
+}
+
+// Buffers belong to their client: another client cannot name them, and a client not
+// heard from for client_idle has them released (a worker that died frees its half).
+TEST(ComputeServerClientsTest, BuffersAreTheirClientsAndIdleClientsAreReleased) {
+  ServerOptions o;
+  o.client_idle = std::chrono::milliseconds(50);
+  ComputeServer server(std::make_unique<CpuBackend>(1), o, 7);
+  absl::StatusOr<uint64_t> a = server.Alloc(7, 4096, /*client=*/11);
+  ASSERT_TRUE(a.ok());
+  v1::ExecuteRequest req;
+  req.set_instance(7);
+  req.set_client(12);
+  req.add_commands()->mutable_get()->set_buffer(*a);
+  v1::ExecuteResponse resp;
+  absl::Status s = server.Execute(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("unknown buffer"), std::string::npos);
+  req.set_client(11);
+  EXPECT_TRUE(server.Execute(req, &resp).ok());
+  EXPECT_EQ(server.bytes_allocated(), 4096u);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // > client_idle without a call from 11
+  (void)server.Device(/*client=*/12);                           // any call releases idle clients
+  EXPECT_EQ(server.bytes_allocated(), 0u);
+  EXPECT_EQ(server.n_buffers(), 0u);
+  s = server.Execute(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("released"), std::string::npos) << s;
+  EXPECT_EQ(server.Alloc(7, 64, 11).status().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(server.Alloc(7, 64, 13).ok());  // a new client id starts afresh
+}
+
+// A client whose buffers were released (the link was down past client_idle) recovers like
+// after a restart: CheckDevice restores them under a new client id.
+TEST(RemoteBackendIdleTest, ReleasedClientIsRestoredByCheckDevice) {
+  ServerOptions o;
+  o.client_idle = std::chrono::milliseconds(300);
+  auto server = LoopbackServer::Start(1, o);
+  ASSERT_TRUE(server.ok());
+  auto backend = (*server)->Connect();
+  ASSERT_TRUE(backend.ok());
+  RemoteBackend& remote = **backend;
+  std::vector<float> w(256);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  remote.AddStableHostRegion(w.data(), w.size() * sizeof(float));
+  Graph g;
+  Tensor* t = g.NewTensor(GgmlType::F32, {256}, "blk.0.w");
+  auto buf = remote.default_buffer_type()->Allocate(t->nbytes());
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(PlaceTensor(t, buf->get(), 0).ok());
+  ASSERT_TRUE(remote.SetTensor(t, w.data(), 0, t->nbytes()).ok());
+  ASSERT_TRUE(remote.Synchronize().ok());
+  // Another client's call after the idle time releases this one's buffers.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  auto other = (*server)->Connect();
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->CheckDevice().ok());
+  std::vector<float> got(256);
+  EXPECT_EQ(remote.GetTensor(t, got.data(), 0, t->nbytes()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(remote.CheckDevice().code(), absl::StatusCode::kDataLoss);
+  ASSERT_TRUE(remote.GetTensor(t, got.data(), 0, t->nbytes()).ok());
+  EXPECT_EQ(got, w);
 }
 
 TEST_F(ComputeServerTest, BufferLimitIsResourceExhausted) {

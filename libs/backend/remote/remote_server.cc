@@ -23,6 +23,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
 struct ComputeServer::Held {
   std::unique_ptr<Buffer> buf;
   uint64_t size = 0;
+  uint64_t owner = 0;  // the client that allocated it
   // Weights prepared for the backend's kernels (Tensor::extra), by offset.
   std::map<uint64_t, std::unique_ptr<Tensor>> prepared;
 };
@@ -38,7 +39,44 @@ ComputeServer::ComputeServer(std::unique_ptr<Backend> backend, ServerOptions opt
 
 ComputeServer::~ComputeServer() = default;
 
-v1::GetDeviceResponse ComputeServer::Device() const {
+absl::Status ComputeServer::Admit(uint64_t client) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    if (now - it->second <= opts_.client_idle) {
+      ++it;
+      continue;
+    }
+    for (auto b = buffers_.begin(); b != buffers_.end();) {
+      if (b->second->owner == it->first) {
+        allocated_ -= b->second->size;
+        b = buffers_.erase(b);
+      } else {
+        ++b;
+      }
+    }
+    released_.push_back(it->first);
+    if (released_.size() > 4096) released_.pop_front();
+    it = clients_.erase(it);
+  }
+  if (std::find(released_.begin(), released_.end(), client) != released_.end()) {
+    return absl::AbortedError(absl::StrCat("client ", client, " was idle for more than ", opts_.client_idle.count(),
+                                           " ms: its buffers were released"));
+  }
+  clients_[client] = now;
+  client_ = client;
+  return absl::OkStatus();
+}
+
+size_t ComputeServer::n_clients() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return clients_.size();
+}
+
+v1::GetDeviceResponse ComputeServer::Device(uint64_t client) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    (void)Admit(client);  // a released client learns it from its next Alloc / Execute
+  }
   v1::GetDeviceResponse r;
   const DeviceInfo d = backend_->device();
   r.set_name(d.name);
@@ -56,9 +94,10 @@ v1::GetDeviceResponse ComputeServer::Device() const {
   return r;
 }
 
-absl::StatusOr<uint64_t> ComputeServer::Alloc(uint64_t instance, uint64_t size) {
+absl::StatusOr<uint64_t> ComputeServer::Alloc(uint64_t instance, uint64_t size, uint64_t client) {
   std::lock_guard<std::mutex> lock(mu_);
   if (instance != instance_) return RestartedError(instance_);
+  if (absl::Status s = Admit(client); !s.ok()) return s;
   if (size == 0) return absl::InvalidArgumentError("AllocBuffer: size must be > 0");
   if (size > opts_.max_buffer_bytes || allocated_ > opts_.max_buffer_bytes - size) {
     return absl::ResourceExhaustedError(absl::StrCat("AllocBuffer: ", size, " bytes would exceed the server's ",
@@ -70,6 +109,7 @@ absl::StatusOr<uint64_t> ComputeServer::Alloc(uint64_t instance, uint64_t size) 
   auto h = std::make_unique<Held>();
   h->buf = *std::move(b);
   h->size = size;
+  h->owner = client;
   h->buf->Clear(0);
   const uint64_t id = next_id_++;
   buffers_[id] = std::move(h);
@@ -89,7 +129,9 @@ size_t ComputeServer::n_buffers() const {
 
 absl::StatusOr<ComputeServer::Held*> ComputeServer::Find(uint64_t id) {
   auto it = buffers_.find(id);
-  if (it == buffers_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown buffer ", id));
+  if (it == buffers_.end() || it->second->owner != client_) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown buffer ", id));
+  }
   return it->second.get();
 }
 
@@ -120,6 +162,7 @@ void ComputeServer::Invalidate(Held* h, uint64_t offset, uint64_t size, std::vec
 absl::Status ComputeServer::Execute(const v1::ExecuteRequest& req, v1::ExecuteResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   if (req.instance() != instance_) return RestartedError(instance_);
+  if (absl::Status s = Admit(req.client()); !s.ok()) return s;
   if (req.commands_size() > opts_.max_commands) {
     return absl::InvalidArgumentError(
         absl::StrCat("Execute: ", req.commands_size(), " commands (at most ", opts_.max_commands, ")"));
@@ -177,7 +220,9 @@ absl::Status ComputeServer::RunCommand(const v1::Command& c, v1::ExecuteResponse
     }
     case v1::Command::kFree: {
       auto it = buffers_.find(c.free().buffer());
-      if (it == buffers_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown buffer ", c.free().buffer()));
+      if (it == buffers_.end() || it->second->owner != client_) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown buffer ", c.free().buffer()));
+      }
       allocated_ -= it->second->size;
       buffers_.erase(it);
       return absl::OkStatus();
@@ -334,15 +379,15 @@ grpc::Status RemoteComputeService::Done(const char* method, const absl::Status& 
   return ToGrpc(s);
 }
 
-grpc::Status RemoteComputeService::GetDevice(grpc::ServerContext*, const v1::GetDeviceRequest*,
+grpc::Status RemoteComputeService::GetDevice(grpc::ServerContext*, const v1::GetDeviceRequest* req,
                                              v1::GetDeviceResponse* resp) {
-  *resp = server_->Device();
+  *resp = server_->Device(req->client());
   return Done("GetDevice", absl::OkStatus());
 }
 
 grpc::Status RemoteComputeService::AllocBuffer(grpc::ServerContext*, const v1::AllocBufferRequest* req,
                                                v1::AllocBufferResponse* resp) {
-  absl::StatusOr<uint64_t> id = server_->Alloc(req->instance(), req->size());
+  absl::StatusOr<uint64_t> id = server_->Alloc(req->instance(), req->size(), req->client());
   if (id.ok()) resp->set_buffer(*id);
   return Done("AllocBuffer", id.status());
 }

@@ -12,8 +12,10 @@
 // backend's SupportsOp accepts; indices of GET_ROWS / SET_ROWS are checked by the
 // kernels. Nothing is trusted from the wire as a pointer.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,6 +40,8 @@ struct ServerOptions {
   int max_graph_tensors = 1 << 16;
   /// Commands in one Execute call.
   int max_commands = 1 << 16;
+  /// A client not heard from for this long has its buffers released (--client_idle_s).
+  std::chrono::milliseconds client_idle{std::chrono::seconds(60)};
 };
 
 /// The state of one compute server: its backend, the buffers clients allocated, and the
@@ -49,13 +53,15 @@ class ComputeServer {
   ComputeServer(std::unique_ptr<Backend> backend, ServerOptions opts, uint64_t instance);
   ~ComputeServer();
 
-  /// GetDevice's answer.
-  v1::GetDeviceResponse Device() const;
-  /// A zeroed buffer of `size` bytes; its id. Errors: ABORTED for another instance;
-  /// INVALID_ARGUMENT for size 0; RESOURCE_EXHAUSTED past max_buffer_bytes.
-  absl::StatusOr<uint64_t> Alloc(uint64_t instance, uint64_t size);
-  /// Runs the commands in order, appending each read's bytes to resp. Errors: ABORTED for
-  /// another instance; INVALID_ARGUMENT for too many commands or the first bad command
+  /// GetDevice's answer; keeps `client`'s buffers alive.
+  v1::GetDeviceResponse Device(uint64_t client = 0);
+  /// A zeroed buffer of `size` bytes owned by `client`; its id. Errors: ABORTED for another
+  /// instance or a client whose buffers were released (idle); INVALID_ARGUMENT for size 0;
+  /// RESOURCE_EXHAUSTED past max_buffer_bytes.
+  absl::StatusOr<uint64_t> Alloc(uint64_t instance, uint64_t size, uint64_t client = 0);
+  /// Runs the commands of req.client() in order (only its own buffers exist for it),
+  /// appending each read's bytes to resp. Errors: ABORTED for another instance or a
+  /// released client; INVALID_ARGUMENT for too many commands or the first bad command
   /// ("commands[i] (op): ..."), after the commands before it took effect; the backend's
   /// errors of a compute, named the same way.
   absl::Status Execute(const v1::ExecuteRequest& req, v1::ExecuteResponse* resp);
@@ -64,11 +70,16 @@ class ComputeServer {
   uint64_t bytes_allocated() const;
   /// Buffers held now.
   size_t n_buffers() const;
+  /// Clients holding buffers or heard from within client_idle.
+  size_t n_clients() const;
 
  private:
   struct Held;
   struct Graph;
   absl::Status RunCommand(const v1::Command& c, v1::ExecuteResponse* resp);
+  // Releases idle clients' buffers; then ABORTED when `client` was released, else marks it
+  // heard from now.
+  absl::Status Admit(uint64_t client);
   absl::StatusOr<Held*> Find(uint64_t id);
   absl::Status Range(uint64_t id, uint64_t offset, uint64_t size, Held** out);
   // Drops prepared-weight layouts overlapping [offset, offset + size) of `h`; into
@@ -83,6 +94,9 @@ class ComputeServer {
   const ServerOptions opts_;
   const uint64_t instance_;
   uint64_t next_id_ = 1;
+  uint64_t client_ = 0;  // the caller of the call being served (owner of new buffers)
+  std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> clients_;  // last heard from
+  std::deque<uint64_t> released_;  // clients whose buffers were released (the last 4096)
   uint64_t allocated_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<Held>> buffers_;
 };
