@@ -11,7 +11,8 @@
 //    not block), and the worker's grpc health turns NOT_SERVING;
 //  - SIGCONT: health SERVING again and the greedy output is the reference again;
 //  - SIGKILL: the worker recovers by itself (weights sent again, KV cache dropped):
-//    health SERVING and the reference output within 30 s.
+//    health SERVING and the reference output within 30 s, the new server holding
+//    buffers again.
 // Only generous upper bounds on time are asserted; the measured times are printed.
 #include <signal.h>
 
@@ -195,6 +196,8 @@ TEST_F(RemoteSplitTest, CutLinkMidGenerationThenRecover) {
   EXPECT_TRUE(back) << "worker health " << Health() << " 30 s after the compute server was killed";
   ExpectReferenceStory("after the compute server restarted");
   const double kill_to_story = Seconds(Clock::now() - t_kill);
+  // The new instance holds the worker's layers again (its counters start at 0).
+  EXPECT_GT(e2e::MetricSum(cluster_.computes()[0]->metrics_addr, "herd_compute_buffer_bytes"), 0);
 
   std::printf(
       "remote_split_test: SIGSTOP -> stream error %.2f s (%d tokens; \"%s\"), -> NOT_SERVING %.2f s; SIGCONT -> "
