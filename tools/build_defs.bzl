@@ -12,6 +12,12 @@ CLUSTER_SERVICES = [
 # The same with the draft worker (speculative decoding clusters).
 CLUSTER_SERVICES_WITH_DRAFT = ["//services/draft"] + CLUSTER_SERVICES
 
+# The same with the remote compute server (layer-split clusters: herd up --remote-split).
+CLUSTER_SERVICES_WITH_COMPUTE = ["//services/compute"] + CLUSTER_SERVICES
+
+# Everything `herd up` may start (the herd CLI's runfiles).
+CLUSTER_SERVICES_ALL = ["//services/compute", "//services/draft"] + CLUSTER_SERVICES
+
 # What every gRPC service implementation (and the loader client) links: base, status
 # macros, serving (security, ports) and gRPC status conversion.
 GRPC_SERVING_DEPS = [

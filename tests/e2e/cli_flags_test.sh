@@ -35,7 +35,7 @@ for cmd in run tokenize inspect convert quantize perplexity up generate; do
 done
 # llama.cpp spellings in `herd up -h`.
 up_help=$("$HERD" up -h)
-for f in -c --ctx-size -np --parallel -ctk -ngl --port --http-port --chat-template; do
+for f in -c --ctx-size -np --parallel -ctk -ngl --port --http-port --chat-template --remote-split; do
   grep -q -- "$f" <<<"$up_help" && echo "PASS herd up takes $f" || { echo "FAIL herd up -h lacks $f"; fails=$((fails+1)); }
 done
 run_help=$("$HERD" run -h)

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
 #include "httplib.h"
 
 namespace herd::e2e {
@@ -52,6 +54,28 @@ long ProcStatus(pid_t pid, const std::string& field) {
     long n = 0;
     return absl::SimpleAtoi(v, &n) ? n : -1;
   }
+  return -1;
+}
+
+int HealthStatus(const std::string& addr, std::chrono::milliseconds timeout) {
+  // Debian ships no generated grpc.health.v1 stubs: the empty HealthCheckRequest and the
+  // answer HealthCheckResponse{status = 1} are spoken as raw bytes (as `herd health` does).
+  auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::Slice empty("");
+  grpc::ByteBuffer in(&empty, 1), out;
+  grpc::Status st = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel.get(), grpc::internal::RpcMethod("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC),
+      &ctx, in, &out);
+  if (!st.ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (out.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  if (bytes.empty()) return 0;  // proto3 default: UNKNOWN
+  if (bytes.size() == 2 && bytes[0] == 0x08 && (bytes[1] & 0x80) == 0) return bytes[1];
   return -1;
 }
 

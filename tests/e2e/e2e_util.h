@@ -24,6 +24,10 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeou
 /// A numeric field of /proc/PID/status ("Threads"; "VmRSS" in kB); -1 when unreadable.
 long ProcStatus(pid_t pid, const std::string& field);
 
+/// The grpc.health.v1 status of the server at `addr` (HOST:PORT) as a whole: 1 SERVING,
+/// 2 NOT_SERVING, 0 UNKNOWN; -1 when the call fails (unreachable, `timeout`, malformed).
+int HealthStatus(const std::string& addr, std::chrono::milliseconds timeout = std::chrono::seconds(2));
+
 /// The usual test cluster: `models` (default stories260K) from SHARED/models, one worker
 /// each, output of the processes suppressed. Callers set the rest.
 cli::ClusterOptions TinyClusterOptions(const std::string& shared, std::vector<std::string> models = {"stories260K"});

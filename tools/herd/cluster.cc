@@ -233,11 +233,22 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   HERD_ASSIGN_OR_RETURN(auto loader_bin, FindBinary("services/loader/loader"));
   HERD_ASSIGN_OR_RETURN(auto worker_bin, FindBinary("services/worker/worker"));
   HERD_ASSIGN_OR_RETURN(auto gateway_bin, FindBinary("services/gateway/gateway"));
+  if (opts.remote_split && !opts.worker_backends.empty()) {
+    return absl::InvalidArgumentError(
+        "a remote split (one herd-compute per worker, --backend cpu,remote://...) does not combine with per-worker "
+        "backends: choose one");
+  }
+  absl::StatusOr<std::string> compute_bin = std::string();
+  if (opts.remote_split) {
+    compute_bin = FindBinary("services/compute/compute");
+    if (!compute_bin.ok()) return compute_bin.status();
+  }
   absl::StatusOr<std::string> draft_bin = std::string();
   if (opts.draft_workers > 0) {
     draft_bin = FindBinary("services/draft/draft");
     if (!draft_bin.ok()) return draft_bin.status();
   }
+  n_computes_ = 0;
   n_workers_ = 0;
   n_drafts_ = 0;
 
@@ -250,6 +261,27 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   procs_.push_back(std::move(loader));
   if (!s.ok()) return s;
   const std::string loader_addr = procs_[0]->grpc_addr;
+
+  // Remote split: compute server i (started first: a worker connects at startup) holds
+  // the second half of worker i's layers.
+  std::vector<std::string> compute_addrs;
+  if (opts.remote_split) {
+    const size_t n = models.size() * static_cast<size_t>(std::max(0, opts.workers_per_model));
+    for (size_t i = 0; i < n; ++i) {
+      auto c = std::make_unique<Process>();
+      c->name = absl::StrCat("compute-", i);
+      c->argv = {*compute_bin, "--host=" + opts.host, "--port=0", "--metrics_port=0",
+                 absl::StrCat("--threads=", opts.threads_per_worker)};
+      for (const std::string& f : opts.extra_compute_flags) c->argv.push_back(f);
+      for (const std::string& f : opts.extra_flags) c->argv.push_back(f);
+      s = Launch(c.get(), timeout);
+      PinPorts(c.get());
+      compute_addrs.push_back(c->grpc_addr);
+      procs_.push_back(std::move(c));
+      ++n_computes_;
+      if (!s.ok()) return s;
+    }
+  }
 
   // The draft workers' ports are chosen first: the target workers draft (draft-model
   // speculation runs in their schedulers) and are told where the draft workers are.
@@ -279,6 +311,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
       if (!opts.worker_backends.empty()) {
         w->argv.push_back("--backend=" + opts.worker_backends[static_cast<size_t>(i) % opts.worker_backends.size()]);
       }
+      if (!compute_addrs.empty()) w->argv.push_back("--backend=cpu,remote://" + compute_addrs[n_workers_]);
       for (const std::string& f : opts.extra_worker_flags) w->argv.push_back(f);
       for (const std::string& f : opts.extra_flags) w->argv.push_back(f);
       s = Launch(w.get(), timeout);
@@ -451,16 +484,41 @@ std::vector<Process*> LocalCluster::processes() {
 
 std::vector<Process*> LocalCluster::workers() {
   std::vector<Process*> out;
-  for (size_t i = 0; i < n_workers_ && 1 + i < procs_.size(); ++i) out.push_back(procs_[1 + i].get());
+  const size_t first = 1 + n_computes_;
+  for (size_t i = 0; i < n_workers_ && first + i < procs_.size(); ++i) out.push_back(procs_[first + i].get());
   return out;
 }
 
 std::vector<Process*> LocalCluster::draft_workers() {
   std::vector<Process*> out;
-  for (size_t i = 0; i < n_drafts_ && 1 + n_workers_ + i < procs_.size(); ++i) {
-    out.push_back(procs_[1 + n_workers_ + i].get());
-  }
+  const size_t first = 1 + n_computes_ + n_workers_;
+  for (size_t i = 0; i < n_drafts_ && first + i < procs_.size(); ++i) out.push_back(procs_[first + i].get());
   return out;
+}
+
+std::vector<Process*> LocalCluster::computes() {
+  std::vector<Process*> out;
+  for (size_t i = 0; i < n_computes_ && 1 + i < procs_.size(); ++i) out.push_back(procs_[1 + i].get());
+  return out;
+}
+
+pid_t LocalCluster::Pid(const std::string& name) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& p : procs_) {
+    if (p->name == name) return p->pid > 0 ? p->pid : -1;
+  }
+  return -1;
+}
+
+absl::Status LocalCluster::Signal(const std::string& name, int sig) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& p : procs_) {
+    if (p->name != name) continue;
+    if (p->pid <= 0) return absl::FailedPreconditionError(absl::StrCat(name, " is not running"));
+    if (::kill(p->pid, sig) != 0) return absl::InternalError(absl::StrCat("kill ", name, ": ", std::strerror(errno)));
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("no process ", name));
 }
 
 absl::StatusOr<Process*> LocalCluster::ProcAt(size_t first, size_t count, size_t i, const char* what) {
@@ -501,13 +559,13 @@ int LocalCluster::Restarts(const std::string& name) const {
 
 absl::Status LocalCluster::KillWorker(size_t i) {
   std::lock_guard<std::mutex> l(mu_);
-  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1, n_workers_, i, "worker"));
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_computes_, n_workers_, i, "worker"));
   return Kill(p);
 }
 
 absl::Status LocalCluster::TerminateWorker(size_t i) {
   std::lock_guard<std::mutex> l(mu_);
-  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1, n_workers_, i, "worker"));
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_computes_, n_workers_, i, "worker"));
   if (p->pid <= 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is not running"));
   ::kill(p->pid, SIGTERM);  // the supervisor reaps it (and restarts it with `restart`)
   return absl::OkStatus();
@@ -515,20 +573,20 @@ absl::Status LocalCluster::TerminateWorker(size_t i) {
 
 absl::Status LocalCluster::RestartWorker(size_t i, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> l(mu_);
-  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1, n_workers_, i, "worker"));
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_computes_, n_workers_, i, "worker"));
   if (p->pid > 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is running"));
   return Launch(p, timeout);
 }
 
 absl::Status LocalCluster::KillDraftWorker(size_t i) {
   std::lock_guard<std::mutex> l(mu_);
-  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_workers_, n_drafts_, i, "draft worker"));
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_computes_ + n_workers_, n_drafts_, i, "draft worker"));
   return Kill(p);
 }
 
 absl::Status LocalCluster::RestartDraftWorker(size_t i, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> l(mu_);
-  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_workers_, n_drafts_, i, "draft worker"));
+  HERD_ASSIGN_OR_RETURN(auto p, ProcAt(1 + n_computes_ + n_workers_, n_drafts_, i, "draft worker"));
   if (p->pid > 0) return absl::FailedPreconditionError(absl::StrCat(p->name, " is running"));
   return Launch(p, timeout);
 }

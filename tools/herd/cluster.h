@@ -45,6 +45,14 @@ struct ClusterOptions {
   /// worker_backends[i % size]; empty = every worker on the CPU. E.g. {"cpu", "vulkan"}
   /// with workers_per_model = 2 serves each model from a CPU and a Vulkan worker.
   std::vector<std::string> worker_backends;
+  /// Two-host layer split on loopback: start one herd-compute process per worker
+  /// (services/compute/compute, --threads threads_per_worker, on a free port, supervised
+  /// like the rest: restarted on the same port) and give worker i `--backend
+  /// cpu,remote://HOST:PORT` of compute i, its layers split half/half (extra_worker_flags
+  /// may add --tensor_split or --remote_timeout_ms). Exclusive with worker_backends
+  /// (Start refuses both: INVALID_ARGUMENT).
+  bool remote_split = false;
+  std::vector<std::string> extra_compute_flags;
   std::vector<std::string> extra_gateway_flags;
   /// Appended to every service's command line (loader, workers, draft workers, gateway),
   /// e.g. --tls_cert_file=... --tls_key_file=... --tls_ca_file=... Keys travel in the
@@ -112,12 +120,22 @@ class LocalCluster {
   std::string gateway_http_addr() const;
   std::string gateway_metrics_addr() const;
   std::string loader_addr() const;
-  /// Every process: loader, workers, draft workers, gateway.
+  /// Every process: loader, compute servers, workers, draft workers, gateway.
   std::vector<Process*> processes();
   /// Workers in start order.
   std::vector<Process*> workers();
   /// Draft workers in start order.
   std::vector<Process*> draft_workers();
+  /// Compute servers (remote_split) in start order: compute i serves worker i.
+  std::vector<Process*> computes();
+  /// The current pid of the process named `name` (-1 when unknown or not running; it
+  /// changes when the supervisor restarts it). Read under the supervisor's lock.
+  pid_t Pid(const std::string& name) const;
+  /// Sends `sig` to the process named `name` (e.g. SIGSTOP / SIGCONT to a compute server
+  /// to cut and restore its link, SIGKILL to crash it: with `restart` the supervisor
+  /// starts it again on the same ports). Errors: NOT_FOUND for no such process;
+  /// FAILED_PRECONDITION when it is not running.
+  absl::Status Signal(const std::string& name, int sig);
   /// Kills the loader with SIGKILL, as a crash would. With `restart` the supervisor starts
   /// it again on the same ports. Errors: FAILED_PRECONDITION when it is not running.
   absl::Status KillLoader();
@@ -161,7 +179,9 @@ class LocalCluster {
   absl::StatusOr<Process*> ProcAt(size_t first, size_t count, size_t i, const char* what);
 
   ClusterOptions opts_;
-  std::vector<std::unique_ptr<Process>> procs_;  // loader, workers..., draft workers..., gateway
+  /// loader, computes..., workers..., draft workers..., gateway
+  std::vector<std::unique_ptr<Process>> procs_;
+  size_t n_computes_ = 0;
   size_t n_workers_ = 0;
   size_t n_drafts_ = 0;
   std::vector<int> worker_ports_;

@@ -1,5 +1,5 @@
 // herd up: a local cluster (loader, N workers per model, optional draft workers,
-// gateway) on loopback.
+// optional compute servers of a layer split, gateway) on loopback.
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -46,7 +46,17 @@ const std::vector<FlagSpec>& UpFlags() {
       {{"--reasoning-format"}, true, "chat <think> reasoning: auto|deepseek (into reasoning_content) or none", "auto"},
       {{"-ngl", "--n-gpu-layers"},
        true,
-       "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here)",
+       "accepted for llama.cpp compatibility: herd workers run the whole model on their backend (CPU here); "
+       "--remote-split splits its layers instead",
+       ""},
+      {{"--remote-split"},
+       false,
+       "two-host layer split on loopback: one herd-compute per worker, each worker --backend "
+       "cpu,remote://127.0.0.1:PORT (first half of the layers on its CPU, second half on its compute server)",
+       ""},
+      {{"--remote-timeout-ms"},
+       true,
+       "with --remote-split: the workers' deadline per call to their compute server (worker default 30000)",
        ""},
       {{"--bin-dir"}, true, "folder holding services/{loader,worker,gateway} (default: next to herd)", ""},
       {{"--host"}, true, "address to bind", "127.0.0.1"},
@@ -188,7 +198,16 @@ EarlyExit ParseUpOptions(const Args& args, ClusterOptions* opts) {
   if (args.Has("-ngl")) {
     std::fprintf(stderr,
                  "herd: note: -ngl is accepted for llama.cpp compatibility; herd workers run the whole model "
-                 "on their backend (CPU workers here), so there are no layers to offload\n");
+                 "on their backend (CPU workers here), so there are no layers to offload (--remote-split splits "
+                 "each worker's layers with a herd-compute server)\n");
+  }
+  opts->remote_split = args.Has("--remote-split");
+  if (const std::string t = args.Get("--remote-timeout-ms"); !t.empty()) {
+    auto ms = args.GetInt("--remote-timeout-ms");
+    if (!ms.ok()) return UpUsageError(std::string(ms.status().message()));
+    if (*ms <= 0) return UpUsageError("--remote-timeout-ms must be positive");
+    if (!opts->remote_split) return UpUsageError("--remote-timeout-ms needs --remote-split");
+    opts->extra_worker_flags.push_back(absl::StrCat("--remote_timeout_ms=", *ms));
   }
   opts->gateway_port = static_cast<int>(n.port);
   opts->http_port = static_cast<int>(n.http_port);
@@ -230,6 +249,7 @@ int RunCluster(const ClusterOptions& opts) {
     return 1;
   }
   std::printf("loader   %s\n", cluster.loader_addr().c_str());
+  for (Process* c : cluster.computes()) std::printf("compute  %s (%s)\n", c->grpc_addr.c_str(), c->name.c_str());
   for (Process* w : cluster.workers()) std::printf("worker   %s (%s)\n", w->grpc_addr.c_str(), w->name.c_str());
   for (Process* d : cluster.draft_workers()) std::printf("draft    %s (%s)\n", d->grpc_addr.c_str(), d->name.c_str());
   std::printf("gateway  %s (gRPC)\ngateway  %s (HTTP, OpenAI-compatible)\nmetrics  %s\n",
@@ -249,7 +269,8 @@ int RunCluster(const ClusterOptions& opts) {
 int CmdUp(int argc, char** argv) {
   const std::vector<FlagSpec>& specs = UpFlags();
   const std::string usage =
-      "usage: herd up --models DIR [--workers N] [--draft-workers N [--spec-type T] [--model-draft GGUF]] [flags]\n" +
+      "usage: herd up --models DIR [--workers N] [--remote-split] [--draft-workers N [--spec-type T] "
+      "[--model-draft GGUF]] [flags]\n" +
       Args::Usage(specs);
   int exit_status = 0;
   auto args = ParseCommand(specs, argc, argv, usage, &exit_status);
