@@ -302,6 +302,29 @@ TEST(RemoteBackendIdleTest, ReleasedClientIsRestoredByCheckDevice) {
   EXPECT_EQ(got, w);
 }
 
+// A request that reaches the server after its deadline (held up by a cut link) is not
+// run: it must not write into buffers its client has moved on from.
+TEST_F(ComputeServerTest, LateRequestIsNotRun) {
+  const uint64_t b = Alloc(256);
+  v1::ExecuteRequest req;
+  req.set_instance(7);
+  v1::SetBytes* set = req.add_commands()->mutable_set();
+  set->set_buffer(b);
+  set->set_data(std::string(16, 'x'));
+  v1::ExecuteResponse resp;
+  absl::Status s = server_.Execute(req, &resp, std::chrono::system_clock::now() - std::chrono::seconds(1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  v1::Command get;
+  get.mutable_get()->set_buffer(b);
+  get.mutable_get()->set_size(16);
+  v1::ExecuteRequest r2;
+  r2.set_instance(7);
+  *r2.add_commands() = get;
+  v1::ExecuteResponse out;
+  ASSERT_TRUE(server_.Execute(r2, &out, std::chrono::system_clock::now() + std::chrono::seconds(60)).ok());
+  EXPECT_EQ(out.reads(0), std::string(16, '\0'));
+}
+
 TEST_F(ComputeServerTest, BufferLimitIsResourceExhausted) {
   EXPECT_EQ(server_.Alloc(7, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(server_.Alloc(7, (1 << 20) + 1).status().code(), absl::StatusCode::kResourceExhausted);

@@ -159,8 +159,12 @@ void ComputeServer::Invalidate(Held* h, uint64_t offset, uint64_t size, std::vec
   }
 }
 
-absl::Status ComputeServer::Execute(const v1::ExecuteRequest& req, v1::ExecuteResponse* resp) {
+absl::Status ComputeServer::Execute(const v1::ExecuteRequest& req, v1::ExecuteResponse* resp,
+                                    std::chrono::system_clock::time_point deadline) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (std::chrono::system_clock::now() >= deadline) {
+    return absl::DeadlineExceededError("Execute: reached the server after its deadline; not run");
+  }
   if (req.instance() != instance_) return RestartedError(instance_);
   if (absl::Status s = Admit(req.client()); !s.ok()) return s;
   if (req.commands_size() > opts_.max_commands) {
@@ -392,9 +396,9 @@ grpc::Status RemoteComputeService::AllocBuffer(grpc::ServerContext*, const v1::A
   return Done("AllocBuffer", id.status());
 }
 
-grpc::Status RemoteComputeService::Execute(grpc::ServerContext*, const v1::ExecuteRequest* req,
+grpc::Status RemoteComputeService::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
                                            v1::ExecuteResponse* resp) {
-  return Done("Execute", server_->Execute(*req, resp));
+  return Done("Execute", server_->Execute(*req, resp, ctx->deadline()));
 }
 
 }  // namespace herd::remote

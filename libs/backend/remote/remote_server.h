@@ -64,7 +64,11 @@ class ComputeServer {
   /// released client; INVALID_ARGUMENT for too many commands or the first bad command
   /// ("commands[i] (op): ..."), after the commands before it took effect; the backend's
   /// errors of a compute, named the same way.
-  absl::Status Execute(const v1::ExecuteRequest& req, v1::ExecuteResponse* resp);
+  /// `deadline`: the caller's; a call that gets the server's lock after it is not run
+  /// (DEADLINE_EXCEEDED): a request held up by a cut link must not write into buffers
+  /// after its client gave up on it and moved on.
+  absl::Status Execute(const v1::ExecuteRequest& req, v1::ExecuteResponse* resp,
+                       std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max());
 
   /// Bytes of buffers held now.
   uint64_t bytes_allocated() const;
