@@ -63,14 +63,15 @@ class RemoteBackend::Conn {
                         absl::StrCat("remote backend ", opts_.address, ": ", call, ": ", s.error_message()));
   }
 
-  // `probe`: wait (up to 5 s, at most the timeout) for a link being re-established
-  // instead of failing at once while the channel backs off.
+  // Waits for the link to be (re-)established rather than failing at once while the
+  // channel connects or backs off: up to the timeout (Connect: a worker may start before
+  // its compute server), or with `probe` up to 5 s (the device watch's once-a-second check).
   absl::StatusOr<v1::GetDeviceResponse> GetDevice(bool probe = false) {
     grpc::ClientContext ctx;
     ctx.set_deadline(
         std::chrono::system_clock::now() +
         (probe ? std::min<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(5)) : opts_.timeout));
-    ctx.set_wait_for_ready(probe);
+    ctx.set_wait_for_ready(true);
     v1::GetDeviceResponse resp;
     v1::GetDeviceRequest req;
     req.set_client(client_.load());
@@ -581,15 +582,6 @@ absl::Status RemoteBackend::GraphCompute(Graph& g) {
 }
 
 bool RemoteBackend::lost() const { return conn_->lost(); }
-
-absl::Status RemoteBackend::Probe() {
-  HERD_ASSIGN_OR_RETURN(v1::GetDeviceResponse dev, conn_->GetDevice());
-  if (dev.instance() != conn_->instance()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("remote backend ", conn_->opts().address, ": the compute server restarted"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status RemoteBackend::CheckDevice() {
   HERD_ASSIGN_OR_RETURN(v1::GetDeviceResponse dev, conn_->GetDevice(/*probe=*/true));

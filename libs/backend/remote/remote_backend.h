@@ -50,8 +50,9 @@ struct RemoteStats {
 
 class RemoteBackend : public Backend {
  public:
-  /// Asks the server for its device (GetDevice). Errors: UNAVAILABLE naming the address
-  /// when it cannot be reached within the timeout; FAILED_PRECONDITION for another
+  /// Asks the server for its device (GetDevice), waiting for the link up to the timeout
+  /// (the server may still be starting). Errors: UNAVAILABLE naming the address when it
+  /// cannot be reached within the timeout; FAILED_PRECONDITION for another
   /// protocol version; INVALID_ARGUMENT without a channel.
   static absl::StatusOr<std::unique_ptr<RemoteBackend>> Connect(RemoteOptions opts);
   ~RemoteBackend() override;
@@ -84,9 +85,6 @@ class RemoteBackend : public Backend {
 
   /// True once the server restarted under this backend (its buffers are gone).
   bool lost() const;
-  /// Whether the server answers now (GetDevice within the timeout) and is the same
-  /// instance. OK, UNAVAILABLE (unreachable) or FAILED_PRECONDITION (restarted).
-  absl::Status Probe();
   /// Whether the server answers now (GetDevice within the timeout). After a restart
   /// (another instance) it first restores this backend's memory: every live buffer is
   /// allocated again, the writes from stable host memory (AddStableHostRegion) and the

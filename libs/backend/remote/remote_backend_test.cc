@@ -108,7 +108,7 @@ TEST_F(RemoteBackendTest, LostServerIsUnavailableNamingIt) {
   absl::Status s = remote_->GetTensor(a, v, 0, sizeof(v));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_NE(s.message().find(server_->address()), std::string::npos) << s;
-  EXPECT_EQ(remote_->Probe().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(remote_->CheckDevice().code(), absl::StatusCode::kUnavailable);
 }
 
 // A server that restarts: CheckDevice restores the buffers, sends the weights again
