@@ -4,7 +4,9 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -146,7 +148,8 @@ bool IsSplitSpec(const std::string& spec) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateSplitBackend(const std::string& spec, const BackendOptions& opts,
                                                             const SplitOptions& split) {
-  const std::vector<std::string> parts = absl::StrSplit(spec, ',');
+  std::vector<std::string> parts = absl::StrSplit(spec, ',');
+  for (std::string& p : parts) p = std::string(absl::StripAsciiWhitespace(p));
   std::vector<std::unique_ptr<Backend>> listed;
   int cpu_at = -1;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -157,8 +160,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateSplitBackend(const std::string& s
     }
     if (absl::StartsWith(p, "remote://")) {
       const std::string address = p.substr(9);
-      if (address.empty())
-        return absl::InvalidArgumentError(absl::StrCat("backend list '", spec, "': remote:// without HOST:PORT"));
+      const size_t colon = address.rfind(':');
+      int port = 0;
+      if (address.empty() || colon == std::string::npos || colon == 0 ||
+          !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 || port > 65535) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("backend list '", spec, "': '", p, "' is not remote://HOST:PORT (port 1..65535)"));
+      }
       if (!split.connect_remote) {
         return absl::FailedPreconditionError(
             absl::StrCat("backend ", p, ": this program cannot reach remote backends"));

@@ -19,10 +19,12 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 #include "libs/backend/registry.h"
 #include "libs/backend/remote/remote_backend.h"
+#include "libs/backend/sched.h"
 #include "libs/base/log.h"
 #include "libs/clients/address.h"
 #include "libs/clients/draft_client.h"
@@ -242,7 +244,13 @@ absl::StatusOr<herd::draft::DraftClientOptions> DraftClientOptions(const herd::s
 absl::StatusOr<std::unique_ptr<herd::Backend>> MakeBackend(const std::string& spec, const herd::BackendOptions& bopts,
                                                            const herd::model::Model& model,
                                                            const herd::serving::ClientSecurity& security) {
-  if (!herd::IsSplitSpec(spec)) return herd::CreateBackend(spec, bopts);
+  if (!herd::IsSplitSpec(spec)) {
+    if (!absl::GetFlag(FLAGS_tensor_split).empty()) {
+      return absl::InvalidArgumentError(
+          "--tensor_split needs a --backend list to split over (e.g. --backend cpu,remote://HOST:PORT)");
+    }
+    return herd::CreateBackend(spec, bopts);
+  }
   herd::SplitOptions so;
   so.n_layer = model.hparams().n_layer;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_tensor_split), ',', absl::SkipEmpty())) {
@@ -279,7 +287,29 @@ absl::StatusOr<std::unique_ptr<herd::Backend>> MakeBackend(const std::string& sp
     if (lo != nullptr) (*b)->AddStableHostRegion(lo, static_cast<size_t>(hi - lo));
     return std::unique_ptr<herd::Backend>(*std::move(b));
   };
-  return herd::CreateSplitBackend(spec, bopts, so);
+  absl::StatusOr<std::unique_ptr<herd::Backend>> b = herd::CreateSplitBackend(spec, bopts, so);
+  if (!b.ok()) return b.status();
+  // Which layers went where: "layers 0-2 and the input on CPU; layers 3-4 and the output on
+  // Remote(10.0.0.7:50061)".
+  if (auto* sched = dynamic_cast<herd::Scheduler*>(b->get()); sched != nullptr) {
+    const std::vector<size_t>& at = sched->layer_placement();
+    std::vector<std::string> parts;
+    for (size_t k = 0; k < sched->n_backends(); ++k) {
+      std::vector<std::string> what;
+      int64_t first = -1, last = -1;
+      for (int64_t il = 0; il < so.n_layer; ++il) {
+        if (at[static_cast<size_t>(il) + 1] != k) continue;
+        if (first < 0) first = il;
+        last = il;
+      }
+      if (first >= 0) what.push_back(absl::StrCat("layers ", first, "-", last));
+      if (at.front() == k) what.push_back("the input");
+      if (at.back() == k) what.push_back("the output");
+      if (!what.empty()) parts.push_back(absl::StrCat(absl::StrJoin(what, " and "), " on ", sched->backend(k)->name()));
+    }
+    HERD_LOG(Info) << "worker: layer split of " << so.n_layer << " layers: " << absl::StrJoin(parts, "; ");
+  }
+  return b;
 }
 
 // Watches a backend that can be lost (remote compute servers) once a second: health

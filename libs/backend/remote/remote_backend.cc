@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -59,19 +60,23 @@ class RemoteBackend::Conn {
                       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
                       s.error_code() == grpc::StatusCode::CANCELLED || s.error_code() == grpc::StatusCode::UNKNOWN ||
                       s.error_code() == grpc::StatusCode::INTERNAL;
+    const char* hint = s.error_code() == grpc::StatusCode::UNAUTHENTICATED
+                           ? " (the cluster key: set the same HERD_CLUSTER_KEY / --cluster_key_file on the worker "
+                             "and on herd-compute)"
+                           : "";
     return absl::Status(link ? absl::StatusCode::kUnavailable : static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("remote backend ", opts_.address, ": ", call, ": ", s.error_message()));
+                        absl::StrCat("remote backend ", opts_.address, ": ", call, ": ", s.error_message(), hint));
   }
 
-  // Waits for the link to be (re-)established rather than failing at once while the
-  // channel connects or backs off: up to the timeout (Connect: a worker may start before
-  // its compute server), or with `probe` up to 5 s (the device watch's once-a-second check).
-  absl::StatusOr<v1::GetDeviceResponse> GetDevice(bool probe = false) {
+  // With wait_for_ready, waits for the link to be (re-)established rather than failing at
+  // once while the channel connects or backs off: up to the timeout, or with `probe` up to
+  // 5 s (the device watch's once-a-second check).
+  absl::StatusOr<v1::GetDeviceResponse> GetDevice(bool probe = false, bool wait_for_ready = true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(
         std::chrono::system_clock::now() +
         (probe ? std::min<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(5)) : opts_.timeout));
-    ctx.set_wait_for_ready(true);
+    ctx.set_wait_for_ready(wait_for_ready);
     v1::GetDeviceResponse resp;
     v1::GetDeviceRequest req;
     req.set_client(client_.load());
@@ -397,7 +402,24 @@ class RemoteBackend::RemoteBufferType : public BufferType {
 absl::StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Connect(RemoteOptions opts) {
   if (opts.channel == nullptr) return absl::InvalidArgumentError("remote backend: no channel");
   auto conn = std::make_shared<Conn>(std::move(opts));
-  HERD_ASSIGN_OR_RETURN(v1::GetDeviceResponse dev, conn->GetDevice());
+  // The server may still be starting (a worker and its compute server started together):
+  // ask again every 250 ms for up to min(timeout, 15 s), each ask failing fast, so that a
+  // wrong address ends with what the link said ("Connection refused"), not a bare deadline.
+  const auto start = std::chrono::steady_clock::now();
+  const auto give_up =
+      start + std::min<std::chrono::milliseconds>(conn->opts().timeout, std::chrono::milliseconds(15000));
+  absl::StatusOr<v1::GetDeviceResponse> got = conn->GetDevice(/*probe=*/false, /*wait_for_ready=*/false);
+  while (!got.ok() && absl::IsUnavailable(got.status()) && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    got = conn->GetDevice(/*probe=*/false, /*wait_for_ready=*/false);
+  }
+  if (!got.ok()) {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    return absl::Status(got.status().code(),
+                        absl::StrCat(got.status().message(), " (tried for ", waited / 1000.0, " s)"));
+  }
+  v1::GetDeviceResponse dev = *std::move(got);
   if (dev.protocol_version() != kProtocolVersion) {
     return absl::FailedPreconditionError(absl::StrCat("remote backend ", conn->opts().address, " speaks protocol ",
                                                       dev.protocol_version(), ", this build ", kProtocolVersion));

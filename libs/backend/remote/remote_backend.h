@@ -50,9 +50,10 @@ struct RemoteStats {
 
 class RemoteBackend : public Backend {
  public:
-  /// Asks the server for its device (GetDevice), waiting for the link up to the timeout
-  /// (the server may still be starting). Errors: UNAVAILABLE naming the address when it
-  /// cannot be reached within the timeout; FAILED_PRECONDITION for another
+  /// Asks the server for its device (GetDevice), again every 250 ms for up to min(timeout,
+  /// 15 s) while it cannot be reached (it may still be starting). Errors: UNAVAILABLE
+  /// naming the address with the link's last words ("Connection refused");
+  /// UNAUTHENTICATED without the cluster key (saying so); FAILED_PRECONDITION for another
   /// protocol version; INVALID_ARGUMENT without a channel.
   static absl::StatusOr<std::unique_ptr<RemoteBackend>> Connect(RemoteOptions opts);
   ~RemoteBackend() override;
