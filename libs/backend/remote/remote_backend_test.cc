@@ -260,7 +260,10 @@ TEST(ComputeServerClientsTest, BuffersAreTheirClientsAndIdleClientsAreReleased) 
   EXPECT_EQ(server.bytes_allocated(), 4096u);
 
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // > client_idle without a call from 11
-  (void)server.Device(/*client=*/12);                           // any call releases idle clients
+  v1::ExecuteRequest other;  // any Alloc / Execute of a client not idle itself releases idle ones
+  other.set_instance(7);
+  other.set_client(14);
+  ASSERT_TRUE(server.Execute(other, &resp).ok());
   EXPECT_EQ(server.bytes_allocated(), 0u);
   EXPECT_EQ(server.n_buffers(), 0u);
   s = server.Execute(req, &resp);
@@ -268,6 +271,26 @@ TEST(ComputeServerClientsTest, BuffersAreTheirClientsAndIdleClientsAreReleased) 
   EXPECT_NE(s.message().find("released"), std::string::npos) << s;
   EXPECT_EQ(server.Alloc(7, 64, 11).status().code(), absl::StatusCode::kAborted);
   EXPECT_TRUE(server.Alloc(7, 64, 13).ok());  // a new client id starts afresh
+}
+
+// GetDevice keep-alives (a worker's once-a-second probe) keep an otherwise idle client's
+// buffers, and are answered without the lock a compute holds.
+TEST(ComputeServerClientsTest, ProbesKeepAnIdleClientsBuffers) {
+  ServerOptions o;
+  o.client_idle = std::chrono::milliseconds(2000);
+  ComputeServer server(std::make_unique<CpuBackend>(1), o, 7);
+  ASSERT_TRUE(server.Alloc(7, 4096, /*client=*/21).ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3000);
+  while (std::chrono::steady_clock::now() < until) {  // longer than client_idle, probing only
+    (void)server.Device(/*client=*/21);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  v1::ExecuteRequest other;
+  other.set_instance(7);
+  other.set_client(22);
+  v1::ExecuteResponse resp;
+  ASSERT_TRUE(server.Execute(other, &resp).ok());  // sweeps idle clients: 21 is not idle
+  EXPECT_EQ(server.bytes_allocated(), 4096u);
 }
 
 // A client whose buffers were released (the link was down past client_idle) recovers like

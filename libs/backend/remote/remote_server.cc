@@ -35,11 +35,19 @@ struct ComputeServer::Graph {
 };
 
 ComputeServer::ComputeServer(std::unique_ptr<Backend> backend, ServerOptions opts, uint64_t instance)
-    : backend_(std::move(backend)), opts_(opts), instance_(instance) {}
+    : backend_(std::move(backend)), opts_(opts), instance_(instance), weight_types_(ProbeWeightTypes(*backend_)) {}
 
 ComputeServer::~ComputeServer() = default;
 
 absl::Status ComputeServer::Admit(uint64_t client) {
+  {
+    std::lock_guard<std::mutex> l(heard_mu_);
+    for (const auto& [c, t] : heard_) {
+      auto it = clients_.find(c);
+      if (it != clients_.end() && t > it->second) it->second = t;
+    }
+    heard_.clear();
+  }
   const auto now = std::chrono::steady_clock::now();
   for (auto it = clients_.begin(); it != clients_.end();) {
     if (now - it->second <= opts_.client_idle) {
@@ -74,8 +82,10 @@ size_t ComputeServer::n_clients() const {
 
 v1::GetDeviceResponse ComputeServer::Device(uint64_t client) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    (void)Admit(client);  // a released client learns it from its next Alloc / Execute
+    // Not mu_: a compute may hold it for seconds. Admit merges this (bounded: past 4096
+    // distinct callers between two calls, the rest wait for their next probe).
+    std::lock_guard<std::mutex> l(heard_mu_);
+    if (heard_.size() < 4096 || heard_.count(client) != 0) heard_[client] = std::chrono::steady_clock::now();
   }
   v1::GetDeviceResponse r;
   const DeviceInfo d = backend_->device();
@@ -87,10 +97,9 @@ v1::GetDeviceResponse ComputeServer::Device(uint64_t client) {
   r.set_max_buffer_bytes(opts_.max_buffer_bytes);
   r.set_instance(instance_);
   r.set_protocol_version(kProtocolVersion);
-  const WeightTypes w = ProbeWeightTypes(*backend_);
-  for (int t : w.get_rows) r.add_get_rows_types(t);
-  for (int t : w.mul_mat) r.add_mul_mat_types(t);
-  for (int t : w.set_rows) r.add_set_rows_types(t);
+  for (int t : weight_types_.get_rows) r.add_get_rows_types(t);
+  for (int t : weight_types_.mul_mat) r.add_mul_mat_types(t);
+  for (int t : weight_types_.set_rows) r.add_set_rows_types(t);
   return r;
 }
 

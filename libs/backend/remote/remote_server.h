@@ -28,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 
 #include "libs/backend/backend.h"
+#include "libs/backend/remote/wire.h"
 #include "proto/herd/v1/remote.grpc.pb.h"
 
 namespace herd::remote {
@@ -53,7 +54,9 @@ class ComputeServer {
   ComputeServer(std::unique_ptr<Backend> backend, ServerOptions opts, uint64_t instance);
   ~ComputeServer();
 
-  /// GetDevice's answer; keeps `client`'s buffers alive.
+  /// GetDevice's answer; keeps `client`'s buffers alive. Never waits for a compute in
+  /// progress (the server's lock), so a worker's health probe is answered while another
+  /// call runs a long prompt.
   v1::GetDeviceResponse Device(uint64_t client = 0);
   /// A zeroed buffer of `size` bytes owned by `client`; its id. Errors: ABORTED for another
   /// instance or a client whose buffers were released (idle); INVALID_ARGUMENT for size 0;
@@ -101,6 +104,10 @@ class ComputeServer {
   uint64_t client_ = 0;  // the caller of the call being served (owner of new buffers)
   std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> clients_;  // last heard from
   std::deque<uint64_t> released_;  // clients whose buffers were released (the last 4096)
+  // GetDevice's keep-alives, taken without mu_ and merged into clients_ by Admit.
+  std::mutex heard_mu_;
+  std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> heard_;
+  const WeightTypes weight_types_;  // what GetDevice reports
   uint64_t allocated_ = 0;
   std::unordered_map<uint64_t, std::unique_ptr<Held>> buffers_;
 };
