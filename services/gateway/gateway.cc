@@ -640,8 +640,11 @@ Gateway::Attempt Gateway::ClassifyAttempt(Generation& g, GenerateSink* sink, Act
     return result;
   }
   pool_->ReportFailure(addr, wmsg);
-  result.status = absl::UnavailableError(
-      absl::StrCat("worker ", addr, e.started ? " failed mid-stream: " : " unavailable: ", wmsg));
+  result.status = absl::UnavailableError(absl::StrCat("worker ", addr,
+                                                      !e.started         ? " unavailable: "
+                                                      : nothing_produced ? " failed before its first token: "
+                                                                         : " failed mid-stream: ",
+                                                      wmsg));
   result.retryable = nothing_produced;
   return result;
 }
