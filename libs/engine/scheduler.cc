@@ -216,6 +216,8 @@ struct Core {
   // The active sequences as the KV-cache manager sees them (admission order).
   std::vector<RunningSeq> RunningLocked() const;
   bool CatchUpOrWaitLocked(SeqState* s);
+  void PlanPrefillLocked(std::vector<Work>* plan, int64_t used);
+  int64_t PrefillBudgetLocked(int64_t used) const;
   bool CanAdmitLocked(const SeqState& s) const;
   void PreemptLocked(const std::shared_ptr<SeqState>& s);
   void UpdateKvStatsLocked();
@@ -450,12 +452,37 @@ std::vector<Work> Core::PlanLocked() {
     plan.push_back(std::move(w));
   }
   if (n > 0) rr = (rr + 1) % n;
-  const int64_t prefill_budget =
-      active.size() > 1 && cfg.max_prefill_tokens > 0 ? std::min<int64_t>(budget, cfg.max_prefill_tokens) : budget;
-  int64_t prefill_used = 0;
+  PlanPrefillLocked(&plan, used);
+  return plan;
+}
+
+// The prompt chunks of a pass that already holds `used` tokens of steps. While several
+// sequences are active a pass prefills at most PrefillBudgetLocked() tokens, shortest
+// remaining prompt first (a prompt whose prefix is cached, or a short one, starts
+// streaming in the next pass instead of waiting behind a long uncached one: the
+// shortest-remaining-first order that minimizes mean time to first token), except that
+// the sequence admitted first among those still prefilling keeps a quarter of the
+// budget, so a stream of short prompts cannot starve a long one.
+void Core::PlanPrefillLocked(std::vector<Work>* plan, int64_t used) {
+  const int64_t budget = n_batch;
+  std::vector<std::shared_ptr<SeqState>> order;
   for (const auto& s : active) {
-    if (s->PrefillDone() || CatchUpOrWaitLocked(s.get())) continue;
-    const int64_t want = std::min<int64_t>({s->PrefillRemaining(), budget - used, prefill_budget - prefill_used});
+    if (!s->PrefillDone() && !CatchUpOrWaitLocked(s.get())) order.push_back(s);
+  }
+  if (order.empty()) return;
+  const std::shared_ptr<SeqState> oldest = order.front();
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a->PrefillRemaining() < b->PrefillRemaining(); });
+  const int64_t prefill_budget = PrefillBudgetLocked(used);
+  int64_t reserve = order.front() == oldest
+                        ? 0
+                        : std::min<int64_t>(oldest->PrefillRemaining(), std::max<int64_t>(1, prefill_budget / 4));
+  int64_t prefill_used = 0;
+  for (const auto& s : order) {
+    if (s == oldest) reserve = 0;
+    const int64_t want =
+        std::min<int64_t>({s->PrefillRemaining(), budget - used, prefill_budget - prefill_used - reserve});
+    if (want <= 0) continue;
     (void)kvm->EnsureFreeCells(used + want);  // evicts cached prefixes; never preempts for prefill
     const int64_t chunk = std::min<int64_t>(want, engine->kv().n_free() - used);
     if (chunk <= 0) break;
@@ -465,9 +492,26 @@ std::vector<Work> Core::PlanLocked() {
     w.prefill = true;
     w.n_prefill = static_cast<int32_t>(chunk);
     used += chunk;
-    plan.push_back(std::move(w));
+    plan->push_back(std::move(w));
   }
-  return plan;
+}
+
+// Most prompt tokens this pass prefills: n_batch for a sequence alone; with several
+// active, max_prefill_tokens and, with max_prefill_ms, the tokens that fit in that time
+// beside the pass's `used` step tokens at the fitted cost t0 + c*T (IterationCostModel;
+// at least kMinTimedPrefill, and only once the fit has seen a few passes).
+int64_t Core::PrefillBudgetLocked(int64_t used) const {
+  const int64_t budget = n_batch;
+  if (active.size() <= 1) return budget;
+  int64_t b = cfg.max_prefill_tokens > 0 ? std::min<int64_t>(budget, cfg.max_prefill_tokens) : budget;
+  constexpr int64_t kMinTimedPrefill = 16;
+  constexpr int64_t kMinPassesForFit = 8;
+  if (cfg.max_prefill_ms > 0 && pass_cost.n() >= kMinPassesForFit && pass_cost.c() > 0) {
+    const double left_s = cfg.max_prefill_ms / 1000.0 - pass_cost.t0() - pass_cost.c() * static_cast<double>(used);
+    const double fit = std::floor(left_s / pass_cost.c());
+    b = std::min<int64_t>(b, std::max<int64_t>(kMinTimedPrefill, fit > 1e9 ? budget : static_cast<int64_t>(fit)));
+  }
+  return b;
 }
 
 // Settles positions 0..n_draft of a verification (spec::VerifyDraft: sample and match,
@@ -956,6 +1000,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Engine* engine, con
   if (n_ctx_seq < 1 || n_ctx_seq > n_ctx) {
     return absl::InvalidArgumentError(
         absl::StrCat("n_ctx_seq: ", n_ctx_seq, " must be in [1, n_ctx = ", n_ctx, "] (0: n_ctx)"));
+  }
+  if (config.max_prefill_ms < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_prefill_ms: ", config.max_prefill_ms, " must be >= 0"));
   }
   if (config.max_prefill_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_prefill_tokens: ", config.max_prefill_tokens, " must be >= 0"));

@@ -178,6 +178,13 @@ struct SchedulerConfig {
   /// so the first of them start streaming sooner and running streams keep their pace
   /// (vLLM's chunked-prefill token budget). A sequence alone prefills n_batch at a time.
   int32_t max_prefill_tokens = 256;
+  /// With more than one sequence active, also bound a pass's prompt tokens by time:
+  /// those that fit in this many milliseconds beside the pass's decode steps, at the
+  /// pass cost fitted online (t0 + c*T; at least 16 tokens). 0 = off. On a slow or
+  /// shared host it keeps running streams' inter-token latency and the wait of short or
+  /// cached prompts behind a long uncached one near this bound (Sarathi-Serve's
+  /// latency-bounded chunk size). Prompts are prefilled shortest remaining first.
+  int32_t max_prefill_ms = 0;
   /// Most sequences waiting for admission under QueuePolicy::kWait (>= 0).
   int32_t max_queue = 64;
   QueuePolicy queue_policy = QueuePolicy::kWait;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <random>
@@ -1262,6 +1263,108 @@ TEST_F(SchedulerTest, PrefillTokenBudgetSplitsPromptsArrivingTogether) {
   // The prefill passes of the four (+ at most one pending token each) stayed within 64.
   EXPECT_LE(max_prompt_tokens_multi, 64 + 4);
   EXPECT_GE(max_prompt_tokens, 118);
+}
+
+// A short prompt that arrives while a long one is being prefilled is prefilled first
+// (shortest remaining first) and streams while the long one still prefills; the long
+// one keeps part of every pass, and both outputs equal their solo runs. The scheduler
+// is held after every pass (its observer waits for the test), so what each sequence has
+// delivered is read at pass boundaries.
+TEST_F(SchedulerTest, ShortPromptIsPrefilledBeforeALongOneAheadOfIt) {
+  std::mt19937 rng(33);
+  const std::vector<int32_t> long_prompt = RandomPrompt(rng, 300);
+  const std::vector<int32_t> short_prompt = RandomPrompt(rng, 10);
+  const std::vector<int32_t> solo_long = Solo(long_prompt, 4, Greedy());
+  const std::vector<int32_t> solo_short = Solo(short_prompt, 4, Greedy());
+  auto engine = MakeEngine(1024, 64);
+  SchedulerConfig cfg;
+  cfg.max_sequences = 2;
+  cfg.max_prefill_tokens = 32;
+  cfg.prefix_cache = false;
+  auto sched = MakeScheduler(engine.get(), cfg);
+  ASSERT_NE(sched, nullptr);
+  // The gate: the observer counts passes and waits until the test allows the next one.
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t passes = 0, allowed = 1;
+  bool free_run = false;
+  sched->SetIterationObserver([&](const IterationStats&) {
+    std::unique_lock<std::mutex> l(mu);
+    ++passes;
+    cv.notify_all();
+    cv.wait_for(l, std::chrono::seconds(30), [&] { return free_run || passes < allowed; });
+  });
+  auto wait_held = [&](int64_t n) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(30), [&] { return passes >= n; });
+  };
+  auto allow = [&](int64_t n) {
+    std::lock_guard<std::mutex> l(mu);
+    allowed = n;
+    cv.notify_all();
+  };
+  auto start = [&](const std::vector<int32_t>& prompt) {
+    SequenceParams p;
+    p.prompt = prompt;
+    p.sampling.temp = 0.0f;
+    p.ignore_eos = true;
+    auto seq = sched->Start(p);
+    EXPECT_TRUE(seq.ok()) << seq.status();
+    if (seq.ok()) {
+      EXPECT_TRUE((*seq)->Step(4).ok());
+    }
+    return seq.ok() ? *std::move(seq) : nullptr;
+  };
+  auto drain = [](Sequence* s, std::vector<int32_t>* out) {
+    SequenceEvent ev;
+    while (s->TryNext(&ev)) {
+      if (ev.kind == SequenceEvent::Kind::kStep) out->insert(out->end(), ev.step.tokens.begin(), ev.step.tokens.end());
+    }
+  };
+  std::unique_ptr<Sequence> a = start(long_prompt);
+  ASSERT_NE(a, nullptr);
+  // Held after the long prompt's first pass (alone: n_batch = 64 of its 300 tokens).
+  ASSERT_TRUE(wait_held(1));
+  std::unique_ptr<Sequence> b = start(short_prompt);
+  ASSERT_NE(b, nullptr);
+  std::vector<int32_t> got_a, got_b;
+  bool b_first = false;
+  for (int64_t n = 2; n < 200 && got_b.empty(); ++n) {
+    allow(n);
+    ASSERT_TRUE(wait_held(n)) << "pass " << n;
+    drain(b.get(), &got_b);
+    drain(a.get(), &got_a);
+    if (!got_b.empty()) b_first = got_a.empty();
+  }
+  EXPECT_TRUE(b_first) << "the short prompt's first token came with or after the long prompt's";
+  {
+    std::lock_guard<std::mutex> l(mu);
+    free_run = true;
+    cv.notify_all();
+  }
+  SequenceEvent ev;
+  while (got_a.size() < 4 && a->Next(&ev, std::chrono::seconds(60))) {
+    if (ev.kind == SequenceEvent::Kind::kStep) got_a.insert(got_a.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+    if (ev.kind == SequenceEvent::Kind::kEnded) break;
+  }
+  while (got_b.size() < 4 && b->Next(&ev, std::chrono::seconds(60))) {
+    if (ev.kind == SequenceEvent::Kind::kStep) got_b.insert(got_b.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+    if (ev.kind == SequenceEvent::Kind::kEnded) break;
+  }
+  sched->SetIterationObserver(nullptr);
+  EXPECT_EQ(got_a, solo_long);
+  EXPECT_EQ(got_b, solo_short);
+}
+
+// max_prefill_ms is validated.
+TEST_F(SchedulerTest, NegativePrefillTimeBudgetIsRefused) {
+  auto engine = MakeEngine(256, 64);
+  SchedulerConfig cfg;
+  cfg.max_prefill_ms = -1;
+  auto s = Scheduler::Create(engine.get(), vocab_.get(), cfg);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.status().message()).find("max_prefill_ms"), std::string::npos) << s.status();
 }
 
 // A pool too small for every sequence at once: sequences are preempted (their cells

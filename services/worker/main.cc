@@ -90,6 +90,10 @@ ABSL_FLAG(int, draft_timeout_ms, 50,
 ABSL_FLAG(int, max_prefill_tokens, 256,
           "Most prompt tokens one forward pass prefills while several sequences are active (0 = n_batch): prompts "
           "arriving together start streaming sooner.");
+ABSL_FLAG(int, max_prefill_ms, 0,
+          "With several sequences active, also bound a pass's prompt tokens to what fits in this many ms at the "
+          "measured pass cost (0 = off): keeps inter-token latency and the wait of cached or short prompts behind a "
+          "long uncached one near this bound on a slow or shared host.");
 ABSL_FLAG(int, max_queue, 64, "Most sequences waiting for admission with --queue_policy=wait.");
 ABSL_FLAG(std::string, queue_policy, "wait",
           "When every slot is busy: wait (FIFO queue of --max_queue) or reject (RESOURCE_EXHAUSTED).");
@@ -447,6 +451,7 @@ int main(int argc, char** argv) {
   sc.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   sc.max_cached_prefixes = absl::GetFlag(FLAGS_max_cached_prefixes);
   sc.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+  sc.max_prefill_ms = absl::GetFlag(FLAGS_max_prefill_ms);
   sc.max_queue = absl::GetFlag(FLAGS_max_queue);
   sc.queue_policy = policy == "reject" ? herd::engine::QueuePolicy::kReject : herd::engine::QueuePolicy::kWait;
   sc.max_draft = absl::GetFlag(FLAGS_max_draft);
