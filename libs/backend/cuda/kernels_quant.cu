@@ -1,5 +1,8 @@
 // get_rows and mul_mat kernels for F32 / F16 / Q4_0 / Q8_0 / Q4_K / Q6_K sources
-// (launchers declared in libs/backend/cuda/kernels.h).
+// (launchers declared in libs/backend/cuda/kernels.h): mat-vec with F32 activations
+// (MulMatVec) or q8_1 ones and dp4a (QuantizeQ8_1 + MulMatVecQ8, math in q8_1_dot.h),
+// tensor-core tiles for a few columns (MulMatMma, CUDA only), the SIMT tiled product and
+// the F16 dequantization / packing that feed cuBLAS.
 #include "libs/backend/cuda/device_common.h"
 #include "libs/backend/cuda/kernels.h"
 #include "libs/backend/cuda/q8_1_dot.h"
