@@ -440,6 +440,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<Buffer> scratch_;  // planned intermediate tensors
   void* work_ = nullptr;             // mul_mat scratch (dequantized weights, packed activations)
   size_t work_size_ = 0;
+  // The mul_mat source whose q8_1 copy is at the start of work_ (kMatVecQ8): the products
+  // of one activation (Q, K and V; up and gate) quantize it once per graph. Reset by
+  // GraphCompute and by any other mul_mat that writes work_.
+  const Tensor* q8_src_ = nullptr;
   const Cublas* cublas_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   std::vector<Staging> staging_;
@@ -748,6 +752,9 @@ absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
   absl::StatusOr<DevTensor> dd = Dev(n, 4);
   if (!dd.ok()) return dd.status();
   const GemmPlan plan = PlanMulMat(n);
+  if (plan.kind != GemmPlan::kMatVecQ8 && plan.w_bytes + plan.x_bytes > 0) {
+    q8_src_ = nullptr;  // this product overwrites work_
+  }
   [[maybe_unused]] const int64_t K = w->ne[0], M = w->ne[1];  // unused without BLAS
   [[maybe_unused]] const int64_t ncols = x->ne[1] * x->ne[2] * x->ne[3];
   switch (plan.kind) {
@@ -755,8 +762,17 @@ absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
       HERD_LAUNCH("mul_mat_vec", cuda::MulMatVec(wt, *dw, *dx, *dd, stream_));
       return absl::OkStatus();
     case GemmPlan::kMatVecQ8:
-      // The activations once to q8_1 in the mul_mat scratch, then the dp4a mat-vec.
-      HERD_LAUNCH("quantize_q8_1", cuda::QuantizeQ8_1(*dx, work_, stream_));
+      // The activations to q8_1 at the start of the mul_mat scratch, then the dp4a mat-vec.
+      // Skipped when the previous product quantized the same computed tensor: it is still
+      // live (this product reads it), and only its own node writes it (no leaf, view or
+      // set_rows result, whose memory other nodes may write).
+      if (q8_src_ != x) {
+        q8_src_ = nullptr;
+        HERD_LAUNCH("quantize_q8_1", cuda::QuantizeQ8_1(*dx, work_, stream_));
+        const bool own_memory =
+            x->op != Op::kNone && x->op != Op::kView && x->op != Op::kSetRows && x->view_src == nullptr;
+        if (own_memory) q8_src_ = x;
+      }
       HERD_LAUNCH("mul_mat_vec_q8_1", cuda::MulMatVecQ8(wt, *dw, *dx, work_, *dd, stream_));
       return absl::OkStatus();
     case GemmPlan::kMma:
@@ -971,6 +987,7 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
     const GemmPlan p = PlanMulMat(n);
     work = std::max(work, RoundUp(p.w_bytes, kAlignment) + p.x_bytes);
   }
+  q8_src_ = nullptr;  // tensors of another graph
   absl::Status s = EnsureWork(work);
   if (!s.ok()) return s;
   HERD_CUDA_RETURN_IF_ERROR("cudaMemsetAsync", cudaMemsetAsync(err_dev_, 0, sizeof(unsigned), stream_));
