@@ -683,6 +683,8 @@ GemmPlan CudaBackend::PlanMulMat(const Tensor* n) const {
   }
   if (cuda::kHasMma && quant && paths.mmq && ncols <= cuda::kMmaMaxCols) {
     p.kind = GemmPlan::kMma;  // small batches: weight tiles dequantized in shared memory only
+    const int slices = cuda::MmaSplitK(M, K, ncols);
+    if (slices > 1) p.x_bytes = static_cast<size_t>(slices * ncols * M) * sizeof(float);  // partial sums
     return p;
   }
   constexpr int64_t kIntMax = 0x7FFFFFFF;
@@ -776,7 +778,7 @@ absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
       HERD_LAUNCH("mul_mat_vec_q8_1", cuda::MulMatVecQ8(wt, *dw, *dx, work_, *dd, stream_));
       return absl::OkStatus();
     case GemmPlan::kMma:
-      HERD_LAUNCH("mul_mat_mma", cuda::MulMatMma(wt, *dw, *dx, *dd, stream_));
+      HERD_LAUNCH("mul_mat_mma", cuda::MulMatMma(wt, *dw, *dx, *dd, work_, stream_));
       return absl::OkStatus();
     case GemmPlan::kTiled:
       HERD_LAUNCH("mul_mat_tiled", cuda::MulMatTiled(wt, *dw, *dx, *dd, stream_));

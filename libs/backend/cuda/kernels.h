@@ -43,6 +43,22 @@ inline constexpr int64_t kQ8_1BlockBytes = 36;
 inline constexpr bool kHasMma = HERD_GPU_HAS_MMA != 0;
 /// MulMatMma takes up to this many activation columns.
 inline constexpr int kMmaMaxCols = 64;
+/// Weight rows per MulMatMma block.
+inline constexpr int kMmaTileRows = 64;
+
+/// Into how many K slices MulMatMma splits a product of a [K, M] weight and ncols columns:
+/// enough for about 512 blocks of 128 threads (a few per SM: one 64-row tile per block
+/// leaves most SMs idle at M = 4096), at most 16, each slice at least 4 k-steps of 64. The
+/// slices' partial sums take MmaSplitK * ncols * M floats of scratch when above 1.
+inline int MmaSplitK(int64_t M, int64_t K, int64_t ncols) {
+  (void)ncols;  // every column count up to kMmaMaxCols is one column tile
+  const int64_t tiles = (M + kMmaTileRows - 1) / kMmaTileRows;
+  const int64_t steps = (K / 32 + 1) / 2;
+  int64_t s = (512 + tiles - 1) / tiles;
+  if (s > steps / 4) s = steps / 4;
+  if (s > 16) s = 16;
+  return s < 1 ? 1 : static_cast<int>(s);
+}
 
 /// Whether MulMatVecQ8 / MulMatMma take weights of type t (the quantized ones).
 inline constexpr bool IsQuantWType(WType t) {
@@ -102,9 +118,12 @@ cudaError_t MulMatVecQ8(WType t, const DevTensor& w, const DevTensor& x, const v
 /// block dequantizes its weight rows to F16 in shared memory (the weight is read once per
 /// 64 columns and never dequantized as a whole), converts the activations to F16, and
 /// multiplies with nvcuda::wmma 16x16x16 F16 -> F32. Weight types IsQuantWType; edge
-/// rows and columns masked. cudaErrorInvalidValue in builds without kHasMma (HIP), for
-/// other types or more columns.
-cudaError_t MulMatMma(WType t, const DevTensor& w, const DevTensor& x, const DevTensor& dst, cudaStream_t stream);
+/// rows and columns masked. When MmaSplitK(M, K, ncols) > 1, K is split over that many
+/// block slices whose partial sums go to `partial` (MmaSplitK * ncols * M floats, device
+/// scratch) and a second kernel adds them in order into dst. cudaErrorInvalidValue in
+/// builds without kHasMma (HIP), for other types, more columns or a missing partial.
+cudaError_t MulMatMma(WType t, const DevTensor& w, const DevTensor& x, const DevTensor& dst, void* partial,
+                      cudaStream_t stream);
 
 /// The same product for any number of columns: 64x64 output tiles, K in steps of 32
 /// through shared memory (weights dequantized on load). The fallback when cuBLAS is

@@ -192,11 +192,16 @@ __global__ void __launch_bounds__(kVecWarps* kWarp)
 // rows' two 32-element units to F16 in shared memory (each weight read once per column
 // tile) and converts the activation tile to F16 (round to nearest even); each warp
 // multiplies its 16 rows by all NT columns with wmma 16x16x16 F16 -> F32 fragments.
+// Split K (MmaSplitK > 1, for outputs of few tiles): blockIdx.z takes units
+// [z * ups, (z + 1) * ups) and writes its partial sums to part[(z * ncols + c) * M + m];
+// SumSlicesKernel then adds the slices in order (deterministic).
 constexpr int kMmaRows = 64, kMmaK = 64, kMmaThreads = 128;
+static_assert(kMmaRows == kMmaTileRows, "kernels.h's MmaSplitK counts tiles of kMmaTileRows");
 constexpr int kMmaLd = kMmaK + 8;  // halves per shared row: 144 bytes, 16-byte multiple, staggers banks
 
 template <int T, int NT>
-__global__ void __launch_bounds__(kMmaThreads) MulMatMmaKernel(DevTensor w, DevTensor x, DevTensor d, int64_t ncols) {
+__global__ void __launch_bounds__(kMmaThreads)
+    MulMatMmaKernel(DevTensor w, DevTensor x, DevTensor d, int64_t ncols, int64_t ups, float* __restrict__ part) {
   using namespace nvcuda;
   __shared__ __align__(32) __half ws[kMmaRows * kMmaLd];
   __shared__ __align__(32) __half xs[NT * kMmaLd];
@@ -206,7 +211,9 @@ __global__ void __launch_bounds__(kMmaThreads) MulMatMmaKernel(DevTensor w, DevT
   const int tid = threadIdx.x, warp = tid / kWarp;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kMmaRows;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * NT;
-  const int64_t M = w.ne[1], units = w.ne[0] / 32;
+  const int64_t M = w.ne[1];
+  const int64_t u_begin = static_cast<int64_t>(blockIdx.z) * ups;
+  const int64_t u_end = u_begin + ups < w.ne[0] / 32 ? u_begin + ups : w.ne[0] / 32;
   if (tid < NT) {
     const bool in = n0 + tid < ncols;
     xcol[tid] = in ? reinterpret_cast<const float*>(RowPtr(x, n0 + tid)) : nullptr;
@@ -216,12 +223,12 @@ __global__ void __launch_bounds__(kMmaThreads) MulMatMmaKernel(DevTensor w, DevT
 #pragma unroll
   for (int j = 0; j < NT / 16; ++j) wmma::fill_fragment(acc[j], 0.0f);
   __syncthreads();
-  for (int64_t u0 = 0; u0 < units; u0 += kMmaK / 32) {
+  for (int64_t u0 = u_begin; u0 < u_end; u0 += kMmaK / 32) {
     {  // weights: thread t dequantizes unit t % 2 of row t / 2 of the tile
       const int r = tid / 2, j = tid % 2;
       const int64_t m = m0 + r, u = u0 + j;
       __half2* dst = reinterpret_cast<__half2*>(ws + r * kMmaLd + j * 32);
-      if (m < M && u < units) {
+      if (m < M && u < u_end) {
         float v[32];
         DequantUnit<T>(w.data + m * w.nb[1], u, v);
 #pragma unroll
@@ -238,7 +245,7 @@ __global__ void __launch_bounds__(kMmaThreads) MulMatMmaKernel(DevTensor w, DevT
       const int c = idx / kMmaK, kk = idx % kMmaK;
       const int64_t k = u0 * 32 + kk;
       const float* xp = xcol[c];
-      xs[c * kMmaLd + kk] = __float2half_rn(xp != nullptr && k < units * 32 ? xp[k] : 0.0f);
+      xs[c * kMmaLd + kk] = __float2half_rn(xp != nullptr && k < u_end * 32 ? xp[k] : 0.0f);
     }
     __syncthreads();
 #pragma unroll
@@ -261,7 +268,24 @@ __global__ void __launch_bounds__(kMmaThreads) MulMatMmaKernel(DevTensor w, DevT
   __syncthreads();
   for (int idx = tid; idx < NT * kMmaRows; idx += kMmaThreads) {
     const int c = idx / kMmaRows, r = idx % kMmaRows;
-    if (dcol[c] != nullptr && m0 + r < M) dcol[c][m0 + r] = os[idx];
+    if (dcol[c] == nullptr || m0 + r >= M) continue;
+    if (part == nullptr) {
+      dcol[c][m0 + r] = os[idx];
+    } else {
+      part[(static_cast<int64_t>(blockIdx.z) * ncols + n0 + c) * M + m0 + r] = os[idx];
+    }
+  }
+}
+
+// d[:, c][m] = sum over z = 0, 1, ... of part[(z * ncols + c) * M + m].
+__global__ void SumSlicesKernel(const float* __restrict__ part, int slices, int64_t M, int64_t ncols, DevTensor d) {
+  const int64_t total = M * ncols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i / M, m = i % M;
+    float v = 0.0f;
+    for (int z = 0; z < slices; ++z) v += part[(z * ncols + c) * M + m];
+    reinterpret_cast<float*>(RowPtr(d, c))[m] = v;
   }
 }
 #endif  // HERD_GPU_HAS_MMA
@@ -450,28 +474,39 @@ struct MulMatVecQ8Run {
 
 template <int T>
 struct MulMatMmaRun {
-  static cudaError_t Run(const DevTensor& w, const DevTensor& x, const DevTensor& d, cudaStream_t s) {
+  static cudaError_t Run(const DevTensor& w, const DevTensor& x, const DevTensor& d, void* partial, cudaStream_t s) {
 #if HERD_GPU_HAS_MMA
     if constexpr (!kIsQuant<T>) {
       return cudaErrorInvalidValue;
     } else {
+      const int64_t M = w.ne[1], K = w.ne[0];
       const int64_t ncols = x.ne[1] * x.ne[2] * x.ne[3];
-      if (ncols < 1 || ncols > kMmaMaxCols || w.ne[0] % 32 != 0) return cudaErrorInvalidValue;
-      const int64_t bx = (w.ne[1] + kMmaRows - 1) / kMmaRows;
+      if (ncols < 1 || ncols > kMmaMaxCols || K % 32 != 0) return cudaErrorInvalidValue;
+      const int64_t bx = (M + kMmaRows - 1) / kMmaRows;
       if (bx <= 0) return cudaSuccess;
       if (bx > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+      const int slices = MmaSplitK(M, K, ncols);
+      if (slices > 1 && partial == nullptr) return cudaErrorInvalidValue;
+      const int64_t steps = (K / 32 + kMmaK / 32 - 1) / (kMmaK / 32);
+      const int64_t ups = (steps + slices - 1) / slices * (kMmaK / 32);  // units per slice, whole k-steps
+      float* part = slices > 1 ? static_cast<float*>(partial) : nullptr;
+      const dim3 grid(static_cast<unsigned>(bx), 1, static_cast<unsigned>(slices));
       if (ncols <= 16) {
-        MulMatMmaKernel<T, 16><<<dim3(static_cast<unsigned>(bx), 1), kMmaThreads, 0, s>>>(w, x, d, ncols);
+        MulMatMmaKernel<T, 16><<<grid, kMmaThreads, 0, s>>>(w, x, d, ncols, ups, part);
       } else if (ncols <= 32) {
-        MulMatMmaKernel<T, 32><<<dim3(static_cast<unsigned>(bx), 1), kMmaThreads, 0, s>>>(w, x, d, ncols);
+        MulMatMmaKernel<T, 32><<<grid, kMmaThreads, 0, s>>>(w, x, d, ncols, ups, part);
       } else {
-        const unsigned by = static_cast<unsigned>((ncols + 63) / 64);
-        MulMatMmaKernel<T, 64><<<dim3(static_cast<unsigned>(bx), by), kMmaThreads, 0, s>>>(w, x, d, ncols);
+        MulMatMmaKernel<T, 64><<<grid, kMmaThreads, 0, s>>>(w, x, d, ncols, ups, part);
+      }
+      if (slices > 1) {
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        SumSlicesKernel<<<GridFor(M * ncols, 256), 256, 0, s>>>(part, slices, M, ncols, d);
       }
       return cudaGetLastError();
     }
 #else
-    (void)w, (void)x, (void)d, (void)s;
+    (void)w, (void)x, (void)d, (void)partial, (void)s;
     return cudaErrorInvalidValue;  // no tensor-core path in this build (kHasMma)
 #endif
   }
@@ -524,8 +559,9 @@ cudaError_t MulMatVecQ8(WType t, const DevTensor& w, const DevTensor& x, const v
   return Dispatch<MulMatVecQ8Run>(t, w, x, xq, dst, stream);
 }
 
-cudaError_t MulMatMma(WType t, const DevTensor& w, const DevTensor& x, const DevTensor& dst, cudaStream_t stream) {
-  return Dispatch<MulMatMmaRun>(t, w, x, dst, stream);
+cudaError_t MulMatMma(WType t, const DevTensor& w, const DevTensor& x, const DevTensor& dst, void* partial,
+                      cudaStream_t stream) {
+  return Dispatch<MulMatMmaRun>(t, w, x, dst, partial, stream);
 }
 
 cudaError_t MulMatTiled(WType t, const DevTensor& w, const DevTensor& x, const DevTensor& dst, cudaStream_t stream) {
