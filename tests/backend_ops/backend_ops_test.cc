@@ -209,7 +209,8 @@ void AddMulMat(std::vector<Case>* cs) {
                                                 : std::vector<int64_t>{67, 96, 256};
     for (int64_t k : ks) {
       for (int64_t m : {5, 67}) {
-        for (int64_t n : {1, 2, 3, 5, 7, 17, 33, 70}) cs->push_back(MulMatCase(t, k, m, n));
+        // 8 / 9: the last mat-vec and first batched column counts; 64: a full tensor-core tile.
+        for (int64_t n : {1, 2, 3, 5, 7, 8, 9, 17, 33, 64, 70}) cs->push_back(MulMatCase(t, k, m, n));
       }
     }
     const int64_t k = ks[0];

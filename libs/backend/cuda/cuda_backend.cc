@@ -346,12 +346,39 @@ cuda::RopeConsts RopeConstsOf(const Tensor& n) {
   return rc;
 }
 
-// How a batched mul_mat runs and the scratch it needs.
+// How a mul_mat runs and the scratch it needs.
 struct GemmPlan {
-  enum Kind { kMatVec, kTiled, kSgemm, kGemmEx } kind = kTiled;
+  enum Kind { kMatVec, kMatVecQ8, kMma, kTiled, kSgemm, kGemmEx } kind = kTiled;
   size_t w_bytes = 0;  // dequantized F16 weights (kGemmEx, unless the weights are F16 already)
-  size_t x_bytes = 0;  // packed activations (F16 for kGemmEx; F32 for kSgemm with strided columns)
+  size_t x_bytes = 0;  // packed activations (F16 for kGemmEx; F32 for kSgemm with strided columns;
+                       // q8_1 blocks for kMatVecQ8)
 };
+
+// The quantized-weight product paths, each on unless the environment sets its variable to
+// 0 (for bisecting on a device): HERD_CUDA_MMVQ (q8_1 activations + dp4a mat-vec, else the
+// F32 mat-vec) and HERD_CUDA_MMQ (tensor-core tiles up to kMmaMaxCols columns, else cuBLAS
+// or the tiled kernel). Read once per process; a path turned off is logged once.
+struct QuantPaths {
+  bool mmvq = true;
+  bool mmq = true;
+};
+const QuantPaths& QuantPathsFromEnv() {
+  static const QuantPaths paths = [] {
+    const auto on = [](const char* name) {
+      const char* v = std::getenv(name);
+      const bool off = v != nullptr && std::strcmp(v, "0") == 0;
+      if (off) {
+        HERD_LOG(Info) << HERD_GPU_API " backend: " << name << "=0, that mul_mat path is off";
+      }
+      return !off;
+    };
+    QuantPaths p;
+    p.mmvq = on("HERD_CUDA_MMVQ");
+    p.mmq = on("HERD_CUDA_MMQ");
+    return p;
+  }();
+  return paths;
+}
 
 class CudaBackend : public Backend {
  public:
@@ -413,6 +440,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<Buffer> scratch_;  // planned intermediate tensors
   void* work_ = nullptr;             // mul_mat scratch (dequantized weights, packed activations)
   size_t work_size_ = 0;
+  // The mul_mat source whose q8_1 copy is at the start of work_ (kMatVecQ8): the products
+  // of one activation (Q, K and V; up and gate) quantize it once per graph. Reset by
+  // GraphCompute and by any other mul_mat that writes work_.
+  const Tensor* q8_src_ = nullptr;
   const Cublas* cublas_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   std::vector<Staging> staging_;
@@ -637,8 +668,23 @@ GemmPlan CudaBackend::PlanMulMat(const Tensor* n) const {
   const Tensor* x = n->src[1];
   const int64_t K = w->ne[0], M = w->ne[1];
   const int64_t ncols = x->ne[1] * x->ne[2] * x->ne[3];
+  const WType wt = static_cast<WType>(WTypeOf(w->type));
+  const bool quant = cuda::IsQuantWType(wt) && K % 32 == 0;
+  const QuantPaths& paths = QuantPathsFromEnv();
   if (ncols <= cuda::kMatVecMaxCols) {
-    p.kind = GemmPlan::kMatVec;
+    // Decode: quantized weights with q8_1 activations and dp4a (MMVQ), else F32 activations.
+    if (quant && paths.mmvq) {
+      p.kind = GemmPlan::kMatVecQ8;
+      p.x_bytes = static_cast<size_t>(ncols * (K / 32) * cuda::kQ8_1BlockBytes);
+    } else {
+      p.kind = GemmPlan::kMatVec;
+    }
+    return p;
+  }
+  if (cuda::kHasMma && quant && paths.mmq && ncols <= cuda::kMmaMaxCols) {
+    p.kind = GemmPlan::kMma;  // small batches: weight tiles dequantized in shared memory only
+    const int slices = cuda::MmaSplitK(M, K, ncols);
+    if (slices > 1) p.x_bytes = static_cast<size_t>(slices * ncols * M) * sizeof(float);  // partial sums
     return p;
   }
   constexpr int64_t kIntMax = 0x7FFFFFFF;
@@ -708,11 +754,31 @@ absl::Status CudaBackend::EncodeMulMat(Tensor* n) {
   absl::StatusOr<DevTensor> dd = Dev(n, 4);
   if (!dd.ok()) return dd.status();
   const GemmPlan plan = PlanMulMat(n);
+  if (plan.kind != GemmPlan::kMatVecQ8 && plan.w_bytes + plan.x_bytes > 0) {
+    q8_src_ = nullptr;  // this product overwrites work_
+  }
   [[maybe_unused]] const int64_t K = w->ne[0], M = w->ne[1];  // unused without BLAS
   [[maybe_unused]] const int64_t ncols = x->ne[1] * x->ne[2] * x->ne[3];
   switch (plan.kind) {
     case GemmPlan::kMatVec:
       HERD_LAUNCH("mul_mat_vec", cuda::MulMatVec(wt, *dw, *dx, *dd, stream_));
+      return absl::OkStatus();
+    case GemmPlan::kMatVecQ8:
+      // The activations to q8_1 at the start of the mul_mat scratch, then the dp4a mat-vec.
+      // Skipped when the previous product quantized the same computed tensor: it is still
+      // live (this product reads it), and only its own node writes it (no leaf, view or
+      // set_rows result, whose memory other nodes may write).
+      if (q8_src_ != x) {
+        q8_src_ = nullptr;
+        HERD_LAUNCH("quantize_q8_1", cuda::QuantizeQ8_1(*dx, work_, stream_));
+        const bool own_memory =
+            x->op != Op::kNone && x->op != Op::kView && x->op != Op::kSetRows && x->view_src == nullptr;
+        if (own_memory) q8_src_ = x;
+      }
+      HERD_LAUNCH("mul_mat_vec_q8_1", cuda::MulMatVecQ8(wt, *dw, *dx, work_, *dd, stream_));
+      return absl::OkStatus();
+    case GemmPlan::kMma:
+      HERD_LAUNCH("mul_mat_mma", cuda::MulMatMma(wt, *dw, *dx, *dd, work_, stream_));
       return absl::OkStatus();
     case GemmPlan::kTiled:
       HERD_LAUNCH("mul_mat_tiled", cuda::MulMatTiled(wt, *dw, *dx, *dd, stream_));
@@ -923,6 +989,7 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
     const GemmPlan p = PlanMulMat(n);
     work = std::max(work, RoundUp(p.w_bytes, kAlignment) + p.x_bytes);
   }
+  q8_src_ = nullptr;  // tensors of another graph
   absl::Status s = EnsureWork(work);
   if (!s.ok()) return s;
   HERD_CUDA_RETURN_IF_ERROR("cudaMemsetAsync", cudaMemsetAsync(err_dev_, 0, sizeof(unsigned), stream_));

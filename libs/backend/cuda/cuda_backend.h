@@ -26,10 +26,14 @@
 // ne[0] innermost; rows of F32/F16/I32 tensors must be contiguous, nb[0] = element size):
 //   get_rows   F32 F16 Q4_0 Q8_0 Q4_K Q6_K rows [K, rows] -> F32 [K, n], I32 ids [n]
 //   mul_mat    the same weight types [K, M] x F32 activations [K, n1, n2, n3] -> F32
-//              [M, n1, n2, n3]: a mat-vec kernel up to kCudaMatVecMaxCols columns
-//              (ggml-cuda mmv/mmvq layout: a warp per weight row, dequantized in
-//              registers); above, cuBLAS (weights dequantized to F16, cublasGemmEx
-//              F16 x F16 -> F32; cublasSgemm for F32 weights) or the tiled kernel
+//              [M, n1, n2, n3]. Up to kCudaMatVecMaxCols columns a mat-vec kernel (a warp
+//              per weight row): for Q4_0/Q8_0/Q4_K/Q6_K the activations are quantized once
+//              to q8_1 and dotted by dp4a (ggml-cuda's mmvq; HERD_CUDA_MMVQ=0: F32
+//              activations, weights dequantized in registers, as for F32/F16). Quantized
+//              weights with up to 64 columns: tensor-core tiles (weight tiles dequantized
+//              to F16 in shared memory, nvcuda::wmma; CUDA only, HERD_CUDA_MMQ=0 turns them
+//              off). Otherwise cuBLAS (weights dequantized to F16, cublasGemmEx F16 x F16 ->
+//              F32; cublasSgemm for F32 weights) or the tiled kernel
 //   add mul swiglu scale rms_norm norm soft_max silu gelu gelu_erf clamp cont rope
 //              F32 (strided sources; add/mul broadcast src1 over rows; rope normal and
 //              NeoX with freq factors and YaRN; soft_max with mask and ALiBi)
@@ -39,7 +43,8 @@
 // Numerics follow the CPU backend (libs/backend/cpu_backend.cc): element-wise and row
 // ops agree to float rounding (their kernels are built without FMA contraction; gelu
 // rounds through F16 as ggml-cpu's table), products to the activation quantization the
-// CPU applies (the GPU multiplies with F32 activations, or F16 ones through cuBLAS).
+// CPU applies (the GPU multiplies with q8_1 activations in the quantized mat-vec, F32
+// ones in the other mat-vecs and the tiled kernel, F16 ones on tensor cores and cuBLAS).
 //
 // An index outside its tensor in get_rows or set_rows makes GraphCompute return
 // INVALID_ARGUMENT after the graph ran (get_rows writes zeros, set_rows skips the row).

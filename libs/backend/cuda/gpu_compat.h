@@ -51,6 +51,7 @@
 
 #define HERD_GPU_ABI hip_rt
 #define HERD_GPU_HAS_BLAS 0
+#define HERD_GPU_HAS_MMA 0  // no rocWMMA in Debian 12: no tensor-core (matrix core) tiles
 #define HERD_GPU_API "HIP"
 
 // Types and constants.
@@ -112,6 +113,7 @@
 
 #define HERD_GPU_ABI cuda_rt
 #define HERD_GPU_HAS_BLAS 1
+#define HERD_GPU_HAS_MMA 1  // nvcuda::wmma tiles (MulMatMma, sm_70 and later; we build sm_90)
 #define HERD_GPU_API "CUDA"
 
 #define HERD_SHFL_XOR(v, lane_mask, width) __shfl_xor_sync(0xFFFFFFFFu, (v), (lane_mask), (width))

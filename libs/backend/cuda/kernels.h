@@ -36,6 +36,35 @@ inline constexpr unsigned kErrSetRowsIndex = 2u;  // set_rows: an index outside 
 /// mul_mat uses the mat-vec kernel up to this many activation columns (src1 ne1*ne2*ne3).
 inline constexpr int kMatVecMaxCols = 8;
 
+/// Bytes of one q8_1 block (32 activations; q8_1_dot.h's Q8_1Block, ggml's block_q8_1).
+inline constexpr int64_t kQ8_1BlockBytes = 36;
+
+/// Whether this build has the tensor-core tile product (MulMatMma): CUDA yes, HIP no.
+inline constexpr bool kHasMma = HERD_GPU_HAS_MMA != 0;
+/// MulMatMma takes up to this many activation columns.
+inline constexpr int kMmaMaxCols = 64;
+/// Weight rows per MulMatMma block.
+inline constexpr int kMmaTileRows = 64;
+
+/// Into how many K slices MulMatMma splits a product of a [K, M] weight and ncols columns:
+/// enough for about 512 blocks of 128 threads (a few per SM: one 64-row tile per block
+/// leaves most SMs idle at M = 4096), at most 16, each slice at least 4 k-steps of 64. The
+/// slices' partial sums take MmaSplitK * ncols * M floats of scratch when above 1.
+inline int MmaSplitK(int64_t M, int64_t K, int64_t ncols) {
+  (void)ncols;  // every column count up to kMmaMaxCols is one column tile
+  const int64_t tiles = (M + kMmaTileRows - 1) / kMmaTileRows;
+  const int64_t steps = (K / 32 + 1) / 2;
+  int64_t s = (512 + tiles - 1) / tiles;
+  if (s > steps / 4) s = steps / 4;
+  if (s > 16) s = 16;
+  return s < 1 ? 1 : static_cast<int>(s);
+}
+
+/// Whether MulMatVecQ8 / MulMatMma take weights of type t (the quantized ones).
+inline constexpr bool IsQuantWType(WType t) {
+  return t == WType::kQ4_0 || t == WType::kQ8_0 || t == WType::kQ4_K || t == WType::kQ6_K;
+}
+
 /// ALiBi constants (AlibiSlope in libs/backend/cpu_backend.h): slope(h) = m0^(h+1) for
 /// h < n_head_log2, else m1^(2(h - n_head_log2) + 1); use == 0 means slope 1.
 struct Alibi {
@@ -69,6 +98,32 @@ cudaError_t GetRows(WType t, const DevTensor& src, const DevTensor& ids, const D
 /// F32 activations). w `t` [K, M] (rows nb1 apart), x F32 [K, n1, n2, n3], dst F32
 /// [M, n1, n2, n3].
 cudaError_t MulMatVec(WType t, const DevTensor& w, const DevTensor& x, const DevTensor& dst, cudaStream_t stream);
+
+/// x F32 [K, n1, n2, n3] (strided columns, K a multiple of 32) quantized to q8_1 blocks:
+/// out holds n1*n2*n3 columns of K/32 blocks of kQ8_1BlockBytes each, column c's block b
+/// at index c * K/32 + b (4-byte aligned). The formula is q8_1_dot.h's QuantizeQ8_1
+/// (quantize_row_q8_1_ref: d = amax/127, q = round(x/d), s = d * sum(q)).
+/// cudaErrorInvalidValue when K is not a multiple of 32.
+cudaError_t QuantizeQ8_1(const DevTensor& x, void* out, cudaStream_t stream);
+
+/// MulMatVec with q8_1 activations (MMVQ, as ggml-cuda's mul_mat_vec_q): xq is x
+/// quantized by QuantizeQ8_1 (x gives the shape only); one warp per weight row, each lane
+/// dotting 32-weight units with their q8_1 block by dp4a (q8_1_dot.h's Dot*). Weight
+/// types IsQuantWType, ncols <= kMatVecMaxCols; cudaErrorInvalidValue otherwise.
+cudaError_t MulMatVecQ8(WType t, const DevTensor& w, const DevTensor& x, const void* xq, const DevTensor& dst,
+                        cudaStream_t stream);
+
+/// The product on tensor cores for up to kMmaMaxCols columns (like ggml-cuda's mmq, but
+/// F16 operands): blocks of 64 weight rows x 16/32/64 columns, K in steps of 64; each
+/// block dequantizes its weight rows to F16 in shared memory (the weight is read once per
+/// 64 columns and never dequantized as a whole), converts the activations to F16, and
+/// multiplies with nvcuda::wmma 16x16x16 F16 -> F32. Weight types IsQuantWType; edge
+/// rows and columns masked. When MmaSplitK(M, K, ncols) > 1, K is split over that many
+/// block slices whose partial sums go to `partial` (MmaSplitK * ncols * M floats, device
+/// scratch) and a second kernel adds them in order into dst. cudaErrorInvalidValue in
+/// builds without kHasMma (HIP), for other types, more columns or a missing partial.
+cudaError_t MulMatMma(WType t, const DevTensor& w, const DevTensor& x, const DevTensor& dst, void* partial,
+                      cudaStream_t stream);
 
 /// The same product for any number of columns: 64x64 output tiles, K in steps of 32
 /// through shared memory (weights dequantized on load). The fallback when cuBLAS is
