@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 
+#include "libs/backend/cuda/attn_split.h"
 #include "libs/backend/cuda/kernels.h"
 #include "libs/backend/op_support.h"
 #include "libs/base/log.h"
@@ -168,6 +169,12 @@ const Cublas* LoadCublas() {
 struct Cublas {};
 using cublasHandle_t = void*;
 #endif  // HERD_GPU_HAS_BLAS
+
+// Whether the environment variable `name` is set to `value`.
+bool EnvIs(const char* name, const char* value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::strcmp(env, value) == 0;
+}
 
 // ---------------------------------------------------------------------------
 // Devices.
@@ -394,6 +401,12 @@ class CudaBackend : public Backend {
   // Checks [offset, offset + size) against t and returns the device address of offset.
   absl::StatusOr<uint8_t*> Range(const Tensor* t, size_t offset, size_t size, const char* what) const;
   GemmPlan PlanMulMat(const Tensor* n) const;
+  // How flash attention node n is split over its KV (attn_split.h; unsplit when
+  // HERD_CUDA_FA_SPLIT=0).
+  cuda::attn::SplitPlan PlanFlashAttn(const Tensor* n) const;
+  // Enqueues the whole graph: the error word's reset, every node, its copy to the host.
+  // An error names the node; what was enqueued before it is left queued.
+  absl::Status EncodeGraph(Graph& g);
   absl::Status Encode(Tensor* n);
   absl::Status EncodeMulMat(Tensor* n);
   absl::Status EnsureScratch(size_t bytes);
@@ -417,6 +430,8 @@ class CudaBackend : public Backend {
   cublasHandle_t handle_ = nullptr;
   std::vector<Staging> staging_;
   std::vector<PendingGet> pending_;
+  int sm_count_ = 1;      // multiprocessors (CUs on AMD): sizes the attention split
+  bool fa_split_ = true;  // HERD_CUDA_FA_SPLIT != 0
 };
 
 absl::Status CudaBackend::Init(const GpuOptions& opts) {
@@ -445,6 +460,13 @@ absl::Status CudaBackend::Init(const GpuOptions& opts) {
 #else
   (void)opts;
 #endif
+  int sm = 0;
+  if (cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev()) == cudaSuccess && sm > 0) {
+    sm_count_ = sm;
+  } else {
+    (void)cudaGetLastError();
+  }
+  fa_split_ = !EnvIs("HERD_CUDA_FA_SPLIT", "0");
   return absl::OkStatus();
 }
 
@@ -659,6 +681,17 @@ GemmPlan CudaBackend::PlanMulMat(const Tensor* n) const {
   if (w->type != GgmlType::F16) p.w_bytes = static_cast<size_t>(K * M) * 2;
   p.x_bytes = static_cast<size_t>(K * ncols) * 2;
   return p;
+}
+
+cuda::attn::SplitPlan CudaBackend::PlanFlashAttn(const Tensor* n) const {
+  const Tensor* q = n->src[0];
+  const Tensor* k = n->src[1];
+  if (!fa_split_) {
+    cuda::attn::SplitPlan p;
+    p.cells = k->ne[2];
+    return p;
+  }
+  return cuda::attn::PlanSplit(q->ne[2], q->ne[1] * q->ne[2], k->ne[2], sm_count_);
 }
 
 absl::Status CudaBackend::EnsureScratch(size_t bytes) {
@@ -894,8 +927,13 @@ absl::Status CudaBackend::Encode(Tensor* n) {
         dm = *r;
       }
       const FlashAttnParams fp = FlashAttnParams::Of(*n);
+      const cuda::attn::SplitPlan plan = PlanFlashAttn(n);
+      cuda::FlashAttnSplit split;
+      split.n_split = plan.n_split;
+      split.cells = plan.cells;
+      split.partials = plan.n_split > 1 ? work_ : nullptr;  // sized by GraphCompute
       HERD_LAUNCH("flash_attn_ext", cuda::FlashAttn(*dq, *dk, *dv, mask != nullptr ? &dm : nullptr, *dn, f16, fp.scale,
-                                                    AlibiParams(a->ne[1], fp.max_bias), stream_));
+                                                    AlibiParams(a->ne[1], fp.max_bias), split, stream_));
       return absl::OkStatus();
     }
     default:
@@ -923,21 +961,22 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
     const GemmPlan p = PlanMulMat(n);
     work = std::max(work, RoundUp(p.w_bytes, kAlignment) + p.x_bytes);
   }
+  for (Tensor* n : g.nodes()) {  // split attention's partials share the mul_mat scratch
+    if (n->op != Op::kFlashAttnExt) continue;
+    const cuda::attn::SplitPlan p = PlanFlashAttn(n);
+    if (p.n_split <= 1) continue;
+    const Tensor* q = n->src[0];
+    work = std::max(work, cuda::attn::PartialFloats(q->ne[0], q->ne[1] * q->ne[2], p.n_split) * sizeof(float));
+  }
   absl::Status s = EnsureWork(work);
   if (!s.ok()) return s;
-  HERD_CUDA_RETURN_IF_ERROR("cudaMemsetAsync", cudaMemsetAsync(err_dev_, 0, sizeof(unsigned), stream_));
-  for (Tensor* n : g.nodes()) {
-    if (n->op == Op::kNone || n->op == Op::kView) continue;
-    s = Encode(n);
-    if (!s.ok()) {
-      // Let what was queued finish before the caller touches the memory again.
-      (void)cudaStreamSynchronize(stream_);
-      (void)cudaGetLastError();
-      return absl::Status(s.code(), absl::StrCat(OpName(n->op), " '", n->name, "': ", s.message()));
-    }
+  s = EncodeGraph(g);
+  if (!s.ok()) {
+    // Let what was queued finish before the caller touches the memory again.
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaGetLastError();
+    return s;
   }
-  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync",
-                            cudaMemcpyAsync(err_host_, err_dev_, sizeof(unsigned), cudaMemcpyDeviceToHost, stream_));
   s = SyncLocked("cudaStreamSynchronize (after the graph)");
   if (!s.ok()) return s;
   const unsigned flags = *err_host_;
@@ -947,6 +986,18 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
   if (flags & cuda::kErrSetRowsIndex) {
     return absl::InvalidArgumentError("set_rows: a row index is outside the destination (row skipped)");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EncodeGraph(Graph& g) {
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemsetAsync", cudaMemsetAsync(err_dev_, 0, sizeof(unsigned), stream_));
+  for (Tensor* n : g.nodes()) {
+    if (n->op == Op::kNone || n->op == Op::kView) continue;
+    const absl::Status s = Encode(n);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(OpName(n->op), " '", n->name, "': ", s.message()));
+  }
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync",
+                            cudaMemcpyAsync(err_host_, err_dev_, sizeof(unsigned), cudaMemcpyDeviceToHost, stream_));
   return absl::OkStatus();
 }
 

@@ -35,7 +35,10 @@
 //              NeoX with freq factors and YaRN; soft_max with mask and ALiBi)
 //   set_rows   F32 rows into an F32 or F16 destination
 //   flash_attn_ext  F32 q, F16 or F32 K/V (strided views, head size <= 256), F32 mask,
-//              GQA, ALiBi
+//              GQA, ALiBi. Decode (<= 8 query tokens) over a long KV, when the n_head x
+//              n_tokens blocks would under-fill the device, is split over the KV: ranges
+//              of whole 128-cell steps, merged by log-sum-exp (attn_split.h);
+//              HERD_CUDA_FA_SPLIT=0 keeps one block per query row
 // Numerics follow the CPU backend (libs/backend/cpu_backend.cc): element-wise and row
 // ops agree to float rounding (their kernels are built without FMA contraction; gelu
 // rounds through F16 as ggml-cpu's table), products to the activation quantization the
