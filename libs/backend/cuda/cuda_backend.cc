@@ -170,6 +170,33 @@ struct Cublas {};
 using cublasHandle_t = void*;
 #endif  // HERD_GPU_HAS_BLAS
 
+// ---------------------------------------------------------------------------
+// Graphs: the two calls whose arguments differ between CUDA 12 and HIP 5.2.
+
+cudaError_t GraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
+#if HERD_GPU_HIP
+  return hipGraphInstantiate(exec, graph, nullptr, nullptr, 0);
+#else
+  return cudaGraphInstantiate(exec, graph, 0);
+#endif
+}
+
+// Whether `exec` now runs `graph` (same topology and kernels; new parameters). Clears the
+// error state when not.
+bool GraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph) {
+#if HERD_GPU_HIP
+  hipGraphNode_t error_node = nullptr;
+  hipGraphExecUpdateResult result = hipGraphExecUpdateError;
+  const bool ok =
+      hipGraphExecUpdate(exec, graph, &error_node, &result) == hipSuccess && result == hipGraphExecUpdateSuccess;
+#else
+  cudaGraphExecUpdateResultInfo info;
+  const bool ok = cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess && info.result == cudaGraphExecUpdateSuccess;
+#endif
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
 // Whether the environment variable `name` is set to `value`.
 bool EnvIs(const char* name, const char* value) {
   const char* env = std::getenv(name);
@@ -407,6 +434,16 @@ class CudaBackend : public Backend {
   // Enqueues the whole graph: the error word's reset, every node, its copy to the host.
   // An error names the node; what was enqueued before it is left queued.
   absl::Status EncodeGraph(Graph& g);
+  // Runs the graph through a CUDA graph (replayed, updated or captured anew); *ran false
+  // when capture did not work out and the caller should enqueue it eagerly.
+  absl::Status RunCaptured(Graph& g, bool* ran);
+  // Whether g may be captured: graphs on and no batched mul_mat (cuBLAS calls and
+  // prompt-sized shapes that change every call run eagerly).
+  bool Capturable(const Graph& g) const;
+  // What a captured graph depends on: every node's op, type, shape, strides, parameters
+  // and device address and those of its sources, and the mul_mat / attention scratch.
+  std::vector<uint64_t> GraphKey(const Graph& g) const;
+  void DropCapturedGraph();
   absl::Status Encode(Tensor* n);
   absl::Status EncodeMulMat(Tensor* n);
   absl::Status EnsureScratch(size_t bytes);
@@ -430,9 +467,18 @@ class CudaBackend : public Backend {
   cublasHandle_t handle_ = nullptr;
   std::vector<Staging> staging_;
   std::vector<PendingGet> pending_;
-  int sm_count_ = 1;      // multiprocessors (CUs on AMD): sizes the attention split
-  bool fa_split_ = true;  // HERD_CUDA_FA_SPLIT != 0
+  int sm_count_ = 1;                      // multiprocessors (CUs on AMD): sizes the attention split
+  bool fa_split_ = true;                  // HERD_CUDA_FA_SPLIT != 0
+  bool graphs_on_ = false;                // CUDA graphs for GraphCompute (HERD_CUDA_GRAPHS)
+  cudaGraphExec_t graph_exec_ = nullptr;  // the last captured graph, instantiated
+  std::vector<uint64_t> graph_key_;       // and its GraphKey
+  int graph_rebuilds_ = 0;                // consecutive instantiations (or failed captures)
 };
+
+// After this many consecutive graph computes that each had to instantiate a new CUDA
+// graph (topology changing every step) capture stops for the backend's life: each one
+// costs more than it saves.
+constexpr int kMaxGraphRebuilds = 4;
 
 absl::Status CudaBackend::Init(const GpuOptions& opts) {
   HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
@@ -467,6 +513,9 @@ absl::Status CudaBackend::Init(const GpuOptions& opts) {
     (void)cudaGetLastError();
   }
   fa_split_ = !EnvIs("HERD_CUDA_FA_SPLIT", "0");
+  // CUDA: on unless HERD_CUDA_GRAPHS=0. HIP: off unless HERD_CUDA_GRAPHS=1 (ROCm 5.2's
+  // graph API is beta and unverified here).
+  graphs_on_ = HERD_GPU_HIP ? EnvIs("HERD_CUDA_GRAPHS", "1") : !EnvIs("HERD_CUDA_GRAPHS", "0");
   return absl::OkStatus();
 }
 
@@ -475,6 +524,7 @@ CudaBackend::~CudaBackend() {
   if (cudaSetDevice(dev()) != cudaSuccess) return;
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   pending_.clear();
+  DropCapturedGraph();
   scratch_.reset();
 #if HERD_GPU_HAS_BLAS
   if (handle_ != nullptr && cublas_ != nullptr) cublas_->destroy(handle_);
@@ -970,7 +1020,9 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
   }
   absl::Status s = EnsureWork(work);
   if (!s.ok()) return s;
-  s = EncodeGraph(g);
+  bool ran = false;  // through a CUDA graph
+  if (Capturable(g)) s = RunCaptured(g, &ran);
+  if (s.ok() && !ran) s = EncodeGraph(g);
   if (!s.ok()) {
     // Let what was queued finish before the caller touches the memory again.
     (void)cudaStreamSynchronize(stream_);
@@ -998,6 +1050,127 @@ absl::Status CudaBackend::EncodeGraph(Graph& g) {
   }
   HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync",
                             cudaMemcpyAsync(err_host_, err_dev_, sizeof(unsigned), cudaMemcpyDeviceToHost, stream_));
+  return absl::OkStatus();
+}
+
+bool CudaBackend::Capturable(const Graph& g) const {
+  if (!graphs_on_) return false;
+  bool any = false;
+  for (const Tensor* n : g.nodes()) {
+    if (n->op == Op::kNone || n->op == Op::kView) continue;
+    any = true;
+    if (n->op == Op::kMulMat) {
+      const Tensor* x = n->src[1];
+      if (x->ne[1] * x->ne[2] * x->ne[3] > cuda::kMatVecMaxCols) return false;
+    }
+  }
+  return any;
+}
+
+std::vector<uint64_t> CudaBackend::GraphKey(const Graph& g) const {
+  std::vector<uint64_t> key;
+  key.reserve(g.nodes().size() * 64 + 2);
+  const auto add_tensor = [&](const Tensor* t) {
+    if (t == nullptr) {
+      key.push_back(0);
+      return;
+    }
+    absl::StatusOr<uint8_t*> p = Locate(t);
+    key.push_back(p.ok() ? reinterpret_cast<uintptr_t>(*p) : 1);
+    key.push_back(static_cast<uint64_t>(t->type));
+    for (int i = 0; i < 4; ++i) {
+      key.push_back(static_cast<uint64_t>(t->ne[i]));
+      key.push_back(static_cast<uint64_t>(t->nb[i]));
+    }
+  };
+  for (const Tensor* n : g.nodes()) {
+    if (n->op == Op::kNone || n->op == Op::kView) continue;
+    key.push_back(static_cast<uint64_t>(n->op));
+    for (int32_t v : n->i_params) key.push_back(static_cast<uint32_t>(v));
+    for (float v : n->f_params) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof(bits));
+      key.push_back(bits);
+    }
+    add_tensor(n);
+    for (const Tensor* src : n->src) add_tensor(src);
+  }
+  key.push_back(reinterpret_cast<uintptr_t>(work_));
+  key.push_back(reinterpret_cast<uintptr_t>(err_dev_));
+  return key;
+}
+
+void CudaBackend::DropCapturedGraph() {
+  if (graph_exec_ != nullptr) (void)cudaGraphExecDestroy(graph_exec_);
+  graph_exec_ = nullptr;
+  graph_key_.clear();
+}
+
+absl::Status CudaBackend::RunCaptured(Graph& g, bool* ran) {
+  *ran = false;
+  std::vector<uint64_t> key = GraphKey(g);
+  if (graph_exec_ == nullptr || key != graph_key_) {
+    // Capture: nothing runs, the launches are recorded. No step of EncodeGraph waits for
+    // the host (scratch grew before; the error word is read after the launch).
+    cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      HERD_LOG(Warning) << name() << ": " << ApiCall("cudaStreamBeginCapture") << " failed (" << cudaGetErrorName(e)
+                        << "); graphs off, kernels launched one by one";
+      graphs_on_ = false;
+      DropCapturedGraph();
+      return absl::OkStatus();
+    }
+    const absl::Status s = EncodeGraph(g);
+    cudaGraph_t graph = nullptr;
+    e = cudaStreamEndCapture(stream_, &graph);
+    if (e != cudaSuccess || graph == nullptr) {
+      // Invalidated (the legacy default stream used meanwhile, or the failed launch
+      // itself): the caller runs the graph eagerly, which reports a real error naming its op.
+      (void)cudaGetLastError();
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      if (++graph_rebuilds_ >= kMaxGraphRebuilds) {
+        HERD_LOG(Info) << name() << ": stream capture failed " << graph_rebuilds_
+                       << " computes in a row; CUDA graphs off, kernels launched one by one";
+        graphs_on_ = false;
+      }
+      DropCapturedGraph();
+      return absl::OkStatus();
+    }
+    if (!s.ok()) {  // a failure of its own (EncodeGraph names the op); nothing was enqueued
+      (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return s;
+    }
+    const bool updated = graph_exec_ != nullptr && GraphExecUpdate(graph_exec_, graph);
+    if (!updated) {
+      DropCapturedGraph();
+      e = GraphInstantiate(&graph_exec_, graph);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        HERD_LOG(Warning) << name() << ": " << ApiCall("cudaGraphInstantiate") << " failed (" << cudaGetErrorName(e)
+                          << "); graphs off, kernels launched one by one";
+        graph_exec_ = nullptr;
+        graphs_on_ = false;
+        (void)cudaGraphDestroy(graph);
+        return absl::OkStatus();  // the caller enqueues the graph eagerly
+      }
+      if (++graph_rebuilds_ >= kMaxGraphRebuilds) {
+        HERD_LOG(Info) << name() << ": a new graph topology " << graph_rebuilds_
+                       << " computes in a row; CUDA graphs off, kernels launched one by one";
+        graphs_on_ = false;
+      }
+    } else {
+      graph_rebuilds_ = 0;
+    }
+    (void)cudaGraphDestroy(graph);  // the executable keeps what it needs
+    graph_key_ = std::move(key);
+  } else {
+    graph_rebuilds_ = 0;
+  }
+  HERD_CUDA_RETURN_IF_ERROR("cudaGraphLaunch", cudaGraphLaunch(graph_exec_, stream_));
+  *ran = true;
+  if (!graphs_on_) DropCapturedGraph();  // an executable in flight is freed when it completes
   return absl::OkStatus();
 }
 
