@@ -1030,6 +1030,7 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
     return s;
   }
   s = SyncLocked("cudaStreamSynchronize (after the graph)");
+  if (!graphs_on_ && graph_exec_ != nullptr) DropCapturedGraph();  // turned off: free it once it has run
   if (!s.ok()) return s;
   const unsigned flags = *err_host_;
   if (flags & cuda::kErrGetRowsIndex) {
@@ -1170,7 +1171,6 @@ absl::Status CudaBackend::RunCaptured(Graph& g, bool* ran) {
   }
   HERD_CUDA_RETURN_IF_ERROR("cudaGraphLaunch", cudaGraphLaunch(graph_exec_, stream_));
   *ran = true;
-  if (!graphs_on_) DropCapturedGraph();  // an executable in flight is freed when it completes
   return absl::OkStatus();
 }
 
