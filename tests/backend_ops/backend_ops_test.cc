@@ -423,6 +423,11 @@ void AddFlashAttn(std::vector<Case>* cs) {
   cs->push_back(FlashAttnCase({GgmlType::F16, 48, 6, 6, 25, 3, Fa::kAlibi}));
   cs->push_back(FlashAttnCase({GgmlType::F16, 64, 4, 1, 256, 33}));
   cs->push_back(FlashAttnCase({GgmlType::F16, 64, 8, 2, 224 + 16 * 8, 16, Fa::kShared}));
+  // Decode over long caches: the CUDA backend splits these over the KV (attn_split.h),
+  // with wholly masked ranges (the shared-prefix mask hides every cell past 224 + 8 * 4).
+  cs->push_back(FlashAttnCase({GgmlType::F16, 128, 4, 1, 1100, 4, Fa::kShared}));
+  cs->push_back(FlashAttnCase({GgmlType::F32, 64, 4, 2, 700, 1, Fa::kAlibi}));
+  cs->push_back(FlashAttnCase({GgmlType::F16, 256, 8, 2, 2000, 2}));
 }
 
 void AddGraphs(std::vector<Case>* cs) {

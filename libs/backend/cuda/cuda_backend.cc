@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 
+#include "libs/backend/cuda/attn_split.h"
 #include "libs/backend/cuda/kernels.h"
 #include "libs/backend/op_support.h"
 #include "libs/base/log.h"
@@ -168,6 +169,39 @@ const Cublas* LoadCublas() {
 struct Cublas {};
 using cublasHandle_t = void*;
 #endif  // HERD_GPU_HAS_BLAS
+
+// ---------------------------------------------------------------------------
+// Graphs: the two calls whose arguments differ between CUDA 12 and HIP 5.2.
+
+cudaError_t GraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
+#if HERD_GPU_HIP
+  return hipGraphInstantiate(exec, graph, nullptr, nullptr, 0);
+#else
+  return cudaGraphInstantiate(exec, graph, 0);
+#endif
+}
+
+// Whether `exec` now runs `graph` (same topology and kernels; new parameters). Clears the
+// error state when not.
+bool GraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph) {
+#if HERD_GPU_HIP
+  hipGraphNode_t error_node = nullptr;
+  hipGraphExecUpdateResult result = hipGraphExecUpdateError;
+  const bool ok =
+      hipGraphExecUpdate(exec, graph, &error_node, &result) == hipSuccess && result == hipGraphExecUpdateSuccess;
+#else
+  cudaGraphExecUpdateResultInfo info;
+  const bool ok = cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess && info.result == cudaGraphExecUpdateSuccess;
+#endif
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
+// Whether the environment variable `name` is set to `value`.
+bool EnvIs(const char* name, const char* value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::strcmp(env, value) == 0;
+}
 
 // ---------------------------------------------------------------------------
 // Devices.
@@ -421,6 +455,22 @@ class CudaBackend : public Backend {
   // Checks [offset, offset + size) against t and returns the device address of offset.
   absl::StatusOr<uint8_t*> Range(const Tensor* t, size_t offset, size_t size, const char* what) const;
   GemmPlan PlanMulMat(const Tensor* n) const;
+  // How flash attention node n is split over its KV (attn_split.h; unsplit when
+  // HERD_CUDA_FA_SPLIT=0).
+  cuda::attn::SplitPlan PlanFlashAttn(const Tensor* n) const;
+  // Enqueues the whole graph: the error word's reset, every node, its copy to the host.
+  // An error names the node; what was enqueued before it is left queued.
+  absl::Status EncodeGraph(Graph& g);
+  // Runs the graph through a CUDA graph (replayed, updated or captured anew); *ran false
+  // when capture did not work out and the caller should enqueue it eagerly.
+  absl::Status RunCaptured(Graph& g, bool* ran);
+  // Whether g may be captured: graphs on and no batched mul_mat (cuBLAS calls and
+  // prompt-sized shapes that change every call run eagerly).
+  bool Capturable(const Graph& g) const;
+  // What a captured graph depends on: every node's op, type, shape, strides, parameters
+  // and device address and those of its sources, and the mul_mat / attention scratch.
+  std::vector<uint64_t> GraphKey(const Graph& g) const;
+  void DropCapturedGraph();
   absl::Status Encode(Tensor* n);
   absl::Status EncodeMulMat(Tensor* n);
   absl::Status EnsureScratch(size_t bytes);
@@ -442,13 +492,24 @@ class CudaBackend : public Backend {
   size_t work_size_ = 0;
   // The mul_mat source whose q8_1 copy is at the start of work_ (kMatVecQ8): the products
   // of one activation (Q, K and V; up and gate) quantize it once per graph. Reset by
-  // GraphCompute and by any other mul_mat that writes work_.
+  // GraphCompute, by any other mul_mat that writes work_ and by split attention (its partials).
   const Tensor* q8_src_ = nullptr;
   const Cublas* cublas_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   std::vector<Staging> staging_;
   std::vector<PendingGet> pending_;
+  int sm_count_ = 1;                      // multiprocessors (CUs on AMD): sizes the attention split
+  bool fa_split_ = true;                  // HERD_CUDA_FA_SPLIT != 0
+  bool graphs_on_ = false;                // CUDA graphs for GraphCompute (HERD_CUDA_GRAPHS)
+  cudaGraphExec_t graph_exec_ = nullptr;  // the last captured graph, instantiated
+  std::vector<uint64_t> graph_key_;       // and its GraphKey
+  int graph_rebuilds_ = 0;                // consecutive instantiations (or failed captures)
 };
+
+// After this many consecutive graph computes that each had to instantiate a new CUDA
+// graph (topology changing every step) capture stops for the backend's life: each one
+// costs more than it saves.
+constexpr int kMaxGraphRebuilds = 4;
 
 absl::Status CudaBackend::Init(const GpuOptions& opts) {
   HERD_CUDA_RETURN_IF_ERROR("cudaSetDevice", cudaSetDevice(dev()));
@@ -476,6 +537,16 @@ absl::Status CudaBackend::Init(const GpuOptions& opts) {
 #else
   (void)opts;
 #endif
+  int sm = 0;
+  if (cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, dev()) == cudaSuccess && sm > 0) {
+    sm_count_ = sm;
+  } else {
+    (void)cudaGetLastError();
+  }
+  fa_split_ = !EnvIs("HERD_CUDA_FA_SPLIT", "0");
+  // CUDA: on unless HERD_CUDA_GRAPHS=0. HIP: off unless HERD_CUDA_GRAPHS=1 (ROCm 5.2's
+  // graph API is beta and unverified here).
+  graphs_on_ = HERD_GPU_HIP ? EnvIs("HERD_CUDA_GRAPHS", "1") : !EnvIs("HERD_CUDA_GRAPHS", "0");
   return absl::OkStatus();
 }
 
@@ -484,6 +555,7 @@ CudaBackend::~CudaBackend() {
   if (cudaSetDevice(dev()) != cudaSuccess) return;
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   pending_.clear();
+  DropCapturedGraph();
   scratch_.reset();
 #if HERD_GPU_HAS_BLAS
   if (handle_ != nullptr && cublas_ != nullptr) cublas_->destroy(handle_);
@@ -705,6 +777,17 @@ GemmPlan CudaBackend::PlanMulMat(const Tensor* n) const {
   if (w->type != GgmlType::F16) p.w_bytes = static_cast<size_t>(K * M) * 2;
   p.x_bytes = static_cast<size_t>(K * ncols) * 2;
   return p;
+}
+
+cuda::attn::SplitPlan CudaBackend::PlanFlashAttn(const Tensor* n) const {
+  const Tensor* q = n->src[0];
+  const Tensor* k = n->src[1];
+  if (!fa_split_) {
+    cuda::attn::SplitPlan p;
+    p.cells = k->ne[2];
+    return p;
+  }
+  return cuda::attn::PlanSplit(q->ne[2], q->ne[1] * q->ne[2], k->ne[2], sm_count_);
 }
 
 absl::Status CudaBackend::EnsureScratch(size_t bytes) {
@@ -960,8 +1043,14 @@ absl::Status CudaBackend::Encode(Tensor* n) {
         dm = *r;
       }
       const FlashAttnParams fp = FlashAttnParams::Of(*n);
+      const cuda::attn::SplitPlan plan = PlanFlashAttn(n);
+      cuda::FlashAttnSplit split;
+      split.n_split = plan.n_split;
+      split.cells = plan.cells;
+      split.partials = plan.n_split > 1 ? work_ : nullptr;  // sized by GraphCompute
+      if (plan.n_split > 1) q8_src_ = nullptr;              // the partials overwrite the q8_1 copy
       HERD_LAUNCH("flash_attn_ext", cuda::FlashAttn(*dq, *dk, *dv, mask != nullptr ? &dm : nullptr, *dn, f16, fp.scale,
-                                                    AlibiParams(a->ne[1], fp.max_bias), stream_));
+                                                    AlibiParams(a->ne[1], fp.max_bias), split, stream_));
       return absl::OkStatus();
     }
     default:
@@ -989,23 +1078,27 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
     const GemmPlan p = PlanMulMat(n);
     work = std::max(work, RoundUp(p.w_bytes, kAlignment) + p.x_bytes);
   }
+  for (Tensor* n : g.nodes()) {  // split attention's partials share the mul_mat scratch
+    if (n->op != Op::kFlashAttnExt) continue;
+    const cuda::attn::SplitPlan p = PlanFlashAttn(n);
+    if (p.n_split <= 1) continue;
+    const Tensor* q = n->src[0];
+    work = std::max(work, cuda::attn::PartialFloats(q->ne[0], q->ne[1] * q->ne[2], p.n_split) * sizeof(float));
+  }
   q8_src_ = nullptr;  // tensors of another graph
   absl::Status s = EnsureWork(work);
   if (!s.ok()) return s;
-  HERD_CUDA_RETURN_IF_ERROR("cudaMemsetAsync", cudaMemsetAsync(err_dev_, 0, sizeof(unsigned), stream_));
-  for (Tensor* n : g.nodes()) {
-    if (n->op == Op::kNone || n->op == Op::kView) continue;
-    s = Encode(n);
-    if (!s.ok()) {
-      // Let what was queued finish before the caller touches the memory again.
-      (void)cudaStreamSynchronize(stream_);
-      (void)cudaGetLastError();
-      return absl::Status(s.code(), absl::StrCat(OpName(n->op), " '", n->name, "': ", s.message()));
-    }
+  bool ran = false;  // through a CUDA graph
+  if (Capturable(g)) s = RunCaptured(g, &ran);
+  if (s.ok() && !ran) s = EncodeGraph(g);
+  if (!s.ok()) {
+    // Let what was queued finish before the caller touches the memory again.
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaGetLastError();
+    return s;
   }
-  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync",
-                            cudaMemcpyAsync(err_host_, err_dev_, sizeof(unsigned), cudaMemcpyDeviceToHost, stream_));
   s = SyncLocked("cudaStreamSynchronize (after the graph)");
+  if (!graphs_on_ && graph_exec_ != nullptr) DropCapturedGraph();  // turned off: free it once it has run
   if (!s.ok()) return s;
   const unsigned flags = *err_host_;
   if (flags & cuda::kErrGetRowsIndex) {
@@ -1014,6 +1107,138 @@ absl::Status CudaBackend::GraphCompute(Graph& g) {
   if (flags & cuda::kErrSetRowsIndex) {
     return absl::InvalidArgumentError("set_rows: a row index is outside the destination (row skipped)");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EncodeGraph(Graph& g) {
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemsetAsync", cudaMemsetAsync(err_dev_, 0, sizeof(unsigned), stream_));
+  for (Tensor* n : g.nodes()) {
+    if (n->op == Op::kNone || n->op == Op::kView) continue;
+    const absl::Status s = Encode(n);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat(OpName(n->op), " '", n->name, "': ", s.message()));
+  }
+  HERD_CUDA_RETURN_IF_ERROR("cudaMemcpyAsync",
+                            cudaMemcpyAsync(err_host_, err_dev_, sizeof(unsigned), cudaMemcpyDeviceToHost, stream_));
+  return absl::OkStatus();
+}
+
+bool CudaBackend::Capturable(const Graph& g) const {
+  if (!graphs_on_) return false;
+  bool any = false;
+  for (const Tensor* n : g.nodes()) {
+    if (n->op == Op::kNone || n->op == Op::kView) continue;
+    any = true;
+    if (n->op == Op::kMulMat) {
+      const Tensor* x = n->src[1];
+      if (x->ne[1] * x->ne[2] * x->ne[3] > cuda::kMatVecMaxCols) return false;
+    }
+  }
+  return any;
+}
+
+std::vector<uint64_t> CudaBackend::GraphKey(const Graph& g) const {
+  std::vector<uint64_t> key;
+  key.reserve(g.nodes().size() * 64 + 2);
+  const auto add_tensor = [&](const Tensor* t) {
+    if (t == nullptr) {
+      key.push_back(0);
+      return;
+    }
+    absl::StatusOr<uint8_t*> p = Locate(t);
+    key.push_back(p.ok() ? reinterpret_cast<uintptr_t>(*p) : 1);
+    key.push_back(static_cast<uint64_t>(t->type));
+    for (int i = 0; i < 4; ++i) {
+      key.push_back(static_cast<uint64_t>(t->ne[i]));
+      key.push_back(static_cast<uint64_t>(t->nb[i]));
+    }
+  };
+  for (const Tensor* n : g.nodes()) {
+    if (n->op == Op::kNone || n->op == Op::kView) continue;
+    key.push_back(static_cast<uint64_t>(n->op));
+    for (int32_t v : n->i_params) key.push_back(static_cast<uint32_t>(v));
+    for (float v : n->f_params) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof(bits));
+      key.push_back(bits);
+    }
+    add_tensor(n);
+    for (const Tensor* src : n->src) add_tensor(src);
+  }
+  key.push_back(reinterpret_cast<uintptr_t>(work_));
+  key.push_back(reinterpret_cast<uintptr_t>(err_dev_));
+  return key;
+}
+
+void CudaBackend::DropCapturedGraph() {
+  if (graph_exec_ != nullptr) (void)cudaGraphExecDestroy(graph_exec_);
+  graph_exec_ = nullptr;
+  graph_key_.clear();
+}
+
+absl::Status CudaBackend::RunCaptured(Graph& g, bool* ran) {
+  *ran = false;
+  std::vector<uint64_t> key = GraphKey(g);
+  if (graph_exec_ == nullptr || key != graph_key_) {
+    // Capture: nothing runs, the launches are recorded. No step of EncodeGraph waits for
+    // the host (scratch grew before; the error word is read after the launch).
+    cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      HERD_LOG(Warning) << name() << ": " << ApiCall("cudaStreamBeginCapture") << " failed (" << cudaGetErrorName(e)
+                        << "); graphs off, kernels launched one by one";
+      graphs_on_ = false;
+      DropCapturedGraph();
+      return absl::OkStatus();
+    }
+    const absl::Status s = EncodeGraph(g);
+    cudaGraph_t graph = nullptr;
+    e = cudaStreamEndCapture(stream_, &graph);
+    if (e != cudaSuccess || graph == nullptr) {
+      // Invalidated (the legacy default stream used meanwhile, or the failed launch
+      // itself): the caller runs the graph eagerly, which reports a real error naming its op.
+      (void)cudaGetLastError();
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      if (++graph_rebuilds_ >= kMaxGraphRebuilds) {
+        HERD_LOG(Info) << name() << ": stream capture failed " << graph_rebuilds_
+                       << " computes in a row; CUDA graphs off, kernels launched one by one";
+        graphs_on_ = false;
+      }
+      DropCapturedGraph();
+      return absl::OkStatus();
+    }
+    if (!s.ok()) {  // a failure of its own (EncodeGraph names the op); nothing was enqueued
+      (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return s;
+    }
+    const bool updated = graph_exec_ != nullptr && GraphExecUpdate(graph_exec_, graph);
+    if (!updated) {
+      DropCapturedGraph();
+      e = GraphInstantiate(&graph_exec_, graph);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        HERD_LOG(Warning) << name() << ": " << ApiCall("cudaGraphInstantiate") << " failed (" << cudaGetErrorName(e)
+                          << "); graphs off, kernels launched one by one";
+        graph_exec_ = nullptr;
+        graphs_on_ = false;
+        (void)cudaGraphDestroy(graph);
+        return absl::OkStatus();  // the caller enqueues the graph eagerly
+      }
+      if (++graph_rebuilds_ >= kMaxGraphRebuilds) {
+        HERD_LOG(Info) << name() << ": a new graph topology " << graph_rebuilds_
+                       << " computes in a row; CUDA graphs off, kernels launched one by one";
+        graphs_on_ = false;
+      }
+    } else {
+      graph_rebuilds_ = 0;
+    }
+    (void)cudaGraphDestroy(graph);  // the executable keeps what it needs
+    graph_key_ = std::move(key);
+  } else {
+    graph_rebuilds_ = 0;
+  }
+  HERD_CUDA_RETURN_IF_ERROR("cudaGraphLaunch", cudaGraphLaunch(graph_exec_, stream_));
+  *ran = true;
   return absl::OkStatus();
 }
 

@@ -18,7 +18,18 @@
 // through pinned host staging on that stream (the caller's memory is read or written
 // no later than Synchronize()); SetTensor / GetTensor / CopyTensor wait for completion.
 // GraphCompute enqueues one kernel (two or three for cuBLAS products) per node, then
-// waits for the stream and reads back the device's error word. Graphs that are not
+// waits for the stream and reads back the device's error word.
+//
+// CUDA graphs: a graph without batched products (every mul_mat <= kCudaMatVecMaxCols
+// columns: decode) is captured (stream capture, relaxed mode) into a CUDA graph and
+// launched as one; the next GraphCompute whose key (every node's op, parameters, types,
+// shapes, strides and device addresses, and its sources', and the scratch) is the same
+// replays it, and one with another key is captured again and applied with
+// cudaGraphExecUpdate, or instantiated anew when the topology changed. Nothing in a graph
+// waits for the host (scratch grows before the capture; the error word is read after the
+// launch). After 4 instantiations in a row, or when capture fails, the backend launches
+// kernels one by one for the rest of its life. HERD_CUDA_GRAPHS=0 turns graphs off; the
+// HIP build has them off unless HERD_CUDA_GRAPHS=1 (ROCm 5.2's graph API is beta). Graphs that are not
 // Graph::placed() get their intermediate tensors planned (libs/tensor/graph_alloc.h) in
 // a scratch buffer the backend owns and grows.
 //
@@ -39,7 +50,10 @@
 //              NeoX with freq factors and YaRN; soft_max with mask and ALiBi)
 //   set_rows   F32 rows into an F32 or F16 destination
 //   flash_attn_ext  F32 q, F16 or F32 K/V (strided views, head size <= 256), F32 mask,
-//              GQA, ALiBi
+//              GQA, ALiBi. Decode (<= 8 query tokens) over a long KV, when the n_head x
+//              n_tokens blocks would under-fill the device, is split over the KV: ranges
+//              of whole 128-cell steps, merged by log-sum-exp (attn_split.h);
+//              HERD_CUDA_FA_SPLIT=0 keeps one block per query row
 // Numerics follow the CPU backend (libs/backend/cpu_backend.cc): element-wise and row
 // ops agree to float rounding (their kernels are built without FMA contraction; gelu
 // rounds through F16 as ggml-cpu's table), products to the activation quantization the

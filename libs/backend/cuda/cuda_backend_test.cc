@@ -12,6 +12,8 @@
 #include "libs/backend/cuda/cuda_backend.h"
 #endif
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -161,6 +163,57 @@ TEST_F(CudaBackendTest, BlasAndTiledProductsAgree) {
         absl::StatusOr<std::vector<float>> got = testing::RunOn(be, fn);
         ASSERT_TRUE(got.ok()) << got.status();
         EXPECT_LE(testing::Nmse(*got, *want), t == GgmlType::F32 ? 1e-6 : 5e-4) << (be == gpu_ ? kBlasName : "tiled");
+      }
+    }
+  }
+}
+
+// A decode-like graph (a mat-vec product viewed as q, attention over F16 K/V caches of
+// n_kv cells) computed again and again on one backend: the first compute captures a CUDA
+// graph, the next ones replay it and must see each new input; a new KV length (new shapes:
+// a graph update, or a new capture when the attention's split changes) still agrees with
+// the CPU. Also with HERD_CUDA_GRAPHS=0 and HERD_CUDA_FA_SPLIT=0 (eager, unsplit).
+TEST_F(CudaBackendTest, RepeatedDecodeGraphsSeeNewInputs) {
+  for (bool plain : {false, true}) {
+    if (plain) {
+      setenv("HERD_CUDA_GRAPHS", "0", 1);
+      setenv("HERD_CUDA_FA_SPLIT", "0", 1);
+    }
+    absl::StatusOr<std::unique_ptr<Backend>> be = CreateGpu(0, true);
+    unsetenv("HERD_CUDA_GRAPHS");
+    unsetenv("HERD_CUDA_FA_SPLIT");
+    ASSERT_TRUE(be.ok()) << be.status();
+    for (int64_t n_kv : {700, 700, 1500, 40, 1500}) {
+      SCOPED_TRACE((plain ? "eager, unsplit; n_kv " : "graphs, split; n_kv ") + std::to_string(n_kv));
+      Tensor* x_leaf = nullptr;
+      const auto fn = [&](uint32_t seed) -> testing::BuildFn {
+        return [&x_leaf, n_kv, seed](OpGraph& b) {
+          Graph& g = b.g();
+          const int64_t hd = 64, n_head = 4, n_head_kv = 2;
+          Tensor* x = b.F32({hd, 1}, seed);
+          x_leaf = x;
+          Tensor* qm = g.MulMat(b.Typed(GgmlType::Q8_0, {hd, hd * n_head}, 41), x);
+          Tensor* q = g.View(qm, {hd, n_head, 1}, {hd * sizeof(float), hd * n_head * sizeof(float)}, 0);
+          Tensor* kc = b.Typed(GgmlType::F16, {hd * n_head_kv, n_kv}, 42);
+          Tensor* vc = b.Typed(GgmlType::F16, {hd * n_head_kv, n_kv}, 43);
+          Tensor* k = g.View(kc, {hd, n_head_kv, n_kv}, {2 * hd, kc->nb[1]}, 0);
+          Tensor* v = g.View(vc, {hd, n_head_kv, n_kv}, {2 * hd, vc->nb[1]}, 0);
+          Tensor* m = b.F32Values({n_kv, 1}, testing::CausalMask(n_kv, 1, false));
+          return g.FlashAttnExt(q, k, v, m, 0.125f, 0.0f);
+        };
+      };
+      absl::StatusOr<std::unique_ptr<testing::PlacedGraph>> pg = testing::PlacedGraph::Create(be->get(), fn(1));
+      ASSERT_TRUE(pg.ok()) << pg.status();
+      Tensor* x = x_leaf;
+      for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+        const std::vector<float> xv = OpGraph::Floats(64, seed);
+        ASSERT_TRUE((*be)->SetTensor(x, xv.data(), 0, xv.size() * sizeof(float)).ok());
+        ASSERT_TRUE((*pg)->Compute().ok());
+        absl::StatusOr<std::vector<float>> got = (*pg)->Output();
+        ASSERT_TRUE(got.ok()) << got.status();
+        absl::StatusOr<std::vector<float>> want = testing::RunOn(cpu_, fn(seed));
+        ASSERT_TRUE(want.ok()) << want.status();
+        EXPECT_LE(testing::Nmse(*got, *want), 5e-4) << "input seed " << seed;
       }
     }
   }

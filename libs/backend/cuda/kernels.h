@@ -179,14 +179,29 @@ cudaError_t SetRows(const DevTensor& dst, bool dst_f16, const DevTensor& src, co
 // ---------------------------------------------------------------------------
 // kernels_attn.cu
 
+/// The split of a flash attention over its KV range (attn_split.h's SplitPlan plus the
+/// partials' device memory): n_split ranges of `cells` cells (a multiple of
+/// attn::kKvStep; the last range may be shorter) and attn::PartialFloats(hd, n_head *
+/// n_tokens, n_split) floats at `partials`. n_split <= 1 or partials == nullptr: unsplit.
+struct FlashAttnSplit {
+  int64_t n_split = 1;
+  int64_t cells = 0;
+  void* partials = nullptr;
+};
+
 /// flash_attn_ext: out[:, h, t] = softmax(scale * K_hk^T q + slope(h) * mask[:, t]) V_hk
 /// with hk = h / gqa, an online softmax over chunks of KV cells (ggml-cuda fattn-vec's
 /// invariants: running max and sum, accumulator rescaled when the max grows). q F32
 /// [hd, n_head, n_tokens]; k, v [hd, n_head_kv, n_kv] F16 (kv_f16) or F32; mask F32
 /// [>= n_kv, >= n_tokens] or null; out F32 [hd, n_head, n_tokens]. hd <= 256. With an
 /// F16 K, q is rounded to F16 first (as ggml-cpu converts it for ggml_vec_dot_f16).
+/// With a split (decode): one block per (row, range) writes the range's running max, sum
+/// and unnormalized accumulator to split.partials, then a second kernel merges each row's
+/// ranges by log-sum-exp (attn::CombineElement; ggml-cuda's flash_attn_combine_results).
+/// cudaErrorInvalidValue for a split whose ranges do not cover the KV exactly.
 cudaError_t FlashAttn(const DevTensor& q, const DevTensor& k, const DevTensor& v, const DevTensor* mask,
-                      const DevTensor& out, bool kv_f16, float scale, const Alibi& alibi, cudaStream_t stream);
+                      const DevTensor& out, bool kv_f16, float scale, const Alibi& alibi, const FlashAttnSplit& split,
+                      cudaStream_t stream);
 
 }  // namespace HERD_GPU_ABI
 }  // namespace herd::cuda

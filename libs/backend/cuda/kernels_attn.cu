@@ -7,6 +7,13 @@
 // e^(M_old - M) when M grows, as ggml-cuda fattn-vec and ggml-cpu flash_attn_ext_f16
 // keep it) and each thread accumulates its own output dimensions over the chunk's V
 // rows (coalesced across threads).
+//
+// Split over the KV (decode, attn_split.h): the grid's y dimension cuts the KV range into
+// n_split ranges of `cells` cells; each block keeps its range's running max, sum and
+// unnormalized accumulator in the partials buffer, and FlashAttnCombineKernel merges a
+// row's ranges (attn::CombineElement, the log-sum-exp merge of ggml-cuda's
+// flash_attn_combine_results).
+#include "libs/backend/cuda/attn_split.h"
 #include "libs/backend/cuda/device_common.h"
 #include "libs/backend/cuda/kernels.h"
 
@@ -17,6 +24,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kChunk = 128;
+static_assert(kChunk == attn::kKvStep, "a split's range is whole chunks");
 constexpr int kMaxHd = 256;
 constexpr int kDimsPerThread = kMaxHd / kThreads;
 
@@ -29,9 +37,14 @@ __device__ __forceinline__ float KvAt(const uint8_t* row, int64_t i) {
   }
 }
 
+// Rows (h, t) as blockIdx.x = t * n_head + h; KV cells [blockIdx.y * cells, + cells).
+// part == nullptr: the whole range (cells >= n_kv), normalized into o. Else row r's
+// split s leaves its accumulator at part[(r * n_split + s) * hd + i] and (M, S) at
+// part[rows * n_split * hd + (r * n_split + s) * 2 + {0, 1}].
 template <bool F16>
-__global__ void __launch_bounds__(kThreads) FlashAttnKernel(DevTensor q, DevTensor k, DevTensor v, DevTensor m,
-                                                            bool has_mask, DevTensor o, float scale, Alibi al) {
+__global__ void __launch_bounds__(kThreads)
+    FlashAttnKernel(DevTensor q, DevTensor k, DevTensor v, DevTensor m, bool has_mask, DevTensor o, float scale,
+                    Alibi al, int64_t cells, float* part) {
   __shared__ float qs[kMaxHd];
   __shared__ float sc[kChunk];
   __shared__ float red[32];
@@ -53,8 +66,10 @@ __global__ void __launch_bounds__(kThreads) FlashAttnKernel(DevTensor q, DevTens
   const uint8_t* vbase = v.data + hk * v.nb[1];
   const float* mrow = has_mask ? reinterpret_cast<const float*>(m.data + t * m.nb[1]) : nullptr;
   float M = -INFINITY, S = 0.0f;
-  for (int64_t c0 = 0; c0 < n_kv; c0 += kChunk) {
-    const int n = static_cast<int>(n_kv - c0 < kChunk ? n_kv - c0 : kChunk);
+  const int64_t kv0 = static_cast<int64_t>(blockIdx.y) * cells;
+  const int64_t kv1 = kv0 + cells < n_kv ? kv0 + cells : n_kv;
+  for (int64_t c0 = kv0; c0 < kv1; c0 += kChunk) {
+    const int n = static_cast<int>(kv1 - c0 < kChunk ? kv1 - c0 : kChunk);
     for (int c = warp; c < n; c += kWarps) {
       const float mv = mrow != nullptr ? slope * mrow[c0 + c] : 0.0f;
       float s = -INFINITY;
@@ -94,6 +109,22 @@ __global__ void __launch_bounds__(kThreads) FlashAttnKernel(DevTensor q, DevTens
     }
     __syncthreads();  // sc[] is rewritten by the next chunk
   }
+  if (part != nullptr) {
+    const int64_t n_split = gridDim.y, rows = gridDim.x;
+    const int64_t slot = g * n_split + blockIdx.y;
+    float* prow = part + slot * hd;
+#pragma unroll
+    for (int j = 0; j < kDimsPerThread; ++j) {
+      const int64_t i = tid + static_cast<int64_t>(j) * kThreads;
+      if (i < hd) prow[i] = acc[j];
+    }
+    if (tid == 0) {
+      float* ml = part + rows * n_split * hd + slot * 2;
+      ml[0] = M;
+      ml[1] = S;
+    }
+    return;
+  }
   const float inv = S == 0.0f ? 0.0f : 1.0f / S;
   float* orow = reinterpret_cast<float*>(o.data + h * o.nb[1] + t * o.nb[2]);
 #pragma unroll
@@ -103,22 +134,47 @@ __global__ void __launch_bounds__(kThreads) FlashAttnKernel(DevTensor q, DevTens
   }
 }
 
+// One block per row (h, t) = blockIdx.x = t * n_head + h: merges the row's n_split
+// partials (layout of FlashAttnKernel) into o.
+__global__ void __launch_bounds__(kThreads) FlashAttnCombineKernel(const float* part, int64_t n_split, DevTensor o) {
+  const int64_t hd = o.ne[0], n_head = o.ne[1];
+  const int64_t g = blockIdx.x, rows = gridDim.x;
+  const int64_t h = g % n_head, t = g / n_head;
+  const float* acc = part + g * n_split * hd;
+  const float* ml = part + rows * n_split * hd + g * n_split * 2;
+  float* orow = reinterpret_cast<float*>(o.data + h * o.nb[1] + t * o.nb[2]);
+  for (int64_t i = threadIdx.x; i < hd; i += kThreads) orow[i] = attn::CombineElement(ml, 2, acc, hd, n_split, i);
+}
+
 }  // namespace
 
 cudaError_t FlashAttn(const DevTensor& q, const DevTensor& k, const DevTensor& v, const DevTensor* mask,
-                      const DevTensor& out, bool kv_f16, float scale, const Alibi& alibi, cudaStream_t stream) {
+                      const DevTensor& out, bool kv_f16, float scale, const Alibi& alibi, const FlashAttnSplit& split,
+                      cudaStream_t stream) {
   if (q.ne[0] > kMaxHd || k.ne[1] <= 0 || q.ne[1] % k.ne[1] != 0) return cudaErrorInvalidValue;
   const int64_t blocks = q.ne[1] * q.ne[2];
   if (blocks <= 0) return cudaSuccess;
   if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
-  const DevTensor m = mask != nullptr ? *mask : DevTensor{};
-  if (kv_f16) {
-    FlashAttnKernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q, k, v, m, mask != nullptr, out,
-                                                                                 scale, alibi);
-  } else {
-    FlashAttnKernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q, k, v, m, mask != nullptr, out,
-                                                                                  scale, alibi);
+  const int64_t n_kv = k.ne[2];
+  const bool use_split = split.n_split > 1 && split.partials != nullptr;
+  if (use_split && (split.n_split > attn::kSplitMax || split.cells % kChunk != 0 || split.cells <= 0 ||
+                    (split.n_split - 1) * split.cells >= n_kv || split.n_split * split.cells < n_kv)) {
+    return cudaErrorInvalidValue;
   }
+  const int64_t n_split = use_split ? split.n_split : 1;
+  const int64_t cells = use_split ? split.cells : n_kv;
+  float* part = use_split ? static_cast<float*>(split.partials) : nullptr;
+  const DevTensor m = mask != nullptr ? *mask : DevTensor{};
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(n_split));
+  if (kv_f16) {
+    FlashAttnKernel<true><<<grid, kThreads, 0, stream>>>(q, k, v, m, mask != nullptr, out, scale, alibi, cells, part);
+  } else {
+    FlashAttnKernel<false><<<grid, kThreads, 0, stream>>>(q, k, v, m, mask != nullptr, out, scale, alibi, cells, part);
+  }
+  if (!use_split) return cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  FlashAttnCombineKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(part, n_split, out);
   return cudaGetLastError();
 }
 
