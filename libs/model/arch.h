@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 
 #include "libs/base/status_macros.h"
+#include "libs/model/builder.h"
 #include "libs/model/model.h"
 
 namespace herd::model {
@@ -65,6 +66,8 @@ class Loader {
   absl::Status BiasedFusedQkvLayers();
 
   // Pieces of one layer's tensor set (llama.cpp's names and shapes), errors as GetL.
+  /// attn_norm.weight [n_embd] (required) and attn_norm.bias [n_embd] per `bias`.
+  absl::Status AttnNorm(int64_t il, Layer& L, Need bias);
   /// attn_q / attn_k / attn_v .weight [n_embd, n_embd_head_k * n_head | n_embd_k_gqa |
   /// n_embd_v_gqa] (required).
   absl::Status SeparateQkv(int64_t il, Layer& L);
@@ -146,10 +149,19 @@ Tensor* BuildGpt2Family(const Model& m, Graph& g, const ForwardInputs& in);
 /// per-head attn_q_norm / attn_k_norm [n_embd_head_k] per `qk_norm`. Errors as GetL.
 absl::Status LoadLlamaLayers(Loader& ld, Loader::Need qkv_bias, Loader::Need out_bias, Loader::Need qk_norm);
 
-/// The pre-norm RMSNorm + SwiGLU block graph of llama, baichuan, refact, qwen2 and qwen3
-/// (arch_llama.cc): per layer x += attn(RMS(x)), x += SwiGLU(RMS(x)). Per-head RMS qk-norm
-/// before RoPE where the layer has attn_q_norm (qwen3); RoPE (with rope_freqs when loaded)
-/// when `rope`; attn_output.bias when `use_bo`.
-Tensor* BuildLlamaFamily(const Model& m, Graph& g, const ForwardInputs& in, bool rope, bool use_bo);
+/// What BuildLlamaFamily's block does differently per architecture.
+struct LlamaBlock {
+  bool rope = true;            // RoPE on Q and K (with rope_freqs when loaded)
+  bool use_bo = false;         // attn_output.bias
+  bool scale_q = false;        // Q * 1/sqrt(head size) before the product, attention scale 1
+  bool scale_embd = false;     // token embeddings * sqrt(n_embd)
+  FfnAct act = FfnAct::kSilu;  // of the gated FFN
+  FfnGate gate = FfnGate::kPar;
+};
+
+/// The pre-norm RMSNorm block graph of llama, baichuan, refact, qwen2, qwen3, phi3 and
+/// gemma (arch_llama.cc): per layer x += attn(RMS(x)), x += GLU-FFN(RMS(x)), varied by `o`;
+/// per-head RMS qk-norm before RoPE where the layer has attn_q_norm (qwen3).
+Tensor* BuildLlamaFamily(const Model& m, Graph& g, const ForwardInputs& in, const LlamaBlock& o);
 
 }  // namespace herd::model

@@ -1,5 +1,7 @@
 // LLaMA and the RMSNorm + SwiGLU decoders built like it:
 // llama, baichuan, refact (llama.cpp llm_build_llama / llm_build_baichuan / llm_build_refact).
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 #include "libs/model/arch.h"
@@ -13,7 +15,7 @@ absl::Status LoadLlamaLayers(Loader& ld, Loader::Need qkv_bias, Loader::Need out
   ld.w().layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = ld.w().layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, Loader::kRequired, &L.attn_norm));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, Loader::kSkip));
     HERD_RETURN_IF_ERROR(ld.SeparateQkv(il, L));
     HERD_RETURN_IF_ERROR(ld.AttnOutput(il, L));
     HERD_RETURN_IF_ERROR(ld.QkvBiases(il, L, qkv_bias));
@@ -26,9 +28,10 @@ absl::Status LoadLlamaLayers(Loader& ld, Loader::Need qkv_bias, Loader::Need out
   return absl::OkStatus();
 }
 
-Tensor* BuildLlamaFamily(const Model& m, Graph& g, const ForwardInputs& in, bool rope, bool use_bo) {
+Tensor* BuildLlamaFamily(const Model& m, Graph& g, const ForwardInputs& in, const LlamaBlock& o) {
   GraphBuilder b(m, g, in);
   Tensor* inp = b.InpEmbd();
+  if (o.scale_embd) inp = g.Scale(inp, std::sqrt(static_cast<float>(b.hp.n_embd)));
   for (int64_t il = 0; il < b.hp.n_layer; ++il) {
     const Layer& L = b.layer(il);
     Tensor* cur = b.Norm(inp, L.attn_norm, nullptr, NormType::kRms);
@@ -37,10 +40,11 @@ Tensor* BuildLlamaFamily(const Model& m, Graph& g, const ForwardInputs& in, bool
       qkv.q = b.Norm(qkv.q, L.attn_q_norm, nullptr, NormType::kRms);
       qkv.k = b.Norm(qkv.k, L.attn_k_norm, nullptr, NormType::kRms);
     }
-    if (rope) b.RopeQk(qkv, b.w.rope_freqs);
-    cur = b.Attention(il, L.wo, use_bo ? L.bo : nullptr, qkv, b.KqScale());
+    if (o.rope) b.RopeQk(qkv, b.w.rope_freqs);
+    if (o.scale_q) qkv.q = g.Scale(qkv.q, b.KqScale());  // as llama.cpp (precision)
+    cur = b.Attention(il, L.wo, o.use_bo ? L.bo : nullptr, qkv, o.scale_q ? 1.0f : b.KqScale());
     b.LastLayerOutputs(il, {&cur, &inp});
-    inp = b.FfnResidual(cur, inp, L, NormType::kRms, FfnAct::kSilu, FfnGate::kPar);
+    inp = b.FfnResidual(cur, inp, L, NormType::kRms, o.act, o.gate);
   }
   return b.Logits(inp, NormType::kRms);
 }
@@ -58,7 +62,9 @@ absl::Status LoadLlama(Loader& ld) {
 }
 
 Tensor* BuildLlama(const Model& m, Graph& g, const ForwardInputs& in) {
-  return BuildLlamaFamily(m, g, in, /*rope=*/true, /*use_bo=*/true);
+  LlamaBlock o;
+  o.use_bo = true;
+  return BuildLlamaFamily(m, g, in, o);
 }
 
 // baichuan: llama.cpp LLM_ARCH_BAICHUAN. RMS eps required. RoPE (NORM) only for the 7B
@@ -76,7 +82,9 @@ absl::Status LoadBaichuan(Loader& ld) {
 }
 
 Tensor* BuildBaichuan(const Model& m, Graph& g, const ForwardInputs& in) {
-  return BuildLlamaFamily(m, g, in, /*rope=*/m.hparams().n_layer == 32, /*use_bo=*/false);
+  LlamaBlock o;
+  o.rope = m.hparams().n_layer == 32;
+  return BuildLlamaFamily(m, g, in, o);
 }
 
 // refact: llama.cpp LLM_ARCH_REFACT. RMS eps required; no RoPE; ALiBi with max bias 8
@@ -92,7 +100,9 @@ absl::Status LoadRefact(Loader& ld) {
 }
 
 Tensor* BuildRefact(const Model& m, Graph& g, const ForwardInputs& in) {
-  return BuildLlamaFamily(m, g, in, /*rope=*/false, /*use_bo=*/false);
+  LlamaBlock o;
+  o.rope = false;
+  return BuildLlamaFamily(m, g, in, o);
 }
 
 }  // namespace herd::model

@@ -24,16 +24,15 @@ absl::Status LoadGptneox(Loader& ld) {
 
 Tensor* BuildGptneox(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
     const Layer& L = b.layer(il);
     Tensor* cur = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Qkv qkv = b.Project(L, cur);
     b.RopeQk(qkv);
     cur = b.Attention(il, L.wo, L.bo, qkv, b.KqScale());
     b.LastLayerOutputs(il, {&cur, &inp});
-    if (hp.use_par_res) {
+    if (b.hp.use_par_res) {
       // x = x + attn(ln1(x)) + ffn(ln2(x))
       Tensor* attn_out = cur;
       cur = b.Norm(inp, L.ffn_norm, L.ffn_norm_b, NormType::kLayer);
@@ -64,8 +63,7 @@ absl::Status LoadFalcon(Loader& ld) {
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, req));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm_2.weight", {n_embd}, opt, &L.attn_norm_2));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm_2.bias", {n_embd}, opt, &L.attn_norm_2_b));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_qkv.weight", {n_embd, n_qkv}, req, &L.wqkv));
@@ -78,9 +76,8 @@ absl::Status LoadFalcon(Loader& ld) {
 
 Tensor* BuildFalcon(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
     const Layer& L = b.layer(il);
     Tensor* attn_norm = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Tensor* cur = L.attn_norm_2 != nullptr ? b.Norm(inp, L.attn_norm_2, L.attn_norm_2_b, NormType::kLayer) : attn_norm;
@@ -111,8 +108,7 @@ absl::Status LoadStablelm(Loader& ld) {
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, req));
     HERD_RETURN_IF_ERROR(ld.SeparateQkv(il, L));
     HERD_RETURN_IF_ERROR(ld.AttnOutput(il, L));
     HERD_RETURN_IF_ERROR(ld.QkvBiases(il, L, opt));
@@ -127,9 +123,8 @@ absl::Status LoadStablelm(Loader& ld) {
 
 Tensor* BuildStablelm(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
     const Layer& L = b.layer(il);
     Tensor* cur = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Tensor* inp_sa = cur;

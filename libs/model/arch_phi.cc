@@ -38,8 +38,7 @@ absl::Status LoadPhi2(Loader& ld) {
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, req));
     HERD_RETURN_IF_ERROR(LoadQkv(ld, il, L, Loader::kOptional, req));
     HERD_RETURN_IF_ERROR(ld.AttnOutput(il, L));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.bias", {n_embd}, req, &L.bo));
@@ -53,9 +52,8 @@ absl::Status LoadPhi2(Loader& ld) {
 
 Tensor* BuildPhi2(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
     const Layer& L = b.layer(il);
     Tensor* attn_norm = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Qkv qkv = b.Project(L, attn_norm);
@@ -104,20 +102,10 @@ absl::Status LoadPhi3(Loader& ld) {
 }
 
 Tensor* BuildPhi3(const Model& m, Graph& g, const ForwardInputs& in) {
-  GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
-  Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const Layer& L = b.layer(il);
-    Tensor* cur = b.Norm(inp, L.attn_norm, nullptr, NormType::kRms);
-    Qkv qkv = b.Project(L, cur);
-    b.RopeQk(qkv);
-    qkv.q = g.Scale(qkv.q, b.KqScale());
-    cur = b.Attention(il, L.wo, nullptr, qkv, 1.0f);
-    b.LastLayerOutputs(il, {&cur, &inp});
-    inp = b.FfnResidual(cur, inp, L, NormType::kRms, FfnAct::kSilu, FfnGate::kFusedUp);
-  }
-  return b.Logits(inp, NormType::kRms);
+  LlamaBlock o;
+  o.scale_q = true;
+  o.gate = FfnGate::kFusedUp;
+  return BuildLlamaFamily(m, g, in, o);
 }
 
 }  // namespace herd::model

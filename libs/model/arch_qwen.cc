@@ -24,13 +24,13 @@ absl::Status LoadQwen(Loader& ld, bool qk_norm) {
 // qwen2: RMS eps required; optional Q/K/V biases; output tied when absent, optional output.bias.
 absl::Status LoadQwen2(Loader& ld) { return LoadQwen(ld, /*qk_norm=*/false); }
 Tensor* BuildQwen2(const Model& m, Graph& g, const ForwardInputs& in) {
-  return BuildLlamaFamily(m, g, in, /*rope=*/true, /*use_bo=*/false);
+  return BuildLlamaFamily(m, g, in, LlamaBlock());
 }
 
 // qwen3: RMS eps required; attn_q_norm / attn_k_norm [head_dim] required; no biases.
 absl::Status LoadQwen3(Loader& ld) { return LoadQwen(ld, /*qk_norm=*/true); }
 Tensor* BuildQwen3(const Model& m, Graph& g, const ForwardInputs& in) {
-  return BuildLlamaFamily(m, g, in, /*rope=*/true, /*use_bo=*/false);
+  return BuildLlamaFamily(m, g, in, LlamaBlock());
 }
 
 }  // namespace herd::model

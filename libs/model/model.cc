@@ -208,6 +208,12 @@ absl::Status Loader::CommonHparams(int rope_type, bool rms_norm) {
   return ReqFloat("attention.layer_norm_epsilon", &hp.f_norm_eps);
 }
 
+absl::Status Loader::AttnNorm(int64_t il, Layer& L, Need bias) {
+  const int64_t n_embd = m_->hp_.n_embd;
+  HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.weight", {n_embd}, kRequired, &L.attn_norm));
+  return GetL(il, "attn_norm.bias", {n_embd}, bias, &L.attn_norm_b);
+}
+
 absl::Status Loader::SeparateQkv(int64_t il, Layer& L) {
   const Hparams& hp = m_->hp_;
   const int64_t n_embd = hp.n_embd;
@@ -244,8 +250,7 @@ absl::Status Loader::BiasedFusedQkvLayers() {
   const Loader::Need req = Loader::kRequired;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(AttnNorm(il, L, req));
     HERD_RETURN_IF_ERROR(GetL(il, "attn_qkv.weight", {n_embd, n_qkv}, req, &L.wqkv));
     HERD_RETURN_IF_ERROR(GetL(il, "attn_qkv.bias", {n_qkv}, req, &L.bqkv));
     HERD_RETURN_IF_ERROR(GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));
