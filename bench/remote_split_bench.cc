@@ -42,6 +42,7 @@
 #include "libs/engine/engine.h"
 #include "libs/gguf/ggml_type.h"
 #include "libs/model/model.h"
+#include "tests/child_process.h"
 #include "tests/shared_data.h"
 
 namespace herd {
@@ -128,55 +129,15 @@ absl::StatusOr<std::string> FindCompute(const std::string& flag) {
                                           "); `bazel build //bench:remote_split_bench` builds it, or pass --compute"));
 }
 
-// herd-compute on a free loopback port, killed with the object.
-class ComputeProcess {
- public:
-  ~ComputeProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int st;
-      ::waitpid(pid_, &st, 0);
-    }
-    if (out_ != nullptr) std::fclose(out_);
-  }
-  // Starts it and waits for "compute listening on HOST:PORT"; returns HOST:PORT.
-  absl::StatusOr<std::string> Start(const std::string& binary, int threads) {
-    int fds[2];
-    if (::pipe(fds) != 0) return absl::InternalError("pipe failed");
-    std::vector<std::string> argv = {binary, "--port=0", "--metrics_port=-1", absl::StrCat("--threads=", threads)};
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::unsetenv("HERD_CLUSTER_KEY");  // loopback, no key: the child inherits the environment
-    pid_ = ::fork();
-    if (pid_ < 0) return absl::InternalError("fork failed");
-    if (pid_ == 0) {
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execv(args[0], args.data());
-      std::perror("execv");
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
-    char line[512];
-    const std::string tag = "compute listening on ";
-    while (std::fgets(line, sizeof(line), out_) != nullptr) {
-      std::string s(line);
-      const size_t at = s.find(tag);
-      if (at == std::string::npos) continue;
-      s = s.substr(at + tag.size());
-      while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-      return s;
-    }
-    return absl::UnavailableError(absl::StrCat(binary, " exited before announcing its address"));
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
+// Starts herd-compute (`binary`) on a free loopback port without a cluster key and waits
+// for "compute listening on HOST:PORT"; returns HOST:PORT.
+absl::StatusOr<std::string> StartCompute(ChildProcess* proc, const std::string& binary, int threads) {
+  ::unsetenv("HERD_CLUSTER_KEY");  // loopback, no key: the child inherits the environment
+  HERD_RETURN_IF_ERROR(proc->Start({binary, "--port=0", "--metrics_port=-1", absl::StrCat("--threads=", threads)}));
+  absl::StatusOr<std::string> addr = proc->ReadAfter("compute listening on ");
+  if (!addr.ok()) return absl::UnavailableError(absl::StrCat(binary, " exited before announcing its address"));
+  return addr;
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -344,8 +305,8 @@ int Main(int argc, char** argv) {
     one = *std::move(r);
   }
   // (b) The split: this process's CPU, then a herd-compute process.
-  ComputeProcess proc;
-  absl::StatusOr<std::string> addr = proc.Start(*compute, a.threads);
+  ChildProcess proc(SIGTERM);
+  absl::StatusOr<std::string> addr = StartCompute(&proc, *compute, a.threads);
   if (!addr.ok()) return Fail(addr.status());
   absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(*path);
   if (!m.ok()) return Fail(m.status());

@@ -12,11 +12,11 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
-#include "libs/gguf/gguf.h"
 #include "libs/grammar/json_schema.h"
 #include "libs/grammar/mask_cache.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "tests/shared_data.h"
+#include "tests/shared_vocab.h"
 
 namespace herd::grammar {
 namespace {
@@ -143,9 +143,7 @@ TEST(Matcher, TooAmbiguousIsAnError) {
 TEST(Matcher, RealVocabulary) {
   const std::string dir = SharedDir();
   if (dir.empty()) GTEST_SKIP() << kSharedDirMissing;
-  auto f = gguf::GgufFile::Open(dir + "/models/stories260K.gguf");
-  ASSERT_TRUE(f.ok()) << f.status();
-  auto v = tokenizer::Vocab::FromGguf(**f);
+  auto v = LoadSharedVocab(dir);
   ASSERT_TRUE(v.ok()) << v.status();
   auto p = TokenPieces::FromVocab(**v);
   Matcher m = Make("root ::= \"Once upon a time\" \".\"");
@@ -164,9 +162,7 @@ TEST(Matcher, RealVocabulary) {
 TEST(Matcher, WholeVocabularyCheckIsFast) {
   const std::string dir = SharedDir();
   if (dir.empty()) GTEST_SKIP() << kSharedDirMissing;
-  auto f = gguf::GgufFile::Open(dir + "/models/llama-2-tiny-random.gguf");
-  ASSERT_TRUE(f.ok()) << f.status();
-  auto v = tokenizer::Vocab::FromGguf(**f);
+  auto v = LoadSharedVocab(dir, "llama-2-tiny-random.gguf");
   ASSERT_TRUE(v.ok()) << v.status();
   const auto t0 = std::chrono::steady_clock::now();
   auto p = TokenPieces::FromVocab(**v);
@@ -258,10 +254,8 @@ TEST(MatchCost, AmbiguousGrammarsAreRefusedOrdinaryOnesPass) {
 TEST(MaskCache, EqualsCheckTokensAndIsBounded) {
   const std::string dir = SharedDir();
   if (dir.empty()) GTEST_SKIP() << kSharedDirMissing;
-  auto f = gguf::GgufFile::Open(dir + "/models/stories260K.gguf");
-  ASSERT_TRUE(f.ok());
-  auto v = tokenizer::Vocab::FromGguf(**f);
-  ASSERT_TRUE(v.ok());
+  auto v = LoadSharedVocab(dir);
+  ASSERT_TRUE(v.ok()) << v.status();
   std::shared_ptr<const TokenPieces> p = TokenPieces::FromVocab(**v);
   auto text = JsonSchemaToGrammar(nlohmann::json::parse(
       R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"n":{"type":"integer"},

@@ -1,6 +1,9 @@
 #include "libs/grammar/random_walk.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <vector>
 
 namespace herd::grammar {
@@ -77,6 +80,41 @@ absl::StatusOr<std::string> RandomWalk(Matcher m, std::mt19937& rng, int soft_st
     AppendUtf8(&out, cp);
   }
   return absl::NotFoundError("random walk did not complete");
+}
+
+std::vector<std::string> RandomWalks(const std::shared_ptr<const Grammar>& grammar, std::mt19937& rng, size_t n,
+                                     int max_fails, int soft_steps, int hard_steps, int* fails) {
+  std::vector<std::string> samples;
+  while (samples.size() < n && *fails < max_fails) {
+    auto m = Matcher::Create(grammar);
+    if (!m.ok()) {
+      ++*fails;
+      continue;
+    }
+    auto s = RandomWalk(*m, rng, soft_steps, hard_steps);
+    if (s.ok()) {
+      samples.push_back(*std::move(s));
+    } else {
+      ++*fails;
+    }
+  }
+  return samples;
+}
+
+std::string ValidateJsonSamples(const nlohmann::json& cases, const std::string& file_name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/" + file_name;
+  {
+    std::ofstream f(path);
+    f << cases.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  FILE* p = popen(("/usr/bin/python3 libs/grammar/validate_json.py " + path + " 2>&1").c_str(), "r");
+  if (p == nullptr) return "cannot run python3";
+  std::string out;
+  char buf[4096];
+  while (size_t got = fread(buf, 1, sizeof buf, p)) out.append(buf, got);
+  if (pclose(p) != 0) return out.empty() ? "validate_json.py failed" : out;
+  return out.find("ok ") != std::string::npos ? "" : "no 'ok' from validate_json.py: " + out;
 }
 
 }  // namespace herd::grammar

@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 
 #include "libs/base/status_macros.h"
+#include "libs/model/builder.h"
 #include "libs/model/model.h"
 
 namespace herd::model {
@@ -43,6 +44,10 @@ class Loader {
   /// .factor (optional). Set hp().rope_type first: n_rot is validated only for RoPE models.
   /// Also reads token_embd.weight's shape into n_vocab.
   absl::Status CommonHparams();
+  /// The start every architecture's loader shares: hp().rope_type = `rope_type`,
+  /// CommonHparams(), then the norm epsilon (required): attention.layer_norm_rms_epsilon
+  /// when `rms_norm`, else attention.layer_norm_epsilon.
+  absl::Status CommonHparams(int rope_type, bool rms_norm);
 
   /// kSkip: not looked up at all (*out = nullptr), for tensors an architecture ignores.
   enum Need { kRequired, kOptional, kSkip };
@@ -59,6 +64,20 @@ class Loader {
   /// n_q = n_embd_head_k * n_head (llama.cpp LLM_ARCH_GPT2 / LLM_ARCH_GPTNEOX tensors).
   /// Errors as GetL.
   absl::Status BiasedFusedQkvLayers();
+
+  // Pieces of one layer's tensor set (llama.cpp's names and shapes), errors as GetL.
+  /// attn_norm.weight [n_embd] (required) and attn_norm.bias [n_embd] per `bias`.
+  absl::Status AttnNorm(int64_t il, Layer& L, Need bias);
+  /// attn_q / attn_k / attn_v .weight [n_embd, n_embd_head_k * n_head | n_embd_k_gqa |
+  /// n_embd_v_gqa] (required).
+  absl::Status SeparateQkv(int64_t il, Layer& L);
+  /// attn_q / attn_k / attn_v .bias [n_embd_head_k * n_head | n_embd_k_gqa | n_embd_v_gqa].
+  absl::Status QkvBiases(int64_t il, Layer& L, Need need);
+  /// attn_output.weight [n_embd_head_v * n_head, n_embd] (required).
+  absl::Status AttnOutput(int64_t il, Layer& L);
+  /// ffn_gate.weight, ffn_up.weight [n_embd, n_ff] and ffn_down.weight [n_ff, n_embd]
+  /// (all required): the gated FFN of the llama-like decoders.
+  absl::Status GatedFfn(int64_t il, Layer& L);
 
   /// token_embd.weight [n_embd, n_vocab] (required).
   absl::Status TokEmbd();
@@ -123,5 +142,26 @@ HERD_DECLARE_ARCH(Gemma)
 /// final LN -> logits. Optional pieces follow the weights present (biases, position
 /// embeddings, MPT's Q/K LayerNorm) and hparams (clamp_kqv, ALiBi).
 Tensor* BuildGpt2Family(const Model& m, Graph& g, const ForwardInputs& in);
+
+/// The tensors of every layer of the llama-like decoders (arch_llama.cc): attn_norm,
+/// attn_q / attn_k / attn_v, attn_output, ffn_norm, ffn_gate / ffn_up / ffn_down
+/// (required); the Q/K/V biases per `qkv_bias`, attn_output.bias per `out_bias`, the
+/// per-head attn_q_norm / attn_k_norm [n_embd_head_k] per `qk_norm`. Errors as GetL.
+absl::Status LoadLlamaLayers(Loader& ld, Loader::Need qkv_bias, Loader::Need out_bias, Loader::Need qk_norm);
+
+/// What BuildLlamaFamily's block does differently per architecture.
+struct LlamaBlock {
+  bool rope = true;            // RoPE on Q and K (with rope_freqs when loaded)
+  bool use_bo = false;         // attn_output.bias
+  bool scale_q = false;        // Q * 1/sqrt(head size) before the product, attention scale 1
+  bool scale_embd = false;     // token embeddings * sqrt(n_embd)
+  FfnAct act = FfnAct::kSilu;  // of the gated FFN
+  FfnGate gate = FfnGate::kPar;
+};
+
+/// The pre-norm RMSNorm block graph of llama, baichuan, refact, qwen2, qwen3, phi3 and
+/// gemma (arch_llama.cc): per layer x += attn(RMS(x)), x += GLU-FFN(RMS(x)), varied by `o`;
+/// per-head RMS qk-norm before RoPE where the layer has attn_q_norm (qwen3).
+Tensor* BuildLlamaFamily(const Model& m, Graph& g, const ForwardInputs& in, const LlamaBlock& o);
 
 }  // namespace herd::model

@@ -30,8 +30,7 @@ absl::Status LoadMpt(Loader& ld) {
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, opt, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, opt));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_qkv.weight", {n_embd, n_qkv}, req, &L.wqkv));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_qkv.bias", {n_qkv}, opt, &L.bqkv));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));

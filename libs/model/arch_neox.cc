@@ -13,9 +13,7 @@ namespace herd::model {
 // required; every bias and output.weight required.
 absl::Status LoadGptneox(Loader& ld) {
   Hparams& hp = ld.hp();
-  hp.rope_type = kRopeNeox;
-  HERD_RETURN_IF_ERROR(ld.CommonHparams());
-  HERD_RETURN_IF_ERROR(ld.ReqFloat("attention.layer_norm_epsilon", &hp.f_norm_eps));
+  HERD_RETURN_IF_ERROR(ld.CommonHparams(kRopeNeox, /*rms_norm=*/false));
   HERD_RETURN_IF_ERROR(ld.ReqBool("use_parallel_residual", &hp.use_par_res));
   HERD_RETURN_IF_ERROR(ld.SameHeadSizes());
   HERD_RETURN_IF_ERROR(ld.TokEmbd());
@@ -26,21 +24,15 @@ absl::Status LoadGptneox(Loader& ld) {
 
 Tensor* BuildGptneox(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
-  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head_k));
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const Layer& L = b.w.layers[static_cast<size_t>(il)];
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
+    const Layer& L = b.layer(il);
     Tensor* cur = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Qkv qkv = b.Project(L, cur);
-    qkv.q = b.Rope(qkv.q);
-    qkv.k = b.Rope(qkv.k);
-    cur = b.Attention(il, L.wo, L.bo, qkv, kq_scale);
-    if (il == hp.n_layer - 1) {
-      cur = b.Outputs(cur);
-      inp = b.Outputs(inp);
-    }
-    if (hp.use_par_res) {
+    b.RopeQk(qkv);
+    cur = b.Attention(il, L.wo, L.bo, qkv, b.KqScale());
+    b.LastLayerOutputs(il, {&cur, &inp});
+    if (b.hp.use_par_res) {
       // x = x + attn(ln1(x)) + ffn(ln2(x))
       Tensor* attn_out = cur;
       cur = b.Norm(inp, L.ffn_norm, L.ffn_norm_b, NormType::kLayer);
@@ -48,10 +40,7 @@ Tensor* BuildGptneox(const Model& m, Graph& g, const ForwardInputs& in) {
       cur = g.Add(cur, inp);
       inp = g.Add(cur, attn_out);
     } else {
-      Tensor* ffn_inp = g.Add(cur, inp);
-      cur = b.Norm(ffn_inp, L.ffn_norm, L.ffn_norm_b, NormType::kLayer);
-      cur = b.Ffn(cur, L, FfnAct::kGelu, FfnGate::kNone);
-      inp = g.Add(cur, ffn_inp);
+      inp = b.FfnResidual(cur, inp, L, NormType::kLayer, FfnAct::kGelu, FfnGate::kNone);
     }
   }
   return b.Logits(inp, NormType::kLayer);
@@ -62,9 +51,7 @@ Tensor* BuildGptneox(const Model& m, Graph& g, const ForwardInputs& in) {
 // feeds attention from attn_norm_2 instead); output tied when absent.
 absl::Status LoadFalcon(Loader& ld) {
   Hparams& hp = ld.hp();
-  hp.rope_type = kRopeNeox;
-  HERD_RETURN_IF_ERROR(ld.CommonHparams());
-  HERD_RETURN_IF_ERROR(ld.ReqFloat("attention.layer_norm_epsilon", &hp.f_norm_eps));
+  HERD_RETURN_IF_ERROR(ld.CommonHparams(kRopeNeox, /*rms_norm=*/false));
   HERD_RETURN_IF_ERROR(ld.SameHeadSizes());
   HERD_RETURN_IF_ERROR(ld.RopeCoversHead());
   Weights& w = ld.w();
@@ -76,8 +63,7 @@ absl::Status LoadFalcon(Loader& ld) {
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, req));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm_2.weight", {n_embd}, opt, &L.attn_norm_2));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm_2.bias", {n_embd}, opt, &L.attn_norm_2_b));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_qkv.weight", {n_embd, n_qkv}, req, &L.wqkv));
@@ -90,22 +76,15 @@ absl::Status LoadFalcon(Loader& ld) {
 
 Tensor* BuildFalcon(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
-  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head_k));
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const Layer& L = b.w.layers[static_cast<size_t>(il)];
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
+    const Layer& L = b.layer(il);
     Tensor* attn_norm = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Tensor* cur = L.attn_norm_2 != nullptr ? b.Norm(inp, L.attn_norm_2, L.attn_norm_2_b, NormType::kLayer) : attn_norm;
     Qkv qkv = b.Project(L, cur);
-    qkv.q = b.Rope(qkv.q);
-    qkv.k = b.Rope(qkv.k);
-    cur = b.Attention(il, L.wo, nullptr, qkv, kq_scale);
-    if (il == hp.n_layer - 1) {
-      cur = b.Outputs(cur);
-      inp = b.Outputs(inp);
-      attn_norm = b.Outputs(attn_norm);
-    }
+    b.RopeQk(qkv);
+    cur = b.Attention(il, L.wo, nullptr, qkv, b.KqScale());
+    b.LastLayerOutputs(il, {&cur, &inp, &attn_norm});
     Tensor* ffn_inp = cur;
     cur = b.Ffn(attn_norm, L, FfnAct::kGelu, FfnGate::kNone);  // the attn norm, not the result
     cur = g.Add(cur, ffn_inp);
@@ -119,60 +98,43 @@ Tensor* BuildFalcon(const Model& m, Graph& g, const ForwardInputs& in) {
 // which also has no ffn_norm: attention and SwiGLU then run in parallel from attn_norm).
 absl::Status LoadStablelm(Loader& ld) {
   Hparams& hp = ld.hp();
-  hp.rope_type = kRopeNeox;
-  HERD_RETURN_IF_ERROR(ld.CommonHparams());
-  HERD_RETURN_IF_ERROR(ld.ReqFloat("attention.layer_norm_epsilon", &hp.f_norm_eps));
+  HERD_RETURN_IF_ERROR(ld.CommonHparams(kRopeNeox, /*rms_norm=*/false));
   HERD_RETURN_IF_ERROR(ld.SameHeadSizes());
   Weights& w = ld.w();
-  const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff, hd = hp.n_embd_head_k;
-  const int64_t n_q = hd * hp.n_head, n_kv = hp.n_embd_k_gqa();
+  const int64_t n_embd = hp.n_embd, hd = hp.n_embd_head_k;
   HERD_RETURN_IF_ERROR(ld.TokEmbd());
   HERD_RETURN_IF_ERROR(ld.Output(Loader::kRequired, Loader::kRequired));
   const Loader::Need req = Loader::kRequired, opt = Loader::kOptional;
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_q.weight", {n_embd, n_q}, req, &L.wq));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_k.weight", {n_embd, n_kv}, req, &L.wk));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_v.weight", {n_embd, n_kv}, req, &L.wv));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_q.bias", {n_q}, opt, &L.bq));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_k.bias", {n_kv}, opt, &L.bk));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_v.bias", {n_kv}, opt, &L.bv));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, req));
+    HERD_RETURN_IF_ERROR(ld.SeparateQkv(il, L));
+    HERD_RETURN_IF_ERROR(ld.AttnOutput(il, L));
+    HERD_RETURN_IF_ERROR(ld.QkvBiases(il, L, opt));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_q_norm.weight", {hd, hp.n_head}, opt, &L.attn_q_norm));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_k_norm.weight", {hd, hp.n_head_kv}, opt, &L.attn_k_norm));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_norm.weight", {n_embd}, opt, &L.ffn_norm));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_norm.bias", {n_embd}, opt, &L.ffn_norm_b));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_gate.weight", {n_embd, n_ff}, req, &L.ffn_gate));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_up.weight", {n_embd, n_ff}, req, &L.ffn_up));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_down.weight", {n_ff, n_embd}, req, &L.ffn_down));
+    HERD_RETURN_IF_ERROR(ld.GatedFfn(il, L));
   }
   return absl::OkStatus();
 }
 
 Tensor* BuildStablelm(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
-  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head_k));
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const Layer& L = b.w.layers[static_cast<size_t>(il)];
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
+    const Layer& L = b.layer(il);
     Tensor* cur = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Tensor* inp_sa = cur;
     Qkv qkv = b.Project(L, cur);
     if (L.attn_q_norm != nullptr) qkv.q = b.Norm(qkv.q, L.attn_q_norm, nullptr, NormType::kLayer);
     if (L.attn_k_norm != nullptr) qkv.k = b.Norm(qkv.k, L.attn_k_norm, nullptr, NormType::kLayer);
-    qkv.q = b.Rope(qkv.q);
-    qkv.k = b.Rope(qkv.k);
-    cur = b.Attention(il, L.wo, nullptr, qkv, kq_scale);
-    if (il == hp.n_layer - 1) {
-      cur = b.Outputs(cur);
-      inp = b.Outputs(inp);
-      inp_sa = b.Outputs(inp_sa);
-    }
-    Tensor* ffn_inp = g.Add(cur, inp);
+    b.RopeQk(qkv);
+    cur = b.Attention(il, L.wo, nullptr, qkv, b.KqScale());
+    b.LastLayerOutputs(il, {&cur, &inp, &inp_sa});
+    Tensor* ffn_inp = g.Add(cur, inp);  // no FfnResidual: StableLM 2 12B has no ffn_norm
     cur = L.ffn_norm != nullptr ? b.Norm(ffn_inp, L.ffn_norm, L.ffn_norm_b, NormType::kLayer) : inp_sa;
     cur = b.Ffn(cur, L, FfnAct::kSilu, FfnGate::kPar);
     inp = g.Add(cur, ffn_inp);

@@ -17,12 +17,8 @@ absl::Status LoadQkv(Loader& ld, int64_t il, Layer& L, Loader::Need qkv_bias, Lo
   const int64_t n_embd = hp.n_embd, n_q = hp.n_embd_head_k * hp.n_head, n_kv = hp.n_embd_k_gqa();
   HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_qkv.weight", {n_embd, n_q + 2 * n_kv}, Loader::kOptional, &L.wqkv));
   if (L.wqkv != nullptr) return ld.GetL(il, "attn_qkv.bias", {n_q + 2 * n_kv}, qkv_bias, &L.bqkv);
-  HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_q.weight", {n_embd, n_q}, Loader::kRequired, &L.wq));
-  HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_k.weight", {n_embd, n_kv}, Loader::kRequired, &L.wk));
-  HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_v.weight", {n_embd, n_kv}, Loader::kRequired, &L.wv));
-  HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_q.bias", {n_q}, bias, &L.bq));
-  HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_k.bias", {n_kv}, bias, &L.bk));
-  return ld.GetL(il, "attn_v.bias", {n_kv}, bias, &L.bv);
+  HERD_RETURN_IF_ERROR(ld.SeparateQkv(il, L));
+  return ld.QkvBiases(il, L, bias);
 }
 
 }  // namespace
@@ -31,12 +27,10 @@ absl::Status LoadQkv(Loader& ld, int64_t il, Layer& L, Loader::Need qkv_bias, Lo
 // required; attn_qkv or separate attn_q/k/v.
 absl::Status LoadPhi2(Loader& ld) {
   Hparams& hp = ld.hp();
-  hp.rope_type = kRopeNeox;
-  HERD_RETURN_IF_ERROR(ld.CommonHparams());
-  HERD_RETURN_IF_ERROR(ld.ReqFloat("attention.layer_norm_epsilon", &hp.f_norm_eps));
+  HERD_RETURN_IF_ERROR(ld.CommonHparams(kRopeNeox, /*rms_norm=*/false));
   HERD_RETURN_IF_ERROR(ld.SameHeadSizes());
   Weights& w = ld.w();
-  const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff, n_q = hp.n_embd_head_k * hp.n_head;
+  const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff;
   HERD_RETURN_IF_ERROR(ld.TokEmbd());
   HERD_RETURN_IF_ERROR(ld.Output(Loader::kRequired, Loader::kRequired));
   HERD_RETURN_IF_ERROR(ld.Get("output.bias", {hp.n_vocab}, Loader::kRequired, &w.output_b));
@@ -44,10 +38,9 @@ absl::Status LoadPhi2(Loader& ld) {
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(ld.AttnNorm(il, L, req));
     HERD_RETURN_IF_ERROR(LoadQkv(ld, il, L, Loader::kOptional, req));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));
+    HERD_RETURN_IF_ERROR(ld.AttnOutput(il, L));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.bias", {n_embd}, req, &L.bo));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_up.weight", {n_embd, n_ff}, req, &L.ffn_up));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_up.bias", {n_ff}, req, &L.ffn_up_b));
@@ -59,22 +52,16 @@ absl::Status LoadPhi2(Loader& ld) {
 
 Tensor* BuildPhi2(const Model& m, Graph& g, const ForwardInputs& in) {
   GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
   Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const Layer& L = b.w.layers[static_cast<size_t>(il)];
+  for (int64_t il = 0; il < b.hp.n_layer; ++il) {
+    const Layer& L = b.layer(il);
     Tensor* attn_norm = b.Norm(inp, L.attn_norm, L.attn_norm_b, NormType::kLayer);
     Qkv qkv = b.Project(L, attn_norm);
-    qkv.q = b.Rope(qkv.q);
-    qkv.k = b.Rope(qkv.k);
+    b.RopeQk(qkv);
     // As llama.cpp: Q is scaled before the product (precision), attention scale 1.
-    qkv.q = g.Scale(qkv.q, 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head_k)));
+    qkv.q = g.Scale(qkv.q, b.KqScale());
     Tensor* cur = b.Attention(il, L.wo, L.bo, qkv, 1.0f);
-    if (il == hp.n_layer - 1) {
-      cur = b.Outputs(cur);
-      inp = b.Outputs(inp);
-      attn_norm = b.Outputs(attn_norm);
-    }
+    b.LastLayerOutputs(il, {&cur, &inp, &attn_norm});
     Tensor* ffn_out = b.Ffn(attn_norm, L, FfnAct::kGelu, FfnGate::kNone);
     cur = g.Add(cur, ffn_out);
     inp = g.Add(cur, inp);
@@ -88,12 +75,10 @@ Tensor* BuildPhi2(const Model& m, Graph& g, const ForwardInputs& in) {
 // ignored, as llama.cpp does (Phi SWA disabled).
 absl::Status LoadPhi3(Loader& ld) {
   Hparams& hp = ld.hp();
-  hp.rope_type = kRopeNeox;
-  HERD_RETURN_IF_ERROR(ld.CommonHparams());
-  HERD_RETURN_IF_ERROR(ld.ReqFloat("attention.layer_norm_rms_epsilon", &hp.f_norm_rms_eps));
+  HERD_RETURN_IF_ERROR(ld.CommonHparams(kRopeNeox, /*rms_norm=*/true));
   HERD_RETURN_IF_ERROR(ld.SameHeadSizes());
   Weights& w = ld.w();
-  const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff, n_q = hp.n_embd_head_k * hp.n_head;
+  const int64_t n_embd = hp.n_embd, n_ff = hp.n_ff;
   HERD_RETURN_IF_ERROR(ld.TokEmbd());
   HERD_RETURN_IF_ERROR(ld.Output(Loader::kSkip, Loader::kOptional));
   HERD_RETURN_IF_ERROR(ld.Get("output.bias", {hp.n_vocab}, Loader::kOptional, &w.output_b));
@@ -108,7 +93,7 @@ absl::Status LoadPhi3(Loader& ld) {
     }
     HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
     HERD_RETURN_IF_ERROR(LoadQkv(ld, il, L, Loader::kSkip, Loader::kSkip));
-    HERD_RETURN_IF_ERROR(ld.GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));
+    HERD_RETURN_IF_ERROR(ld.AttnOutput(il, L));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_norm.weight", {n_embd}, req, &L.ffn_norm));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_up.weight", {n_embd, 2 * n_ff}, req, &L.ffn_up));
     HERD_RETURN_IF_ERROR(ld.GetL(il, "ffn_down.weight", {n_ff, n_embd}, req, &L.ffn_down));
@@ -117,29 +102,10 @@ absl::Status LoadPhi3(Loader& ld) {
 }
 
 Tensor* BuildPhi3(const Model& m, Graph& g, const ForwardInputs& in) {
-  GraphBuilder b(m, g, in);
-  const Hparams& hp = b.hp;
-  Tensor* inp = b.InpEmbd();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const Layer& L = b.w.layers[static_cast<size_t>(il)];
-    Tensor* residual = inp;
-    Tensor* cur = b.Norm(inp, L.attn_norm, nullptr, NormType::kRms);
-    Qkv qkv = b.Project(L, cur);
-    qkv.q = b.Rope(qkv.q);
-    qkv.k = b.Rope(qkv.k);
-    qkv.q = g.Scale(qkv.q, 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head_k)));
-    cur = b.Attention(il, L.wo, nullptr, qkv, 1.0f);
-    if (il == hp.n_layer - 1) {
-      cur = b.Outputs(cur);
-      residual = b.Outputs(residual);
-    }
-    cur = g.Add(cur, residual);
-    residual = cur;
-    cur = b.Norm(cur, L.ffn_norm, nullptr, NormType::kRms);
-    cur = b.Ffn(cur, L, FfnAct::kSilu, FfnGate::kFusedUp);
-    inp = g.Add(residual, cur);
-  }
-  return b.Logits(inp, NormType::kRms);
+  LlamaBlock o;
+  o.scale_q = true;
+  o.gate = FfnGate::kFusedUp;
+  return BuildLlamaFamily(m, g, in, o);
 }
 
 }  // namespace herd::model

@@ -7,6 +7,8 @@ namespace herd::model {
 GraphBuilder::GraphBuilder(const Model& m, Graph& graph, const ForwardInputs& inputs)
     : hp(m.hparams()), w(m.weights()), g(graph), in(inputs), n_tokens(inputs.tokens->ne[0]) {}
 
+float GraphBuilder::KqScale() const { return 1.0f / std::sqrt(static_cast<float>(hp.n_embd_head_k)); }
+
 Tensor* GraphBuilder::InpEmbd() { return g.GetRows(w.tok_embd, in.tokens); }
 
 Tensor* GraphBuilder::Norm(Tensor* x, Tensor* weight, Tensor* bias, NormType type) {
@@ -52,6 +54,11 @@ Tensor* GraphBuilder::Rope(Tensor* x, Tensor* freq_factors) {
   // attn_factor 1, beta_fast 32, beta_slow 1, n_ctx_orig = n_ctx_train.
   return g.Rope(x, in.pos, freq_factors, static_cast<int>(hp.n_rot), hp.rope_type, static_cast<int>(hp.n_ctx_train),
                 hp.rope_freq_base, hp.rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
+}
+
+void GraphBuilder::RopeQk(Qkv& qkv, Tensor* freq_factors) {
+  qkv.q = Rope(qkv.q, freq_factors);
+  qkv.k = Rope(qkv.k, freq_factors);
 }
 
 Tensor* GraphBuilder::Rows(Tensor* x) {
@@ -124,6 +131,19 @@ Tensor* GraphBuilder::Ffn(Tensor* cur, const Layer& L, FfnAct act, FfnGate gate)
 bool GraphBuilder::SelectsOutputs() const { return in.out_ids != nullptr && in.out_ids->ne[0] != n_tokens; }
 
 Tensor* GraphBuilder::Outputs(Tensor* x) { return SelectsOutputs() ? g.GetRows(x, in.out_ids) : x; }
+
+void GraphBuilder::LastLayerOutputs(int64_t il, std::initializer_list<Tensor**> xs) {
+  if (il != hp.n_layer - 1) return;
+  for (Tensor** x : xs) *x = Outputs(*x);
+}
+
+Tensor* GraphBuilder::FfnResidual(Tensor* attn_out, Tensor* inp, const Layer& L, NormType norm, FfnAct act,
+                                  FfnGate gate) {
+  Tensor* ffn_inp = g.Add(attn_out, inp);
+  Tensor* cur = Norm(ffn_inp, L.ffn_norm, L.ffn_norm_b, norm);
+  cur = Ffn(cur, L, act, gate);
+  return g.Add(cur, ffn_inp);
+}
 
 Tensor* GraphBuilder::Logits(Tensor* x, NormType type) {
   Tensor* cur = Norm(x, w.output_norm, w.output_norm_b, type);

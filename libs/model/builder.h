@@ -3,6 +3,7 @@
 // Shapes are ggml order: activations are [n_embd, n_tokens].
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "libs/model/model.h"
 
@@ -34,6 +35,10 @@ class GraphBuilder {
   const ForwardInputs& in;
   const int64_t n_tokens;
 
+  /// Layer il's weights.
+  const Layer& layer(int64_t il) const { return w.layers[static_cast<size_t>(il)]; }
+  /// 1 / sqrt(n_embd_head_k): the usual attention scale.
+  float KqScale() const;
   /// Token embeddings, F32 [n_embd, n_tokens] (build_inp_embd).
   Tensor* InpEmbd();
   /// Norm over ne[0] of `x` (eps from hparams by type), times `weight` and plus `bias`
@@ -45,6 +50,8 @@ class GraphBuilder {
   /// ggml_rope_ext with the model's rope type and parameters; `x` returned as is for
   /// kRopeNone. `freq_factors` optional [n_rot/2].
   Tensor* Rope(Tensor* x, Tensor* freq_factors = nullptr);
+  /// Rope on qkv.q and qkv.k.
+  void RopeQk(Qkv& qkv, Tensor* freq_factors = nullptr);
   /// Attention of layer il (build_attn): writes K/V rows in.kv_idx of the layer's cache,
   /// attends over cells [0, n_kv) with the mask (ALiBi when hparams use it), then wo (+bo).
   /// Returns F32 [n_embd, n_tokens].
@@ -56,6 +63,12 @@ class GraphBuilder {
   /// GetRows(x, in.out_ids) when SelectsOutputs(), else x (done in the last layer, as
   /// llama.cpp does with inp_out_ids).
   Tensor* Outputs(Tensor* x);
+  /// In the last layer (il == n_layer - 1) replaces every *x of `xs` by Outputs(*x);
+  /// nothing in the others.
+  void LastLayerOutputs(int64_t il, std::initializer_list<Tensor**> xs);
+  /// The pre-norm FFN sub-block and both residuals: h = attn_out + inp; returns
+  /// h + Ffn(Norm(h, L.ffn_norm, L.ffn_norm_b)).
+  Tensor* FfnResidual(Tensor* attn_out, Tensor* inp, const Layer& L, NormType norm, FfnAct act, FfnGate gate);
   /// Final norm (output_norm + output_norm_b), output matrix, output_b; marks the result
   /// as the graph output "result_output". F32 [n_vocab, n_outputs]. With in.embeddings
   /// stops after the norm: the graph output "result_embd", F32 [n_embd, n_outputs]

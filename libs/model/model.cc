@@ -200,6 +200,47 @@ absl::Status Loader::GetL(int64_t il, const std::string& name, std::vector<int64
   return Get(absl::StrCat("blk.", il, ".", name), std::move(ne), need, out);
 }
 
+absl::Status Loader::CommonHparams(int rope_type, bool rms_norm) {
+  Hparams& hp = m_->hp_;
+  hp.rope_type = rope_type;
+  HERD_RETURN_IF_ERROR(CommonHparams());
+  if (rms_norm) return ReqFloat("attention.layer_norm_rms_epsilon", &hp.f_norm_rms_eps);
+  return ReqFloat("attention.layer_norm_epsilon", &hp.f_norm_eps);
+}
+
+absl::Status Loader::AttnNorm(int64_t il, Layer& L, Need bias) {
+  const int64_t n_embd = m_->hp_.n_embd;
+  HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.weight", {n_embd}, kRequired, &L.attn_norm));
+  return GetL(il, "attn_norm.bias", {n_embd}, bias, &L.attn_norm_b);
+}
+
+absl::Status Loader::SeparateQkv(int64_t il, Layer& L) {
+  const Hparams& hp = m_->hp_;
+  const int64_t n_embd = hp.n_embd;
+  HERD_RETURN_IF_ERROR(GetL(il, "attn_q.weight", {n_embd, hp.n_embd_head_k * hp.n_head}, kRequired, &L.wq));
+  HERD_RETURN_IF_ERROR(GetL(il, "attn_k.weight", {n_embd, hp.n_embd_k_gqa()}, kRequired, &L.wk));
+  return GetL(il, "attn_v.weight", {n_embd, hp.n_embd_v_gqa()}, kRequired, &L.wv);
+}
+
+absl::Status Loader::QkvBiases(int64_t il, Layer& L, Need need) {
+  const Hparams& hp = m_->hp_;
+  HERD_RETURN_IF_ERROR(GetL(il, "attn_q.bias", {hp.n_embd_head_k * hp.n_head}, need, &L.bq));
+  HERD_RETURN_IF_ERROR(GetL(il, "attn_k.bias", {hp.n_embd_k_gqa()}, need, &L.bk));
+  return GetL(il, "attn_v.bias", {hp.n_embd_v_gqa()}, need, &L.bv);
+}
+
+absl::Status Loader::AttnOutput(int64_t il, Layer& L) {
+  const Hparams& hp = m_->hp_;
+  return GetL(il, "attn_output.weight", {hp.n_embd_head_v * hp.n_head, hp.n_embd}, kRequired, &L.wo);
+}
+
+absl::Status Loader::GatedFfn(int64_t il, Layer& L) {
+  const int64_t n_embd = m_->hp_.n_embd, n_ff = m_->hp_.n_ff;
+  HERD_RETURN_IF_ERROR(GetL(il, "ffn_gate.weight", {n_embd, n_ff}, kRequired, &L.ffn_gate));
+  HERD_RETURN_IF_ERROR(GetL(il, "ffn_up.weight", {n_embd, n_ff}, kRequired, &L.ffn_up));
+  return GetL(il, "ffn_down.weight", {n_ff, n_embd}, kRequired, &L.ffn_down);
+}
+
 absl::Status Loader::BiasedFusedQkvLayers() {
   const Hparams& hp = m_->hp_;
   Weights& w = m_->w_;
@@ -209,8 +250,7 @@ absl::Status Loader::BiasedFusedQkvLayers() {
   const Loader::Need req = Loader::kRequired;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Layer& L = w.layers[static_cast<size_t>(il)];
-    HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.weight", {n_embd}, req, &L.attn_norm));
-    HERD_RETURN_IF_ERROR(GetL(il, "attn_norm.bias", {n_embd}, req, &L.attn_norm_b));
+    HERD_RETURN_IF_ERROR(AttnNorm(il, L, req));
     HERD_RETURN_IF_ERROR(GetL(il, "attn_qkv.weight", {n_embd, n_qkv}, req, &L.wqkv));
     HERD_RETURN_IF_ERROR(GetL(il, "attn_qkv.bias", {n_qkv}, req, &L.bqkv));
     HERD_RETURN_IF_ERROR(GetL(il, "attn_output.weight", {n_q, n_embd}, req, &L.wo));

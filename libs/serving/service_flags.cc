@@ -1,5 +1,7 @@
 #include "libs/serving/service_flags.h"
 
+#include <utility>
+
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 
@@ -27,6 +29,15 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags(int port, int metrics_port) {
   f.grace = std::chrono::milliseconds(grace_ms);
   f.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   return f;
+}
+
+GrpcServerOptions GrpcOptions(const ServiceFlags& f, ServerSecurity security) {
+  GrpcServerOptions o;
+  o.address = ListenAddress(f.host, f.port);
+  o.max_message_bytes = f.max_message_bytes;
+  o.shutdown_grace = f.grace;
+  o.security = std::move(security);
+  return o;
 }
 
 }  // namespace herd::serving

@@ -11,6 +11,9 @@
 
 #include "absl/status/statusor.h"
 
+#include "libs/serving/security.h"
+#include "libs/serving/server.h"
+
 namespace herd::serving {
 
 /// A service's listening and shutdown settings, from its flags.
@@ -26,5 +29,9 @@ struct ServiceFlags {
 /// `metrics_port` flag values. Errors: INVALID_ARGUMENT "--port N is outside 0..65535",
 /// "--metrics_port N is outside -1..65535" (CheckPortFlags) or "--grace_ms must be >= 0".
 absl::StatusOr<ServiceFlags> ReadServiceFlags(int port, int metrics_port);
+
+/// The gRPC server options of `f` (ListenAddress(host, port), max_message_bytes, grace)
+/// with `security`.
+GrpcServerOptions GrpcOptions(const ServiceFlags& f, ServerSecurity security);
 
 }  // namespace herd::serving

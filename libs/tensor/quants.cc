@@ -19,6 +19,42 @@ namespace {
 
 constexpr float kGroupMaxEps = 1e-15f;
 
+// The value of largest magnitude among x[0..n) (the first one of equal magnitudes, 0 when
+// all are 0 or NaN) in *max; returns its magnitude.
+inline float SignedAbsMax(int n, const float* x, float* max) {
+  float amax = 0;
+  *max = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      *max = x[i];
+    }
+  }
+  return amax;
+}
+
+// max(|x[j]|) over one block as ggml's reference quantizers take it: MAX(amax, v), which
+// keeps amax on NaN.
+inline float AbsMaxRef(const float* x, int n) {
+  float amax = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float v = std::fabs(x[j]);
+    amax = amax > v ? amax : v;
+  }
+  return amax;
+}
+
+// The same as the AVX2 quantizers take it: maxps(amax, a) returns the second operand on NaN.
+inline float AbsMaxX86(const float* x, int n) {
+  float amax = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+  }
+  return amax;
+}
+
 // Round half to even for |v| < 2^22, exactly like _mm256_round_ps(v, _MM_ROUND_NEAREST).
 inline float RoundHalfEven(float v) {
   const float m = 12582912.0f;
@@ -71,15 +107,7 @@ inline int BestIndexInt8(int n, const int8_t* val, float x) {
 // make_qx_quants without quant weights (rmse_type 1: w = x^2).
 float MakeQxQuants(int n, int nmax, const float* x, int8_t* L, int rmse_type, const float* qw) {
   float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  if (SignedAbsMax(n, x, &max) < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
   }
@@ -144,15 +172,7 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L, int rmse_type, co
 // make_q3_quants.
 float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L, bool do_rmse) {
   float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  if (SignedAbsMax(n, x, &max) < kGroupMaxEps) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
   }
@@ -302,20 +322,13 @@ void QuantizeRowIQ4NlImpl(int super_block_size, int block_size, const float* x, 
   std::memset(q4, 0, static_cast<size_t>(super_block_size / 2));
   dh[0] = Fp32ToFp16(0.f);
 
-  float max_scale = 0, amax_scale = 0;
+  float max_scale = 0;
   for (int ib = 0; ib < super_block_size / block_size; ++ib) {
     const float* xb = x + ib * block_size;
     uint8_t* Lb = L + ib * block_size;
     for (int j = 0; j < block_size; ++j) weight[j] = xb[j] * xb[j];
-    float amax = 0, max = 0;
-    for (int j = 0; j < block_size; ++j) {
-      const float ax = std::fabs(xb[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = xb[j];
-      }
-    }
-    if (amax < kGroupMaxEps) {
+    float max = 0;
+    if (SignedAbsMax(block_size, xb, &max) < kGroupMaxEps) {
       scales[ib] = 0;
       continue;
     }
@@ -350,12 +363,8 @@ void QuantizeRowIQ4NlImpl(int super_block_size, int block_size, const float* x, 
       }
     }
     scales[ib] = d;
-    const float abs_d = std::fabs(d);
-    if (abs_d > amax_scale) {
-      amax_scale = abs_d;
-      max_scale = d;
-    }
   }
+  SignedAbsMax(super_block_size / block_size, scales, &max_scale);
 
   if (super_block_size / block_size > 1) {
     const int nb = super_block_size / block_size;
@@ -402,11 +411,7 @@ void QuantizeRowQ8_0Ref(const float* x, BlockQ8_0* y, int64_t k) {
   const int64_t nb = k / kQK8_0;
   for (int64_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK8_0;
-    float amax = 0.0f;
-    for (int j = 0; j < kQK8_0; ++j) {
-      const float v = std::fabs(xb[j]);
-      amax = amax > v ? amax : v;  // ggml MAX(amax, v)
-    }
+    const float amax = AbsMaxRef(xb, kQK8_0);
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = Fp32ToFp16(d);
@@ -421,11 +426,7 @@ void QuantizeRowQ8_0X86(const float* x, BlockQ8_0* y, int64_t k) {
   const int64_t nb = k / kQK8_0;
   for (int64_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK8_0;
-    float amax = 0.0f;
-    for (int j = 0; j < kQK8_0; ++j) {
-      const float a = std::fabs(xb[j]);
-      amax = a > amax ? a : amax;  // maxps(amax, a) returns the second operand on NaN
-    }
+    const float amax = AbsMaxX86(xb, kQK8_0);
     const float d = amax / 127.0f;
     y[i].d = Fp32ToFp16(d);
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -449,11 +450,7 @@ void QuantizeRowQ8_1Ref(const float* x, BlockQ8_1* y, int64_t k) {
   const int64_t nb = k / kQK8_1;
   for (int64_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK8_1;
-    float amax = 0.0f;
-    for (int j = 0; j < kQK8_1; ++j) {
-      const float v = std::fabs(xb[j]);
-      amax = amax > v ? amax : v;
-    }
+    const float amax = AbsMaxRef(xb, kQK8_1);
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = Fp32ToFp16(d);
@@ -475,11 +472,7 @@ void QuantizeRowQ8_1X86(const float* x, BlockQ8_1* y, int64_t k) {
   const int64_t nb = k / kQK8_1;
   for (int64_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK8_1;
-    float amax = 0.0f;
-    for (int j = 0; j < kQK8_1; ++j) {
-      const float a = std::fabs(xb[j]);
-      amax = a > amax ? a : amax;
-    }
+    const float amax = AbsMaxX86(xb, kQK8_1);
     const float d = amax / 127.0f;
     y[i].d = Fp32ToFp16(d);
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -508,15 +501,7 @@ void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t k) {
   const int64_t nb = k / kQK_K;
   for (int64_t i = 0; i < nb; ++i) {
     float max = 0;
-    float amax = 0;
-    for (int j = 0; j < kQK_K; ++j) {
-      const float ax = std::fabs(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
-    if (amax == 0.0f) {
+    if (SignedAbsMax(kQK_K, x, &max) == 0.0f) {
       y[i].d = 0;
       std::memset(y[i].qs, 0, kQK_K);
       // ggml leaves bsums untouched here; zero them so the block is deterministic
@@ -555,15 +540,8 @@ void QuantizeRowQ4_0Ref(const float* x, BlockQ4_0* y, int64_t k) {
   const int64_t nb = k / kQK4_0;
   for (int64_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK4_0;
-    float amax = 0.0f;  // absolute max
-    float max = 0.0f;   // the element with that magnitude, signed
-    for (int j = 0; j < kQK4_0; ++j) {
-      const float v = xb[j];
-      if (amax < std::fabs(v)) {
-        amax = std::fabs(v);
-        max = v;
-      }
-    }
+    float max = 0.0f;  // the element of largest magnitude, signed
+    SignedAbsMax(kQK4_0, xb, &max);
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = Fp32ToFp16(d);
@@ -637,15 +615,8 @@ void QuantizeRowQ5_0Ref(const float* x, BlockQ5_0* y, int64_t k) {
   const int64_t nb = k / kQK5_0;
   for (int64_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK5_0;
-    float amax = 0.0f;
     float max = 0.0f;
-    for (int j = 0; j < kQK5_0; ++j) {
-      const float v = xb[j];
-      if (amax < std::fabs(v)) {
-        amax = std::fabs(v);
-        max = v;
-      }
-    }
+    SignedAbsMax(kQK5_0, xb, &max);
     const float d = max / -16;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = Fp32ToFp16(d);
@@ -826,16 +797,9 @@ void QuantizeRowQ3_KRef(const float* x, BlockQ3_K* y, int64_t k) {
   int8_t L[kQK_K];
   float scales[kQK_K / 16];
   for (int64_t i = 0; i < nb; ++i) {
+    for (int j = 0; j < kQK_K / 16; ++j) scales[j] = MakeQ3Quants(16, 4, x + 16 * j, L + 16 * j, true);
     float max_scale = 0;
-    float amax = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      scales[j] = MakeQ3Quants(16, 4, x + 16 * j, L + 16 * j, true);
-      const float scale = std::fabs(scales[j]);
-      if (scale > amax) {
-        amax = scale;
-        max_scale = scales[j];
-      }
-    }
+    SignedAbsMax(kQK_K / 16, scales, &max_scale);
     std::memset(y[i].scales, 0, 12);
     if (max_scale != 0.0f) {
       const float iscale = -32.f / max_scale;
@@ -983,6 +947,16 @@ void QkxScalesK(const float* x, int nmax, float rmin, float rdelta, int nstep, u
 // One super-block of quantize_row_q4_K_ref / q5_K_ref up to the bit packing: scales and
 // mins (make_qkx2_quants with nmax, rmin, nstep), packed into `packed_scales`, d and dmin,
 // then every value requantized against the packed scales into L[kQK_K] (0..nmax).
+// Scale and min of sub-block j of a Q4_K / Q5_K block: d * sc and dmin * m.
+struct ScaleMinK {
+  float d, m;
+};
+inline ScaleMinK ScaleMinK4(int j, const uint8_t* packed_scales, float d, float dmin) {
+  uint8_t sc, m;
+  GetScaleMinK4(j, packed_scales, &sc, &m);
+  return {d * static_cast<float>(sc), dmin * static_cast<float>(m)};
+}
+
 void QuantizeLevelsK(const float* x, int nmax, float rmin, int nstep, uint8_t* packed_scales, uint16_t* d16,
                      uint16_t* dmin16, uint8_t* L) {
   float mins[kQK_K / 32];
@@ -1028,16 +1002,10 @@ void DequantizeRowQ4_K(const BlockQ4_K* x, float* y, int64_t k) {
     const float d = Fp16ToFp32(x[i].d);
     const float min = Fp16ToFp32(x[i].dmin);
     int is = 0;
-    uint8_t sc, m;
     for (int j = 0; j < kQK_K; j += 64) {
-      GetScaleMinK4(is + 0, x[i].scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = min * static_cast<float>(m);
-      GetScaleMinK4(is + 1, x[i].scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = min * static_cast<float>(m);
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+      const ScaleMinK s1 = ScaleMinK4(is + 0, x[i].scales, d, min), s2 = ScaleMinK4(is + 1, x[i].scales, d, min);
+      for (int l = 0; l < 32; ++l) *y++ = s1.d * static_cast<float>(q[l] & 0xF) - s1.m;
+      for (int l = 0; l < 32; ++l) *y++ = s2.d * static_cast<float>(q[l] >> 4) - s2.m;
       q += 32;
       is += 2;
     }
@@ -1085,17 +1053,11 @@ void DequantizeRowQ5_K(const BlockQ5_K* x, float* y, int64_t k) {
     const float d = Fp16ToFp32(x[i].d);
     const float min = Fp16ToFp32(x[i].dmin);
     int is = 0;
-    uint8_t sc, m;
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < kQK_K; j += 64) {
-      GetScaleMinK4(is + 0, x[i].scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = min * static_cast<float>(m);
-      GetScaleMinK4(is + 1, x[i].scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = min * static_cast<float>(m);
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      const ScaleMinK s1 = ScaleMinK4(is + 0, x[i].scales, d, min), s2 = ScaleMinK4(is + 1, x[i].scales, d, min);
+      for (int l = 0; l < 32; ++l) *y++ = s1.d * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - s1.m;
+      for (int l = 0; l < 32; ++l) *y++ = s2.d * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - s2.m;
       ql += 32;
       is += 2;
       u1 = static_cast<uint8_t>(u1 << 2);
@@ -1112,18 +1074,9 @@ void QuantizeRowQ6_KRef(const float* x, BlockQ6_K* y, int64_t k) {
   int8_t L[kQK_K];
   float scales[kQK_K / 16];
   for (int64_t i = 0; i < nb; ++i) {
+    for (int ib = 0; ib < kQK_K / 16; ++ib) scales[ib] = MakeQxQuants(16, 32, x + 16 * ib, L + 16 * ib, 1, nullptr);
     float max_scale = 0;
-    float max_abs_scale = 0;
-    for (int ib = 0; ib < kQK_K / 16; ++ib) {
-      const float scale = MakeQxQuants(16, 32, x + 16 * ib, L + 16 * ib, 1, nullptr);
-      scales[ib] = scale;
-      const float abs_scale = std::fabs(scale);
-      if (abs_scale > max_abs_scale) {
-        max_abs_scale = abs_scale;
-        max_scale = scale;
-      }
-    }
-    if (max_abs_scale < kGroupMaxEps) {
+    if (SignedAbsMax(kQK_K / 16, scales, &max_scale) < kGroupMaxEps) {
       std::memset(&y[i], 0, sizeof(BlockQ6_K));
       y[i].d = Fp32ToFp16(0.f);
       x += kQK_K;
@@ -1193,7 +1146,10 @@ void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t k) {
 
 // ------------------------------------------------------------------ IQ4_NL / IQ4_XS
 
-void QuantizeIQ4_NL(const float* x, BlockIQ4_NL* y, int64_t k) {
+namespace {
+
+// IQ4_NL blocks of x[0..k), each with QuantizeRowIQ4NlImpl's `ntry`.
+void QuantizeIQ4NlBlocks(const float* x, BlockIQ4_NL* y, int64_t k, int ntry) {
   assert(k % kQK4_NL == 0);
   const int64_t nblock = k / kQK4_NL;
   uint8_t L[kQK4_NL];
@@ -1202,22 +1158,15 @@ void QuantizeIQ4_NL(const float* x, BlockIQ4_NL* y, int64_t k) {
   float scale;
   for (int64_t ib = 0; ib < nblock; ++ib) {
     QuantizeRowIQ4NlImpl(kQK4_NL, 32, x + kQK4_NL * ib, &y[ib].d, y[ib].qs, &unused_h, nullptr, &scale, weight, L,
-                         kIq4nlValues, 7);
+                         kIq4nlValues, ntry);
   }
 }
 
-void QuantizeRowIQ4_NLRef(const float* x, BlockIQ4_NL* y, int64_t k) {
-  assert(k % kQK4_NL == 0);
-  const int64_t nblock = k / kQK4_NL;
-  uint8_t L[kQK4_NL];
-  float weight[kQK4_NL];
-  uint16_t unused_h;
-  float scale;
-  for (int64_t ib = 0; ib < nblock; ++ib) {
-    QuantizeRowIQ4NlImpl(kQK4_NL, 32, x + kQK4_NL * ib, &y[ib].d, y[ib].qs, &unused_h, nullptr, &scale, weight, L,
-                         kIq4nlValues, -1);
-  }
-}
+}  // namespace
+
+void QuantizeIQ4_NL(const float* x, BlockIQ4_NL* y, int64_t k) { QuantizeIQ4NlBlocks(x, y, k, 7); }
+
+void QuantizeRowIQ4_NLRef(const float* x, BlockIQ4_NL* y, int64_t k) { QuantizeIQ4NlBlocks(x, y, k, -1); }
 
 void DequantizeRowIQ4_NL(const BlockIQ4_NL* x, float* y, int64_t k) {
   assert(k % kQK4_NL == 0);

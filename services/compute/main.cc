@@ -75,11 +75,7 @@ int main(int argc, char** argv) {
   auto m = process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&security->cluster_keys), flags->host,
                                 flags->metrics_port);
   if (!m.ok()) return Fail(std::string(m.status().message()));
-  herd::serving::GrpcServerOptions gopts;
-  gopts.address = herd::serving::ListenAddress(flags->host, flags->port);
-  gopts.max_message_bytes = flags->max_message_bytes;
-  gopts.shutdown_grace = flags->grace;
-  gopts.security = std::move(security->server);
+  herd::serving::GrpcServerOptions gopts = herd::serving::GrpcOptions(*flags, std::move(security->server));
   auto server = process.StartGrpc(gopts, {&service}, "herd.v1.RemoteCompute");
   if (!server.ok()) return Fail(std::string(server.status().message()));
   HERD_LOG(Info) << "compute: " << threads << " CPU thread(s), up to " << opts.max_buffer_bytes

@@ -34,6 +34,28 @@ class DraftServiceTest : public ::testing::Test {
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
+  // stories260K as a draft model (n_ctx 512) attached to its own vocabulary; null (the test
+  // failed) when it cannot be loaded.
+  static std::unique_ptr<engine::spec::DraftModel> StoriesDraftModel(const std::string& shared) {
+    engine::spec::DraftModelParams dp;
+    dp.n_ctx = 512;
+    auto dm = engine::spec::DraftModel::Load(shared + "/models/stories260K.gguf", dp);
+    EXPECT_TRUE(dm.ok()) << dm.status();
+    if (!dm.ok()) return nullptr;
+    const absl::Status st = (*dm)->AttachTarget((*dm)->vocab());
+    EXPECT_TRUE(st.ok()) << st;
+    return st.ok() ? *std::move(dm) : nullptr;
+  }
+  // Greedy drafting (draft_p_min 0) with `dm` for a target of dm's vocabulary, no reaper.
+  static DraftServiceOptions DraftModelOptions(engine::spec::DraftModel* dm) {
+    DraftServiceOptions o;
+    o.defaults.type = engine::spec::SpecType::kDraftModel;
+    o.defaults.draft_p_min = 0.0f;
+    o.resources.draft_model = dm;
+    o.target_n_vocab = dm->vocab().n_tokens();
+    o.reaper = false;
+    return o;
+  }
   static DraftServiceOptions NgramOptions() {
     DraftServiceOptions o;
     o.defaults.type = engine::spec::SpecType::kNgramSimple;
@@ -243,20 +265,12 @@ TEST_F(DraftServiceTest, PerRequestConfigAndMetrics) {
 TEST_F(DraftServiceTest, DraftModelType) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
-  engine::spec::DraftModelParams dp;
-  dp.n_ctx = 512;
-  auto dm = engine::spec::DraftModel::Load(shared + "/models/stories260K.gguf", dp);
-  ASSERT_TRUE(dm.ok()) << dm.status();
-  ASSERT_TRUE((*dm)->AttachTarget((*dm)->vocab()).ok());
-  DraftServiceOptions o;
-  o.defaults.type = engine::spec::SpecType::kDraftModel;
-  o.defaults.draft_p_min = 0.0f;
-  o.resources.draft_model = dm->get();
+  std::unique_ptr<engine::spec::DraftModel> dm = StoriesDraftModel(shared);
+  ASSERT_NE(dm, nullptr);
+  DraftServiceOptions o = DraftModelOptions(dm.get());
   o.target_model = "stories260K";
-  o.target_n_vocab = (*dm)->vocab().n_tokens();
-  o.reaper = false;
   Start(o);
-  const Tokens prompt = (*dm)->vocab().Tokenize("Once upon a time", true, false);
+  const Tokens prompt = dm->vocab().Tokenize("Once upon a time", true, false);
   herd::v1::DraftRequest req;
   req.set_session_id("dm");
   req.set_model("stories260K");
@@ -299,7 +313,7 @@ TEST_F(DraftServiceTest, DraftModelType) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub_->EndSession(&ctx, end, &er).ok());
   }
-  EXPECT_EQ((*dm)->n_cached_seqs(), 0u);
+  EXPECT_EQ(dm->n_cached_seqs(), 0u);
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_.reset();
   service_.reset();  // sessions (drafters) go before the draft model
@@ -368,23 +382,15 @@ TEST_F(DraftServiceTest, ProposeBatchIsBounded) {
 TEST_F(DraftServiceTest, ProposeBatchDraftsDraftModelItemsInOneBatch) {
   const std::string shared = SharedDir();
   if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
-  engine::spec::DraftModelParams dp;
-  dp.n_ctx = 512;
-  auto dm = engine::spec::DraftModel::Load(shared + "/models/stories260K.gguf", dp);
-  ASSERT_TRUE(dm.ok()) << dm.status();
-  ASSERT_TRUE((*dm)->AttachTarget((*dm)->vocab()).ok());
-  DraftServiceOptions o;
-  o.defaults.type = engine::spec::SpecType::kDraftModel;
-  o.defaults.draft_p_min = 0.0f;
-  o.resources.draft_model = dm->get();
-  o.target_n_vocab = (*dm)->vocab().n_tokens();
-  o.reaper = false;
+  std::unique_ptr<engine::spec::DraftModel> dm = StoriesDraftModel(shared);
+  ASSERT_NE(dm, nullptr);
+  DraftServiceOptions o = DraftModelOptions(dm.get());
   Start(o);
   const std::vector<std::string> texts = {"Once upon a time", "The little dog", "Lily and Tom went to the park",
                                           "One day"};
   std::vector<herd::v1::DraftRequest> reqs;
   for (size_t i = 0; i < texts.size(); ++i) {
-    const Tokens p = (*dm)->vocab().Tokenize(texts[i], true, false);
+    const Tokens p = dm->vocab().Tokenize(texts[i], true, false);
     reqs.push_back(Req("b" + std::to_string(i), p, 0, 0));
     reqs.back().set_n_max(static_cast<int>(3 + i));
   }
@@ -394,10 +400,10 @@ TEST_F(DraftServiceTest, ProposeBatchDraftsDraftModelItemsInOneBatch) {
   ngram.mutable_config()->set_ngram_size_m(8);
   std::vector<herd::v1::DraftRequest> all = reqs;
   all.push_back(ngram);
-  const int64_t batches = (*dm)->n_batches();
+  const int64_t batches = dm->n_batches();
   herd::v1::DraftBatchResponse b;
   ASSERT_TRUE(ProposeBatch(all, &b).ok());
-  EXPECT_EQ((*dm)->n_batches(), batches + 1);  // one batch for the four sessions
+  EXPECT_EQ(dm->n_batches(), batches + 1);  // one batch for the four sessions
   ASSERT_EQ(b.items_size(), 5);
   for (size_t i = 0; i < reqs.size(); ++i) {
     const herd::v1::DraftBatchItem& it = b.items(static_cast<int>(i));

@@ -70,22 +70,6 @@ namespace {
 
 int Fail(const std::string& msg) { return herd::serving::StartupFailure("herd-draft", msg); }
 
-// ValidateSpecConfig names wire fields; name the flags instead.
-std::string FlagName(const std::string& msg) {
-  static const std::pair<const char*, const char*> kMap[] = {{"ngram_size_n:", "--spec_ngram_size_n:"},
-                                                             {"ngram_size_m:", "--spec_ngram_size_m:"},
-                                                             {"ngram_check_rate:", "--spec_ngram_check_rate:"},
-                                                             {"ngram_min_hits:", "--spec_ngram_min_hits:"},
-                                                             {"draft_max:", "--draft_max:"},
-                                                             {"draft_min:", "--draft_min:"},
-                                                             {"draft_p_min:", "--draft_p_min:"},
-                                                             {"type:", "--spec_type:"}};
-  for (const auto& [from, to] : kMap) {
-    if (msg.rfind(from, 0) == 0) return std::string(to) + msg.substr(std::string(from).size());
-  }
-  return msg;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,7 +83,7 @@ int main(int argc, char** argv) {
   auto flags = herd::serving::ReadServiceFlags(absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port));
   if (!flags.ok()) return Fail(std::string(flags.status().message()));
   const std::string host = flags->host;
-  const int port = flags->port, metrics_port = flags->metrics_port;
+  const int metrics_port = flags->metrics_port;
   if (absl::GetFlag(FLAGS_max_sessions) < 1) return Fail("--max_sessions must be >= 1");
   if (!(absl::GetFlag(FLAGS_session_idle_s) > 0)) return Fail("--session_idle_s must be > 0");
   if (absl::GetFlag(FLAGS_max_history) < 1) return Fail("--max_history must be >= 1");
@@ -125,7 +109,8 @@ int main(int argc, char** argv) {
   defaults.draft_max = absl::GetFlag(FLAGS_draft_max);
   defaults.draft_min = absl::GetFlag(FLAGS_draft_min);
   defaults.draft_p_min = static_cast<float>(absl::GetFlag(FLAGS_draft_p_min));
-  if (absl::Status s = spec::ValidateSpecConfig(defaults); !s.ok()) return Fail(FlagName(std::string(s.message())));
+  if (absl::Status s = spec::ValidateSpecConfig(defaults); !s.ok())
+    return Fail(spec::SpecConfigMessageForFlags(std::string(s.message())));
   if (defaults.type == spec::SpecType::kDraftModel && model_draft.empty()) {
     return Fail("--spec_type=draft-model needs --model_draft");
   }
@@ -207,11 +192,7 @@ int main(int argc, char** argv) {
   auto m =
       process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&security->cluster_keys), host, metrics_port);
   if (!m.ok()) return Fail(std::string(m.status().message()));
-  herd::serving::GrpcServerOptions gopts;
-  gopts.address = herd::serving::ListenAddress(host, port);
-  gopts.max_message_bytes = flags->max_message_bytes;
-  gopts.shutdown_grace = flags->grace;
-  gopts.security = std::move(security->server);
+  herd::serving::GrpcServerOptions gopts = herd::serving::GrpcOptions(*flags, std::move(security->server));
   HERD_LOG(Info) << "draft: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   auto server = process.StartGrpc(gopts, {&service}, "herd.v1.Draft");
   if (!server.ok()) return Fail(std::string(server.status().message()));

@@ -11,6 +11,7 @@
 #include "libs/grammar/gbnf.h"
 #include "libs/grammar/json_schema.h"
 #include "tests/shared_data.h"
+#include "tests/shared_vocab.h"
 
 namespace herd::gateway {
 namespace {
@@ -22,9 +23,7 @@ class ConstraintsTest : public ::testing::Test {
   void SetUp() override {
     const std::string dir = SharedDir();
     if (dir.empty()) GTEST_SKIP() << kSharedDirMissing;
-    auto f = gguf::GgufFile::Open(dir + "/models/stories260K.gguf");
-    ASSERT_TRUE(f.ok()) << f.status();
-    auto v = tokenizer::Vocab::FromGguf(**f);
+    auto v = LoadSharedVocab(dir);
     ASSERT_TRUE(v.ok()) << v.status();
     vocab_ = std::move(*v);
   }

@@ -26,6 +26,7 @@
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
 #include "tests/shared_data.h"
+#include "tests/shared_vocab.h"
 
 namespace herd::gateway {
 namespace {
@@ -40,13 +41,10 @@ class EmbeddingsTest : public ::testing::Test {
   void SetUp() override {
     const std::string shared = SharedDir();
     if (shared.empty()) GTEST_SKIP() << kSharedDirMissing;
-    const std::string path = shared + "/models/stories260K.gguf";
-    auto f = gguf::GgufFile::Open(path);
-    ASSERT_TRUE(f.ok()) << f.status();
-    auto v = tokenizer::Vocab::FromGguf(**f);
+    auto v = LoadSharedVocab(shared);
     ASSERT_TRUE(v.ok()) << v.status();
     vocab_ = std::move(*v);
-    ASSERT_TRUE(loader_.AddModelFromFile("stories260K", path).ok());
+    ASSERT_TRUE(loader_.AddModelFromFile("stories260K", shared + "/models/stories260K.gguf").ok());
     ASSERT_TRUE(loader_.Start().ok());
   }
   void TearDown() override {

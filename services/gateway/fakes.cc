@@ -10,6 +10,15 @@
 
 namespace herd::gateway::testing {
 
+bool WaitFor(const std::function<bool()>& pred, int timeout_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
 FakeWorker::FakeWorker(FakeWorkerConfig config) : config_(std::move(config)) {}
 
 FakeWorker::~FakeWorker() { Kill(); }

@@ -17,6 +17,9 @@
 
 namespace herd::gateway::testing {
 
+/// Polls `pred` every 5 ms until it holds (true) or timeout_ms pass (then pred() once more).
+bool WaitFor(const std::function<bool()>& pred, int timeout_ms = 5000);
+
 struct FakeWorkerConfig {
   std::string model = "stories260K";
   std::string architecture = "llama";

@@ -25,6 +25,7 @@
 
 #include "libs/engine/engine.h"
 #include "libs/engine/scheduler.h"
+#include "libs/grammar/random_walk.h"
 #include "libs/model/model.h"
 #include "libs/serving/metrics.h"
 #include "libs/serving/server.h"
@@ -32,97 +33,41 @@
 #include "libs/tokenizer/tokenizer.h"
 #include "services/gateway/gateway.h"
 #include "services/gateway/http_server.h"
-#include "services/loader/loader_service.h"
-#include "services/worker/worker_service.h"
+#include "services/gateway/in_process_testing.h"
 #include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
+#include "tests/stories_model_test.h"
 #include "tools/herd/commands.h"
 
 namespace herd::gateway {
 namespace {
 
-class RealWorkerTest : public ::testing::Test {
+class RealWorkerTest : public StoriesModelTest {
  protected:
   void SetUp() override {
+    StoriesModelTest::SetUp();  // model_, vocab_
+    if (IsSkipped() || HasFatalFailure()) return;
     shared_ = SharedDir();
-    if (shared_.empty()) GTEST_SKIP() << kSharedDirMissing;
-    // Loader over the shared model directory.
-    loader::LoaderOptions lo;
-    lo.models_dir = shared_ + "/models";
-    lo.registry = &registry_;
-    auto l = loader::LoaderServiceImpl::Create(lo);
-    ASSERT_TRUE(l.ok()) << l.status();
-    loader_ = std::move(*l);
-    serving::GrpcServerOptions so;
-    so.address = "127.0.0.1:0";
-    int loader_port = 0;
-    auto ls = serving::StartGrpcServer(so, {loader_.get()}, &loader_port);
-    ASSERT_TRUE(ls.ok()) << ls.status();
-    loader_server_ = std::move(*ls);
-
-    // Worker: stories260K on the CPU backend.
-    auto m = model::Model::Load(shared_ + "/models/stories260K.gguf");
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = std::move(*m);
-    auto v = tokenizer::Vocab::FromGguf(model_->file());
-    ASSERT_TRUE(v.ok()) << v.status();
-    vocab_ = std::move(*v);
-    engine::EngineParams ep;
-    ep.n_ctx = 1024;
-    ep.n_batch = 64;
-    auto e = engine::Engine::Create(*model_, ep, &backend_);
-    ASSERT_TRUE(e.ok()) << e.status();
-    engine_ = std::move(*e);
-    engine::SchedulerConfig sc;
-    sc.max_sequences = 4;
-    sc.n_ctx_seq = 512;
-    auto s = engine::Scheduler::Create(engine_.get(), vocab_.get(), sc);
-    ASSERT_TRUE(s.ok()) << s.status();
-    scheduler_ = std::move(*s);
-    worker::WorkerServiceOptions wo;
-    wo.model_name = "stories260K";
-    wo.architecture = model_->hparams().arch;
-    worker_ = std::make_unique<worker::WorkerServiceImpl>(scheduler_.get(), wo, &registry_);
-    int worker_port = 0;
-    auto ws = serving::StartGrpcServer(so, {worker_.get()}, &worker_port);
-    ASSERT_TRUE(ws.ok()) << ws.status();
-    worker_server_ = std::move(*ws);
-
-    // Gateway.
+    ASSERT_TRUE(testing::StartLoaderServer(shared_ + "/models", &registry_, &loader_).ok());
+    absl::Status st = testing::StartWorkerServer(*model_, vocab_.get(), &backend_, 1024, &registry_, &worker_);
+    ASSERT_TRUE(st.ok()) << st;
     GatewayOptions go;
-    go.loader_address = absl::StrCat("127.0.0.1:", loader_port);
-    go.pool.addresses = {absl::StrCat("127.0.0.1:", worker_port)};
+    go.loader_address = absl::StrCat("127.0.0.1:", loader_.port);
+    go.pool.addresses = {absl::StrCat("127.0.0.1:", worker_.port)};
     go.pool.poll_interval = absl::Milliseconds(100);
-    gw_ = std::make_unique<Gateway>(go, &registry_);
-    ASSERT_TRUE(gw_->Start().ok());
-    svc_ = std::make_unique<GatewayServiceImpl>(gw_.get());
-    int gw_port = 0;
-    auto gs = serving::StartGrpcServer(so, {svc_.get()}, &gw_port);
-    ASSERT_TRUE(gs.ok()) << gs.status();
-    gw_server_ = std::move(*gs);
-    stub_ = v1::Gateway::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", gw_port), grpc::InsecureChannelCredentials()));
-    // Ready when the gateway sees the worker (its first Info may time out on a busy machine).
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (gw_->pool().live_count() < 1 && std::chrono::steady_clock::now() < end) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_EQ(gw_->pool().live_count(), 1);
+    st = testing::StartGatewayServer(go, &registry_, 1, &gateway_);
+    ASSERT_TRUE(st.ok()) << st;
+    gw_ = gateway_.gw.get();
+    stub_ = gateway_.stub.get();
     worker_stub_ = v1::Worker::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", worker_port), grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", worker_.port), grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {
     const auto soon = std::chrono::system_clock::now() + std::chrono::seconds(2);
-    if (gw_) gw_->CancelAll();
-    if (gw_server_) gw_server_->Shutdown(soon);
-    if (gw_) gw_->Stop();
-    if (worker_server_) worker_server_->Shutdown(soon);
-    if (loader_server_) loader_server_->Shutdown(soon);
-    worker_server_.reset();
-    worker_.reset();
-    scheduler_.reset();
-    engine_.reset();
+    gateway_.Stop(soon);
+    worker_.Stop(soon);
+    if (loader_.server) loader_.server->Shutdown(soon);
   }
 
   struct Out {
@@ -159,20 +104,13 @@ class RealWorkerTest : public ::testing::Test {
 
   std::string shared_;
   serving::Registry registry_;
-  std::unique_ptr<loader::LoaderServiceImpl> loader_;
-  std::unique_ptr<grpc::Server> loader_server_;
+  testing::LoaderServer loader_;
   std::unique_ptr<Backend> backend_owner_ = CpuBackendForTests(2);
   Backend& backend_ = *backend_owner_;
-  std::unique_ptr<model::Model> model_;
-  std::unique_ptr<tokenizer::Vocab> vocab_;
-  std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<engine::Scheduler> scheduler_;
-  std::unique_ptr<worker::WorkerServiceImpl> worker_;
-  std::unique_ptr<grpc::Server> worker_server_;
-  std::unique_ptr<Gateway> gw_;
-  std::unique_ptr<GatewayServiceImpl> svc_;
-  std::unique_ptr<grpc::Server> gw_server_;
-  std::unique_ptr<v1::Gateway::Stub> stub_;
+  testing::WorkerServer worker_;
+  testing::GatewayServer gateway_;
+  Gateway* gw_ = nullptr;
+  v1::Gateway::Stub* stub_ = nullptr;
   std::unique_ptr<v1::Worker::Stub> worker_stub_;
 };
 
@@ -233,28 +171,40 @@ TEST_F(RealWorkerTest, StopStringAndCancellationFreeTheSequence) {
 // --------------------------------------------------------------------------
 // Constrained output
 
-// Runs libs/grammar/validate_json.py on [{schema, samples}]; returns its output, "" on success.
-std::string ValidateWithJsonSchema(const nlohmann::json& cases) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(tmp ? tmp : "/tmp") + "/constrained_samples.json";
-  {
-    std::ofstream f(path);
-    f << cases.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-  FILE* p = popen(("/usr/bin/python3 libs/grammar/validate_json.py " + path + " 2>&1").c_str(), "r");
-  if (p == nullptr) return "cannot run python3";
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  return pclose(p) == 0 ? "" : out;
-}
-
-TEST_F(RealWorkerTest, JsonSchemaOverHttpGivesValidJsonFor20Seeds) {
-  HttpFrontEnd http(gw_.get());
+// POSTs `body` to `path` of an HTTP front end of `gw` for seeds 0..19 (temperature 1.0 on
+// odd seeds, 0.8 on even ones), with max_tokens 300 and a strict response_format
+// "json_schema" `name` of `schema`; every answer must stop on its own and its text
+// (choices[0] at `text_at`) be valid against the schema.
+void ExpectValidJsonFor20Seeds(Gateway* gw, const std::string& path, nlohmann::json body, const std::string& name,
+                               const nlohmann::json& schema, const nlohmann::json::json_pointer& text_at) {
+  HttpFrontEnd http(gw);
   auto port = http.Start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok()) << port.status();
   httplib::Client cli("127.0.0.1", *port);
   cli.set_read_timeout(120, 0);
+  body["model"] = "stories260K";
+  body["max_tokens"] = 300;
+  body["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", name}, {"schema", schema}, {"strict", true}}}};
+  nlohmann::json samples = nlohmann::json::array();
+  for (int seed = 0; seed < 20; ++seed) {
+    body["temperature"] = seed % 2 ? 1.0 : 0.8;
+    body["seed"] = seed;
+    auto res = cli.Post(path, body.dump(), "application/json");
+    ASSERT_TRUE(res) << "seed " << seed;
+    ASSERT_EQ(res->status, 200) << res->body;
+    const nlohmann::json out = nlohmann::json::parse(res->body);
+    const std::string text = out["choices"][0].at(text_at).get<std::string>();
+    EXPECT_EQ(out["choices"][0]["finish_reason"], "stop") << "seed " << seed << ": " << text;
+    samples.push_back(text);
+  }
+  const std::string err = grammar::ValidateJsonSamples(
+      nlohmann::json::array({{{"schema", schema}, {"samples", samples}}}), "constrained_samples.json");
+  EXPECT_EQ(err, "") << samples.dump(1);
+  http.Stop();
+}
+
+TEST_F(RealWorkerTest, JsonSchemaOverHttpGivesValidJsonFor20Seeds) {
   const nlohmann::json schema = nlohmann::json::parse(R"({
       "type": "object",
       "properties": {
@@ -265,37 +215,13 @@ TEST_F(RealWorkerTest, JsonSchemaOverHttpGivesValidJsonFor20Seeds) {
       },
       "required": ["name", "age", "happy"],
       "additionalProperties": false})");
-  nlohmann::json samples = nlohmann::json::array();
-  for (int seed = 0; seed < 20; ++seed) {
-    nlohmann::json body = {
-        {"model", "stories260K"},
-        {"prompt", "Once upon a time"},
-        {"max_tokens", 300},
-        {"temperature", seed % 2 ? 1.0 : 0.8},
-        {"seed", seed},
-        {"response_format",
-         {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}, {"strict", true}}}}}};
-    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
-    ASSERT_TRUE(res) << "seed " << seed;
-    ASSERT_EQ(res->status, 200) << res->body;
-    const nlohmann::json out = nlohmann::json::parse(res->body);
-    const std::string text = out["choices"][0]["text"].get<std::string>();
-    EXPECT_EQ(out["choices"][0]["finish_reason"], "stop") << "seed " << seed << ": " << text;
-    samples.push_back(text);
-  }
-  const std::string err = ValidateWithJsonSchema(nlohmann::json::array({{{"schema", schema}, {"samples", samples}}}));
-  EXPECT_EQ(err, "") << samples.dump(1);
-  http.Stop();
+  ExpectValidJsonFor20Seeds(gw_, "/v1/completions", {{"prompt", "Once upon a time"}}, "person", schema,
+                            nlohmann::json::json_pointer("/text"));
 }
 
 // The issue's bar for chat: a JSON-schema-constrained chat completion on stories260K
 // (rendered with the ChatML fallback) returns JSON valid against the schema, 20 seeds.
 TEST_F(RealWorkerTest, JsonSchemaChatCompletionGivesValidJsonFor20Seeds) {
-  HttpFrontEnd http(gw_.get());
-  auto port = http.Start("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok()) << port.status();
-  httplib::Client cli("127.0.0.1", *port);
-  cli.set_read_timeout(120, 0);
   const nlohmann::json schema = nlohmann::json::parse(R"({
       "type": "object",
       "properties": {
@@ -305,28 +231,11 @@ TEST_F(RealWorkerTest, JsonSchemaChatCompletionGivesValidJsonFor20Seeds) {
       },
       "required": ["title", "characters", "happy_end"],
       "additionalProperties": false})");
-  nlohmann::json samples = nlohmann::json::array();
-  for (int seed = 0; seed < 20; ++seed) {
-    nlohmann::json body = {
-        {"model", "stories260K"},
-        {"messages", nlohmann::json::array({nlohmann::json{{"role", "system"}, {"content", "Answer in JSON."}},
-                                            nlohmann::json{{"role", "user"}, {"content", "Describe a story."}}})},
-        {"max_tokens", 300},
-        {"temperature", seed % 2 ? 1.0 : 0.8},
-        {"seed", seed},
-        {"response_format",
-         {{"type", "json_schema"}, {"json_schema", {{"name", "story"}, {"schema", schema}, {"strict", true}}}}}};
-    auto res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
-    ASSERT_TRUE(res) << "seed " << seed;
-    ASSERT_EQ(res->status, 200) << res->body;
-    const nlohmann::json out = nlohmann::json::parse(res->body);
-    const std::string text = out["choices"][0]["message"]["content"].get<std::string>();
-    EXPECT_EQ(out["choices"][0]["finish_reason"], "stop") << "seed " << seed << ": " << text;
-    samples.push_back(text);
-  }
-  const std::string err = ValidateWithJsonSchema(nlohmann::json::array({{{"schema", schema}, {"samples", samples}}}));
-  EXPECT_EQ(err, "") << samples.dump(1);
-  http.Stop();
+  const nlohmann::json messages =
+      nlohmann::json::array({nlohmann::json{{"role", "system"}, {"content", "Answer in JSON."}},
+                             nlohmann::json{{"role", "user"}, {"content", "Describe a story."}}});
+  ExpectValidJsonFor20Seeds(gw_, "/v1/chat/completions", {{"messages", messages}}, "story", schema,
+                            nlohmann::json::json_pointer("/message/content"));
 }
 
 TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
@@ -365,7 +274,7 @@ TEST_F(RealWorkerTest, InvalidGrammarIsInvalidArgumentAndHttp400) {
         << st.error_message();
   }
 
-  HttpFrontEnd http(gw_.get());
+  HttpFrontEnd http(gw_);
   auto port = http.Start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok()) << port.status();
   httplib::Client cli("127.0.0.1", *port);
@@ -411,7 +320,7 @@ TEST_F(RealWorkerTest, LogitBiasBanChangesGreedyOutput) {
   for (int32_t id : o.ids) EXPECT_NE(id, banned);
 
   // The same ban through HTTP, llama.cpp's array form with the token's text and false.
-  HttpFrontEnd http(gw_.get());
+  HttpFrontEnd http(gw_);
   auto port = http.Start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok()) << port.status();
   httplib::Client cli("127.0.0.1", *port);
@@ -453,7 +362,7 @@ TEST_F(RealWorkerTest, GbnfGrammarConstrainsAStory) {
 // give the same vectors for the same text (mean and the default, last), with unit norm,
 // and the worker's KV cache is left empty.
 TEST_F(RealWorkerTest, EmbeddingsEqualTheCliAndHttp) {
-  HttpFrontEnd http(gw_.get());
+  HttpFrontEnd http(gw_);
   auto hp = http.Start("127.0.0.1", 0);
   ASSERT_TRUE(hp.ok()) << hp.status();
   const std::string text = "Once upon a time, there was a little girl";
@@ -527,7 +436,7 @@ TEST_F(RealWorkerTest, HttpFrontHoldsUnderIdleFloodsBombsAndOverload) {
   HttpOptions ho;
   ho.server.max_concurrent_requests = 8;
   ho.server.max_body_bytes = 9 << 20;
-  HttpFrontEnd http(gw_.get(), ho);
+  HttpFrontEnd http(gw_, ho);
   auto hp = http.Start("127.0.0.1", 0);
   ASSERT_TRUE(hp.ok()) << hp.status();
   namespace raw = serving::testing;
@@ -607,11 +516,11 @@ TEST_F(RealWorkerTest, HttpFrontHoldsUnderIdleFloodsBombsAndOverload) {
 // Non-streamed completions whose clients hang up are cancelled: their sequences leave
 // the worker and a later request is not stuck behind them.
 TEST_F(RealWorkerTest, AbandonedHttpCompletionsAreCancelled) {
-  HttpFrontEnd http(gw_.get());
+  HttpFrontEnd http(gw_);
   auto hp = http.Start("127.0.0.1", 0);
   ASSERT_TRUE(hp.ok()) << hp.status();
   namespace raw = serving::testing;
-  const uint64_t gen0 = scheduler_->Stats().tokens_generated;
+  const uint64_t gen0 = worker_.scheduler->Stats().tokens_generated;
   const std::string longreq = raw::PostJsonRequest(
       "/v1/completions",
       R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":480,"temperature":0.8,"ignore_eos":true})");
@@ -623,12 +532,13 @@ TEST_F(RealWorkerTest, AbandonedHttpCompletionsAreCancelled) {
   absl::SleepFor(absl::Milliseconds(50));
   for (int fd : fds) ::close(fd);
   const absl::Time t0 = absl::Now();
-  while (scheduler_->Stats().active + scheduler_->Stats().queued > 0 && absl::Now() - t0 < absl::Seconds(10)) {
+  while (worker_.scheduler->Stats().active + worker_.scheduler->Stats().queued > 0 &&
+         absl::Now() - t0 < absl::Seconds(10)) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   const absl::Duration drained = absl::Now() - t0;
   absl::SleepFor(absl::Milliseconds(200));
-  const uint64_t generated = scheduler_->Stats().tokens_generated - gen0;
+  const uint64_t generated = worker_.scheduler->Stats().tokens_generated - gen0;
   std::printf("8 abandoned 480-token completions: worker idle %.0f ms after the hang-ups, %llu tokens generated\n",
               absl::ToDoubleMilliseconds(drained), static_cast<unsigned long long>(generated));
   EXPECT_LT(generated, 8u * 480 / 2);

@@ -31,15 +31,7 @@ namespace {
 using testing::FakeLoader;
 using testing::FakeWorker;
 using testing::FakeWorkerConfig;
-
-bool WaitFor(const std::function<bool()>& pred, int timeout_ms = 5000) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
+using testing::WaitFor;
 
 struct Collected {
   absl::Status status;
@@ -166,6 +158,8 @@ class ScriptedDrafter : public engine::spec::DraftSource {
   engine::spec::SpecStats stats_;
 };
 
+const std::vector<int32_t> kCycle = {300, 301, 302, 303, 304};
+
 class GatewaySpecTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -181,6 +175,14 @@ class GatewaySpecTest : public ::testing::Test {
     workers_.push_back(std::make_unique<FakeWorker>(c));
     EXPECT_TRUE(workers_.back()->Start().ok());
     return workers_.back().get();
+  }
+
+  // A fake worker that repeats kCycle without EOS.
+  FakeWorker* AddCycleWorker() {
+    return AddWorker([](FakeWorkerConfig& c) {
+      c.script = kCycle;
+      c.eos_after_script = false;
+    });
   }
 
   std::unique_ptr<Gateway> StartGateway(FakeWorker* w, const std::function<void(GatewayOptions&)>& tweak) {
@@ -225,8 +227,6 @@ class GatewaySpecTest : public ::testing::Test {
   std::vector<std::unique_ptr<FakeWorker>> workers_;
 };
 
-const std::vector<int32_t> kCycle = {300, 301, 302, 303, 304};
-
 std::vector<int32_t> CycleOf(size_t n) {
   std::vector<int32_t> out;
   for (size_t i = 0; i < n; ++i) out.push_back(kCycle[i % kCycle.size()]);
@@ -237,10 +237,7 @@ std::vector<int32_t> CycleOf(size_t n) {
 // non-speculative ones, drafts are accepted, no draft reaches past n_predict, and the
 // last message, the metrics and the request log carry the statistics.
 TEST_F(GatewaySpecTest, NgramDraftsFromADraftWorker) {
-  FakeWorker* w = AddWorker([](FakeWorkerConfig& c) {
-    c.script = kCycle;
-    c.eos_after_script = false;
-  });
+  FakeWorker* w = AddCycleWorker();
   auto dw = StartDraftWorker();
   auto gw = StartGateway(w, [&](GatewayOptions& o) {
     o.drafts.addresses = {dw->address};
@@ -308,10 +305,7 @@ TEST_F(GatewaySpecTest, NgramDraftsFromADraftWorker) {
 // The gateway's defaults (--spec_type etc.) apply to requests that name no type; a
 // request's "none" turns speculation off.
 TEST_F(GatewaySpecTest, GatewayDefaultsAndRequestOverrides) {
-  FakeWorker* w = AddWorker([](FakeWorkerConfig& c) {
-    c.script = kCycle;
-    c.eos_after_script = false;
-  });
+  FakeWorker* w = AddCycleWorker();
   auto dw = StartDraftWorker();
   auto gw = StartGateway(w, [&](GatewayOptions& o) {
     o.drafts.addresses = {dw->address};
@@ -400,10 +394,7 @@ TEST_F(GatewaySpecTest, LateOrAbsentDraftWorkerMeansEmptyDrafts) {
 // samples (temperature > 0); malformed draft tokens are cut, never sent; the drafter
 // sees the prompt first, then only the new tokens, and the caps.
 TEST_F(GatewaySpecTest, ScriptedDrafterProbabilitiesAndCaps) {
-  FakeWorker* w = AddWorker([](FakeWorkerConfig& c) {
-    c.script = kCycle;
-    c.eos_after_script = false;
-  });
+  FakeWorker* w = AddCycleWorker();
   ScriptedDrafter::Log log;
   size_t prompt_len = 0;
   auto gw = StartGateway(w, [&](GatewayOptions& o) {

@@ -31,6 +31,7 @@
 #include "services/gateway/http_server.h"
 #include "services/gateway/text_stream.h"
 #include "tests/shared_data.h"
+#include "tests/shared_vocab.h"
 #include "tools/herd/commands.h"
 
 namespace herd::gateway {
@@ -48,16 +49,8 @@ const bool kSigpipeIgnored = [] {
 using testing::FakeLoader;
 using testing::FakeWorker;
 using testing::FakeWorkerConfig;
+using testing::WaitFor;
 using json = nlohmann::json;
-
-bool WaitFor(const std::function<bool()>& pred, int timeout_ms = 3000) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
 
 struct Collected {
   grpc::Status status;
@@ -92,9 +85,7 @@ class GatewayTest : public ::testing::Test {
     shared_ = SharedDir();
     if (shared_.empty()) GTEST_SKIP() << kSharedDirMissing;
     const std::string path = shared_ + "/models/stories260K.gguf";
-    auto f = gguf::GgufFile::Open(path);
-    ASSERT_TRUE(f.ok()) << f.status();
-    auto v = tokenizer::Vocab::FromGguf(**f);
+    auto v = LoadSharedVocab(shared_);
     ASSERT_TRUE(v.ok()) << v.status();
     vocab_ = std::move(*v);
     ASSERT_TRUE(loader_.AddModelFromFile("stories260K", path).ok());
@@ -178,6 +169,30 @@ class GatewayTest : public ::testing::Test {
     r.set_n_predict(n);
     r.mutable_sampling()->set_temperature(0);
     return r;
+  }
+
+  // A fake worker whose script is the tokens of "there was a little girl" (returned in
+  // *story), repeated without EOS.
+  FakeWorker* AddStoryWorker(std::vector<int32_t>* story) {
+    *story = vocab_->Tokenize("there was a little girl", false, false);
+    return AddWorker("stories260K", [&](FakeWorkerConfig& c) {
+      c.script = *story;
+      c.eos_after_script = false;
+    });
+  }
+
+  // An HTTP client of t's front end (10 s read timeout).
+  static httplib::Client HttpClient(const TestGateway& t) {
+    httplib::Client cli("127.0.0.1", t.http_port);
+    cli.set_read_timeout(10, 0);
+    return cli;
+  }
+
+  // The text of the first n tokens of `ids`.
+  std::string Pieces(const std::vector<int32_t>& ids, size_t n) const {
+    std::string text;
+    for (size_t i = 0; i < n && i < ids.size(); ++i) text += vocab_->TokenToPiece(ids[i], false);
+    return text;
   }
 
   int32_t Byte(int b) const { return vocab_->TextToToken(absl::StrFormat("<0x%02X>", b)); }
@@ -888,14 +903,10 @@ TEST_F(GatewayTest, ShutdownCancelsInFlightStreamsWithALastMessage) {
 // ---- HTTP ----
 
 TEST_F(GatewayTest, HttpCompletionsAndModels) {
-  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
-  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
-    c.script = story;
-    c.eos_after_script = false;
-  });
+  std::vector<int32_t> story;
+  FakeWorker* w = AddStoryWorker(&story);
   auto t = StartGateway({w});
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
 
   auto models = cli.Get("/v1/models");
   ASSERT_TRUE(models);
@@ -914,8 +925,7 @@ TEST_F(GatewayTest, HttpCompletionsAndModels) {
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["model"], "stories260K");
   const std::string text = j["choices"][0]["text"];
-  EXPECT_EQ(text, vocab_->TokenToPiece(story[0], false) + vocab_->TokenToPiece(story[1], false) +
-                      vocab_->TokenToPiece(story[2], false));
+  EXPECT_EQ(text, Pieces(story, 3));
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
   EXPECT_EQ(j["usage"]["completion_tokens"], 3);
@@ -1045,14 +1055,10 @@ std::string ChatMl(const std::vector<std::pair<std::string, std::string>>& msgs)
 }
 
 TEST_F(GatewayTest, HttpChatCompletions) {
-  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
-  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
-    c.script = story;
-    c.eos_after_script = false;
-  });
+  std::vector<int32_t> story;
+  FakeWorker* w = AddStoryWorker(&story);
   auto t = StartGateway({w});
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
   json body = {{"model", "stories260K"},
                {"messages", json::array({json{{"role", "system"}, {"content", "Be brief."}},
                                          json{{"role", "user"}, {"content", "Tell a story"}}})},
@@ -1066,8 +1072,7 @@ TEST_F(GatewayTest, HttpChatCompletions) {
   EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "chatcmpl-"));
   ASSERT_EQ(j["choices"].size(), 1u);
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
-  const std::string text = vocab_->TokenToPiece(story[0], false) + vocab_->TokenToPiece(story[1], false) +
-                           vocab_->TokenToPiece(story[2], false);
+  const std::string text = Pieces(story, 3);
   EXPECT_EQ(j["choices"][0]["message"]["content"], text);
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   // The worker got the ChatML render, tokenized with BOS and special tokens parsed.
@@ -1236,8 +1241,7 @@ TEST_F(GatewayTest, ChatToolCallsAndReasoning) {
     c.n_ctx = c.n_ctx_seq = 2048;
   });
   auto t = StartGateway({w}, [](GatewayOptions& o) { o.chat_template = kHermesTemplate; });
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
   const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
   json body = {{"model", "stories260K"},
@@ -1377,14 +1381,10 @@ json WithoutIds(json output) {
 // first), the output is a message item, max_output_tokens ends it as incomplete, and
 // the stream's events add up to the whole response.
 TEST_F(GatewayTest, HttpResponses) {
-  const std::vector<int32_t> story = vocab_->Tokenize("there was a little girl", false, false);
-  FakeWorker* w = AddWorker("stories260K", [&](FakeWorkerConfig& c) {
-    c.script = story;
-    c.eos_after_script = false;
-  });
+  std::vector<int32_t> story;
+  FakeWorker* w = AddStoryWorker(&story);
   auto t = StartGateway({w});
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
   json body = {{"model", "stories260K"},
                {"input", "Tell a story"},
                {"max_output_tokens", 3},
@@ -1409,8 +1409,7 @@ TEST_F(GatewayTest, HttpResponses) {
   EXPECT_EQ(j["tool_choice"], "auto");
   EXPECT_EQ(j["tools"], json::array());
   EXPECT_EQ(j["text"], json({{"format", {{"type", "text"}}}}));
-  const std::string text = vocab_->TokenToPiece(story[0], false) + vocab_->TokenToPiece(story[1], false) +
-                           vocab_->TokenToPiece(story[2], false);
+  const std::string text = Pieces(story, 3);
   ASSERT_EQ(j["output"].size(), 1u) << res->body;
   const json& item = j["output"][0];
   EXPECT_EQ(item["type"], "message");
@@ -1505,8 +1504,7 @@ TEST_F(GatewayTest, HttpResponsesToolCallsAndReasoning) {
     c.n_ctx = c.n_ctx_seq = 2048;
   });
   auto t = StartGateway({w}, [](GatewayOptions& o) { o.chat_template = kHermesTemplate; });
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
   const json params =
       json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
   json body = {{"model", "stories260K"},
@@ -1649,8 +1647,7 @@ TEST_F(GatewayTest, HttpResponsesToolCallsAndReasoning) {
 TEST_F(GatewayTest, HttpResponsesErrors) {
   FakeWorker* w = AddWorker();
   auto t = StartGateway({w});
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
   const json ok = {{"model", "stories260K"}, {"input", "x"}};
   auto with = [&](const json& patch) {
     json b = ok;
@@ -1736,8 +1733,7 @@ TEST_F(GatewayTest, HttpResponsesStreamError) {
   });
   const std::string addr = w->address();
   auto t = StartGateway({w});
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
   const json body = {{"model", "stories260K"}, {"input", "x"}, {"max_output_tokens", 200}, {"stream", true}};
   int status = 0;
   std::string sse;
@@ -1768,8 +1764,7 @@ TEST_F(GatewayTest, ContextSemanticsAsLlamaCpp) {
     c.eos_after_script = false;
   });
   auto t = StartGateway({w});
-  httplib::Client cli("127.0.0.1", t->http_port);
-  cli.set_read_timeout(10, 0);
+  httplib::Client cli = HttpClient(*t);
   json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"temperature", 0}};  // 5 tokens
   for (const json& max_tokens : {json(nullptr), json(-1)}) {
     if (!max_tokens.is_null()) body["max_tokens"] = max_tokens;

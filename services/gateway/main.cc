@@ -115,21 +115,6 @@ namespace {
 
 int Fail(const std::string& msg) { return herd::serving::StartupFailure("gateway", msg); }
 
-// ValidateSpecConfig names wire fields; name the flags instead.
-std::string FlagName(const std::string& msg) {
-  static const std::pair<const char*, const char*> kMap[] = {{"ngram_size_n:", "--spec_ngram_size_n:"},
-                                                             {"ngram_size_m:", "--spec_ngram_size_m:"},
-                                                             {"ngram_check_rate:", "--spec_ngram_check_rate:"},
-                                                             {"ngram_min_hits:", "--spec_ngram_min_hits:"},
-                                                             {"draft_max:", "--draft_max:"},
-                                                             {"draft_min:", "--draft_min:"},
-                                                             {"draft_p_min:", "--draft_p_min:"}};
-  for (const auto& [from, to] : kMap) {
-    if (msg.rfind(from, 0) == 0) return std::string(to) + msg.substr(std::string(from).size());
-  }
-  return msg;
-}
-
 // The GatewayOptions of the flags (workers, loader, limits, timeouts); errors carry the
 // message main prints.
 absl::Status GeneralOptionsFromFlags(const herd::serving::ClientSecurity& client_security,
@@ -196,7 +181,7 @@ absl::Status SpecOptionsFromFlags(herd::gateway::GatewayOptions* opts) {
   opts->spec_defaults.draft_min = absl::GetFlag(FLAGS_draft_min);
   opts->spec_defaults.draft_p_min = static_cast<float>(absl::GetFlag(FLAGS_draft_p_min));
   if (absl::Status vs = spec::ValidateSpecConfig(opts->spec_defaults); !vs.ok()) {
-    return absl::InvalidArgumentError(FlagName(std::string(vs.message())));
+    return absl::InvalidArgumentError(spec::SpecConfigMessageForFlags(std::string(vs.message())));
   }
   const bool have_drafts = !opts->drafts.addresses.empty() || !opts->drafts.dns.empty();
   if (!have_drafts && opts->spec_defaults.type != spec::SpecType::kNone) {

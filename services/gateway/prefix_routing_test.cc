@@ -23,10 +23,10 @@
 #include "libs/serving/server.h"
 #include "libs/tokenizer/tokenizer.h"
 #include "services/gateway/gateway.h"
-#include "services/loader/loader_service.h"
-#include "services/worker/worker_service.h"
+#include "services/gateway/in_process_testing.h"
 #include "tests/cpu_backend_for_tests.h"
 #include "tests/shared_data.h"
+#include "tests/stories_model_test.h"
 
 namespace herd::gateway {
 namespace {
@@ -37,96 +37,39 @@ constexpr int kRounds = 4;
 
 struct InProcessWorker {
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<engine::Scheduler> scheduler;
-  std::unique_ptr<worker::WorkerServiceImpl> service;
-  std::unique_ptr<grpc::Server> server;
+  testing::WorkerServer srv;
   std::unique_ptr<v1::Worker::Stub> stub;
 };
 
-class PrefixRoutingTest : public ::testing::Test {
+class PrefixRoutingTest : public StoriesModelTest {
  protected:
   void SetUp() override {
+    StoriesModelTest::SetUp();  // model_, vocab_
+    if (IsSkipped() || HasFatalFailure()) return;
     shared_ = SharedDir();
-    if (shared_.empty()) GTEST_SKIP() << kSharedDirMissing;
-    loader::LoaderOptions lo;
-    lo.models_dir = shared_ + "/models";
-    auto l = loader::LoaderServiceImpl::Create(lo);
-    ASSERT_TRUE(l.ok()) << l.status();
-    loader_ = std::move(*l);
-    serving::GrpcServerOptions so;
-    so.address = "127.0.0.1:0";
-    int loader_port = 0;
-    auto ls = serving::StartGrpcServer(so, {loader_.get()}, &loader_port);
-    ASSERT_TRUE(ls.ok()) << ls.status();
-    loader_server_ = std::move(*ls);
-
-    auto m = model::Model::Load(shared_ + "/models/stories260K.gguf");
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = std::move(*m);
-    auto v = tokenizer::Vocab::FromGguf(model_->file());
-    ASSERT_TRUE(v.ok()) << v.status();
-    vocab_ = std::move(*v);
+    ASSERT_TRUE(testing::StartLoaderServer(shared_ + "/models", nullptr, &loader_).ok());
     GatewayOptions go;
-    go.loader_address = absl::StrCat("127.0.0.1:", loader_port);
+    go.loader_address = absl::StrCat("127.0.0.1:", loader_.port);
     go.pool.poll_interval = absl::Milliseconds(50);
     go.pool.route_policy = RoutePolicy::kPrefix;
     for (int i = 0; i < kWorkers; ++i) {
       InProcessWorker& w = workers_[i];
       w.backend = CpuBackendForTests(1);
-      engine::EngineParams ep;
-      ep.n_ctx = 2048;
-      ep.n_batch = 64;
-      auto e = engine::Engine::Create(*model_, ep, w.backend.get());
-      ASSERT_TRUE(e.ok()) << e.status();
-      w.engine = std::move(*e);
-      engine::SchedulerConfig sc;
-      sc.max_sequences = 4;
-      sc.n_ctx_seq = 512;
-      auto s = engine::Scheduler::Create(w.engine.get(), vocab_.get(), sc);
-      ASSERT_TRUE(s.ok()) << s.status();
-      w.scheduler = std::move(*s);
-      worker::WorkerServiceOptions wo;
-      wo.model_name = "stories260K";
-      wo.architecture = model_->hparams().arch;
-      w.service = std::make_unique<worker::WorkerServiceImpl>(w.scheduler.get(), wo, nullptr);
-      int port = 0;
-      auto ws = serving::StartGrpcServer(so, {w.service.get()}, &port);
-      ASSERT_TRUE(ws.ok()) << ws.status();
-      w.server = std::move(*ws);
-      w.stub = v1::Worker::NewStub(
-          grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-      go.pool.addresses.push_back(absl::StrCat("127.0.0.1:", port));
+      const absl::Status st = testing::StartWorkerServer(*model_, vocab_.get(), w.backend.get(), 2048, nullptr, &w.srv);
+      ASSERT_TRUE(st.ok()) << st;
+      const std::string address = absl::StrCat("127.0.0.1:", w.srv.port);
+      w.stub = v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      go.pool.addresses.push_back(address);
     }
-    gw_ = std::make_unique<Gateway>(go, &registry_);
-    ASSERT_TRUE(gw_->Start().ok());
-    svc_ = std::make_unique<GatewayServiceImpl>(gw_.get());
-    int gw_port = 0;
-    auto gs = serving::StartGrpcServer(so, {svc_.get()}, &gw_port);
-    ASSERT_TRUE(gs.ok()) << gs.status();
-    gw_server_ = std::move(*gs);
-    stub_ = v1::Gateway::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", gw_port), grpc::InsecureChannelCredentials()));
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (gw_->pool().live_count() < kWorkers && std::chrono::steady_clock::now() < end) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_EQ(gw_->pool().live_count(), kWorkers);
+    const absl::Status st = testing::StartGatewayServer(go, &registry_, kWorkers, &gateway_);
+    ASSERT_TRUE(st.ok()) << st;
   }
 
   void TearDown() override {
     const auto soon = std::chrono::system_clock::now() + std::chrono::seconds(2);
-    if (gw_) gw_->CancelAll();
-    if (gw_server_) gw_server_->Shutdown(soon);
-    if (gw_) gw_->Stop();
-    for (InProcessWorker& w : workers_) {
-      if (w.server) w.server->Shutdown(soon);
-      w.server.reset();
-      w.service.reset();
-      w.scheduler.reset();
-      w.engine.reset();
-    }
-    if (loader_server_) loader_server_->Shutdown(soon);
+    gateway_.Stop(soon);
+    for (InProcessWorker& w : workers_) w.srv.Stop(soon);
+    if (loader_.server) loader_.server->Shutdown(soon);
   }
 
   // Tenant t's shared header: ~150 tokens of text no other tenant starts with.
@@ -145,7 +88,7 @@ class PrefixRoutingTest : public ::testing::Test {
     req.mutable_sampling()->set_temperature(0);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto r = stub_->Generate(&ctx, req);
+    auto r = gateway_.stub->Generate(&ctx, req);
     v1::GenerateResponse m;
     while (r->Read(&m)) {
       if (m.has_usage() && cached_tokens != nullptr) *cached_tokens = m.usage().cached_tokens();
@@ -155,15 +98,9 @@ class PrefixRoutingTest : public ::testing::Test {
 
   std::string shared_;
   serving::Registry registry_;
-  std::unique_ptr<loader::LoaderServiceImpl> loader_;
-  std::unique_ptr<grpc::Server> loader_server_;
-  std::unique_ptr<model::Model> model_;
-  std::unique_ptr<tokenizer::Vocab> vocab_;
+  testing::LoaderServer loader_;
   InProcessWorker workers_[kWorkers];
-  std::unique_ptr<Gateway> gw_;
-  std::unique_ptr<GatewayServiceImpl> svc_;
-  std::unique_ptr<grpc::Server> gw_server_;
-  std::unique_ptr<v1::Gateway::Stub> stub_;
+  testing::GatewayServer gateway_;
 };
 
 TEST_F(PrefixRoutingTest, TenantsFollowTheirCachedPrefixes) {
@@ -189,7 +126,7 @@ TEST_F(PrefixRoutingTest, TenantsFollowTheirCachedPrefixes) {
   for (const grpc::Status& s : status) ASSERT_TRUE(s.ok()) << s.error_message();
 
   uint64_t reused = 0;
-  for (const InProcessWorker& w : workers_) reused += w.scheduler->Stats().prefix_tokens_reused;
+  for (const InProcessWorker& w : workers_) reused += w.srv.scheduler->Stats().prefix_tokens_reused;
   const double expected = registry_.Counter("herd_gateway_prefix_tokens_expected_total", "")->Value();
   const double realized = registry_.Counter("herd_gateway_prefix_tokens_realized_total", "")->Value();
   const double by_prefix = registry_.Counter("herd_gateway_route_decisions_total", "", {"reason"})->Value({"prefix"});
@@ -220,7 +157,7 @@ TEST_F(PrefixRoutingTest, WorkerDigestHoldsTheCachedPromptsBlocks) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (served == nullptr && std::chrono::steady_clock::now() < end) {
     for (const InProcessWorker& w : workers_) {
-      if (w.scheduler->Stats().cached_prefixes > 0 && w.scheduler->Stats().active == 0) served = &w;
+      if (w.srv.scheduler->Stats().cached_prefixes > 0 && w.srv.scheduler->Stats().active == 0) served = &w;
     }
     if (served == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -234,7 +171,7 @@ TEST_F(PrefixRoutingTest, WorkerDigestHoldsTheCachedPromptsBlocks) {
   EXPECT_NE(info.prefix_version(), 0u);
   EXPECT_FALSE(info.prefix_unchanged());
   // Cached: the prompt and the tokens generated after it (all but the last one).
-  std::vector<std::vector<int32_t>> cached = served->scheduler->CachedPrompts();
+  std::vector<std::vector<int32_t>> cached = served->srv.scheduler->CachedPrompts();
   ASSERT_EQ(cached.size(), 1u);
   ASSERT_GE(cached[0].size(), ids.size());
   EXPECT_TRUE(std::equal(ids.begin(), ids.end(), cached[0].begin()));

@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
   auto flags = herd::serving::ReadServiceFlags(absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port));
   if (!flags.ok()) return Fail(std::string(flags.status().message()));
   const std::string host = flags->host;
-  const int port = flags->port, metrics_port = flags->metrics_port;
+  const int metrics_port = flags->metrics_port;
   if (absl::Status s = CheckFlags(*flags); !s.ok()) return Fail(std::string(s.message()));
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -480,11 +480,7 @@ int main(int argc, char** argv) {
   auto m =
       process.StartMetrics(&registry, herd::serving::MetricsServerOptions(&security->cluster_keys), host, metrics_port);
   if (!m.ok()) return Fail(std::string(m.status().message()));
-  herd::serving::GrpcServerOptions gopts;
-  gopts.address = herd::serving::ListenAddress(host, port);
-  gopts.max_message_bytes = flags->max_message_bytes;
-  gopts.shutdown_grace = flags->grace;
-  gopts.security = std::move(security->server);
+  herd::serving::GrpcServerOptions gopts = herd::serving::GrpcOptions(*flags, std::move(security->server));
   HERD_LOG(Info) << "worker: gRPC " << herd::serving::DescribeServerSecurity(gopts.security);
   auto server = process.StartGrpc(gopts, {service.get()}, "herd.v1.Worker");
   if (!server.ok()) return Fail(std::string(server.status().message()));

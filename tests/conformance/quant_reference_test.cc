@@ -97,14 +97,7 @@ size_t CheckGreedy(engine::Engine& eng, const tokenizer::Vocab& vocab, const jso
   EXPECT_TRUE(res.ok()) << res.status();
   if (!res.ok()) return 0;
   const auto want = block["output_ids"].get<std::vector<int32_t>>();
-  const auto margins = block["greedy_margins"].get<std::vector<double>>();
-  size_t comparable = want.size();
-  for (size_t j = 0; j < margins.size(); ++j) {
-    if (margins[j] < 2 * logit_err) {
-      comparable = j;
-      break;
-    }
-  }
+  const size_t comparable = std::min(want.size(), conformance::Comparable(block, logit_err));
   while (*same < want.size() && *same < res->output_ids.size() && res->output_ids[*same] == want[*same]) ++*same;
   EXPECT_GE(res->output_ids.size(), comparable) << what;
   for (size_t j = 0; j < comparable && j < res->output_ids.size(); ++j) {

@@ -18,62 +18,24 @@
 #include "libs/backend/remote/remote_backend.h"
 #include "libs/serving/security.h"
 #include "libs/tensor/tensor.h"
+#include "tests/child_process.h"
 
 namespace herd {
 namespace {
 
 constexpr char kClusterKey[] = "cluster-key-compute-e2e-0123456789";
 
-// herd-compute on a free loopback port; its address from "compute listening on ...".
-class ComputeProcess {
- public:
-  ~ComputeProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int st;
-      ::waitpid(pid_, &st, 0);
-    }
-    if (out_ != nullptr) std::fclose(out_);
-  }
-  // Empty on failure.
-  std::string Start() {
-    int fds[2];
-    if (::pipe(fds) != 0) return "";
-    std::vector<std::string> argv = {"services/compute/compute", "--port=0", "--metrics_port=-1", "--threads=1",
-                                     "--max_buffer_bytes=16777216"};
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::setenv("HERD_CLUSTER_KEY", kClusterKey, 1);  // the child inherits it
-    pid_ = ::fork();
-    if (pid_ < 0) return "";
-    if (pid_ == 0) {
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execv(args[0], args.data());
-      std::perror("execv");
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
-    char line[512];
-    while (std::fgets(line, sizeof(line), out_) != nullptr) {
-      std::string s(line);
-      const std::string tag = "compute listening on ";
-      const size_t at = s.find(tag);
-      if (at == std::string::npos) continue;
-      s = s.substr(at + tag.size());
-      while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-      return s;
-    }
+// herd-compute on a free loopback port with the cluster key; its address from "compute
+// listening on ..." (empty on failure).
+std::string StartCompute(ChildProcess* proc) {
+  ::setenv("HERD_CLUSTER_KEY", kClusterKey, 1);  // the child inherits it
+  if (!proc->Start({"services/compute/compute", "--port=0", "--metrics_port=-1", "--threads=1",
+                    "--max_buffer_bytes=16777216"})
+           .ok()) {
     return "";
   }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
+  return proc->ReadAfter("compute listening on ").value_or("");
+}
 
 absl::StatusOr<std::unique_ptr<remote::RemoteBackend>> ConnectWith(const std::string& addr, const std::string& key) {
   serving::ClientSecurity sec;
@@ -86,8 +48,8 @@ absl::StatusOr<std::unique_ptr<remote::RemoteBackend>> ConnectWith(const std::st
 }
 
 TEST(ComputeAuth, ClusterKeyIsRequired) {
-  ComputeProcess proc;
-  const std::string addr = proc.Start();
+  ChildProcess proc;
+  const std::string addr = StartCompute(&proc);
   ASSERT_FALSE(addr.empty()) << "herd-compute did not announce its address";
 
   auto none = ConnectWith(addr, "");

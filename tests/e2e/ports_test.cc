@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
+#include "tests/child_process.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/listening_sockets.h"
 #include "tests/shared_data.h"
@@ -43,40 +44,11 @@ std::string Describe(const std::vector<ListeningSocket>& v) {
   return absl::StrJoin(parts, ", ");
 }
 
-// A service binary run directly; its stdout is read for the announced ports.
-struct Child {
-  pid_t pid = -1;
-  FILE* out = nullptr;
-  ~Child() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      int st;
-      ::waitpid(pid, &st, 0);
-    }
-    if (out != nullptr) std::fclose(out);
-  }
-};
-
-std::unique_ptr<Child> Spawn(const std::vector<std::string>& argv) {
-  auto c = std::make_unique<Child>();
-  int fds[2];
-  if (::pipe(fds) != 0) return nullptr;
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) return nullptr;
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    ::execv(args[0], args.data());
-    std::perror("execv");
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  c->pid = pid;
-  c->out = ::fdopen(fds[0], "r");
+// A service binary run directly; its stdout is read for the announced ports. nullptr when
+// it cannot be started.
+std::unique_ptr<ChildProcess> Spawn(const std::vector<std::string>& argv) {
+  auto c = std::make_unique<ChildProcess>();
+  if (!c->Start(argv).ok()) return nullptr;
   return c;
 }
 
@@ -180,9 +152,9 @@ TEST(Ports, ServicesBindLoopbackByDefault) {
       SCOPED_TRACE(absl::StrJoin(svc.argv, " "));
       auto c = Spawn(svc.argv);
       ASSERT_NE(c, nullptr);
-      const std::set<int> announced = AnnouncedPorts(c->out, svc.lines);
+      const std::set<int> announced = AnnouncedPorts(c->out(), svc.lines);
       ASSERT_EQ(announced.size(), static_cast<size_t>(svc.lines));
-      auto sockets = ListeningSockets(c->pid);
+      auto sockets = ListeningSockets(c->pid());
       ASSERT_TRUE(sockets.ok()) << sockets.status();
       EXPECT_EQ(Ports(*sockets), announced) << Describe(*sockets);
       EXPECT_EQ(sockets->size(), announced.size()) << Describe(*sockets);

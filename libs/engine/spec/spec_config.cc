@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -91,6 +92,21 @@ std::string SpecStats::ToString() const {
       "statistics %s: #calls = %d, #gen drafts = %d, #acc drafts = %d, #gen tokens = %d, #acc tokens = %d, "
       "acceptance rate = %.3f",
       SpecTypeName(type), calls, gen_drafts, acc_drafts, gen_tokens, acc_tokens, acceptance_rate());
+}
+
+std::string SpecConfigMessageForFlags(const std::string& msg) {
+  static const std::pair<const char*, const char*> kMap[] = {{"ngram_size_n:", "--spec_ngram_size_n:"},
+                                                             {"ngram_size_m:", "--spec_ngram_size_m:"},
+                                                             {"ngram_check_rate:", "--spec_ngram_check_rate:"},
+                                                             {"ngram_min_hits:", "--spec_ngram_min_hits:"},
+                                                             {"draft_max:", "--draft_max:"},
+                                                             {"draft_min:", "--draft_min:"},
+                                                             {"draft_p_min:", "--draft_p_min:"},
+                                                             {"type:", "--spec_type:"}};
+  for (const auto& [from, to] : kMap) {
+    if (msg.rfind(from, 0) == 0) return std::string(to) + msg.substr(std::string(from).size());
+  }
+  return msg;
 }
 
 }  // namespace herd::engine::spec

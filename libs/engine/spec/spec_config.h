@@ -66,6 +66,11 @@ struct SpecConfig {
 /// field (e.g. "ngram_size_n: 0 is outside 1..1024") otherwise.
 absl::Status ValidateSpecConfig(const SpecConfig& c);
 
+/// A ValidateSpecConfig message with the field named as the flag that sets it in
+/// herd-draft and the gateway ("ngram_size_n: ..." -> "--spec_ngram_size_n: ...", "type:"
+/// -> "--spec_type:"); any other message as given.
+std::string SpecConfigMessageForFlags(const std::string& msg);
+
 /// llama.cpp-style speculative statistics of one drafter (per sequence, or summed).
 struct SpecStats {
   SpecType type = SpecType::kNone;
