@@ -36,7 +36,7 @@
 //   set_rows   F32 rows into an F32 or F16 destination
 //   flash_attn_ext  F32 q, F16 or F32 K/V (strided views, head size <= 256), F32 mask,
 //              GQA, ALiBi
-// Numerics follow the CPU backend (libs/backend/cpu_backend.cc): element-wise and row
+// Numerics follow the CPU backend (libs/kernels/cpu/graph_ops.h): element-wise and row
 // ops agree to float rounding (their kernels are built without FMA contraction; gelu
 // rounds through F16 as ggml-cpu's table), products to the activation quantization the
 // CPU applies (the GPU multiplies with F32 activations, or F16 ones through cuBLAS).
