@@ -1,7 +1,7 @@
-// The CPU backend: host buffers, graph compute on a thread pool with the
-// libs/kernels/cpu kernels (SIMD path chosen at run time).
+// The CPU backend: host buffers, weight repacking, and graph compute on a thread pool:
+// each node dispatched to its op in libs/kernels/cpu (graph_ops.h; SIMD path chosen at
+// run time).
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -12,6 +12,7 @@
 #include "libs/backend/op_support.h"
 #include "libs/base/cpu_features.h"
 #include "libs/base/thread_pool.h"
+#include "libs/kernels/cpu/graph_ops.h"
 #include "libs/kernels/cpu/kernels.h"
 
 namespace herd {
@@ -69,45 +70,32 @@ class CpuBackend : public Backend {
   Isa isa() const { return isa_; }
   /// Whether FLASH_ATTN_EXT attends KV cells that several query tokens of a batch share
   /// (a common prompt prefix of several sequences) once for all of them, merging by
-  /// log-sum-exp (cpu_flash_attn_shared.cc; F32 accumulation, so within float rounding of
-  /// the per-token path rather than bit-identical). Off by default: a token's result then
-  /// depends on which other tokens share its batch, so batched, solo and speculative
-  /// decoding no longer give bit-identical greedy output. Not thread-safe with GraphCompute.
+  /// log-sum-exp (cpu::SharedPrefixAttention, libs/kernels/cpu/flash_attn_shared.cc; F32 accumulation, so within float
+  /// rounding of the per-token path rather than bit-identical). Off by default: a token's result then depends on which
+  /// other tokens share its batch, so batched, solo and speculative decoding no longer give bit-identical greedy
+  /// output. Not thread-safe with GraphCompute.
   void set_shared_prefix_attention(bool on) { shared_prefix_attention_ = on; }
   bool shared_prefix_attention() const { return shared_prefix_attention_; }
-  /// How one batch's mask shares KV cells (cpu_flash_attn_shared.cc).
-  struct SharedAttnPlan;
   /// FLASH_ATTN_EXT nodes computed by the shared-prefix path so far.
-  uint64_t shared_prefix_attention_runs() const { return shared_prefix_attention_runs_.load(); }
+  uint64_t shared_prefix_attention_runs() const { return shared_attention_.runs(); }
   /// Bytes of scratch memory currently held for intermediate results.
   size_t scratch_bytes() const { return arena_size_; }
 
  private:
-  absl::Status ComputeNode(Tensor* node);
-  absl::Status ComputeMulMat(Tensor* node);
-  absl::Status ComputeFlashAttn(Tensor* node);
-  // tokens: the query tokens to compute (nullptr: all).
-  absl::Status FlashAttnF16(Tensor* node, cpu::VecDotFn dot, const std::vector<int64_t>* tokens);
-  absl::Status FlashAttnTiled(Tensor* node, cpu::VecDotFn dot);
-  // Shared-prefix attention of a batch of 2..64 query tokens whose masks share blocks of
-  // at least 32 cells (cpu_flash_attn_shared.cc). false: not applicable or not worth it
-  // (the caller runs the per-token path).
-  absl::StatusOr<bool> FlashAttnShared(Tensor* node, cpu::VecDotFn dot);
-  uint8_t* Work(size_t bytes);  // shared scratch for one op (reallocated as needed)
+  absl::Status ComputeNode(Tensor* node);  // dispatches to libs/kernels/cpu/graph_ops.h
+  cpu::GraphOpContext OpContext();         // what the ops use of this backend
 
   ThreadPool pool_;
   Isa isa_;
   bool repack_;
   bool ggml_order_;
   bool shared_prefix_attention_;
-  std::atomic<uint64_t> shared_prefix_attention_runs_{0};
-  uint64_t graph_epoch_ = 0;                     // GraphCompute calls so far
-  std::shared_ptr<SharedAttnPlan> shared_plan_;  // of the current GraphCompute's mask
+  cpu::SharedPrefixAttention shared_attention_;  // its plan and count (told of each GraphCompute)
   size_t packed_bytes_ = 0;
   std::unique_ptr<uint8_t[], void (*)(void*)> arena_{nullptr, nullptr};
   size_t arena_size_ = 0;
-  std::vector<uint8_t> work_;
-  OpLimits limits_;  // what SupportsOp accepts beyond the op's shape rules
+  cpu::WorkBuffer work_;  // scratch of one op at a time
+  OpLimits limits_;       // what SupportsOp accepts beyond the op's shape rules
 };
 
 }  // namespace herd

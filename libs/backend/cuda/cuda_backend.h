@@ -54,7 +54,7 @@
 //              n_tokens blocks would under-fill the device, is split over the KV: ranges
 //              of whole 128-cell steps, merged by log-sum-exp (attn_split.h);
 //              HERD_CUDA_FA_SPLIT=0 keeps one block per query row
-// Numerics follow the CPU backend (libs/backend/cpu_backend.cc): element-wise and row
+// Numerics follow the CPU backend (libs/kernels/cpu/graph_ops.h): element-wise and row
 // ops agree to float rounding (their kernels are built without FMA contraction; gelu
 // rounds through F16 as ggml-cpu's table), products to the activation quantization the
 // CPU applies (the GPU multiplies with q8_1 activations in the quantized mat-vec, F32

@@ -24,7 +24,7 @@
 //              F32 (strided sources; add/mul broadcast src1 over rows)
 //   set_rows   F32 rows into an F32 or F16 destination
 //   flash_attn_ext  F32 q, F16 or F32 K/V (head size <= 256), F32 mask, GQA, ALiBi
-// Numerics follow the CPU backend (libs/backend/cpu_backend.cc); results agree with it
+// Numerics follow the CPU backend (libs/kernels/cpu/graph_ops.h); results agree with it
 // to float rounding (F32 ops) or to the activation quantization the CPU's quantized
 // dot products apply (mul_mat: the GPU multiplies with F32 activations).
 //

@@ -83,38 +83,51 @@ void VecDotBf16Scalar(int64_t n, float* s, const void* vx, const void* vy) {
   *s = static_cast<float>(sum);
 }
 
-void VecDotQ8_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
-  assert(n % kQK8_0 == 0);
-  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(vx);
+// The 32-element block types against Q8_0 (ggml_vec_dot_q8_0_q8_0_generic, _q4_0_q8_0_,
+// _q5_0_q8_0_, _iq4_nl_q8_0_generic): per block the exact integer sum of the products of
+// its 32 values (Decode: the block's signed values in element order) with Q8_0's, then
+// sumf = fmaf(float(sumi), dx*dy, sumf) in block order.
+template <typename Block, void (*Decode)(const Block&, int (&)[32])>
+void VecDotQ0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const Block* x = static_cast<const Block*>(vx);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vy);
-  const int64_t nb = n / kQK8_0;
+  const int64_t nb = n / 32;
   float sumf = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
+    int q[32];
+    Decode(x[b], q);
     int32_t sumi = 0;
-    for (int j = 0; j < kQK8_0; ++j) sumi += x[b].qs[j] * y[b].qs[j];
+    for (int j = 0; j < 32; ++j) sumi += q[j] * y[b].qs[j];
     sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), sumf);
   }
   *s = sumf;
 }
 
-void VecDotQ4_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
-  assert(n % kQK4_0 == 0);
-  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(vx);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vy);
-  const int64_t nb = n / kQK4_0;
-  float sumf = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    int32_t sumi0 = 0, sumi1 = 0;
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      const int v0 = (x[b].qs[j] & 0x0F) - 8;
-      const int v1 = (x[b].qs[j] >> 4) - 8;
-      sumi0 += v0 * y[b].qs[j];
-      sumi1 += v1 * y[b].qs[j + kQK4_0 / 2];
-    }
-    const int32_t sumi = sumi0 + sumi1;
-    sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), sumf);
+void DecodeQ8_0(const BlockQ8_0& x, int (&q)[32]) {
+  for (int j = 0; j < 32; ++j) q[j] = x.qs[j];
+}
+
+void DecodeQ4_0(const BlockQ4_0& x, int (&q)[32]) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = (x.qs[j] & 0x0F) - 8;
+    q[j + 16] = (x.qs[j] >> 4) - 8;
   }
-  *s = sumf;
+}
+
+void DecodeQ5_0(const BlockQ5_0& x, int (&q)[32]) {
+  uint32_t qh;
+  std::memcpy(&qh, x.qh, sizeof qh);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = ((x.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4)) - 16;
+    q[j + 16] = ((x.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4)) - 16;
+  }
+}
+
+void DecodeIQ4_NL(const BlockIQ4_NL& x, int (&q)[32]) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = kIq4nlValues[x.qs[j] & 0xf];
+    q[j + 16] = kIq4nlValues[x.qs[j] >> 4];
+  }
 }
 
 // Q4_1 / Q5_1 against Q8_1 in the arithmetic of ggml's x86 build (arch/x86/quants.c
@@ -142,82 +155,44 @@ struct Q1Lanes {
   }
 };
 
-void VecDotQ4_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
-  const BlockQ4_1* x = static_cast<const BlockQ4_1*>(vx);
+// Q4_1 / Q5_1 against Q8_1 (see Q1Lanes); Decode: the block's unsigned values in element
+// order.
+template <typename Block, void (*Decode)(const Block&, int (&)[32])>
+void VecDotQ1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
+  const Block* x = static_cast<const Block*>(vx);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vy);
-  const int64_t nb = n / kQK4_1;
+  const int64_t nb = n / 32;
   Q1Lanes acc;
   for (int64_t b = 0; b < nb; ++b) {
     int q[32];
-    for (int j = 0; j < 16; ++j) {
-      q[j] = x[b].qs[j] & 0x0F;
-      q[j + 16] = x[b].qs[j] >> 4;
-    }
+    Decode(x[b], q);
     acc.Add(q, y[b].qs, Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), Fp16ToFp32(x[b].m), Fp16ToFp32(y[b].s));
   }
   *s = acc.Result();
 }
 
-// ggml_vec_dot_q5_0_q8_0_generic.
-void VecDotQ5_0Scalar(int64_t n, float* s, const void* vx, const void* vy) {
-  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(vx);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vy);
-  const int64_t nb = n / kQK5_0;
-  float sumf = 0;
-  for (int64_t b = 0; b < nb; ++b) {
-    uint32_t qh;
-    std::memcpy(&qh, x[b].qh, sizeof qh);
-    int sumi0 = 0, sumi1 = 0;
-    for (int j = 0; j < 16; ++j) {
-      const int xh_0 = static_cast<int>(((qh >> j) & 1u) << 4);
-      const int xh_1 = static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-      const int x0 = ((x[b].qs[j] & 0x0F) | xh_0) - 16;
-      const int x1 = ((x[b].qs[j] >> 4) | xh_1) - 16;
-      sumi0 += x0 * y[b].qs[j];
-      sumi1 += x1 * y[b].qs[j + 16];
-    }
-    const int sumi = sumi0 + sumi1;
-    sumf = std::fma(static_cast<float>(sumi), Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), sumf);
+void DecodeQ4_1(const BlockQ4_1& x, int (&q)[32]) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = x.qs[j] & 0x0F;
+    q[j + 16] = x.qs[j] >> 4;
   }
-  *s = sumf;
 }
 
-// See Q1Lanes.
-void VecDotQ5_1Scalar(int64_t n, float* s, const void* vx, const void* vy) {
-  const BlockQ5_1* x = static_cast<const BlockQ5_1*>(vx);
-  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vy);
-  const int64_t nb = n / kQK5_1;
-  Q1Lanes acc;
-  for (int64_t b = 0; b < nb; ++b) {
-    uint32_t qh;
-    std::memcpy(&qh, x[b].qh, sizeof qh);
-    int q[32];
-    for (int j = 0; j < 16; ++j) {
-      q[j] = (x[b].qs[j] & 0xF) | static_cast<int>(((qh >> j) << 4) & 0x10);
-      q[j + 16] = (x[b].qs[j] >> 4) | static_cast<int>((qh >> (j + 12)) & 0x10);
-    }
-    acc.Add(q, y[b].qs, Fp16ToFp32(x[b].d) * Fp16ToFp32(y[b].d), Fp16ToFp32(x[b].m), Fp16ToFp32(y[b].s));
+void DecodeQ5_1(const BlockQ5_1& x, int (&q)[32]) {
+  uint32_t qh;
+  std::memcpy(&qh, x.qh, sizeof qh);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = (x.qs[j] & 0xF) | static_cast<int>(((qh >> j) << 4) & 0x10);
+    q[j + 16] = (x.qs[j] >> 4) | static_cast<int>((qh >> (j + 12)) & 0x10);
   }
-  *s = acc.Result();
 }
 
-// ggml_vec_dot_iq4_nl_q8_0_generic.
-void VecDotIQ4_NLScalar(int64_t n, float* s, const void* vx, const void* vy) {
-  const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(vx);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vy);
-  const int64_t nb = n / kQK4_NL;
-  float sumf = 0;
-  for (int64_t b = 0; b < nb; ++b) {
-    const float d = Fp16ToFp32(y[b].d) * Fp16ToFp32(x[b].d);
-    int sumi1 = 0, sumi2 = 0;
-    for (int j = 0; j < 16; ++j) {
-      sumi1 += y[b].qs[j] * kIq4nlValues[x[b].qs[j] & 0xf];
-      sumi2 += y[b].qs[j + 16] * kIq4nlValues[x[b].qs[j] >> 4];
-    }
-    sumf = std::fma(static_cast<float>(sumi1 + sumi2), d, sumf);
-  }
-  *s = sumf;
-}
+constexpr auto VecDotQ8_0Scalar = VecDotQ0Scalar<BlockQ8_0, DecodeQ8_0>;
+constexpr auto VecDotQ4_0Scalar = VecDotQ0Scalar<BlockQ4_0, DecodeQ4_0>;
+constexpr auto VecDotQ5_0Scalar = VecDotQ0Scalar<BlockQ5_0, DecodeQ5_0>;
+constexpr auto VecDotIQ4_NLScalar = VecDotQ0Scalar<BlockIQ4_NL, DecodeIQ4_NL>;
+constexpr auto VecDotQ4_1Scalar = VecDotQ1Scalar<BlockQ4_1, DecodeQ4_1>;
+constexpr auto VecDotQ5_1Scalar = VecDotQ1Scalar<BlockQ5_1, DecodeQ5_1>;
 
 // ggml_vec_dot_q2_K_q8_K_generic.
 void VecDotQ2_KScalar(int64_t n, float* s, const void* vx, const void* vy) {

@@ -1,4 +1,5 @@
-// Shared-prefix ("cascade") flash attention of the CPU backend: CpuBackend::FlashAttnShared.
+// Shared-prefix ("cascade") flash attention of the CPU backend: SharedPrefixAttention::Compute
+// (graph_ops.h).
 //
 // A decode step of many sequences that share a prompt prefix (a system prompt, a tenant's
 // header, the context of one sequence's draft tokens) attends every query token to the
@@ -22,11 +23,12 @@
 
 #include "absl/container/flat_hash_map.h"
 
-#include "libs/backend/cpu_backend.h"
 #include "libs/kernels/cpu/flash_attn_token.h"
+#include "libs/kernels/cpu/graph_ops.h"
 #include "libs/kernels/cpu/kernels.h"
+#include "libs/tensor/op_params.h"
 
-namespace herd {
+namespace herd::cpu {
 namespace {
 
 constexpr int64_t kTileKv = 64;    // KV cells per tile of a shared block
@@ -44,8 +46,8 @@ struct Part {
 }  // namespace
 
 // How a batch's mask shares cells (the same for every layer of one graph): built once per
-// GraphCompute and mask by BuildSharedAttnPlan.
-struct CpuBackend::SharedAttnPlan {
+// graph (SharedPrefixAttention::NewGraph) and mask by BuildSharedAttnPlan.
+struct SharedPrefixAttention::Plan {
   uint64_t epoch = 0;
   const void* mask_data = nullptr;
   int64_t n_kv = 0, n_tokens = 0;
@@ -64,7 +66,7 @@ struct CpuBackend::SharedAttnPlan {
 
 namespace {
 
-void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, CpuBackend::SharedAttnPlan* plan) {
+void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, SharedPrefixAttention::Plan* plan) {
   const int64_t n_kv = plan->n_kv, n_tokens = plan->n_tokens;
   std::vector<std::vector<int32_t>> vis(static_cast<size_t>(n_tokens));
   pool.Run([&](int ith, int nth) {
@@ -79,7 +81,7 @@ void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, CpuBackend::Share
     for (int32_t c : vis[static_cast<size_t>(t)]) seen_by[static_cast<size_t>(c)] |= uint64_t{1} << t;
   }
   // Shared blocks: cells seen by the same set of at least two tokens, in cell order.
-  std::vector<CpuBackend::SharedAttnPlan::Block>& blocks = plan->blocks;
+  std::vector<SharedPrefixAttention::Plan::Block>& blocks = plan->blocks;
   absl::flat_hash_map<uint64_t, size_t> by_mask;
   for (int32_t c : vis[0]) {  // cells token 0 sees, then those of the others it does not
     const uint64_t m = seen_by[static_cast<size_t>(c)];
@@ -202,7 +204,7 @@ void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Sc
 // per 64-cell tile S^T = K Q^T (K's F32 rows as they are, Q transposed once and padded to
 // whole SIMD vectors so GemmF32 has no scalar column tail), P = scale * S + slope * mask,
 // online softmax, O += P V (ggml's tiled flash-attention step).
-void BlockPart(const AttnArgs& a, const CpuBackend::SharedAttnPlan::Block& bl, int64_t hk, int64_t t0, int64_t nt,
+void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, int64_t hk, int64_t t0, int64_t nt,
                Scratch* s) {
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t hd = a.hd, gqa = a.gqa, rows = nt * gqa, rp = (rows + 15) / 16 * 16;
@@ -293,7 +295,10 @@ void MergeParts(const AttnArgs& a, const std::vector<size_t>& ps, float* out) {
 
 }  // namespace
 
-absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
+SharedPrefixAttention::SharedPrefixAttention() = default;
+SharedPrefixAttention::~SharedPrefixAttention() = default;
+
+absl::StatusOr<bool> SharedPrefixAttention::Compute(ThreadPool& pool, Tensor* n, VecDotFn dot, Isa isa) {
   Tensor* q = n->src[0];
   Tensor* k = n->src[1];
   Tensor* v = n->src[2];
@@ -304,18 +309,18 @@ absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
       n->type != GgmlType::F32 || k->type != GgmlType::F16 || v->type != GgmlType::F16) {
     return false;
   }
-  if (shared_plan_ == nullptr || shared_plan_->epoch != graph_epoch_ || shared_plan_->mask_data != mask->data ||
-      shared_plan_->n_kv != n_kv || shared_plan_->n_tokens != n_tokens) {
-    shared_plan_ = std::make_shared<SharedAttnPlan>();
-    shared_plan_->epoch = graph_epoch_;
-    shared_plan_->mask_data = mask->data;
-    shared_plan_->n_kv = n_kv;
-    shared_plan_->n_tokens = n_tokens;
-    BuildSharedAttnPlan(mask, pool_, shared_plan_.get());
+  if (plan_ == nullptr || plan_->epoch != epoch_ || plan_->mask_data != mask->data || plan_->n_kv != n_kv ||
+      plan_->n_tokens != n_tokens) {
+    plan_ = std::make_shared<Plan>();
+    plan_->epoch = epoch_;
+    plan_->mask_data = mask->data;
+    plan_->n_kv = n_kv;
+    plan_->n_tokens = n_tokens;
+    BuildSharedAttnPlan(mask, pool, plan_.get());
   }
-  const SharedAttnPlan& plan = *shared_plan_;
+  const Plan& plan = *plan_;
   if (!plan.use) return false;
-  const std::vector<SharedAttnPlan::Block>& blocks = plan.blocks;
+  const std::vector<Plan::Block>& blocks = plan.blocks;
   const size_t n_parts = plan.n_slots * static_cast<size_t>(n_head);
   std::vector<Part> parts(n_parts, Part{-std::numeric_limits<float>::infinity(), 0.0f});
   std::vector<float> part_o(n_parts * static_cast<size_t>(hd), 0.0f);
@@ -328,7 +333,7 @@ absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
                       n_head / n_head_kv,
                       FlashAttnParams::Of(*n).scale,
                       FlashAttnParams::Of(*n).max_bias,
-                      isa_,
+                      isa,
                       dot,
                       parts.data(),
                       part_o.data()};
@@ -351,21 +356,21 @@ absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     if (!plan.own[static_cast<size_t>(t)].empty()) items.push_back(Item{-1, 0, t});
   }
-  pool_.Run([&](int ith, int nth) {
+  pool.Run([&](int ith, int nth) {
     Scratch scratch;
     for (size_t w = static_cast<size_t>(ith); w < items.size(); w += static_cast<size_t>(nth)) {
       const Item& it = items[w];
       if (it.block < 0) {
         OwnPart(args, it.t0, plan.own[static_cast<size_t>(it.t0)], &scratch);
       } else {
-        const SharedAttnPlan::Block& bl = blocks[static_cast<size_t>(it.block)];
+        const Plan::Block& bl = blocks[static_cast<size_t>(it.block)];
         BlockPart(args, bl, it.hk, it.t0, std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - it.t0),
                   &scratch);
       }
     }
   });
   // Merge each (token, head)'s parts.
-  pool_.Run([&](int ith, int nth) {
+  pool.Run([&](int ith, int nth) {
     std::vector<size_t> ps;
     for (int64_t w = ith; w < n_tokens * n_head; w += nth) {
       const int64_t t = w / n_head, h = w % n_head;
@@ -376,8 +381,8 @@ absl::StatusOr<bool> CpuBackend::FlashAttnShared(Tensor* n, cpu::VecDotFn dot) {
       MergeParts(args, ps, reinterpret_cast<float*>(n->row(h, t)));
     }
   });
-  shared_prefix_attention_runs_.fetch_add(1, std::memory_order_relaxed);
+  runs_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-}  // namespace herd
+}  // namespace herd::cpu
