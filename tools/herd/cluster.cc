@@ -220,15 +220,7 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   opts_ = opts;
   std::vector<std::string> models = opts.models;
   if (models.empty()) {
-    DIR* d = ::opendir(opts.models_dir.c_str());
-    if (d == nullptr) return absl::NotFoundError(absl::StrCat("cannot open models dir ", opts.models_dir));
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") models.push_back(n.substr(0, n.size() - 5));
-    }
-    ::closedir(d);
-    std::sort(models.begin(), models.end());
-    if (models.empty()) return absl::NotFoundError(absl::StrCat("no .gguf models in ", opts.models_dir));
+    HERD_ASSIGN_OR_RETURN(models, ModelsIn(opts.models_dir));
   }
   HERD_ASSIGN_OR_RETURN(auto loader_bin, FindBinary("services/loader/loader"));
   HERD_ASSIGN_OR_RETURN(auto worker_bin, FindBinary("services/worker/worker"));
@@ -366,8 +358,32 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
   procs_.push_back(std::move(gw));
   if (!s.ok()) return s;
 
-  // Ready when the gateway lists every model with all its workers.
-  auto channel = serving::MakeChannel(gateway_addr(), opts.gateway_security);
+  s = WaitForGateway(static_cast<int>(models.size()), timeout);
+  if (!s.ok()) return s;
+  supervisor_ = std::thread([this] { Supervise(); });
+  return absl::OkStatus();
+}
+
+// The models of a directory: every NAME.gguf in it, sorted. NOT_FOUND for an unreadable
+// directory or one without .gguf files.
+absl::StatusOr<std::vector<std::string>> LocalCluster::ModelsIn(const std::string& dir) {
+  std::vector<std::string> models;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat("cannot open models dir ", dir));
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") models.push_back(n.substr(0, n.size() - 5));
+  }
+  ::closedir(d);
+  std::sort(models.begin(), models.end());
+  if (models.empty()) return absl::NotFoundError(absl::StrCat("no .gguf models in ", dir));
+  return models;
+}
+
+// Ready when the gateway lists n_models models, each with all its workers; UNAVAILABLE
+// after `timeout`.
+absl::Status LocalCluster::WaitForGateway(int n_models, std::chrono::milliseconds timeout) {
+  auto channel = serving::MakeChannel(gateway_addr(), opts_.gateway_security);
   auto stub = herd::v1::Gateway::NewStub(channel);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -378,18 +394,16 @@ absl::Status LocalCluster::Start(const ClusterOptions& opts, std::chrono::millis
     int ready_models = 0;
     if (st.ok()) {
       for (const auto& card : resp.models()) {
-        if (card.workers() >= opts.workers_per_model) ++ready_models;
+        if (card.workers() >= opts_.workers_per_model) ++ready_models;
       }
     }
-    if (ready_models >= static_cast<int>(models.size())) break;
+    if (ready_models >= n_models) return absl::OkStatus();
     if (std::chrono::steady_clock::now() > deadline) {
       return absl::UnavailableError(
           absl::StrCat("gateway at ", gateway_addr(), " did not see all workers within ", timeout.count(), " ms"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  supervisor_ = std::thread([this] { Supervise(); });
-  return absl::OkStatus();
 }
 
 void LocalCluster::Supervise() {

@@ -174,6 +174,8 @@ class LocalCluster {
   /// Replaces "--port=0", "--http_port=0" and "--metrics_port=0" in p->argv by the
   /// ports it printed, so that restarts keep its addresses.
   static void PinPorts(Process* p);
+  static absl::StatusOr<std::vector<std::string>> ModelsIn(const std::string& dir);
+  absl::Status WaitForGateway(int n_models, std::chrono::milliseconds timeout);
   void Supervise();
   absl::Status Kill(Process* p);
   absl::StatusOr<Process*> ProcAt(size_t first, size_t count, size_t i, const char* what);
