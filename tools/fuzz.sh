@@ -44,7 +44,8 @@ TOKENIZER=(libs/tokenizer/pre_tokenizers.cc libs/tokenizer/tokenize_bpe.cc libs/
   libs/tokenizer/vocab_load.cc tests/fuzz/vocab_builder.cc services/gateway/text_stream.cc "${GGUF[@]}")
 # The CPU backend with its kernels (libs/backend, libs/kernels/cpu, libs/tensor).
 CPU_BACKEND=(libs/backend/backend.cc libs/backend/op_support.cc libs/backend/cpu_backend.cc
-  libs/backend/cpu_flash_attn_shared.cc libs/tensor/graph_alloc.cc libs/tensor/op_params.cc libs/tensor/tensor.cc
+  libs/kernels/cpu/graph_ops.cc libs/kernels/cpu/flash_attn.cc libs/kernels/cpu/flash_attn_shared.cc
+  libs/tensor/graph_alloc.cc libs/tensor/op_params.cc libs/tensor/tensor.cc
   libs/tensor/quants.cc libs/kernels/cpu/kernels.cc libs/kernels/cpu/ops.cc libs/kernels/cpu/kernels_avx2.cc
   libs/kernels/cpu/kernels_avx512.cc libs/kernels/cpu/kernels_avx512_vnni.cc libs/kernels/cpu/model_ops.cc
   "${GGUF[@]}")
@@ -55,6 +56,9 @@ AVX512_COPTS="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $AVX2_COPT
 declare -A COPTS=(
   [libs/kernels/cpu/kernels.cc]="-ffp-contract=off"
   [libs/kernels/cpu/ops.cc]="-ffp-contract=off"
+  [libs/kernels/cpu/graph_ops.cc]="-ffp-contract=off"
+  [libs/kernels/cpu/flash_attn.cc]="-ffp-contract=off"
+  [libs/kernels/cpu/flash_attn_shared.cc]="-ffp-contract=off"
   [libs/tensor/quants.cc]="-ffp-contract=off"
   [libs/kernels/cpu/kernels_avx2.cc]="$AVX2_COPTS"
   [libs/kernels/cpu/kernels_avx512.cc]="$AVX512_COPTS"
