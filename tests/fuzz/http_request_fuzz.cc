@@ -110,7 +110,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int max_depth = (sel & 8) ? 8 : herd::kMaxJsonNesting;
   const bool within = herd::CheckJsonNesting(req.body, "request body", max_depth).ok();
   const nlohmann::json j = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_discarded()) {
+  // nlohmann's parser ends its input at a NUL byte and accepts the prefix ("11" of
+  // "11\0[[[..."), while the text check reads the whole body: their depths agree only on
+  // bodies without one.
+  const bool has_nul = req.body.find('\0') != std::string::npos;
+  if (!j.is_discarded() && !has_nul) {
     Check(within == herd::CheckJsonValueNesting(j, "request body", max_depth).ok(),
           "the text's nesting bound agrees with the parsed value's depth");
     if (within) {
