@@ -7,7 +7,13 @@ namespace herd {
 absl::Status CheckJsonNesting(absl::string_view text, absl::string_view what, int max_depth) {
   int depth = 0;
   bool in_string = false, escaped = false;
-  for (const char c : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\0') {
+      // nlohmann's parser stops at a NUL byte and accepts the text before it, so
+      // `{...}\0anything` would pass as `{...}`; RFC 8259 allows no raw control byte.
+      return absl::InvalidArgumentError(absl::StrCat(what, ": NUL byte at offset ", i, " (not valid in JSON text)"));
+    }
     if (in_string) {
       if (escaped) {
         escaped = false;

@@ -27,8 +27,10 @@ inline constexpr int kMaxJsonNesting = 256;
 /// Scans `text` once, without allocating, and fails with InvalidArgument
 /// "<what>: JSON nested deeper than <max_depth> levels (arrays and objects)" as soon as
 /// the nesting of `[`/`{` outside strings exceeds `max_depth`. Brackets inside strings
-/// (escapes included) do not count. Malformed JSON is not diagnosed here: the parser
-/// that follows reports it. O(size of text) and never recursive.
+/// (escapes included) do not count. A NUL byte anywhere fails with InvalidArgument
+/// "<what>: NUL byte at offset <i> (not valid in JSON text)": nlohmann's parser would end
+/// the text there and accept what came before. Other malformed JSON is not diagnosed
+/// here: the parser that follows reports it. O(size of text) and never recursive.
 absl::Status CheckJsonNesting(absl::string_view text, absl::string_view what, int max_depth = kMaxJsonNesting);
 
 /// The same bound on a parsed document (nlohmann::json or ordered_json, or any type with

@@ -51,5 +51,15 @@ TEST(JsonNesting, BracketsInStringsDoNotCount) {
   EXPECT_TRUE(CheckJsonNesting("]]]]][", "body", 1).ok());
 }
 
+TEST(JsonNesting, NulByteIsRefusedWhereverItIs) {
+  // nlohmann would parse "{}" out of the first and accept it.
+  const absl::Status s = CheckJsonNesting(std::string("{}\0{\"k\":1}", 10), "request body");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "request body: NUL byte at offset 2 (not valid in JSON text)");
+  EXPECT_FALSE(CheckJsonNesting(std::string("[\"a\0b\"]", 7), "body").ok());  // inside a string too
+  EXPECT_FALSE(CheckJsonNesting(std::string(1, '\0'), "body").ok());
+  EXPECT_TRUE(CheckJsonNesting("[\"a\\u0000b\"]", "body").ok());  // the escape is fine
+}
+
 }  // namespace
 }  // namespace herd

@@ -111,9 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool within = herd::CheckJsonNesting(req.body, "request body", max_depth).ok();
   const nlohmann::json j = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   // nlohmann's parser ends its input at a NUL byte and accepts the prefix ("11" of
-  // "11\0[[[..."), while the text check reads the whole body: their depths agree only on
-  // bodies without one.
+  // "11\0[[[..."): the text check refuses every body with one, before any parse.
   const bool has_nul = req.body.find('\0') != std::string::npos;
+  if (has_nul) Check(!within, "a body with a NUL byte is refused");
   if (!j.is_discarded() && !has_nul) {
     Check(within == herd::CheckJsonValueNesting(j, "request body", max_depth).ok(),
           "the text's nesting bound agrees with the parsed value's depth");
