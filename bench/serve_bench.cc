@@ -92,6 +92,8 @@ ABSL_FLAG(std::string, server, "",
 ABSL_FLAG(std::string, server_model, "", "model name to request with --server (default: the model's file name)");
 ABSL_FLAG(int, timeout_s, 600, "per-request limit in seconds (no byte for this long, or the whole request)");
 ABSL_FLAG(bool, verbose, false, "forward the services' logs to stderr");
+ABSL_FLAG(std::vector<std::string>, gateway_flags, {},
+          "extra flags for the gateway, comma-separated (e.g. --gateway_flags=--route_max_extra_load=8)");
 ABSL_FLAG(std::vector<std::string>, worker_flags, {},
           "extra flags for the worker, comma-separated (e.g. --worker_flags=--n_batch=256,--prefix_cache=false)");
 
@@ -117,6 +119,9 @@ struct Level {
   int64_t prompt_tokens = 0;  // summed
   int64_t cached_tokens = 0;  // summed
   double ttft_p90_ms = 0;
+  // TTFTs of the requests whose prefix cache supplied under half of the prompt (misses)
+  // and of the others (hits).
+  std::vector<double> ttft_miss, ttft_hit;
   std::vector<int> tenant;  // per request (--tenants)
   std::string error;        // the first failed request's
 };
@@ -160,6 +165,7 @@ Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atom
     tokens += r.completion_tokens;
     out.prompt_tokens += r.prompt_tokens;
     out.cached_tokens += r.cached_tokens;
+    (2 * r.cached_tokens < r.prompt_tokens ? out.ttft_miss : out.ttft_hit).push_back(r.ttft_ms);
   }
   out.ttft_p90_ms = Percentile(ttft, 90);
   out.result = Summarize(concurrency, n_requests, tokens, load.seconds, ttft, itl);
@@ -198,6 +204,7 @@ int ClusterMain(const std::vector<int>& levels) {
     o.max_sequences = absl::GetFlag(FLAGS_max_seqs) > 0 ? absl::GetFlag(FLAGS_max_seqs) : std::max(16, max_level);
     o.extra_worker_flags = {"--kv_type=f16"};
     for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) o.extra_worker_flags.push_back(f);
+    for (const std::string& f : absl::GetFlag(FLAGS_gateway_flags)) o.extra_gateway_flags.push_back(f);
     if (!policy.empty()) o.extra_gateway_flags.push_back(absl::StrCat("--route_policy=", policy));
     o.restart = false;
     o.quiet = !absl::GetFlag(FLAGS_verbose);
@@ -286,6 +293,19 @@ int ClusterMain(const std::vector<int>& levels) {
       row.spread = absl::StrJoin(spread, "/");
       std::fprintf(stderr, "serve_bench: %s C=%d: %.1f tok/s, TTFT p50 %.0f p90 %.0f ms, hit rate %.2f (ideal %.2f)\n",
                    row.policy.c_str(), c, row.tok_s, row.ttft_p50, row.ttft_p90, row.hit, row.ideal);
+      std::fprintf(stderr,
+                   "serve_bench: %s C=%d: %zu misses (cache supplied < half the prompt; %d tenants' first), TTFT "
+                   "p50/p90 %.0f/%.0f ms; %zu hits, TTFT p50/p90 %.0f/%.0f ms\n",
+                   row.policy.c_str(), c, l.ttft_miss.size(), tenants, Percentile(l.ttft_miss, 50),
+                   Percentile(l.ttft_miss, 90), l.ttft_hit.size(), Percentile(l.ttft_hit, 50),
+                   Percentile(l.ttft_hit, 90));
+      if (m.ok()) {
+        for (absl::string_view line : absl::StrSplit(*m, '\n')) {
+          if (absl::StartsWith(line, "herd_gateway_route_decisions_total{")) {
+            std::fprintf(stderr, "serve_bench: %s %s\n", row.policy.c_str(), std::string(line).c_str());
+          }
+        }
+      }
       rows.push_back(row);
     }
     cluster.Stop();

@@ -1,8 +1,9 @@
 // Choosing a worker for a request: least-loaded, or prefix-aware (cache-aware routing in
 // the spirit of SGLang's router and llm-d's precise prefix-cache scorer): prefer the
 // worker whose KV cache already holds the longest prefix of the prompt, unless that
-// worker is busier than the least-loaded one by more than a slack, so a hot prefix
-// cannot pile every request onto one worker.
+// worker is full (its sequence slots taken: the request would queue) while another has
+// room, or busier than the least-loaded one by more than a slack, so a hot prefix cannot
+// pile every request onto one worker.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -24,6 +25,7 @@ struct RouteCandidate {
   int64_t load = 0;           // active + queued sequences at its last Info + sessions opened since
   int64_t kv_cells_used = 0;  // cells running sequences hold
   int64_t prefix_tokens = 0;  // leading prompt tokens its prefix cache is expected to supply
+  int64_t capacity = 0;       // its sequence slots (WorkerInfo.max_sequences); 0 = unknown
 };
 
 /// Why a worker was chosen (the label of herd_gateway_route_decisions_total).
@@ -41,9 +43,12 @@ struct RouteDecision {
 
 /// Picks one of `c` (non-empty).
 ///  kLeastLoaded: least load, then fewest KV cells used, then address.
-///  kPrefix: among candidates with load <= min load + max_extra_load, the one with the
-///  most prefix_tokens, then as kLeastLoaded. max_extra_load >= 0 (0: prefix only
-///  breaks ties between equally loaded workers).
+///  kPrefix: among the candidates with room (load < capacity, or capacity unknown; all
+///  of them when none has room) and load <= their min load + max_extra_load, the one
+///  with the most prefix_tokens, then as kLeastLoaded. max_extra_load >= 0 (0: prefix
+///  only breaks ties between equally loaded workers). A full worker is passed over
+///  because a request there waits for a whole sequence to finish, far longer than the
+///  prefill a cached prefix saves.
 RouteDecision ChooseWorker(RoutePolicy policy, const std::vector<RouteCandidate>& c, int64_t max_extra_load);
 
 }  // namespace herd::gateway

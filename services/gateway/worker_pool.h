@@ -46,7 +46,7 @@ struct WorkerPoolOptions {
   serving::MetricFamily* live_gauge = nullptr;
   /// --route_policy and --route_max_extra_load (routing.h ChooseWorker).
   RoutePolicy route_policy = RoutePolicy::kPrefix;
-  int64_t route_max_extra_load = 4;
+  int64_t route_max_extra_load = 8;
   /// Optional counters: decisions by reason (label "reason"), and prompt tokens the chosen
   /// worker's prefix cache was expected to supply.
   serving::MetricFamily* route_decisions = nullptr;
