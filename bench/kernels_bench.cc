@@ -219,8 +219,9 @@ __attribute__((target("avx2"))) uint64_t ReadAvx2(const char* b, const char* e) 
 // Decode attention over a KV cache much larger than L3 (as a serving worker's pool): 16
 // query tokens, each seeing 64 scattered cells (its own sequence's), 12 heads of 64 (one
 // F16 K and V run of 1.5 KiB per cell), cpu::FlashAttnF16Heads per token. "fused" is what
-// the CPU backend runs on AVX2; "generic" the reference loop (a dot that is not the AVX2
-// one selects it). GB/s counts the K and V bytes the tokens read.
+// the CPU backend runs (flash_attn_token.inc for this CPU's best ISA); "generic" the
+// reference loop (a dot that is not the ISA's own selects it). GB/s counts the K and V
+// bytes the tokens read.
 void BM_AttnDecodeF16(benchmark::State& state, bool fused) {
   if (!IsaSupported(Isa::kAvx2)) {
     state.SkipWithError("ISA not supported");
@@ -246,9 +247,9 @@ void BM_AttnDecodeF16(benchmark::State& state, bool fused) {
   for (int64_t j = 0; j < kHeads; ++j) head_off[j] = static_cast<size_t>(j * kHd) * 2;
   std::vector<float> slope(kHeads, 1.0f), scores(kHeads * kVisible), out(kHeads * kHd);
   std::vector<uint16_t> vkq(kHeads * kHd);
-  static const VecDotFn avx2_dot = GetVecDot(GgmlType::F16, Isa::kAvx2);
+  static const VecDotFn isa_dot = GetVecDot(GgmlType::F16, BestIsa());
   const VecDotFn dot =
-      fused ? avx2_dot : +[](int64_t n, float* s, const void* x, const void* y) { avx2_dot(n, s, x, y); };
+      fused ? isa_dot : +[](int64_t n, float* s, const void* x, const void* y) { isa_dot(n, s, x, y); };
   for (auto _ : state) {
     for (int64_t t = 0; t < kTokens; ++t) {
       FlashAttnF16Token a;

@@ -99,6 +99,9 @@ const IsaKernels& Avx512Kernels(bool vnni);
 // bit for bit, for hd a multiple of 8 (kernels_avx2.cc): dots of four cells at once, the
 // V accumulator kept in registers (rounded to F16 after every step, as stored there).
 void FlashAttnF16HeadsAvx2(const FlashAttnF16Token& a);
+// The same with GetVecDot(F16, kAvx512) and Avx512Kernels()' row ops, for hd a multiple of
+// 16 (kernels_avx512.cc; both from flash_attn_token.inc).
+void FlashAttnF16HeadsAvx512(const FlashAttnF16Token& a);
 // The reference loop of cpu::FlashAttnF16Heads (ops.cc), for tests.
 void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot);
 

@@ -609,6 +609,10 @@ inline void StoreHalf(uint16_t* p, __m512 v) {
 
 #include "libs/kernels/cpu/row_ops.inc"
 
+inline __m512 RoundHalf(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+#include "libs/kernels/cpu/flash_attn_token.inc"
+
 // Q4_1 / Q5_1 in ggml's 8-lane order (quant_block32.inc): its AVX2 code is what AVX-512
 // machines run for them.
 using KQ4_1 = KBlock32<DecQ4_1, true>;
@@ -668,5 +672,7 @@ constexpr IsaKernels kKernels = {
 }  // namespace
 
 const IsaKernels& Avx512Kernels(bool vnni) { return vnni ? kKernels<true> : kKernels<false>; }
+
+void FlashAttnF16HeadsAvx512(const FlashAttnF16Token& a) { FlashAttnF16HeadsSimd(a); }
 
 }  // namespace herd::cpu::internal

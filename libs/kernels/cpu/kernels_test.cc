@@ -1672,16 +1672,16 @@ TEST(KernelsTest, ExpSubMaxMatchesExpf) {
   EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum);
 }
 
-// The fused AVX2 one-token F16 flash attention equals the reference loop (GetVecDot(F16,
-// kAvx2) dots, MadF16 / ScaleF16 accumulation) bit for bit: head sizes with and without a
+// The fused one-token F16 flash attention of `isa` (flash_attn_token.inc; hd a multiple of
+// `lanes`) equals the reference loop (GetVecDot(F16, isa) dots, MadF16 / ScaleF16
+// accumulation) bit for bit: head sizes with and without a
 // register-resident accumulator, one to many heads in a cell, masked cells, ALiBi slopes,
 // a running max that rises and falls, blocks of 64 cells and ragged ends; and what
 // FlashAttnF16Heads dispatches to gives the same.
-TEST(OpsTest, FlashAttnF16HeadsAvx2MatchesReference) {
-  if (!IsaSupported(Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+void CheckFusedFlashAttnF16(Isa isa, void (*fused)(const FlashAttnF16Token&), int64_t lanes) {
   std::mt19937 g(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const VecDotFn dot = GetVecDot(GgmlType::F16, Isa::kAvx2);
+  const VecDotFn dot = GetVecDot(GgmlType::F16, isa);
   struct Case {
     int64_t hd, nh, n_cells, n_vis;
     bool mask, alibi;
@@ -1745,9 +1745,9 @@ TEST(OpsTest, FlashAttnF16HeadsAvx2MatchesReference) {
     a.out = got_dispatch.data();
     FlashAttnF16Heads(a, dot);
     ASSERT_EQ(got_dispatch, want) << "hd=" << cs.hd << " nh=" << cs.nh;
-    if (cs.hd % 8 != 0) continue;
+    if (cs.hd % lanes != 0) continue;
     a.out = got.data();
-    internal::FlashAttnF16HeadsAvx2(a);
+    fused(a);
     // The scaled, masked scores too (the outputs alone can hide a last-bit score change).
     ASSERT_EQ(scores, scores_ref) << "hd=" << cs.hd << " nh=" << cs.nh;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -1759,6 +1759,18 @@ TEST(OpsTest, FlashAttnF16HeadsAvx2MatchesReference) {
     }
     EXPECT_EQ(want[static_cast<size_t>(cs.hd)], 7.0f);
   }
+}
+
+TEST(OpsTest, FlashAttnF16HeadsAvx2MatchesReference) {
+  if (!IsaSupported(Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+  CheckFusedFlashAttnF16(Isa::kAvx2, internal::FlashAttnF16HeadsAvx2, 8);
+}
+
+// The same unit built for AVX-512 (16-lane dots, as GetVecDot(F16, kAvx512)), which
+// FlashAttnF16Heads takes on AVX-512 machines.
+TEST(OpsTest, FlashAttnF16HeadsAvx512MatchesReference) {
+  if (!IsaSupported(Isa::kAvx512)) GTEST_SKIP() << "needs AVX-512";
+  CheckFusedFlashAttnF16(Isa::kAvx512, internal::FlashAttnF16HeadsAvx512, 16);
 }
 
 }  // namespace

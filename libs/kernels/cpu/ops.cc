@@ -368,9 +368,15 @@ void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot) {
 }  // namespace internal
 
 void FlashAttnF16Heads(const FlashAttnF16Token& a, VecDotFn dot) {
-  if (a.hd % 8 == 0 && a.hd > 0 && a.nh <= 256 && dot == GetVecDot(GgmlType::F16, Isa::kAvx2) &&
-      &internal::BestKernels() == &internal::Avx2Kernels()) {
-    return internal::FlashAttnF16HeadsAvx2(a);
+  if (a.hd > 0 && a.nh <= 256) {
+    const internal::IsaKernels* best = &internal::BestKernels();
+    if (a.hd % 8 == 0 && dot == GetVecDot(GgmlType::F16, Isa::kAvx2) && best == &internal::Avx2Kernels()) {
+      return internal::FlashAttnF16HeadsAvx2(a);
+    }
+    if (a.hd % 16 == 0 && dot == GetVecDot(GgmlType::F16, Isa::kAvx512) &&
+        (best == &internal::Avx512Kernels(false) || best == &internal::Avx512Kernels(true))) {
+      return internal::FlashAttnF16HeadsAvx512(a);
+    }
   }
   internal::FlashAttnF16HeadsGeneric(a, dot);
 }
