@@ -55,8 +55,8 @@ ABSL_FLAG(int, poll_ms, 500, "interval of the workers' Info polls");
 ABSL_FLAG(
     std::string, route_policy, "prefix",
     "how a generation picks its worker: prefix (the worker whose KV cache holds the longest prefix of the prompt, "
-    "from the workers' prefix-cache digests, unless its sequence slots are full while another worker has room, or "
-    "it is busier than the least-loaded worker by more than --route_max_extra_load sequences) or least_loaded");
+    "from the workers' prefix-cache digests, unless it is busier than the least-loaded worker by more than "
+    "--route_max_extra_load sequences) or least_loaded");
 ABSL_FLAG(int, route_max_extra_load, 8,
           "route_policy=prefix: most extra sequences (active + queued) a worker may carry beyond the least-loaded one "
           "and still win a request by its cached prefix");

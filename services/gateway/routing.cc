@@ -45,12 +45,10 @@ RouteDecision ChooseWorker(RoutePolicy policy, const std::vector<RouteCandidate>
   }
   d.index = least;
   if (policy == RoutePolicy::kLeastLoaded || longest == 0) return d;
-  const auto has_room = [](const RouteCandidate& x) { return x.capacity <= 0 || x.load < x.capacity; };
-  const bool any_room = std::any_of(c.begin(), c.end(), has_room);
   const int64_t limit = c[least].load + std::max<int64_t>(0, max_extra_load);
   size_t best = least;
   for (size_t i = 0; i < c.size(); ++i) {
-    if (c[i].load > limit || (any_room && !has_room(c[i]))) continue;
+    if (c[i].load > limit) continue;
     if (c[i].prefix_tokens > c[best].prefix_tokens ||
         (c[i].prefix_tokens == c[best].prefix_tokens && LessLoaded(c[i], c[best]))) {
       best = i;

@@ -5,9 +5,7 @@
 namespace herd::gateway {
 namespace {
 
-RouteCandidate C(const char* a, int64_t load, int64_t kv, int64_t prefix, int64_t capacity = 0) {
-  return {a, load, kv, prefix, capacity};
-}
+RouteCandidate C(const char* a, int64_t load, int64_t kv, int64_t prefix) { return {a, load, kv, prefix}; }
 
 TEST(Routing, ParsePolicy) {
   EXPECT_EQ(*ParseRoutePolicy("prefix"), RoutePolicy::kPrefix);
@@ -45,24 +43,15 @@ TEST(Routing, HotPrefixOnABusyWorkerIsBalanced) {
   EXPECT_EQ(d2.reason, RouteReason::kPrefixOverloaded);
 }
 
-TEST(Routing, AFullWorkerLosesItsPrefixToOneWithRoom) {
-  // b holds the prefix and is within the slack, but its 8 slots are taken: a request
-  // there would queue behind a whole sequence. c has room and part of the prefix.
-  const std::vector<RouteCandidate> c = {C("a", 2, 0, 0, 8), C("b", 8, 0, 512, 8), C("c", 7, 0, 128, 8)};
-  const RouteDecision d = ChooseWorker(RoutePolicy::kPrefix, c, 8);
-  EXPECT_EQ(d.index, 2u);
-  EXPECT_EQ(d.reason, RouteReason::kPrefixOverloaded);
-  // With one slot free, b wins again.
-  const std::vector<RouteCandidate> c2 = {C("a", 2, 0, 0, 8), C("b", 7, 0, 512, 8)};
-  EXPECT_EQ(ChooseWorker(RoutePolicy::kPrefix, c2, 8).index, 1u);
-  // Every worker full: room no longer decides; prefix within the slack does.
-  const std::vector<RouteCandidate> c3 = {C("a", 8, 0, 0, 8), C("b", 9, 0, 512, 8)};
-  const RouteDecision d3 = ChooseWorker(RoutePolicy::kPrefix, c3, 8);
-  EXPECT_EQ(d3.index, 1u);
-  EXPECT_EQ(d3.reason, RouteReason::kPrefix);
-  // Unknown capacity (0) always has room.
-  const std::vector<RouteCandidate> c4 = {C("a", 2, 0, 0), C("b", 8, 0, 512)};
-  EXPECT_EQ(ChooseWorker(RoutePolicy::kPrefix, c4, 8).index, 1u);
+TEST(Routing, DefaultSlackKeepsAPrefixOnAWorkerEightBusier) {
+  // --route_max_extra_load's default: b is 8 sequences busier than a and still wins by
+  // its prefix; 9 busier, it does not.
+  const std::vector<RouteCandidate> c = {C("a", 0, 0, 0), C("b", 8, 0, 512)};
+  EXPECT_EQ(ChooseWorker(RoutePolicy::kPrefix, c, 8).index, 1u);
+  const std::vector<RouteCandidate> c2 = {C("a", 0, 0, 0), C("b", 9, 0, 512)};
+  const RouteDecision d2 = ChooseWorker(RoutePolicy::kPrefix, c2, 8);
+  EXPECT_EQ(d2.index, 0u);
+  EXPECT_EQ(d2.reason, RouteReason::kPrefixOverloaded);
 }
 
 TEST(Routing, NoPrefixAnywhereIsLeastLoaded) {

@@ -315,7 +315,6 @@ absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, 
       c.address = a;
       c.load = int64_t{e->info.active_sequences()} + e->info.queued_sequences() + e->started_since_info;
       c.kv_cells_used = e->info.kv_cells_used();
-      c.capacity = e->info.max_sequences();
       if (opts_.route_policy == RoutePolicy::kPrefix && e->prefix_block_tokens > 0 && !reusable.empty()) {
         auto it = hashes.find(e->prefix_block_tokens);
         if (it == hashes.end()) {
