@@ -114,6 +114,7 @@ grpc::Status FakeWorker::Info(grpc::ServerContext*, const v1::WorkerInfoRequest*
   resp->set_active_sequences(c.active + active_.load());
   resp->set_queued_sequences(c.queued);
   resp->set_kv_cells_used(c.kv_cells_used);
+  resp->set_kv_cells_cached(c.kv_cells_cached);
   return grpc::Status::OK;
 }
 

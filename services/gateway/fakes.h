@@ -32,6 +32,7 @@ struct FakeWorkerConfig {
   int32_t active = 0;
   int32_t queued = 0;
   int64_t kv_cells_used = 0;
+  int64_t kv_cells_cached = 0;
   // Tokens emitted one per forward pass, in order. After the script: the EOS token
   // (eos = true; it ends the current Step's run, a later Step gets EOS again) when
   // eos_after_script, else the script again from the start.

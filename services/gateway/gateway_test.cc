@@ -335,9 +335,11 @@ TEST_F(GatewayTest, RoutesByModel) {
 
 TEST_F(GatewayTest, RoutesToTheLeastLoadedWorker) {
   FakeWorker* busy = AddWorker("stories260K", [](FakeWorkerConfig& c) { c.active = 5; });
+  // Most of its cells hold cached prefixes: they count, so new prefixes go elsewhere.
   FakeWorker* idle_full_kv = AddWorker("stories260K", [](FakeWorkerConfig& c) {
     c.active = 1;
-    c.kv_cells_used = 900;
+    c.kv_cells_used = 50;
+    c.kv_cells_cached = 850;
   });
   FakeWorker* idle = AddWorker("stories260K", [](FakeWorkerConfig& c) {
     c.active = 1;
@@ -346,7 +348,7 @@ TEST_F(GatewayTest, RoutesToTheLeastLoadedWorker) {
   // Polls only when the test says so (PollNow), for a deterministic load picture.
   auto t = StartGateway({busy, idle_full_kv, idle}, [](GatewayOptions& o) { o.pool.poll_interval = absl::Hours(1); });
   ASSERT_TRUE(Run(t.get(), Req()).status.ok());
-  EXPECT_EQ(idle->sessions_started(), 1);  // least load, then fewest KV cells
+  EXPECT_EQ(idle->sessions_started(), 1);  // least load, then fewest KV cells held
   EXPECT_EQ(busy->sessions_started(), 0);
   EXPECT_EQ(idle_full_kv->sessions_started(), 0);
   // Load changes: the next Info poll moves traffic.

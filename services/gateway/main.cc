@@ -60,6 +60,10 @@ ABSL_FLAG(
 ABSL_FLAG(int, route_max_extra_load, 8,
           "route_policy=prefix: most extra sequences (active + queued) a worker may carry beyond the least-loaded one "
           "and still win a request by its cached prefix");
+ABSL_FLAG(int, route_prefix_tokens_per_load, 50,
+          "route_policy=prefix: cached prompt tokens that outweigh one more sequence on a worker (a worker's score is "
+          "its cached prefix tokens minus this times its sequences beyond the least-loaded worker's); 0 = the longest "
+          "prefix within --route_max_extra_load whatever the load");
 ABSL_FLAG(int, info_timeout_ms, 1000, "deadline of each Info call");
 ABSL_FLAG(int, dns_refresh_ms, 5000, "interval of --workers_dns re-resolution");
 ABSL_FLAG(int, max_concurrent_requests, 256,
@@ -143,6 +147,9 @@ absl::Status GeneralOptionsFromFlags(const herd::serving::ClientSecurity& client
   if (absl::GetFlag(FLAGS_route_max_extra_load) < 0)
     return absl::InvalidArgumentError("--route_max_extra_load must be >= 0");
   opts->pool.route_max_extra_load = absl::GetFlag(FLAGS_route_max_extra_load);
+  if (absl::GetFlag(FLAGS_route_prefix_tokens_per_load) < 0)
+    return absl::InvalidArgumentError("--route_prefix_tokens_per_load must be >= 0");
+  opts->pool.route_prefix_tokens_per_load = absl::GetFlag(FLAGS_route_prefix_tokens_per_load);
   opts->max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   if (opts->max_prompt_bytes <= 0) return absl::InvalidArgumentError("--max_prompt_bytes must be > 0");
   opts->request_timeout = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_request_timeout_ms)));

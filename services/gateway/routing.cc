@@ -29,13 +29,14 @@ namespace {
 // a before b in least-loaded order.
 bool LessLoaded(const RouteCandidate& a, const RouteCandidate& b) {
   if (a.load != b.load) return a.load < b.load;
-  if (a.kv_cells_used != b.kv_cells_used) return a.kv_cells_used < b.kv_cells_used;
+  if (a.kv_cells_held != b.kv_cells_held) return a.kv_cells_held < b.kv_cells_held;
   return a.address < b.address;
 }
 
 }  // namespace
 
-RouteDecision ChooseWorker(RoutePolicy policy, const std::vector<RouteCandidate>& c, int64_t max_extra_load) {
+RouteDecision ChooseWorker(RoutePolicy policy, const std::vector<RouteCandidate>& c, int64_t max_extra_load,
+                           int64_t prefix_tokens_per_load) {
   RouteDecision d;
   size_t least = 0;
   int64_t longest = 0;
@@ -45,14 +46,15 @@ RouteDecision ChooseWorker(RoutePolicy policy, const std::vector<RouteCandidate>
   }
   d.index = least;
   if (policy == RoutePolicy::kLeastLoaded || longest == 0) return d;
-  const int64_t limit = c[least].load + std::max<int64_t>(0, max_extra_load);
+  const int64_t min_load = c[least].load;
+  const int64_t limit = min_load + std::max<int64_t>(0, max_extra_load);
+  const int64_t per_load = std::max<int64_t>(0, prefix_tokens_per_load);
+  const auto score = [&](const RouteCandidate& x) { return x.prefix_tokens - per_load * (x.load - min_load); };
   size_t best = least;
   for (size_t i = 0; i < c.size(); ++i) {
     if (c[i].load > limit) continue;
-    if (c[i].prefix_tokens > c[best].prefix_tokens ||
-        (c[i].prefix_tokens == c[best].prefix_tokens && LessLoaded(c[i], c[best]))) {
-      best = i;
-    }
+    const int64_t si = score(c[i]), sb = score(c[best]);
+    if (si > sb || (si == sb && LessLoaded(c[i], c[best]))) best = i;
   }
   d.index = best;
   if (c[best].prefix_tokens < longest) {

@@ -22,7 +22,7 @@ absl::StatusOr<RoutePolicy> ParseRoutePolicy(const std::string& name);
 struct RouteCandidate {
   std::string address;
   int64_t load = 0;           // active + queued sequences at its last Info + sessions opened since
-  int64_t kv_cells_used = 0;  // cells running sequences hold
+  int64_t kv_cells_held = 0;  // cells running sequences and cached prompt prefixes hold
   int64_t prefix_tokens = 0;  // leading prompt tokens its prefix cache is expected to supply
 };
 
@@ -39,15 +39,29 @@ struct RouteDecision {
   RouteReason reason = RouteReason::kLeastLoaded;
 };
 
+/// Default of --route_prefix_tokens_per_load: the cached prompt tokens that outweigh one
+/// more sequence (active or queued) on a worker. With it and the default slack of 8, a
+/// tenant's 400-token prefix keeps its requests on its worker until that worker runs 8
+/// more sequences than the least loaded (serve_bench cluster mode: misses fell from 9-31
+/// per level with a flat slack of 4 to 2-12), while a 16-token common opening is not
+/// worth one extra sequence (a restarted worker, cold, gets traffic again at once).
+inline constexpr int64_t kRoutePrefixTokensPerLoad = 50;
+
 /// Picks one of `c` (non-empty).
-///  kLeastLoaded: least load, then fewest KV cells used, then address.
+///  kLeastLoaded: least load, then fewest KV cells held, then address. Counting the
+///  cached prefixes' cells sends a new prefix to the worker with the most cache room,
+///  which spreads tenants over the workers: a worker holding more prefixes than its pool
+///  keeps evicts them, and every later request for one is a cold prefill.
 ///  kPrefix: among candidates with load <= min load + max_extra_load, the one with the
-///  most prefix_tokens, then as kLeastLoaded. max_extra_load >= 0 (0: prefix only
-///  breaks ties between equally loaded workers). A full worker (load at its
-///  max_sequences) is not passed over: with short completions a queued request waits
-///  less than a cold prefill of its prefix takes (serve_bench cluster mode, C=16: 19
-///  decisions against the prefix and p90 TTFT 1110 ms with that rule, 5 and 519 ms
-///  without it).
-RouteDecision ChooseWorker(RoutePolicy policy, const std::vector<RouteCandidate>& c, int64_t max_extra_load);
+///  highest prefix_tokens - prefix_tokens_per_load * (load - min load) (a cache hit traded
+///  against the wait behind more sequences), then as kLeastLoaded. max_extra_load >= 0
+///  (0: prefix only breaks ties between equally loaded workers); prefix_tokens_per_load
+///  >= 0 (0: the longest prefix within the slack, whatever the load). A full worker
+///  (load at its max_sequences) is not passed over as such: with short completions a
+///  queued request waits less than a cold prefill of its prefix takes (serve_bench
+///  cluster mode, C=16: 19 decisions against the prefix and p90 TTFT 1110 ms with that
+///  rule, 12 and 748 ms without it).
+RouteDecision ChooseWorker(RoutePolicy policy, const std::vector<RouteCandidate>& c, int64_t max_extra_load,
+                           int64_t prefix_tokens_per_load = kRoutePrefixTokensPerLoad);
 
 }  // namespace herd::gateway

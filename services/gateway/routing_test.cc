@@ -62,10 +62,29 @@ TEST(Routing, NoPrefixAnywhereIsLeastLoaded) {
 }
 
 TEST(Routing, EqualPrefixesGoToTheLessLoaded) {
-  const std::vector<RouteCandidate> c = {C("a", 4, 0, 64), C("b", 2, 0, 64), C("c", 0, 0, 0)};
+  const std::vector<RouteCandidate> c = {C("a", 4, 0, 256), C("b", 2, 0, 256), C("c", 0, 0, 0)};
   const RouteDecision d = ChooseWorker(RoutePolicy::kPrefix, c, 4);
   EXPECT_EQ(d.index, 1u);
   EXPECT_EQ(d.reason, RouteReason::kPrefix);
+}
+
+TEST(Routing, AShortPrefixIsNotWorthMoreLoad) {
+  // Every prompt opens with the same 16 tokens, cached on a and b but not on c, a worker
+  // that just restarted: one cached block is worth less than 3 more sequences.
+  const std::vector<RouteCandidate> c = {C("a", 3, 0, 16), C("b", 3, 0, 16), C("c", 0, 0, 0)};
+  const RouteDecision d = ChooseWorker(RoutePolicy::kPrefix, c, 8);
+  EXPECT_EQ(d.index, 2u);
+  EXPECT_EQ(d.reason, RouteReason::kPrefixOverloaded);
+  // 50 tokens per sequence: 64 tokens outweigh one more sequence, not two.
+  const std::vector<RouteCandidate> c2 = {C("a", 1, 0, 64), C("b", 0, 0, 0)};
+  EXPECT_EQ(ChooseWorker(RoutePolicy::kPrefix, c2, 8).index, 0u);
+  const std::vector<RouteCandidate> c3 = {C("a", 2, 0, 64), C("b", 0, 0, 0)};
+  EXPECT_EQ(ChooseWorker(RoutePolicy::kPrefix, c3, 8).index, 1u);
+  // A longer prefix on a busier worker against a shorter one on a lighter worker.
+  const std::vector<RouteCandidate> c4 = {C("a", 4, 0, 400), C("b", 1, 0, 300)};
+  EXPECT_EQ(ChooseWorker(RoutePolicy::kPrefix, c4, 8).index, 1u);  // 400 - 150 < 300
+  // 0 tokens per sequence: the longest prefix within the slack, whatever the load.
+  EXPECT_EQ(ChooseWorker(RoutePolicy::kPrefix, c, 8, 0).index, 0u);
 }
 
 }  // namespace

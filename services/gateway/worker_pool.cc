@@ -314,7 +314,7 @@ absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, 
       RouteCandidate c;
       c.address = a;
       c.load = int64_t{e->info.active_sequences()} + e->info.queued_sequences() + e->started_since_info;
-      c.kv_cells_used = e->info.kv_cells_used();
+      c.kv_cells_held = e->info.kv_cells_used() + e->info.kv_cells_cached();
       if (opts_.route_policy == RoutePolicy::kPrefix && e->prefix_block_tokens > 0 && !reusable.empty()) {
         auto it = hashes.find(e->prefix_block_tokens);
         if (it == hashes.end()) {
@@ -331,7 +331,8 @@ absl::StatusOr<WorkerPool::Lease> WorkerPool::Acquire(const std::string& model, 
       picked.push_back(e);
     }
     if (!cands.empty()) {
-      const RouteDecision d = ChooseWorker(opts_.route_policy, cands, opts_.route_max_extra_load);
+      const RouteDecision d =
+          ChooseWorker(opts_.route_policy, cands, opts_.route_max_extra_load, opts_.route_prefix_tokens_per_load);
       best = picked[d.index];
       expected = cands[d.index].prefix_tokens;
       reason = d.reason;

@@ -44,9 +44,11 @@ struct WorkerPoolOptions {
   serving::ClientSecurity security;
   /// Optional gauge set to the number of live workers after every poll.
   serving::MetricFamily* live_gauge = nullptr;
-  /// --route_policy and --route_max_extra_load (routing.h ChooseWorker).
+  /// --route_policy, --route_max_extra_load and --route_prefix_tokens_per_load (routing.h
+  /// ChooseWorker).
   RoutePolicy route_policy = RoutePolicy::kPrefix;
   int64_t route_max_extra_load = 8;
+  int64_t route_prefix_tokens_per_load = kRoutePrefixTokensPerLoad;
   /// Optional counters: decisions by reason (label "reason"), and prompt tokens the chosen
   /// worker's prefix cache was expected to supply.
   serving::MetricFamily* route_decisions = nullptr;
