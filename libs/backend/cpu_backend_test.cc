@@ -437,6 +437,35 @@ TEST_P(CpuBackendTest, SharedPrefixAttentionMatchesPlainAttention) {
       backend_, 400, 8, [](int64_t t, int64_t c) { return c < 20 || (c >= 20 + t * 40 && c < 50 + t * 40); }, 32.0f,
       4e-3);
   EXPECT_EQ(backend_.shared_prefix_attention_runs() - runs, 2u);
+  // Mask 0 at every visible cell (no ALiBi distance; mdist infinite): the shared blocks
+  // take the tile step for all their rows at once (cpu::SharedAttnTileStep).
+  CheckFlashAttnAgainstPlain(backend_, 600 + 16 * 24, 16, seen, INFINITY, 4e-3);
+  EXPECT_EQ(backend_.shared_prefix_attention_runs() - runs, 4u);
+  backend_.set_shared_prefix_attention(false);
+}
+
+// 16 streams starting at once over a shared 200-cell header (prompt chunks of 9 tokens,
+// causal over their own cells) next to 20 decoding streams: 164 query tokens, taken in
+// 64-token chunks by the shared-prefix path (each chunk's tokens attend the header once),
+// where the path is off the tiled one. Both match plain attention.
+TEST_P(CpuBackendTest, SharedPrefixAttentionOfPromptChunks) {
+  const auto seen = [](int64_t t, int64_t c) {
+    if (c < 200) return true;  // the header
+    if (t < 144) {             // stream t / 9, its token t % 9: own cells from 200 + 16 * (t / 9)
+      const int64_t s = t / 9, first = 200 + s * 16;
+      return c >= first && c <= first + 6 + t % 9;
+    }
+    const int64_t first = 200 + 16 * 16 + (t - 144) * 12;  // decoding stream t - 144
+    return c >= first && c < first + 5 + t % 6;
+  };
+  const int64_t n_kv = 200 + 16 * 16 + 20 * 12;
+  backend_.set_shared_prefix_attention(true);
+  const uint64_t runs = backend_.shared_prefix_attention_runs();
+  for (float mdist : {32.0f, INFINITY}) CheckFlashAttnAgainstPlain(backend_, n_kv, 164, seen, mdist, 4e-3);
+  EXPECT_EQ(backend_.shared_prefix_attention_runs() - runs, 4u);  // 2 masks x 2 max_bias values, F16 K/V
+  backend_.set_shared_prefix_attention(false);
+  for (float mdist : {32.0f, INFINITY}) CheckFlashAttnAgainstPlain(backend_, n_kv, 164, seen, mdist, 4e-3);
+  EXPECT_EQ(backend_.shared_prefix_attention_runs() - runs, 4u);
 }
 
 TEST_P(CpuBackendTest, SoftMaxWithMaskScaleAndAlibi) {

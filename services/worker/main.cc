@@ -111,8 +111,9 @@ ABSL_FLAG(bool, ggml_order, false,
           "ggml's 8-float-lane order (prompt processing of those types 4-5x slower, decode 20-40%). For checking "
           "against llama.cpp.");
 ABSL_FLAG(bool, shared_prefix_attention, false,
-          "CPU, F16 KV: a decode step attends KV cells that several sequences share (a common prompt prefix) once for "
-          "all of them, merging by log-sum-exp (F32). Greedy output then depends on the batch's composition (not "
+          "CPU, F16 KV: a batch (decode steps, and prompt chunks of streams that start together) attends KV cells "
+          "that several sequences share (a common prompt prefix) once per 64 tokens for all of them, merging by "
+          "log-sum-exp (F32). Greedy output then depends on the batch's composition (not "
           "bit-identical to solo or speculative decoding). Ignored with --ggml_order.");
 ABSL_FLAG(bool, pin_threads, false,
           "CPU: bind each compute thread to its own core (llama.cpp's --cpu-strict 1). For a pod given whole cores "

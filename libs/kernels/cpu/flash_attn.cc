@@ -368,14 +368,17 @@ absl::Status ComputeFlashAttn(ThreadPool& pool, const GraphOpContext& ctx, Tenso
   // the SIMD width: 8 floats on AVX2, 16 on AVX-512; herd takes 16 on every CPU, so which
   // path runs never depends on the CPU).
   if (kt == GgmlType::F16 && fd.v->type == GgmlType::F16 && fd.k->nb[1] == q_row && fd.v->nb[1] == q_row) {
-    if (fd.n_tokens >= kFlashAttnTileTokens && fd.hd % 16 == 0 && fd.v->ne[0] == fd.hd && fd.q->type == GgmlType::F32 &&
-        n->type == GgmlType::F32) {
-      return FlashAttnTiled(pool, n, dot, isa);
-    }
+    // With shared-prefix attention on, batches of any size whose tokens share prefixes
+    // take it (prompt chunks of several streams over a cached header as well as decode
+    // steps); the others fall through.
     if (ctx.shared_attention != nullptr) {
       absl::StatusOr<bool> shared = ctx.shared_attention->Compute(pool, n, dot, isa);
       if (!shared.ok()) return shared.status();
       if (*shared) return absl::OkStatus();
+    }
+    if (fd.n_tokens >= kFlashAttnTileTokens && fd.hd % 16 == 0 && fd.v->ne[0] == fd.hd && fd.q->type == GgmlType::F32 &&
+        n->type == GgmlType::F32) {
+      return FlashAttnTiled(pool, n, dot, isa);
     }
     return FlashAttnF16(pool, n, dot, isa, nullptr);
   }

@@ -16,6 +16,7 @@
 // 2024). Accumulation is F32 throughout, so results match the per-token path within
 // float rounding (that path keeps llama.cpp's F16 V accumulator), not bit for bit.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -31,9 +32,10 @@
 namespace herd::cpu {
 namespace {
 
-constexpr int64_t kTileKv = 64;    // KV cells per tile of a shared block
-constexpr int64_t kTileRows = 64;  // query rows (tokens x heads of one KV head) per block item
-constexpr int64_t kMinBlock = 32;  // fewer shared cells: the tokens read them on their own
+constexpr int64_t kTileKv = 64;         // KV cells per tile of a shared block
+constexpr int64_t kTileRows = 64;       // query rows (tokens x heads of one KV head) per block item
+constexpr int64_t kMinBlock = 32;       // fewer shared cells: the tokens read them on their own
+constexpr int64_t kMaxPlanTokens = 64;  // tokens of one plan (its token sets are 64-bit masks)
 
 const float* Row(const Tensor* t, int64_t i1, int64_t i2 = 0) { return reinterpret_cast<const float*>(t->row(i1, i2)); }
 
@@ -51,9 +53,11 @@ struct SharedPrefixAttention::Plan {
   uint64_t epoch = 0;
   const void* mask_data = nullptr;
   int64_t n_kv = 0, n_tokens = 0;
-  bool use = false;  // enough sharing to pay
+  int64_t t_base = 0;  // the node's token of this plan's token 0 (a chunk of at most 64 tokens)
+  bool use = false;    // enough sharing to pay
   struct Block {
     uint64_t tokens_mask = 0;
+    bool zero_mask = false;  // every token's mask is 0 at every cell (no ALiBi distance to add)
     std::vector<int32_t> cells;
     std::vector<int32_t> tokens;
     size_t slot0 = 0;  // its parts: (slot0 + i) * n_head + h for tokens[i], head h
@@ -71,7 +75,7 @@ void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, SharedPrefixAtten
   std::vector<std::vector<int32_t>> vis(static_cast<size_t>(n_tokens));
   pool.Run([&](int ith, int nth) {
     for (int64_t t = ith; t < n_tokens; t += nth)
-      cpu::AppendVisibleCells(Row(mask, t), n_kv, &vis[static_cast<size_t>(t)]);
+      cpu::AppendVisibleCells(Row(mask, plan->t_base + t), n_kv, &vis[static_cast<size_t>(t)]);
   });
   // Which tokens see each cell.
   std::vector<uint64_t> seen_by(static_cast<size_t>(n_kv), 0);
@@ -108,6 +112,24 @@ void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, SharedPrefixAtten
     saved += (__builtin_popcountll(b.tokens_mask) - 1) * static_cast<int64_t>(b.cells.size());
   plan->use = !blocks.empty() && 4 * saved >= total;
   if (!plan->use) return;
+  // A block of several tiles becomes one sub-block per thread (whole tiles, cells in
+  // order): each thread then streams its own run of cells with all their heads, one
+  // sequential read, rather than every thread reading every cell's rows of its heads.
+  // Their parts merge like those of any other block.
+  const int64_t n_split = std::max(1, pool.size());
+  std::vector<SharedPrefixAttention::Plan::Block> split;
+  for (auto& b : blocks) {
+    const int64_t n_tiles = (static_cast<int64_t>(b.cells.size()) + kTileKv - 1) / kTileKv;
+    const int64_t per = (n_tiles + std::min(n_split, n_tiles) - 1) / std::min(n_split, n_tiles) * kTileKv;
+    for (size_t c0 = 0; c0 < b.cells.size(); c0 += static_cast<size_t>(per)) {
+      SharedPrefixAttention::Plan::Block& sb = split.emplace_back();
+      sb.tokens_mask = b.tokens_mask;
+      sb.cells.assign(
+          b.cells.begin() + static_cast<ptrdiff_t>(c0),
+          b.cells.begin() + static_cast<ptrdiff_t>(std::min(b.cells.size(), c0 + static_cast<size_t>(per))));
+    }
+  }
+  blocks = std::move(split);
   std::vector<uint8_t> in_block(static_cast<size_t>(n_kv), 0);
   for (const auto& b : blocks) {
     for (int32_t c : b.cells) in_block[static_cast<size_t>(c)] = 1;
@@ -116,6 +138,19 @@ void BuildSharedAttnPlan(const Tensor* mask, ThreadPool& pool, SharedPrefixAtten
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int32_t c : vis[static_cast<size_t>(t)]) {
       if (!in_block[static_cast<size_t>(c)]) plan->own[static_cast<size_t>(t)].push_back(c);
+    }
+  }
+  for (auto& b : blocks) {
+    b.zero_mask = true;
+    for (int64_t t = 0; t < n_tokens && b.zero_mask; ++t) {
+      if (((b.tokens_mask >> t) & 1) == 0) continue;
+      const float* mrow = Row(mask, plan->t_base + t);
+      for (int32_t c : b.cells) {
+        if (mrow[c] != 0.0f) {
+          b.zero_mask = false;
+          break;
+        }
+      }
     }
   }
   plan->token_blocks.assign(static_cast<size_t>(n_tokens), {});
@@ -140,8 +175,9 @@ struct AttnArgs {
   float scale, max_bias;
   Isa isa;
   cpu::VecDotFn dot;
-  Part* parts;    // (slot * n_head + h)
-  float* part_o;  // hd floats per part, normalized
+  Part* parts;     // (slot * n_head + h)
+  float* part_o;   // hd floats per part, normalized
+  int64_t t_base;  // the node's token of the plan's token 0: q, mask and output rows t_base + t
 };
 
 // Per-thread scratch of OwnPart and BlockPart.
@@ -166,7 +202,7 @@ void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Sc
   s->vkq16.resize(static_cast<size_t>(n_head * hd));
   for (int64_t h = 0; h < n_head; ++h) {
     s->head_off[static_cast<size_t>(h)] = static_cast<size_t>(h / a.gqa) * a.k->nb[1];
-    cpu::FromFloat(GgmlType::F16, Row(a.q, h, t), s->qconv.data() + h * q_row16, hd, a.isa);
+    cpu::FromFloat(GgmlType::F16, Row(a.q, h, a.t_base + t), s->qconv.data() + h * q_row16, hd, a.isa);
     s->hslope[static_cast<size_t>(h)] = AlibiSlope(static_cast<int>(h), static_cast<int>(n_head), a.max_bias);
   }
   cpu::FlashAttnF16Token fa;
@@ -180,7 +216,7 @@ void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Sc
   fa.head_off = s->head_off.data();
   fa.idx = cells.data();
   fa.n = nc;
-  fa.mask = Row(a.mask, t);
+  fa.mask = Row(a.mask, a.t_base + t);
   fa.slope = s->hslope.data();
   fa.scale = a.scale;
   fa.out = a.part_o + static_cast<size_t>(t * n_head) * static_cast<size_t>(hd);
@@ -189,13 +225,10 @@ void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Sc
   fa.vkq16 = s->vkq16.data();
   cpu::FlashAttnF16Heads(fa, a.dot);
   for (int64_t h = 0; h < n_head; ++h) {
-    const float* sc = s->scores.data() + h * nc;
+    float* sc = s->scores.data() + h * nc;
     float mx = ninf;
     for (int64_t i = 0; i < nc; ++i) mx = std::max(mx, sc[i]);
-    double sum = 0.0;
-    if (mx != ninf) {
-      for (int64_t i = 0; i < nc; ++i) sum += std::exp(static_cast<double>(sc[i]) - mx);
-    }
+    const double sum = mx == ninf ? 0.0 : cpu::ExpSubMax(sc, sc, nc, mx);
     a.parts[static_cast<size_t>(t * n_head + h)] = Part{mx, static_cast<float>(sum)};
   }
 }
@@ -213,15 +246,15 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t hd = a.hd, gqa = a.gqa, rows = nt * gqa, rp = (rows + 15) / 16 * 16;
   const size_t qt_size = static_cast<size_t>(hd * rp), o_size = static_cast<size_t>(rows * hd);
-  const size_t kv_size = static_cast<size_t>(kTileKv * hd);
+  const size_t kv_size = static_cast<size_t>(kTileKv * nhk * hd);
   s->Qt.assign(static_cast<size_t>(nhk) * qt_size, 0.0f);
-  s->St.resize(static_cast<size_t>(kTileKv * rp));
+  s->St.resize(static_cast<size_t>(kTileKv * rp + rp));
   s->P.resize(static_cast<size_t>(rows * kTileKv));
-  s->K.resize(static_cast<size_t>(nhk) * kv_size);
-  s->V.resize(static_cast<size_t>(nhk) * kv_size);
+  s->K.resize(kv_size);
+  s->V.resize(kv_size);
   s->O.assign(static_cast<size_t>(nhk) * o_size, 0.0f);
-  s->M.assign(static_cast<size_t>(nhk * rows), ninf);
-  s->L.assign(static_cast<size_t>(nhk * rows), 0.0f);
+  s->M.assign(static_cast<size_t>(nhk * rp), ninf);  // head g's rows at g * rp
+  s->L.assign(static_cast<size_t>(nhk * rp), 0.0f);
   s->mtile.resize(static_cast<size_t>(kTileKv));
   s->slope.resize(static_cast<size_t>(nhk * gqa));
   for (int64_t g = 0; g < nhk; ++g) {
@@ -232,42 +265,74 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
     }
     float* qt = s->Qt.data() + static_cast<size_t>(g) * qt_size;
     for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = Row(a.q, hk * gqa + r % gqa, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
+      const float* qr = Row(a.q, hk * gqa + r % gqa, a.t_base + bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
       for (int64_t d = 0; d < hd; ++d) qt[d * rp + r] = qr[d];
     }
   }
   float *St = s->St.data(), *P = s->P.data();
   const int64_t n_cells = static_cast<int64_t>(bl.cells.size());
+  const int64_t ld = nhk * hd;  // a tile's K and V rows: cell j's heads side by side
+  // The group's heads of one cell are one run in the cache when the rows of adjacent heads
+  // are adjacent (ggml's K/V views of a llama.cpp cache): one conversion per cell.
+  const bool run = nhk == 1 || (a.k->nb[1] == static_cast<size_t>(hd) * 2 && a.v->nb[1] == static_cast<size_t>(hd) * 2);
   for (int64_t c0 = 0; c0 < n_cells; c0 += kTileKv) {
     const int64_t nc = std::min(kTileKv, n_cells - c0);
+    float* Kt = s->K.data();
+    float* Vt = s->V.data();
     for (int64_t j = 0; j < nc; ++j) {
       const int64_t c = bl.cells[static_cast<size_t>(c0 + j)];
-      for (int64_t g = 0; g < nhk; ++g) {
-        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.k->row(hk0 + g, c)),
-                      s->K.data() + static_cast<size_t>(g) * kv_size + j * hd, hd);
+      if (run) {
+        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.k->row(hk0, c)), Kt + j * ld, ld);
+        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk0, c)), Vt + j * ld, ld);
+        continue;
       }
       for (int64_t g = 0; g < nhk; ++g) {
-        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk0 + g, c)),
-                      s->V.data() + static_cast<size_t>(g) * kv_size + j * hd, hd);
+        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.k->row(hk0 + g, c)), Kt + j * ld + g * hd, hd);
+        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk0 + g, c)), Vt + j * ld + g * hd, hd);
       }
     }
+    if (nc < kTileKv && !bl.zero_mask) {  // GemmF32 multiplies whole tiles
+      std::fill(Kt + nc * ld, Kt + kTileKv * ld, 0.0f);
+      std::fill(Vt + nc * ld, Vt + kTileKv * ld, 0.0f);
+    }
+    const float* mtile = nullptr;  // bl.zero_mask: no mask term
     for (int64_t g = 0; g < nhk; ++g) {
-      float* K = s->K.data() + static_cast<size_t>(g) * kv_size;
-      float* V = s->V.data() + static_cast<size_t>(g) * kv_size;
       float* O = s->O.data() + static_cast<size_t>(g) * o_size;
-      float* M = s->M.data() + g * rows;
-      float* L = s->L.data() + g * rows;
-      std::fill(K + nc * hd, K + kTileKv * hd, 0.0f);
-      std::fill(V + nc * hd, V + kTileKv * hd, 0.0f);
+      float* M = s->M.data() + g * rp;
+      float* L = s->L.data() + g * rp;
+      if (bl.zero_mask) {  // every row sees every cell: the tile step for all rows at once
+        SharedAttnTile tile;
+        tile.hd = hd;
+        tile.nc = nc;
+        tile.rows = rows;
+        tile.rp = rp;
+        tile.k = Kt + g * hd;
+        tile.v = Vt + g * hd;
+        tile.ldk = tile.ldv = ld;
+        tile.qt = s->Qt.data() + static_cast<size_t>(g) * qt_size;
+        tile.scale = a.scale;
+        tile.m = M;
+        tile.l = L;
+        tile.o = O;
+        tile.st = St;
+        cpu::SharedAttnTileStep(tile, a.isa);
+        continue;
+      }
       std::fill(St, St + kTileKv * rp, 0.0f);
-      cpu::GemmF32(K, hd, s->Qt.data() + static_cast<size_t>(g) * qt_size, rp, St, rp, kTileKv, hd, rp, a.isa);
+      cpu::GemmF32(Kt + g * hd, ld, s->Qt.data() + static_cast<size_t>(g) * qt_size, rp, St, rp, kTileKv, hd, rp,
+                   a.isa);
       for (int64_t r = 0; r < rows; ++r) {
         float* pr = P + r * kTileKv;
         for (int64_t j = 0; j < nc; ++j) pr[j] = St[j * rp + r];
-        const float* mrow = Row(a.mask, bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
-        for (int64_t j = 0; j < nc; ++j) s->mtile[static_cast<size_t>(j)] = mrow[bl.cells[static_cast<size_t>(c0 + j)]];
-        const float mx = cpu::ScaleMaskMax(pr, s->mtile.data(), a.scale,
-                                           s->slope[static_cast<size_t>(g * gqa + r % gqa)], pr, nc, a.isa);
+        if (!bl.zero_mask) {
+          const float* mrow = Row(a.mask, a.t_base + bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
+          for (int64_t j = 0; j < nc; ++j) {
+            s->mtile[static_cast<size_t>(j)] = mrow[bl.cells[static_cast<size_t>(c0 + j)]];
+          }
+          mtile = s->mtile.data();
+        }
+        const float mx =
+            cpu::ScaleMaskMax(pr, mtile, a.scale, s->slope[static_cast<size_t>(g * gqa + r % gqa)], pr, nc, a.isa);
         std::fill(pr + nc, pr + kTileKv, ninf);
         if (mx == ninf) {
           std::fill(pr, pr + kTileKv, 0.0f);
@@ -281,7 +346,7 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
         }
         L[r] += static_cast<float>(cpu::ExpSubMax(pr, pr, kTileKv, M[r]));
       }
-      cpu::GemmF32(P, kTileKv, V, hd, O, hd, rows, kTileKv, hd, a.isa);
+      cpu::GemmF32(P, kTileKv, Vt + g * hd, ld, O, hd, rows, kTileKv, hd, a.isa);
     }
   }
   for (int64_t g = 0; g < nhk; ++g) {  // normalized, like the own parts
@@ -290,8 +355,8 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
     for (int64_t r = 0; r < rows; ++r) {
       const size_t pi = (bl.slot0 + static_cast<size_t>(t0 + r / gqa)) * static_cast<size_t>(a.n_head) +
                         static_cast<size_t>(hk * gqa + r % gqa);
-      const float Lr = s->L[static_cast<size_t>(g * rows + r)];
-      a.parts[pi] = Part{s->M[static_cast<size_t>(g * rows + r)], Lr};
+      const float Lr = s->L[static_cast<size_t>(g * rp + r)];
+      a.parts[pi] = Part{s->M[static_cast<size_t>(g * rp + r)], Lr};
       const float inv = Lr == 0.0f ? 0.0f : 1.0f / Lr;
       float* dst = a.part_o + pi * static_cast<size_t>(hd);
       for (int64_t d = 0; d < hd; ++d) dst[d] = O[r * hd + d] * inv;
@@ -321,39 +386,32 @@ void MergeParts(const AttnArgs& a, const std::vector<size_t>& ps, float* out) {
 
 }  // namespace
 
-SharedPrefixAttention::SharedPrefixAttention() = default;
-SharedPrefixAttention::~SharedPrefixAttention() = default;
+struct SharedPrefixAttention::Buffers {
+  std::vector<Part> parts;
+  std::vector<float> part_o;
+  std::vector<Scratch> scratch;  // one per pool thread
+};
 
-absl::StatusOr<bool> SharedPrefixAttention::Compute(ThreadPool& pool, Tensor* n, VecDotFn dot, Isa isa) {
-  Tensor* q = n->src[0];
-  Tensor* k = n->src[1];
-  Tensor* v = n->src[2];
-  Tensor* mask = n->src[3];
-  const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = q->ne[2];
-  const int64_t n_kv = k->ne[2], n_head_kv = k->ne[1];
-  if (mask == nullptr || n_tokens < 2 || n_tokens > 64 || v->ne[0] != hd || q->type != GgmlType::F32 ||
-      n->type != GgmlType::F32 || k->type != GgmlType::F16 || v->type != GgmlType::F16) {
-    return false;
-  }
-  if (plan_ == nullptr || plan_->epoch != epoch_ || plan_->mask_data != mask->data || plan_->n_kv != n_kv ||
-      plan_->n_tokens != n_tokens) {
-    plan_ = std::make_shared<Plan>();
-    plan_->epoch = epoch_;
-    plan_->mask_data = mask->data;
-    plan_->n_kv = n_kv;
-    plan_->n_tokens = n_tokens;
-    BuildSharedAttnPlan(mask, pool, plan_.get());
-  }
-  const Plan& plan = *plan_;
-  if (!plan.use) return false;
-  const std::vector<Plan::Block>& blocks = plan.blocks;
+namespace {
+
+// The node's tokens [plan.t_base, plan.t_base + plan.n_tokens): block and own parts, then
+// each (token, head)'s merge into the output.
+void ComputeChunk(ThreadPool& pool, Tensor* n, VecDotFn dot, Isa isa, const SharedPrefixAttention::Plan& plan,
+                  SharedPrefixAttention::Buffers* buf) {
+  const Tensor* q = n->src[0];
+  const Tensor* k = n->src[1];
+  const int64_t hd = q->ne[0], n_head = q->ne[1], n_tokens = plan.n_tokens, n_head_kv = k->ne[1];
+  const std::vector<SharedPrefixAttention::Plan::Block>& blocks = plan.blocks;
   const size_t n_parts = plan.n_slots * static_cast<size_t>(n_head);
-  std::vector<Part> parts(n_parts, Part{-std::numeric_limits<float>::infinity(), 0.0f});
-  std::vector<float> part_o(n_parts * static_cast<size_t>(hd), 0.0f);
+  // Kept between calls: fresh vectors this size are fresh pages, faulted in every layer.
+  std::vector<Part>& parts = buf->parts;
+  std::vector<float>& part_o = buf->part_o;
+  parts.assign(n_parts, Part{-std::numeric_limits<float>::infinity(), 0.0f});
+  part_o.resize(n_parts * static_cast<size_t>(hd));  // a part's row is read only once written (l > 0)
   const AttnArgs args{q,
                       k,
-                      v,
-                      mask,
+                      n->src[2],
+                      n->src[3],
                       hd,
                       n_head,
                       n_head / n_head_kv,
@@ -362,38 +420,38 @@ absl::StatusOr<bool> SharedPrefixAttention::Compute(ThreadPool& pool, Tensor* n,
                       isa,
                       dot,
                       parts.data(),
-                      part_o.data()};
+                      part_o.data(),
+                      plan.t_base};
 
-  // Work: (block, group of KV heads, chunk of its tokens) items, then one item per token
-  // with own cells (all its heads); dealt round-robin. A group is a thread's share of the
-  // KV heads, so each block is read in as few runs as the threads allow.
+  // Work: (block, chunk of its tokens) items with all KV heads (the plan split the blocks
+  // by cells, one per thread, so each thread streams its own cells), then one item per
+  // token with own cells (all its heads); each item to the first thread free.
   const int64_t qt = std::max<int64_t>(1, kTileRows / args.gqa);  // tokens per block item
-  const int64_t group = (n_head_kv + pool.size() - 1) / std::max(1, pool.size());
   struct Item {
     int32_t block;  // -1: the own cells of token t0
-    int64_t hk, t0;
+    int64_t t0;
   };
   std::vector<Item> items;
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
-    for (int64_t hk = 0; hk < n_head_kv; hk += group) {
-      for (int64_t t0 = 0; t0 < static_cast<int64_t>(blocks[bi].tokens.size()); t0 += qt) {
-        items.push_back(Item{static_cast<int32_t>(bi), hk, t0});
-      }
+    for (int64_t t0 = 0; t0 < static_cast<int64_t>(blocks[bi].tokens.size()); t0 += qt) {
+      items.push_back(Item{static_cast<int32_t>(bi), t0});
     }
   }
   for (int64_t t = 0; t < n_tokens; ++t) {
-    if (!plan.own[static_cast<size_t>(t)].empty()) items.push_back(Item{-1, 0, t});
+    if (!plan.own[static_cast<size_t>(t)].empty()) items.push_back(Item{-1, t});
   }
-  pool.Run([&](int ith, int nth) {
-    Scratch scratch;
-    for (size_t w = static_cast<size_t>(ith); w < items.size(); w += static_cast<size_t>(nth)) {
+  std::atomic<size_t> next{0};  // in order, blocks (the larger items) first
+  pool.Run([&](int ith, int) {
+    Scratch* scratch = &buf->scratch[static_cast<size_t>(ith)];
+    for (size_t w = next.fetch_add(1, std::memory_order_relaxed); w < items.size();
+         w = next.fetch_add(1, std::memory_order_relaxed)) {
       const Item& it = items[w];
       if (it.block < 0) {
-        OwnPart(args, it.t0, plan.own[static_cast<size_t>(it.t0)], &scratch);
+        OwnPart(args, it.t0, plan.own[static_cast<size_t>(it.t0)], scratch);
       } else {
-        const Plan::Block& bl = blocks[static_cast<size_t>(it.block)];
-        BlockPart(args, bl, it.hk, std::min(group, n_head_kv - it.hk), it.t0,
-                  std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - it.t0), &scratch);
+        const SharedPrefixAttention::Plan::Block& bl = blocks[static_cast<size_t>(it.block)];
+        BlockPart(args, bl, 0, n_head_kv, it.t0, std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - it.t0),
+                  scratch);
       }
     }
   });
@@ -406,9 +464,52 @@ absl::StatusOr<bool> SharedPrefixAttention::Compute(ThreadPool& pool, Tensor* n,
       for (const auto& [b, i] : plan.token_blocks[static_cast<size_t>(t)]) {
         ps.push_back((blocks[b].slot0 + i) * static_cast<size_t>(n_head) + static_cast<size_t>(h));
       }
-      MergeParts(args, ps, reinterpret_cast<float*>(n->row(h, t)));
+      MergeParts(args, ps, reinterpret_cast<float*>(n->row(h, plan.t_base + t)));
     }
   });
+}
+
+}  // namespace
+
+SharedPrefixAttention::SharedPrefixAttention() = default;
+SharedPrefixAttention::~SharedPrefixAttention() = default;
+
+absl::StatusOr<bool> SharedPrefixAttention::Compute(ThreadPool& pool, Tensor* n, VecDotFn dot, Isa isa) {
+  Tensor* q = n->src[0];
+  Tensor* k = n->src[1];
+  Tensor* v = n->src[2];
+  Tensor* mask = n->src[3];
+  const int64_t hd = q->ne[0], n_tokens = q->ne[2], n_kv = k->ne[2];
+  if (mask == nullptr || n_tokens < 2 || v->ne[0] != hd || q->type != GgmlType::F32 || n->type != GgmlType::F32 ||
+      k->type != GgmlType::F16 || v->type != GgmlType::F16) {
+    return false;
+  }
+  // Chunks of at most 64 tokens (a plan's token sets are 64-bit masks), each with its plan:
+  // a step of many prompt chunks (16 streams starting at once) reads a shared prefix once
+  // per 64 tokens rather than once per token.
+  const int64_t n_chunks = (n_tokens + kMaxPlanTokens - 1) / kMaxPlanTokens;
+  if (plans_.size() != static_cast<size_t>(n_chunks) || plans_[0]->epoch != epoch_ ||
+      plans_[0]->mask_data != mask->data || plans_[0]->n_kv != n_kv) {
+    plans_.assign(static_cast<size_t>(n_chunks), nullptr);
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      auto plan = std::make_shared<Plan>();
+      plan->epoch = epoch_;
+      plan->mask_data = mask->data;
+      plan->n_kv = n_kv;
+      plan->t_base = c * kMaxPlanTokens;
+      plan->n_tokens = std::min(kMaxPlanTokens, n_tokens - plan->t_base);
+      BuildSharedAttnPlan(mask, pool, plan.get());
+      plans_[static_cast<size_t>(c)] = std::move(plan);
+    }
+  }
+  // Every chunk must share enough; otherwise the caller's path takes the whole node (for
+  // a long prompt of its own, the tiled path).
+  for (const auto& plan : plans_) {
+    if (!plan->use) return false;
+  }
+  if (buffers_ == nullptr) buffers_ = std::make_unique<Buffers>();
+  buffers_->scratch.resize(static_cast<size_t>(std::max(1, pool.size())));
+  for (const auto& plan : plans_) ComputeChunk(pool, n, dot, isa, *plan, buffers_.get());
   runs_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -28,4 +28,27 @@ struct FlashAttnF16Token {
   uint16_t* vkq16;         // scratch: nh * hd halves
 };
 
+/// One KV tile of a shared block of shared-prefix attention (flash_attn_shared.cc) for one
+/// KV head: the online-softmax step of ggml's tiled flash attention
+/// (ggml_compute_forward_flash_attn_ext_tiled) for `rows` query rows that all see all `nc`
+/// cells with mask 0. Scores s[j][r] = scale * (K[j] . Q[r]); per row r:
+///   M' = max(M[r], max_j s[j][r]), a = e^(M[r] - M'),
+///   L[r] = a L[r] + sum_j e^(s[j][r] - M'),  O[r] = a O[r] + sum_j e^(s[j][r] - M') V[j].
+/// F32 throughout (cpu::SharedAttnTileStep, kernels.h). Every field must be set.
+struct SharedAttnTile {
+  int64_t hd;        // head size of K, V and Q (elements)
+  int64_t nc;        // cells in the tile, 1..64
+  int64_t rows;      // query rows, 1..rp
+  int64_t rp;        // rows padded to a multiple of 16: qt's row stride, the length of m and l
+  const float* k;    // nc rows of hd floats, ldk floats apart
+  const float* v;    // nc rows of hd floats, ldv floats apart
+  int64_t ldk, ldv;  // floats
+  const float* qt;   // Q transposed: Q[r][d] at qt[d * rp + r] (rows >= `rows` are 0)
+  float scale;       // KQ scale
+  float* m;          // rp running maxima (-inf before the first tile)
+  float* l;          // rp running weight sums (0 before the first tile)
+  float* o;          // rows x hd unnormalized outputs, row r at o + r * hd (0 before the first tile)
+  float* st;         // scratch: 64 * rp + rp floats
+};
+
 }  // namespace herd::cpu

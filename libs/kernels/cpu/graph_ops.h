@@ -36,12 +36,12 @@ class WorkBuffer {
   std::vector<uint8_t> buf_;
 };
 
-/// Shared-prefix ("cascade") flash attention (flash_attn_shared.cc): a batch of 2..64
-/// query tokens whose masks share blocks of at least 32 cells attends each block once for
-/// all the tokens that see it, merging the parts by log-sum-exp (F32 accumulation: within
-/// float rounding of the per-token path, not bit-identical). Holds the plan of the current
-/// graph's mask, built by the first FLASH_ATTN_EXT node that reads that mask and reused by
-/// the later layers. Not thread-safe.
+/// Shared-prefix ("cascade") flash attention (flash_attn_shared.cc): a batch of query
+/// tokens whose masks share blocks of at least 32 cells attends each block once for all
+/// the tokens of each 64-token chunk that see it, merging the parts by log-sum-exp (F32
+/// accumulation: within float rounding of the per-token path, not bit-identical). Holds
+/// the plans of the current graph's mask, built by the first FLASH_ATTN_EXT node that
+/// reads that mask and reused by the later layers. Not thread-safe.
 class SharedPrefixAttention {
  public:
   SharedPrefixAttention();
@@ -57,16 +57,19 @@ class SharedPrefixAttention {
   /// Computes FLASH_ATTN_EXT node n (q [hd, n_head, n_tokens] F32, k / v [hd, n_head_kv,
   /// n_kv] F16, mask [n_kv, n_tokens] F32; out F32) with KQ dot products `dot`
   /// (GetVecDot(F16, ...)). false, nothing written: not applicable (no mask, other types,
-  /// n_tokens outside [2, 64]) or not enough sharing to pay; the caller runs the
-  /// per-token path.
+  /// one token) or some 64-token chunk shares too little to pay; the caller runs its own
+  /// path (per-token, or tiled for prompt-sized batches).
   absl::StatusOr<bool> Compute(ThreadPool& pool, Tensor* n, VecDotFn dot, Isa isa);
 
   /// How one batch's mask shares KV cells (flash_attn_shared.cc).
   struct Plan;
+  /// The parts and per-thread scratch of Compute, kept between calls (flash_attn_shared.cc).
+  struct Buffers;
 
  private:
-  uint64_t epoch_ = 0;          // NewGraph calls so far
-  std::shared_ptr<Plan> plan_;  // of the current graph's mask
+  uint64_t epoch_ = 0;                        // NewGraph calls so far
+  std::vector<std::shared_ptr<Plan>> plans_;  // of the current graph's mask, one per 64 tokens
+  std::unique_ptr<Buffers> buffers_;
   std::atomic<uint64_t> runs_{0};
 };
 

@@ -102,6 +102,11 @@ void FlashAttnF16HeadsAvx2(const FlashAttnF16Token& a);
 // The same with GetVecDot(F16, kAvx512) and Avx512Kernels()' row ops, for hd a multiple of
 // 16 (kernels_avx512.cc; both from flash_attn_token.inc).
 void FlashAttnF16HeadsAvx512(const FlashAttnF16Token& a);
+// cpu::SharedAttnTileStep for hd and rp multiples of 8 (kernels_avx2.cc) / 16 (kernels_avx512.cc),
+// both from shared_attn_tile.inc; SharedAttnTileRef is the scalar reference (ops.cc).
+void SharedAttnTileAvx2(const SharedAttnTile& t);
+void SharedAttnTileAvx512(const SharedAttnTile& t);
+void SharedAttnTileRef(const SharedAttnTile& t);
 // The reference loop of cpu::FlashAttnF16Heads (ops.cc), for tests.
 void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot);
 

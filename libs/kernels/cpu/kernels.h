@@ -317,5 +317,11 @@ void FlashAttnF16VRowIdx(const float* scores, const int32_t* idx, int64_t n, con
 /// path runs: with dot == GetVecDot(F16, Isa::kAvx2), BestIsa() AVX2 and hd % 8 == 0 a
 /// fused AVX2 kernel (several cells' dots at once, no call per cell and head).
 void FlashAttnF16Heads(const FlashAttnF16Token& a, VecDotFn dot);
+/// One tile step of shared-prefix attention (flash_attn_token.h SharedAttnTile; ggml's
+/// tiled flash attention without a mask term) in F32. isa = Isa::kScalar runs the scalar
+/// reference; otherwise BestIsa()'s AVX-512 or AVX2 kernel where hd and t.rp are multiples
+/// of its vector width (16 / 8 floats), else the reference. The paths differ within F32
+/// rounding (sums in another order, ggml_v_expf against expf), not bit for bit.
+void SharedAttnTileStep(const SharedAttnTile& t, Isa isa);
 
 }  // namespace herd::cpu

@@ -470,9 +470,11 @@ namespace {
 inline __m256 RoundHalf(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
 #include "libs/kernels/cpu/flash_attn_token.inc"
+#include "libs/kernels/cpu/shared_attn_tile.inc"
 
 }  // namespace
 
 void FlashAttnF16HeadsAvx2(const FlashAttnF16Token& a) { FlashAttnF16HeadsSimd(a); }
+void SharedAttnTileAvx2(const SharedAttnTile& t) { SharedAttnTileSimd(t); }
 
 }  // namespace herd::cpu::internal

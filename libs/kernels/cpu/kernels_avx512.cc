@@ -612,6 +612,7 @@ inline void StoreHalf(uint16_t* p, __m512 v) {
 inline __m512 RoundHalf(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
 #include "libs/kernels/cpu/flash_attn_token.inc"
+#include "libs/kernels/cpu/shared_attn_tile.inc"
 
 // Q4_1 / Q5_1 in ggml's 8-lane order (quant_block32.inc): its AVX2 code is what AVX-512
 // machines run for them.
@@ -674,5 +675,6 @@ constexpr IsaKernels kKernels = {
 const IsaKernels& Avx512Kernels(bool vnni) { return vnni ? kKernels<true> : kKernels<false>; }
 
 void FlashAttnF16HeadsAvx512(const FlashAttnF16Token& a) { FlashAttnF16HeadsSimd(a); }
+void SharedAttnTileAvx512(const SharedAttnTile& t) { SharedAttnTileSimd(t); }
 
 }  // namespace herd::cpu::internal

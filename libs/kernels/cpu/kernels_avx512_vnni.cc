@@ -14,4 +14,5 @@
 #define Avx2PackedTile Avx512VnniPackedTile
 #define Avx2Kernels Avx2KernelsBuiltForVnni
 #define FlashAttnF16HeadsAvx2 FlashAttnF16HeadsAvx2BuiltForVnni
+#define SharedAttnTileAvx2 SharedAttnTileAvx2BuiltForVnni
 #include "libs/kernels/cpu/kernels_avx2.cc"

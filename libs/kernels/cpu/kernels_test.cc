@@ -1773,5 +1773,112 @@ TEST(OpsTest, FlashAttnF16HeadsAvx512MatchesReference) {
   CheckFusedFlashAttnF16(Isa::kAvx512, internal::FlashAttnF16HeadsAvx512, 16);
 }
 
+// The shared-prefix tile step (flash_attn_token.h SharedAttnTile): three tiles of 64, 64
+// and 23 cells (a partial last tile) for 1..31 rows, K and V rows strided as in a tile of
+// several heads; the running (M, L, O) after the last tile, normalized, equal softmax
+// attention computed in double, and each SIMD kernel equals the scalar reference within
+// F32 rounding.
+void CheckSharedAttnTile(void (*fused)(const SharedAttnTile&), int64_t lanes) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t hd : {64, 128, 80}) {
+    if (fused != nullptr && hd % lanes != 0) continue;
+    for (int64_t rows : {1, 5, 16, 31}) {
+      const int64_t rp = (rows + 15) / 16 * 16, ld = hd * 3;
+      const std::vector<int64_t> tiles = {64, 64, 23};
+      std::vector<std::vector<float>> k(tiles.size()), v(tiles.size());
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        k[i].resize(static_cast<size_t>(tiles[i] * ld));
+        v[i].resize(static_cast<size_t>(tiles[i] * ld));
+        for (auto& x : k[i]) x = nd(rng);
+        for (auto& x : v[i]) x = nd(rng);
+      }
+      std::vector<float> qt(static_cast<size_t>(hd * rp), 0.0f);
+      for (int64_t d = 0; d < hd; ++d)
+        for (int64_t r = 0; r < rows; ++r) qt[static_cast<size_t>(d * rp + r)] = nd(rng);
+      const float scale = 0.3f;
+      struct State {
+        std::vector<float> m, l, o, st;
+      };
+      auto run = [&](void (*fn)(const SharedAttnTile&), State* st) {
+        st->m.assign(static_cast<size_t>(rp), -INFINITY);
+        st->l.assign(static_cast<size_t>(rp), 0.0f);
+        st->o.assign(static_cast<size_t>(rows * hd), 0.0f);
+        st->st.assign(static_cast<size_t>(64 * rp + rp), 0.0f);
+        for (size_t i = 0; i < tiles.size(); ++i) {
+          SharedAttnTile t;
+          t.hd = hd;
+          t.nc = tiles[i];
+          t.rows = rows;
+          t.rp = rp;
+          t.k = k[i].data() + hd;  // the second head of three
+          t.v = v[i].data() + hd;
+          t.ldk = t.ldv = ld;
+          t.qt = qt.data();
+          t.scale = scale;
+          t.m = st->m.data();
+          t.l = st->l.data();
+          t.o = st->o.data();
+          t.st = st->st.data();
+          fn(t);
+        }
+      };
+      State ref, got;
+      run(internal::SharedAttnTileRef, &ref);
+      for (int64_t r = 0; r < rows; ++r) {  // the reference against softmax attention in double
+        std::vector<double> sc;
+        for (size_t i = 0; i < tiles.size(); ++i) {
+          for (int64_t j = 0; j < tiles[i]; ++j) {
+            double d = 0;
+            for (int64_t e = 0; e < hd; ++e) {
+              d +=
+                  static_cast<double>(k[i][static_cast<size_t>(j * ld + hd + e)]) * qt[static_cast<size_t>(e * rp + r)];
+            }
+            sc.push_back(d * scale);
+          }
+        }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        ASSERT_NEAR(ref.m[static_cast<size_t>(r)], mx, 1e-4 * (1 + std::fabs(mx))) << "hd=" << hd << " r=" << r;
+        ASSERT_NEAR(ref.l[static_cast<size_t>(r)], sum, 1e-4 * sum) << "hd=" << hd << " r=" << r;
+        for (int64_t e = 0; e < hd; ++e) {
+          double want = 0;
+          size_t c = 0;
+          for (size_t i = 0; i < tiles.size(); ++i) {
+            for (int64_t j = 0; j < tiles[i]; ++j) want += sc[c++] * v[i][static_cast<size_t>(j * ld + hd + e)];
+          }
+          want /= sum;
+          const double out = ref.o[static_cast<size_t>(r * hd + e)] / ref.l[static_cast<size_t>(r)];
+          ASSERT_NEAR(out, want, 1e-4 * (1 + std::fabs(want))) << "hd=" << hd << " r=" << r << " e=" << e;
+        }
+      }
+      if (fused == nullptr) continue;
+      run(fused, &got);
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_NEAR(got.m[static_cast<size_t>(r)], ref.m[static_cast<size_t>(r)], 1e-5f * (1 + std::fabs(ref.m[r])));
+        ASSERT_NEAR(got.l[static_cast<size_t>(r)], ref.l[static_cast<size_t>(r)], 1e-5f * ref.l[r]);
+        for (int64_t e = 0; e < hd; ++e) {
+          const float want = ref.o[static_cast<size_t>(r * hd + e)];
+          ASSERT_NEAR(got.o[static_cast<size_t>(r * hd + e)], want, 1e-5f * (ref.l[r] + std::fabs(want)))
+              << "hd=" << hd << " rows=" << rows << " r=" << r << " e=" << e;
+        }
+      }
+    }
+  }
+}
+
+TEST(OpsTest, SharedAttnTileReferenceMatchesSoftmaxAttention) { CheckSharedAttnTile(nullptr, 1); }
+
+TEST(OpsTest, SharedAttnTileAvx2MatchesReference) {
+  if (!IsaSupported(Isa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+  CheckSharedAttnTile(internal::SharedAttnTileAvx2, 8);
+}
+
+TEST(OpsTest, SharedAttnTileAvx512MatchesReference) {
+  if (!IsaSupported(Isa::kAvx512)) GTEST_SKIP() << "needs AVX-512";
+  CheckSharedAttnTile(internal::SharedAttnTileAvx512, 16);
+}
+
 }  // namespace
 }  // namespace herd::cpu

@@ -365,7 +365,50 @@ void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot) {
   }
 }
 
+void SharedAttnTileRef(const SharedAttnTile& t) {
+  const int64_t nc = t.nc, rp = t.rp, hd = t.hd;
+  float* alpha = t.st + 64 * rp;
+  for (int64_t r = 0; r < t.rows; ++r) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < nc; ++j) {
+      float s = 0.0f;
+      for (int64_t d = 0; d < hd; ++d) s = std::fmaf(t.k[j * t.ldk + d], t.qt[d * rp + r], s);
+      s *= t.scale;
+      t.st[j * rp + r] = s;
+      mx = std::max(mx, s);
+    }
+    const float m_old = std::max(t.m[r], -1e30f);
+    const float m_new = std::max(m_old, mx);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < nc; ++j) {
+      const float p = std::exp(t.st[j * rp + r] - m_new);
+      t.st[j * rp + r] = p;
+      sum += p;
+    }
+    alpha[r] = std::exp(m_old - m_new);
+    t.l[r] = t.l[r] * alpha[r] + sum;
+    t.m[r] = m_new;
+    for (int64_t d = 0; d < hd; ++d) {
+      float acc = t.o[r * hd + d] * alpha[r];
+      for (int64_t j = 0; j < nc; ++j) acc = std::fmaf(t.st[j * rp + r], t.v[j * t.ldv + d], acc);
+      t.o[r * hd + d] = acc;
+    }
+  }
+}
+
 }  // namespace internal
+
+void SharedAttnTileStep(const SharedAttnTile& t, Isa isa) {
+  if (isa != Isa::kScalar) {
+    const internal::IsaKernels* best = &internal::BestKernels();
+    if (t.hd % 16 == 0 && t.rp % 16 == 0 &&
+        (best == &internal::Avx512Kernels(false) || best == &internal::Avx512Kernels(true))) {
+      return internal::SharedAttnTileAvx512(t);
+    }
+    if (t.hd % 8 == 0 && t.rp % 8 == 0 && best == &internal::Avx2Kernels()) return internal::SharedAttnTileAvx2(t);
+  }
+  internal::SharedAttnTileRef(t);
+}
 
 void FlashAttnF16Heads(const FlashAttnF16Token& a, VecDotFn dot) {
   if (a.hd > 0 && a.nh <= 256) {
