@@ -118,6 +118,11 @@ TEST_F(EngineTest, MaskFollowsSequencesAndPositions) {
   EXPECT_EQ(mask[3], ninf);
   EXPECT_EQ(mask[4], 0.0f);  // seq 1 pos 0 sees only cell 1
   EXPECT_EQ(mask[5], ninf);
+  // Several tokens of one sequence (a prompt chunk), interleaved with another's: each sees
+  // its sequence's cells up to its own position; with ALiBi, minus the distance.
+  std::vector<float> chunk(3 * 3);
+  e->kv().FillMask({0, 1, 0}, {0, 0, 1}, 3, chunk.data(), /*alibi=*/true);
+  EXPECT_EQ(chunk, (std::vector<float>{-0.0f, ninf, ninf, ninf, -0.0f, ninf, -1.0f, ninf, -0.0f}));
 }
 
 // SetSeqRange: a sequence's cells come from its own region, lowest first, in batch

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace herd::engine {
@@ -244,12 +245,22 @@ void KvCache::FreeCells(const std::vector<int32_t>& idx) {
 void KvCache::FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv, float* mask,
                        bool alibi) const {
   const float ninf = -std::numeric_limits<float>::infinity();
+  // The tokens of one sequence (a prompt chunk) differ only in position: which cells hold
+  // the sequence is looked up once per sequence, not once per token (a cell of a prefix
+  // many sequences share lists them all).
+  absl::flat_hash_map<int32_t, std::vector<int32_t>> cells_of;
   for (size_t t = 0; t < seq.size(); ++t) {
+    auto [it, fresh] = cells_of.try_emplace(seq[t]);
+    if (fresh) {
+      for (int64_t c = 0; c < n_kv; ++c) {
+        if (pos_[static_cast<size_t>(c)] >= 0 && Has(c, seq[t])) it->second.push_back(static_cast<int32_t>(c));
+      }
+    }
     float* row = mask + t * static_cast<size_t>(n_kv);
-    for (int64_t c = 0; c < n_kv; ++c) {
-      const size_t ci = static_cast<size_t>(c);
-      const bool visible = pos_[ci] >= 0 && pos_[ci] <= pos[t] && Has(c, seq[t]);
-      row[c] = !visible ? ninf : alibi ? -std::fabs(static_cast<float>(pos[t] - pos_[ci])) : 0.0f;
+    std::fill(row, row + n_kv, ninf);
+    for (int32_t c : it->second) {
+      const int32_t p = pos_[static_cast<size_t>(c)];
+      if (p <= pos[t]) row[c] = alibi ? -std::fabs(static_cast<float>(pos[t] - p)) : 0.0f;
     }
   }
 }
