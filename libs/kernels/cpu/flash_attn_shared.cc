@@ -283,12 +283,15 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
       const int64_t c = bl.cells[static_cast<size_t>(c0 + j)];
       if (run) {
         cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.k->row(hk0, c)), Kt + j * ld, ld);
-        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk0, c)), Vt + j * ld, ld);
+        // The tile step reads F16 V where it lies (one conversion per use, no copy).
+        if (!bl.zero_mask) cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk0, c)), Vt + j * ld, ld);
         continue;
       }
       for (int64_t g = 0; g < nhk; ++g) {
         cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.k->row(hk0 + g, c)), Kt + j * ld + g * hd, hd);
-        cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk0 + g, c)), Vt + j * ld + g * hd, hd);
+        if (!bl.zero_mask) {
+          cpu::F16ToF32(reinterpret_cast<const uint16_t*>(a.v->row(hk0 + g, c)), Vt + j * ld + g * hd, hd);
+        }
       }
     }
     if (nc < kTileKv && !bl.zero_mask) {  // GemmF32 multiplies whole tiles
@@ -307,8 +310,11 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
         tile.rows = rows;
         tile.rp = rp;
         tile.k = Kt + g * hd;
-        tile.v = Vt + g * hd;
+        tile.v = nullptr;
         tile.ldk = tile.ldv = ld;
+        tile.v16 = static_cast<const uint8_t*>(a.v->data) + static_cast<size_t>(hk0 + g) * a.v->nb[1];
+        tile.cells = bl.cells.data() + c0;
+        tile.v16_stride = a.v->nb[2];
         tile.qt = s->Qt.data() + static_cast<size_t>(g) * qt_size;
         tile.scale = a.scale;
         tile.m = M;

@@ -41,14 +41,18 @@ struct SharedAttnTile {
   int64_t rows;      // query rows, 1..rp
   int64_t rp;        // rows padded to a multiple of 16: qt's row stride, the length of m and l
   const float* k;    // nc rows of hd floats, ldk floats apart
-  const float* v;    // nc rows of hd floats, ldv floats apart
+  const float* v;    // nc rows of hd floats, ldv floats apart (unused when v16 is set)
   int64_t ldk, ldv;  // floats
-  const float* qt;   // Q transposed: Q[r][d] at qt[d * rp + r] (rows >= `rows` are 0)
-  float scale;       // KQ scale
-  float* m;          // rp running maxima (-inf before the first tile)
-  float* l;          // rp running weight sums (0 before the first tile)
-  float* o;          // rows x hd unnormalized outputs, row r at o + r * hd (0 before the first tile)
-  float* st;         // scratch: 64 * rp + rp floats
+  // F16 V read where it lies (nullptr: v): row j at v16 + cells[j] * v16_stride bytes
+  const uint8_t* v16 = nullptr;
+  const int32_t* cells = nullptr;
+  size_t v16_stride = 0;
+  const float* qt;  // Q transposed: Q[r][d] at qt[d * rp + r] (rows >= `rows` are 0)
+  float scale;      // KQ scale
+  float* m;         // rp running maxima (-inf before the first tile)
+  float* l;         // rp running weight sums (0 before the first tile)
+  float* o;         // rows x hd unnormalized outputs, row r at o + r * hd (0 before the first tile)
+  float* st;        // scratch: 64 * rp + rp floats
 };
 
 }  // namespace herd::cpu

@@ -1791,7 +1791,20 @@ void CheckSharedAttnTile(void (*fused)(const SharedAttnTile&), int64_t lanes) {
         k[i].resize(static_cast<size_t>(tiles[i] * ld));
         v[i].resize(static_cast<size_t>(tiles[i] * ld));
         for (auto& x : k[i]) x = nd(rng);
-        for (auto& x : v[i]) x = nd(rng);
+        for (auto& x : v[i]) x = Fp16ToFp32(Fp32ToFp16(nd(rng)));  // exact in F16 too
+      }
+      // V also as F16 rows in a cache of 100 cells, the tile's cells scattered over it.
+      std::vector<std::vector<uint16_t>> v16(tiles.size());
+      std::vector<std::vector<int32_t>> cells(tiles.size());
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        v16[i].assign(static_cast<size_t>(100 * ld), 0);
+        for (int64_t j = 0; j < tiles[i]; ++j) {
+          const int32_t c = static_cast<int32_t>((j * 37 + 11) % 100);
+          cells[i].push_back(c);
+          for (int64_t e = 0; e < ld; ++e) {
+            v16[i][static_cast<size_t>(c * ld + e)] = Fp32ToFp16(v[i][static_cast<size_t>(j * ld + e)]);
+          }
+        }
       }
       std::vector<float> qt(static_cast<size_t>(hd * rp), 0.0f);
       for (int64_t d = 0; d < hd; ++d)
@@ -1800,7 +1813,7 @@ void CheckSharedAttnTile(void (*fused)(const SharedAttnTile&), int64_t lanes) {
       struct State {
         std::vector<float> m, l, o, st;
       };
-      auto run = [&](void (*fn)(const SharedAttnTile&), State* st) {
+      auto run = [&](void (*fn)(const SharedAttnTile&), State* st, bool f16_v) {
         st->m.assign(static_cast<size_t>(rp), -INFINITY);
         st->l.assign(static_cast<size_t>(rp), 0.0f);
         st->o.assign(static_cast<size_t>(rows * hd), 0.0f);
@@ -1814,6 +1827,11 @@ void CheckSharedAttnTile(void (*fused)(const SharedAttnTile&), int64_t lanes) {
           t.k = k[i].data() + hd;  // the second head of three
           t.v = v[i].data() + hd;
           t.ldk = t.ldv = ld;
+          if (f16_v) {
+            t.v16 = reinterpret_cast<const uint8_t*>(v16[i].data() + hd);
+            t.cells = cells[i].data();
+            t.v16_stride = static_cast<size_t>(ld) * 2;
+          }
           t.qt = qt.data();
           t.scale = scale;
           t.m = st->m.data();
@@ -1824,7 +1842,7 @@ void CheckSharedAttnTile(void (*fused)(const SharedAttnTile&), int64_t lanes) {
         }
       };
       State ref, got;
-      run(internal::SharedAttnTileRef, &ref);
+      run(internal::SharedAttnTileRef, &ref, false);
       for (int64_t r = 0; r < rows; ++r) {  // the reference against softmax attention in double
         std::vector<double> sc;
         for (size_t i = 0; i < tiles.size(); ++i) {
@@ -1853,15 +1871,16 @@ void CheckSharedAttnTile(void (*fused)(const SharedAttnTile&), int64_t lanes) {
           ASSERT_NEAR(out, want, 1e-4 * (1 + std::fabs(want))) << "hd=" << hd << " r=" << r << " e=" << e;
         }
       }
-      if (fused == nullptr) continue;
-      run(fused, &got);
-      for (int64_t r = 0; r < rows; ++r) {
-        ASSERT_NEAR(got.m[static_cast<size_t>(r)], ref.m[static_cast<size_t>(r)], 1e-5f * (1 + std::fabs(ref.m[r])));
-        ASSERT_NEAR(got.l[static_cast<size_t>(r)], ref.l[static_cast<size_t>(r)], 1e-5f * ref.l[r]);
-        for (int64_t e = 0; e < hd; ++e) {
-          const float want = ref.o[static_cast<size_t>(r * hd + e)];
-          ASSERT_NEAR(got.o[static_cast<size_t>(r * hd + e)], want, 1e-5f * (ref.l[r] + std::fabs(want)))
-              << "hd=" << hd << " rows=" << rows << " r=" << r << " e=" << e;
+      for (bool f16_v : {false, true}) {
+        run(fused != nullptr ? fused : internal::SharedAttnTileRef, &got, f16_v);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_NEAR(got.m[static_cast<size_t>(r)], ref.m[static_cast<size_t>(r)], 1e-5f * (1 + std::fabs(ref.m[r])));
+          ASSERT_NEAR(got.l[static_cast<size_t>(r)], ref.l[static_cast<size_t>(r)], 1e-5f * ref.l[r]);
+          for (int64_t e = 0; e < hd; ++e) {
+            const float want = ref.o[static_cast<size_t>(r * hd + e)];
+            ASSERT_NEAR(got.o[static_cast<size_t>(r * hd + e)], want, 1e-5f * (ref.l[r] + std::fabs(want)))
+                << "hd=" << hd << " rows=" << rows << " r=" << r << " e=" << e << " f16_v=" << f16_v;
+          }
         }
       }
     }

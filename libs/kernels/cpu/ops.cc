@@ -390,7 +390,12 @@ void SharedAttnTileRef(const SharedAttnTile& t) {
     t.m[r] = m_new;
     for (int64_t d = 0; d < hd; ++d) {
       float acc = t.o[r * hd + d] * alpha[r];
-      for (int64_t j = 0; j < nc; ++j) acc = std::fmaf(t.st[j * rp + r], t.v[j * t.ldv + d], acc);
+      for (int64_t j = 0; j < nc; ++j) {
+        const float v = t.v16 != nullptr ? Fp16ToFp32(reinterpret_cast<const uint16_t*>(
+                                               t.v16 + static_cast<size_t>(t.cells[j]) * t.v16_stride)[d])
+                                         : t.v[j * t.ldv + d];
+        acc = std::fmaf(t.st[j * rp + r], v, acc);
+      }
       t.o[r * hd + d] = acc;
     }
   }
