@@ -70,6 +70,9 @@ ABSL_FLAG(int, tenants, 0,
           "of a tenant drawn at random (plus its own --prompt_words). Prints the prefix hit rate (usage "
           "prompt_tokens_details.cached_tokens over prompt tokens) against the ideal (each tenant's prefix computed "
           "once), TTFT p50/p90 and the load spread over the workers, per --route_policies entry");
+ABSL_FLAG(bool, print_requests, false,
+          "cluster mode: print every request (in the order the clients took them) to stderr: tenant, cached / prompt "
+          "tokens, TTFT");
 ABSL_FLAG(std::string, route_policies, "",
           "comma-separated gateway --route_policy values to compare (least_loaded, prefix), a fresh cluster each; "
           "empty: the gateway's default");
@@ -166,6 +169,11 @@ Level RunLevel(const Target& t, int concurrency, int first_request_id, std::atom
     out.prompt_tokens += r.prompt_tokens;
     out.cached_tokens += r.cached_tokens;
     (2 * r.cached_tokens < r.prompt_tokens ? out.ttft_miss : out.ttft_hit).push_back(r.ttft_ms);
+    if (absl::GetFlag(FLAGS_print_requests) && tenants > 0) {
+      const size_t i = static_cast<size_t>(&r - load.results.data());
+      std::fprintf(stderr, "serve_bench: request %zu tenant %d cached %lld/%lld ttft %.0f\n", i, out.tenant[i],
+                   static_cast<long long>(r.cached_tokens), static_cast<long long>(r.prompt_tokens), r.ttft_ms);
+    }
   }
   out.ttft_p90_ms = Percentile(ttft, 90);
   out.result = Summarize(concurrency, n_requests, tokens, load.seconds, ttft, itl);

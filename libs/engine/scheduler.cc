@@ -59,6 +59,10 @@ struct SeqState {
   int32_t n_past = 0;             // tokens of this sequence in the KV cache (positions 0..n_past-1)
   int32_t pending = -1;           // the next token to evaluate, at position n_past
   bool pending_is_prompt = true;  // pending is still the last prompt token
+  // Prompt tokens whose K/V this sequence took from other sequences' cells instead of
+  // computing them (the prefix cache on admission, then CatchUp from a sequence
+  // prefilling the same prompt beside it); final once the prompt is done.
+  int32_t n_cached = 0;
   std::unique_ptr<Sampler> sampler;
   std::mt19937 spec_rng;  // rejection sampling of drafts with probabilities
   // Scheduler-driven speculation (SequenceParams::draft_source).
@@ -305,7 +309,9 @@ constexpr int32_t kMinSharedPrefill = 16;
 
 bool Core::CatchUpOrWaitLocked(SeqState* s) {
   if (!cfg.prefix_cache || s->PrefillDone()) return false;
+  const int32_t before = s->n_past;
   s->n_past = kvm->CatchUp(s->kv_seq, s->tokens, s->n_past, RunningLocked());
+  if (s->pending_is_prompt) s->n_cached += s->n_past - before;
   if (s->PrefillDone()) return true;
   const size_t limit = s->tokens.size() - 1;
   for (const auto& a : active) {
@@ -335,6 +341,7 @@ bool Core::AdmitLocked(Outbox* out) {
     // Shares the longest cached or running prefix's cells; only the rest is prefilled.
     const int32_t reuse = kvm->Admit(s->kv_seq, s->tokens, RunningLocked());
     s->n_past = reuse;
+    if (s->pending_is_prompt) s->n_cached = reuse;  // this admission's; earlier ones' cells are gone
     active.push_back(s);
     any = true;
     if (s->started) continue;  // re-admitted after a preemption: tokens, sampler and pending kept
@@ -704,6 +711,7 @@ absl::Status Core::Execute(std::vector<Work>* plan, double* seconds) {
     }
     w.result.prompt_ms = s.prompt_ms;
     w.result.generation_ms = s.generation_ms;
+    w.result.n_cached = s.n_cached;
   }
   return absl::OkStatus();
 }

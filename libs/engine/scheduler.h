@@ -214,6 +214,10 @@ struct StepResult {
   bool context_full = false;            // no room for another token in this sequence
   double prompt_ms = 0;                 // cumulative prompt-processing wall time
   double generation_ms = 0;             // cumulative generation wall time
+  /// Prompt tokens whose K/V came from other sequences' cells, not computed: the prefix
+  /// cache's at admission (SequenceEvent::n_cached) plus those taken from a sequence
+  /// prefilling the same prompt beside this one (in-flight sharing).
+  int32_t n_cached = 0;
   /// Sequences with a draft_source: their drafts' cumulative statistics (type kNone
   /// otherwise).
   spec::SpecStats spec_stats;
@@ -226,7 +230,7 @@ struct SequenceEvent {
   enum class Kind { kStarted, kStep, kEnded };
   Kind kind = Kind::kStarted;
   int32_t n_prompt = 0;  // kStarted
-  int32_t n_cached = 0;  // kStarted: prompt tokens whose K/V came from the prefix cache
+  int32_t n_cached = 0;  // kStarted: prompt tokens whose K/V came from the prefix cache (StepResult::n_cached adds in-flight sharing)
   double queue_ms = 0;   // kStarted: time from Start() to admission
   StepResult step;       // kStep
   absl::Status status;   // kEnded

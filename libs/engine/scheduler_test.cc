@@ -1221,8 +1221,28 @@ TEST_F(SchedulerTest, PromptsArrivingTogetherComputeTheirSharedPrefixOnce) {
   ASSERT_NE(sched, nullptr);
   std::vector<std::unique_ptr<Sequence>> seqs = StartGreedy(sched.get(), prompts);
   ASSERT_EQ(seqs.size(), prompts.size());
-  ExpectSoloOutputs(seqs, 8, solo);
+  // Every step reports the prompt tokens the sequence did not compute itself (shared on
+  // admission or in flight); together they are the scheduler's reused tokens.
+  uint64_t reported = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ExpectStarted(seqs[i].get());
+    ASSERT_TRUE(seqs[i]->Step(8).ok());
+    std::vector<int32_t> out;
+    int32_t n_cached = -1;
+    while (out.size() < 8) {
+      SequenceEvent ev = NextEvent(seqs[i].get());
+      ASSERT_EQ(ev.kind, SequenceEvent::Kind::kStep) << ev.status;
+      if (n_cached >= 0) {
+        EXPECT_EQ(ev.step.n_cached, n_cached) << "sequence " << i << ": changed after the prompt";
+      }
+      n_cached = ev.step.n_cached;
+      out.insert(out.end(), ev.step.tokens.begin(), ev.step.tokens.end());
+    }
+    EXPECT_EQ(out, solo[i]) << "sequence " << i;
+    reported += static_cast<uint64_t>(n_cached);
+  }
   const SchedulerStats st = sched->Stats();
+  EXPECT_EQ(reported, st.prefix_tokens_reused);
   EXPECT_EQ(st.prompt_tokens + st.prefix_tokens_reused, total);
   // Each follower takes the system prompt's cells: at most kMinSharedPrefill (16) of its
   // tokens are computed twice, however the arrivals fall between passes.

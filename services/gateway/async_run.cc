@@ -167,6 +167,7 @@ class Gateway::AsyncAttempt final : public grpc::ClientBidiReactor<v1::SessionRe
     if (!resp_.has_step()) {
       return EndCall(absl::InternalError(absl::StrCat("worker ", address_, ": protocol error: expected StepResult")));
     }
+    gw_->NoteCached(g, resp_.step());
     bool run_ended = false;
     v1::GenerateResponse msg = tracker_.Consume(resp_.step(), &run_ended);
     if (!gw_->Emit(g, run_->sink.get(), &msg)) {

@@ -471,7 +471,14 @@ absl::Status Gateway::AwaitStarted(AttemptRun& a) {
   return absl::OkStatus();
 }
 
+void Gateway::NoteCached(Generation& g, const v1::StepResult& sr) {
+  if (sr.n_cached() <= g.cached_tokens) return;
+  prefix_tokens_realized_->Add(static_cast<double>(sr.n_cached() - g.cached_tokens));
+  g.cached_tokens = sr.n_cached();
+}
+
 absl::Status Gateway::Deliver(AttemptRun& a, const v1::StepResult& sr, bool* run_ended) {
+  NoteCached(a.g, sr);
   v1::GenerateResponse msg = a.tracker.Consume(sr, run_ended);
   if (a.tracker.finished() && a.drafter != nullptr) {
     engine::spec::SpecStatsToProto(a.drafter->Stats(), msg.add_speculative());

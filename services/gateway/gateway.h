@@ -210,6 +210,9 @@ class Gateway {
   Attempt RunOnWorker(Generation& g, WorkerPool::Lease& lease, GenerateSink* sink, Active* active, int attempt);
   absl::Status AwaitStarted(AttemptRun& a);
   absl::Status Deliver(AttemptRun& a, const v1::StepResult& sr, bool* run_ended);
+  // Raises g.cached_tokens (and the realized prefix-token counter) to a step's n_cached:
+  // the worker counts tokens shared in flight only once the prompt is done.
+  void NoteCached(Generation& g, const v1::StepResult& sr);
   absl::Status RunPlain(AttemptRun& a);
   absl::Status RunSpeculative(AttemptRun& a);
   Attempt EndAttempt(AttemptRun& a, const std::string& addr, const absl::Status& loop);

@@ -160,6 +160,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::SessionRequest, v1::Se
         r->set_context_full(st.context_full);
         r->set_prompt_ms(st.prompt_ms);
         r->set_generation_ms(st.generation_ms);
+        r->set_n_cached(st.n_cached);
         if (st.spec_stats.type != engine::spec::SpecType::kNone || st.spec_stats.calls > 0) {
           engine::spec::SpecStatsToProto(st.spec_stats, r->mutable_spec_stats());
         }
