@@ -230,7 +230,9 @@ struct SequenceEvent {
   enum class Kind { kStarted, kStep, kEnded };
   Kind kind = Kind::kStarted;
   int32_t n_prompt = 0;  // kStarted
-  int32_t n_cached = 0;  // kStarted: prompt tokens whose K/V came from the prefix cache (StepResult::n_cached adds in-flight sharing)
+  // kStarted: prompt tokens whose K/V came from the prefix cache (StepResult::n_cached
+  // adds the tokens shared in flight).
+  int32_t n_cached = 0;
   double queue_ms = 0;   // kStarted: time from Start() to admission
   StepResult step;       // kStep
   absl::Status status;   // kEnded
