@@ -233,9 +233,9 @@ struct SequenceEvent {
   // kStarted: prompt tokens whose K/V came from the prefix cache (StepResult::n_cached
   // adds the tokens shared in flight).
   int32_t n_cached = 0;
-  double queue_ms = 0;   // kStarted: time from Start() to admission
-  StepResult step;       // kStep
-  absl::Status status;   // kEnded
+  double queue_ms = 0;  // kStarted: time from Start() to admission
+  StepResult step;      // kStep
+  absl::Status status;  // kEnded
 };
 
 /// Parameters of a new sequence.
