@@ -38,6 +38,20 @@ const char* StatusCodeLabel(absl::StatusCode c) {
       return "OTHER";
   }
 }
+constexpr std::chrono::system_clock::time_point kNoDeadline = std::chrono::system_clock::time_point::max();
+
+// When a draft must be ready to answer before the caller's `deadline`: a tenth of the
+// time left (at least 2 ms) is kept for the answer's way back. No limit for deadlines
+// an hour or more away (or none).
+std::chrono::steady_clock::time_point DraftStopBy(std::chrono::system_clock::time_point deadline) {
+  const auto now = std::chrono::system_clock::now();
+  if (deadline >= now + std::chrono::hours(1)) return std::chrono::steady_clock::time_point::max();
+  const auto left = deadline - now;
+  const auto margin = std::max<std::chrono::system_clock::duration>(std::chrono::milliseconds(2), left / 10);
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(left - margin);
+}
+
 }  // namespace
 
 DraftServiceImpl::DraftServiceImpl(DraftServiceOptions opts) : opts_(std::move(opts)) {
@@ -288,7 +302,8 @@ void DraftServiceImpl::Finish(Item* it, engine::spec::DraftResult proposal) {
   ReportStats(s);
 }
 
-void DraftServiceImpl::RunItems(std::vector<Item>* items) {
+void DraftServiceImpl::RunItems(std::vector<Item>* items, std::chrono::system_clock::time_point deadline) {
+  const std::chrono::steady_clock::time_point stop_by = DraftStopBy(deadline);
   std::map<std::string, size_t> first;  // session id -> its item
   for (size_t i = 0; i < items->size(); ++i) {
     Item& it = (*items)[i];
@@ -327,6 +342,7 @@ void DraftServiceImpl::RunItems(std::vector<Item>* items) {
       job.seq = dmd->seq();
       job.history = &spec->history();
       job.params = it.params;
+      job.params.stop_by = stop_by;
       jobs.push_back(job);
       batched.push_back(&it);
     } else {
@@ -355,17 +371,19 @@ void DraftServiceImpl::ReleaseSessions(const std::vector<Session*>& sessions) {
   claim_cv_.notify_all();
 }
 
-absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp) {
+absl::Status DraftServiceImpl::DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp,
+                                         std::chrono::system_clock::time_point deadline) {
   std::vector<Item> items(1);
   items[0].req = &req;
   items[0].resp = resp;
   items[0].status = Validate(req, "", &items[0].config);
-  RunItems(&items);
+  RunItems(&items, deadline);
   return items[0].status;
 }
 
 absl::Status DraftServiceImpl::DoProposeBatch(const herd::v1::DraftBatchRequest& req,
-                                              herd::v1::DraftBatchResponse* resp) {
+                                              herd::v1::DraftBatchResponse* resp,
+                                              std::chrono::system_clock::time_point deadline) {
   if (req.requests_size() > kMaxBatchRequests) {
     return absl::InvalidArgumentError(
         absl::StrCat("requests: ", req.requests_size(), " requests, more than ", kMaxBatchRequests));
@@ -379,7 +397,7 @@ absl::Status DraftServiceImpl::DoProposeBatch(const herd::v1::DraftBatchRequest&
     it.prefix = absl::StrCat("requests[", i, "].");
     it.status = Validate(*it.req, it.prefix, &it.config);
   }
-  RunItems(&items);
+  RunItems(&items, deadline);
   for (int i = 0; i < req.requests_size(); ++i) {
     const absl::Status& s = items[static_cast<size_t>(i)].status;
     if (s.ok()) continue;
@@ -394,8 +412,9 @@ absl::Status DraftServiceImpl::DoProposeBatch(const herd::v1::DraftBatchRequest&
 grpc::Status DraftServiceImpl::Propose(grpc::ServerContext* ctx, const herd::v1::DraftRequest* req,
                                        herd::v1::DraftResponse* resp) {
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s =
-      ctx != nullptr && ctx->IsCancelled() ? absl::CancelledError("the caller cancelled") : DoPropose(*req, resp);
+  absl::Status s = ctx != nullptr && ctx->IsCancelled()
+                       ? absl::CancelledError("the caller cancelled")
+                       : DoPropose(*req, resp, ctx != nullptr ? ctx->deadline() : kNoDeadline);
   if (!s.ok()) {
     resp->Clear();
     if (m_errors_) m_errors_->Add(1, {StatusCodeLabel(s.code())});
@@ -411,8 +430,9 @@ grpc::Status DraftServiceImpl::Propose(grpc::ServerContext* ctx, const herd::v1:
 grpc::Status DraftServiceImpl::ProposeBatch(grpc::ServerContext* ctx, const herd::v1::DraftBatchRequest* req,
                                             herd::v1::DraftBatchResponse* resp) {
   const auto t0 = std::chrono::steady_clock::now();
-  absl::Status s =
-      ctx != nullptr && ctx->IsCancelled() ? absl::CancelledError("the caller cancelled") : DoProposeBatch(*req, resp);
+  absl::Status s = ctx != nullptr && ctx->IsCancelled()
+                       ? absl::CancelledError("the caller cancelled")
+                       : DoProposeBatch(*req, resp, ctx != nullptr ? ctx->deadline() : kNoDeadline);
   if (!s.ok()) {
     resp->Clear();
     if (m_errors_) m_errors_->Add(1, {StatusCodeLabel(s.code())});

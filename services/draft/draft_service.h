@@ -75,10 +75,14 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
   grpc::Status EndSession(grpc::ServerContext* ctx, const herd::v1::EndSessionRequest* req,
                           herd::v1::EndSessionResponse* resp) override;
 
-  /// Propose without gRPC (the same checks and effects).
-  absl::Status DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp);
+  /// Propose without gRPC (the same checks and effects). A draft model stops drafting
+  /// in time to answer before `deadline` (the caller's; a shorter draft, not none).
+  absl::Status DoPropose(const herd::v1::DraftRequest& req, herd::v1::DraftResponse* resp,
+                         std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max());
   /// ProposeBatch without gRPC (the same checks and effects; no metrics of errors).
-  absl::Status DoProposeBatch(const herd::v1::DraftBatchRequest& req, herd::v1::DraftBatchResponse* resp);
+  absl::Status DoProposeBatch(
+      const herd::v1::DraftBatchRequest& req, herd::v1::DraftBatchResponse* resp,
+      std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max());
   /// Evicts sessions idle longer than session_idle; returns how many.
   size_t EvictIdle();
 
@@ -117,7 +121,8 @@ class DraftServiceImpl final : public herd::v1::Draft::Service {
                         engine::spec::SpecConfig* config) const;
   // Runs items whose status is OK: sessions, history bookkeeping, drafting (the
   // draft-model ones in one batch), responses. Sets each item's status.
-  void RunItems(std::vector<Item>* items);
+  // Draft-model drafts stop in time to answer by `deadline`.
+  void RunItems(std::vector<Item>* items, std::chrono::system_clock::time_point deadline);
   // With the session locked: reconfiguration, lost-call recovery, n_accepted, new
   // tokens; then either answers (resync) or prepares the draft (params).
   absl::Status Prepare(Item* it);

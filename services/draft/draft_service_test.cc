@@ -285,6 +285,16 @@ TEST_F(DraftServiceTest, DraftModelType) {
   EXPECT_EQ(r.tokens_size(), 5);
   EXPECT_EQ(r.probs_size(), 0);  // greedy: deterministic
   EXPECT_EQ(r.stats().type(), "draft-model");
+  // A caller's deadline that leaves no time for a draft step: the draft is the one token
+  // the history's evaluation gives, the first of the full draft (not an error, not none).
+  {
+    herd::v1::DraftRequest late = req;
+    late.set_session_id("dm-late");
+    herd::v1::DraftResponse lr;
+    ASSERT_TRUE(service_->DoPropose(late, &lr, std::chrono::system_clock::now()).ok());
+    ASSERT_EQ(lr.tokens_size(), 1);
+    EXPECT_EQ(lr.tokens(0), r.tokens(0));
+  }
   // Sampled drafting returns the distributions.
   req.set_session_id("dm-sampled");
   req.set_temperature(0.7f);
@@ -306,7 +316,7 @@ TEST_F(DraftServiceTest, DraftModelType) {
     EXPECT_EQ(s.error_message().rfind("model:", 0), 0u) << s.error_message();
   }
   // Ending the sessions frees the draft model's KV cells.
-  for (const char* id : {"dm", "dm-sampled"}) {
+  for (const char* id : {"dm", "dm-sampled", "dm-late"}) {
     herd::v1::EndSessionRequest end;
     end.set_session_id(id);
     herd::v1::EndSessionResponse er;

@@ -1,6 +1,7 @@
 #include "libs/engine/spec/draft_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -331,6 +332,10 @@ void DraftModel::DraftStepsLocked(std::vector<Active>* act) {
   for (const Active& a : *act) busy.insert(a.job->seq);
   SparseDist cand;
   for (;;) {
+    // A step that would end after a job's stop_by is not started for it.
+    const auto step_start = std::chrono::steady_clock::now();
+    const auto step_end = step_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                           std::chrono::duration<double>(step_s_));
     Batch step;
     std::vector<std::pair<int32_t, int32_t>> undo;
     std::vector<Active*> next;
@@ -357,6 +362,7 @@ void DraftModel::DraftStepsLocked(std::vector<Active>* act) {
       a.out->tokens.push_back(id);
       if (temp > 0) a.out->probs.push_back(cand);
       if (static_cast<int64_t>(a.out->tokens.size()) >= params.n_max) continue;
+      if (step_end > params.stop_by) continue;
       const int32_t pos = static_cast<int32_t>(a.n_win + static_cast<int64_t>(a.out->tokens.size()) - 1);
       step.Add(id, pos, a.job->seq, true);
       undo.emplace_back(a.job->seq, pos);
@@ -364,6 +370,8 @@ void DraftModel::DraftStepsLocked(std::vector<Active>* act) {
     }
     if (next.empty()) return;
     if (!DecodeLocked(step, busy, undo).ok()) return;  // the drafts end here
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    step_s_ = step_s_ > 0 ? 0.5 * (step_s_ + took) : took;
     for (size_t j = 0; j < next.size(); ++j) {
       next[j]->out_idx = static_cast<int64_t>(j);
       next[j]->st->kv_tokens.push_back(step.tokens[j]);

@@ -163,6 +163,7 @@ class DraftModel {
   uint64_t clock_ = 0;
   int64_t kv_evictions_ = 0;
   int64_t n_batches_ = 0;
+  double step_s_ = 0;  // recent draft steps' duration in seconds (running mean; 0 = none yet), under mu_
 
   // Group commit: requests wait in queue_; leading_ while one caller drafts them.
   std::mutex q_mu_;

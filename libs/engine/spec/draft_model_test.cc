@@ -121,6 +121,21 @@ TEST_F(DraftModelTest, SelfDraftIsTheTargetsGreedyContinuation) {
   }
 }
 
+// A stop_by that has passed: no draft step starts, the draft is the token the history's
+// evaluation gives (the continuation's first); one far ahead changes nothing.
+TEST_F(DraftModelTest, StopByEndsTheDraftBeforeTheNextStep) {
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  auto drafter = dm->NewDrafter();
+  DraftParams p;
+  p.n_max = 8;
+  p.p_min = 0.0f;
+  p.stop_by = std::chrono::steady_clock::now();
+  EXPECT_EQ(drafter->Draft(History(5), p).tokens, Expected(5, 1));
+  p.stop_by = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  EXPECT_EQ(drafter->Draft(History(9), p).tokens, Expected(9, 8));
+}
+
 TEST_F(DraftModelTest, SessionWithPMinProposesPrefixesOfTheContinuation) {
   auto dm = LoadDraft();
   ASSERT_NE(dm, nullptr);

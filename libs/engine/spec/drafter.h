@@ -4,6 +4,7 @@
 // state starts fresh with the sequence.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -35,6 +36,11 @@ struct DraftParams {
   float temp = 0.0f;
   /// RNG for temp > 0 (owned by the caller, one per sequence); unused otherwise.
   std::mt19937* rng = nullptr;
+  /// Draft-model only: no draft step starts that would end after this time (at the
+  /// duration of the model's recent draft steps); the draft is the tokens made by then,
+  /// at least the one the history's evaluation gives. Lets a draft worker answer
+  /// within its caller's deadline with a shorter draft instead of none.
+  std::chrono::steady_clock::time_point stop_by = std::chrono::steady_clock::time_point::max();
 };
 
 /// A proposed draft.
