@@ -180,8 +180,11 @@ struct Core {
   std::unique_ptr<KvCacheManager> kvm;
   std::deque<EmbedJob> embed_jobs;
   size_t rr = 0;  // round-robin start of the decode scan
-  // Adaptive speculation (spec/adaptive.h): the fit of a pass's time and the switch.
+  // Adaptive speculation (spec/adaptive.h): the fits of a pass's time (over its batch
+  // tokens) and of the wait for its drafts (over its longest draft; mostly per token
+  // before the data says otherwise), and the switch.
   spec::IterationCostModel pass_cost;
+  spec::IterationCostModel draft_cost{0.9};
   spec::SpeculationSwitch spec_switch;
   // Acceptance over all sequences, per speculative type: a new sequence's estimate
   // starts from it (a fleet whose drafts are rejected does not pay a few rejected drafts
@@ -227,7 +230,14 @@ struct Core {
   void UpdateKvStatsLocked();
   std::vector<Work> PlanLocked();
   absl::Status Execute(std::vector<Work>* plan, double* seconds);
-  int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, double token_share) const;
+  // A sequence's draft costs for spec::DraftLengthFor, in units of its share of a
+  // plain pass: per draft token and per draft call.
+  struct DraftCosts {
+    double per_token = spec::kMinDraftTokenShare;
+    double fixed = 0;
+  };
+  DraftCosts DraftCostsLocked(int32_t n_decoding, int32_t n_drafting) const;
+  int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs) const;
   double ProposeDrafts(std::vector<Work>* plan, int32_t* errors);
   void AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens);
   void VerifyDraft(Work* w);
@@ -409,10 +419,14 @@ std::vector<Work> Core::PlanLocked() {
   const int64_t decode_budget =
       prefill_pending ? std::max<int64_t>(1, budget - std::max<int64_t>(1, budget / 4)) : budget;
   const size_t n = active.size();
-  // The per-token share of this pass's time, at one token per decoding sequence.
-  int32_t n_decoding = 0;
-  for (const auto& s : active) n_decoding += s->PrefillDone() && !s->requests.empty() && !s->context_full;
-  const double token_share = std::max(spec::kMinDraftTokenShare, pass_cost.TokenShare(std::max(1, n_decoding)));
+  // What a draft token costs in this pass, at one token per decoding sequence.
+  int32_t n_decoding = 0, n_drafting = 0;
+  for (const auto& s : active) {
+    const bool decoding = s->PrefillDone() && !s->requests.empty() && !s->context_full;
+    n_decoding += decoding;
+    n_drafting += decoding && s->draft_source != nullptr;
+  }
+  const DraftCosts draft_costs = DraftCostsLocked(n_decoding, n_drafting);
   // Cells for the drafts the scheduler asks for: what is free beyond every step's own
   // demand (ensured above); cached prefixes are evicted for them, running sequences are
   // never preempted for a draft.
@@ -431,7 +445,7 @@ std::vector<Work> Core::PlanLocked() {
         0, std::min<int64_t>(static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
     // A plain step of a sequence with a draft source: the scheduler drafts for it.
     int32_t auto_draft = r.draft.empty() && s->draft_source != nullptr
-                             ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), token_share)
+                             ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), draft_costs)
                              : 0;
     // A draft shrinks to the batch budget left rather than delaying its sequence's step.
     const int64_t limit = used == 0 ? budget : decode_budget;
@@ -549,13 +563,33 @@ void Core::VerifyDraft(Work* w) {
   r.context_full = s.n_past + 1 >= n_ctx_seq;
 }
 
+// The costs of one sequence's draft among n_decoding decoding sequences, n_drafting of
+// which draft (spec/adaptive.h): t(T)/T is the sequence's share of a plain pass, c per
+// verified token, d0 + d*k the wait for drafts of up to k tokens (shared by the
+// drafting sequences). Before any draft was waited for, drafting looks free.
+Core::DraftCosts Core::DraftCostsLocked(int32_t n_decoding, int32_t n_drafting) const {
+  DraftCosts costs;
+  const int32_t T = std::max(1, n_decoding);
+  const double share = (pass_cost.t0() + pass_cost.c() * T) / T;
+  if (pass_cost.n() == 0 || !(share > 0)) {
+    costs.per_token = std::max(spec::kMinDraftTokenShare, pass_cost.TokenShare(T));
+    return costs;
+  }
+  const double n = std::max(1, n_drafting);
+  const double d = draft_cost.n() > 0 ? draft_cost.c() : 0, d0 = draft_cost.n() > 0 ? draft_cost.t0() : 0;
+  costs.per_token = std::max(spec::kMinDraftTokenShare, (pass_cost.c() + d / n) / share);
+  costs.fixed = d0 / n / share;
+  return costs;
+}
+
 // The draft length for a plain step of s: at most draft_max, the room in its context and
 // batch, and what its n_predict leaves (the pass yields one token of its own); with
-// adaptive speculation, the longest draft whose last token still pays (DraftLengthFor
-// over s's acceptance and the pass's per-token share), none while the switch is off,
-// and a probe every spec_probe_interval passes once drafting stopped paying. Drafts
-// shorter than max(1, draft_min) are not asked for.
-int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, double token_share) const {
+// adaptive speculation, the length with the most tokens per second (DraftLengthFor over
+// s's acceptance and the draft's costs), none while the switch is off, and a probe
+// every spec_probe_interval passes once s's own acceptance stopped its drafts (while its
+// type's acceptance would draft at these costs). Drafts shorter than max(1, draft_min)
+// are not asked for.
+int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs) const {
   int64_t k_max = std::min<int64_t>({s.draft_max, k_cap, max_draft});
   if (s.n_predict > 0) {
     const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.n_prompt();
@@ -565,10 +599,16 @@ int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, double token_sha
   if (k_max < k_min) return 0;
   if (!cfg.adaptive_speculation) return static_cast<int32_t>(k_max);
   if (!spec_switch.Enabled()) return 0;
-  int32_t k = spec::DraftLengthFor(s.acceptance.rate(), token_share, static_cast<int32_t>(k_max));
+  int32_t k = spec::DraftLengthFor(s.acceptance.rate(), costs.per_token, costs.fixed, static_cast<int32_t>(k_max));
+  if (k >= k_min) return k;
+  // A probe re-measures a sequence whose own acceptance stopped its drafts, while drafts
+  // at the acceptance of its type's sequences would pay at these costs (not while the
+  // costs alone rule drafting out, as in a full compute-bound batch).
   const int32_t probe = s.probe_interval > 0 ? s.probe_interval : cfg.spec_probe_interval;
-  if (k < k_min) k = s.passes_since_draft >= probe ? k_min : 0;
-  return k;
+  if (s.passes_since_draft < probe) return 0;
+  double a = s.acceptance.rate();
+  if (auto it = type_acceptance.find(s.spec_type); it != type_acceptance.end()) a = std::max(a, it->second.rate());
+  return spec::DraftLengthFor(a, costs.per_token, costs.fixed, static_cast<int32_t>(k_max)) > 0 ? k_min : 0;
 }
 
 // Asks the draft sources of the plan's auto-drafting steps for their drafts, all in one
@@ -623,6 +663,13 @@ void Core::RecordAcceptance(SeqState& s, int32_t drafted, int32_t accepted) {
 // acceptance estimate and statistics, the pass-time fit and the switch.
 void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens) {
   if (batch_tokens > 0) pass_cost.Observe(batch_tokens, pass_seconds);
+  // The wait for drafts over the longest draft that came back (a pass whose drafts all
+  // came back empty measured no draft step).
+  int32_t longest = 0;
+  for (const Work& w : *plan) {
+    if (w.auto_draft > 0) longest = std::max(longest, static_cast<int32_t>(w.draft.size()));
+  }
+  if (longest > 0 && draft_seconds > 0) draft_cost.Observe(longest, draft_seconds);
   int32_t seqs = 0, out = 0, drafted = 0, asked = 0;
   // Probes back off exponentially (to this many passes) while they do not pay.
   constexpr int32_t kMaxProbeInterval = 256;

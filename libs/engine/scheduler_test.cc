@@ -1659,6 +1659,42 @@ TEST_F(SchedulerTest, RejectedOrFailingDraftsKeepOutputsAndFadeOut) {
   EXPECT_EQ(passes, 2 * n);  // one token per pass: nothing accepted
 }
 
+// An always-right drafter whose tokens take far longer than the target's passes (100 ms
+// per token against passes of a few milliseconds, even on a loaded machine): the
+// scheduler measures the wait for its first draft and asks for no more (a token would
+// cost many passes' time and yield one), and no probe follows (not even perfect
+// acceptance would pay). Outputs stay solo.
+TEST_F(SchedulerTest, DraftsSlowerThanTheyPayAreNotAskedFor) {
+  class SlowOracle : public OracleSource {
+   public:
+    using OracleSource::OracleSource;
+    absl::StatusOr<spec::DraftResult> Propose(int32_t n_max) override {
+      auto r = OracleSource::Propose(n_max);
+      if (r.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100) * r->tokens.size());
+      return r;
+    }
+  };
+  auto engine = MakeEngine(1024, 256);
+  auto sched = MakeScheduler(engine.get(), 4);
+  ASSERT_NE(sched, nullptr);
+  std::mt19937 rng(13);
+  const int32_t n = 64;
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 8);
+  const std::vector<int32_t> solo = Solo(prompt, n, Greedy());
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), solo.begin(), solo.end());
+  std::vector<std::shared_ptr<spec::DraftSource>> sources;
+  sources.push_back(std::make_shared<SlowOracle>(truth, false));
+  int32_t passes = 0;
+  const auto out = RunWithSources(sched.get(), {prompt}, std::move(sources), n, &passes);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], solo);
+  const SchedulerStats st = sched->Stats();
+  EXPECT_GT(st.spec_draft_tokens, 0u);
+  EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+  EXPECT_LE(st.spec_passes, 2u) << "a drafter this slow should be dropped after its first draft";
+}
+
 // Drafts the scheduler asks for take only cells that are free beyond every step's own
 // demand: beside another sequence that holds much of the pool, drafts shrink instead of
 // failing the forward pass (before: RESOURCE_EXHAUSTED "KV cache full"), and the output

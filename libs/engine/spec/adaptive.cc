@@ -22,14 +22,24 @@ double AcceptanceEstimate::rate() const {
   return std::clamp(accepted_ / trials_, 0.0, 0.999);
 }
 
-int32_t DraftLengthFor(double acceptance, double threshold, int32_t k_max) {
-  if (k_max <= 0 || threshold >= 1 || acceptance <= 0) return 0;
-  if (threshold <= 0) return k_max;
-  // a^k > threshold  <=>  k < log(threshold) / log(a)
-  if (acceptance >= 1) return k_max;
-  const double k = std::log(threshold) / std::log(acceptance);
-  const double whole = std::ceil(k) - 1;  // the largest integer strictly below k
-  return static_cast<int32_t>(std::clamp(whole, 0.0, static_cast<double>(k_max)));
+int32_t DraftLengthFor(double acceptance, double per_token, double fixed, int32_t k_max) {
+  if (k_max <= 0 || !(acceptance > 0)) return 0;
+  const double a = std::min(acceptance, 1.0);
+  per_token = std::max(0.0, per_token);
+  fixed = std::max(0.0, fixed);
+  int32_t best = 0;
+  double best_rate = 1.0;  // k = 0: one token per unit of time
+  double e = 1, term = 1;
+  for (int32_t k = 1; k <= k_max; ++k) {
+    term *= a;
+    e += term;
+    const double rate = e / (1 + fixed + k * per_token);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
 }
 
 double ExpectedTokens(double acceptance, int32_t k) {
@@ -98,7 +108,7 @@ double IterationCostModel::TokenShare(int32_t batch_tokens) const {
 }
 
 SpeculationSwitch::SpeculationSwitch(double min_speedup, int32_t cooldown, double decay)
-    : min_speedup_(min_speedup), decay_(decay), cooldown_(cooldown) {}
+    : min_speedup_(min_speedup), decay_(decay), cooldown_(cooldown), next_cooldown_(cooldown) {}
 
 double SpeculationSwitch::speedup() const {
   if (seconds_ <= 0 || plain_seconds_ <= 0 || plain_tokens_ <= 0) return 1.0;
@@ -122,10 +132,15 @@ void SpeculationSwitch::Observe(int32_t sequences, int32_t tokens_out, int32_t d
   ++since_on_;
   // Judge only over a window of speculative passes (single passes are noisy).
   constexpr int32_t kMinPasses = 8;
-  if (since_on_ >= kMinPasses && speedup() < min_speedup_) {
-    cooldown_left_ = cooldown_;
-    ++offs_;
+  if (since_on_ < kMinPasses) return;
+  if (speedup() >= min_speedup_) {
+    next_cooldown_ = cooldown_;  // drafting pays again: the next off is a short one
+    return;
   }
+  cooldown_left_ = next_cooldown_;
+  next_cooldown_ = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(next_cooldown_) * 2,
+                                                          static_cast<int64_t>(cooldown_) * kMaxCooldownFactor));
+  ++offs_;
 }
 
 }  // namespace herd::engine::spec

@@ -8,13 +8,17 @@
 // (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding",
 // eq. 1). One forward pass over T batch tokens takes t(T) = t0 + c*T (a fixed part --
 // weights read once per pass: decode is memory-bound -- plus a per-token part, fitted
-// online from the scheduler's own passes: IterationCostModel). The j-th draft token of
-// a sequence adds a^j expected tokens and costs c seconds; the batch produces about
-// T / t(T) tokens per second without it, so it pays while a^j > c*T / t(T), the share
-// of the pass's time that is per-token work. Small batches (memory-bound) draft long;
-// full batches, where every extra token costs as much as it yields, draft little or
-// nothing (vLLM and SGLang report speculation's gain shrinking as load rises for the
-// same reason).
+// online from the scheduler's own passes: IterationCostModel), and drafting the pass's
+// drafts takes d0 + d*k for its longest draft k (the draft calls' fixed time plus one
+// draft step per position, shared by the n sequences that draft: the same fit over the
+// scheduler's waits for drafts). A sequence's share of a plain pass is t(T)/T; its
+// k-token draft adds k*(c + d/n) + d0/n to it and yields E(k) instead of one token, and
+// DraftLengthFor picks the k with the most tokens per second (Leviathan et al. sec. 3.4
+// choose k the same way, with a drafter whose cost is a fixed fraction of the
+// target's). Small batches (memory-bound) with a cheap drafter draft long; full
+// batches, where every extra token costs as much as it yields, and slow drafters draft
+// little or nothing (vLLM and SGLang report speculation's gain shrinking as load rises
+// for the same reason).
 //
 // Acceptance a is estimated per sequence as accepted / (accepted + rejections) over
 // its recent drafts (the maximum-likelihood estimate of a geometric acceptance), with
@@ -44,16 +48,21 @@ class AcceptanceEstimate {
   int64_t drafts_ = 0;
 };
 
-/// The smallest per-token share DraftLengthFor is given (the scheduler's floor): the cost
-/// model sees only the forward pass, not the drafting itself, so a draft token must be
-/// accepted with probability above this to be asked for even when verification looks
-/// free.
+/// The smallest per-token cost DraftLengthFor is given (the scheduler's floor, in
+/// units of the sequence's share of a plain pass): a draft token must be accepted with
+/// some probability to be asked for even when verifying and drafting it look free.
 inline constexpr double kMinDraftTokenShare = 0.05;
 
-/// The longest k in [0, k_max] whose last token still pays: a^k > threshold (see the
-/// file comment); 0 when even one token does not. threshold <= 0 gives k_max (no cost
-/// known), threshold >= 1 gives 0.
-int32_t DraftLengthFor(double acceptance, double threshold, int32_t k_max);
+/// The draft length k in [0, k_max] that maximizes one sequence's expected tokens per
+/// second, E(k) / (1 + [k > 0] * fixed + k * per_token), with E = ExpectedTokens and the
+/// costs in units of the time of the sequence's share of a plain pass (t(T) / T):
+/// `per_token` is what one more draft token adds (its verification in the pass, c, plus
+/// its share of a draft step), `fixed` what asking for a draft at all adds (the draft
+/// call's fixed time). The smallest such k on ties; 0 when no draft beats none. With
+/// fixed = 0 the drafts are long while per_token is small against the acceptance (a
+/// memory-bound pass, a cheap drafter) and short or none when each token costs as much
+/// as it yields (a full, compute-bound batch).
+int32_t DraftLengthFor(double acceptance, double per_token, double fixed, int32_t k_max);
 
 /// Expected tokens per pass of a k-token draft at per-token acceptance a: sum of a^i,
 /// i = 0..k.
@@ -86,7 +95,11 @@ class IterationCostModel {
 /// drafts (draft wait included) with what plain passes of the same sequences would
 /// have produced (IterationCostModel's t(T) at one token per sequence). While the
 /// measured speedup is below `min_speedup` over the recent window, Enabled() is false
-/// for `cooldown` passes, then drafting is tried again. Not thread-safe.
+/// for `cooldown` passes, then drafting is tried again. Each switch-off that follows a
+/// retry which did not pay doubles the cooldown (up to kMaxCooldownFactor times
+/// `cooldown`), so a load where drafting never pays (a full batch on a compute-bound
+/// backend, a draft that is always rejected) spends ever fewer passes on retries; a
+/// window that pays brings it back to `cooldown`. Not thread-safe.
 class SpeculationSwitch {
  public:
   explicit SpeculationSwitch(double min_speedup = 1.0, int32_t cooldown = 64, double decay = 0.95);
@@ -102,11 +115,15 @@ class SpeculationSwitch {
   double speedup() const;
   /// Times the switch turned speculation off.
   int64_t offs() const { return offs_; }
+  /// The cooldown of the next switch-off, in passes.
+  int32_t next_cooldown() const { return next_cooldown_; }
+  static constexpr int32_t kMaxCooldownFactor = 8;
 
  private:
   double min_speedup_, decay_;
   int32_t cooldown_;
   int32_t cooldown_left_ = 0;
+  int32_t next_cooldown_;
   // Decayed sums over speculative passes: tokens produced and seconds taken, and the
   // sequences and model seconds of the same passes without drafts.
   double tokens_ = 0, seconds_ = 0, plain_tokens_ = 0, plain_seconds_ = 0;

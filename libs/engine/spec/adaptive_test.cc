@@ -33,16 +33,37 @@ TEST(AcceptanceEstimate, AlwaysRejectedDraftsDriveTheRateToZero) {
   EXPECT_EQ(a.drafts(), 40);
 }
 
-TEST(DraftLengthFor, LastTokenMustPay) {
-  // a^k > t: a = 0.8, t = 0.1 -> k < log(0.1)/log(0.8) = 10.3 -> 10.
-  EXPECT_EQ(DraftLengthFor(0.8, 0.1, 16), 10);
-  EXPECT_EQ(DraftLengthFor(0.8, 0.1, 4), 4);    // capped
-  EXPECT_EQ(DraftLengthFor(0.8, 0.9, 16), 0);   // not even one token pays
-  EXPECT_EQ(DraftLengthFor(0.8, 0.0, 16), 16);  // no cost known
-  EXPECT_EQ(DraftLengthFor(0.0, 0.01, 16), 0);  // never accepted
-  EXPECT_EQ(DraftLengthFor(0.5, 0.25, 16), 1);  // 0.5^2 = 0.25 is not > 0.25
-  EXPECT_EQ(DraftLengthFor(0.5, 0.2499, 16), 2);
-  EXPECT_EQ(DraftLengthFor(0.9, 1.0, 16), 0);
+// The k of the most tokens per unit of time, E(k) / (1 + fixed + k * per_token),
+// checked against the closed form by brute force in the test.
+TEST(DraftLengthFor, MostTokensPerSecond) {
+  auto best = [](double a, double u, double f, int32_t k_max) {
+    int32_t bk = 0;
+    double br = 1;
+    for (int32_t k = 1; k <= k_max; ++k) {
+      const double e = (1 - std::pow(a, k + 1)) / (1 - a);
+      if (e / (1 + f + k * u) > br) br = e / (1 + f + k * u), bk = k;
+    }
+    return bk;
+  };
+  // a = 0.86 with a draft token that costs 0.35 of a pass: 3 (E = 3.24 tokens in 2.05
+  // pass-times, 1.58x; 4 gives 1.576x), not the 16 a free drafter would get.
+  EXPECT_EQ(DraftLengthFor(0.86, 0.35, 0.0, 16), 3);
+  EXPECT_EQ(DraftLengthFor(0.86, 0.0, 0.0, 16), 16);  // free: as long as allowed
+  EXPECT_EQ(DraftLengthFor(0.86, 0.35, 0.0, 3), 3);   // capped
+  EXPECT_EQ(DraftLengthFor(0.8, 0.9, 0.0, 16), 0);    // no draft pays
+  EXPECT_EQ(DraftLengthFor(0.0, 0.01, 0.0, 16), 0);   // never accepted
+  EXPECT_EQ(DraftLengthFor(0.5, 0.5, 0.0, 16), 0);    // 1.5 / 1.5: a tie is no draft
+  EXPECT_EQ(DraftLengthFor(0.5, 0.49, 0.0, 16), 1);
+  // A fixed cost per call: drafting must cover it, and then drafts longer.
+  EXPECT_EQ(DraftLengthFor(0.6, 0.1, 2.0, 16), 0);
+  EXPECT_GT(DraftLengthFor(0.9, 0.1, 0.5, 16), DraftLengthFor(0.9, 0.1, 0.0, 16));
+  for (double a : {0.3, 0.6, 0.8, 0.95, 0.99}) {
+    for (double u : {0.02, 0.1, 0.3, 0.7}) {
+      for (double f : {0.0, 0.2, 1.0}) {
+        EXPECT_EQ(DraftLengthFor(a, u, f, 16), best(a, u, f, 16)) << a << " " << u << " " << f;
+      }
+    }
+  }
 }
 
 TEST(ExpectedTokens, GeometricSum) {
@@ -93,6 +114,39 @@ TEST(SpeculationSwitch, TurnsOffWhenSlowerAndRetriesAfterCooldown) {
   sw.Observe(4, 4, 0, 0.01, 0.01);
   EXPECT_TRUE(sw.Enabled());
   EXPECT_DOUBLE_EQ(sw.speedup(), 1.0);  // a clean slate
+}
+
+// Retries that do not pay double the cooldown (10, 20, 40, 80, then 80: 8x the base);
+// a window that pays brings it back to the base.
+TEST(SpeculationSwitch, CooldownDoublesWhileRetriesDoNotPay) {
+  SpeculationSwitch sw(1.0, 10, 0.9);
+  auto slow_until_off = [&sw] {
+    int passes = 0;
+    while (sw.Enabled() && passes < 100) {
+      sw.Observe(4, 4, 8, 0.02, 0.01);
+      ++passes;
+    }
+    return passes;
+  };
+  auto plain_until_on = [&sw] {
+    int passes = 0;
+    while (!sw.Enabled() && passes < 1000) {
+      sw.Observe(4, 4, 0, 0.01, 0.01);
+      ++passes;
+    }
+    return passes;
+  };
+  for (int want : {10, 20, 40, 80, 80}) {
+    EXPECT_EQ(slow_until_off(), 8);
+    EXPECT_EQ(plain_until_on(), want);
+  }
+  EXPECT_EQ(sw.offs(), 5);
+  // A retry that pays: the next off has the base cooldown again.
+  for (int i = 0; i < 8; ++i) sw.Observe(2, 6, 8, 0.012, 0.01);
+  EXPECT_TRUE(sw.Enabled());
+  EXPECT_EQ(sw.next_cooldown(), 10);
+  while (sw.Enabled()) sw.Observe(4, 4, 8, 0.05, 0.01);
+  EXPECT_EQ(plain_until_on(), 10);
 }
 
 TEST(SpeculationSwitch, StaysOnWhileDraftsPay) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -92,10 +93,26 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
   const int64_t n_train = dm->model_->hparams().n_ctx_train;
   dm->seq_window_ = n_train > 0 ? std::min(n_train, dm->engine_->n_ctx()) : dm->engine_->n_ctx();
   dm->n_vocab_ = dm->engine_->n_vocab();
+  dm->MeasureCatchUp();
   return dm;
 }
 
 DraftModel::~DraftModel() = default;
+
+void DraftModel::MeasureCatchUp() {
+  const int64_t n = std::min<int64_t>({kFirstCatchUpTokens, seq_window_, engine_->n_ctx()});
+  if (n < 1) return;
+  Batch b;
+  for (int64_t i = 0; i < n; ++i) b.Add(static_cast<int32_t>(i % n_vocab_), static_cast<int32_t>(i), 0, i == n - 1);
+  // The second of two evaluations (the first pays for one-time allocations).
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const absl::Status s = engine_->Decode(b);
+    engine_->kv().SeqRemove(0, 0, -1);
+    if (!s.ok()) return;  // measured on the first real evaluation instead
+    catchup_tok_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n;
+  }
+}
 
 absl::Status DraftModel::AttachTarget(const tokenizer::Vocab& target) {
   if (absl::Status s = CheckVocabCompatible(target, *vocab_); !s.ok()) return s;
@@ -248,7 +265,7 @@ std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftModelJob>
   }
 }
 
-bool DraftModel::CatchUpLocked(Active* a, Batch* batch) {
+bool DraftModel::CatchUpLocked(Active* a) {
   if (a->job->history == nullptr) return false;
   const std::vector<int32_t>& h = *a->job->history;
   const int32_t seq = a->job->seq;
@@ -280,48 +297,88 @@ bool DraftModel::CatchUpLocked(Active* a, Batch* batch) {
   while (keep < max_keep && st.kv_tokens[static_cast<size_t>(keep)] == h[static_cast<size_t>(start + keep)]) ++keep;
   kv.SeqRemove(seq, static_cast<int32_t>(keep), -1);
   st.kv_tokens.resize(static_cast<size_t>(keep));
-  for (int64_t i = keep; i < n_win; ++i) {
-    batch->Add(h[static_cast<size_t>(start + i)], static_cast<int32_t>(i), seq, i == n_win - 1);
-  }
   a->st = &st;
   a->n_win = n_win;
   a->keep = keep;
+  a->n_eval = n_win - keep;
   return true;
+}
+
+int64_t DraftModel::CatchUpBudgetLocked(const std::vector<Active>& act) const {
+  auto stop_by = std::chrono::steady_clock::time_point::max();
+  for (const Active& a : act) stop_by = std::min(stop_by, a.job->params.stop_by);
+  if (stop_by == std::chrono::steady_clock::time_point::max()) return std::numeric_limits<int64_t>::max();
+  const double left = std::chrono::duration<double>(stop_by - std::chrono::steady_clock::now()).count();
+  if (!(left > 0)) return kMinCatchUpTokens;
+  // Before any measurement: a small first evaluation that gives one.
+  const double by_time = catchup_tok_s_ > 0 ? left / catchup_tok_s_ : static_cast<double>(kFirstCatchUpTokens);
+  return std::max<int64_t>(kMinCatchUpTokens, static_cast<int64_t>(std::min(by_time, 1e12)));
 }
 
 void DraftModel::RunBatchLocked(const std::vector<const DraftModelJob*>& jobs,
                                 const std::vector<DraftResult*>& results) {
   ++n_batches_;
   std::vector<Active> act;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Active a{jobs[i], results[i]};
+    if (CatchUpLocked(&a)) act.push_back(a);
+  }
+  if (act.empty()) return;
+  // The time left covers this many new tokens: the sequences with the fewest go first
+  // (those drafted last call: a draft each), the first that does not fit is evaluated
+  // in part (kept: the next call goes on from there) and drafts nothing, the rest wait.
+  int64_t budget = CatchUpBudgetLocked(act);
+  std::vector<size_t> order(act.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return act[x].n_eval < act[y].n_eval; });
+  for (size_t i : order) {
+    Active& a = act[i];
+    if (a.n_eval > budget) a.n_eval = std::max<int64_t>(0, budget);
+    budget -= a.n_eval;
+  }
   Batch batch;
   std::set<int32_t> busy;
   std::vector<std::pair<int32_t, int32_t>> undo;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    Active a{jobs[i], results[i]};
-    if (!CatchUpLocked(&a, &batch)) continue;
-    a.out_idx = static_cast<int64_t>(act.size());
+  int64_t n_outputs = 0;
+  for (Active& a : act) {
+    if (a.n_eval == 0) continue;
+    const std::vector<int32_t>& h = *a.job->history;
+    const int64_t start = static_cast<int64_t>(h.size()) - a.n_win;
+    const bool whole = a.keep + a.n_eval == a.n_win;
+    for (int64_t i = a.keep; i < a.keep + a.n_eval; ++i) {
+      batch.Add(h[static_cast<size_t>(start + i)], static_cast<int32_t>(i), a.job->seq, whole && i == a.n_win - 1);
+    }
+    if (whole) a.out_idx = n_outputs++;
     busy.insert(a.job->seq);
     undo.emplace_back(a.job->seq, static_cast<int32_t>(a.keep));
-    act.push_back(a);
   }
-  if (act.empty()) return;
+  if (batch.size() == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
   if (absl::Status s = DecodeLocked(batch, busy, undo); !s.ok()) {
-    if (s.code() == absl::StatusCode::kResourceExhausted && act.size() > 1) {
+    if (s.code() == absl::StatusCode::kResourceExhausted && busy.size() > 1) {
       // No room for all of them at once: one at a time (each may evict the others).
-      for (const Active& a : act) RunBatchLocked({a.job}, {a.out});
+      for (const Active& a : act) {
+        if (a.n_eval > 0) RunBatchLocked({a.job}, {a.out});
+      }
       return;
     }
     for (const Active& a : act) {
+      if (a.n_eval == 0) continue;
       HERD_LOG(Warning) << "draft model: sequence " << a.job->seq << ": " << s.message();
       engine_->kv().SeqRemove(a.job->seq, 0, -1);
       a.st->kv_tokens.clear();
     }
     return;
   }
+  if (batch.size() >= static_cast<size_t>(kFirstCatchUpTokens)) {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double per_token = took / static_cast<double>(batch.size());
+    catchup_tok_s_ = catchup_tok_s_ > 0 ? 0.5 * (catchup_tok_s_ + per_token) : per_token;
+  }
   for (const Active& a : act) {
     const std::vector<int32_t>& h = *a.job->history;
     const int64_t start = static_cast<int64_t>(h.size()) - a.n_win;
-    for (int64_t i = a.keep; i < a.n_win; ++i) a.st->kv_tokens.push_back(h[static_cast<size_t>(start + i)]);
+    for (int64_t i = a.keep; i < a.keep + a.n_eval; ++i) a.st->kv_tokens.push_back(h[static_cast<size_t>(start + i)]);
   }
   DraftStepsLocked(&act);
 }

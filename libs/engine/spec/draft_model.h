@@ -98,7 +98,10 @@ class DraftModel {
   /// DraftFor(jobs[i]) alone would give (bit for bit when greedy, cells permitting).
   /// One Decode brings every sequence's KV up to its history (only what changed is
   /// evaluated), then one Decode per draft position carries the next token of every
-  /// sequence still drafting. When the KV cache has no room for the whole catch-up,
+  /// sequence still drafting. With a stop_by (DraftParams), the evaluation is bounded
+  /// by the earliest one: the sequences with the fewest new tokens are evaluated first,
+  /// the first that does not fit is evaluated in part and kept (empty draft), the
+  /// others wait for a later call (empty drafts). When the KV cache has no room for the whole catch-up,
   /// the jobs are drafted one after another instead. A job that fails (vocabulary, no
   /// KV room) gets an empty draft; a sequence listed twice is drafted twice, in order.
   /// The histories must not change until the call returns. Concurrent calls are merged
@@ -109,6 +112,14 @@ class DraftModel {
   int64_t n_batches() const;
   /// Frees the cells of `seq` and forgets it. Thread-safe.
   void ReleaseSeq(int32_t seq);
+
+  /// A DraftBatch with a stop_by evaluates at least this many new history tokens
+  /// whatever the time left (so a sequence drafted last call, which has 1 + its
+  /// accepted tokens new, always gets its next draft, and every call makes progress).
+  static constexpr int64_t kMinCatchUpTokens = 8;
+  /// The catch-up speed is measured from evaluations of at least this many tokens (the
+  /// first at Load); with none measured, a stop_by allows this many.
+  static constexpr int64_t kFirstCatchUpTokens = 16;
 
  private:
   struct SeqState {
@@ -123,6 +134,7 @@ class DraftModel {
     SeqState* st = nullptr;
     int64_t n_win = 0;     // history tokens in the window (KV positions 0..n_win-1)
     int64_t keep = 0;      // KV positions kept from before this batch
+    int64_t n_eval = 0;    // history tokens evaluated now (from keep; n_win - keep = all)
     int64_t out_idx = -1;  // its logits in the last Decode (-1: done)
   };
   // A caller's jobs waiting in queue_ (group commit).
@@ -132,11 +144,16 @@ class DraftModel {
     bool done = false;
   };
   DraftModel() = default;
+  // Times one evaluation of kFirstCatchUpTokens tokens (at Load) for catchup_tok_s_.
+  void MeasureCatchUp();
   // Runs `jobs` (each seq at most once) with mu_ held; writes `results`.
   void RunBatchLocked(const std::vector<const DraftModelJob*>& jobs, const std::vector<DraftResult*>& results);
-  // Prepares job `a` (window, KV reuse) and adds its new tokens to `batch`; false when
-  // the job cannot draft (its result stays empty).
-  bool CatchUpLocked(Active* a, Batch* batch);
+  // Prepares job `a` (window, KV reuse: keep, n_eval = all new tokens); false when the
+  // job cannot draft (its result stays empty).
+  bool CatchUpLocked(Active* a);
+  // New history tokens the earliest stop_by of `act` leaves time to evaluate (at the
+  // measured catch-up speed), at least kMinCatchUpTokens; unbounded without a stop_by.
+  int64_t CatchUpBudgetLocked(const std::vector<Active>& act) const;
   // The draft steps of the caught-up jobs `act` (out_idx set) until none continues.
   void DraftStepsLocked(std::vector<Active>* act);
   // Decode with eviction of other sequences (not in `busy`) on RESOURCE_EXHAUSTED; on
@@ -163,7 +180,8 @@ class DraftModel {
   uint64_t clock_ = 0;
   int64_t kv_evictions_ = 0;
   int64_t n_batches_ = 0;
-  double step_s_ = 0;  // recent draft steps' duration in seconds (running mean; 0 = none yet), under mu_
+  double step_s_ = 0;         // recent draft steps' duration in seconds (running mean; 0 = none yet), under mu_
+  double catchup_tok_s_ = 0;  // seconds per history token evaluated (running mean; 0 = none yet), under mu_
 
   // Group commit: requests wait in queue_; leading_ while one caller drafts them.
   std::mutex q_mu_;

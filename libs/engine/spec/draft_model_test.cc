@@ -130,10 +130,54 @@ TEST_F(DraftModelTest, StopByEndsTheDraftBeforeTheNextStep) {
   DraftParams p;
   p.n_max = 8;
   p.p_min = 0.0f;
+  EXPECT_EQ(drafter->Draft(History(4), p).tokens, Expected(4, 8));  // no stop_by: the whole history at once
   p.stop_by = std::chrono::steady_clock::now();
   EXPECT_EQ(drafter->Draft(History(5), p).tokens, Expected(5, 1));
   p.stop_by = std::chrono::steady_clock::now() + std::chrono::hours(1);
   EXPECT_EQ(drafter->Draft(History(9), p).tokens, Expected(9, 8));
+}
+
+// A stop_by that has passed bounds the history's evaluation to kMinCatchUpTokens per
+// call: a long new history is evaluated over several calls (empty drafts meanwhile,
+// its KV kept), a sequence with fewer new tokens in the same batch goes first and
+// drafts, and once caught up the drafts are the continuation as without a bound.
+TEST_F(DraftModelTest, StopByBoundsTheHistorysEvaluation) {
+  constexpr size_t kMin = DraftModel::kMinCatchUpTokens;
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  auto warm = dm->NewDrafter(), fresh = dm->NewDrafter();
+  auto* warm_seq = static_cast<DraftModelDrafter*>(warm.get());
+  auto* fresh_seq = static_cast<DraftModelDrafter*>(fresh.get());
+  DraftParams p;
+  p.n_max = 8;
+  p.p_min = 0.0f;
+  ASSERT_EQ(warm->Draft(History(4), p).tokens, Expected(4, 8));
+  const Tokens warm_h = History(5), fresh_h = History(30);
+  ASSERT_GT(fresh_h.size(), 4 * kMin);
+  p.stop_by = std::chrono::steady_clock::now();
+  std::vector<DraftModelJob> jobs(2);
+  jobs[0].seq = fresh_seq->seq();
+  jobs[0].history = &fresh_h;
+  jobs[0].params = p;
+  jobs[1].seq = warm_seq->seq();
+  jobs[1].history = &warm_h;
+  jobs[1].params = p;
+  std::vector<DraftResult> r = dm->DraftBatch(jobs);
+  EXPECT_TRUE(r[0].tokens.empty());        // kMin - 2 of its tokens evaluated
+  EXPECT_EQ(r[1].tokens, Expected(5, 1));  // 2 new tokens: it went first
+  // The fresh sequence alone: kMin more tokens per call until the last ones fit.
+  int calls = 0;
+  Tokens d;
+  while (d.empty() && calls < 100) {
+    d = fresh->Draft(fresh_h, p).tokens;
+    ++calls;
+  }
+  const int want_calls = static_cast<int>((fresh_h.size() - (kMin - 2) + kMin - 1) / kMin);
+  EXPECT_EQ(calls, want_calls);
+  EXPECT_EQ(d, Expected(30, 1));
+  // Caught up: without a bound, the whole draft, as a fresh sequence gives it.
+  p.stop_by = std::chrono::steady_clock::time_point::max();
+  EXPECT_EQ(fresh->Draft(History(31), p).tokens, Expected(31, 8));
 }
 
 TEST_F(DraftModelTest, SessionWithPMinProposesPrefixesOfTheContinuation) {

@@ -38,7 +38,10 @@ struct DraftParams {
   std::mt19937* rng = nullptr;
   /// Draft-model only: no draft step starts that would end after this time (at the
   /// duration of the model's recent draft steps); the draft is the tokens made by then,
-  /// at least the one the history's evaluation gives. Lets a draft worker answer
+  /// at least the one the history's evaluation gives. The evaluation of new history
+  /// is bounded too (at the model's measured speed; at least 16 tokens per call): a
+  /// sequence whose new tokens do not fit has their first part evaluated and kept,
+  /// and gets an empty draft (the next call goes on). Lets a draft worker answer
   /// within its caller's deadline with a shorter draft instead of none.
   std::chrono::steady_clock::time_point stop_by = std::chrono::steady_clock::time_point::max();
 };
