@@ -386,7 +386,8 @@ void DraftClient::SendBatches(const std::vector<DraftSession*>& sessions, const 
 }
 
 std::vector<DraftReply> DraftClient::ProposeBatch(const std::vector<DraftSession*>& sessions,
-                                                  const std::vector<int32_t>& n_max) {
+                                                  const std::vector<int32_t>& n_max,
+                                                  std::chrono::milliseconds deadline_override) {
   std::vector<DraftReply> replies(sessions.size());
   std::vector<int32_t> n_accepted(sessions.size(), -1);
   std::vector<size_t> ask;  // sessions to send a request for
@@ -402,7 +403,8 @@ std::vector<DraftReply> DraftClient::ProposeBatch(const std::vector<DraftSession
     }
     if (sessions[i]->BeginPropose(&replies[i], &n_accepted[i])) ask.push_back(i);
   }
-  const auto deadline = std::chrono::system_clock::now() + opts_.deadline;
+  const auto deadline =
+      std::chrono::system_clock::now() + (deadline_override.count() > 0 ? deadline_override : opts_.deadline);
   // Two rounds: the second only for sessions whose worker asks for tokens it misses.
   for (int attempt = 0; attempt < 2 && !ask.empty(); ++attempt) {
     SendBatches(sessions, n_max, n_accepted, &ask, &replies, deadline);

@@ -134,7 +134,9 @@ class DraftClient {
   /// error and no effect (a null session: "no session"). A worker that answers UNIMPLEMENTED (an older draft worker
   /// without ProposeBatch) is asked with one Propose per session instead, from then on.
   /// Sessions must be this client's; not thread-safe per session.
-  std::vector<DraftReply> ProposeBatch(const std::vector<DraftSession*>& sessions, const std::vector<int32_t>& n_max);
+  /// `deadline` > 0 replaces options().deadline for this call.
+  std::vector<DraftReply> ProposeBatch(const std::vector<DraftSession*>& sessions, const std::vector<int32_t>& n_max,
+                                       std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
   /// A session for one sequence. `config` is the request's speculative configuration
   /// (unset fields: the worker's defaults); `temperature` > 0 asks a draft model for
   /// sampled drafts with distributions.

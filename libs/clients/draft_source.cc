@@ -70,7 +70,7 @@ void DraftClientBatcher::ProposeBatch(const std::vector<engine::spec::DraftJob*>
     asked.push_back(j);
   }
   if (sessions.empty()) return;
-  std::vector<DraftReply> replies = client_->ProposeBatch(sessions, n_max);
+  std::vector<DraftReply> replies = client_->ProposeBatch(sessions, n_max, asked.front()->deadline);
   for (size_t i = 0; i < asked.size(); ++i) {
     asked[i]->result = i < replies.size() ? DraftWorkerSource::FromReply(std::move(replies[i]))
                                           : absl::InternalError("draft worker: no reply");

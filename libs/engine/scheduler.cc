@@ -135,6 +135,7 @@ struct Work {
   bool was_prompt = false;                // verify: the pending token was the last prompt token
   int32_t auto_draft = 0;                 // verify: draft tokens to ask s->draft_source for
   bool draft_failed = false;              // verify: that request failed (error or deadline)
+  bool warm_draft = false;                // verify: ask a draft model beside the pass (WarmDraftJobs)
   StepResult result;
   absl::Status error;  // verify: the sequence cannot continue (grammar dead end)
 };
@@ -239,6 +240,12 @@ struct Core {
   DraftCosts DraftCostsLocked(int32_t n_decoding, int32_t n_drafting) const;
   int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs) const;
   double ProposeDrafts(std::vector<Work>* plan, int32_t* errors);
+  // One-token drafts for the plan's warm_draft steps (draft-model sequences at their
+  // prompt's step that the policy drafts for), to be asked while the pass runs (their
+  // drafts are not used: the draft worker evaluates the prompt meanwhile), with the
+  // pass's expected time as deadline. After ProposeDrafts (which hands the sources
+  // their tokens).
+  std::vector<spec::DraftJob> WarmDraftJobs(const std::vector<Work>& plan) const;
   void AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens);
   void VerifyDraft(Work* w);
   void FillGaugesLocked(IterationStats* it) const;
@@ -447,6 +454,12 @@ std::vector<Work> Core::PlanLocked() {
     int32_t auto_draft = r.draft.empty() && s->draft_source != nullptr
                              ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), draft_costs)
                              : 0;
+    // A draft model's first draft would wait for it to evaluate the whole prompt: where
+    // the policy drafts, it evaluates the prompt during the prompt's own step instead
+    // (WarmDraftJobs) and drafts from the next step (n-gram drafters draft from the
+    // prompt at no cost).
+    const bool warm = auto_draft > 0 && s->pending_is_prompt && s->spec_type == spec::SpecType::kDraftModel;
+    if (warm) auto_draft = 0;
     // A draft shrinks to the batch budget left rather than delaying its sequence's step.
     const int64_t limit = used == 0 ? budget : decode_budget;
     auto_draft =
@@ -466,6 +479,7 @@ std::vector<Work> Core::PlanLocked() {
     Work w;
     w.s = s;
     w.auto_draft = auto_draft;
+    w.warm_draft = warm;
     w.draft.assign(r.draft.begin(), r.draft.begin() + static_cast<long>(n_draft));
     if (!r.draft_q.empty()) w.draft_q.assign(r.draft_q.begin(), r.draft_q.begin() + static_cast<long>(n_draft));
     if (!r.draft.empty() || --r.n_steps <= 0) s->requests.pop_front();
@@ -651,6 +665,25 @@ double Core::ProposeDrafts(std::vector<Work>* plan, int32_t* errors) {
     if (!d.probs.empty()) w.draft_q = std::move(d.probs);
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<spec::DraftJob> Core::WarmDraftJobs(const std::vector<Work>& plan) const {
+  std::vector<spec::DraftJob> jobs;
+  int32_t pass_tokens = 0;
+  for (const Work& w : plan) pass_tokens += w.prefill ? w.n_prefill : 1 + static_cast<int32_t>(w.draft.size());
+  for (const Work& w : plan) {
+    const SeqState& s = *w.s;
+    if (!w.warm_draft || s.draft_source == nullptr) continue;
+    spec::DraftJob j;
+    j.source = s.draft_source.get();
+    j.n_max = 1;
+    jobs.push_back(std::move(j));
+  }
+  if (jobs.empty() || pass_cost.n() < 2) return jobs;
+  const double expected_ms = 1000 * (pass_cost.t0() + pass_cost.c() * std::max(1, pass_tokens));
+  const auto ms = std::chrono::milliseconds(static_cast<int64_t>(std::clamp(expected_ms, 1.0, 10000.0)));
+  for (spec::DraftJob& j : jobs) j.deadline = ms;
+  return jobs;
 }
 
 void Core::RecordAcceptance(SeqState& s, int32_t drafted, int32_t accepted) {
@@ -844,7 +877,12 @@ void Core::Run() {
     int32_t draft_errors = 0;
     if (!plan.empty()) {
       draft_seconds = ProposeDrafts(&plan, &draft_errors);
+      // The draft worker evaluates new prompts while this pass runs (drafts not used).
+      std::vector<spec::DraftJob> warm = WarmDraftJobs(plan);
+      std::thread warm_thread;
+      if (!warm.empty()) warm_thread = std::thread([&warm] { spec::ProposeAll(&warm); });
       st = Execute(&plan, &it.seconds);
+      if (warm_thread.joinable()) warm_thread.join();
     }
 
     l.lock();

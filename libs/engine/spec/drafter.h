@@ -107,6 +107,9 @@ class DraftSource {
 struct DraftJob {
   DraftSource* source = nullptr;
   int32_t n_max = 0;
+  /// Remote sources (DraftBatcher): the call's deadline; 0 = the source's default.
+  /// Jobs proposed together share the first job's.
+  std::chrono::milliseconds deadline{0};
   absl::StatusOr<DraftResult> result = DraftResult{};
 };
 
