@@ -182,8 +182,9 @@ struct Core {
   std::deque<EmbedJob> embed_jobs;
   size_t rr = 0;  // round-robin start of the decode scan
   // Adaptive speculation (spec/adaptive.h): the fits of a pass's time (over its batch
-  // tokens) and of the wait for its drafts (over its longest draft; mostly per token
-  // before the data says otherwise), and the switch.
+  // tokens) and of the wait for its drafts (in units of the plain pass time at as many
+  // tokens as sequences drafted, spec::NormalizedDraftWait, over its longest draft;
+  // mostly per token before the data says otherwise), and the switch.
   spec::IterationCostModel pass_cost;
   spec::IterationCostModel draft_cost{0.9};
   spec::SpeculationSwitch spec_switch;
@@ -231,13 +232,7 @@ struct Core {
   void UpdateKvStatsLocked();
   std::vector<Work> PlanLocked();
   absl::Status Execute(std::vector<Work>* plan, double* seconds);
-  // A sequence's draft costs for spec::DraftLengthFor, in units of its share of a
-  // plain pass: per draft token and per draft call.
-  struct DraftCosts {
-    double per_token = spec::kMinDraftTokenShare;
-    double fixed = 0;
-  };
-  DraftCosts DraftCostsLocked(int32_t n_decoding, int32_t n_drafting) const;
+  using DraftCosts = spec::DraftCosts;
   int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs) const;
   double ProposeDrafts(std::vector<Work>* plan, int32_t* errors);
   // One-token drafts for the plan's warm_draft steps (draft-model sequences at their
@@ -433,7 +428,7 @@ std::vector<Work> Core::PlanLocked() {
     n_decoding += decoding;
     n_drafting += decoding && s->draft_source != nullptr;
   }
-  const DraftCosts draft_costs = DraftCostsLocked(n_decoding, n_drafting);
+  const DraftCosts draft_costs = spec::DraftCostsFor(pass_cost, draft_cost, n_decoding, n_drafting);
   // Cells for the drafts the scheduler asks for: what is free beyond every step's own
   // demand (ensured above); cached prefixes are evicted for them, running sequences are
   // never preempted for a draft.
@@ -577,25 +572,6 @@ void Core::VerifyDraft(Work* w) {
   r.context_full = s.n_past + 1 >= n_ctx_seq;
 }
 
-// The costs of one sequence's draft among n_decoding decoding sequences, n_drafting of
-// which draft (spec/adaptive.h): t(T)/T is the sequence's share of a plain pass, c per
-// verified token, d0 + d*k the wait for drafts of up to k tokens (shared by the
-// drafting sequences). Before any draft was waited for, drafting looks free.
-Core::DraftCosts Core::DraftCostsLocked(int32_t n_decoding, int32_t n_drafting) const {
-  DraftCosts costs;
-  const int32_t T = std::max(1, n_decoding);
-  const double share = (pass_cost.t0() + pass_cost.c() * T) / T;
-  if (pass_cost.n() == 0 || !(share > 0)) {
-    costs.per_token = std::max(spec::kMinDraftTokenShare, pass_cost.TokenShare(T));
-    return costs;
-  }
-  const double n = std::max(1, n_drafting);
-  const double d = draft_cost.n() > 0 ? draft_cost.c() : 0, d0 = draft_cost.n() > 0 ? draft_cost.t0() : 0;
-  costs.per_token = std::max(spec::kMinDraftTokenShare, (pass_cost.c() + d / n) / share);
-  costs.fixed = d0 / n / share;
-  return costs;
-}
-
 // The draft length for a plain step of s: at most draft_max, the room in its context and
 // batch, and what its n_predict leaves (the pass yields one token of its own); with
 // adaptive speculation, the length with the most tokens per second (DraftLengthFor over
@@ -696,13 +672,17 @@ void Core::RecordAcceptance(SeqState& s, int32_t drafted, int32_t accepted) {
 // acceptance estimate and statistics, the pass-time fit and the switch.
 void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens) {
   if (batch_tokens > 0) pass_cost.Observe(batch_tokens, pass_seconds);
-  // The wait for drafts over the longest draft that came back (a pass whose drafts all
-  // came back empty measured no draft step).
-  int32_t longest = 0;
+  // The wait for drafts, in units of the plain pass time at the drafting sequences'
+  // count (spec::NormalizedDraftWait), over the longest draft that came back (a pass
+  // whose drafts all came back empty measured no draft step).
+  int32_t longest = 0, n_asked = 0;
   for (const Work& w : *plan) {
-    if (w.auto_draft > 0) longest = std::max(longest, static_cast<int32_t>(w.draft.size()));
+    if (w.auto_draft <= 0) continue;
+    ++n_asked;
+    longest = std::max(longest, static_cast<int32_t>(w.draft.size()));
   }
-  if (longest > 0 && draft_seconds > 0) draft_cost.Observe(longest, draft_seconds);
+  const double draft_wait = spec::NormalizedDraftWait(pass_cost, n_asked, draft_seconds);
+  if (longest > 0 && draft_wait > 0) draft_cost.Observe(longest, draft_wait);
   int32_t seqs = 0, out = 0, drafted = 0, asked = 0;
   // Probes back off exponentially (to this many passes) while they do not pay.
   constexpr int32_t kMaxProbeInterval = 256;

@@ -107,6 +107,29 @@ double IterationCostModel::TokenShare(int32_t batch_tokens) const {
   return total > 0 ? std::clamp(per_token / total, 0.0, 1.0) : prior_share_;
 }
 
+double NormalizedDraftWait(const IterationCostModel& pass, int32_t n_drafting, double seconds) {
+  if (pass.n() == 0 || !(seconds > 0)) return 0;
+  const double t = pass.t0() + pass.c() * std::max(1, n_drafting);
+  return t > 0 ? seconds / t : 0;
+}
+
+DraftCosts DraftCostsFor(const IterationCostModel& pass, const IterationCostModel& draft, int32_t n_decoding,
+                         int32_t n_drafting) {
+  DraftCosts costs;
+  const int32_t T = std::max(1, n_decoding);
+  const double share = (pass.t0() + pass.c() * T) / T;
+  if (pass.n() == 0 || !(share > 0)) {
+    costs.per_token = std::max(kMinDraftTokenShare, pass.TokenShare(T));
+    return costs;
+  }
+  const int32_t n = std::max(1, n_drafting);
+  const double t_n = pass.t0() + pass.c() * n;
+  const double d = draft.n() > 0 ? draft.c() * t_n : 0, d0 = draft.n() > 0 ? draft.t0() * t_n : 0;
+  costs.per_token = std::max(kMinDraftTokenShare, (pass.c() + d / n) / share);
+  costs.fixed = d0 / n / share;
+  return costs;
+}
+
 SpeculationSwitch::SpeculationSwitch(double min_speedup, int32_t cooldown, double decay)
     : min_speedup_(min_speedup), decay_(decay), cooldown_(cooldown), next_cooldown_(cooldown) {}
 

@@ -91,6 +91,33 @@ class IterationCostModel {
   int64_t n_ = 0;
 };
 
+/// A sequence's draft costs for DraftLengthFor, in units of its share of a plain pass.
+struct DraftCosts {
+  /// What one more draft token adds: its verification (c) plus its share of a draft step.
+  double per_token = kMinDraftTokenShare;
+  /// What asking for a draft at all adds: its share of the draft call's fixed time.
+  double fixed = 0;
+};
+
+/// The wait for a pass's drafts in the unit `draft` fits (DraftCostsFor): `seconds`
+/// over the plain pass time t(n) of `pass` at n = `n_drafting` (>= 1) tokens, the
+/// target's own time for a batch as large as the draft model's. A draft model batches
+/// its sequences like the target does, so its step over n sequences costs about the
+/// same fraction of t(n) whatever n is, where seconds per draft step measured at one
+/// sequence would price a 16-sequence draft step as if it were one sequence's (the
+/// drafter's cost as a fraction of the target's: Leviathan et al. 2023's c). 0 while
+/// `pass` has no passes.
+double NormalizedDraftWait(const IterationCostModel& pass, int32_t n_drafting, double seconds);
+
+/// The costs of one sequence's draft among `n_decoding` decoding sequences, `n_drafting`
+/// of which draft: t(T)/T is its share of a plain pass (T = n_decoding), c per verified
+/// token, and the wait for drafts of up to k tokens (shared by the drafting sequences)
+/// is (d0 + d*k) * t(n_drafting), d0 + d*k being `draft`'s fit of NormalizedDraftWait
+/// over the longest draft. Before any pass, the pass model's token share (floored at
+/// kMinDraftTokenShare); before any draft was waited for, drafting looks free.
+DraftCosts DraftCostsFor(const IterationCostModel& pass, const IterationCostModel& draft, int32_t n_decoding,
+                         int32_t n_drafting);
+
 /// The worker-level switch: compares the tokens per second of passes that carried
 /// drafts (draft wait included) with what plain passes of the same sequences would
 /// have produced (IterationCostModel's t(T) at one token per sequence). While the

@@ -96,6 +96,41 @@ TEST(IterationCostModel, OneBatchSizeFallsBackToThePrior) {
   EXPECT_EQ(m.n(), 100);
 }
 
+// Draft waits measured while one sequence drafts price a full batch's drafts by the
+// target's own batch scaling: a draft model's step over 16 sequences costs what the
+// target's pass over 16 tokens costs against its one-token pass, not one sequence's step.
+TEST(DraftCostsFor, DraftWaitsScaleWithTheDraftingBatch) {
+  IterationCostModel pass(0.05, 1.0), draft(0.9, 1.0);
+  // t(T) = 10 ms + 1 ms * T; one sequence's drafts of k tokens wait 2 ms + 5 ms * k.
+  for (int rep = 0; rep < 50; ++rep) {
+    for (int t : {1, 2, 4, 8, 16}) pass.Observe(t, 0.010 + 0.001 * t);
+  }
+  for (int rep = 0; rep < 50; ++rep) {
+    for (int k : {1, 2, 4, 8}) draft.Observe(k, NormalizedDraftWait(pass, 1, 0.002 + 0.005 * k));
+  }
+  const DraftCosts one = DraftCostsFor(pass, draft, 1, 1);
+  EXPECT_NEAR(one.per_token, (1.0 + 5.0) / 11.0, 0.01);
+  EXPECT_NEAR(one.fixed, 2.0 / 11.0, 0.01);
+  // 16 sequences: a share of 26/16 ms each, a draft step of 5/11 * 26 ms for all 16.
+  const DraftCosts full = DraftCostsFor(pass, draft, 16, 16);
+  EXPECT_NEAR(full.per_token, (1.0 + 5.0 / 11.0 * 26.0 / 16.0) / (26.0 / 16.0), 0.01);
+  EXPECT_NEAR(full.fixed, 2.0 / 11.0, 0.01);
+  // At acceptance 0.9 one sequence drafts; a full batch does not (priced as one
+  // sequence's seconds per draft step shared by 16, per_token 0.81, it would).
+  EXPECT_GT(DraftLengthFor(0.9, one.per_token, one.fixed, 16), 0);
+  EXPECT_EQ(DraftLengthFor(0.9, full.per_token, full.fixed, 16), 0);
+  EXPECT_GT(DraftLengthFor(0.9, (1.0 + 5.0 / 16) / (26.0 / 16.0), 2.0 / 16 / (26.0 / 16.0), 16), 0);
+  // Two of 16 sequences drafting: the draft step is the target's at 2 tokens, shared by 2.
+  const DraftCosts two = DraftCostsFor(pass, draft, 16, 2);
+  EXPECT_NEAR(two.per_token, (1.0 + 5.0 / 11.0 * 12.0 / 2.0) / (26.0 / 16.0), 0.01);
+  // No pass yet: the prior's token share; no draft yet: drafting looks free.
+  IterationCostModel none;
+  EXPECT_NEAR(DraftCostsFor(none, draft, 4, 4).per_token, 0.05, 1e-9);
+  EXPECT_EQ(NormalizedDraftWait(none, 1, 0.01), 0.0);
+  EXPECT_NEAR(DraftCostsFor(pass, none, 16, 16).per_token, 1.0 / (26.0 / 16.0), 0.01);
+  EXPECT_EQ(DraftCostsFor(pass, none, 16, 16).fixed, 0.0);
+}
+
 TEST(SpeculationSwitch, TurnsOffWhenSlowerAndRetriesAfterCooldown) {
   SpeculationSwitch sw(1.0, 10, 0.9);
   EXPECT_TRUE(sw.Enabled());
