@@ -59,6 +59,14 @@ ABSL_FLAG(std::string, lookup_cache_dynamic, "",
           "ngram-cache: dynamic n-gram cache file, read-only here (--lookup-cache-dynamic).");
 ABSL_FLAG(int, draft_ctx, 4096, "Draft model KV cells shared by all sessions (0 = model context, capped at 4096).");
 ABSL_FLAG(int, threads, 2, "Draft model compute threads (CPU; with a device backend, its CPU fallback's).");
+ABSL_FLAG(int64_t, draft_ahead_max_seqs, 1,
+          "--draft_ahead only after calls that drafted for at most this many sequences (under load the steps "
+          "ahead take cores and the draft model's lock from the calls; spec::DraftModelParams).");
+ABSL_FLAG(bool, draft_ahead, false,
+          "Draft model: between calls, go on drafting past each greedy draft as if the target accepted it all "
+          "(while the target verifies it); a next call whose history is that continuation gets its draft at once "
+          "(spec::DraftModelParams::draft_ahead). For a draft worker with cores of its own: where it shares the "
+          "target's, the steps ahead slow the target down under load.");
 ABSL_FLAG(std::string, backend, "cpu",
           "The draft model's compute backend: cpu, vulkan, ... (libs/backend/registry.h).");
 ABSL_FLAG(int, device, 0, "Device index within --backend.");
@@ -158,6 +166,8 @@ int main(int argc, char** argv) {
     spec::DraftModelParams dp;
     dp.n_ctx = absl::GetFlag(FLAGS_draft_ctx);
     dp.n_threads = absl::GetFlag(FLAGS_threads);
+    dp.draft_ahead = absl::GetFlag(FLAGS_draft_ahead);
+    dp.draft_ahead_max_seqs = absl::GetFlag(FLAGS_draft_ahead_max_seqs);
     dp.backend = absl::GetFlag(FLAGS_backend);
     dp.device = absl::GetFlag(FLAGS_device);
     auto dm = spec::DraftModel::Load(model_draft, dp);

@@ -94,10 +94,18 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
   dm->seq_window_ = n_train > 0 ? std::min(n_train, dm->engine_->n_ctx()) : dm->engine_->n_ctx();
   dm->n_vocab_ = dm->engine_->n_vocab();
   dm->MeasureCatchUp();
+  if (params.draft_ahead) dm->ahead_thread_ = std::thread([p = dm.get()] { p->AheadLoop(); });
   return dm;
 }
 
-DraftModel::~DraftModel() = default;
+DraftModel::~DraftModel() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  ahead_cv_.notify_all();
+  if (ahead_thread_.joinable()) ahead_thread_.join();
+}
 
 void DraftModel::MeasureCatchUp() {
   const int64_t n = std::min<int64_t>({kFirstCatchUpTokens, seq_window_, engine_->n_ctx()});
@@ -151,7 +159,18 @@ void DraftModel::ReleaseSeq(int32_t seq) {
   std::lock_guard<std::mutex> l(mu_);
   engine_->kv().SeqRemove(seq, 0, -1);
   seqs_.erase(seq);
+  ahead_.erase(seq);
   free_seqs_.push_back(seq);
+}
+
+int64_t DraftModel::n_ahead_steps() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return n_ahead_steps_;
+}
+
+int64_t DraftModel::n_ahead_hits() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return n_ahead_hits_;
 }
 
 int64_t DraftModel::n_batches() const {
@@ -170,7 +189,11 @@ bool DraftModel::EvictOtherLocked(const std::set<int32_t>& busy) {
   }
   if (victim < 0) return false;
   engine_->kv().SeqRemove(victim, 0, -1);
-  seqs_[victim].kv_tokens.clear();
+  SeqState& st = seqs_[victim];
+  st.kv_tokens.clear();
+  st.kv_p.clear();
+  st.has_next = false;
+  ahead_.erase(victim);
   ++kv_evictions_;
   return true;
 }
@@ -223,6 +246,18 @@ DraftResult DraftModel::DraftFor(int32_t seq, const std::vector<int32_t>& h, con
 std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftModelJob>& jobs) {
   std::vector<DraftResult> results(jobs.size());
   if (jobs.empty()) return results;
+  // Draft-ahead steps stop while a call is in progress (AheadLoop).
+  callers_.fetch_add(1);
+  struct Done {
+    DraftModel* m;
+    ~Done() {
+      {
+        std::lock_guard<std::mutex> l(m->mu_);
+        m->callers_.fetch_sub(1);
+      }
+      m->ahead_cv_.notify_all();
+    }
+  } done{this};
   Request req{&jobs, &results};
   std::unique_lock<std::mutex> ql(q_mu_);
   queue_.push_back(&req);
@@ -244,6 +279,16 @@ std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftModelJob>
     }
     {
       std::lock_guard<std::mutex> l(mu_);
+      // Go on past the drafts of greedy jobs after the call, where few sequences draft
+      // (a step over many would delay the next call, and drafts seldom pay there).
+      ahead_.clear();
+      if (params_.draft_ahead && static_cast<int64_t>(all.size()) <= params_.draft_ahead_max_seqs) {
+        for (const DraftModelJob* j : all) {
+          const bool greedy = !(j->params.temp > 0 && j->params.rng != nullptr);
+          // n_max + 1 steps: the guess for the target's own token, then a whole draft.
+          if (greedy && j->params.n_max > 0) ahead_[j->seq] = Ahead{j->params.n_max + 1, j->params.p_min};
+        }
+      }
       while (!all.empty()) {  // rounds in which each sequence appears once
         std::set<int32_t> seen;
         std::vector<const DraftModelJob*> round, rest;
@@ -288,15 +333,27 @@ bool DraftModel::CatchUpLocked(Active* a) {
   if (st.start != start) {
     kv.SeqRemove(seq, 0, -1);
     st.kv_tokens.clear();
+    st.kv_p.clear();
+    st.has_next = false;
     st.start = start;
   }
   const int64_t n_win = L - start;
+  const DraftParams& params = a->job->params;
+  if (params_.draft_ahead && !(params.temp > 0 && params.rng != nullptr)) {
+    AheadDraftLocked(st, h, start, n_win, params, a->out);
+    if (!a->out->tokens.empty()) {
+      ++n_ahead_hits_;
+      return false;
+    }
+  }
   // Keep the common prefix, but always re-evaluate the last token (its logits are needed).
   int64_t keep = 0;
   const int64_t max_keep = std::min<int64_t>(static_cast<int64_t>(st.kv_tokens.size()), n_win - 1);
   while (keep < max_keep && st.kv_tokens[static_cast<size_t>(keep)] == h[static_cast<size_t>(start + keep)]) ++keep;
   kv.SeqRemove(seq, static_cast<int32_t>(keep), -1);
   st.kv_tokens.resize(static_cast<size_t>(keep));
+  st.kv_p.resize(static_cast<size_t>(keep));
+  st.has_next = false;
   a->st = &st;
   a->n_win = n_win;
   a->keep = keep;
@@ -367,6 +424,7 @@ void DraftModel::RunBatchLocked(const std::vector<const DraftModelJob*>& jobs,
       HERD_LOG(Warning) << "draft model: sequence " << a.job->seq << ": " << s.message();
       engine_->kv().SeqRemove(a.job->seq, 0, -1);
       a.st->kv_tokens.clear();
+      a.st->kv_p.clear();
     }
     return;
   }
@@ -378,7 +436,10 @@ void DraftModel::RunBatchLocked(const std::vector<const DraftModelJob*>& jobs,
   for (const Active& a : act) {
     const std::vector<int32_t>& h = *a.job->history;
     const int64_t start = static_cast<int64_t>(h.size()) - a.n_win;
-    for (int64_t i = a.keep; i < a.keep + a.n_eval; ++i) a.st->kv_tokens.push_back(h[static_cast<size_t>(start + i)]);
+    for (int64_t i = a.keep; i < a.keep + a.n_eval; ++i) {
+      a.st->kv_tokens.push_back(h[static_cast<size_t>(start + i)]);
+      a.st->kv_p.push_back(0.0f);
+    }
   }
   DraftStepsLocked(&act);
 }
@@ -418,6 +479,10 @@ void DraftModel::DraftStepsLocked(std::vector<Active>* act) {
       if (id >= limit_vocab) continue;
       a.out->tokens.push_back(id);
       if (temp > 0) a.out->probs.push_back(cand);
+      // The draft's token, not evaluated yet: where it ends here, draft-ahead's start.
+      a.st->has_next = temp == 0;
+      a.st->next = id;
+      a.st->next_p = cand[0].p;
       if (static_cast<int64_t>(a.out->tokens.size()) >= params.n_max) continue;
       if (step_end > params.stop_by) continue;
       const int32_t pos = static_cast<int32_t>(a.n_win + static_cast<int64_t>(a.out->tokens.size()) - 1);
@@ -426,14 +491,101 @@ void DraftModel::DraftStepsLocked(std::vector<Active>* act) {
       next.push_back(&a);
     }
     if (next.empty()) return;
-    if (!DecodeLocked(step, busy, undo).ok()) return;  // the drafts end here
+    if (!DecodeLocked(step, busy, undo).ok()) {  // the drafts end here
+      for (const Active* a : next) a->st->has_next = false;
+      return;
+    }
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     step_s_ = step_s_ > 0 ? 0.5 * (step_s_ + took) : took;
     for (size_t j = 0; j < next.size(); ++j) {
       next[j]->out_idx = static_cast<int64_t>(j);
       next[j]->st->kv_tokens.push_back(step.tokens[j]);
+      next[j]->st->kv_p.push_back(next[j]->st->next_p);
+      next[j]->st->has_next = false;
     }
   }
+}
+
+void DraftModel::AheadDraftLocked(const SeqState& st, const std::vector<int32_t>& h, int64_t start, int64_t n_win,
+                                  const DraftParams& params, DraftResult* out) const {
+  const int64_t n_kv = static_cast<int64_t>(st.kv_tokens.size());
+  if (n_kv < n_win || (n_kv == n_win && !st.has_next)) return;
+  for (int64_t i = 0; i < n_win; ++i) {
+    if (st.kv_tokens[static_cast<size_t>(i)] != h[static_cast<size_t>(start + i)]) return;
+  }
+  const int64_t limit_vocab = target_n_vocab_ > 0 ? std::min(target_n_vocab_, n_vocab_) : n_vocab_;
+  for (int64_t i = n_win; static_cast<int64_t>(out->tokens.size()) < params.n_max; ++i) {
+    int32_t id;
+    float p;
+    if (i < n_kv) {
+      id = st.kv_tokens[static_cast<size_t>(i)];
+      p = st.kv_p[static_cast<size_t>(i)];
+    } else if (i == n_kv && st.has_next) {
+      id = st.next;
+      p = st.next_p;
+    } else {
+      break;
+    }
+    // kv_p is 0 for history tokens: those are never a continuation.
+    if (!(p > 0) || p < params.p_min || id < 0 || id >= limit_vocab) break;
+    out->tokens.push_back(id);
+  }
+}
+
+void DraftModel::AheadLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    ahead_cv_.wait(l, [this] { return stop_ || (!ahead_.empty() && callers_.load() == 0); });
+    if (stop_) return;
+    if (!AheadStepLocked()) ahead_.clear();
+    // Let a caller that waits for mu_ in.
+    l.unlock();
+    std::this_thread::yield();
+    l.lock();
+  }
+}
+
+bool DraftModel::AheadStepLocked() {
+  const int64_t limit_vocab = target_n_vocab_ > 0 ? std::min(target_n_vocab_, n_vocab_) : n_vocab_;
+  Batch step;
+  std::vector<int32_t> seqs;
+  for (auto it = ahead_.begin(); it != ahead_.end();) {
+    auto st = seqs_.find(it->first);
+    const bool go = st != seqs_.end() && st->second.has_next && it->second.left > 0 &&
+                    st->second.next_p >= it->second.p_min &&
+                    static_cast<int64_t>(st->second.kv_tokens.size()) + 1 < seq_window_;
+    if (!go) {
+      it = ahead_.erase(it);
+      continue;
+    }
+    step.Add(st->second.next, static_cast<int32_t>(st->second.kv_tokens.size()), it->first, true);
+    seqs.push_back(it->first);
+    ++it;
+  }
+  if (seqs.empty()) return false;
+  // No eviction for a step nobody asked for: where the cells are full, ahead stops.
+  if (!engine_->Decode(step).ok()) {
+    for (size_t j = 0; j < seqs.size(); ++j) engine_->kv().SeqRemove(seqs[j], step.pos[j], -1);
+    for (int32_t seq : seqs) seqs_[seq].has_next = false;
+    return false;
+  }
+  ++n_ahead_steps_;
+  SparseDist cand;
+  for (size_t j = 0; j < seqs.size(); ++j) {
+    SeqState& st = seqs_[seqs[j]];
+    st.kv_tokens.push_back(st.next);
+    st.kv_p.push_back(st.next_p);
+    st.has_next = false;
+    const float* logits = engine_->Logits(static_cast<int64_t>(j));
+    if (logits == nullptr) continue;
+    TopK(logits, 0.0f, &cand);
+    if (cand.empty() || cand[0].id >= limit_vocab) continue;
+    st.has_next = true;
+    st.next = cand[0].id;
+    st.next_p = cand[0].p;
+    --ahead_[seqs[j]].left;
+  }
+  return true;
 }
 
 }  // namespace herd::engine::spec

@@ -2,6 +2,7 @@
 // greedily (llama.cpp common_speculative_state_draft / common_speculative_gen_draft),
 // plus the vocabulary compatibility check of common_speculative_are_compatible.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -51,6 +53,19 @@ struct DraftModelParams {
   /// the probability compared with p_min, and the distribution sampled when temp > 0,
   /// is the softmax over these.
   int32_t top_k = 10;
+  /// Draft ahead: between calls, a background thread goes on drafting greedily past the
+  /// last draft of the sequences just drafted for (at most one token more than each
+  /// asked for), as if the target were to accept the whole draft and pick the draft model's
+  /// own next token; a call whose history turns out to be that continuation gets the
+  /// rest of it at once instead of waiting for draft steps (the draft runs while the
+  /// target verifies the previous one: parallel speculative decoding, Liu et al. 2024,
+  /// "PEARL", post-verify). Steps run only while no call waits; a call waits for at most
+  /// the step in progress. Pays where the draft model has cores of its own (a draft
+  /// worker); off where it shares them with the target (in-process drafting).
+  bool draft_ahead = false;
+  /// Draft ahead only after calls that drafted for at most this many sequences (one
+  /// step over many sequences would delay the next call, and a full batch seldom drafts).
+  int64_t draft_ahead_max_seqs = 4;
 };
 
 /// One sequence's draft request of DraftModel::DraftBatch.
@@ -112,6 +127,9 @@ class DraftModel {
   int64_t n_batches() const;
   /// Frees the cells of `seq` and forgets it. Thread-safe.
   void ReleaseSeq(int32_t seq);
+  /// Draft-ahead steps run so far, and drafts served from their tokens (draft_ahead).
+  int64_t n_ahead_steps() const;
+  int64_t n_ahead_hits() const;
 
   /// A DraftBatch with a stop_by evaluates at least this many new history tokens
   /// whatever the time left (so a sequence drafted last call, which has 1 + its
@@ -125,6 +143,14 @@ class DraftModel {
   struct SeqState {
     int64_t start = 0;               // history index of KV position 0
     std::vector<int32_t> kv_tokens;  // tokens at KV positions 0..
+    // kv_p[i]: the draft model's top probability for kv_tokens[i] where it drafted that
+    // token (0 for history tokens); the same length as kv_tokens.
+    std::vector<float> kv_p;
+    // The greedy token after kv_tokens (drafted, not evaluated yet) and its probability,
+    // where has_next: the last draft's last token, then draft-ahead's.
+    bool has_next = false;
+    int32_t next = 0;
+    float next_p = 0;
     uint64_t last_use = 0;
   };
   // One job of a running batch.
@@ -149,8 +175,17 @@ class DraftModel {
   // Runs `jobs` (each seq at most once) with mu_ held; writes `results`.
   void RunBatchLocked(const std::vector<const DraftModelJob*>& jobs, const std::vector<DraftResult*>& results);
   // Prepares job `a` (window, KV reuse: keep, n_eval = all new tokens); false when the
-  // job cannot draft (its result stays empty).
+  // job cannot draft (its result stays empty) or its draft was served from draft-ahead
+  // tokens (AheadDraftLocked: its result is filled).
   bool CatchUpLocked(Active* a);
+  // Where the history (window h[start, start + n_win)) is a prefix of st's evaluated
+  // tokens, the greedy tokens that follow it (kv_tokens past it, then next) while their
+  // probability reaches p_min, at most n_max: the draft-ahead continuation.
+  void AheadDraftLocked(const SeqState& st, const std::vector<int32_t>& h, int64_t start, int64_t n_win,
+                        const DraftParams& params, DraftResult* out) const;
+  // The draft-ahead thread: one step at a time for ahead_ while no caller waits.
+  void AheadLoop();
+  bool AheadStepLocked();
   // New history tokens the earliest stop_by of `act` leaves time to evaluate (at the
   // measured catch-up speed), at least kMinCatchUpTokens; unbounded without a stop_by.
   int64_t CatchUpBudgetLocked(const std::vector<Active>& act) const;
@@ -188,6 +223,20 @@ class DraftModel {
   std::condition_variable q_cv_;
   std::deque<Request*> queue_;
   bool leading_ = false;
+
+  // Draft ahead (params_.draft_ahead): the sequences to extend and the steps each may
+  // still take (the n_max of its last draft), under mu_; callers_ counts DraftBatch
+  // calls in progress (the thread steps only while it is 0).
+  struct Ahead {
+    int64_t left = 0;  // steps it may still take
+    float p_min = 0;   // its last call's p_min: no step past a token below it
+  };
+  std::map<int32_t, Ahead> ahead_;
+  std::atomic<int> callers_{0};
+  std::condition_variable ahead_cv_;
+  bool stop_ = false;
+  int64_t n_ahead_steps_ = 0, n_ahead_hits_ = 0;
+  std::thread ahead_thread_;
 };
 
 /// draft-model (llama.cpp common_speculative_state_draft::draft): keeps the

@@ -407,5 +407,155 @@ TEST_F(DraftModelTest, ConcurrentDraftForEqualsSequential) {
   EXPECT_EQ(conc_dm->n_cached_seqs(), 0u);  // every drafter released its sequence
 }
 
+// Waits (up to a minute) until f() holds; false if it never did.
+template <typename F>
+bool WaitFor(F f) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Draft ahead: after a draft of 4, the background thread drafts 5 more tokens (the guess
+// for the target's own token, then a whole draft); a history that accepted the draft
+// and whose next token is that guess gets the continuation at once, equal to what
+// drafting gives; a history that left it (partial acceptance) is drafted as before.
+TEST_F(DraftModelTest, DraftAheadServesTheAcceptedContinuation) {
+  DraftModelParams dp;
+  dp.n_ctx = 1024;
+  dp.n_threads = 2;
+  dp.draft_ahead = true;
+  auto loaded = DraftModel::Load(stories_path_, dp);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::unique_ptr<DraftModel> dm = *std::move(loaded);
+  ASSERT_TRUE(dm->AttachTarget(*vocab_).ok());
+  auto drafter = dm->NewDrafter();
+  DraftParams p;
+  p.n_max = 4;
+  p.p_min = 0.0f;
+  ASSERT_EQ(drafter->Draft(History(4), p).tokens, Expected(4, 4));
+  ASSERT_TRUE(WaitFor([&] { return dm->n_ahead_steps() >= 5; })) << dm->n_ahead_steps();
+  EXPECT_EQ(dm->n_ahead_hits(), 0);
+  // The draft out[4..8) accepted and the target's token out[8]: out[9..13) are ready.
+  EXPECT_EQ(drafter->Draft(History(9), p).tokens, Expected(9, 4));
+  EXPECT_EQ(dm->n_ahead_hits(), 1);
+  // And again from there, after the ahead steps of that draft.
+  ASSERT_TRUE(WaitFor([&] { return dm->n_ahead_steps() >= 10; })) << dm->n_ahead_steps();
+  EXPECT_EQ(drafter->Draft(History(14), p).tokens, Expected(14, 4));
+  EXPECT_EQ(dm->n_ahead_hits(), 2);
+  // Two of its tokens accepted and a target token other than the draft's after them:
+  // drafted as a draft model without draft ahead drafts that history.
+  const int64_t steps = dm->n_ahead_steps();
+  Tokens diverged = History(16);
+  diverged.push_back(out_[16] == 13 ? 14 : 13);
+  auto plain = LoadDraft();
+  ASSERT_NE(plain, nullptr);
+  const Tokens want = plain->NewDrafter()->Draft(diverged, p).tokens;
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(drafter->Draft(diverged, p).tokens, want);
+  EXPECT_EQ(dm->n_ahead_hits(), 2);
+  // A p_min no ahead token reaches: not served from them.
+  ASSERT_TRUE(WaitFor([&] { return dm->n_ahead_steps() >= steps + 5; }));
+  DraftParams strict = p;
+  strict.p_min = 1.01f;
+  Tokens next = diverged;
+  next.insert(next.end(), want.begin(), want.end());
+  DraftParams one = p;
+  one.n_max = 1;
+  const Tokens guess = plain->NewDrafter()->Draft(next, one).tokens;  // what draft ahead guessed
+  ASSERT_EQ(guess.size(), 1u);
+  next.push_back(guess[0]);  // the whole draft accepted, the target's token the guess
+  EXPECT_TRUE(drafter->Draft(next, strict).tokens.empty());
+  EXPECT_EQ(dm->n_ahead_hits(), 2);
+  // Sampled drafts never take ahead tokens.
+  std::mt19937 rng(7);
+  DraftParams sampled = p;
+  sampled.temp = 0.8f;
+  sampled.rng = &rng;
+  EXPECT_EQ(drafter->Draft(next, sampled).tokens.size(), 4u);
+  EXPECT_EQ(dm->n_ahead_hits(), 2);
+  drafter.reset();
+  EXPECT_EQ(dm->n_cached_seqs(), 0u);
+}
+
+// After a call that drafted for more than draft_ahead_max_seqs sequences nothing is
+// drafted ahead: the accepted continuation is drafted as usual.
+TEST_F(DraftModelTest, NoDraftAheadAfterLargeBatches) {
+  DraftModelParams dp;
+  dp.n_ctx = 1024;
+  dp.n_threads = 2;
+  dp.draft_ahead = true;
+  dp.draft_ahead_max_seqs = 2;
+  auto loaded = DraftModel::Load(stories_path_, dp);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::unique_ptr<DraftModel> dm = *std::move(loaded);
+  ASSERT_TRUE(dm->AttachTarget(*vocab_).ok());
+  DraftParams p;
+  p.n_max = 2;
+  p.p_min = 0.0f;
+  std::vector<std::unique_ptr<Drafter>> drafters;
+  std::vector<DraftModelJob> jobs(3);
+  const Tokens h = History(4);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    drafters.push_back(dm->NewDrafter());
+    jobs[i].seq = static_cast<DraftModelDrafter*>(drafters.back().get())->seq();
+    jobs[i].history = &h;
+    jobs[i].params = p;
+  }
+  for (const DraftResult& r : dm->DraftBatch(jobs)) EXPECT_EQ(r.tokens, Expected(4, 2));
+  EXPECT_EQ(drafters[0]->Draft(History(7), p).tokens, Expected(7, 2));
+  EXPECT_EQ(dm->n_ahead_hits(), 0);
+  // One sequence: drafted ahead.
+  ASSERT_TRUE(WaitFor([&] { return dm->n_ahead_steps() >= 3; }));
+  EXPECT_EQ(drafters[0]->Draft(History(10), p).tokens, Expected(10, 2));
+  EXPECT_EQ(dm->n_ahead_hits(), 1);
+}
+
+// Concurrent callers with draft ahead running between their calls: every draft is
+// still the greedy continuation of its history.
+TEST_F(DraftModelTest, DraftAheadWithConcurrentCallersKeepsDraftsRight) {
+  DraftModelParams dp;
+  dp.n_ctx = 1024;
+  dp.n_threads = 2;
+  dp.draft_ahead = true;
+  auto loaded = DraftModel::Load(stories_path_, dp);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::unique_ptr<DraftModel> dm = *std::move(loaded);
+  ASSERT_TRUE(dm->AttachTarget(*vocab_).ok());
+  constexpr int kThreads = 4, kCalls = 8;
+  DraftParams p;
+  p.n_max = 3;
+  p.p_min = 0.0f;
+  // Each thread's history grows by a whole accepted draft plus one token per call, or
+  // by one token (a rejected draft), so some calls find their continuation ahead.
+  auto len = [](int t, int c) { return static_cast<size_t>(2 + t + 3 * c + (c % 3 == 2 ? 0 : c / 3)); };
+  std::vector<std::vector<Tokens>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto d = dm->NewDrafter();
+      for (int c = 0; c < kCalls; ++c) {
+        got[static_cast<size_t>(t)].push_back(d->Draft(History(len(t, c)), p).tokens);
+        std::this_thread::sleep_for(std::chrono::milliseconds(c % 2));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    for (int c = 0; c < kCalls; ++c) {
+      const size_t k = len(t, c);
+      const Tokens& d = got[static_cast<size_t>(t)][static_cast<size_t>(c)];
+      const Tokens want = Expected(k, 3);
+      ASSERT_GE(d.size(), std::min<size_t>(1, want.size())) << t << " " << c;
+      EXPECT_EQ(d, Tokens(want.begin(), want.begin() + static_cast<ptrdiff_t>(std::min(d.size(), want.size()))))
+          << t << " " << c;
+    }
+  }
+  std::cout << "ahead steps " << dm->n_ahead_steps() << ", hits " << dm->n_ahead_hits() << "\n";
+  EXPECT_EQ(dm->n_cached_seqs(), 0u);
+}
+
 }  // namespace
 }  // namespace herd::engine::spec
