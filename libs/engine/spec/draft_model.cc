@@ -285,8 +285,9 @@ std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftModelJob>
       if (params_.draft_ahead && static_cast<int64_t>(all.size()) <= params_.draft_ahead_max_seqs) {
         for (const DraftModelJob* j : all) {
           const bool greedy = !(j->params.temp > 0 && j->params.rng != nullptr);
-          // n_max + 1 steps: the guess for the target's own token, then a whole draft.
-          if (greedy && j->params.n_max > 0) ahead_[j->seq] = Ahead{j->params.n_max + 1, j->params.p_min};
+          // n_max + 1 steps: the guess for the target's own token, then a whole draft;
+          // not after one-token asks (probes, a prompt's warm-up call).
+          if (greedy && j->params.n_max > 1) ahead_[j->seq] = Ahead{j->params.n_max + 1, j->params.p_min};
         }
       }
       while (!all.empty()) {  // rounds in which each sequence appears once

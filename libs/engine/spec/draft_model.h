@@ -54,8 +54,8 @@ struct DraftModelParams {
   /// is the softmax over these.
   int32_t top_k = 10;
   /// Draft ahead: between calls, a background thread goes on drafting greedily past the
-  /// last draft of the sequences just drafted for (at most one token more than each
-  /// asked for), as if the target were to accept the whole draft and pick the draft model's
+  /// last draft of the sequences just asked for drafts of 2 or more tokens (at most one
+  /// token more than each asked for), as if the target were to accept the whole draft and pick the draft model's
   /// own next token; a call whose history turns out to be that continuation gets the
   /// rest of it at once instead of waiting for draft steps (the draft runs while the
   /// target verifies the previous one: parallel speculative decoding, Liu et al. 2024,

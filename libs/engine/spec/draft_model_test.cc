@@ -511,6 +511,14 @@ TEST_F(DraftModelTest, NoDraftAheadAfterLargeBatches) {
   ASSERT_TRUE(WaitFor([&] { return dm->n_ahead_steps() >= 3; }));
   EXPECT_EQ(drafters[0]->Draft(History(10), p).tokens, Expected(10, 2));
   EXPECT_EQ(dm->n_ahead_hits(), 1);
+  // A one-token ask (a probe, a prompt's warm-up call) is not drafted past.
+  ASSERT_TRUE(WaitFor([&] { return dm->n_ahead_steps() >= 6; }));
+  DraftParams one = p;
+  one.n_max = 1;
+  EXPECT_EQ(drafters[0]->Draft(History(13), one).tokens, Expected(13, 1));  // served from ahead
+  EXPECT_EQ(dm->n_ahead_hits(), 2);
+  EXPECT_EQ(drafters[0]->Draft(History(15), p).tokens, Expected(15, 2));
+  EXPECT_EQ(dm->n_ahead_hits(), 2);
 }
 
 // Concurrent callers with draft ahead running between their calls: every draft is
