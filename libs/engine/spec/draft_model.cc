@@ -284,7 +284,7 @@ std::vector<DraftResult> DraftModel::DraftBatch(const std::vector<DraftModelJob>
       ahead_.clear();
       if (params_.draft_ahead && static_cast<int64_t>(all.size()) <= params_.draft_ahead_max_seqs) {
         for (const DraftModelJob* j : all) {
-          const bool greedy = !(j->params.temp > 0 && j->params.rng != nullptr);
+          const bool greedy = !(j->params.temp > 0 && j->params.seed.has_value());
           // n_max + 1 steps: the guess for the target's own token, then a whole draft;
           // not after one-token asks (probes, a prompt's warm-up call).
           if (greedy && j->params.n_max > 1) ahead_[j->seq] = Ahead{j->params.n_max + 1, j->params.p_min};
@@ -340,7 +340,7 @@ bool DraftModel::CatchUpLocked(Active* a) {
   }
   const int64_t n_win = L - start;
   const DraftParams& params = a->job->params;
-  if (params_.draft_ahead && !(params.temp > 0 && params.rng != nullptr)) {
+  if (params_.draft_ahead && !(params.temp > 0 && params.seed.has_value())) {
     AheadDraftLocked(st, h, start, n_win, params, a->out);
     if (!a->out->tokens.empty()) {
       ++n_ahead_hits_;
@@ -464,12 +464,13 @@ void DraftModel::DraftStepsLocked(std::vector<Active>* act) {
       a.out_idx = -1;
       if (logits == nullptr) continue;
       const DraftParams& params = a.job->params;
-      const float temp = params.temp > 0 && params.rng != nullptr ? params.temp : 0.0f;
+      const float temp = params.temp > 0 && params.seed.has_value() ? params.temp : 0.0f;
       TopK(logits, temp, &cand);
       if (cand.empty() || cand[0].p < params.p_min) continue;  // only very confident drafts
       int32_t id = cand[0].id;
       if (temp > 0) {
-        const double u = static_cast<double>((*params.rng)() >> 8) * (1.0 / 16777216.0);
+        const int64_t pos_h = static_cast<int64_t>(a.job->history->size() + a.out->tokens.size());
+        const double u = DraftUniform(*params.seed, pos_h);
         double acc = 0;
         for (const TokenProb& c : cand) {
           acc += c.p;

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <iostream>
-#include <random>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -248,12 +247,11 @@ TEST_F(DraftModelTest, SampledDraftsCarryTheirDistributions) {
   auto dm = LoadDraft();
   ASSERT_NE(dm, nullptr);
   auto d = dm->NewDrafter();
-  std::mt19937 rng(17);
   DraftParams p;
   p.n_max = 8;
   p.p_min = 0.0f;
   p.temp = 0.8f;
-  p.rng = &rng;
+  p.seed = 17;
   for (size_t k = 1; k < 12; ++k) {
     const DraftResult r = d->Draft(History(k), p);
     ASSERT_EQ(r.tokens.size(), 8u);
@@ -269,6 +267,39 @@ TEST_F(DraftModelTest, SampledDraftsCarryTheirDistributions) {
       EXPECT_LE(r.probs[i].size(), 10u);
     }
   }
+}
+
+// A sampled draft is a function of the seed, the history and its length: calls before it
+// whose drafts were dropped (a prompt's warm-up, a repeated or late call) and the
+// drafter it runs on change nothing; another seed draws other tokens.
+TEST_F(DraftModelTest, SampledDraftsDependOnTheSeedAndHistoryOnly) {
+  auto dm = LoadDraft();
+  ASSERT_NE(dm, nullptr);
+  DraftParams p;
+  p.n_max = 8;
+  p.p_min = 0.0f;
+  p.temp = 1.5f;  // flat enough that another seed draws other tokens
+  p.seed = 42;
+  const Tokens h = History(12);
+  const Tokens alone = dm->NewDrafter()->Draft(h, p).tokens;
+  ASSERT_EQ(alone.size(), 8u);
+  auto d = dm->NewDrafter();
+  DraftParams warm = p;
+  warm.n_max = 1;
+  for (size_t k : {4, 9, 12}) (void)d->Draft(History(k), warm);  // dropped drafts
+  (void)d->Draft(h, p);                                          // and a repeated call
+  EXPECT_EQ(d->Draft(h, p).tokens, alone);
+  // A shorter draft is the longer one's start.
+  DraftParams shorter = p;
+  shorter.n_max = 3;
+  EXPECT_EQ(dm->NewDrafter()->Draft(h, shorter).tokens, Tokens(alone.begin(), alone.begin() + 3));
+  int differs = 0;
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    DraftParams other = p;
+    other.seed = seed;
+    differs += dm->NewDrafter()->Draft(h, other).tokens != alone ? 1 : 0;
+  }
+  EXPECT_GT(differs, 0);
 }
 
 // Several sequences with different histories drafted in one DraftBatch give what each
@@ -470,10 +501,9 @@ TEST_F(DraftModelTest, DraftAheadServesTheAcceptedContinuation) {
   EXPECT_TRUE(drafter->Draft(next, strict).tokens.empty());
   EXPECT_EQ(dm->n_ahead_hits(), 2);
   // Sampled drafts never take ahead tokens.
-  std::mt19937 rng(7);
   DraftParams sampled = p;
   sampled.temp = 0.8f;
-  sampled.rng = &rng;
+  sampled.seed = 7;
   EXPECT_EQ(drafter->Draft(next, sampled).tokens.size(), 4u);
   EXPECT_EQ(dm->n_ahead_hits(), 2);
   drafter.reset();

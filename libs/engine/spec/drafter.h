@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <random>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,8 +34,12 @@ struct DraftParams {
   /// draft token from the draft model's top-k distribution at this temperature and
   /// return that distribution (DraftResult::probs) for rejection sampling.
   float temp = 0.0f;
-  /// RNG for temp > 0 (owned by the caller, one per sequence); unused otherwise.
-  std::mt19937* rng = nullptr;
+  /// Seed of the draws for temp > 0 (one per sequence; none = greedy whatever temp).
+  /// The draw for the token drafted at history position i is DraftUniform(*seed, i):
+  /// a draft depends on the seed, the history and its length only, never on earlier
+  /// calls, so a call whose draft is dropped (a prompt's warm-up, a late or repeated
+  /// call, a session rebuilt on another draft worker) changes no later draft.
+  std::optional<uint32_t> seed;
   /// Draft-model only: no draft step starts that would end after this time (at the
   /// duration of the model's recent draft steps); the draft is the tokens made by then,
   /// at least the one the history's evaluation gives. The evaluation of new history
@@ -45,6 +49,18 @@ struct DraftParams {
   /// within its caller's deadline with a shorter draft instead of none.
   std::chrono::steady_clock::time_point stop_by = std::chrono::steady_clock::time_point::max();
 };
+
+/// The uniform draw in [0, 1) (53 bits) of a sampled draft token at history position
+/// `pos` (0-based: the index the token takes in the history) of the sequence with
+/// `seed`: SplitMix64 (Steele et al. 2014) of (seed, pos). Independent of the target's
+/// rejection-sampling draws (the scheduler's per-sequence mt19937).
+inline double DraftUniform(uint32_t seed, int64_t pos) {
+  uint64_t z = (static_cast<uint64_t>(seed) << 32 ^ static_cast<uint64_t>(pos)) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /// A proposed draft.
 struct DraftResult {

@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<SpecSession>> SpecSession::Create(const SpecConfi
   s->config_ = config;
   s->drafter_ = *std::move(d);
   s->stats_.type = config.type;
-  s->rng_.seed(seed);
+  s->seed_ = seed;
   return s;
 }
 
@@ -81,7 +81,7 @@ bool SpecSession::BeginDraft(int32_t n_max_cap, float temp, DraftParams* params)
   params->n_max = n_max;
   params->p_min = config_.draft_p_min;
   params->temp = temp;
-  params->rng = &rng_;
+  params->seed = seed_;
   return true;
 }
 

@@ -4,7 +4,6 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -84,7 +83,7 @@ class SpecSession : public DraftSource {
   SpecStats stats_;
   int32_t pending_ = 0;
   float draft_temp_ = 0.0f;
-  std::mt19937 rng_;
+  uint32_t seed_ = 0;  // DraftParams::seed of sampled drafts
 };
 
 }  // namespace herd::engine::spec
