@@ -11,15 +11,17 @@
 // the type) in --draft_type (default q4_0), so it agrees with the target most of the
 // time. Both files are written once into --cache_dir with the Llama-2 vocabulary.
 // Modes (--modes): "none", an n-gram type ("ngram-simple", ...), or "draft-model:N"
-// (N draft workers, each -t --draft_threads); each mode gets a fresh cluster with one
-// target worker (-t --threads), a warm-up request, then every --concurrency level: C
-// clients x --requests_per_client requests of --max_tokens greedy tokens (temperature 0,
-// ignore_eos), prompts that differ per request (8 to 96 words), each body carrying
-// "speculative": {"type": MODE} ({"type": "none"} for none). One table row per (mode,
-// level): tok/s, TTFT p50/p90, ITL p50/p90 (between streamed events: several accepted
-// tokens can arrive in one), the target worker's draft and accepted tokens, draft errors
-// and switch-offs over the level (its /metrics before and after), and tok/s relative to
-// "none" at the same level. The none mode's requests run twice (--none_repeat; the
+// (N draft workers, each -t --draft_threads); each mode gets its own cluster with one
+// target worker (-t --threads) and a warm-up request, all clusters up at once; then per
+// round (--rounds), each mode in turn (the order rotated each round) runs every
+// --concurrency level: C clients x --requests_per_client requests of --max_tokens greedy
+// tokens (temperature 0, ignore_eos), prompts that differ per request and round (8 to 96
+// words), each body carrying "speculative": {"type": MODE} ({"type": "none"} for none).
+// One table row per (mode, level), medians over the rounds: tok/s, TTFT p50/p90, ITL
+// p50/p90 (between streamed events: several accepted tokens can arrive in one), the
+// target worker's draft and accepted tokens, draft errors and switch-offs over the level
+// (its /metrics before and after), and tok/s relative to "none" at the same level (the
+// median of the rounds' ratios to none in the same round). The none mode's requests run twice (--none_repeat; the
 // second pass, in a fresh cluster, is not tabulated) because greedy decoding under
 // batching is not bit-reproducible: a near-tie of these random weights' logits can go
 // either way between two plain runs. A speculative output equal to neither none pass for the same
@@ -33,6 +35,7 @@
 #include <atomic>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,6 +65,10 @@ ABSL_FLAG(std::string, modes, "none,ngram-simple,draft-model:1,draft-model:2",
           "comma-separated modes: none, an n-gram speculative type, or draft-model:N (N draft workers)");
 ABSL_FLAG(std::string, concurrency, "1,8,16,32", "comma-separated concurrent streaming clients, one level each");
 ABSL_FLAG(int, requests_per_client, 2, "requests per level = this x concurrency");
+ABSL_FLAG(int, rounds, 1,
+          "every mode runs every level once per round (new prompts each round), all modes' clusters up at once and "
+          "their order rotated each round; the table gives medians over the rounds and tok/s vs none as the median "
+          "of each round's ratio to none's figure of the same round (same-run medians on a noisy machine)");
 ABSL_FLAG(int, max_tokens, 96, "max_tokens of each request (ignore_eos: each generates exactly this many)");
 ABSL_FLAG(std::string, model, "llama-110m", "random-weight model shape: llama-110m or tinyllama-1.1b");
 ABSL_FLAG(std::string, target_type, "f16", "weight type of the target model");
@@ -186,7 +193,7 @@ SpecCounters ReadCounters(const std::vector<Target>& metrics) {
 // One (mode, level) of the table.
 struct Row {
   std::string mode;
-  int c = 0, requests = 0;
+  int c = 0, requests = 0, round = 0;
   double tok_s = 0, ttft_p50 = 0, ttft_p90 = 0, itl_p50 = 0, itl_p90 = 0;
   bool have_spec = false;
   double draft = 0, accepted = 0, errors = 0, offs = 0;
@@ -201,22 +208,23 @@ struct ModeRun {
   std::vector<std::string> notes;
 };
 
-// Runs every level against `target`, reading `metrics` (worker endpoints) around each.
+// Runs every level of round `round` against `target` (the round's prompts: new ones for
+// every round), reading `metrics` (worker endpoints) around each.
 // Errors: UNAVAILABLE "concurrency C: ..." when a request fails.
 absl::Status RunLevels(const Target& target, const std::vector<Target>& metrics, const Mode& mode,
-                       const std::vector<int>& levels, ModeRun* run) {
+                       const std::vector<int>& levels, int round, ModeRun* run) {
   const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
   std::atomic<bool> abort{false};
   for (size_t li = 0; li < levels.size(); ++li) {
     const int c = levels[li];
     std::vector<std::string> prompts, bodies;
     for (int i = 0; i < c * absl::GetFlag(FLAGS_requests_per_client); ++i) {
-      prompts.push_back(PromptFor(static_cast<int>(li), i));
+      prompts.push_back(PromptFor(static_cast<int>(li + static_cast<size_t>(round) * levels.size()), i));
       bodies.push_back(Body(target.model, prompts.back(), mode, max_tokens));
     }
     const std::string load_before = LoadAverage();
-    std::fprintf(stderr, "spec_serve_bench: %s C=%d: %zu requests (load average %s)\n", mode.name.c_str(), c,
-                 bodies.size(), load_before.c_str());
+    std::fprintf(stderr, "spec_serve_bench: %s C=%d round %d: %zu requests (load average %s)\n", mode.name.c_str(), c,
+                 round + 1, bodies.size(), load_before.c_str());
     const SpecCounters before = ReadCounters(metrics);
     LoadResult load = RunClients(target, bodies, c, max_tokens, absl::GetFlag(FLAGS_timeout_s), &abort);
     if (!load.error.empty()) return absl::UnavailableError(absl::StrCat("concurrency ", c, ": ", load.error));
@@ -235,6 +243,7 @@ absl::Status RunLevels(const Target& target, const std::vector<Target>& metrics,
     row.mode = mode.name;
     row.c = c;
     row.requests = static_cast<int>(bodies.size());
+    row.round = round;
     row.tok_s = load.seconds > 0 ? static_cast<double>(tokens) / load.seconds : 0;
     row.ttft_p50 = Percentile(ttft, 50);
     row.ttft_p90 = Percentile(ttft, 90);
@@ -251,7 +260,8 @@ absl::Status RunLevels(const Target& target, const std::vector<Target>& metrics,
                  mode.name.c_str(), c, row.tok_s, row.ttft_p50, row.itl_p50, row.draft, row.accepted, row.errors,
                  row.offs);
     run->notes.push_back(absl::StrFormat(
-        "%s C=%d: load %s -> %s%s", mode.name, c, load_before, LoadAverage(),
+        "%s C=%d%s: load %s -> %s%s", mode.name, c, round > 0 ? absl::StrCat(" round ", round + 1) : "", load_before,
+        LoadAverage(),
         after.ok ? absl::StrFormat(", spec_enabled %.0f, spec_speedup %.2f", after.enabled, after.speedup) : ""));
     run->rows.push_back(row);
   }
@@ -263,13 +273,16 @@ struct Models {
   PreparedModel target, draft;
 };
 
-// Starts a cluster for `mode` (unless --server), warms it up and runs the levels into
-// `run`; with `repeat` only their texts, into run->repeat_text_of.
-absl::Status RunMode(const Models& models, const Mode& mode, const std::vector<int>& levels, bool repeat,
-                     ModeRun* run) {
-  cli::LocalCluster cluster;
+// A mode's cluster (none with --server) and where its requests and metrics go.
+struct ModeTarget {
+  std::unique_ptr<cli::LocalCluster> cluster;
   Target target;
   std::vector<Target> metrics;
+};
+
+// Starts a cluster for `mode` (unless --server) and warms it up (one request).
+// Errors: UNAVAILABLE naming the mode when the cluster does not start or the warm-up fails.
+absl::Status StartMode(const Models& models, const Mode& mode, const std::vector<int>& levels, ModeTarget* out) {
   const bool own = absl::GetFlag(FLAGS_server).empty();
   if (own) {
     cli::ClusterOptions o;
@@ -294,36 +307,44 @@ absl::Status RunMode(const Models& models, const Mode& mode, const std::vector<i
     o.quiet = !absl::GetFlag(FLAGS_verbose);
     std::fprintf(stderr, "spec_serve_bench: %s: starting loader, 1 worker (-t %d), %d draft worker(s), gateway\n",
                  mode.name.c_str(), o.threads_per_worker, o.draft_workers);
-    if (absl::Status st = cluster.Start(o, std::chrono::seconds(300)); !st.ok()) {
-      cluster.Stop();
+    out->cluster = std::make_unique<cli::LocalCluster>();
+    if (absl::Status st = out->cluster->Start(o, std::chrono::seconds(300)); !st.ok()) {
       return absl::UnavailableError(absl::StrCat(mode.name, ": cluster did not start: ", st.message()));
     }
-    target = TargetOf(cluster.gateway_http_addr(), models.target.name);
-    for (cli::Process* w : cluster.workers()) metrics.push_back(TargetOf(w->metrics_addr, ""));
+    out->target = TargetOf(out->cluster->gateway_http_addr(), models.target.name);
+    for (cli::Process* w : out->cluster->workers()) out->metrics.push_back(TargetOf(w->metrics_addr, ""));
   } else {
-    target = TargetOf(absl::GetFlag(FLAGS_server), absl::GetFlag(FLAGS_server_model));
-    metrics.push_back(target);
+    out->target = TargetOf(absl::GetFlag(FLAGS_server), absl::GetFlag(FLAGS_server_model));
+    out->metrics.push_back(out->target);
   }
-  absl::Status st;
-  {
-    // Warm-up (not measured): pages the weights in, starts the draft workers' sessions.
-    RequestResult r =
-        StreamCompletion(target, Body(target.model, Words(8, 1), mode, 8), 8, absl::GetFlag(FLAGS_timeout_s));
-    if (!r.error.empty()) st = absl::UnavailableError(absl::StrCat(mode.name, ": warm-up request: ", r.error));
+  // Warm-up (not measured): pages the weights in, starts the draft workers' sessions.
+  RequestResult r =
+      StreamCompletion(out->target, Body(out->target.model, Words(8, 1), mode, 8), 8, absl::GetFlag(FLAGS_timeout_s));
+  if (!r.error.empty()) return absl::UnavailableError(absl::StrCat(mode.name, ": warm-up request: ", r.error));
+  return absl::OkStatus();
+}
+
+void StopModes(std::vector<ModeTarget>* targets) {
+  for (ModeTarget& t : *targets) {
+    if (t.cluster != nullptr) t.cluster->Stop();
   }
-  if (st.ok() && repeat) {
-    // The none requests again in a fresh cluster (not tabulated): how reproducible plain
-    // greedy outputs are when the same prompts are batched differently.
-    Mode again = mode;
-    again.name = mode.name + " (repeat)";
-    ModeRun second;
-    st = RunLevels(target, metrics, again, levels, &second);
-    run->repeat_text_of = std::move(second.text_of);
-  } else if (st.ok()) {
-    st = RunLevels(target, metrics, mode, levels, run);
+}
+
+// The none requests of every round again in a fresh cluster (not tabulated), into
+// run->repeat_text_of: how reproducible plain greedy outputs are when the same prompts
+// are batched differently.
+absl::Status RepeatNone(const Models& models, const Mode& mode, const std::vector<int>& levels, ModeRun* run) {
+  std::vector<ModeTarget> t(1);
+  absl::Status st = StartMode(models, mode, levels, &t[0]);
+  Mode again = mode;
+  again.name = mode.name + " (repeat)";
+  ModeRun second;
+  for (int r = 0; st.ok() && r < absl::GetFlag(FLAGS_rounds); ++r) {
+    st = RunLevels(t[0].target, t[0].metrics, again, levels, r, &second);
   }
-  if (own) cluster.Stop();
-  if (!st.ok()) return absl::UnavailableError(absl::StrCat(mode.name, ": ", st.message()));
+  StopModes(&t);
+  run->repeat_text_of = std::move(second.text_of);
+  if (!st.ok()) return absl::UnavailableError(absl::StrCat(again.name, ": ", st.message()));
   return absl::OkStatus();
 }
 
@@ -387,12 +408,22 @@ int CheckOutputs(const std::vector<Mode>& modes, const std::vector<ModeRun>& run
   return total;
 }
 
-// The markdown table of every row, with tok/s relative to the none mode at the same level.
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The markdown table: one row per (mode, level) with the medians of its rounds' figures
+// (requests, accepted, drafted, errors and switch-offs summed) and tok/s relative to the
+// none mode at the same level: the median of each round's ratio to none's tok/s in the
+// same round, each round's ratio listed after it when there are several.
 std::string FormatRows(const std::vector<ModeRun>& runs) {
-  std::map<int, double> none_tok_s;
+  std::map<std::pair<int, int>, double> none_tok_s;  // (C, round) -> tok/s
   for (const ModeRun& run : runs) {
     for (const Row& r : run.rows) {
-      if (r.mode == "none" && none_tok_s.count(r.c) == 0) none_tok_s[r.c] = r.tok_s;
+      if (r.mode == "none") none_tok_s.try_emplace({r.c, r.round}, r.tok_s);
     }
   }
   std::string out =
@@ -400,17 +431,44 @@ std::string FormatRows(const std::vector<ModeRun>& runs) {
       "acceptance | draft errors | switch-offs | tok/s vs none "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const ModeRun& run : runs) {
+    std::vector<int> levels;  // in order of appearance
     for (const Row& r : run.rows) {
-      const auto none = none_tok_s.find(r.c);
-      const std::string acc = !r.have_spec ? "- | -"
-                              : r.draft > 0
-                                  ? absl::StrFormat("%.0f / %.0f | %.2f", r.accepted, r.draft, r.accepted / r.draft)
-                                  : absl::StrFormat("%.0f / 0 | -", r.accepted);
-      absl::StrAppendFormat(
-          &out, "| %s | %d | %d | %.1f | %.0f | %.0f | %.1f | %.1f | %s | %s | %s | %s |\n", r.mode, r.c, r.requests,
-          r.tok_s, r.ttft_p50, r.ttft_p90, r.itl_p50, r.itl_p90, acc,
-          r.have_spec ? absl::StrFormat("%.0f", r.errors) : "-", r.have_spec ? absl::StrFormat("%.0f", r.offs) : "-",
-          none != none_tok_s.end() && none->second > 0 ? absl::StrFormat("%.2fx", r.tok_s / none->second) : "-");
+      if (std::find(levels.begin(), levels.end(), r.c) == levels.end()) levels.push_back(r.c);
+    }
+    for (int c : levels) {
+      Row sum;
+      std::vector<double> tok_s, ttft50, ttft90, itl50, itl90, ratio;
+      sum.have_spec = true;
+      for (const Row& r : run.rows) {
+        if (r.c != c) continue;
+        sum.mode = r.mode;
+        sum.requests += r.requests;
+        tok_s.push_back(r.tok_s);
+        ttft50.push_back(r.ttft_p50);
+        ttft90.push_back(r.ttft_p90);
+        itl50.push_back(r.itl_p50);
+        itl90.push_back(r.itl_p90);
+        sum.have_spec = sum.have_spec && r.have_spec;
+        sum.draft += r.draft;
+        sum.accepted += r.accepted;
+        sum.errors += r.errors;
+        sum.offs += r.offs;
+        const auto none = none_tok_s.find({c, r.round});
+        if (none != none_tok_s.end() && none->second > 0) ratio.push_back(r.tok_s / none->second);
+      }
+      std::string vs = ratio.empty() ? "-" : absl::StrFormat("%.2fx", Median(ratio));
+      if (ratio.size() > 1) {
+        vs += " (" + absl::StrJoin(ratio, ", ", [](std::string* o, double x) { absl::StrAppendFormat(o, "%.2f", x); }) +
+              ")";
+      }
+      const std::string acc =
+          !sum.have_spec  ? "- | -"
+          : sum.draft > 0 ? absl::StrFormat("%.0f / %.0f | %.2f", sum.accepted, sum.draft, sum.accepted / sum.draft)
+                          : absl::StrFormat("%.0f / 0 | -", sum.accepted);
+      absl::StrAppendFormat(&out, "| %s | %d | %d | %.1f | %.0f | %.0f | %.1f | %.1f | %s | %s | %s | %s |\n", sum.mode,
+                            c, sum.requests, Median(tok_s), Median(ttft50), Median(ttft90), Median(itl50),
+                            Median(itl90), acc, sum.have_spec ? absl::StrFormat("%.0f", sum.errors) : "-",
+                            sum.have_spec ? absl::StrFormat("%.0f", sum.offs) : "-", vs);
     }
   }
   return out;
@@ -484,13 +542,28 @@ int Main() {
       models.draft = *m;
     }
   }
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  if (rounds < 1 || rounds > 100) return Fail("--rounds: want 1 to 100");
   std::vector<ModeRun> runs(modes->size());
-  for (size_t m = 0; m < modes->size(); ++m) {
-    const Mode& mode = (*modes)[m];
-    if (absl::Status st = RunMode(models, mode, levels, false, &runs[m]); !st.ok()) return Fail(st.ToString());
-    if (mode.type == "none" && absl::GetFlag(FLAGS_none_repeat)) {
-      if (absl::Status st = RunMode(models, mode, levels, true, &runs[m]); !st.ok()) return Fail(st.ToString());
+  {
+    // Every mode's cluster up at once (idle while another mode runs), the order of the
+    // modes rotated each round, so that a slower minute of the machine falls on all.
+    std::vector<ModeTarget> targets(modes->size());
+    absl::Status st;
+    for (size_t m = 0; st.ok() && m < modes->size(); ++m) st = StartMode(models, (*modes)[m], levels, &targets[m]);
+    for (int r = 0; st.ok() && r < rounds; ++r) {
+      for (size_t k = 0; st.ok() && k < modes->size(); ++k) {
+        const size_t m = (k + static_cast<size_t>(r)) % modes->size();
+        st = RunLevels(targets[m].target, targets[m].metrics, (*modes)[m], levels, r, &runs[m]);
+        if (!st.ok()) st = absl::UnavailableError(absl::StrCat((*modes)[m].name, ": ", st.message()));
+      }
     }
+    StopModes(&targets);
+    if (!st.ok()) return Fail(st.ToString());
+  }
+  for (size_t m = 0; m < modes->size(); ++m) {
+    if ((*modes)[m].type != "none" || !absl::GetFlag(FLAGS_none_repeat)) continue;
+    if (absl::Status st = RepeatNone(models, (*modes)[m], levels, &runs[m]); !st.ok()) return Fail(st.ToString());
   }
   std::vector<std::string> check;
   const int mismatches = CheckOutputs(*modes, runs, &check);
@@ -510,8 +583,9 @@ int Main() {
   std::printf("## spec_serve_bench: %s\n\n", setup.c_str());
   std::printf(
       "streaming POST /v1/completions, 8-96-word prompts (unique per request), max_tokens %d, temperature 0, "
-      "ignore_eos, %d x C requests per level; acceptance from the target worker's /metrics over each level\n\n",
-      absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_requests_per_client));
+      "ignore_eos, %d x C requests per level%s; acceptance from the target worker's /metrics over each level\n\n",
+      absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_requests_per_client),
+      rounds > 1 ? absl::StrFormat(" and round, %d rounds (figures: medians over the rounds)", rounds).c_str() : "");
   std::fputs(FormatRows(runs).c_str(), stdout);
   std::printf("\noutputs: %s\n", absl::StrJoin(check, "; ").c_str());
   std::vector<std::string> notes;
