@@ -417,7 +417,10 @@ std::vector<ModelMat> ModelMats(GgmlType t, bool tiny) {
   return v;
 }
 
-void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads, bool packed) {
+// DecodeModel[Packed]: one decode step's matmuls of a model (every layer's weights, the
+// output matrix) over `n` activation rows (1: decode; 2-16: a batched decode or a
+// speculative verification of n - 1 draft tokens); tok/s counts n per step.
+void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads, bool packed, int n) {
   const std::vector<ModelMat> mats = ModelMats(t, tiny);
   const Isa isa = BestIsa();
   std::vector<Buffer> ws;
@@ -437,14 +440,14 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads,
       PackWeights(mm.type, mm.k, mm.m, w.copies[0].data(), w.row_bytes, b.data(), 0, (mm.m + kPackRows - 1) / kPackRows,
                   isa);
       ws.push_back(std::move(b));
-      as.push_back(MakeActivations(PackedActType(mm.type, isa), 1, mm.k));
+      as.push_back(MakeActivations(PackedActType(mm.type, isa), n, mm.k));
     } else {
       ws.push_back(std::move(w.copies[0]));
-      as.push_back(MakeActivations(VecDotType(mm.type), 1, mm.k));
+      as.push_back(MakeActivations(VecDotType(mm.type), n, mm.k));
     }
     max_m = std::max(max_m, mm.m);
   }
-  std::vector<float> dst(static_cast<size_t>(max_m));
+  std::vector<float> dst(static_cast<size_t>(max_m) * static_cast<size_t>(n));
   ThreadPool pool(threads);
   for (auto _ : state) {
     for (size_t i = 0; i < mats.size(); ++i) {
@@ -457,9 +460,9 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads,
         const int64_t r0 = std::min<int64_t>(mm.m, per * ith), r1 = std::min<int64_t>(mm.m, r0 + per);
         if (r0 >= r1) return;
         if (is_packed[i]) {
-          MulMatPacked(mm.type, isa, mm.k, ws[i].data(), as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, 1);
+          MulMatPacked(mm.type, isa, mm.k, ws[i].data(), as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, n);
         } else {
-          MulMatTile(mm.type, isa, mm.k, ws[i].data(), wrow, as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, 1);
+          MulMatTile(mm.type, isa, mm.k, ws[i].data(), wrow, as[i].data(), arow, dst.data(), mm.m, r0, r1, 0, n);
         }
       });
     }
@@ -468,7 +471,7 @@ void BM_DecodeModel(benchmark::State& state, GgmlType t, bool tiny, int threads,
   }
   const double iters = static_cast<double>(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(iters * total / 1e9, benchmark::Counter::kIsRate);
-  state.counters["tok/s"] = benchmark::Counter(iters, benchmark::Counter::kIsRate);
+  state.counters["tok/s"] = benchmark::Counter(iters * n, benchmark::Counter::kIsRate);
 }
 
 // DecodeK[Packed]: one mat-vec of k-element rows, ~32 MiB of weights per call (cycling through
@@ -541,7 +544,17 @@ int Register() {
                                         std::string(tiny ? "tinyllama-1.1b/" : "llama-110m/") + GgmlTypeName(t) +
                                         "/threads:" + std::to_string(threads))
                                            .c_str(),
-                                       BM_DecodeModel, t, tiny, threads, packed)
+                                       BM_DecodeModel, t, tiny, threads, packed, 1)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+        // Small batches over the packed weights: batched decode, speculative verification.
+        for (int n : {2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+          benchmark::RegisterBenchmark(
+              ("BatchModelPacked/" + std::string(tiny ? "tinyllama-1.1b/" : "llama-110m/") + GgmlTypeName(t) + "/n" +
+               std::to_string(n) + "/threads:" + std::to_string(threads))
+                  .c_str(),
+              BM_DecodeModel, t, tiny, threads, true, n)
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }

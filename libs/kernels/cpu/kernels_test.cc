@@ -901,7 +901,7 @@ TEST(KernelsTest, PackedKQuantsMatchReference) {
         const VecDotFn scalar = GetVecDot(wt, Isa::kScalar);
         for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
           if (!IsaSupported(isa)) continue;
-          for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
+          for (int64_t nj : {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 19}) {
             const size_t ds = static_cast<size_t>(m) + 1;
             std::vector<float> dst(ds * n, -7.0f);
             const int64_t mid = m > 8 ? 8 : m;
@@ -1003,7 +1003,7 @@ TEST(KernelsTest, PackedMulMatMatchesScalarReference) {
                        k);
             }
           }
-          for (int64_t nj : {1, 2, 3, 4, 5, 12, 19}) {
+          for (int64_t nj : {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 19}) {
             const size_t ds = static_cast<size_t>(m) + 1;
             std::vector<float> dst(ds * n, -7.0f);
             // Panels split at 8 (when there are two) and activation rows [n - nj, n).
