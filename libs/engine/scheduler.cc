@@ -136,6 +136,7 @@ struct Work {
   int32_t auto_draft = 0;                 // verify: draft tokens to ask s->draft_source for
   bool draft_failed = false;              // verify: that request failed (error or deadline)
   bool warm_draft = false;                // verify: ask a draft model beside the pass (WarmDraftJobs)
+  bool cold_draft = false;                // verify: auto_draft after a pass without one (catch-up)
   StepResult result;
   absl::Status error;  // verify: the sequence cannot continue (grammar dead end)
 };
@@ -184,9 +185,10 @@ struct Core {
   // Adaptive speculation (spec/adaptive.h): the fits of a pass's time (over its batch
   // tokens) and of the wait for its drafts (in units of the plain pass time at as many
   // tokens as sequences drafted, spec::NormalizedDraftWait, over its longest draft;
-  // mostly per token before the data says otherwise), and the switch.
+  // mostly per token before the data says otherwise; steady and cold passes apart, with
+  // probes), and the switch.
   spec::IterationCostModel pass_cost;
-  spec::IterationCostModel draft_cost{0.9};
+  spec::DraftWaitModel draft_wait;
   spec::SpeculationSwitch spec_switch;
   // Acceptance over all sequences, per speculative type: a new sequence's estimate
   // starts from it (a fleet whose drafts are rejected does not pay a few rejected drafts
@@ -233,7 +235,7 @@ struct Core {
   std::vector<Work> PlanLocked();
   absl::Status Execute(std::vector<Work>* plan, double* seconds);
   using DraftCosts = spec::DraftCosts;
-  int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs) const;
+  int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs, bool* cost_stopped) const;
   double ProposeDrafts(std::vector<Work>* plan, int32_t* errors);
   // One-token drafts for the plan's warm_draft steps (draft-model sequences at their
   // prompt's step that the policy drafts for), to be asked while the pass runs (their
@@ -428,7 +430,8 @@ std::vector<Work> Core::PlanLocked() {
     n_decoding += decoding;
     n_drafting += decoding && s->draft_source != nullptr;
   }
-  const DraftCosts draft_costs = spec::DraftCostsFor(pass_cost, draft_cost, n_decoding, n_drafting);
+  const DraftCosts draft_costs = spec::DraftCostsFor(pass_cost, draft_wait.fit(), n_decoding, n_drafting);
+  bool cost_stopped = false, drafted_by_costs = false;
   // Cells for the drafts the scheduler asks for: what is free beyond every step's own
   // demand (ensured above); cached prefixes are evicted for them, running sequences are
   // never preempted for a draft.
@@ -446,9 +449,12 @@ std::vector<Work> Core::PlanLocked() {
     const size_t n_draft = static_cast<size_t>(std::max<int64_t>(
         0, std::min<int64_t>(static_cast<int64_t>(r.draft.size()), std::min<int64_t>(room, budget - 1))));
     // A plain step of a sequence with a draft source: the scheduler drafts for it.
+    bool stopped = false;
     int32_t auto_draft = r.draft.empty() && s->draft_source != nullptr
-                             ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), draft_costs)
+                             ? AutoDraftLength(*s, std::min<int64_t>(room, budget - 1), draft_costs, &stopped)
                              : 0;
+    cost_stopped |= stopped;
+    drafted_by_costs |= auto_draft > 0 && !stopped;
     // A draft model's first draft would wait for it to evaluate the whole prompt: where
     // the policy drafts, it evaluates the prompt during the prompt's own step instead
     // (WarmDraftJobs) and drafts from the next step (n-gram drafters draft from the
@@ -475,6 +481,7 @@ std::vector<Work> Core::PlanLocked() {
     w.s = s;
     w.auto_draft = auto_draft;
     w.warm_draft = warm;
+    w.cold_draft = auto_draft > 0 && (s->passes_since_draft > 0 || s->acceptance.drafts() == 0);
     w.draft.assign(r.draft.begin(), r.draft.begin() + static_cast<long>(n_draft));
     if (!r.draft_q.empty()) w.draft_q.assign(r.draft_q.begin(), r.draft_q.begin() + static_cast<long>(n_draft));
     if (!r.draft.empty() || --r.n_steps <= 0) s->requests.pop_front();
@@ -482,6 +489,7 @@ std::vector<Work> Core::PlanLocked() {
     plan.push_back(std::move(w));
   }
   if (n > 0) rr = (rr + 1) % n;
+  draft_wait.Planned(cost_stopped, drafted_by_costs);
   PlanPrefillLocked(&plan, used);
   return plan;
 }
@@ -577,9 +585,12 @@ void Core::VerifyDraft(Work* w) {
 // adaptive speculation, the length with the most tokens per second (DraftLengthFor over
 // s's acceptance and the draft's costs), none while the switch is off, and a probe
 // every spec_probe_interval passes once s's own acceptance stopped its drafts (while its
-// type's acceptance would draft at these costs). Drafts shorter than max(1, draft_min)
-// are not asked for.
-int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs) const {
+// type's acceptance would draft at these costs). Where only the measured wait for drafts
+// stops them (they would pay were drafting free), *cost_stopped is set, and during a
+// probe (spec::DraftWaitModel) the draft is the length it would be were drafting free,
+// at most DraftWaitModel::kProbeTokens.
+// Drafts shorter than max(1, draft_min) are not asked for.
+int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs, bool* cost_stopped) const {
   int64_t k_max = std::min<int64_t>({s.draft_max, k_cap, max_draft});
   if (s.n_predict > 0) {
     const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.n_prompt();
@@ -591,6 +602,12 @@ int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts
   if (!spec_switch.Enabled()) return 0;
   int32_t k = spec::DraftLengthFor(s.acceptance.rate(), costs.per_token, costs.fixed, static_cast<int32_t>(k_max));
   if (k >= k_min) return k;
+  const int32_t k_free =
+      spec::DraftLengthFor(s.acceptance.rate(), costs.verify_per_token, 0, static_cast<int32_t>(k_max));
+  if (k_free >= k_min) {
+    *cost_stopped = true;
+    return draft_wait.probing() ? std::max(k_min, std::min(k_free, spec::DraftWaitModel::kProbeTokens)) : 0;
+  }
   // A probe re-measures a sequence whose own acceptance stopped its drafts, while drafts
   // at the acceptance of its type's sequences would pay at these costs (not while the
   // costs alone rule drafting out, as in a full compute-bound batch).
@@ -674,15 +691,17 @@ void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_
   if (batch_tokens > 0) pass_cost.Observe(batch_tokens, pass_seconds);
   // The wait for drafts, in units of the plain pass time at the drafting sequences'
   // count (spec::NormalizedDraftWait), over the longest draft that came back (a pass
-  // whose drafts all came back empty measured no draft step).
+  // whose drafts all came back empty measured no draft step); cold passes (Work::cold_draft)
+  // apart (spec::DraftWaitModel).
   int32_t longest = 0, n_asked = 0;
+  bool cold = false;
   for (const Work& w : *plan) {
     if (w.auto_draft <= 0) continue;
     ++n_asked;
+    cold |= w.cold_draft;
     longest = std::max(longest, static_cast<int32_t>(w.draft.size()));
   }
-  const double draft_wait = spec::NormalizedDraftWait(pass_cost, n_asked, draft_seconds);
-  if (longest > 0 && draft_wait > 0) draft_cost.Observe(longest, draft_wait);
+  draft_wait.Observe(longest, spec::NormalizedDraftWait(pass_cost, n_asked, draft_seconds), cold);
   int32_t seqs = 0, out = 0, drafted = 0, asked = 0;
   // Probes back off exponentially (to this many passes) while they do not pay.
   constexpr int32_t kMaxProbeInterval = 256;
@@ -720,8 +739,10 @@ void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_
   const double plain = pass_cost.t0() + pass_cost.c() * std::max(1, batch_tokens - drafted);
   const bool was_on = spec_switch.Enabled();
   // Passes that asked for drafts count, drafts or not: a failed or empty draft's wait is
-  // part of what speculation costs.
-  spec_switch.Observe(seqs, out, asked, pass_seconds + draft_seconds, plain);
+  // part of what speculation costs. Cold passes do not (their catch-up is the cost of the
+  // pause before them; the probes that make them back off on their own), so a probe
+  // after a pause cannot switch off drafting that pays while it goes on.
+  spec_switch.Observe(seqs, out, cold ? 0 : asked, pass_seconds + draft_seconds, plain);
   if (was_on && !spec_switch.Enabled()) {
     HERD_LOG(Info) << "scheduler: speculation paused: measured speedup " << spec_switch.speedup() << " < 1";
   }

@@ -119,15 +119,34 @@ DraftCosts DraftCostsFor(const IterationCostModel& pass, const IterationCostMode
   const int32_t T = std::max(1, n_decoding);
   const double share = (pass.t0() + pass.c() * T) / T;
   if (pass.n() == 0 || !(share > 0)) {
-    costs.per_token = std::max(kMinDraftTokenShare, pass.TokenShare(T));
+    costs.per_token = costs.verify_per_token = std::max(kMinDraftTokenShare, pass.TokenShare(T));
     return costs;
   }
   const int32_t n = std::max(1, n_drafting);
   const double t_n = pass.t0() + pass.c() * n;
-  const double d = draft.n() > 0 ? draft.c() * t_n : 0, d0 = draft.n() > 0 ? draft.t0() * t_n : 0;
+  const bool measured = draft.n() > 0;
+  const double d = measured ? draft.c() * t_n : 0, d0 = measured ? draft.t0() * t_n : 0;
   costs.per_token = std::max(kMinDraftTokenShare, (pass.c() + d / n) / share);
   costs.fixed = d0 / n / share;
+  costs.verify_per_token = std::max(kMinDraftTokenShare, pass.c() / share);
   return costs;
+}
+
+void DraftWaitModel::Observe(int32_t longest, double normalized_wait, bool cold) {
+  if (longest <= 0 || !(normalized_wait > 0)) return;
+  (cold ? cold_ : steady_).Observe(longest, normalized_wait);
+}
+
+void DraftWaitModel::Planned(bool wait_stopped, bool drafted_by_costs) {
+  if (probe_left_ > 0) {
+    --probe_left_;
+  } else if (drafted_by_costs) {
+    wait_ = interval_ = kProbeInterval;
+  } else if (wait_stopped && --wait_ <= 0) {
+    probe_left_ = kProbePasses;
+    interval_ = std::min(2 * interval_, kMaxProbeInterval);
+    wait_ = interval_;
+  }
 }
 
 SpeculationSwitch::SpeculationSwitch(double min_speedup, int32_t cooldown, double decay)

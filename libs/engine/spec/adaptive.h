@@ -97,6 +97,10 @@ struct DraftCosts {
   double per_token = kMinDraftTokenShare;
   /// What asking for a draft at all adds: its share of the draft call's fixed time.
   double fixed = 0;
+  /// What one more draft token's verification alone adds (per_token were drafting free):
+  /// where drafts pay at this cost but not at per_token and fixed, the measured wait for
+  /// drafts is what stops them (the scheduler re-measures it now and then).
+  double verify_per_token = kMinDraftTokenShare;
 };
 
 /// The wait for a pass's drafts in the unit `draft` fits (DraftCostsFor): `seconds`
@@ -117,6 +121,40 @@ double NormalizedDraftWait(const IterationCostModel& pass, int32_t n_drafting, d
 /// kMinDraftTokenShare); before any draft was waited for, drafting looks free.
 DraftCosts DraftCostsFor(const IterationCostModel& pass, const IterationCostModel& draft, int32_t n_decoding,
                          int32_t n_drafting);
+
+/// The wait for a pass's drafts as DraftCostsFor takes it, fitted apart for steady
+/// passes (every drafting sequence drafted in its previous pass too) and cold ones (some
+/// did not: a draft model first evaluates the tokens it missed, and has drafted nothing
+/// ahead, e.g. services/draft --draft_ahead), and the probes that re-measure it where it
+/// alone stops drafting. The fits learn only from passes that draft, so one slow wait
+/// (a catch-up, a busy draft worker) would otherwise stop drafting for good: after
+/// kProbeInterval plans in which the wait alone stopped some sequence's drafts (drafts
+/// would pay were drafting free), the next kProbePasses plans draft (at most
+/// kProbeTokens each; the first is cold, the next ones steady); the interval doubles up to
+/// kMaxProbeInterval while probes end with drafting stopped again, and returns to
+/// kProbeInterval once the costs let drafts through. Not thread-safe.
+class DraftWaitModel {
+ public:
+  static constexpr int32_t kProbeInterval = 32, kMaxProbeInterval = 512, kProbePasses = 3, kProbeTokens = 4;
+  /// One pass's wait for drafts: `normalized_wait` (NormalizedDraftWait) over its longest
+  /// draft `longest` (> 0); `cold` as above.
+  void Observe(int32_t longest, double normalized_wait, bool cold);
+  /// The fit for DraftCostsFor: the steady one once it has a pass, else the cold one (a
+  /// drafter fast only while it drafts every pass is not priced by its catch-ups once
+  /// measured steady, and a slow one is not taken as free meanwhile).
+  const IterationCostModel& fit() const { return steady_.n() > 0 ? steady_ : cold_; }
+  /// Whether the plan being made is a probe.
+  bool probing() const { return probe_left_ > 0; }
+  /// A plan made: whether the wait alone stopped some sequence's drafts, and whether some
+  /// sequence drafted by the costs (not as a probe).
+  void Planned(bool wait_stopped, bool drafted_by_costs);
+  /// Plans until the next probe while the wait keeps stopping drafts.
+  int32_t next_probe_in() const { return wait_; }
+
+ private:
+  IterationCostModel steady_{0.9}, cold_{0.9};
+  int32_t wait_ = kProbeInterval, interval_ = kProbeInterval, probe_left_ = 0;
+};
 
 /// The worker-level switch: compares the tokens per second of passes that carried
 /// drafts (draft wait included) with what plain passes of the same sequences would

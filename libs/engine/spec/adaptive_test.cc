@@ -129,6 +129,82 @@ TEST(DraftCostsFor, DraftWaitsScaleWithTheDraftingBatch) {
   EXPECT_EQ(NormalizedDraftWait(none, 1, 0.01), 0.0);
   EXPECT_NEAR(DraftCostsFor(pass, none, 16, 16).per_token, 1.0 / (26.0 / 16.0), 0.01);
   EXPECT_EQ(DraftCostsFor(pass, none, 16, 16).fixed, 0.0);
+  // verify_per_token: the pass's own part of per_token, whatever the draft costs.
+  EXPECT_NEAR(one.verify_per_token, 1.0 / 11.0, 0.01);
+  EXPECT_NEAR(full.verify_per_token, 1.0 / (26.0 / 16.0), 0.01);
+}
+
+// A drafter slow after a pause (its catch-up) and fast while it drafts every pass: its
+// cold waits price drafting only until a steady wait is measured, and then not at all.
+TEST(DraftWaitModel, SteadyWaitsReplaceColdOnes) {
+  IterationCostModel pass(0.05, 1.0);
+  for (int rep = 0; rep < 50; ++rep) {
+    for (int t : {1, 2, 4, 8}) pass.Observe(t, 0.006 + 0.0003 * t);
+  }
+  DraftWaitModel wait;
+  EXPECT_EQ(wait.fit().n(), 0);  // nothing measured: drafting looks free
+  // A cold 2-token draft that waited 20 ms (three passes' time): no draft pays.
+  wait.Observe(2, NormalizedDraftWait(pass, 1, 0.020), /*cold=*/true);
+  DraftCosts c = DraftCostsFor(pass, wait.fit(), 1, 1);
+  EXPECT_EQ(DraftLengthFor(0.95, c.per_token, c.fixed, 16), 0);
+  // Drafting free, it would: the wait alone stops it (the scheduler probes).
+  EXPECT_GT(DraftLengthFor(0.95, c.verify_per_token, 0, 16), 0);
+  // Steady passes drafting 2-3 tokens in 1-1.5 ms: long drafts pay, and further cold
+  // waits no longer count.
+  for (int rep = 0; rep < 4; ++rep) {
+    wait.Observe(2, NormalizedDraftWait(pass, 1, 0.0010), false);
+    wait.Observe(3, NormalizedDraftWait(pass, 1, 0.0015), false);
+  }
+  c = DraftCostsFor(pass, wait.fit(), 1, 1);
+  EXPECT_GE(DraftLengthFor(0.95, c.per_token, c.fixed, 16), 4);
+  for (int rep = 0; rep < 8; ++rep) wait.Observe(4, NormalizedDraftWait(pass, 1, 0.040), true);
+  const DraftCosts after = DraftCostsFor(pass, wait.fit(), 1, 1);
+  EXPECT_EQ(after.per_token, c.per_token);
+  EXPECT_EQ(after.fixed, c.fixed);
+  // Ignored: no draft, or no wait.
+  const int64_t n = wait.fit().n();
+  wait.Observe(0, 0.5, false);
+  wait.Observe(3, 0.0, false);
+  EXPECT_EQ(wait.fit().n(), n);
+}
+
+// Probes: after kProbeInterval plans stopped by the wait alone, kProbePasses plans
+// probe; the interval doubles while probes end stopped again (up to kMaxProbeInterval)
+// and returns to kProbeInterval once drafts go out by the costs.
+TEST(DraftWaitModel, ProbesBackOffWhileTheWaitKeepsStoppingDrafts) {
+  DraftWaitModel m;
+  // Plans until a probe starts, then the probe's length, counted plan by plan.
+  const auto next_probe = [&m](bool* probed) {
+    int32_t plans = 0;
+    while (!m.probing() && plans < 10000) {
+      m.Planned(/*wait_stopped=*/true, /*drafted_by_costs=*/false);
+      ++plans;
+    }
+    *probed = m.probing();
+    int32_t probe = 0;
+    while (m.probing()) {
+      m.Planned(true, false);
+      ++probe;
+    }
+    EXPECT_EQ(probe, DraftWaitModel::kProbePasses);
+    return plans;
+  };
+  bool probed = false;
+  EXPECT_EQ(next_probe(&probed), DraftWaitModel::kProbeInterval);
+  EXPECT_TRUE(probed);
+  EXPECT_EQ(next_probe(&probed), 2 * DraftWaitModel::kProbeInterval);
+  EXPECT_EQ(next_probe(&probed), 4 * DraftWaitModel::kProbeInterval);
+  for (int i = 0; i < 8; ++i) next_probe(&probed);
+  EXPECT_EQ(next_probe(&probed), DraftWaitModel::kMaxProbeInterval);
+  // Plans where nothing is stopped by the wait do not count toward a probe.
+  const int32_t left = m.next_probe_in();
+  for (int i = 0; i < 100; ++i) m.Planned(false, false);
+  EXPECT_EQ(m.next_probe_in(), left);
+  EXPECT_FALSE(m.probing());
+  // Drafts by the costs: back to the short interval.
+  m.Planned(false, true);
+  EXPECT_EQ(m.next_probe_in(), DraftWaitModel::kProbeInterval);
+  EXPECT_EQ(next_probe(&probed), DraftWaitModel::kProbeInterval);
 }
 
 TEST(SpeculationSwitch, TurnsOffWhenSlowerAndRetriesAfterCooldown) {
