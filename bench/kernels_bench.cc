@@ -537,7 +537,7 @@ int Register() {
     }
   }
   for (bool tiny : {false, true}) {
-    for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+    for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
       for (int threads : {1, 2}) {
         for (bool packed : {false, true}) {
           benchmark::RegisterBenchmark(("DecodeModel" + std::string(packed ? "Packed/" : "/") +
