@@ -160,6 +160,12 @@ double SpeculationSwitch::speedup() const {
 void SpeculationSwitch::Observe(int32_t sequences, int32_t tokens_out, int32_t draft_tokens, double seconds,
                                 double plain_seconds) {
   if (cooldown_left_ > 0) {
+    // A batch of half or twice the sequences of the one that switched drafting off: that
+    // verdict does not hold for it (drafts pay by batch size), so try again now.
+    if (sequences > 0 && off_sequences_ > 0 && (2 * sequences <= off_sequences_ || sequences >= 2 * off_sequences_)) {
+      cooldown_left_ = 1;
+      next_cooldown_ = cooldown_;
+    }
     if (--cooldown_left_ == 0) {  // try again from a clean slate
       tokens_ = seconds_ = plain_tokens_ = plain_seconds_ = 0;
       since_on_ = 0;
@@ -180,6 +186,7 @@ void SpeculationSwitch::Observe(int32_t sequences, int32_t tokens_out, int32_t d
     return;
   }
   cooldown_left_ = next_cooldown_;
+  off_sequences_ = sequences;
   next_cooldown_ = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(next_cooldown_) * 2,
                                                           static_cast<int64_t>(cooldown_) * kMaxCooldownFactor));
   ++offs_;

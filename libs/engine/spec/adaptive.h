@@ -164,7 +164,10 @@ class DraftWaitModel {
 /// retry which did not pay doubles the cooldown (up to kMaxCooldownFactor times
 /// `cooldown`), so a load where drafting never pays (a full batch on a compute-bound
 /// backend, a draft that is always rejected) spends ever fewer passes on retries; a
-/// window that pays brings it back to `cooldown`. Not thread-safe.
+/// window that pays brings it back to `cooldown`. A pass of half or twice the sequences
+/// of the pass that switched drafting off ends the cooldown at once (with the cooldown
+/// back to `cooldown`): drafting that did not pay at 16 streams may at one. Not
+/// thread-safe.
 class SpeculationSwitch {
  public:
   explicit SpeculationSwitch(double min_speedup = 1.0, int32_t cooldown = 64, double decay = 0.95);
@@ -192,7 +195,8 @@ class SpeculationSwitch {
   // Decayed sums over speculative passes: tokens produced and seconds taken, and the
   // sequences and model seconds of the same passes without drafts.
   double tokens_ = 0, seconds_ = 0, plain_tokens_ = 0, plain_seconds_ = 0;
-  int32_t since_on_ = 0;  // speculative passes since drafting was (re)enabled
+  int32_t since_on_ = 0;       // speculative passes since drafting was (re)enabled
+  int32_t off_sequences_ = 0;  // sequences in the pass that last switched drafting off
   int64_t offs_ = 0;
 };
 

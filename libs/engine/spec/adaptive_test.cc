@@ -260,6 +260,27 @@ TEST(SpeculationSwitch, CooldownDoublesWhileRetriesDoNotPay) {
   EXPECT_EQ(plain_until_on(), 10);
 }
 
+// Switched off at 16 sequences, the switch tries again as soon as the batch halves (one
+// stream after a burst), with the base cooldown; batches near 16 keep the cooldown.
+TEST(SpeculationSwitch, ABatchOfHalfOrTwiceTheSequencesEndsTheCooldown) {
+  SpeculationSwitch sw(1.0, 10, 0.9);
+  for (int i = 0; i < 20 && sw.Enabled(); ++i) sw.Observe(16, 16, 32, 0.05, 0.02);
+  ASSERT_FALSE(sw.Enabled());
+  for (int i = 0; i < 9; ++i) sw.Observe(12, 12, 0, 0.02, 0.02);  // a similar batch
+  EXPECT_FALSE(sw.Enabled());
+  sw.Observe(8, 8, 0, 0.01, 0.01);  // half: retry now
+  EXPECT_TRUE(sw.Enabled());
+  EXPECT_EQ(sw.next_cooldown(), 10);
+  EXPECT_DOUBLE_EQ(sw.speedup(), 1.0);
+  // Off again at one stream; 16 sequences end that cooldown too.
+  for (int i = 0; i < 20 && sw.Enabled(); ++i) sw.Observe(1, 1, 4, 0.02, 0.01);
+  ASSERT_FALSE(sw.Enabled());
+  sw.Observe(1, 1, 0, 0.01, 0.01);
+  EXPECT_FALSE(sw.Enabled());
+  sw.Observe(2, 2, 0, 0.01, 0.01);
+  EXPECT_TRUE(sw.Enabled());
+}
+
 TEST(SpeculationSwitch, StaysOnWhileDraftsPay) {
   SpeculationSwitch sw;
   for (int i = 0; i < 200; ++i) sw.Observe(2, 6, 8, 0.012, 0.01);  // 3 tokens/seq at 1.2x time
