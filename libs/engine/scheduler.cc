@@ -583,7 +583,7 @@ void Core::VerifyDraft(Work* w) {
 // The draft length for a plain step of s: at most draft_max, the room in its context and
 // batch, and what its n_predict leaves (the pass yields one token of its own); with
 // adaptive speculation, the length with the most tokens per second (DraftLengthFor over
-// s's acceptance and the draft's costs), none while the switch is off, and a probe
+// s's acceptance and the draft's costs, plus spec::kDraftGainMargin), none while the switch is off, and a probe
 // every spec_probe_interval passes once s's own acceptance stopped its drafts (while its
 // type's acceptance would draft at these costs). Where only the measured wait for drafts
 // stops them (they would pay were drafting free), *cost_stopped is set, and during a
@@ -600,10 +600,11 @@ int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts
   if (k_max < k_min) return 0;
   if (!cfg.adaptive_speculation) return static_cast<int32_t>(k_max);
   if (!spec_switch.Enabled()) return 0;
-  int32_t k = spec::DraftLengthFor(s.acceptance.rate(), costs.per_token, costs.fixed, static_cast<int32_t>(k_max));
+  const double fixed = costs.fixed + spec::kDraftGainMargin;
+  int32_t k = spec::DraftLengthFor(s.acceptance.rate(), costs.per_token, fixed, static_cast<int32_t>(k_max));
   if (k >= k_min) return k;
-  const int32_t k_free =
-      spec::DraftLengthFor(s.acceptance.rate(), costs.verify_per_token, 0, static_cast<int32_t>(k_max));
+  const int32_t k_free = spec::DraftLengthFor(s.acceptance.rate(), costs.verify_per_token, spec::kDraftGainMargin,
+                                              static_cast<int32_t>(k_max));
   if (k_free >= k_min) {
     *cost_stopped = true;
     return draft_wait.probing() ? std::max(k_min, std::min(k_free, spec::DraftWaitModel::kProbeTokens)) : 0;
@@ -615,7 +616,7 @@ int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts
   if (s.passes_since_draft < probe) return 0;
   double a = s.acceptance.rate();
   if (auto it = type_acceptance.find(s.spec_type); it != type_acceptance.end()) a = std::max(a, it->second.rate());
-  return spec::DraftLengthFor(a, costs.per_token, costs.fixed, static_cast<int32_t>(k_max)) > 0 ? k_min : 0;
+  return spec::DraftLengthFor(a, costs.per_token, fixed, static_cast<int32_t>(k_max)) > 0 ? k_min : 0;
 }
 
 // Asks the draft sources of the plan's auto-drafting steps for their drafts, all in one

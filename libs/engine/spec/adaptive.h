@@ -53,6 +53,13 @@ class AcceptanceEstimate {
 /// some probability to be asked for even when verifying and drafting it look free.
 inline constexpr double kMinDraftTokenShare = 0.05;
 
+/// What the scheduler adds to a draft's fixed cost (in shares of a plain pass) before it
+/// asks for one: a draft must promise a few percent more than the fits say it costs,
+/// since near a tie (a full batch, acceptance near 1: 1.99 tokens for 1.93 shares) the
+/// fits' error and the draft waits they have not seen yet (a deadline missed) decide,
+/// and asking then lost 5-20% at 16 streams (spec_serve_bench, F16 target, Q8_0 draft).
+inline constexpr double kDraftGainMargin = 0.05;
+
 /// The draft length k in [0, k_max] that maximizes one sequence's expected tokens per
 /// second, E(k) / (1 + [k > 0] * fixed + k * per_token), with E = ExpectedTokens and the
 /// costs in units of the time of the sequence's share of a plain pass (t(T) / T):
