@@ -430,7 +430,7 @@ std::vector<Work> Core::PlanLocked() {
     n_decoding += decoding;
     n_drafting += decoding && s->draft_source != nullptr;
   }
-  const DraftCosts draft_costs = spec::DraftCostsFor(pass_cost, draft_wait.fit(), n_decoding, n_drafting);
+  const DraftCosts draft_costs = spec::DraftCostsFor(pass_cost, draft_wait.fit(n_drafting), n_decoding, n_drafting);
   bool cost_stopped = false, drafted_by_costs = false;
   // Cells for the drafts the scheduler asks for: what is free beyond every step's own
   // demand (ensured above); cached prefixes are evicted for them, running sequences are
@@ -702,7 +702,7 @@ void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_
     cold |= w.cold_draft;
     longest = std::max(longest, static_cast<int32_t>(w.draft.size()));
   }
-  draft_wait.Observe(longest, spec::NormalizedDraftWait(pass_cost, n_asked, draft_seconds), cold);
+  draft_wait.Observe(longest, spec::NormalizedDraftWait(pass_cost, n_asked, draft_seconds), cold, n_asked);
   int32_t seqs = 0, out = 0, drafted = 0, asked = 0;
   // Probes back off exponentially (to this many passes) while they do not pay.
   constexpr int32_t kMaxProbeInterval = 256;

@@ -132,9 +132,9 @@ DraftCosts DraftCostsFor(const IterationCostModel& pass, const IterationCostMode
   return costs;
 }
 
-void DraftWaitModel::Observe(int32_t longest, double normalized_wait, bool cold) {
+void DraftWaitModel::Observe(int32_t longest, double normalized_wait, bool cold, int32_t n_drafting) {
   if (longest <= 0 || !(normalized_wait > 0)) return;
-  (cold ? cold_ : steady_).Observe(longest, normalized_wait);
+  (cold ? cold_ : n_drafting > 1 ? steady_many_ : steady_).Observe(longest, normalized_wait);
 }
 
 void DraftWaitModel::Planned(bool wait_stopped, bool drafted_by_costs) {

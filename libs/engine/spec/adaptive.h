@@ -143,13 +143,20 @@ DraftCosts DraftCostsFor(const IterationCostModel& pass, const IterationCostMode
 class DraftWaitModel {
  public:
   static constexpr int32_t kProbeInterval = 32, kMaxProbeInterval = 512, kProbePasses = 3, kProbeTokens = 4;
-  /// One pass's wait for drafts: `normalized_wait` (NormalizedDraftWait) over its longest
-  /// draft `longest` (> 0); `cold` as above.
-  void Observe(int32_t longest, double normalized_wait, bool cold);
-  /// The fit for DraftCostsFor: the steady one once it has a pass, else the cold one (a
-  /// drafter fast only while it drafts every pass is not priced by its catch-ups once
-  /// measured steady, and a slow one is not taken as free meanwhile).
-  const IterationCostModel& fit() const { return steady_.n() > 0 ? steady_ : cold_; }
+  /// One pass's wait for drafts of `n_drafting` (>= 1) sequences: `normalized_wait`
+  /// (NormalizedDraftWait) over its longest draft `longest` (> 0); `cold` as above.
+  void Observe(int32_t longest, double normalized_wait, bool cold, int32_t n_drafting = 1);
+  /// The fit for DraftCostsFor when `n_drafting` sequences draft: the steady one of
+  /// passes of as many (one, or several) once it has a pass, else the cold one (a drafter
+  /// fast only while it drafts every pass is not priced by its catch-ups once measured
+  /// steady, and a slow one is not taken as free meanwhile). One sequence's steady waits
+  /// do not price several's: a draft worker drafts ahead for one (or a few) sequences
+  /// only (services/draft --draft_ahead_max_seqs), so its 1-4 ms answers at one stream
+  /// said nothing of a burst of 16 sequences' first drafts.
+  const IterationCostModel& fit(int32_t n_drafting = 1) const {
+    const IterationCostModel& steady = n_drafting > 1 ? steady_many_ : steady_;
+    return steady.n() > 0 ? steady : cold_;
+  }
   /// Whether the plan being made is a probe.
   bool probing() const { return probe_left_ > 0; }
   /// A plan made: whether the wait alone stopped some sequence's drafts, and whether some
@@ -159,7 +166,7 @@ class DraftWaitModel {
   int32_t next_probe_in() const { return wait_; }
 
  private:
-  IterationCostModel steady_{0.9}, cold_{0.9};
+  IterationCostModel steady_{0.9}, steady_many_{0.9}, cold_{0.9};
   int32_t wait_ = kProbeInterval, interval_ = kProbeInterval, probe_left_ = 0;
 };
 

@@ -161,6 +161,13 @@ TEST(DraftWaitModel, SteadyWaitsReplaceColdOnes) {
   const DraftCosts after = DraftCostsFor(pass, wait.fit(), 1, 1);
   EXPECT_EQ(after.per_token, c.per_token);
   EXPECT_EQ(after.fixed, c.fixed);
+  // Several sequences drafting: one sequence's steady waits do not price them; the cold
+  // fit does until a steady pass of several is measured.
+  EXPECT_EQ(&wait.fit(16), &wait.fit(2));
+  EXPECT_GT(wait.fit(16).c() + wait.fit(16).t0(), 10 * (wait.fit(1).c() + wait.fit(1).t0()));
+  wait.Observe(2, NormalizedDraftWait(pass, 16, 0.004), false, 16);
+  EXPECT_EQ(wait.fit(16).n(), 1);
+  EXPECT_NE(&wait.fit(16), &wait.fit(1));
   // Ignored: no draft, or no wait.
   const int64_t n = wait.fit().n();
   wait.Observe(0, 0.5, false);
