@@ -10,6 +10,8 @@
 // DecodeModel[Packed]: the mat-vecs of one decode step of llama-110m / tinyllama-1.1b (every
 // weight matrix its own buffer, output tensor Q6_K for Q4_0 as llama-quantize writes it),
 // split over a ThreadPool like the CPU backend does -> GB/s and mat-vec-only tokens/s.
+// BatchModelPacked/<model>/<type>/n<N>: the same step over N activation rows (a batched
+// decode of N sequences, a speculative verification of N - 1 draft tokens); tok/s counts N.
 // MemReadAvx2 / FmaPeak: the machine's DRAM read bandwidth and one core's F32 FMA peak.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
