@@ -72,8 +72,10 @@ struct SeqState {
   spec::AcceptanceEstimate acceptance;
   spec::SpecType spec_type = spec::SpecType::kNone;
   int32_t passes_since_draft = 0;  // passes without a draft (probe timing)
-  int32_t probe_interval = 0;      // passes between probes (0: spec_probe_interval); doubles
-                                   // after each probe that is rejected or fails
+  // How the last pass's draft ended (kNone: the last pass carried none, or its draft failed).
+  spec::DraftOutcome last_outcome = spec::DraftOutcome::kNone;
+  int32_t probe_interval = 0;  // passes between probes (0: spec_probe_interval); doubles
+                               // after each probe that is rejected or fails
   double prompt_ms = 0, generation_ms = 0;
 
   // Events (ev_mu is a leaf lock).
@@ -194,6 +196,10 @@ struct Core {
   // starts from it (a fleet whose drafts are rejected does not pay a few rejected drafts
   // per new request before each sequence learns it on its own).
   std::map<spec::SpecType, spec::AcceptanceEstimate> type_acceptance;
+  // Acceptance after each draft outcome, per speculative type: after a draft rejected at
+  // its first token (or partly accepted) a sequence plans its next draft with at most
+  // the acceptance measured after such drafts (spec::OutcomeAcceptance).
+  std::map<spec::SpecType, spec::OutcomeAcceptance> type_outcomes;
   void RecordAcceptance(SeqState& s, int32_t drafted, int32_t accepted);
   SchedulerStats stats;
   std::thread thread;
@@ -583,7 +589,8 @@ void Core::VerifyDraft(Work* w) {
 // The draft length for a plain step of s: at most draft_max, the room in its context and
 // batch, and what its n_predict leaves (the pass yields one token of its own); with
 // adaptive speculation, the length with the most tokens per second (DraftLengthFor over
-// s's acceptance and the draft's costs, plus spec::kDraftGainMargin), none while the switch is off, and a probe
+// s's acceptance, capped after a missed draft by spec::OutcomeAcceptance, and the draft's
+// costs, plus spec::kDraftGainMargin), none while the switch is off, and a probe
 // every spec_probe_interval passes once s's own acceptance stopped its drafts (while its
 // type's acceptance would draft at these costs). Where only the measured wait for drafts
 // stops them (they would pay were drafting free), *cost_stopped is set, and during a
@@ -601,10 +608,16 @@ int32_t Core::AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts
   if (!cfg.adaptive_speculation) return static_cast<int32_t>(k_max);
   if (!spec_switch.Enabled()) return 0;
   const double fixed = costs.fixed + spec::kDraftGainMargin;
-  int32_t k = spec::DraftLengthFor(s.acceptance.rate(), costs.per_token, fixed, static_cast<int32_t>(k_max));
+  // The sequence's acceptance, at most what drafts that followed one ending as its last
+  // one did were accepted (acceptance comes in runs).
+  double a_next = s.acceptance.rate();
+  if (auto it = type_outcomes.find(s.spec_type); it != type_outcomes.end()) {
+    a_next = it->second.Adjust(a_next, s.last_outcome);
+  }
+  int32_t k = spec::DraftLengthFor(a_next, costs.per_token, fixed, static_cast<int32_t>(k_max));
   if (k >= k_min) return k;
-  const int32_t k_free = spec::DraftLengthFor(s.acceptance.rate(), costs.verify_per_token, spec::kDraftGainMargin,
-                                              static_cast<int32_t>(k_max));
+  const int32_t k_free =
+      spec::DraftLengthFor(a_next, costs.verify_per_token, spec::kDraftGainMargin, static_cast<int32_t>(k_max));
   if (k_free >= k_min) {
     *cost_stopped = true;
     return draft_wait.probing() ? std::max(k_min, std::min(k_free, spec::DraftWaitModel::kProbeTokens)) : 0;
@@ -717,12 +730,15 @@ void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_
       // A failed or late draft cost a wait and gave nothing: for the sequence's policy
       // it is a fully rejected draft, so a source that keeps failing fades out too.
       RecordAcceptance(s, w.auto_draft, 0);
+      s.last_outcome = spec::DraftOutcome::kNone;  // no word on the text
       s.passes_since_draft = 0;
       s.probe_interval = std::min(kMaxProbeInterval, 2 * probe);
     } else if (!w.draft.empty() && w.error.ok()) {
       const int32_t n_draft = static_cast<int32_t>(w.draft.size());
       s.draft_source->Accept(w.result.n_accepted);
       RecordAcceptance(s, n_draft, w.result.n_accepted);
+      type_outcomes[s.spec_type].Record(s.last_outcome, n_draft, w.result.n_accepted);
+      s.last_outcome = spec::OutcomeOf(n_draft, w.result.n_accepted);
       s.passes_since_draft = 0;
       s.probe_interval = w.result.n_accepted > 0 ? 0 : std::min(kMaxProbeInterval, 2 * probe);
       drafted += n_draft;
@@ -731,6 +747,7 @@ void Core::AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_
       stats.spec_accepted_tokens += static_cast<uint64_t>(w.result.n_accepted);
     } else {
       ++s.passes_since_draft;
+      s.last_outcome = spec::AfterPlainPass(s.last_outcome, s.passes_since_draft);
     }
     w.result.spec_stats = s.draft_source->Stats();
   }

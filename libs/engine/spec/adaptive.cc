@@ -22,6 +22,27 @@ double AcceptanceEstimate::rate() const {
   return std::clamp(accepted_ / trials_, 0.0, 0.999);
 }
 
+DraftOutcome OutcomeOf(int32_t drafted, int32_t accepted) {
+  if (accepted >= drafted) return DraftOutcome::kAccepted;
+  return accepted > 0 ? DraftOutcome::kPartial : DraftOutcome::kRejected;
+}
+
+DraftOutcome AfterPlainPass(DraftOutcome last, int32_t plain_passes) {
+  const bool miss =
+      last == DraftOutcome::kPartial || last == DraftOutcome::kRejected || last == DraftOutcome::kAfterMiss;
+  return miss && plain_passes <= kAfterMissPasses ? DraftOutcome::kAfterMiss : DraftOutcome::kNone;
+}
+
+void OutcomeAcceptance::Record(DraftOutcome previous, int32_t drafted, int32_t accepted) {
+  after_[Index(previous)].Record(drafted, accepted);
+}
+
+double OutcomeAcceptance::Adjust(double own, DraftOutcome last) const {
+  if (last == DraftOutcome::kNone || last == DraftOutcome::kAccepted) return own;
+  const AcceptanceEstimate& after = after_[Index(last)];
+  return after.drafts() >= kMinDrafts ? std::min(own, after.rate()) : own;
+}
+
 int32_t DraftLengthFor(double acceptance, double per_token, double fixed, int32_t k_max) {
   if (k_max <= 0 || !(acceptance > 0)) return 0;
   const double a = std::min(acceptance, 1.0);

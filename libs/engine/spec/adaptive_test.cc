@@ -66,6 +66,48 @@ TEST(DraftLengthFor, MostTokensPerSecond) {
   }
 }
 
+TEST(DraftOutcome, OutcomesAndRunsOfMisses) {
+  EXPECT_EQ(OutcomeOf(4, 4), DraftOutcome::kAccepted);
+  EXPECT_EQ(OutcomeOf(4, 2), DraftOutcome::kPartial);
+  EXPECT_EQ(OutcomeOf(4, 0), DraftOutcome::kRejected);
+  // Passes without a draft after a miss stay in its run for kAfterMissPasses passes.
+  DraftOutcome o = DraftOutcome::kRejected;
+  for (int32_t p = 1; p <= kAfterMissPasses; ++p) {
+    o = AfterPlainPass(o, p);
+    EXPECT_EQ(o, DraftOutcome::kAfterMiss) << p;
+  }
+  EXPECT_EQ(AfterPlainPass(o, kAfterMissPasses + 1), DraftOutcome::kNone);
+  EXPECT_EQ(AfterPlainPass(DraftOutcome::kPartial, 1), DraftOutcome::kAfterMiss);
+  EXPECT_EQ(AfterPlainPass(DraftOutcome::kAccepted, 1), DraftOutcome::kNone);
+  EXPECT_EQ(AfterPlainPass(DraftOutcome::kNone, 1), DraftOutcome::kNone);
+}
+
+TEST(OutcomeAcceptance, ADraftAfterAMissIsPlannedWithTheAcceptanceAfterMisses) {
+  // Runs of acceptance: drafts after fully accepted ones are accepted, drafts after a
+  // rejected one are rejected at their first token 3 times in 4.
+  OutcomeAcceptance o;
+  const double own = 0.85;
+  // Before kMinDrafts drafts after a miss, the sequence's own estimate stands.
+  for (int64_t i = 0; i + 1 < OutcomeAcceptance::kMinDrafts; ++i) o.Record(DraftOutcome::kRejected, 4, 0);
+  EXPECT_DOUBLE_EQ(o.Adjust(own, DraftOutcome::kRejected), own);
+  for (int i = 0; i < 40; ++i) {
+    o.Record(DraftOutcome::kAccepted, 4, 4);
+    o.Record(DraftOutcome::kRejected, 4, i % 4 == 0 ? 4 : 0);
+  }
+  EXPECT_EQ(o.drafts(DraftOutcome::kRejected), 40 + OutcomeAcceptance::kMinDrafts - 1);
+  const double after_miss = o.Adjust(own, DraftOutcome::kRejected);
+  EXPECT_LT(after_miss, 0.6);
+  EXPECT_GT(after_miss, 0.3);
+  // After a fully accepted draft (or none) the sequence's own estimate stands, and the
+  // pooled rate never raises it.
+  EXPECT_DOUBLE_EQ(o.Adjust(own, DraftOutcome::kAccepted), own);
+  EXPECT_DOUBLE_EQ(o.Adjust(own, DraftOutcome::kNone), own);
+  EXPECT_DOUBLE_EQ(o.Adjust(0.1, DraftOutcome::kRejected), 0.1);
+  // At a cost where a draft at the sequence's own acceptance pays, the one after a miss
+  // is shorter.
+  EXPECT_GT(DraftLengthFor(own, 0.15, 0.1, 16), DraftLengthFor(after_miss, 0.15, 0.1, 16));
+}
+
 TEST(ExpectedTokens, GeometricSum) {
   EXPECT_DOUBLE_EQ(ExpectedTokens(0.5, 0), 1.0);
   EXPECT_DOUBLE_EQ(ExpectedTokens(0.5, 3), 1.875);
