@@ -137,8 +137,8 @@ struct Work {
   bool was_prompt = false;                // verify: the pending token was the last prompt token
   int32_t auto_draft = 0;                 // verify: draft tokens to ask s->draft_source for
   bool draft_failed = false;              // verify: that request failed (error or deadline)
-  int32_t warm_draft = 0;   // draft tokens to ask a draft model for beside the pass, unused (WarmDraftJobs); 0: none
-  bool cold_draft = false;  // verify: auto_draft after a pass without one (catch-up)
+  bool warm_draft = false;                // verify: ask a draft model beside the pass (WarmDraftJobs)
+  bool cold_draft = false;                // verify: auto_draft after a pass without one (catch-up)
   StepResult result;
   absl::Status error;  // verify: the sequence cannot continue (grammar dead end)
 };
@@ -243,11 +243,11 @@ struct Core {
   using DraftCosts = spec::DraftCosts;
   int32_t AutoDraftLength(const SeqState& s, int64_t k_cap, const DraftCosts& costs, bool* cost_stopped) const;
   double ProposeDrafts(std::vector<Work>* plan, int32_t* errors);
-  // Drafts for the plan's warm_draft steps and prompt chunks (draft-model sequences the
-  // policy drafts for, at their prompt's passes), to be asked while the pass runs (their
-  // drafts are not used: the draft worker evaluates the prompt meanwhile, and after the
-  // prompt's last step drafts ahead of the first verified draft), with the pass's expected
-  // time as deadline. After ProposeDrafts (which hands the sources their tokens).
+  // One-token drafts for the plan's warm_draft steps (draft-model sequences at their
+  // prompt's step that the policy drafts for), to be asked while the pass runs (their
+  // drafts are not used: the draft worker evaluates the prompt meanwhile), with the
+  // pass's expected time as deadline. After ProposeDrafts (which hands the sources
+  // their tokens).
   std::vector<spec::DraftJob> WarmDraftJobs(const std::vector<Work>& plan) const;
   void AfterPass(std::vector<Work>* plan, double pass_seconds, double draft_seconds, int32_t batch_tokens);
   void VerifyDraft(Work* w);
@@ -465,9 +465,8 @@ std::vector<Work> Core::PlanLocked() {
     // the policy drafts, it evaluates the prompt during the prompt's own step instead
     // (WarmDraftJobs) and drafts from the next step (n-gram drafters draft from the
     // prompt at no cost).
-    const int32_t warm =
-        s->pending_is_prompt && s->spec_type == spec::SpecType::kDraftModel ? std::max(0, auto_draft) : 0;
-    if (warm > 0) auto_draft = 0;
+    const bool warm = auto_draft > 0 && s->pending_is_prompt && s->spec_type == spec::SpecType::kDraftModel;
+    if (warm) auto_draft = 0;
     // A draft shrinks to the batch budget left rather than delaying its sequence's step.
     const int64_t limit = used == 0 ? budget : decode_budget;
     auto_draft =
@@ -497,17 +496,7 @@ std::vector<Work> Core::PlanLocked() {
   }
   if (n > 0) rr = (rr + 1) % n;
   draft_wait.Planned(cost_stopped, drafted_by_costs);
-  const size_t n_steps = plan.size();
   PlanPrefillLocked(&plan, used);
-  // A draft model evaluates a prompt beside the target's prompt passes, where the policy
-  // would draft for the sequence once it decodes (its first draft then need not wait for
-  // the whole prompt's evaluation).
-  for (size_t i = n_steps; i < plan.size(); ++i) {
-    SeqState& s = *plan[i].s;
-    if (s.draft_source == nullptr || s.spec_type != spec::SpecType::kDraftModel) continue;
-    bool stopped = false;
-    if (AutoDraftLength(s, max_draft, draft_costs, &stopped) > 0) plan[i].warm_draft = 1;
-  }
   return plan;
 }
 
@@ -652,15 +641,14 @@ double Core::ProposeDrafts(std::vector<Work>* plan, int32_t* errors) {
   std::vector<spec::DraftJob> jobs;
   std::vector<Work*> owners;
   for (Work& w : *plan) {
-    if (w.s->draft_source == nullptr || (w.prefill && w.warm_draft <= 0)) continue;
+    if (w.prefill || w.s->draft_source == nullptr) continue;
     SeqState& s = *w.s;
-    // The source sees every token of the sequence before it drafts (a prompt being
-    // prefilled: the whole prompt, for its warm-up beside the pass).
+    // The source sees every token of the sequence before it drafts.
     if (s.source_len < s.tokens.size()) {
       s.draft_source->Append(std::vector<int32_t>(s.tokens.begin() + static_cast<long>(s.source_len), s.tokens.end()));
       s.source_len = s.tokens.size();
     }
-    if (w.prefill || w.auto_draft <= 0) continue;
+    if (w.auto_draft <= 0) continue;
     spec::DraftJob j;
     j.source = s.draft_source.get();
     j.n_max = w.auto_draft;
@@ -692,10 +680,10 @@ std::vector<spec::DraftJob> Core::WarmDraftJobs(const std::vector<Work>& plan) c
   for (const Work& w : plan) pass_tokens += w.prefill ? w.n_prefill : 1 + static_cast<int32_t>(w.draft.size());
   for (const Work& w : plan) {
     const SeqState& s = *w.s;
-    if (w.warm_draft <= 0 || s.draft_source == nullptr) continue;
+    if (!w.warm_draft || s.draft_source == nullptr) continue;
     spec::DraftJob j;
     j.source = s.draft_source.get();
-    j.n_max = w.warm_draft;
+    j.n_max = 1;
     jobs.push_back(std::move(j));
   }
   if (jobs.empty() || pass_cost.n() < 2) return jobs;
