@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace herd::engine {
@@ -245,20 +244,37 @@ void KvCache::FreeCells(const std::vector<int32_t>& idx) {
 void KvCache::FillMask(const std::vector<int32_t>& seq, const std::vector<int32_t>& pos, int64_t n_kv, float* mask,
                        bool alibi) const {
   const float ninf = -std::numeric_limits<float>::infinity();
-  // The tokens of one sequence (a prompt chunk) differ only in position: which cells hold
-  // the sequence is looked up once per sequence, not once per token (a cell of a prefix
-  // many sequences share lists them all).
-  absl::flat_hash_map<int32_t, std::vector<int32_t>> cells_of;
-  for (size_t t = 0; t < seq.size(); ++t) {
-    auto [it, fresh] = cells_of.try_emplace(seq[t]);
-    if (fresh) {
-      for (int64_t c = 0; c < n_kv; ++c) {
-        if (pos_[static_cast<size_t>(c)] >= 0 && Has(c, seq[t])) it->second.push_back(static_cast<int32_t>(c));
+  // The tokens of one sequence (a prompt chunk) differ only in position: the cells of
+  // every sequence of the batch are collected in one pass over the cells (a cell of a
+  // prefix that many sequences share lists them all), not one pass per sequence.
+  // Sequence ids are small (slots and cached prefixes), so a dense table finds a batch
+  // sequence's list.
+  int32_t max_seq = -1;
+  for (int32_t s : seq) max_seq = std::max(max_seq, s);
+  std::vector<int32_t> list_of(static_cast<size_t>(max_seq + 1), -1);
+  std::vector<std::vector<int32_t>> cells_of;
+  for (int32_t s : seq) {
+    if (s >= 0 && list_of[static_cast<size_t>(s)] < 0) {
+      list_of[static_cast<size_t>(s)] = static_cast<int32_t>(cells_of.size());
+      cells_of.emplace_back();
+    }
+  }
+  for (int64_t c = 0; c < n_kv; ++c) {
+    const size_t ci = static_cast<size_t>(c);
+    if (pos_[ci] < 0) continue;
+    for (int32_t s : seqs_[ci]) {
+      if (s >= 0 && s <= max_seq && list_of[static_cast<size_t>(s)] >= 0) {
+        cells_of[static_cast<size_t>(list_of[static_cast<size_t>(s)])].push_back(static_cast<int32_t>(c));
       }
     }
+  }
+  const std::vector<int32_t> none;
+  for (size_t t = 0; t < seq.size(); ++t) {
+    const std::vector<int32_t>& cells =
+        seq[t] >= 0 ? cells_of[static_cast<size_t>(list_of[static_cast<size_t>(seq[t])])] : none;
     float* row = mask + t * static_cast<size_t>(n_kv);
     std::fill(row, row + n_kv, ninf);
-    for (int32_t c : it->second) {
+    for (int32_t c : cells) {
       const int32_t p = pos_[static_cast<size_t>(c)];
       if (p <= pos[t]) row[c] = alibi ? -std::fabs(static_cast<float>(pos[t] - p)) : 0.0f;
     }

@@ -45,6 +45,23 @@ struct Part {
   float l;
 };
 
+// 4 floats: this file builds for the baseline ISA, so the loops of the merge take SSE's
+// width explicitly (the compiler's -O2 cost model leaves them scalar).
+typedef float F4 __attribute__((vector_size(16)));
+inline F4 LoadF4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreF4(float* p, F4 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// y = x * s over n floats.
+void ScaleTo(const float* x, float s, float* y, int64_t n) {
+  int64_t d = 0;
+  for (; d + 4 <= n; d += 4) StoreF4(y + d, LoadF4(x + d) * s);
+  for (; d < n; ++d) y[d] = x[d] * s;
+}
+
 }  // namespace
 
 // How a batch's mask shares cells (the same for every layer of one graph): built once per
@@ -187,12 +204,12 @@ struct Scratch {
   std::vector<size_t> head_off;
   std::vector<uint16_t> vkq16;
   std::vector<float> Qt, O, St, P, K, V, M, L, mtile, slope;
+  std::vector<size_t> merge;  // a (token, head)'s part indices
 };
 
 // The part of token t over its own cells (slot t): llama.cpp's per-token kernel for every
-// head, then each head's max and weight sum from the scores it leaves.
+// head, which also leaves each head's running max and weight sum.
 void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Scratch* s) {
-  const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t hd = a.hd, n_head = a.n_head, nc = static_cast<int64_t>(cells.size());
   const size_t q_row16 = GgmlRowSize(GgmlType::F16, hd);
   s->qconv.resize(static_cast<size_t>(n_head) * q_row16 + 64);
@@ -200,6 +217,8 @@ void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Sc
   s->hslope.resize(static_cast<size_t>(n_head));
   s->head_off.resize(static_cast<size_t>(n_head));
   s->vkq16.resize(static_cast<size_t>(n_head * hd));
+  s->M.resize(static_cast<size_t>(n_head));
+  s->L.resize(static_cast<size_t>(n_head));
   for (int64_t h = 0; h < n_head; ++h) {
     s->head_off[static_cast<size_t>(h)] = static_cast<size_t>(h / a.gqa) * a.k->nb[1];
     cpu::FromFloat(GgmlType::F16, Row(a.q, h, a.t_base + t), s->qconv.data() + h * q_row16, hd, a.isa);
@@ -223,13 +242,11 @@ void OwnPart(const AttnArgs& a, int64_t t, const std::vector<int32_t>& cells, Sc
   fa.out_stride = static_cast<size_t>(hd);
   fa.scores = s->scores.data();
   fa.vkq16 = s->vkq16.data();
+  fa.m_out = s->M.data();
+  fa.s_out = s->L.data();
   cpu::FlashAttnF16Heads(fa, a.dot);
   for (int64_t h = 0; h < n_head; ++h) {
-    float* sc = s->scores.data() + h * nc;
-    float mx = ninf;
-    for (int64_t i = 0; i < nc; ++i) mx = std::max(mx, sc[i]);
-    const double sum = mx == ninf ? 0.0 : cpu::ExpSubMax(sc, sc, nc, mx);
-    a.parts[static_cast<size_t>(t * n_head + h)] = Part{mx, static_cast<float>(sum)};
+    a.parts[static_cast<size_t>(t * n_head + h)] = Part{s->M[static_cast<size_t>(h)], s->L[static_cast<size_t>(h)]};
   }
 }
 
@@ -363,31 +380,31 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
                         static_cast<size_t>(hk * gqa + r % gqa);
       const float Lr = s->L[static_cast<size_t>(g * rp + r)];
       a.parts[pi] = Part{s->M[static_cast<size_t>(g * rp + r)], Lr};
-      const float inv = Lr == 0.0f ? 0.0f : 1.0f / Lr;
-      float* dst = a.part_o + pi * static_cast<size_t>(hd);
-      for (int64_t d = 0; d < hd; ++d) dst[d] = O[r * hd + d] * inv;
+      ScaleTo(O + r * hd, Lr == 0.0f ? 0.0f : 1.0f / Lr, a.part_o + pi * static_cast<size_t>(hd), hd);
     }
   }
 }
 
-// out = sum_i w_i O_i / sum_i w_i over the parts `ps` of one (token, head), w_i = L_i
+// out = sum_i w_i O_i / sum_i w_i over the parts ps[0..np) of one (token, head), w_i = L_i
 // e^(M_i - M), M = max_i M_i; 0 where no part saw a cell.
-void MergeParts(const AttnArgs& a, const std::vector<size_t>& ps, float* out) {
+void MergeParts(const AttnArgs& a, const size_t* ps, size_t np, float* out) {
   const float ninf = -std::numeric_limits<float>::infinity();
   float mx = ninf;
-  for (size_t p : ps) mx = std::max(mx, a.parts[p].m);
-  std::fill(out, out + a.hd, 0.0f);
+  for (size_t i = 0; i < np; ++i) mx = std::max(mx, a.parts[ps[i]].m);
+  const int64_t hd = a.hd, hd4 = hd / 4 * 4;
+  std::fill(out, out + hd, 0.0f);
   if (mx == ninf) return;
   float l = 0.0f;
-  for (size_t p : ps) {
-    if (a.parts[p].m == ninf || a.parts[p].l == 0.0f) continue;
-    const float wgt = a.parts[p].l * std::exp(a.parts[p].m - mx);
+  for (size_t i = 0; i < np; ++i) {
+    const Part& p = a.parts[ps[i]];
+    if (p.m == ninf || p.l == 0.0f) continue;
+    const float wgt = p.l * std::exp(p.m - mx);
     l += wgt;
-    const float* o = a.part_o + p * static_cast<size_t>(a.hd);
-    for (int64_t d = 0; d < a.hd; ++d) out[d] += o[d] * wgt;
+    const float* o = a.part_o + ps[i] * static_cast<size_t>(hd);
+    for (int64_t d = 0; d < hd4; d += 4) StoreF4(out + d, LoadF4(out + d) + LoadF4(o + d) * wgt);
+    for (int64_t d = hd4; d < hd; ++d) out[d] += o[d] * wgt;
   }
-  const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-  for (int64_t d = 0; d < a.hd; ++d) out[d] *= inv;
+  ScaleTo(out, l == 0.0f ? 0.0f : 1.0f / l, out, hd);
 }
 
 }  // namespace
@@ -400,8 +417,8 @@ struct SharedPrefixAttention::Buffers {
 
 namespace {
 
-// The node's tokens [plan.t_base, plan.t_base + plan.n_tokens): block and own parts, then
-// each (token, head)'s merge into the output.
+// The node's tokens [plan.t_base, plan.t_base + plan.n_tokens): block and own parts, each
+// token's heads merged into the output by the thread that finishes its last part.
 void ComputeChunk(ThreadPool& pool, Tensor* n, VecDotFn dot, Isa isa, const SharedPrefixAttention::Plan& plan,
                   SharedPrefixAttention::Buffers* buf) {
   const Tensor* q = n->src[0];
@@ -446,31 +463,48 @@ void ComputeChunk(ThreadPool& pool, Tensor* n, VecDotFn dot, Isa isa, const Shar
   for (int64_t t = 0; t < n_tokens; ++t) {
     if (!plan.own[static_cast<size_t>(t)].empty()) items.push_back(Item{-1, t});
   }
+  // A token's output is merged by the thread that finishes the last of its parts (no
+  // second pass over the pool): pending[t] counts its items not yet done.
+  std::atomic<int32_t> pending[kMaxPlanTokens];
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const size_t ti = static_cast<size_t>(t);
+    const int32_t n = (plan.own[ti].empty() ? 0 : 1) + static_cast<int32_t>(plan.token_blocks[ti].size());
+    pending[t].store(n, std::memory_order_relaxed);
+  }
+  const auto merge_token = [&](int64_t t, std::vector<size_t>* ps) {
+    for (int64_t h = 0; h < n_head; ++h) {
+      ps->assign(1, static_cast<size_t>(t * n_head + h));
+      for (const auto& [b, i] : plan.token_blocks[static_cast<size_t>(t)]) {
+        ps->push_back((blocks[b].slot0 + i) * static_cast<size_t>(n_head) + static_cast<size_t>(h));
+      }
+      MergeParts(args, ps->data(), ps->size(), reinterpret_cast<float*>(n->row(h, plan.t_base + t)));
+    }
+  };
+  {
+    std::vector<size_t> ps;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      if (pending[t].load(std::memory_order_relaxed) == 0) merge_token(t, &ps);  // sees no cell: zeros
+    }
+  }
+  const auto done = [&](int64_t t, std::vector<size_t>* ps) {
+    if (pending[t].fetch_sub(1, std::memory_order_acq_rel) == 1) merge_token(t, ps);
+  };
   std::atomic<size_t> next{0};  // in order, blocks (the larger items) first
   pool.Run([&](int ith, int) {
     Scratch* scratch = &buf->scratch[static_cast<size_t>(ith)];
+    std::vector<size_t>& ps = scratch->merge;
     for (size_t w = next.fetch_add(1, std::memory_order_relaxed); w < items.size();
          w = next.fetch_add(1, std::memory_order_relaxed)) {
       const Item& it = items[w];
       if (it.block < 0) {
         OwnPart(args, it.t0, plan.own[static_cast<size_t>(it.t0)], scratch);
+        done(it.t0, &ps);
       } else {
         const SharedPrefixAttention::Plan::Block& bl = blocks[static_cast<size_t>(it.block)];
-        BlockPart(args, bl, 0, n_head_kv, it.t0, std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - it.t0),
-                  scratch);
+        const int64_t nt = std::min<int64_t>(qt, static_cast<int64_t>(bl.tokens.size()) - it.t0);
+        BlockPart(args, bl, 0, n_head_kv, it.t0, nt, scratch);
+        for (int64_t i = it.t0; i < it.t0 + nt; ++i) done(bl.tokens[static_cast<size_t>(i)], &ps);
       }
-    }
-  });
-  // Merge each (token, head)'s parts.
-  pool.Run([&](int ith, int nth) {
-    std::vector<size_t> ps;
-    for (int64_t w = ith; w < n_tokens * n_head; w += nth) {
-      const int64_t t = w / n_head, h = w % n_head;
-      ps.assign(1, static_cast<size_t>(t * n_head + h));
-      for (const auto& [b, i] : plan.token_blocks[static_cast<size_t>(t)]) {
-        ps.push_back((blocks[b].slot0 + i) * static_cast<size_t>(n_head) + static_cast<size_t>(h));
-      }
-      MergeParts(args, ps, reinterpret_cast<float*>(n->row(h, plan.t_base + t)));
     }
   });
 }

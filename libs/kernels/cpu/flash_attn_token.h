@@ -8,7 +8,7 @@ namespace herd::cpu {
 
 /// One query token of llama.cpp's F16 one-chunk flash attention
 /// (ggml_compute_forward_flash_attn_ext_f16_one_chunk) for `nh` query heads over the cells
-/// the token sees. Every field must be set.
+/// the token sees. Every field but m_out and s_out must be set.
 struct FlashAttnF16Token {
   int64_t hd;         // head size of K and V (elements)
   int64_t nh;         // query heads
@@ -26,6 +26,12 @@ struct FlashAttnF16Token {
   size_t out_stride;       // floats
   float* scores;           // scratch, nh * n floats; on return head j's scaled, masked KQ at scores + j * n
   uint16_t* vkq16;         // scratch: nh * hd halves
+  // Optional (nullptr: not written), nh floats each: head j's running max score M and
+  // weight sum S = sum_i e^(score i - M) as the kernel accumulated them (out = VKQ / S);
+  // M = -inf and S = 0 where the head saw no cell. Shared-prefix attention merges a
+  // token's own part with them.
+  float* m_out = nullptr;
+  float* s_out = nullptr;
 };
 
 /// One KV tile of a shared block of shared-prefix attention (flash_attn_shared.cc) for one

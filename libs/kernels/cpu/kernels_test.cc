@@ -1740,8 +1740,24 @@ void CheckFusedFlashAttnF16(Isa isa, void (*fused)(const FlashAttnF16Token&), in
     a.scores = scores.data();
     a.vkq16 = vkq.data();
     a.out = want.data();
+    // Each head's running max and weight sum (shared-prefix attention merges with them).
+    std::vector<float> m_ref(static_cast<size_t>(cs.nh), 5.0f), s_ref(m_ref), m_got(m_ref), s_got(m_ref);
+    a.m_out = m_ref.data();
+    a.s_out = s_ref.data();
     internal::FlashAttnF16HeadsGeneric(a, dot);
     const std::vector<float> scores_ref = scores;
+    for (int64_t j = 0; j < cs.nh; ++j) {
+      float mx = -INFINITY;
+      for (int64_t i = 0; i < a.n; ++i) mx = std::max(mx, scores_ref[static_cast<size_t>(j * a.n + i)]);
+      double sum = 0.0;
+      for (int64_t i = 0; i < a.n && mx != -INFINITY; ++i) {
+        sum += std::exp(static_cast<double>(scores_ref[static_cast<size_t>(j * a.n + i)]) - mx);
+      }
+      ASSERT_EQ(m_ref[static_cast<size_t>(j)], mx) << "hd=" << cs.hd << " head " << j;
+      ASSERT_NEAR(s_ref[static_cast<size_t>(j)], sum, 1e-5 * sum) << "hd=" << cs.hd << " head " << j;
+    }
+    a.m_out = m_got.data();
+    a.s_out = s_got.data();
     a.out = got_dispatch.data();
     FlashAttnF16Heads(a, dot);
     ASSERT_EQ(got_dispatch, want) << "hd=" << cs.hd << " nh=" << cs.nh;
@@ -1750,6 +1766,8 @@ void CheckFusedFlashAttnF16(Isa isa, void (*fused)(const FlashAttnF16Token&), in
     fused(a);
     // The scaled, masked scores too (the outputs alone can hide a last-bit score change).
     ASSERT_EQ(scores, scores_ref) << "hd=" << cs.hd << " nh=" << cs.nh;
+    ASSERT_EQ(m_got, m_ref) << "hd=" << cs.hd << " nh=" << cs.nh;
+    ASSERT_EQ(s_got, s_ref) << "hd=" << cs.hd << " nh=" << cs.nh;
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ(got[i], want[i]) << "hd=" << cs.hd << " nh=" << cs.nh << " n=" << a.n << " at " << i;
     }

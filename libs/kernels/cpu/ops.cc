@@ -362,6 +362,8 @@ void FlashAttnF16HeadsGeneric(const FlashAttnF16Token& a, VecDotFn dot) {
     const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
     float* out = a.out + static_cast<size_t>(j) * a.out_stride;
     for (int64_t d = 0; d < a.hd; ++d) out[d] = Fp16ToFp32(acc[d]) * s_inv;
+    if (a.m_out != nullptr) a.m_out[j] = M;
+    if (a.s_out != nullptr) a.s_out[j] = S;
   }
 }
 
