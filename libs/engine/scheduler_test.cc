@@ -929,7 +929,9 @@ TEST_F(SchedulerTest, EmbeddingsBesideRunningSequences) {
   std::mutex mu;
   std::vector<absl::StatusOr<std::vector<float>>> got;
   std::atomic<bool> stop_embedding{false};
+  std::promise<void> first;   // the first job is done (or failed to start)
   std::thread embedder([&] {  // one job at a time, each waited for, until generation ends
+    bool first_set = false;
     while (!stop_embedding.load()) {
       std::promise<void> ran;
       absl::Status st = sched->Embed(text, Pooling::kMean, [&](absl::StatusOr<std::vector<float>> r) {
@@ -940,10 +942,17 @@ TEST_F(SchedulerTest, EmbeddingsBesideRunningSequences) {
         ran.set_value();
       });
       EXPECT_TRUE(st.ok()) << st;
+      if (st.ok()) ran.get_future().wait();
+      if (!first_set) {
+        first.set_value();
+        first_set = true;
+      }
       if (!st.ok()) break;
-      ran.get_future().wait();
     }
   });
+  // The sequences step only when asked (Step), so both are mid-generation, holding their
+  // cells, while the first embedding runs: it is beside them whatever the timing.
+  first.get_future().wait();
   std::vector<int32_t> out1, out2;
   std::thread t2([&] { out2 = Collect(s2->get(), 24, /*one_by_one=*/true); });
   out1 = Collect(s1->get(), 24, /*one_by_one=*/true);
