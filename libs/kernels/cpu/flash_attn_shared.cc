@@ -264,7 +264,7 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
   const int64_t hd = a.hd, gqa = a.gqa, rows = nt * gqa, rp = (rows + 15) / 16 * 16;
   const size_t qt_size = static_cast<size_t>(hd * rp), o_size = static_cast<size_t>(rows * hd);
   const size_t kv_size = static_cast<size_t>(kTileKv * nhk * hd);
-  s->Qt.assign(static_cast<size_t>(nhk) * qt_size, 0.0f);
+  s->Qt.resize(static_cast<size_t>(nhk) * qt_size);  // rows [rows, rp) zeroed below
   s->St.resize(static_cast<size_t>(kTileKv * rp + rp));
   s->P.resize(static_cast<size_t>(rows * kTileKv));
   s->K.resize(kv_size);
@@ -284,6 +284,9 @@ void BlockPart(const AttnArgs& a, const SharedPrefixAttention::Plan::Block& bl, 
     for (int64_t r = 0; r < rows; ++r) {
       const float* qr = Row(a.q, hk * gqa + r % gqa, a.t_base + bl.tokens[static_cast<size_t>(t0 + r / gqa)]);
       for (int64_t d = 0; d < hd; ++d) qt[d * rp + r] = qr[d];
+    }
+    if (rows < rp) {
+      for (int64_t d = 0; d < hd; ++d) std::fill(qt + d * rp + rows, qt + (d + 1) * rp, 0.0f);
     }
   }
   float *St = s->St.data(), *P = s->P.data();
